@@ -1,0 +1,359 @@
+package devices
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+// mockSystem describes one of go-nvml's mock DGX systems, with the values
+// go-nvml's mocks do not fake filled in from the real boards' data sheets.
+type mockSystem struct {
+	newServer   func() *server.Server
+	productName string // what real NVML reports for this board
+	powerLimitW uint32
+	smClockMHz  uint32
+	memClockMHz uint32
+	bar1MiB     uint64
+	pcieGen     int
+	pcieWidth   int
+}
+
+var mockSystems = map[string]mockSystem{
+	"dgxa100": {dgxa100.New, "NVIDIA A100-SXM4-40GB", 400, 1410, 1215, 65536, 4, 16},
+	"dgxh100": {dgxh100.New, "NVIDIA H100 80GB HBM3", 700, 1980, 2619, 131072, 5, 16},
+	"dgxh200": {dgxh200.New, "NVIDIA H200", 700, 1980, 3201, 262144, 5, 16},
+	"dgxb200": {dgxb200.New, "NVIDIA B200", 1000, 1965, 3996, 262144, 5, 16},
+}
+
+// MockSystems lists the names the mock block accepts, sorted.
+func MockSystems() []string {
+	out := make([]string, 0, len(mockSystems))
+	for k := range mockSystems {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dgx PCI bus numbers, as an eight-GPU HGX board enumerates them.
+var mockBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
+
+// MockNVML is an nvml.Interface serving one of go-nvml's mock systems, with
+// power, temperature, utilisation, clocks, ECC, energy, PCI and MIG filled in
+// and an event set that tests (and nothing else) can feed.
+type MockNVML struct {
+	*server.Server
+	system  mockSystem
+	start   time.Time
+	events  chan nvml.EventData
+	devices []*MockGPU
+}
+
+// MockGPU is one GPU of a MockNVML. Tests change its exported fields through
+// Update to inject faults while the plugin reads them.
+type MockGPU struct {
+	*server.Device
+	mu        sync.Mutex
+	PowerMW   uint32      // current draw
+	LimitMW   uint32      // enforced power limit
+	Err       nvml.Return // when not SUCCESS, every query of this GPU fails with it
+	ECCCorr   uint64
+	ECCUncorr uint64
+	MIG       []*mock.Device
+}
+
+// NewMockNVML builds the mock for cfg. It never touches real hardware.
+func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
+	sys, ok := mockSystems[cfg.System]
+	if !ok {
+		return nil, fmt.Errorf("mock.system: unknown mock system %q (want one of %v)", cfg.System, MockSystems())
+	}
+	s := sys.newServer()
+	n := len(s.Devices)
+	if cfg.GPUs != nil {
+		if *cfg.GPUs < 0 || *cfg.GPUs > n {
+			return nil, fmt.Errorf("mock.gpus: %d is out of range: %s has %d GPUs", *cfg.GPUs, cfg.System, n)
+		}
+		n = *cfg.GPUs
+	}
+	s.Devices = s.Devices[:n]
+	m := &MockNVML{Server: s, system: sys, start: time.Now(), events: make(chan nvml.EventData, 64)}
+	limitMW := sys.powerLimitW * 1000
+	drawMW := uint32(float64(limitMW) * 0.4)
+	if cfg.PowerWatts != nil {
+		if *cfg.PowerWatts < 0 || math.IsNaN(*cfg.PowerWatts) {
+			return nil, fmt.Errorf("mock.power_watts: must be zero or more, got %v", *cfg.PowerWatts)
+		}
+		if *cfg.PowerWatts > float64(sys.powerLimitW) {
+			return nil, fmt.Errorf("mock.power_watts: %v W is above the %s board limit of %d W", *cfg.PowerWatts, cfg.System, sys.powerLimitW)
+		}
+		drawMW = uint32(*cfg.PowerWatts * 1000)
+	}
+	for i, d := range s.Devices {
+		sd := d.(*server.Device)
+		sd.UUID = mockUUID("GPU", cfg.Seed, cfg.System, strconv.Itoa(i))
+		sd.PciBusID = fmt.Sprintf("00000000:%02X:00.0", mockBuses[i%len(mockBuses)]+i/len(mockBuses))
+		sd.Config.Name = sys.productName
+		sd.MemoryInfo.Free = sd.MemoryInfo.Total - sd.MemoryInfo.Used
+		g := &MockGPU{Device: sd, PowerMW: drawMW, LimitMW: limitMW, Err: nvml.SUCCESS}
+		m.wire(g)
+		m.devices = append(m.devices, g)
+	}
+	for _, key := range sortedKeys(cfg.MIG) {
+		idx, err := strconv.Atoi(key)
+		if err != nil || idx < 0 || idx >= n {
+			return nil, fmt.Errorf("mock.mig: key %q is not the index of one of the %d mock GPUs", key, n)
+		}
+		if err := m.partition(m.devices[idx], cfg.Seed, cfg.System, cfg.MIG[key]); err != nil {
+			return nil, fmt.Errorf("mock.mig[%q]: %w", key, err)
+		}
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: m.wait,
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	return m, nil
+}
+
+// Update changes a mock GPU's state under its lock.
+func (g *MockGPU) Update(f func(g *MockGPU)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f(g)
+}
+
+// GPUs returns the mock's GPUs in NVML index order.
+func (m *MockNVML) GPUs() []*MockGPU { return m.devices }
+
+// InjectEvent queues an NVML event, as a driver reporting an XID or ECC
+// error would. It is the fault-injection seam for tests.
+func (m *MockNVML) InjectEvent(ev nvml.EventData) { m.events <- ev }
+
+func (m *MockNVML) wait(timeoutMS uint32) (nvml.EventData, nvml.Return) {
+	t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case ev := <-m.events:
+		return ev, nvml.SUCCESS
+	case <-t.C:
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}
+
+func mockUUID(kind string, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	b := h.Sum(nil)
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", kind, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// wire sets the functions go-nvml's mock leaves unset.
+func (m *MockNVML) wire(g *MockGPU) {
+	sys := m.system
+	d := g.Device
+	guard := func() nvml.Return {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.Err
+	}
+	origUUID := d.GetUUIDFunc
+	d.GetUUIDFunc = func() (string, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return "", r
+		}
+		return origUUID()
+	}
+	origMem := d.GetMemoryInfoFunc
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return nvml.Memory{}, r
+		}
+		return origMem()
+	}
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return nvml.PciInfo{}, r
+		}
+		var p nvml.PciInfo
+		p.PciDeviceId = d.Config.PciDeviceId
+		for i := 0; i < len(d.PciBusID) && i < len(p.BusId)-1; i++ {
+			p.BusId[i] = int8(d.PciBusID[i])
+		}
+		return p, nvml.SUCCESS
+	}
+	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.LimitMW, g.Err
+	}
+	d.GetPowerManagementLimitFunc = d.GetEnforcedPowerLimitFunc
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.PowerMW, g.Err
+	}
+	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		// An idle HGX board sits near 30 C and nears 70 C at its limit.
+		return 30 + uint32(40*float64(g.PowerMW)/float64(max(g.LimitMW, 1))), g.Err
+	}
+	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		frac := float64(g.PowerMW) / float64(max(g.LimitMW, 1))
+		return nvml.Utilization{Gpu: uint32(100 * frac), Memory: uint32(60 * frac)}, g.Err
+	}
+	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		// mJ drawn since the mock started, at the current draw.
+		return uint64(float64(g.PowerMW) * time.Since(m.start).Seconds()), g.Err
+	}
+	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
+			return g.ECCCorr, g.Err
+		}
+		return g.ECCUncorr, g.Err
+	}
+	d.GetMaxClockInfoFunc = func(ct nvml.ClockType) (uint32, nvml.Return) {
+		if ct == nvml.CLOCK_MEM {
+			return sys.memClockMHz, guard()
+		}
+		return sys.smClockMHz, guard()
+	}
+	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
+		total := sys.bar1MiB << 20
+		return nvml.BAR1Memory{Bar1Total: total, Bar1Free: total}, guard()
+	}
+	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return sys.pcieGen, guard() }
+	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return sys.pcieWidth, guard() }
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return guard() }
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
+		if len(g.MIG) == 0 {
+			return 0, nvml.SUCCESS
+		}
+		return 7, guard()
+	}
+	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return nil, r
+		}
+		if i < 0 || i >= len(g.MIG) {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return g.MIG[i], nvml.SUCCESS
+	}
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		d.RLock()
+		defer d.RUnlock()
+		for gi := range d.GpuInstances {
+			if int(gi.Info.Id) == id {
+				return gi, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+}
+
+// partition puts a mock GPU in MIG mode with one GPU instance (and one
+// full-size compute instance) per named profile, in order.
+func (m *MockNVML) partition(g *MockGPU, seed, system string, profiles []string) error {
+	d := g.Device
+	if len(profiles) == 0 {
+		return nil
+	}
+	byName := map[string]nvml.GpuInstanceProfileInfo{}
+	var names []string
+	for _, info := range d.Config.MIGProfiles.GpuInstanceProfiles {
+		n := MIGProfileName(info)
+		byName[n] = info
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	slices := 0
+	for _, p := range profiles {
+		info, ok := byName[p]
+		if !ok {
+			return fmt.Errorf("unknown MIG profile %q for %s (have %v)", p, d.Config.Name, names)
+		}
+		slices += int(info.SliceCount)
+	}
+	if slices > 7 {
+		return fmt.Errorf("profiles %v need %d slices; a GPU has 7", profiles, slices)
+	}
+	if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		return fmt.Errorf("enable MIG: %v", ret)
+	}
+	for j, p := range profiles {
+		info := byName[p]
+		gi, ret := d.CreateGpuInstance(&info)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("create GPU instance %q: %v", p, ret)
+		}
+		giInfo, _ := gi.GetInfo()
+		uuid := mockUUID("MIG", seed, system, d.UUID, strconv.Itoa(j))
+		mem := info.MemorySizeMB << 20
+		giID := int(giInfo.Id)
+		mig := &mock.Device{
+			GetUUIDFunc: func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+				return nvml.Memory{Total: mem, Free: mem}, nvml.SUCCESS
+			},
+			GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return giID, nvml.SUCCESS },
+			GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return 0, nvml.SUCCESS },
+			IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return d, nvml.SUCCESS },
+		}
+		g.MIG = append(g.MIG, mig)
+	}
+	return nil
+}
+
+// MIGProfileName names a GPU instance profile the way nvidia-smi does:
+// "<slices>g.<memory>gb", with the media-engine suffix where it has one.
+func MIGProfileName(info nvml.GpuInstanceProfileInfo) string {
+	name := fmt.Sprintf("%dg.%dgb", info.SliceCount, int(math.Round(float64(info.MemorySizeMB)/1024)))
+	switch info.Id {
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+		name += "+me"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
+		nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:
+		name += "+gfx"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+		name += "-me"
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+		name += "+me.all"
+	}
+	return name
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,138 @@
+// Package plancmd is `llmgw plan`: place a catalog on a fleet offline, with
+// the same engine the controller uses, and show where every replica would
+// go, the budgeted domains' draw, and why any replica cannot be placed.
+package plancmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Exit statuses of `llmgw plan`.
+const (
+	ExitPlaced   = 0 // every replica placed
+	ExitBadInput = 1 // an input could not be read or is wrong
+	ExitUnplaced = 2 // some replica could not be placed
+)
+
+// Options are the plan command's flags.
+type Options struct {
+	Fleet    string
+	Facility string
+	Catalog  string
+	JSON     bool
+}
+
+// exitError carries an exit status to cli.Execute.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// NewCommand returns the plan command.
+func NewCommand() *cobra.Command {
+	var o Options
+	cmd := &cobra.Command{
+		Use:   "plan --fleet FILE --facility FILE --catalog FILE [--json]",
+		Short: "Place a catalog on a fleet offline and show where every replica would go",
+		Long: `Place every replica of a catalog on a fleet under a facility's power budgets
+and holds, with no cluster, using the placement engine of the controller.
+
+Prints the placements, the budgeted domains' draw after them, and the replicas
+that cannot be placed with every reason. Exit status: 0 when every replica is
+placed, 2 when some replica is not, 1 on bad input.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Run(o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Fleet, "fleet", "", "fleet file: the nodes (HCL)")
+	f.StringVar(&o.Facility, "facility", "", "facility file: budgets and holds (HCL)")
+	f.StringVar(&o.Catalog, "catalog", "", "catalog file: models and profiles (HCL)")
+	f.BoolVar(&o.JSON, "json", false, "print JSON instead of tables")
+	for _, name := range []string{"fleet", "facility", "catalog"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+// Run plans and prints to stdout. Its error has an ExitCode method: 1 for bad
+// input, 2 when some replica is not placed.
+func Run(o Options, stdout io.Writer) error {
+	fleet, fac, cat, err := Load(o.Fleet, o.Facility, o.Catalog)
+	if err != nil {
+		return &exitError{ExitBadInput, err}
+	}
+	plan, err := facility.PlanCatalog(fleet, fac, cat)
+	if err != nil {
+		return &exitError{ExitBadInput, err}
+	}
+	var out []byte
+	if o.JSON {
+		out, err = RenderJSON(plan)
+		if err != nil {
+			return err
+		}
+	} else {
+		out = RenderText(plan)
+	}
+	if _, err := stdout.Write(out); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if n := len(plan.Unplaced); n > 0 {
+		return &exitError{ExitUnplaced, fmt.Errorf("%d of %d replicas not placed", n, n+len(plan.Placements))}
+	}
+	return nil
+}
+
+// Load reads and checks the three inputs. Every problem is reported, each
+// naming file:line.
+func Load(fleetFile, facilityFile, catalogFile string) (facility.Fleet, facility.Facility, facility.Catalog, error) {
+	var errs []error
+	read := func(name string) []byte {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return b
+	}
+	var (
+		fleet facility.Fleet
+		fac   facility.Facility
+		cat   facility.Catalog
+		err   error
+	)
+	if b := read(fleetFile); b != nil {
+		if fleet, err = facility.ParseFleet(fleetFile, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b := read(facilityFile); b != nil {
+		if fac, err = facility.ParseFacility(facilityFile, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b := read(catalogFile); b != nil {
+		if cat, err = facility.ParseCatalog(catalogFile, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, facility.CheckFacility(fleet, fac), facility.CheckCatalog(fleet, fac, cat))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return facility.Fleet{}, facility.Facility{}, facility.Catalog{}, err
+	}
+	return fleet, fac, cat, nil
+}

@@ -1,0 +1,193 @@
+package plancmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", name, diff)
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return ExitPlaced
+	}
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return -1
+}
+
+func TestPlanGolden(t *testing.T) {
+	td := func(name string) string { return filepath.Join("testdata", name) }
+	ex := func(name string) string { return filepath.Join("..", "..", "jobs", "examples", name) }
+	tests := []struct {
+		name                     string
+		fleet, facility, catalog string
+		wantCode                 int
+	}{
+		{"plan", td("fleet.hcl"), td("facility.hcl"), td("catalog.hcl"), ExitPlaced},
+		{"over", td("fleet.hcl"), td("facility.hcl"), td("catalog-over.hcl"), ExitUnplaced},
+		{"examples", ex("fleet.hcl"), ex("facility.hcl"), ex("catalog.hcl"), ExitPlaced},
+	}
+	for _, tt := range tests {
+		for _, asJSON := range []bool{false, true} {
+			name, ext := tt.name, ".txt"
+			if asJSON {
+				ext = ".json"
+			}
+			t.Run(name+ext, func(t *testing.T) {
+				var out bytes.Buffer
+				err := Run(Options{Fleet: tt.fleet, Facility: tt.facility, Catalog: tt.catalog, JSON: asJSON}, &out)
+				if got := exitCode(err); got != tt.wantCode {
+					t.Fatalf("exit code: got %d (%v), want %d", got, err, tt.wantCode)
+				}
+				golden(t, name+ext+".golden", out.Bytes())
+				if asJSON {
+					checkJSONShape(t, out.Bytes())
+				}
+			})
+		}
+	}
+}
+
+// keyOrder returns the keys of a JSON object, in order.
+func keyOrder(t *testing.T, raw []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("want an object, got %.40s", raw)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
+// checkJSONShape checks --json has exactly the keys the issue specifies, in
+// its order, and nothing else.
+func checkJSONShape(t *testing.T, b []byte) {
+	t.Helper()
+	if bytes.Count(b, []byte("\n")) != 1 || !bytes.HasSuffix(b, []byte("\n")) {
+		t.Errorf("want one line, got %d newlines", bytes.Count(b, []byte("\n")))
+	}
+	if diff := cmp.Diff([]string{"placements", "unplaced", "domains"}, keyOrder(t, b)); diff != "" {
+		t.Errorf("top-level keys (-want +got):\n%s", diff)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, raw json.RawMessage, want []string, each func(json.RawMessage)) {
+		var xs []json.RawMessage
+		if err := json.Unmarshal(raw, &xs); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if xs == nil {
+			t.Errorf("%s: got null, want a list", what)
+		}
+		for _, x := range xs {
+			if diff := cmp.Diff(want, keyOrder(t, x)); diff != "" {
+				t.Errorf("%s keys (-want +got):\n%s", what, diff)
+			}
+			if each != nil {
+				each(x)
+			}
+		}
+	}
+	levels := []string{"site", "room", "row", "rack", "pdu"}
+	check("placements", top["placements"], []string{"replica", "model", "profile", "domain", "shards", "watts"}, func(raw json.RawMessage) {
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		check("shards", p["shards"], []string{"node", "watts"}, nil)
+		// domain: level → value, coarse to fine, from the site down.
+		got := keyOrder(t, p["domain"])
+		if len(got) == 0 || !slices.Equal(got, levels[:len(got)]) {
+			t.Errorf("domain levels: got %v, want a prefix of %v", got, levels)
+		}
+	})
+	check("unplaced", top["unplaced"], []string{"replica", "model", "reasons"}, nil)
+	check("domains", top["domains"], []string{"domain", "cap_watts", "draw_watts", "held"}, nil)
+}
+
+func TestPlanBadInput(t *testing.T) {
+	td := func(name string) string { return filepath.Join("testdata", name) }
+	tests := []struct {
+		name                     string
+		fleet, facility, catalog string
+		want                     []string // lines of the error
+	}{
+		{
+			"duplicate node, unknown level, negative watts",
+			td("bad-fleet.hcl"), td("bad-facility.hcl"), td("catalog.hcl"),
+			[]string{
+				`testdata/bad-fleet.hcl:7: node "n1": duplicate node name (first defined at testdata/bad-fleet.hcl:1)`,
+				`testdata/bad-facility.hcl:2: budget: domain "shelf=s1": unknown level "shelf" (want site, room, row, rack or pdu)`,
+				`testdata/bad-facility.hcl:4: watts must not be negative, got -17300`,
+			},
+		},
+		{
+			"a profile no node could ever hold",
+			td("fleet.hcl"), td("facility.hcl"), td("catalog-never.hcl"),
+			[]string{`testdata/catalog-never.hcl:2: profile llama-3.1-405b/b200x8: no node could ever hold it: no node has any NVIDIA B200`},
+		},
+		{
+			"missing file",
+			td("fleet.hcl"), td("nope.hcl"), td("catalog.hcl"),
+			[]string{`open testdata/nope.hcl: no such file or directory`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := Run(Options{Fleet: tt.fleet, Facility: tt.facility, Catalog: tt.catalog}, &out)
+			if got := exitCode(err); got != ExitBadInput {
+				t.Fatalf("exit code: got %d (%v), want %d", got, err, ExitBadInput)
+			}
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if out.Len() != 0 {
+				t.Errorf("printed %q on bad input, want nothing", out.String())
+			}
+		})
+	}
+}

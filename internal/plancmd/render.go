@@ -1,0 +1,148 @@
+package plancmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// The --json shape.
+type (
+	jsonPlan struct {
+		Placements []jsonPlacement `json:"placements"`
+		Unplaced   []jsonUnplaced  `json:"unplaced"`
+		Domains    []jsonDomain    `json:"domains"`
+	}
+	jsonPlacement struct {
+		Replica string         `json:"replica"`
+		Model   string         `json:"model"`
+		Profile string         `json:"profile"`
+		Domain  facility.Scope `json:"domain"`
+		Shards  []jsonShard    `json:"shards"`
+		Watts   float64        `json:"watts"`
+	}
+	jsonShard struct {
+		Node  string  `json:"node"`
+		Watts float64 `json:"watts"`
+	}
+	jsonUnplaced struct {
+		Replica string   `json:"replica"`
+		Model   string   `json:"model"`
+		Reasons []string `json:"reasons"`
+	}
+	jsonDomain struct {
+		Domain    string  `json:"domain"`
+		CapWatts  float64 `json:"cap_watts"`
+		DrawWatts float64 `json:"draw_watts"`
+		Held      bool    `json:"held"`
+	}
+)
+
+// RenderJSON renders a plan as one line of JSON:
+//
+//	{"placements":[{"replica":…,"model":…,"profile":…,"domain":{"rack":…,"pdu":…},
+//	  "shards":[{"node":…,"watts":…}],"watts":…}],
+//	 "unplaced":[{"replica":…,"model":…,"reasons":[…]}],
+//	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"held":false}]}
+func RenderJSON(p facility.Plan) ([]byte, error) {
+	out := jsonPlan{
+		Placements: make([]jsonPlacement, 0, len(p.Placements)),
+		Unplaced:   make([]jsonUnplaced, 0, len(p.Unplaced)),
+		Domains:    make([]jsonDomain, 0, len(p.Domains)),
+	}
+	for _, d := range p.Placements {
+		jp := jsonPlacement{Replica: d.Replica, Model: d.Model, Profile: d.Profile, Domain: d.Domain,
+			Shards: make([]jsonShard, 0, len(d.Shards)), Watts: d.Watts}
+		if jp.Domain == nil {
+			jp.Domain = facility.Scope{}
+		}
+		for _, s := range d.Shards {
+			jp.Shards = append(jp.Shards, jsonShard{Node: s.Node, Watts: s.Watts})
+		}
+		out.Placements = append(out.Placements, jp)
+	}
+	for _, d := range p.Unplaced {
+		out.Unplaced = append(out.Unplaced, jsonUnplaced{Replica: d.Replica, Model: d.Model, Reasons: d.Reasons()})
+	}
+	for _, u := range p.Domains {
+		out.Domains = append(out.Domains, jsonDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, DrawWatts: u.DrawWatts, Held: u.Held})
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, fmt.Errorf("render plan: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+func watts(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) }
+
+func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
+
+// RenderText renders a plan as tables: placements, budgeted domains, holds,
+// and the replicas that cannot be placed with their reasons.
+func RenderText(p facility.Plan) []byte {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tMODEL\tPROFILE\tDOMAIN\tNODES\tWATTS")
+	for _, d := range p.Placements {
+		nodes := make([]string, len(d.Shards))
+		for i, s := range d.Shards {
+			nodes[i] = s.Node
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Replica, d.Model, d.Profile, d.Domain.Key(), strings.Join(nodes, ","), watts(d.Watts))
+	}
+	tw.Flush()
+
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "DOMAIN\tCAP\tDRAW\tHEADROOM\tHELD")
+	for _, u := range p.Domains {
+		held := "no"
+		if u.Held {
+			held = "yes"
+			if u.Hold.Reason != "" {
+				held += " (" + u.Hold.Reason + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Domain, kW(u.CapWatts), kW(u.DrawWatts), kW(u.HeadroomWatts()), held)
+	}
+	tw.Flush()
+
+	if len(p.Holds) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "HOLD\tDRAIN\tREASON")
+		for _, h := range p.Holds {
+			drain := "no"
+			if h.Drain {
+				drain = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", h.Domain, drain, h.Reason)
+		}
+		tw.Flush()
+	}
+
+	if len(p.Unplaced) > 0 {
+		b.WriteString("\nUNPLACED\n")
+		for _, d := range p.Unplaced {
+			fmt.Fprintf(&b, "%s (%s)\n", d.Replica, d.Model)
+			for _, r := range d.Reasons() {
+				fmt.Fprintf(&b, "  %s\n", r)
+			}
+		}
+	}
+	total := len(p.Placements) + len(p.Unplaced)
+	fmt.Fprintf(&b, "\n%d of %d replicas placed", len(p.Placements), total)
+	if len(p.Unplaced) > 0 {
+		fmt.Fprintf(&b, ", %d not placed", len(p.Unplaced))
+	}
+	b.WriteString("\n")
+	return b.Bytes()
+}

@@ -1,0 +1,7 @@
+model "llama-3.1-405b" {
+  profile "b200x8" {
+    engine = "vllm"
+    gpu    = "NVIDIA B200"
+    gpus   = 8
+  }
+}
