@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+)
+
+const devicePkg = "github.com/llmgw/llmgw/cmd/nomad-device-nvml"
+
+func h200Group(node *api.Node) *api.NodeDeviceResource {
+	if node.NodeResources == nil {
+		return nil
+	}
+	for _, d := range node.NodeResources.Devices {
+		if d.Vendor == "nvidia" && d.Type == "gpu" && d.Name == "NVIDIA H200" {
+			return d
+		}
+	}
+	return nil
+}
+
+func TestDevicePluginInRealNomad(t *testing.T) {
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg))
+	c := nomadtest.Start(t, nomadtest.ClientOptions{
+		Name:      "gpu-1",
+		PluginDir: plugins,
+		Plugins: map[string]string{"nomad-device-nvml": `
+    mock {
+      system = "dgxh200"
+      seed   = "gpu-1"
+    }`},
+	})
+	nodeID := c.NodeID("gpu-1")
+
+	// 8 healthy nvidia/gpu/NVIDIA H200 with memory and power_limit.
+	var group *api.NodeDeviceResource
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		node, _, err := c.API.Nodes().Info(nodeID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		group = h200Group(node)
+		if group == nil {
+			return false, "no nvidia/gpu/NVIDIA H200 device group on the node yet"
+		}
+		healthy := 0
+		for _, in := range group.Instances {
+			if in.Healthy {
+				healthy++
+			}
+		}
+		return healthy == 8, fmt.Sprintf("%d of 8 instances healthy", healthy)
+	})
+	for _, attr := range []string{"memory", "power_limit"} {
+		if group.Attributes[attr] == nil {
+			t.Errorf("device attribute %s missing; have %v", attr, group.Attributes)
+		}
+	}
+	if got := group.Attributes["power_limit"]; got == nil || got.IntVal == nil || *got.IntVal != 700 || got.Unit != "W" {
+		t.Errorf("power_limit = %+v, want 700 W", got)
+	}
+
+	// A raw_exec task asking for 2 GPUs sees exactly its 2 UUIDs.
+	job := &api.Job{
+		ID:          ptr("gpu-env"),
+		Name:        ptr("gpu-env"),
+		Type:        ptr("batch"),
+		Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr("g"),
+			RestartPolicy: &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
+			Tasks: []*api.Task{{
+				Name:   "t",
+				Driver: "raw_exec",
+				Config: map[string]any{
+					"command": "/bin/sh",
+					"args":    []string{"-c", `echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"`},
+				},
+				Resources: &api.Resources{
+					CPU: ptr(100), MemoryMB: ptr(64),
+					Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](2)}},
+				},
+			}},
+		}},
+	}
+	if _, _, err := c.API.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("register job: %v", err)
+	}
+	allocs := c.WaitAllocs("gpu-env", 60*time.Second, func(as []*api.AllocationListStub) (bool, string) {
+		for _, a := range as {
+			if a.ClientStatus == api.AllocClientStatusComplete {
+				return true, ""
+			}
+			if a.ClientStatus == api.AllocClientStatusFailed {
+				t.Fatalf("allocation failed: %+v", a.TaskStates)
+			}
+		}
+		return false, fmt.Sprintf("%d allocations, none complete", len(as))
+	})
+	alloc, _, err := c.API.Allocations().Info(allocs[0].ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var assigned []string
+	for _, d := range alloc.AllocatedResources.Tasks["t"].Devices {
+		assigned = append(assigned, d.DeviceIDs...)
+	}
+	if len(assigned) != 2 {
+		t.Fatalf("Nomad assigned %d devices, want 2: %v", len(assigned), assigned)
+	}
+	out, err := c.Logs(alloc, "t", "stdout")
+	if err != nil {
+		t.Fatalf("task logs: %v", err)
+	}
+	line := strings.TrimSpace(out)
+	seen := strings.Split(strings.TrimPrefix(line, "CUDA_VISIBLE_DEVICES="), ",")
+	sort.Strings(seen)
+	sort.Strings(assigned)
+	if !strings.HasPrefix(line, "CUDA_VISIBLE_DEVICES=") || strings.Join(seen, ",") != strings.Join(assigned, ",") {
+		t.Fatalf("task printed %q; Nomad assigned %v", line, assigned)
+	}
+	t.Logf("task saw %s", line)
+
+	// Device stats through the client stats API show power in W.
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		watts, err := devicePower(c, nodeID)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(watts) != 8 {
+			return false, fmt.Sprintf("power stats for %d devices", len(watts))
+		}
+		for id, w := range watts {
+			if w != "280 W" {
+				return false, fmt.Sprintf("%s power_draw %s, want 280 W", id, w)
+			}
+		}
+		return true, ""
+	})
+}
+
+// devicePower reads /v1/client/stats through the server (as the controller
+// will) and returns each device's power_draw as "<value> <unit>".
+func devicePower(c *nomadtest.Cluster, nodeID string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server.Addr()+"/v1/client/stats?node_id="+nodeID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("client stats: %s: %s", resp.Status, body)
+	}
+	var stats struct {
+		DeviceStats []struct {
+			Vendor, Type, Name string
+			InstanceStats      map[string]struct {
+				Stats struct {
+					Attributes map[string]struct {
+						FloatNumeratorVal *float64
+						Unit              string
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(body, &stats); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, g := range stats.DeviceStats {
+		for id, s := range g.InstanceStats {
+			p, ok := s.Stats.Attributes["power_draw"]
+			if ok && p.FloatNumeratorVal != nil {
+				out[id] = fmt.Sprintf("%g %s", *p.FloatNumeratorVal, p.Unit)
+			}
+		}
+	}
+	return out, nil
+}
+
+func TestDevicePluginBadConfigInRealNomad(t *testing.T) {
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg))
+	c := nomadtest.Start(t)
+	bad := c.AddClient(nomadtest.ClientOptions{
+		Name:      "bad-1",
+		PluginDir: plugins,
+		Plugins:   map[string]string{"nomad-device-nvml": `mock { system = "dgx-nope" }`},
+	})
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		return strings.Contains(bad.Log(), `mock.system: unknown mock system \"dgx-nope\"`) ||
+			strings.Contains(bad.Log(), `mock.system: unknown mock system "dgx-nope"`), "agent log does not name mock.system yet"
+	})
+	// The plugin must not serve half-configured: no GPU device on any node.
+	nodes, _, err := c.API.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		full, _, err := c.API.Nodes().Info(n.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := h200Group(full); g != nil {
+			t.Errorf("node %s offers GPUs despite the bad plugin config", n.Name)
+		}
+	}
+	t.Logf("agent exited: %v; log line: %s", bad.Exited(), grepLine(bad.Log(), "mock.system"))
+}
+
+func grepLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+func ptr[T any](v T) *T { return &v }
