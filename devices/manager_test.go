@@ -11,8 +11,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	hclog "github.com/hashicorp/go-hclog"
 	"github.com/google/go-cmp/cmp"
+	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
 )

@@ -184,4 +184,3 @@ func (p *Plugin) Reserve(_ context.Context, req *devicepb.ReserveRequest) (*devi
 	}
 	return &devicepb.ReserveResponse{ContainerRes: out}, nil
 }
-

@@ -80,8 +80,8 @@ func TestDevicePluginInRealNomad(t *testing.T) {
 		Type:        ptr("batch"),
 		Datacenters: []string{"*"},
 		TaskGroups: []*api.TaskGroup{{
-			Name: ptr("g"),
-			RestartPolicy: &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+			Name:             ptr("g"),
+			RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
 			Tasks: []*api.Task{{
 				Name:   "t",
