@@ -1,0 +1,139 @@
+package facility
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// benchWorld is a fleet of n nodes of 8 H200s: 4 nodes a rack, two PDUs a
+// rack, 16 racks a row, 8 rows a room; budgets on every PDU, rack, row and
+// room; a hold on every 50th rack; some nodes measured, some with GPUs out.
+func benchWorld(n int) (Fleet, Facility) {
+	r := rand.New(rand.NewPCG(7, 7))
+	var fleet Fleet
+	var fac Facility
+	fac.Headroom = 0.05
+	budgeted := map[Domain]bool{}
+	budgetOn := func(d Domain, w float64) {
+		if !budgeted[d] {
+			budgeted[d] = true
+			fac.Budgets = append(fac.Budgets, Budget{Domain: d, Watts: w})
+		}
+	}
+	for i := range n {
+		rack := i / 4
+		row := rack / 16
+		room := row / 8
+		loc := Location{
+			Site: "s1",
+			Room: fmt.Sprintf("m%03d", room),
+			Row:  fmt.Sprintf("m%03d-r%d", room, row%8),
+			Rack: fmt.Sprintf("m%03d-r%d-k%02d", room, row%8, rack%16),
+		}
+		loc.PDU = fmt.Sprintf("%s-%c", loc.Rack, 'a'+rune(i%4/2))
+		node := Node{
+			Name: fmt.Sprintf("n%06d", i), Location: loc, CPUCores: 192, MemoryGB: 2048,
+			BaseWatts: 1200, Fabric: fmt.Sprintf("ib-%d", room%2),
+			GPUs: []GPU{{Model: "NVIDIA H200", Count: 8, Free: 8, PowerLimitWatts: 700}},
+		}
+		if r.IntN(20) == 0 {
+			node.GPUs[0].Free = 8 - 1 - r.IntN(4)
+		}
+		if r.IntN(20) == 0 {
+			node.MeasuredWatts = float64(2000 + r.IntN(4000))
+		}
+		fleet.Nodes = append(fleet.Nodes, node)
+		budgetOn(Domain{LevelPDU, loc.PDU}, 17300)
+		budgetOn(Domain{LevelRack, loc.Rack}, 30000)
+		budgetOn(Domain{LevelRow, loc.Row}, 400000)
+		budgetOn(Domain{LevelRoom, loc.Room}, 3000000)
+		if rack%50 == 3 && i%4 == 0 {
+			fac.Holds = append(fac.Holds, Hold{Domain: Domain{LevelRack, loc.Rack}, Reason: "maintenance"})
+		}
+	}
+	return fleet, fac
+}
+
+// benchCatalog is 2,000 replicas: single-node models of 1, 2, 4 and 8 GPUs,
+// and multi-node models of 2 nodes in a rack and 4 nodes in a row.
+func benchCatalog() Catalog {
+	prof := func(gpus, nodes int, within Level, spread ...Level) Profile {
+		return Profile{Name: "p", Engine: "vllm", GPU: "NVIDIA H200", GPUs: gpus, Nodes: nodes, KeepWithin: within,
+			CPUCores: 8 * gpus, MemoryGB: 128 * gpus, Spread: spread, Fabric: "ib", Weight: 1}
+	}
+	return Catalog{Models: []Model{
+		{Name: "one", Replicas: 800, Profiles: []Profile{prof(1, 1, 0, LevelRack, LevelPDU)}},
+		{Name: "two", Replicas: 500, Profiles: []Profile{prof(2, 1, 0, LevelRack, LevelPDU)}},
+		{Name: "four", Replicas: 400, Profiles: []Profile{prof(4, 1, 0, LevelRack, LevelPDU), prof(8, 1, 0, LevelRack)}},
+		{Name: "eight", Replicas: 150, Profiles: []Profile{prof(8, 1, 0, LevelRow, LevelRack)}},
+		{Name: "pair", Replicas: 100, Profiles: []Profile{prof(8, 2, LevelRack, LevelRow, LevelRack)}},
+		{Name: "quad", Replicas: 50, Profiles: []Profile{prof(8, 4, LevelRow, LevelRoom, LevelRow)}},
+	}}
+}
+
+func benchRequests(cat Catalog) []Request {
+	var reqs []Request
+	for i := 0; ; i++ {
+		more := false
+		for _, m := range cat.Models {
+			if i < m.Replicas {
+				reqs = append(reqs, Request{Replica: ReplicaID(m.Name, i), Model: m})
+				more = true
+			}
+		}
+		if !more {
+			return reqs
+		}
+	}
+}
+
+var benchSizes = []int{1_000, 10_000, 100_000}
+
+// BenchmarkPlace places 2,000 replicas (Place, then Commit) on a fresh
+// planner; building the planner is not timed (see BenchmarkNewPlanner).
+func BenchmarkPlace(b *testing.B) {
+	reqs := benchRequests(benchCatalog())
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			fleet, fac := benchWorld(n)
+			placed := 0
+			for range b.N {
+				b.StopTimer()
+				p, err := NewPlanner(fleet, fac, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				placed = 0
+				b.StartTimer()
+				for _, req := range reqs {
+					d := p.Place(req)
+					if d.Placed {
+						placed++
+						if err := p.Commit(d); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			decisions := float64(len(reqs)) * float64(b.N)
+			b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
+			b.ReportMetric(float64(placed), "placed")
+		})
+	}
+}
+
+// BenchmarkNewPlanner indexes the fleet and facility.
+func BenchmarkNewPlanner(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			fleet, fac := benchWorld(n)
+			for range b.N {
+				if _, err := NewPlanner(fleet, fac, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package facility
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Catalog is the desired state: the models to serve and how.
+type Catalog struct {
+	Models []Model
+}
+
+// Model is one served model and its replicas.
+type Model struct {
+	Name     string
+	Source   string // what the engine loads, such as "meta-llama/Llama-3.1-70B-Instruct"
+	Replicas int
+	// Profiles in order of preference: a replica takes the first that fits.
+	Profiles []Profile
+	Pos      Pos
+}
+
+// Profile is one way to run a replica of a model.
+type Profile struct {
+	Name   string
+	Engine string // vllm, sglang, tgi, llamacpp, command, … (the driver checks it)
+	GPU    string // GPU model, such as "NVIDIA H200"
+	GPUs   int    // per node (per shard)
+	Nodes  int    // shards; > 1 is a multi-node replica, one shard per node
+	// Watts is the declared draw of one shard; 0 derives it as GPUs × the
+	// node's GPU power limit.
+	Watts    float64
+	CPUCores int // per shard
+	MemoryGB int // per shard
+	// KeepWithin is the level a multi-node replica is placed whole inside.
+	KeepWithin Level
+	// Spread lists the levels the model's replicas spread over, in priority
+	// order. The parser defaults it to rack, pdu.
+	Spread []Level
+	// Fabric, when set, is a prefix the node's fabric must have.
+	Fabric string
+	// Pool is the Nomad node pool; "" is DefaultPool, AllPools any.
+	Pool  string
+	Args  []string          // engine arguments
+	Env   map[string]string // engine environment
+	Ready string            // readiness path; "" is the engine's default
+	// Weight is the gateway's traffic weight for a replica of this profile.
+	Weight int
+	Pos    Pos
+}
+
+// DefaultSpread is the spread of a profile that names none.
+func DefaultSpread() []Level { return []Level{LevelRack, LevelPDU} }
+
+// ShardWatts returns the draw of one shard of p on a node whose GPU of p's
+// model has the given power limit.
+func (p Profile) ShardWatts(powerLimit float64) float64 {
+	if p.Watts > 0 {
+		return p.Watts
+	}
+	return float64(p.GPUs) * powerLimit
+}
+
+// pool returns the profile's pool with the default applied.
+func (p Profile) pool() string {
+	if p.Pool == "" {
+		return DefaultPool
+	}
+	return p.Pool
+}
+
+// ReplicaID names replica i of a model: "<model>-<i>".
+func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i) }
+
+// ProfileFingerprint returns a short, stable fingerprint of what a replica's
+// jobs are rendered from: the model's name and source, and the profile's
+// name, engine, gpu, gpus, nodes, cpu_cores, memory_gb, fabric, pool, args,
+// env and ready. The controller keeps it in job meta llmgw.profile_fp and
+// replaces a replica whose fingerprint no longer matches. Fields that only
+// steer placement or traffic (replicas, watts, keep_within, spread, weight)
+// are left out, so changing them moves nothing that runs.
+func ProfileFingerprint(m Model, p Profile) string {
+	h := sha256.New()
+	put := func(k, v string) {
+		// Length-prefixed, so no two inputs encode the same.
+		h.Write([]byte(strconv.Itoa(len(k)) + ":" + k + strconv.Itoa(len(v)) + ":" + v + ";"))
+	}
+	put("v", "1")
+	put("model", m.Name)
+	put("source", m.Source)
+	put("profile", p.Name)
+	put("engine", p.Engine)
+	put("gpu", p.GPU)
+	put("gpus", strconv.Itoa(p.GPUs))
+	put("nodes", strconv.Itoa(p.Nodes))
+	put("cpu_cores", strconv.Itoa(p.CPUCores))
+	put("memory_gb", strconv.Itoa(p.MemoryGB))
+	put("fabric", p.Fabric)
+	put("pool", p.pool())
+	put("ready", p.Ready)
+	put("args", strconv.Itoa(len(p.Args)))
+	for _, a := range p.Args {
+		put("arg", a)
+	}
+	keys := make([]string, 0, len(p.Env))
+	for k := range p.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	put("env", strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		put(k, p.Env[k])
+	}
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Validate reports every problem with the catalog, each an *Error at the
+// model or profile.
+func (c Catalog) Validate() error {
+	var errs []error
+	models := map[string]Pos{}
+	for _, m := range c.Models {
+		bad := func(format string, args ...any) {
+			errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: ", m.Name)+fmt.Sprintf(format, args...)))
+		}
+		if err := checkName("model", m.Name); err != nil {
+			errs = append(errs, errAt(m.Pos, err.Error()))
+		}
+		if p, dup := models[m.Name]; dup {
+			bad("duplicate model (first at %s)", p)
+		} else {
+			models[m.Name] = m.Pos
+		}
+		if err := checkInt("replicas", m.Replicas, 0, maxCount); err != nil {
+			bad("%v", err)
+		}
+		if len(m.Profiles) == 0 {
+			bad("no profile")
+		}
+		profiles := map[string]Pos{}
+		for _, p := range m.Profiles {
+			if err := p.validate(m.Name); err != nil {
+				errs = append(errs, err)
+			}
+			if q, dup := profiles[p.Name]; dup {
+				errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: duplicate (first at %s)", m.Name, p.Name, q)))
+			} else {
+				profiles[p.Name] = p.Pos
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p Profile) validate(model string) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: ", model, p.Name)+fmt.Sprintf(format, args...)))
+	}
+	if err := checkName("profile", p.Name); err != nil {
+		bad("%v", err)
+	}
+	if strings.TrimSpace(p.Engine) == "" {
+		bad("engine is required")
+	}
+	if p.GPU == "" {
+		bad("gpu is required")
+	}
+	if err := checkInt("gpus", p.GPUs, 1, maxCount); err != nil {
+		bad("%v", err)
+	}
+	if err := checkInt("nodes", p.Nodes, 1, maxCount); err != nil {
+		bad("%v", err)
+	}
+	if err := checkWatts("watts", p.Watts, false); err != nil {
+		bad("%v", err)
+	}
+	if err := checkInt("cpu_cores", p.CPUCores, 0, maxCPU); err != nil {
+		bad("%v", err)
+	}
+	if err := checkInt("memory_gb", p.MemoryGB, 0, maxMemGB); err != nil {
+		bad("%v", err)
+	}
+	if !p.KeepWithin.Valid() {
+		bad("keep_within: %v", ErrUnknownLevel)
+	}
+	seen := map[Level]bool{}
+	for _, l := range p.Spread {
+		if !l.Valid() {
+			bad("spread: %v", ErrUnknownLevel)
+			continue
+		}
+		if seen[l] {
+			bad("spread lists %s twice", l)
+		}
+		seen[l] = true
+	}
+	if p.Fabric != "" {
+		if err := checkValue(p.Fabric); err != nil {
+			bad("fabric: %v", err)
+		}
+	}
+	if p.Pool != "" {
+		if err := checkValue(p.Pool); err != nil {
+			bad("pool: %v", err)
+		}
+	}
+	if p.Weight < 0 {
+		bad("weight must not be negative, got %d", p.Weight)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,76 @@
+package facility
+
+import (
+	"os"
+	"testing"
+)
+
+func addSeeds(f *testing.F, files ...string) {
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+// fuzzCheck: a parser never panics; what it accepts validates; what it
+// refuses names file:line on every line.
+func fuzzCheck(t *testing.T, err error, validate func() error) {
+	if err != nil {
+		checkErrorLines(t, "fuzz.hcl", err)
+		return
+	}
+	if err := validate(); err != nil {
+		t.Fatalf("parsed, but does not validate: %v", err)
+	}
+}
+
+func FuzzParseFleet(f *testing.F) {
+	addSeeds(f, "../jobs/examples/fleet.hcl")
+	f.Add([]byte(okNode))
+	f.Add([]byte(okNode + okNode))
+	f.Add([]byte("node \"n1\" {\n  row = \"r1\"\n  rack = \"k1\"\n}\nnode \"n2\" {\n  row = \"r2\"\n  rack = \"k1\"\n}\n"))
+	f.Add([]byte("node \"n1\" {\n  gpu \"H\" {\n    count = 1\n    free = 2\n    power_limit = 1e400\n  }\n}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		fleet, err := ParseFleet("fuzz.hcl", src)
+		fuzzCheck(t, err, fleet.Validate)
+		if err == nil {
+			if _, err := NewPlanner(fleet, Facility{}, nil); err != nil {
+				t.Fatalf("parsed, but the planner refuses it: %v", err)
+			}
+		}
+	})
+}
+
+func FuzzParseFacility(f *testing.F) {
+	addSeeds(f, "../jobs/examples/facility.hcl")
+	f.Add([]byte("headroom = 0.05\nbudget \"pdu=p01-a\" { watts = 17300 }\nhold \"rack=r01-k03\" {\n  reason = \"PDU swap\"\n  drain = true\n}\n"))
+	f.Add([]byte("budget \"shelf=s1\" { watts = -1 }\n"))
+	f.Add([]byte("headroom = 1\nbudget \"rack\" {}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		fac, err := ParseFacility("fuzz.hcl", src)
+		fuzzCheck(t, err, fac.Validate)
+	})
+}
+
+func FuzzParseCatalog(f *testing.F) {
+	addSeeds(f, "../jobs/examples/catalog.hcl")
+	f.Add([]byte(okProfile))
+	f.Add([]byte("model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    nodes = 2\n    keep_within = \"cage\"\n    spread = [\"rack\", \"rack\"]\n  }\n}\n"))
+	f.Add([]byte("model \"m\" {\n  replicas = -1\n  profile \"p\" {\n    engine = var.x\n    env = { A = 1 }\n  }\n}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		cat, err := ParseCatalog("fuzz.hcl", src)
+		fuzzCheck(t, err, cat.Validate)
+		if err == nil {
+			for _, m := range cat.Models {
+				for _, p := range m.Profiles {
+					if a, b := ProfileFingerprint(m, p), ProfileFingerprint(m, p); a != b || len(a) != 16 {
+						t.Fatalf("fingerprint %q, %q: want one 16-digit value", a, b)
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,648 @@
+package facility
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+type shapeKey struct{ model, profile string }
+
+// shape is what a planner keeps per profile: which nodes it could ever use
+// (pool, GPU model, fabric and holds do not change while the planner
+// lives), the static rejections, and per cell the best node for it, cached
+// until a node of the cell changes.
+type shape struct {
+	prof     Profile
+	invalid  error // why the profile cannot be placed at all, or nil
+	gpu      int32
+	fail     []Kind      // per node: the static check it fails, or 0
+	static   []Rejection // rejections from the static checks
+	cells    []scell     // the cells with a node passing the static checks, and their cache
+	lists    [][]centry  // per cells[i], multi-node only: its nodes with room, best first
+	gangDoms []gangDom   // multi-node: keep_within domains with such cells
+}
+
+// scell is a cell as a shape scans it, with what the scan reads inline and
+// its cache.
+type scell struct {
+	cellHot
+	cell   int32
+	nb     int32            // budgeted domains in bud
+	bud    [NumLevels]int32 // budgeted domains holding the cell, coarse to fine
+	spread [NumLevels]int32 // the cell's domain per spread level, -1 for none
+}
+
+type gangDom struct {
+	dom   int32
+	cells []int32 // indexes into shape.cells
+}
+
+// cellHot is a cell's cache for a shape.
+type cellHot struct {
+	version   uint32
+	feasible  int32    // nodes with room for a shard
+	short     [3]int32 // nodes short of GPUs, CPU, memory
+	shortBest [3]int32 // the most any of those has
+	best      centry   // the best node with room
+}
+
+// centry is a node with room for a shard.
+type centry struct {
+	node  int32
+	rank  int32   // the node's place in name order
+	free  int32   // GPUs free after the shard
+	w     float64 // the shard's draw there
+	delta float64 // how much the node's draw grows
+}
+
+// samePlacement reports whether two profiles place alike.
+func samePlacement(a, b *Profile) bool {
+	return a.Name == b.Name && a.GPU == b.GPU && a.GPUs == b.GPUs && a.Nodes == b.Nodes &&
+		a.Watts == b.Watts && a.CPUCores == b.CPUCores && a.MemoryGB == b.MemoryGB &&
+		(a.Nodes == 1 || a.KeepWithin == b.KeepWithin) && slices.Equal(a.Spread, b.Spread) &&
+		a.Fabric == b.Fabric && a.pool() == b.pool()
+}
+
+func (p *Planner) shape(model string, prof *Profile) *shape {
+	key := shapeKey{model, prof.Name}
+	if sh, ok := p.shapes[key]; ok && samePlacement(&sh.prof, prof) {
+		return sh
+	}
+	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU)}
+	sh.prof.Spread = slices.Clone(prof.Spread)
+	p.shapes[key] = sh
+	if err := prof.validate(model); err != nil {
+		sh.invalid = err
+		return sh
+	}
+	sh.fail = make([]Kind, len(p.nodes))
+	gang := prof.Nodes > 1
+	pool := prof.pool()
+	var nodeFails [KindHeld + 1]int
+	heldNodes := map[int32]int{}
+	var heldOrder []int32
+	for ci := range p.cells {
+		c := &p.cells[ci]
+		active := false
+		for n := c.start; n < c.end; n++ {
+			nd := &p.nodes[n]
+			var k Kind
+			switch {
+			case pool != AllPools && nd.pool != pool:
+				k = KindPool
+			case sh.gpu < 0 || nd.gpu(sh.gpu) == nil:
+				k = KindGPUModel
+			case !strings.HasPrefix(nd.fabric, prof.Fabric):
+				k = KindFabric
+			case gang && c.dom[prof.KeepWithin] < 0:
+				k = KindKeepWithin
+			case c.hold >= 0:
+				k = KindHeld
+				if _, ok := heldNodes[c.hold]; !ok {
+					heldOrder = append(heldOrder, c.hold)
+				}
+				heldNodes[c.hold]++
+			}
+			sh.fail[n] = k
+			nodeFails[k]++
+			if k == 0 {
+				active = true
+			}
+		}
+		if active {
+			sc := scell{cell: int32(ci)}
+			for _, d := range c.budgeted {
+				sc.bud[sc.nb] = d
+				sc.nb++
+			}
+			for i := range sc.spread {
+				sc.spread[i] = -1
+			}
+			for i, l := range prof.Spread {
+				sc.spread[i] = c.dom[l]
+			}
+			sh.cells = append(sh.cells, sc)
+		}
+	}
+
+	add := func(k Kind, msg string) {
+		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: k, Nodes: nodeFails[k], Message: msg})
+	}
+	if nodeFails[KindPool] > 0 {
+		add(KindPool, "not in pool "+pool)
+	}
+	if nodeFails[KindGPUModel] > 0 {
+		add(KindGPUModel, "no "+prof.GPU)
+	}
+	if nodeFails[KindFabric] > 0 {
+		add(KindFabric, "not on a "+prof.Fabric+"* fabric")
+	}
+	if nodeFails[KindKeepWithin] > 0 {
+		add(KindKeepWithin, "keep_within: no "+prof.KeepWithin.String())
+	}
+	for i, d := range heldOrder {
+		if i == MaxListed {
+			rest := 0
+			for _, d := range heldOrder[i:] {
+				rest += heldNodes[d]
+			}
+			sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Nodes: rest,
+				Message: fmt.Sprintf("held: and %d more %s", len(heldOrder)-i, plural(len(heldOrder)-i, "domain", "domains"))})
+			break
+		}
+		dom := &p.doms[d]
+		msg := "held: " + dom.key
+		if r := p.fac.Holds[dom.hold].Reason; r != "" {
+			msg += " (" + r + ")"
+		}
+		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Domain: dom.key, Nodes: heldNodes[d], Message: msg})
+	}
+
+	if gang {
+		sh.lists = make([][]centry, len(sh.cells))
+		pos := make(map[int32]int32, len(sh.cells))
+		for i, sc := range sh.cells {
+			pos[sc.cell] = int32(i)
+		}
+		for _, d := range p.levelDoms[prof.KeepWithin] {
+			var cells []int32
+			for _, c := range p.doms[d].cells {
+				if i, ok := pos[c]; ok {
+					cells = append(cells, i)
+				}
+			}
+			if len(cells) > 0 {
+				sh.gangDoms = append(sh.gangDoms, gangDom{dom: d, cells: cells})
+			}
+		}
+	}
+	return sh
+}
+
+// entryLess orders nodes of one cell: least growth of draw first (the most
+// power headroom left, when the cell has a budget), then fewest GPUs left
+// free (best fit), then name.
+func (p *Planner) entryLess(a, b *centry, budgeted bool) bool {
+	if budgeted && a.delta != b.delta {
+		return a.delta < b.delta
+	}
+	if a.free != b.free {
+		return a.free < b.free
+	}
+	return a.rank < b.rank
+}
+
+// refresh brings the cache of sh.cells[i] up to date.
+func (p *Planner) refresh(sh *shape, i int32) *scell {
+	ce := &sh.cells[i]
+	if ce.version != p.cellVer[ce.cell] {
+		p.recache(sh, i)
+	}
+	return ce
+}
+
+// recache recomputes the cache of sh.cells[i].
+func (p *Planner) recache(sh *shape, i int32) {
+	ce := &sh.cells[i]
+	c := ce.cell
+	ce.version = p.cellVer[c]
+	ce.feasible = 0
+	ce.short = [3]int32{}
+	ce.shortBest = [3]int32{-1, -1, -1}
+	pr := &sh.prof
+	budgeted := ce.nb > 0
+	gang := pr.Nodes > 1
+	var list []centry
+	if gang {
+		list = sh.lists[i][:0]
+	}
+	cl := &p.cells[c]
+	for n := cl.start; n < cl.end; n++ {
+		if sh.fail[n] != 0 {
+			continue
+		}
+		nd := &p.nodes[n]
+		g := nd.gpu(sh.gpu)
+		switch {
+		case g.free < pr.GPUs:
+			ce.short[0]++
+			ce.shortBest[0] = max(ce.shortBest[0], int32(g.free))
+			continue
+		case nd.cpu < pr.CPUCores:
+			ce.short[1]++
+			ce.shortBest[1] = max(ce.shortBest[1], int32(nd.cpu))
+			continue
+		case nd.mem < pr.MemoryGB:
+			ce.short[2]++
+			ce.shortBest[2] = max(ce.shortBest[2], int32(nd.mem))
+			continue
+		}
+		w := pr.ShardWatts(g.power)
+		e := centry{node: n, rank: nd.rank, free: int32(g.free - pr.GPUs), w: w, delta: nd.delta(w)}
+		if ce.feasible == 0 || p.entryLess(&e, &ce.best, budgeted) {
+			ce.best = e
+		}
+		ce.feasible++
+		if gang {
+			list = append(list, e)
+		}
+	}
+	if gang {
+		slices.SortFunc(list, func(a, b centry) int {
+			if p.entryLess(&a, &b, budgeted) {
+				return -1
+			}
+			if p.entryLess(&b, &a, budgeted) {
+				return 1
+			}
+			return 0
+		})
+		sh.lists[i] = list
+	}
+}
+
+// budgets checks budgeted domains bud against growing by delta (on top of
+// what p.addW holds). It returns the first of them (coarse to fine) that
+// would go over its limit and what it would draw, or -1; and the least
+// headroom any of them keeps, min(limit − draw after), +Inf for none.
+func (p *Planner) budgets(bud []int32, delta float64) (over int32, after, head float64) {
+	head = math.Inf(1)
+	for _, d := range bud {
+		a := p.draw[d] + p.addW[d] + delta
+		if a > p.limit[d] {
+			return d, a, 0
+		}
+		head = min(head, p.limit[d]-a)
+	}
+	return -1, 0, head
+}
+
+// spreadVec is how many replicas of the model the cell's domain at each
+// spread level holds.
+func spreadVec(counts []int32, sc *scell, n int) (v [NumLevels]int32) {
+	for i := range n {
+		if d := sc.spread[i]; d >= 0 {
+			v[i] = counts[d]
+		}
+	}
+	return v
+}
+
+// zero reports whether a spread vector is all zero (an explicit loop: an
+// array comparison would call memequal).
+func zero(v *[NumLevels]int32) bool {
+	return v[0]|v[1]|v[2]|v[3]|v[4] == 0
+}
+
+func sameVec(a, b *[NumLevels]int32) bool {
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4]
+}
+
+// rankCmp orders places that fit: fewest replicas of the model at the spread
+// levels in order, then most power headroom, then best GPU fit.
+func rankCmp(asv, bsv *[NumLevels]int32, ahead, bhead float64, afree, bfree int) int {
+	for i := range asv {
+		if c := cmp.Compare(asv[i], bsv[i]); c != 0 {
+			return c
+		}
+	}
+	if c := cmp.Compare(bhead, ahead); c != 0 {
+		return c
+	}
+	return cmp.Compare(afree, bfree)
+}
+
+// cand is a cell whose best node fits a single-node replica.
+type cand struct {
+	cell  int32 // index into shape.cells
+	nodes int32 // its nodes with room
+	sv    [NumLevels]int32
+}
+
+// placeOne places a single-node replica: every cell offers its best node
+// (cached), and the best of those wins.
+func (p *Planner) placeOne(sh *shape, d *Decision) bool {
+	pr := &sh.prof
+	ns := len(pr.Spread)
+	counts := p.countsOf(d.Model)
+	col := &p.col
+	cands := p.cands[:0]
+	best := int32(-1) // index into cells
+	var bsv [NumLevels]int32
+	var bhead float64
+	var bfree, brank int32
+	cells := sh.cells
+	for i := range cells {
+		sc := &cells[i]
+		if sc.version != p.cellVer[sc.cell] {
+			p.recache(sh, int32(i))
+		}
+		if sc.short[0]|sc.short[1]|sc.short[2] != 0 {
+			col.short(&sc.cellHot)
+		}
+		if sc.feasible == 0 {
+			continue
+		}
+		// Budgets: the first over its limit, else the least headroom.
+		delta := sc.best.delta
+		head := math.Inf(1)
+		over := int32(-1)
+		var after float64
+		for _, bd := range sc.bud[:sc.nb] {
+			a := p.draw[bd] + delta
+			if lim := p.limit[bd]; a > lim {
+				over, after = bd, a
+				break
+			} else if lim-a < head {
+				head = lim - a
+			}
+		}
+		if over >= 0 {
+			p.record(col, dynOverBudget, over, int(sc.feasible), after, p.limit[over])
+			continue
+		}
+		sv := spreadVec(counts, sc, ns)
+		// Places holding none of the model at any spread level can only lose
+		// by rank; the others are kept to be filed against the winner.
+		if zero(&sv) {
+			col.ranked.places += int(sc.feasible)
+			col.ranked.nodes += int(sc.feasible)
+		} else {
+			cands = append(cands, cand{cell: int32(i), nodes: sc.feasible, sv: sv})
+		}
+		// Rank against the best so far: spread, headroom, fit, name.
+		if best >= 0 {
+			c := 0
+			for k := range ns {
+				if v, b := sv[k], bsv[k]; v != b {
+					c = cmp.Compare(v, b)
+					break
+				}
+			}
+			if c == 0 {
+				switch {
+				case head != bhead:
+					c = cmp.Compare(bhead, head)
+				case sc.best.free != bfree:
+					c = cmp.Compare(sc.best.free, bfree)
+				default:
+					c = cmp.Compare(sc.best.rank, brank)
+				}
+			}
+			if c > 0 {
+				continue
+			}
+		}
+		best, bsv, bhead, bfree, brank = int32(i), sv, head, sc.best.free, sc.best.rank
+	}
+	p.cands = cands
+	if best < 0 {
+		return false
+	}
+	for k := range cands {
+		cd := &cands[k]
+		nodes := int(cd.nodes)
+		if cd.cell == best {
+			nodes--
+		}
+		p.spreadOrRanked(col, &cd.sv, &bsv, &cells[cd.cell].spread, ns, nodes, nodes)
+	}
+	if zero(&bsv) {
+		col.ranked.places-- // the winner
+		col.ranked.nodes--
+	}
+	e := cells[best].best
+	d.Shards = []Shard{{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB}}
+	d.Domain = p.scope([]int32{e.node}, LevelPDU)
+	return true
+}
+
+// spreadOrRanked files a place that fits but lost: to spread, at the first
+// spread level where it holds more than the winner, or to ranked.
+func (p *Planner) spreadOrRanked(col *collector, sv, best, doms *[NumLevels]int32, ns, nodes, places int) {
+	if sameVec(sv, best) {
+		col.ranked.places += places
+		col.ranked.nodes += nodes
+		return
+	}
+	for i := range ns {
+		if sv[i] > best[i] {
+			p.record(col, dynSpread, doms[i], nodes, float64(sv[i]), 0)
+			return
+		}
+	}
+	col.ranked.places += places
+	col.ranked.nodes += nodes
+}
+
+// scope returns the levels down to pin (coarse to fine) at which every node
+// has one and the same domain.
+func (p *Planner) scope(nodes []int32, pin Level) Scope {
+	var s Scope
+	for _, l := range Levels() {
+		if l > pin {
+			break
+		}
+		d := p.cells[p.nodes[nodes[0]].cell].dom[l]
+		if d < 0 {
+			continue
+		}
+		same := true
+		for _, n := range nodes[1:] {
+			if p.cells[p.nodes[n].cell].dom[l] != d {
+				same = false
+				break
+			}
+		}
+		if same {
+			s = append(s, p.doms[d].dom)
+		}
+	}
+	return s
+}
+
+// gsortable is a node with room for a shard of a multi-node replica, with
+// what orders it in its keep_within domain.
+type gsortable struct {
+	centry
+	cell   int32 // index into shape.cells
+	fabric int32
+	sv     [NumLevels]int32
+}
+
+// gcand is a place that fits a multi-node replica: a keep_within domain
+// and a fabric in it, with the nodes chosen there.
+type gcand struct {
+	dom    int32
+	nodes  int
+	sv     [NumLevels]int32
+	svDom  [NumLevels]int32 // per spread level, the domain holding the most
+	head   float64
+	free   int
+	picked int // where its nodes are in p.best, or -1
+}
+
+// placeGang places a multi-node replica whole inside one domain of its
+// keep_within level, all shards on one fabric. In each domain and fabric it
+// takes nodes greedily (fewest of the model at the spread levels, least
+// growth of draw, best GPU fit, name) while every budget holds; then the
+// places that can hold it are ranked as single nodes are.
+func (p *Planner) placeGang(sh *shape, d *Decision) bool {
+	pr := &sh.prof
+	need := pr.Nodes
+	ns := len(pr.Spread)
+	counts := p.countsOf(d.Model)
+	col := &p.col
+	runs := p.gruns[:0]
+	best := -1
+	p.best = p.best[:0]
+	for _, g := range sh.gangDoms {
+		svs := p.gsort[:0]
+		for _, c := range g.cells {
+			ce := p.refresh(sh, c)
+			col.short(&ce.cellHot)
+			if ce.feasible == 0 {
+				continue
+			}
+			sv := spreadVec(counts, ce, ns)
+			for _, e := range sh.lists[c] {
+				svs = append(svs, gsortable{e, c, p.nodes[e.node].fabricRank, sv})
+			}
+		}
+		p.gsort = svs
+		if len(svs) < need {
+			if len(svs) > 0 {
+				p.record(col, dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(len(svs)))
+			}
+			continue
+		}
+		slices.SortFunc(svs, func(a, b gsortable) int {
+			if c := cmp.Compare(a.fabric, b.fabric); c != 0 {
+				return c
+			}
+			for i := range a.sv {
+				if c := cmp.Compare(a.sv[i], b.sv[i]); c != 0 {
+					return c
+				}
+			}
+			if c := cmp.Compare(a.delta, b.delta); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.free, b.free); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.rank, b.rank)
+		})
+		longest := 0
+		blocked, blockedAt := int32(-1), 0.0
+		found := false
+		for i := 0; i < len(svs); {
+			j := i
+			for j < len(svs) && svs[j].fabric == svs[i].fabric {
+				j++
+			}
+			run := svs[i:j]
+			i = j
+			longest = max(longest, len(run))
+			if len(run) < need {
+				continue
+			}
+			picked := p.picked[:0]
+			for _, e := range run {
+				sc := &sh.cells[e.cell]
+				if od, after, _ := p.budgets(sc.bud[:sc.nb], e.delta); od >= 0 {
+					if blocked < 0 {
+						blocked, blockedAt = od, after
+					}
+					continue
+				}
+				picked = append(picked, e.centry)
+				for _, bd := range sc.bud[:sc.nb] {
+					if !p.touched[bd] {
+						p.touched[bd] = true
+						p.added = append(p.added, bd)
+					}
+					p.addW[bd] += e.delta
+				}
+				if len(picked) == need {
+					break
+				}
+			}
+			p.picked = picked
+			if len(picked) == need {
+				found = true
+				gc := p.rankGang(g.dom, picked, counts, pr.Spread)
+				if best < 0 || p.gangBetter(&gc, &runs[best]) {
+					gc.picked = len(p.best)
+					p.best = append(p.best, picked...)
+					best = len(runs)
+				}
+				runs = append(runs, gc)
+			}
+			for _, bd := range p.added {
+				p.addW[bd], p.touched[bd] = 0, false
+			}
+			p.added = p.added[:0]
+		}
+		if !found {
+			switch {
+			case blocked >= 0:
+				p.record(col, dynOverBudget, blocked, len(svs), blockedAt, p.limit[blocked])
+			default:
+				p.record(col, dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(longest))
+			}
+		}
+	}
+	p.gruns = runs
+	if best < 0 {
+		return false
+	}
+	b := &runs[best]
+	for i := range runs {
+		if i != best {
+			p.spreadOrRanked(col, &runs[i].sv, &b.sv, &runs[i].svDom, ns, runs[i].nodes, 1)
+		}
+	}
+	picked := p.best[b.picked : b.picked+need]
+	slices.SortFunc(picked, func(a, b centry) int { return cmp.Compare(a.rank, b.rank) })
+	idx := make([]int32, need)
+	d.Shards = make([]Shard, need)
+	for i, e := range picked {
+		idx[i] = e.node
+		d.Shards[i] = Shard{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB}
+	}
+	d.Domain = p.scope(idx, pr.KeepWithin)
+	return true
+}
+
+// rankGang measures a multi-node place: per spread level the most replicas
+// of the model any of its domains there holds, the least headroom any
+// budgeted domain it touches keeps, and the GPUs it leaves free. p.addW
+// holds the draw it adds.
+func (p *Planner) rankGang(dom int32, picked []centry, counts []int32, spread []Level) gcand {
+	gc := gcand{dom: dom, nodes: len(picked), head: math.Inf(1), picked: -1}
+	for i := range gc.svDom {
+		gc.svDom[i] = -1
+	}
+	for _, e := range picked {
+		c := &p.cells[p.nodes[e.node].cell]
+		gc.free += int(e.free)
+		for i, l := range spread {
+			if d := c.dom[l]; d >= 0 && (gc.svDom[i] < 0 || counts[d] > gc.sv[i]) {
+				gc.sv[i], gc.svDom[i] = counts[d], d
+			}
+		}
+	}
+	for _, d := range p.added {
+		gc.head = min(gc.head, p.limit[d]-(p.draw[d]+p.addW[d]))
+	}
+	return gc
+}
+
+// gangBetter: a ranks above b; on a full tie the earlier (b) stays.
+func (p *Planner) gangBetter(a, b *gcand) bool {
+	return rankCmp(&a.sv, &b.sv, a.head, b.head, a.free, b.free) < 0
+}

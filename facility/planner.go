@@ -1,0 +1,572 @@
+package facility
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Request asks for one new replica of a model.
+type Request struct {
+	Replica string // its id, such as "llama-3.1-70b-3"
+	Model   Model  // the model, with its profiles in order of preference
+}
+
+// Shard is one node's part of a replica.
+type Shard struct {
+	Node  string
+	Watts float64 // the shard's declared or derived draw
+	// What the shard takes from the node. Commit takes it; a running replica
+	// given to NewPlanner or Add does not (the fleet's free counts already
+	// leave it out).
+	GPU      string
+	GPUs     int
+	CPUCores int
+	MemoryGB int
+}
+
+// Replica is a replica that runs (or is being placed): its shards and their draw.
+type Replica struct {
+	ID      string
+	Model   string
+	Profile string
+	Shards  []Shard
+}
+
+// Decision is where one replica goes, or why it goes nowhere.
+type Decision struct {
+	Replica string
+	Model   string
+	Profile string // the profile that fitted; "" when not placed
+	Placed  bool
+	// Domain is every location level of the chosen place, coarse to fine,
+	// down to the level it was pinned at: the node's own location for a
+	// single-node replica, the keep_within domain (and what encloses it) for
+	// a multi-node one.
+	Domain Scope
+	Shards []Shard
+	Watts  float64 // the replica's draw, the sum of its shards'
+	// Rejections says why every other place was refused, for every profile
+	// tried, in check order.
+	Rejections []Rejection
+}
+
+// Reasons returns the rejections' messages; when more than one profile was
+// tried, each is prefixed with "profile <name>: ".
+func (d Decision) Reasons() []string {
+	multi := false
+	for _, r := range d.Rejections {
+		if r.Profile != d.Rejections[0].Profile {
+			multi = true
+			break
+		}
+	}
+	out := make([]string, 0, len(d.Rejections))
+	for _, r := range d.Rejections {
+		if multi {
+			out = append(out, "profile "+r.Profile+": "+r.Message)
+		} else {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// Running returns the decision as a running replica.
+func (d Decision) Running() Replica {
+	return Replica{ID: d.Replica, Model: d.Model, Profile: d.Profile, Shards: slices.Clone(d.Shards)}
+}
+
+// Planner places replicas one at a time on a fleet under a facility's budgets
+// and holds, keeping the draw and spread counts of what runs and of what it
+// placed. It is not safe for concurrent use.
+type Planner struct {
+	fac Facility
+
+	nodes     []pnode
+	nodeIndex map[string]int32
+	gpuIndex  map[string]int32
+	cells     []cell
+	doms      []pdomain
+	draw      []float64 // per domain: Σ draw of its nodes
+	limit     []float64 // per domain: budget × (1 − headroom), +Inf without a budget
+	cellVer   []uint32  // per cell: bumped when a node in it changes
+	domIndex  map[Domain]int32
+	levelDoms [NumLevels][]int32
+
+	counts  map[string][]int32 // model → replicas of it per domain
+	running []Replica
+	shapes  map[shapeKey]*shape
+
+	// scratch, reused across decisions
+	stamp   uint32
+	mark    [numDynKinds][]uint32
+	slot    [numDynKinds][]int32
+	col     collector
+	cands   []cand
+	gsort   []gsortable
+	gruns   []gcand
+	picked  []centry
+	best    []centry
+	addW    []float64 // draw a multi-node replica being placed adds, per domain
+	touched []bool
+	added   []int32 // the domains it touches
+}
+
+type pdomain struct {
+	dom      Domain
+	key      string
+	cap      float64 // budget watts; 0 without a budget
+	budgeted bool
+	hold     int32   // index into fac.Holds, or -1
+	cells    []int32 // cells inside it
+}
+
+type cell struct {
+	dom      [NumLevels]int32 // domain per level, -1 for none
+	start    int32            // nodes [start, end)
+	end      int32
+	budgeted []int32 // budgeted domains holding the cell, coarse to fine
+	hold     int32   // first held domain holding the cell, coarse to fine, or -1
+}
+
+type pnode struct {
+	name       string
+	pool       string
+	fabric     string
+	fabricRank int32
+	rank       int32 // place in name order
+	cell       int32
+	cpu, mem   int
+	base       float64
+	measured   float64
+	promised   float64 // Σ draw of its shards
+	gpus       []pgpu
+}
+
+type pgpu struct {
+	model int32
+	free  int
+	power float64
+}
+
+// draw is max(measured, base + Σ shards).
+func (n *pnode) draw() float64 { return max(n.measured, n.base+n.promised) }
+
+// delta is how much the node's draw grows with one more shard of w.
+func (n *pnode) delta(w float64) float64 {
+	return max(n.measured, n.base+n.promised+w) - n.draw()
+}
+
+func (n *pnode) gpu(model int32) *pgpu {
+	for i := range n.gpus {
+		if n.gpus[i].model == model {
+			return &n.gpus[i]
+		}
+	}
+	return nil
+}
+
+// NewPlanner indexes a fleet and facility and accounts for the replicas that
+// already run: their draw and their spread counts (not their resources, which
+// the fleet's free counts already leave out). It refuses an invalid facility,
+// duplicate node names and replicas on unknown nodes; other problems of the
+// fleet (see Fleet.Validate) are taken as they are.
+func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) {
+	if err := fac.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Planner{
+		fac:       fac,
+		nodeIndex: make(map[string]int32, len(fleet.Nodes)),
+		gpuIndex:  map[string]int32{},
+		domIndex:  map[Domain]int32{},
+		counts:    map[string][]int32{},
+		shapes:    map[shapeKey]*shape{},
+	}
+	for _, n := range fleet.Nodes {
+		if _, dup := p.nodeIndex[n.Name]; dup {
+			return nil, errAt(n.Pos, fmt.Sprintf("node %q: duplicate node name", n.Name))
+		}
+		p.nodeIndex[n.Name] = 0
+	}
+
+	// Domains: from the nodes, budgets and holds; indexed in (level, value) order.
+	var all []Domain
+	seen := map[Domain]bool{}
+	addDom := func(d Domain) {
+		if !seen[d] {
+			seen[d] = true
+			all = append(all, d)
+		}
+	}
+	for _, n := range fleet.Nodes {
+		for _, l := range Levels() {
+			if v := n.Location.Get(l); v != "" {
+				addDom(Domain{l, v})
+			}
+		}
+	}
+	for _, b := range fac.Budgets {
+		addDom(b.Domain)
+	}
+	for _, h := range fac.Holds {
+		addDom(h.Domain)
+	}
+	slices.SortFunc(all, func(a, b Domain) int {
+		return cmp.Or(cmp.Compare(a.Level, b.Level), strings.Compare(a.Value, b.Value))
+	})
+	p.doms = make([]pdomain, len(all))
+	p.draw = make([]float64, len(all))
+	p.limit = make([]float64, len(all))
+	for i, d := range all {
+		p.domIndex[d] = int32(i)
+		p.doms[i] = pdomain{dom: d, key: d.String(), hold: -1}
+		p.limit[i] = math.Inf(1)
+		p.levelDoms[d.Level] = append(p.levelDoms[d.Level], int32(i))
+	}
+	for _, b := range fac.Budgets {
+		i := p.domIndex[b.Domain]
+		p.doms[i].budgeted, p.doms[i].cap, p.limit[i] = true, b.Watts, fac.Limit(b)
+	}
+	for i, h := range fac.Holds {
+		p.doms[p.domIndex[h.Domain]].hold = int32(i)
+	}
+	for k := range numDynKinds {
+		p.mark[k] = make([]uint32, len(p.doms))
+		p.slot[k] = make([]int32, len(p.doms))
+	}
+	p.addW = make([]float64, len(p.doms))
+	p.touched = make([]bool, len(p.doms))
+
+	// Nodes, sorted by location then name, so that each cell (nodes sharing
+	// one location) is a run.
+	order := make([]int, len(fleet.Nodes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &fleet.Nodes[a], &fleet.Nodes[b]
+		for _, l := range Levels() {
+			if c := strings.Compare(x.Location.Get(l), y.Location.Get(l)); c != 0 {
+				return c
+			}
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	byName := make([]int, len(fleet.Nodes))
+	for i := range byName {
+		byName[i] = i
+	}
+	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(fleet.Nodes[a].Name, fleet.Nodes[b].Name) })
+	nameRank := make([]int32, len(fleet.Nodes))
+	for r, i := range byName {
+		nameRank[i] = int32(r)
+	}
+	var fabrics []string
+	for _, n := range fleet.Nodes {
+		fabrics = append(fabrics, n.Fabric)
+	}
+	slices.Sort(fabrics)
+	fabrics = slices.Compact(fabrics)
+	p.nodes = make([]pnode, len(fleet.Nodes))
+	for i, oi := range order {
+		n := &fleet.Nodes[oi]
+		pool := n.Pool
+		if pool == "" {
+			pool = DefaultPool
+		}
+		fr, _ := slices.BinarySearch(fabrics, n.Fabric)
+		pn := pnode{
+			name: n.Name, pool: pool, fabric: n.Fabric, fabricRank: int32(fr), rank: nameRank[oi],
+			cpu: n.CPUCores, mem: n.MemoryGB, base: n.BaseWatts, measured: n.MeasuredWatts,
+		}
+		for _, g := range n.GPUs {
+			id, ok := p.gpuIndex[g.Model]
+			if !ok {
+				id = int32(len(p.gpuIndex))
+				p.gpuIndex[g.Model] = id
+			}
+			pn.gpus = append(pn.gpus, pgpu{model: id, free: g.Free, power: g.PowerLimitWatts})
+		}
+		p.nodeIndex[n.Name] = int32(i)
+		if i == 0 || n.Location != fleet.Nodes[order[i-1]].Location {
+			c := cell{start: int32(i), hold: -1}
+			for _, l := range Levels() {
+				c.dom[l] = -1
+				if v := n.Location.Get(l); v != "" {
+					d := p.domIndex[Domain{l, v}]
+					c.dom[l] = d
+					if p.doms[d].budgeted {
+						c.budgeted = append(c.budgeted, d)
+					}
+					if c.hold < 0 && p.doms[d].hold >= 0 {
+						c.hold = d
+					}
+					p.doms[d].cells = append(p.doms[d].cells, int32(len(p.cells)))
+				}
+			}
+			p.cells = append(p.cells, c)
+			p.cellVer = append(p.cellVer, 1)
+		}
+		pn.cell = int32(len(p.cells) - 1)
+		p.cells[pn.cell].end = int32(i + 1)
+		p.nodes[i] = pn
+		for _, d := range p.cells[pn.cell].dom {
+			if d >= 0 {
+				p.draw[d] += pn.draw()
+			}
+		}
+	}
+	for _, r := range running {
+		if err := p.Add(r); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Add accounts for a replica that runs: its shards' draw and its spread
+// counts. It takes no resources (see Shard).
+func (p *Planner) Add(r Replica) error {
+	idx, err := p.shardNodes(r)
+	if err != nil {
+		return err
+	}
+	for i, s := range r.Shards {
+		p.addDraw(idx[i], s.Watts)
+	}
+	p.count(r.Model, idx)
+	p.running = append(p.running, Replica{ID: r.ID, Model: r.Model, Profile: r.Profile, Shards: slices.Clone(r.Shards)})
+	return nil
+}
+
+// Commit accounts for a placed decision: its shards take their resources
+// and draw, and the model's spread counts grow. It fails, changing nothing,
+// when the decision placed nothing or its nodes no longer have room. It does
+// not check budgets or holds again: commit a decision before placing the
+// next one.
+func (p *Planner) Commit(d Decision) error {
+	if !d.Placed {
+		return fmt.Errorf("commit %s: %w", d.Replica, ErrNotPlaced)
+	}
+	r := d.Running()
+	idx, err := p.shardNodes(r)
+	if err != nil {
+		return err
+	}
+	for i, s := range d.Shards {
+		n := &p.nodes[idx[i]]
+		g := n.gpu(p.gpuID(s.GPU))
+		if s.GPUs > 0 && (g == nil || g.free < s.GPUs) || n.cpu < s.CPUCores || n.mem < s.MemoryGB ||
+			slices.Index(idx[:i], idx[i]) >= 0 {
+			return fmt.Errorf("commit %s on %s: %w", d.Replica, s.Node, ErrNoRoom)
+		}
+	}
+	for i, s := range d.Shards {
+		n := &p.nodes[idx[i]]
+		if s.GPUs > 0 {
+			n.gpu(p.gpuID(s.GPU)).free -= s.GPUs
+		}
+		n.cpu -= s.CPUCores
+		n.mem -= s.MemoryGB
+		p.addDraw(idx[i], s.Watts)
+	}
+	p.count(d.Model, idx)
+	p.running = append(p.running, r)
+	return nil
+}
+
+func (p *Planner) gpuID(model string) int32 {
+	if id, ok := p.gpuIndex[model]; ok {
+		return id
+	}
+	return -1
+}
+
+func (p *Planner) shardNodes(r Replica) ([]int32, error) {
+	idx := make([]int32, len(r.Shards))
+	for i, s := range r.Shards {
+		n, ok := p.nodeIndex[s.Node]
+		if !ok {
+			return nil, fmt.Errorf("replica %s: node %q: %w", r.ID, s.Node, ErrUnknownNode)
+		}
+		if err := checkWatts("shard watts", s.Watts, false); err != nil {
+			return nil, fmt.Errorf("replica %s on %s: %w", r.ID, s.Node, err)
+		}
+		idx[i] = n
+	}
+	return idx, nil
+}
+
+func (p *Planner) addDraw(n int32, w float64) {
+	nd := &p.nodes[n]
+	old := nd.draw()
+	nd.promised += w
+	delta := nd.draw() - old
+	p.cellVer[nd.cell]++
+	for _, d := range p.cells[nd.cell].dom {
+		if d >= 0 {
+			p.draw[d] += delta
+		}
+	}
+}
+
+// count adds one replica of model to every domain its nodes are in.
+func (p *Planner) count(model string, nodes []int32) {
+	cs := p.countsOf(model)
+	for _, l := range Levels() {
+		for i, n := range nodes {
+			d := p.cells[p.nodes[n].cell].dom[l]
+			if d < 0 {
+				continue
+			}
+			dup := false
+			for _, m := range nodes[:i] {
+				if p.cells[p.nodes[m].cell].dom[l] == d {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				cs[d]++
+			}
+		}
+	}
+}
+
+func (p *Planner) countsOf(model string) []int32 {
+	cs, ok := p.counts[model]
+	if !ok {
+		cs = make([]int32, len(p.doms))
+		p.counts[model] = cs
+	}
+	return cs
+}
+
+// Count returns how many replicas of model the domain holds.
+func (p *Planner) Count(model string, d Domain) int {
+	i, ok := p.domIndex[d]
+	cs, ok2 := p.counts[model]
+	if !ok || !ok2 {
+		return 0
+	}
+	return int(cs[i])
+}
+
+// DomainUsage is a domain's budget, draw and hold.
+type DomainUsage struct {
+	Domain     Domain
+	Budgeted   bool
+	CapWatts   float64 // the budget; 0 without one
+	LimitWatts float64 // CapWatts × (1 − headroom); +Inf without a budget
+	DrawWatts  float64 // Σ draw of its nodes
+	Held       bool
+	Hold       Hold
+}
+
+// HeadroomWatts is how much more the domain may draw: LimitWatts − DrawWatts.
+func (u DomainUsage) HeadroomWatts() float64 { return u.LimitWatts - u.DrawWatts }
+
+func (p *Planner) usage(i int32) DomainUsage {
+	d := &p.doms[i]
+	u := DomainUsage{Domain: d.dom, Budgeted: d.budgeted, CapWatts: d.cap, LimitWatts: p.limit[i], DrawWatts: p.draw[i]}
+	if d.hold >= 0 {
+		u.Held, u.Hold = true, p.fac.Holds[d.hold]
+	}
+	return u
+}
+
+// Usage returns a domain's budget, draw and hold.
+func (p *Planner) Usage(d Domain) (DomainUsage, bool) {
+	i, ok := p.domIndex[d]
+	if !ok {
+		return DomainUsage{}, false
+	}
+	return p.usage(i), true
+}
+
+// Budgeted returns every budgeted domain, by level (coarse to fine) then value.
+func (p *Planner) Budgeted() []DomainUsage {
+	var out []DomainUsage
+	for i := range p.doms {
+		if p.doms[i].budgeted {
+			out = append(out, p.usage(int32(i)))
+		}
+	}
+	return out
+}
+
+// Draining returns the ids of running replicas with a shard inside a domain
+// held with drain: the controller places a new copy of each, then stops it.
+func (p *Planner) Draining() []string {
+	var out []string
+	for _, r := range p.running {
+		for _, s := range r.Shards {
+			c := &p.cells[p.nodes[p.nodeIndex[s.Node]].cell]
+			drain := false
+			for _, d := range c.dom {
+				if d >= 0 && p.doms[d].hold >= 0 && p.fac.Holds[p.doms[d].hold].Drain {
+					drain = true
+				}
+			}
+			if drain {
+				out = append(out, r.ID)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Place decides where one replica goes, trying the model's profiles in
+// order, without changing the planner: Commit the decision to account for it.
+func (p *Planner) Place(req Request) Decision {
+	d := Decision{Replica: req.Replica, Model: req.Model.Name}
+	for i := range req.Model.Profiles {
+		sh := p.shape(req.Model.Name, &req.Model.Profiles[i])
+		if sh.invalid != nil {
+			d.Rejections = append(d.Rejections, Rejection{Profile: sh.prof.Name, Kind: KindInvalid, Message: "invalid profile: " + sh.invalid.Error()})
+			continue
+		}
+		p.nextStamp()
+		p.col.reset()
+		var ok bool
+		if sh.prof.Nodes > 1 {
+			ok = p.placeGang(sh, &d)
+		} else {
+			ok = p.placeOne(sh, &d)
+		}
+		d.Rejections = p.finish(&p.col, sh, sh.prof.Nodes > 1, d.Rejections)
+		if ok {
+			d.Placed, d.Profile = true, sh.prof.Name
+			for _, s := range d.Shards {
+				d.Watts += s.Watts
+			}
+			return d
+		}
+	}
+	return d
+}
+
+func (p *Planner) nextStamp() {
+	p.stamp++
+	if p.stamp == 0 {
+		for k := range numDynKinds {
+			clear(p.mark[k])
+		}
+		p.stamp = 1
+	}
+}
+
+// Place decides where one replica goes on a fleet where running runs. It
+// builds a Planner: to place many, use one Planner.
+func Place(fleet Fleet, fac Facility, running []Replica, req Request) (Decision, error) {
+	p, err := NewPlanner(fleet, fac, running)
+	if err != nil {
+		return Decision{}, err
+	}
+	return p.Place(req), nil
+}

@@ -1,0 +1,216 @@
+# facility.hcl: power budgets and holds.
+#
+# 5% of every budget is kept free. Budgets apply to the draw of every node in the
+# domain: max(measured_watts, base_watts + the shards placed there).
+
+headroom = 0.05
+
+# The site and rooms, as contracted with the colocation provider.
+budget "site=ams1" { watts = 1500000 }
+budget "room=a"    { watts = 800000 }
+budget "room=b"    { watts = 800000 }
+
+# Row r03 hangs off an older busway.
+budget "row=r03" { watts = 120000 }
+
+# Every rack: 30 kW of cooling. Every PDU: 17.3 kW (3-phase, 25 A at 400 V).
+
+budget "rack=r01-k01" { watts = 30000 }
+budget "pdu=p01-k01-a" { watts = 17300 }
+budget "pdu=p01-k01-b" { watts = 17300 }
+budget "rack=r01-k02" { watts = 30000 }
+budget "pdu=p01-k02-a" { watts = 17300 }
+budget "pdu=p01-k02-b" { watts = 17300 }
+budget "rack=r01-k03" { watts = 30000 }
+budget "pdu=p01-k03-a" { watts = 17300 }
+budget "pdu=p01-k03-b" { watts = 17300 }
+budget "rack=r01-k04" { watts = 30000 }
+budget "pdu=p01-k04-a" { watts = 17300 }
+budget "pdu=p01-k04-b" { watts = 17300 }
+budget "rack=r01-k05" { watts = 30000 }
+budget "pdu=p01-k05-a" { watts = 17300 }
+budget "pdu=p01-k05-b" { watts = 17300 }
+budget "rack=r01-k06" { watts = 30000 }
+budget "pdu=p01-k06-a" { watts = 17300 }
+budget "pdu=p01-k06-b" { watts = 17300 }
+budget "rack=r01-k07" { watts = 30000 }
+budget "pdu=p01-k07-a" { watts = 17300 }
+budget "pdu=p01-k07-b" { watts = 17300 }
+budget "rack=r01-k08" { watts = 30000 }
+budget "pdu=p01-k08-a" { watts = 17300 }
+budget "pdu=p01-k08-b" { watts = 17300 }
+budget "rack=r02-k01" { watts = 30000 }
+budget "pdu=p02-k01-a" { watts = 17300 }
+budget "pdu=p02-k01-b" { watts = 17300 }
+budget "rack=r02-k02" { watts = 30000 }
+budget "pdu=p02-k02-a" { watts = 17300 }
+budget "pdu=p02-k02-b" { watts = 17300 }
+budget "rack=r02-k03" { watts = 30000 }
+budget "pdu=p02-k03-a" { watts = 17300 }
+budget "pdu=p02-k03-b" { watts = 17300 }
+budget "rack=r02-k04" { watts = 30000 }
+budget "pdu=p02-k04-a" { watts = 17300 }
+budget "pdu=p02-k04-b" { watts = 17300 }
+budget "rack=r02-k05" { watts = 30000 }
+budget "pdu=p02-k05-a" { watts = 17300 }
+budget "pdu=p02-k05-b" { watts = 17300 }
+budget "rack=r02-k06" { watts = 30000 }
+budget "pdu=p02-k06-a" { watts = 17300 }
+budget "pdu=p02-k06-b" { watts = 17300 }
+budget "rack=r02-k07" { watts = 30000 }
+budget "pdu=p02-k07-a" { watts = 17300 }
+budget "pdu=p02-k07-b" { watts = 17300 }
+budget "rack=r02-k08" { watts = 30000 }
+budget "pdu=p02-k08-a" { watts = 17300 }
+budget "pdu=p02-k08-b" { watts = 17300 }
+budget "rack=r03-k01" { watts = 30000 }
+budget "pdu=p03-k01-a" { watts = 17300 }
+budget "pdu=p03-k01-b" { watts = 17300 }
+budget "rack=r03-k02" { watts = 30000 }
+budget "pdu=p03-k02-a" { watts = 17300 }
+budget "pdu=p03-k02-b" { watts = 17300 }
+budget "rack=r03-k03" { watts = 30000 }
+budget "pdu=p03-k03-a" { watts = 17300 }
+budget "pdu=p03-k03-b" { watts = 17300 }
+budget "rack=r03-k04" { watts = 30000 }
+budget "pdu=p03-k04-a" { watts = 17300 }
+budget "pdu=p03-k04-b" { watts = 17300 }
+budget "rack=r03-k05" { watts = 30000 }
+budget "pdu=p03-k05-a" { watts = 17300 }
+budget "pdu=p03-k05-b" { watts = 17300 }
+budget "rack=r03-k06" { watts = 30000 }
+budget "pdu=p03-k06-a" { watts = 17300 }
+budget "pdu=p03-k06-b" { watts = 17300 }
+budget "rack=r03-k07" { watts = 30000 }
+budget "pdu=p03-k07-a" { watts = 17300 }
+budget "pdu=p03-k07-b" { watts = 17300 }
+budget "rack=r03-k08" { watts = 30000 }
+budget "pdu=p03-k08-a" { watts = 17300 }
+budget "pdu=p03-k08-b" { watts = 17300 }
+budget "rack=r04-k01" { watts = 30000 }
+budget "pdu=p04-k01-a" { watts = 17300 }
+budget "pdu=p04-k01-b" { watts = 17300 }
+budget "rack=r04-k02" { watts = 30000 }
+budget "pdu=p04-k02-a" { watts = 17300 }
+budget "pdu=p04-k02-b" { watts = 17300 }
+budget "rack=r04-k03" { watts = 30000 }
+budget "pdu=p04-k03-a" { watts = 17300 }
+budget "pdu=p04-k03-b" { watts = 17300 }
+budget "rack=r04-k04" { watts = 30000 }
+budget "pdu=p04-k04-a" { watts = 17300 }
+budget "pdu=p04-k04-b" { watts = 17300 }
+budget "rack=r04-k05" { watts = 30000 }
+budget "pdu=p04-k05-a" { watts = 17300 }
+budget "pdu=p04-k05-b" { watts = 17300 }
+budget "rack=r04-k06" { watts = 30000 }
+budget "pdu=p04-k06-a" { watts = 17300 }
+budget "pdu=p04-k06-b" { watts = 17300 }
+budget "rack=r04-k07" { watts = 30000 }
+budget "pdu=p04-k07-a" { watts = 17300 }
+budget "pdu=p04-k07-b" { watts = 17300 }
+budget "rack=r04-k08" { watts = 30000 }
+budget "pdu=p04-k08-a" { watts = 17300 }
+budget "pdu=p04-k08-b" { watts = 17300 }
+budget "rack=r05-k01" { watts = 30000 }
+budget "pdu=p05-k01-a" { watts = 17300 }
+budget "pdu=p05-k01-b" { watts = 17300 }
+budget "rack=r05-k02" { watts = 30000 }
+budget "pdu=p05-k02-a" { watts = 17300 }
+budget "pdu=p05-k02-b" { watts = 17300 }
+budget "rack=r05-k03" { watts = 30000 }
+budget "pdu=p05-k03-a" { watts = 17300 }
+budget "pdu=p05-k03-b" { watts = 17300 }
+budget "rack=r05-k04" { watts = 30000 }
+budget "pdu=p05-k04-a" { watts = 17300 }
+budget "pdu=p05-k04-b" { watts = 17300 }
+budget "rack=r05-k05" { watts = 30000 }
+budget "pdu=p05-k05-a" { watts = 17300 }
+budget "pdu=p05-k05-b" { watts = 17300 }
+budget "rack=r05-k06" { watts = 30000 }
+budget "pdu=p05-k06-a" { watts = 17300 }
+budget "pdu=p05-k06-b" { watts = 17300 }
+budget "rack=r05-k07" { watts = 30000 }
+budget "pdu=p05-k07-a" { watts = 17300 }
+budget "pdu=p05-k07-b" { watts = 17300 }
+budget "rack=r05-k08" { watts = 30000 }
+budget "pdu=p05-k08-a" { watts = 17300 }
+budget "pdu=p05-k08-b" { watts = 17300 }
+budget "rack=r06-k01" { watts = 30000 }
+budget "pdu=p06-k01-a" { watts = 11000 }
+budget "pdu=p06-k01-b" { watts = 11000 }
+budget "rack=r06-k02" { watts = 30000 }
+budget "pdu=p06-k02-a" { watts = 11000 }
+budget "pdu=p06-k02-b" { watts = 11000 }
+budget "rack=r06-k03" { watts = 30000 }
+budget "pdu=p06-k03-a" { watts = 17300 }
+budget "pdu=p06-k03-b" { watts = 17300 }
+budget "rack=r06-k04" { watts = 30000 }
+budget "pdu=p06-k04-a" { watts = 17300 }
+budget "pdu=p06-k04-b" { watts = 17300 }
+budget "rack=r06-k05" { watts = 30000 }
+budget "pdu=p06-k05-a" { watts = 17300 }
+budget "pdu=p06-k05-b" { watts = 17300 }
+budget "rack=r06-k06" { watts = 30000 }
+budget "pdu=p06-k06-a" { watts = 17300 }
+budget "pdu=p06-k06-b" { watts = 17300 }
+budget "rack=r06-k07" { watts = 30000 }
+budget "pdu=p06-k07-a" { watts = 17300 }
+budget "pdu=p06-k07-b" { watts = 17300 }
+budget "rack=r06-k08" { watts = 30000 }
+budget "pdu=p06-k08-a" { watts = 17300 }
+budget "pdu=p06-k08-b" { watts = 17300 }
+budget "rack=r07-k01" { watts = 30000 }
+budget "pdu=p07-k01-a" { watts = 17300 }
+budget "pdu=p07-k01-b" { watts = 17300 }
+budget "rack=r07-k02" { watts = 30000 }
+budget "pdu=p07-k02-a" { watts = 17300 }
+budget "pdu=p07-k02-b" { watts = 17300 }
+budget "rack=r07-k03" { watts = 30000 }
+budget "pdu=p07-k03-a" { watts = 17300 }
+budget "pdu=p07-k03-b" { watts = 17300 }
+budget "rack=r07-k04" { watts = 30000 }
+budget "pdu=p07-k04-a" { watts = 17300 }
+budget "pdu=p07-k04-b" { watts = 17300 }
+budget "rack=r07-k05" { watts = 30000 }
+budget "pdu=p07-k05-a" { watts = 17300 }
+budget "pdu=p07-k05-b" { watts = 17300 }
+budget "rack=r07-k06" { watts = 30000 }
+budget "pdu=p07-k06-a" { watts = 17300 }
+budget "pdu=p07-k06-b" { watts = 17300 }
+budget "rack=r07-k07" { watts = 30000 }
+budget "pdu=p07-k07-a" { watts = 17300 }
+budget "pdu=p07-k07-b" { watts = 17300 }
+budget "rack=r07-k08" { watts = 30000 }
+budget "pdu=p07-k08-a" { watts = 17300 }
+budget "pdu=p07-k08-b" { watts = 17300 }
+budget "rack=r08-k01" { watts = 30000 }
+budget "pdu=p08-k01-a" { watts = 17300 }
+budget "pdu=p08-k01-b" { watts = 17300 }
+budget "rack=r08-k02" { watts = 30000 }
+budget "pdu=p08-k02-a" { watts = 17300 }
+budget "pdu=p08-k02-b" { watts = 17300 }
+budget "rack=r08-k03" { watts = 30000 }
+budget "pdu=p08-k03-a" { watts = 17300 }
+budget "pdu=p08-k03-b" { watts = 17300 }
+budget "rack=r08-k04" { watts = 30000 }
+budget "pdu=p08-k04-a" { watts = 17300 }
+budget "pdu=p08-k04-b" { watts = 17300 }
+budget "rack=r08-k05" { watts = 30000 }
+budget "pdu=p08-k05-a" { watts = 17300 }
+budget "pdu=p08-k05-b" { watts = 17300 }
+budget "rack=r08-k06" { watts = 30000 }
+budget "pdu=p08-k06-a" { watts = 17300 }
+budget "pdu=p08-k06-b" { watts = 17300 }
+budget "rack=r08-k07" { watts = 30000 }
+budget "pdu=p08-k07-a" { watts = 17300 }
+budget "pdu=p08-k07-b" { watts = 17300 }
+budget "rack=r08-k08" { watts = 30000 }
+budget "pdu=p08-k08-a" { watts = 17300 }
+budget "pdu=p08-k08-b" { watts = 17300 }
+
+# Rack r02-k03's PDUs are being swapped: nothing new goes there, and what runs
+# there is moved (a new copy first).
+hold "rack=r02-k03" {
+  reason = "PDU swap"
+  drain  = true
+}
