@@ -118,7 +118,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	defer m.lib.Shutdown()
+	defer func() { _ = m.lib.Shutdown() }()
 
 	m.refresh()
 	var wg sync.WaitGroup
@@ -374,7 +374,7 @@ func (m *Manager) watchEvents(ctx context.Context) {
 		m.log.Warn("NVML health events unavailable; health comes from device queries only", "error", nvml.ErrorString(ret))
 		return
 	}
-	defer set.Free()
+	defer func() { _ = set.Free() }()
 	n, ret := m.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		m.log.Warn("NVML health events: cannot count devices", "error", nvml.ErrorString(ret))

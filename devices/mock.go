@@ -304,13 +304,13 @@ func (m *MockNVML) partition(g *MockGPU, seed, system string, profiles []string)
 		return fmt.Errorf("profiles %v need %d slices; a GPU has 7", profiles, slices)
 	}
 	if ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
-		return fmt.Errorf("enable MIG: %v", ret)
+		return fmt.Errorf("enable MIG: %s", nvml.ErrorString(ret))
 	}
 	for j, p := range profiles {
 		info := byName[p]
 		gi, ret := d.CreateGpuInstance(&info)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("create GPU instance %q: %v", p, ret)
+			return fmt.Errorf("create GPU instance %q: %s", p, nvml.ErrorString(ret))
 		}
 		giInfo, _ := gi.GetInfo()
 		uuid := mockUUID("MIG", seed, system, d.UUID, strconv.Itoa(j))

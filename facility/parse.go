@@ -82,13 +82,6 @@ func (d *decoder) decode(c *hcl.BodyContent, name string, dst any) bool {
 	return d.addDiags(gohcl.DecodeExpression(a.Expr, nil, dst))
 }
 
-func (d *decoder) attrRange(c *hcl.BodyContent, name string, fallback hcl.Range) hcl.Range {
-	if a, ok := c.Attributes[name]; ok {
-		return a.Range
-	}
-	return fallback
-}
-
 // finite decodes a number attribute and checks it with checkWatts.
 func (d *decoder) watts(c *hcl.BodyContent, name string, dst *float64, positive bool) bool {
 	var v float64

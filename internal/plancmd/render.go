@@ -98,7 +98,7 @@ func RenderText(p facility.Plan) []byte {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Replica, d.Model, d.Profile, d.Domain.Key(), strings.Join(nodes, ","), watts(d.Watts))
 	}
-	tw.Flush()
+	_ = tw.Flush() // a bytes.Buffer does not fail
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
@@ -113,7 +113,7 @@ func RenderText(p facility.Plan) []byte {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Domain, kW(u.CapWatts), kW(u.DrawWatts), kW(u.HeadroomWatts()), held)
 	}
-	tw.Flush()
+	_ = tw.Flush() // a bytes.Buffer does not fail
 
 	if len(p.Holds) > 0 {
 		b.WriteString("\n")
@@ -126,7 +126,7 @@ func RenderText(p facility.Plan) []byte {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", h.Domain, drain, h.Reason)
 		}
-		tw.Flush()
+		_ = tw.Flush() // a bytes.Buffer does not fail
 	}
 
 	if len(p.Unplaced) > 0 {

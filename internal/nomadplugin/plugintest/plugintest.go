@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -269,10 +268,14 @@ func Build(t testing.TB, pkg string) string {
 	return out
 }
 
+// goTool finds the go command: GOROOT/bin/go of the toolchain running the
+// tests when GOROOT is set (go test sets it), else go on PATH.
 func goTool() string {
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
+	if root := os.Getenv("GOROOT"); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
 	return "go"
 }
