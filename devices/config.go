@@ -25,6 +25,7 @@ type MockConfig struct {
 	PowerWatts *float64            `codec:"power_watts"`
 	Seed       string              `codec:"seed"`
 	MIG        map[string][]string `codec:"mig"`
+	EventsFile string              `codec:"events_file"`
 }
 
 // DefaultIgnoredXIDs are the XIDs that an application, not the GPU, causes
@@ -51,6 +52,7 @@ func ConfigSpec() *hclspec.Spec {
 			"power_watts": hclspec.Attr("power_watts", "number"),
 			"seed":        hclspec.Attr("seed", "string"),
 			"mig":         hclspec.Attr("mig", "map(list(string))"),
+			"events_file": hclspec.Attr("events_file", "string"),
 		})),
 	})
 }

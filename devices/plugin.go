@@ -67,9 +67,10 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	var lib nvml.Interface
+	var mn *MockNVML
 	mock := cfg.Mock != nil
 	if mock {
-		mn, err := NewMockNVML(*cfg.Mock)
+		mn, err = NewMockNVML(*cfg.Mock)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, "nomad-device-nvml config: "+err.Error())
 		}
@@ -90,6 +91,14 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if mn != nil && cfg.Mock.EventsFile != "" {
+			feedDone := make(chan struct{})
+			go func() {
+				defer close(feedDone)
+				mn.FeedEvents(ctx, cfg.Mock.EventsFile, p.log)
+			}()
+			defer func() { <-feedDone }()
+		}
 		if err := mgr.Run(ctx); err != nil {
 			p.log.Error("device manager stopped", "error", err)
 		}

@@ -390,3 +390,42 @@ func TestNoNVMLLibraryMeansNoDevices(t *testing.T) {
 		t.Errorf("no log line saying NVML is missing; log:\n%s", inst.Logs())
 	}
 }
+
+// TestFingerprintFollowsHealthBothWays breaks a mock GPU through the mock's
+// events file and watches the fingerprint stream of the real binary report
+// it unhealthy, then healthy again after health_recovery.
+func TestFingerprintFollowsHealthBothWays(t *testing.T) {
+	events := filepath.Join(t.TempDir(), "events")
+	inst := start(t, fmt.Sprintf(`
+health_recovery = "2s"
+mock {
+  system      = "dgxh100"
+  seed        = "h"
+  events_file = %q
+}`, events))
+	fp, stream := firstFingerprint(t, inst)
+	victim := fp.GetDeviceGroup()[0].GetDevices()[4].GetID()
+	if err := os.WriteFile(events, []byte(victim+" xid 79\n"+victim+" xid 13\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next := func() map[string]string {
+		t.Helper()
+		fp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("fingerprint stream: %v", err)
+		}
+		out := map[string]string{}
+		for _, d := range fp.GetDeviceGroup()[0].GetDevices() {
+			if !d.GetHealthy() {
+				out[d.GetID()] = d.GetHealthDescription()
+			}
+		}
+		return out
+	}
+	if diff := cmp.Diff(map[string]string{victim: "XID 79: GPU has fallen off the bus"}, next()); diff != "" {
+		t.Fatalf("after XID 79 (-want +got unhealthy):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{}, next()); diff != "" {
+		t.Fatalf("after health_recovery (-want +got unhealthy):\n%s", diff)
+	}
+}

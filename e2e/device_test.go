@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -236,3 +238,71 @@ func grepLine(s, sub string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDeviceHealthInRealNomad breaks a mock GPU with an XID and checks that
+// Nomad marks exactly that instance unhealthy with the plugin's reason, then
+// healthy again after health_recovery. The Nomad client batches node
+// updates for 5-10 s, so the recovery period must be longer than that for
+// the unhealthy state to reach the servers at all.
+func TestDeviceHealthInRealNomad(t *testing.T) {
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg))
+	events := filepath.Join(t.TempDir(), "nvml-events")
+	c := nomadtest.Start(t, nomadtest.ClientOptions{
+		Name:      "gpu-1",
+		PluginDir: plugins,
+		Plugins: map[string]string{"nomad-device-nvml": fmt.Sprintf(`
+    health_recovery = "20s"
+    mock {
+      system      = "dgxh200"
+      seed        = "gpu-1"
+      events_file = %q
+    }`, events)},
+	})
+	nodeID := c.NodeID("gpu-1")
+	unhealthy := func() (map[string]string, error) {
+		node, _, err := c.API.Nodes().Info(nodeID, nil)
+		if err != nil {
+			return nil, err
+		}
+		g := h200Group(node)
+		if g == nil {
+			return nil, fmt.Errorf("no H200 group yet")
+		}
+		out := map[string]string{}
+		for _, in := range g.Instances {
+			if !in.Healthy {
+				out[in.ID] = in.HealthDescription
+			}
+		}
+		return out, nil
+	}
+	var victim string
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		node, _, err := c.API.Nodes().Info(nodeID, nil)
+		if err != nil || h200Group(node) == nil {
+			return false, "waiting for the GPUs"
+		}
+		victim = h200Group(node).Instances[3].ID
+		return true, ""
+	})
+	if err := os.WriteFile(events, []byte(victim+" xid 79\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		got, err := unhealthy()
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got) == 1 && got[victim] == "XID 79: GPU has fallen off the bus", fmt.Sprintf("unhealthy: %v", got)
+	})
+	t.Logf("Nomad reports %s unhealthy: XID 79: GPU has fallen off the bus", victim)
+	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
+		got, err := unhealthy()
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got) == 0, fmt.Sprintf("unhealthy: %v", got)
+	})
+	t.Logf("and healthy again after health_recovery")
+}

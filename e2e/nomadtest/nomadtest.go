@@ -326,8 +326,16 @@ func (a *Agent) Addr() string { return fmt.Sprintf("http://127.0.0.1:%d", a.HTTP
 // agents, then unmounts what Nomad left mounted and removes the tree.
 func (c *Cluster) stopAll() {
 	if c.t.Failed() {
+		keep := os.Getenv("LLMGW_E2E_LOGS")
 		for _, a := range append([]*Agent{c.Server}, c.Clients...) {
 			c.t.Logf("---- %s agent log (last 60 lines) ----\n%s", a.Name, tail(a.Log(), 60))
+			if keep != "" {
+				dst := filepath.Join(keep, strings.ReplaceAll(c.t.Name(), "/", "_")+"-"+a.Name+".log")
+				if err := os.MkdirAll(keep, 0o755); err == nil {
+					_ = os.WriteFile(dst, []byte(a.Log()), 0o644)
+					c.t.Logf("full %s log kept at %s", a.Name, dst)
+				}
+			}
 		}
 	}
 	if c.API != nil && !c.Server.Exited() {
