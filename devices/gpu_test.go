@@ -1,0 +1,114 @@
+package devices_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
+)
+
+// The GPU tier: the built plugin against real NVML. Run with `make
+// test-gpu` on a machine with an NVIDIA GPU and driver.
+func needGPU(t *testing.T) {
+	t.Helper()
+	if os.Getenv("LLMGW_TEST_GPU") == "" {
+		t.Skip("skipping real-NVML test: set LLMGW_TEST_GPU=1 on a machine with an NVIDIA GPU (make test-gpu)")
+	}
+}
+
+func TestGPUFingerprint(t *testing.T) {
+	needGPU(t)
+	inst := start(t, ``)
+	fp, _ := firstFingerprint(t, inst)
+	if len(fp.GetDeviceGroup()) == 0 {
+		t.Fatalf("real NVML reported no GPUs; plugin log:\n%s", inst.Logs())
+	}
+	for _, g := range fp.GetDeviceGroup() {
+		t.Logf("group %s/%s/%s: %d devices", g.GetVendor(), g.GetDeviceType(), g.GetDeviceName(), len(g.GetDevices()))
+		if g.GetVendor() != "nvidia" || g.GetDeviceType() != "gpu" || g.GetDeviceName() == "" {
+			t.Errorf("bad group identity %q/%q/%q", g.GetVendor(), g.GetDeviceType(), g.GetDeviceName())
+		}
+		attrs := g.GetAttributes()
+		for _, k := range []string{"memory", "driver_version", "cuda_compute_capability"} {
+			if attrs[k] == nil {
+				t.Errorf("group %s lacks attribute %s", g.GetDeviceName(), k)
+			}
+		}
+		if !strings.Contains(g.GetDeviceName(), " MIG ") {
+			if pl := attrs["power_limit"]; pl == nil || pl.GetIntVal() <= 0 || pl.GetUnit() != "W" {
+				t.Errorf("group %s power_limit = %v, want a positive value in W", g.GetDeviceName(), pl)
+			}
+		}
+		for k, a := range attrs {
+			t.Logf("  %s = %v %s", k, a.GetValue(), a.GetUnit())
+		}
+		for _, d := range g.GetDevices() {
+			t.Logf("  device %s healthy=%v %q pci=%s", d.GetID(), d.GetHealthy(), d.GetHealthDescription(), d.GetHwLocality().GetPciBusId())
+			if !strings.HasPrefix(d.GetID(), "GPU-") && !strings.HasPrefix(d.GetID(), "MIG-") {
+				t.Errorf("device ID %q is not an NVML UUID", d.GetID())
+			}
+		}
+	}
+}
+
+func TestGPUStatsAndReserve(t *testing.T) {
+	needGPU(t)
+	inst := start(t, ``)
+	fp, _ := firstFingerprint(t, inst)
+	if len(fp.GetDeviceGroup()) == 0 {
+		t.Fatal("real NVML reported no GPUs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := inst.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range resp.GetGroups() {
+		for id, s := range g.GetInstanceStats() {
+			attrs := s.GetStats().GetAttributes()
+			p := attrs["power_draw"]
+			if p == nil || p.GetUnit() != "W" || p.GetFloatNumeratorVal().GetValue() <= 0 {
+				t.Errorf("%s: power_draw %v, want a positive value in W", id, p)
+			}
+			t.Logf("%s: power %.1f/%.0f W, temperature %d C, memory %d/%d MiB", id,
+				p.GetFloatNumeratorVal().GetValue(), p.GetFloatDenominatorVal().GetValue(),
+				attrs["temperature"].GetIntNumeratorVal().GetValue(),
+				attrs["memory"].GetIntNumeratorVal().GetValue(), attrs["memory"].GetIntDenominatorVal().GetValue())
+		}
+	}
+	first := fp.GetDeviceGroup()[0].GetDevices()[0].GetID()
+	res, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: []string{first}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.GetContainerRes().GetEnvs()["CUDA_VISIBLE_DEVICES"]; got != first {
+		t.Errorf("CUDA_VISIBLE_DEVICES = %q, want %q", got, first)
+	}
+	var paths []string
+	for _, d := range res.GetContainerRes().GetDevices() {
+		paths = append(paths, d.GetHostPath())
+	}
+	t.Logf("device nodes: %v", paths)
+	if len(paths) == 0 || !contains(paths, "/dev/nvidiactl") {
+		t.Errorf("reservation lists %v; want /dev/nvidiaN and /dev/nvidiactl on a GPU host", paths)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,331 @@
+package fakeengine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrUsage marks a command line fake-engine cannot serve from.
+var ErrUsage = errors.New("usage")
+
+// Config is what one fake-engine process serves and how it misbehaves.
+type Config struct {
+	// Model is the model id or path as given (vLLM's positional MODEL,
+	// --model, --model-path, --model-id, -m or LLMGW_MODEL).
+	Model string
+	// ServedNames are the ids the engine answers to (--served-model-name,
+	// --alias). Empty means Model.
+	ServedNames []string
+	Host        string
+	Port        int
+	// TensorParallel is the tensor-parallel size given on the command line;
+	// 0 when none was.
+	TensorParallel int
+	// MaxModelLen bounds prompt plus completion tokens of one request.
+	MaxModelLen int
+
+	// LoadTime is how long /health answers 503 after start.
+	LoadTime time.Duration
+	// LoadShards is the number of checkpoint shards the load progress
+	// lines count.
+	LoadShards int
+	// TokensPerSecond paces generation; 0 generates without pacing.
+	TokensPerSecond float64
+	// MaxTokens is the completion length when a request gives none.
+	MaxTokens int
+	// EmbeddingDim is the length of /v1/embeddings vectors when a request
+	// gives no dimensions.
+	EmbeddingDim int
+
+	// Crash makes the engine exit with ExitCode once CrashAfter has passed
+	// since start. Set by --crash-after or --exit-code.
+	Crash      bool
+	CrashAfter time.Duration
+	ExitCode   int
+	// CrashPanic writes a Python traceback, as a crashing engine would,
+	// before exiting.
+	CrashPanic bool
+	// IgnoreSIGTERM makes SIGTERM a no-op; SIGINT still shuts down.
+	IgnoreSIGTERM bool
+	// ExpectGPUs, when 0 or more, is the exact number of entries
+	// CUDA_VISIBLE_DEVICES must hold. -1 when not given.
+	ExpectGPUs int
+
+	// Ignored holds the arguments fake-engine does not know, in order.
+	Ignored []string
+	// Help asks for the usage text.
+	Help bool
+}
+
+// ModelID is the id the engine reports in /v1/models and in responses.
+func (c Config) ModelID() string {
+	if len(c.ServedNames) > 0 {
+		return c.ServedNames[0]
+	}
+	return c.Model
+}
+
+// names are the ids a request's "model" may name.
+func (c Config) names() []string {
+	if len(c.ServedNames) > 0 {
+		return c.ServedNames
+	}
+	return []string{c.Model}
+}
+
+// Defaults is the configuration before any argument or environment.
+func Defaults() Config {
+	return Config{
+		Host:            "127.0.0.1",
+		Port:            8000,
+		MaxModelLen:     4096,
+		LoadShards:      5,
+		TokensPerSecond: 50,
+		MaxTokens:       16,
+		EmbeddingDim:    16,
+		ExitCode:        1,
+		ExpectGPUs:      -1,
+	}
+}
+
+// Parse reads a command line in vLLM's shape (`serve MODEL --host H --port P
+// --tensor-parallel-size N ...`), or SGLang's, TGI's or llama.cpp's
+// spellings of the same, plus fake-engine's own flags. Flags it does not
+// know are kept in Config.Ignored: one followed by a word that is not a flag
+// takes that word as its value. getenv supplies LLMGW_HOST, LLMGW_PORT and
+// LLMGW_MODEL for what the flags leave unset.
+func Parse(args []string, getenv func(string) string) (Config, error) {
+	c := Defaults()
+	var hostSet, portSet, crashSet, exitSet bool
+	var positional []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			positional = append(positional, args[i+1:]...)
+			break
+		}
+		if !isFlag(arg) {
+			positional = append(positional, arg)
+			continue
+		}
+		name, val, hasVal := strings.Cut(arg, "=")
+		name = normalizeFlag(name)
+		value := func() (string, error) {
+			if hasVal {
+				return val, nil
+			}
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("%w: flag %s needs a value", ErrUsage, name)
+			}
+			i++
+			return args[i], nil
+		}
+		var err error
+		switch name {
+		case "-h", "--help":
+			c.Help = true
+		case "--model", "--model-path", "--model-id", "-m":
+			c.Model, err = value()
+		case "--served-model-name":
+			var v string
+			if v, err = value(); err == nil {
+				// vLLM takes one or more names.
+				c.ServedNames = append(c.ServedNames, v)
+				for i+1 < len(args) && !isFlag(args[i+1]) && !hasVal {
+					i++
+					c.ServedNames = append(c.ServedNames, args[i])
+				}
+			}
+		case "--alias":
+			var v string
+			if v, err = value(); err == nil {
+				c.ServedNames = append(c.ServedNames, v)
+			}
+		case "--host", "--hostname":
+			c.Host, err = value()
+			hostSet = true
+		case "--port":
+			c.Port, err = intValue(name, value, 0, 65535)
+			portSet = true
+		case "--tensor-parallel-size", "-tp", "--tp", "--tp-size", "--num-shard":
+			c.TensorParallel, err = intValue(name, value, 1, 1<<16)
+		case "--max-model-len", "--context-length", "--ctx-size", "--max-total-tokens":
+			c.MaxModelLen, err = intValue(name, value, 1, 1<<24)
+		case "--load-seconds":
+			c.LoadTime, err = secondsValue(name, value)
+		case "--load-shards":
+			c.LoadShards, err = intValue(name, value, 1, 1<<16)
+		case "--tokens-per-second":
+			c.TokensPerSecond, err = floatValue(name, value, 0, 1e9)
+		case "--max-tokens":
+			c.MaxTokens, err = intValue(name, value, 1, 1<<24)
+		case "--embedding-dim":
+			c.EmbeddingDim, err = intValue(name, value, 1, 1<<16)
+		case "--crash-after":
+			c.CrashAfter, err = secondsValue(name, value)
+			crashSet = true
+		case "--exit-code":
+			c.ExitCode, err = intValue(name, value, 0, 255)
+			exitSet = true
+		case "--crash-panic":
+			c.CrashPanic, err = boolValue(name, val, hasVal)
+		case "--ignore-sigterm":
+			c.IgnoreSIGTERM, err = boolValue(name, val, hasVal)
+		case "--expect-gpus":
+			c.ExpectGPUs, err = intValue(name, value, 0, 1<<16)
+		default:
+			c.Ignored = append(c.Ignored, arg)
+			if !hasVal && i+1 < len(args) && !isFlag(args[i+1]) {
+				i++
+				c.Ignored = append(c.Ignored, args[i])
+			}
+		}
+		if err != nil {
+			return Config{}, err
+		}
+	}
+	if len(positional) > 0 && positional[0] == "serve" {
+		positional = positional[1:]
+	}
+	if len(positional) > 0 && c.Model == "" {
+		c.Model, positional = positional[0], positional[1:]
+	}
+	c.Ignored = append(c.Ignored, positional...)
+
+	if v := getenv("LLMGW_HOST"); v != "" && !hostSet {
+		c.Host = v
+	}
+	if v := getenv("LLMGW_PORT"); v != "" && !portSet {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return Config{}, fmt.Errorf("%w: LLMGW_PORT=%q is not a port", ErrUsage, v)
+		}
+		c.Port = p
+	}
+	if v := getenv("LLMGW_MODEL"); v != "" && c.Model == "" {
+		c.Model = v
+	}
+	c.Crash = crashSet || exitSet
+	if c.Help {
+		return c, nil
+	}
+	if c.Model == "" {
+		return Config{}, fmt.Errorf("%w: no model: give `serve MODEL`, --model or LLMGW_MODEL", ErrUsage)
+	}
+	if c.Host == "" {
+		return Config{}, fmt.Errorf("%w: empty --host", ErrUsage)
+	}
+	for _, n := range c.ServedNames {
+		if n == "" {
+			return Config{}, fmt.Errorf("%w: empty served model name", ErrUsage)
+		}
+	}
+	return c, nil
+}
+
+// isFlag reports whether arg is spelled as a flag: a dash and more, and not
+// a negative number.
+func isFlag(arg string) bool {
+	if len(arg) < 2 || arg[0] != '-' {
+		return false
+	}
+	_, err := strconv.ParseFloat(arg, 64)
+	return err != nil
+}
+
+// normalizeFlag spells --max_model_len as --max-model-len, as vLLM's own
+// parser accepts both.
+func normalizeFlag(name string) string {
+	dashes := len(name) - len(strings.TrimLeft(name, "-"))
+	return name[:dashes] + strings.ReplaceAll(name[dashes:], "_", "-")
+}
+
+func intValue(name string, value func() (string, error), lo, hi int) (int, error) {
+	s, err := value()
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%w: %s %q: want a whole number from %d to %d", ErrUsage, name, s, lo, hi)
+	}
+	return n, nil
+}
+
+func floatValue(name string, value func() (string, error), lo, hi float64) (float64, error) {
+	s, err := value()
+	if err != nil {
+		return 0, err
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < lo || f > hi {
+		return 0, fmt.Errorf("%w: %s %q: want a number from %g to %g", ErrUsage, name, s, lo, hi)
+	}
+	return f, nil
+}
+
+// secondsValue reads a number of seconds ("2.5") or a Go duration ("2500ms").
+func secondsValue(name string, value func() (string, error)) (time.Duration, error) {
+	s, err := value()
+	if err != nil {
+		return 0, err
+	}
+	const most = 1e6 // seconds: about 11 days
+	if f, ferr := strconv.ParseFloat(s, 64); ferr == nil {
+		if math.IsNaN(f) || f < 0 || f > most {
+			return 0, fmt.Errorf("%w: %s %q: want 0 to %g seconds", ErrUsage, name, s, float64(most))
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > most*time.Second {
+		return 0, fmt.Errorf("%w: %s %q: want seconds (2.5) or a duration (2500ms) up to %g seconds", ErrUsage, name, s, float64(most))
+	}
+	return d, nil
+}
+
+// boolValue reads --flag or --flag=true|false; a bool flag never takes the
+// next argument.
+func boolValue(name, val string, hasVal bool) (bool, error) {
+	if !hasVal {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(val)
+	if err != nil {
+		return false, fmt.Errorf("%w: %s=%q: want true or false", ErrUsage, name, val)
+	}
+	return b, nil
+}
+
+// Usage is the text --help prints.
+const Usage = `fake-engine: an OpenAI-compatible stand-in for inference engines.
+
+Usage:
+  fake-engine serve MODEL [--host H] [--port P] [--tensor-parallel-size N] [flags]
+
+Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
+  MODEL, --model, --model-path, --model-id, -m   model id or path (else LLMGW_MODEL)
+  --served-model-name NAME..., --alias NAME      ids the engine answers to
+  --host, --hostname H                           listen address (else LLMGW_HOST, else 127.0.0.1)
+  --port P                                       listen port, 0 for any (else LLMGW_PORT, else 8000)
+  --tensor-parallel-size, -tp, --tp, --tp-size, --num-shard N
+  --max-model-len, --context-length, --ctx-size, --max-total-tokens N  (default 4096)
+
+Fake-engine flags:
+  --load-seconds S        /health answers 503 for S seconds, logging load progress (default 0)
+  --load-shards N         shards the progress lines count (default 5)
+  --tokens-per-second R   generation pace, 0 for none (default 50)
+  --max-tokens N          completion length when a request gives none (default 16)
+  --embedding-dim N       embedding length when a request gives none (default 16)
+  --crash-after S         exit with --exit-code S seconds after start
+  --exit-code N           code to exit with (default 1); alone, exit at once
+  --crash-panic           write a Python traceback to stderr before exiting
+  --ignore-sigterm        keep running on SIGTERM (SIGINT still stops)
+  --expect-gpus N         exit 3 unless CUDA_VISIBLE_DEVICES holds exactly N entries
+
+Seconds are numbers (2.5) or durations (2500ms). Other flags are ignored.
+`

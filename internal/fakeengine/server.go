@@ -1,0 +1,513 @@
+package fakeengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxBody bounds a request body.
+const maxBody = 8 << 20
+
+// Server is the HTTP side of a fake engine: the load gate, the OpenAI
+// endpoints and the metrics. Its zero value is not usable; use NewServer.
+type Server struct {
+	cfg     Config
+	stdout  io.Writer
+	stderr  io.Writer
+	created int64
+	ready   atomic.Bool
+	seq     atomic.Uint64
+	m       *metrics
+	mux     *http.ServeMux
+}
+
+// NewServer returns a server for cfg that writes its access log to stdout
+// and its load progress to stderr. Both writers must be safe for concurrent
+// use, one Write per line. It is not ready until Load has run.
+func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
+	s := &Server{cfg: cfg, stdout: stdout, stderr: stderr, created: time.Now().Unix()}
+	s.m = newMetrics(cfg.ModelID(), s.ready.Load)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.gated(s.models))
+	mux.HandleFunc("POST /v1/chat/completions", s.gated(s.chatCompletions))
+	mux.HandleFunc("POST /v1/completions", s.gated(s.completions))
+	mux.HandleFunc("POST /v1/embeddings", s.gated(s.embeddings))
+	mux.Handle("GET /metrics", s.m.handler())
+	s.mux = mux
+	return s
+}
+
+// Ready reports whether the model has loaded.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Handler serves every endpoint, with one access log line per request.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		s.mux.ServeHTTP(rec, r)
+		code := rec.code()
+		route := "other"
+		if _, path, ok := strings.Cut(r.Pattern, " "); ok {
+			route = path
+		}
+		s.m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		// uvicorn's access log, as vLLM writes it.
+		fmt.Fprintf(s.stdout, "INFO:     %s - \"%s %s %s\" %d %s\n",
+			r.RemoteAddr, r.Method, r.URL.RequestURI(), r.Proto, code, http.StatusText(code))
+	})
+}
+
+// statusRecorder remembers the status a handler wrote. Flush and Unwrap let
+// http.ResponseController reach the connection for streaming.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *statusRecorder) code() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}
+
+// Load plays the model load: progress lines on stderr about each second,
+// in vLLM's words, until the configured load time has passed; then the
+// server is ready. It returns early, not ready, when ctx ends.
+func (s *Server) Load(ctx context.Context) {
+	total, shards := s.cfg.LoadTime, s.cfg.LoadShards
+	start := time.Now()
+	fmt.Fprintf(s.stderr, "INFO fake-engine: loading model %s (%d shards, %s)\n", s.cfg.Model, shards, total)
+	if total > 0 {
+		fmt.Fprintln(s.stderr, progressLine(0, total, shards))
+		done := time.NewTimer(total)
+		defer done.Stop()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		// One tick a second: the loop ends on the timer, at most one
+		// round after the last tick.
+		maxRounds := int(total/time.Second) + 2
+		finished := false
+		for round := 0; round < maxRounds && !finished; round++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done.C:
+				finished = true
+			case <-tick.C:
+				if e := time.Since(start); e < total {
+					fmt.Fprintln(s.stderr, progressLine(e, total, shards))
+				}
+			}
+		}
+		if !finished {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done.C:
+			}
+		}
+		fmt.Fprintln(s.stderr, progressLine(total, total, shards))
+	}
+	s.ready.Store(true)
+	fmt.Fprintf(s.stderr, "INFO fake-engine: model loaded in %s; ready\n", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintln(s.stderr, "INFO:     Application startup complete.")
+}
+
+// progressLine is one line of vLLM's (tqdm's) checkpoint loading progress:
+//
+//	Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:02<00:03,  1.00s/it]
+func progressLine(elapsed, total time.Duration, shards int) string {
+	if elapsed <= 0 {
+		return fmt.Sprintf("Loading safetensors checkpoint shards:   0%% Completed | 0/%d [00:00<?, ?it/s]", shards)
+	}
+	elapsed = min(elapsed, total)
+	done := int(int64(shards) * int64(elapsed) / int64(total))
+	return fmt.Sprintf("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s<%s, %5.2fs/it]",
+		done*100/shards, done, shards, clock(elapsed), clock(total-elapsed), total.Seconds()/float64(shards))
+}
+
+// clock formats a duration as tqdm does: mm:ss.
+func clock(d time.Duration) string {
+	sec := int64(d / time.Second)
+	return fmt.Sprintf("%02d:%02d", sec/60, sec%60)
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// gated answers 503 while the model loads, as llama.cpp's server does.
+func (s *Server) gated(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			writeError(w, http.StatusServiceUnavailable, "Loading model")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	list := modelList{Object: "list"}
+	for _, n := range s.cfg.names() {
+		list.Data = append(list.Data, modelCard{
+			ID: n, Object: "model", Created: s.created, OwnedBy: "fake-engine",
+			Root: s.cfg.Model, MaxModelLen: s.cfg.MaxModelLen,
+		})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// decode reads a JSON request body into v, answering the error itself.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// checkModel answers 404 for a model this engine does not serve; an empty
+// model means the served one.
+func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
+	if model == "" || slices.Contains(s.cfg.names(), model) {
+		return true
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model))
+	return false
+}
+
+// plan is one completion to generate.
+type plan struct {
+	id, object   string
+	prompt       string
+	promptTokens int
+	tokens       []string
+	finish       string
+	stream       bool
+	includeUsage bool
+}
+
+// newPlan checks the lengths and picks the tokens. Without max_tokens the
+// default length applies and the model "stops"; with it, the model runs to
+// the limit.
+func (s *Server) newPlan(w http.ResponseWriter, prompt string, promptTokens int, maxTokens *int) (plan, bool) {
+	n, finish := s.cfg.MaxTokens, "stop"
+	if maxTokens != nil {
+		n, finish = *maxTokens, "length"
+	}
+	if n < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", n))
+		return plan{}, false
+	}
+	if promptTokens+n > s.cfg.MaxModelLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			s.cfg.MaxModelLen, promptTokens+n, promptTokens, n))
+		return plan{}, false
+	}
+	return plan{
+		prompt: prompt, promptTokens: promptTokens, finish: finish,
+		tokens: Tokens(s.cfg.ModelID(), prompt, n),
+	}, true
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if !s.decode(w, r, &req) || !s.checkModel(w, req.Model) {
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "messages must not be empty")
+		return
+	}
+	var texts []string
+	promptTokens := 0
+	for _, m := range req.Messages {
+		t, err := messageText(m.Content)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		texts = append(texts, m.Role+": "+t)
+		promptTokens += len(strings.Fields(t)) + 1
+	}
+	maxTokens := req.MaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxTokens = req.MaxCompletionTokens
+	}
+	p, ok := s.newPlan(w, strings.Join(texts, "\n"), promptTokens, maxTokens)
+	if !ok {
+		return
+	}
+	p.id, p.object = fmt.Sprintf("chatcmpl-fake-%d", s.seq.Add(1)), "chat.completion"
+	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	s.generate(w, r, p)
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	if !s.decode(w, r, &req) || !s.checkModel(w, req.Model) {
+		return
+	}
+	in, err := parseInputs(req.Prompt)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(in) != 1 {
+		writeError(w, http.StatusBadRequest, "fake-engine serves one prompt per request")
+		return
+	}
+	p, ok := s.newPlan(w, in[0].text, in[0].tokens, req.MaxTokens)
+	if !ok {
+		return
+	}
+	p.id, p.object = fmt.Sprintf("cmpl-fake-%d", s.seq.Add(1)), "text_completion"
+	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	s.generate(w, r, p)
+}
+
+// generate writes a completion at the configured pace, whole or as
+// server-sent events.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
+	s.m.inFlight.Inc()
+	defer s.m.inFlight.Dec()
+	s.m.promptTokens.Add(float64(p.promptTokens))
+	ctx := r.Context()
+	start := time.Now()
+	u := usage{PromptTokens: p.promptTokens, CompletionTokens: len(p.tokens), TotalTokens: p.promptTokens + len(p.tokens)}
+	chat := p.object == "chat.completion"
+	created := start.Unix()
+
+	if !p.stream {
+		if s.wait(ctx, start, len(p.tokens)) != nil {
+			return
+		}
+		s.m.genTokens.Add(float64(len(p.tokens)))
+		text := strings.Join(p.tokens, "")
+		finish := p.finish
+		if chat {
+			writeJSON(w, http.StatusOK, chatResponse{
+				ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Usage: &u,
+				Choices: []chatChoice{{Message: &message{Role: "assistant", Content: text}, FinishReason: &finish}},
+			})
+			return
+		}
+		writeJSON(w, http.StatusOK, completionResponse{
+			ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Usage: &u,
+			Choices: []completionChoice{{Text: text, FinishReason: &finish}},
+		})
+		return
+	}
+
+	sse := newSSE(w)
+	chunk := func(text *string, role string, finish *string) any {
+		if chat {
+			return chatResponse{
+				ID: p.id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelID(),
+				Choices: []chatChoice{{Delta: &delta{Role: role, Content: text}, FinishReason: finish}},
+			}
+		}
+		t := ""
+		if text != nil {
+			t = *text
+		}
+		return completionResponse{
+			ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(),
+			Choices: []completionChoice{{Text: t, FinishReason: finish}},
+		}
+	}
+	if chat {
+		empty := ""
+		if sse.event(chunk(&empty, "assistant", nil)) != nil {
+			return
+		}
+	}
+	for i, tok := range p.tokens {
+		if s.wait(ctx, start, i+1) != nil {
+			return
+		}
+		s.m.genTokens.Inc()
+		if sse.event(chunk(&tok, "", nil)) != nil {
+			return
+		}
+	}
+	finish := p.finish
+	var final any
+	if chat {
+		final = chunk(nil, "", &finish)
+	} else {
+		empty := ""
+		final = chunk(&empty, "", &finish)
+	}
+	if sse.event(final) != nil {
+		return
+	}
+	if p.includeUsage {
+		var last any
+		if chat {
+			last = chatResponse{ID: p.id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelID(), Choices: []chatChoice{}, Usage: &u}
+		} else {
+			last = completionResponse{ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Choices: []completionChoice{}, Usage: &u}
+		}
+		if sse.event(last) != nil {
+			return
+		}
+	}
+	_ = sse.done()
+}
+
+// wait blocks until the n-th token is due, n/rate after start, or ctx ends.
+func (s *Server) wait(ctx context.Context, start time.Time, n int) error {
+	if s.cfg.TokensPerSecond <= 0 || n <= 0 {
+		return ctx.Err()
+	}
+	due := start.Add(time.Duration(float64(n) / s.cfg.TokensPerSecond * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	var req embeddingRequest
+	if !s.decode(w, r, &req) || !s.checkModel(w, req.Model) {
+		return
+	}
+	in, err := parseInputs(req.Input)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	dim := s.cfg.EmbeddingDim
+	if req.Dimensions != nil {
+		dim = *req.Dimensions
+	}
+	if dim < 1 || dim > 1<<16 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("dimensions must be from 1 to %d, got %d", 1<<16, dim))
+		return
+	}
+	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("encoding_format must be float or base64, got %q", req.EncodingFormat))
+		return
+	}
+	s.m.inFlight.Inc()
+	defer s.m.inFlight.Dec()
+	resp := embeddingResponse{Object: "list", Model: s.cfg.ModelID()}
+	for i, x := range in {
+		v := Embedding(s.cfg.ModelID(), x.text, dim)
+		var e any = v
+		if req.EncodingFormat == "base64" {
+			e = base64Floats(v)
+		}
+		resp.Data = append(resp.Data, embedding{Object: "embedding", Index: i, Embedding: e})
+		resp.Usage.PromptTokens += x.tokens
+	}
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens
+	s.m.promptTokens.Add(float64(resp.Usage.PromptTokens))
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// sseWriter frames server-sent events as OpenAI streams them.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// event writes `data: <json>` and a blank line, and flushes.
+func (e *sseWriter) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	return e.write("data: " + string(b) + "\n\n")
+}
+
+// done writes OpenAI's end of stream.
+func (e *sseWriter) done() error { return e.write("data: [DONE]\n\n") }
+
+func (e *sseWriter) write(s string) error {
+	if _, err := io.WriteString(e.w, s); err != nil {
+		return fmt.Errorf("write event: %w", err)
+	}
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("flush event: %w", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// errorTypes are the error types vLLM's OpenAI server names.
+var errorTypes = map[int]string{
+	http.StatusBadRequest:         "BadRequestError",
+	http.StatusNotFound:           "NotFoundError",
+	http.StatusServiceUnavailable: "ServiceUnavailableError",
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	t, ok := errorTypes[code]
+	if !ok {
+		t = "InternalServerError"
+	}
+	writeJSON(w, code, errorResponse{Error: apiError{Message: msg, Type: t, Code: code}})
+}
