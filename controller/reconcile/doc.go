@@ -1,0 +1,35 @@
+// Package reconcile is the controller's decision core: given the catalog
+// (what should run), the fleet and facility (where things may run) and the
+// managed jobs Nomad holds (what runs), it returns the actions that move
+// the second towards the first. It is pure — no I/O, no clock, no logging —
+// and level-based: the same input always gives the same actions, so a
+// restarted or second controller that observes the same Nomad decides the
+// same thing, and deterministic job IDs plus check-and-set registration turn
+// any race between them into a no-op.
+//
+// # Replica lifecycle
+//
+// A model with replicas = N has replica slots <model>-0 … <model>-(N-1). A
+// slot is served by managed jobs; each job runs the slot on one profile,
+// identified by the profile's fingerprint, at one generation. For each slot,
+// in catalog order:
+//
+//   - Jobs of a model that left the catalog, or of a slot ≥ N, are stopped.
+//   - A job is current when its profile is still in the model and its
+//     fingerprint matches the profile's; otherwise it is stale.
+//   - Among current jobs outside any drain hold, the best one is kept —
+//     serving over starting over partly placed over failed, then the oldest —
+//     and the others are stopped as duplicates.
+//   - No current job outside drain holds: a new job is placed (a new
+//     generation). Stale jobs, and current jobs inside a drain hold, keep
+//     running until the kept job serves, then they are stopped: new copy
+//     first, for rolls and for drains alike.
+//   - A kept job that failed, or stayed partly placed past the deadline, is
+//     placed again: same job, new decision, registered over its current
+//     version. When the new decision is the same place, nothing is done
+//     (Nomad's own rescheduling is already at work there).
+//
+// Everything that still runs counts in the budgets and spread before
+// anything new is placed, and a placement is committed to the planner before
+// the next one is decided, so one pass never over-commits a budget.
+package reconcile

@@ -1,0 +1,371 @@
+package reconcile
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// State is where a managed job stands, as observed in Nomad.
+type State int
+
+// Job states, best first: the order used to pick which duplicate to keep.
+const (
+	Serving  State = iota // every shard running and ready
+	Starting              // every shard placed, not all ready yet
+	Partial               // some shards placed, others not (yet)
+	Pending               // registered, nothing placed yet
+	Failed                // a shard failed or was lost and is not coming back by itself
+)
+
+func (s State) String() string {
+	switch s {
+	case Serving:
+		return "serving"
+	case Starting:
+		return "starting"
+	case Partial:
+		return "partial"
+	case Pending:
+		return "pending"
+	case Failed:
+		return "failed"
+	default:
+		return fmt.Sprintf("state(%d)", int(s))
+	}
+}
+
+// Job is one managed Nomad job, as the controller rebuilt it from Nomad.
+type Job struct {
+	ID      string
+	Replica string // the slot, such as "llama-3.1-70b-3"
+	Model   string
+	Profile string
+	FP      string // llmgw.profile_fp
+	Gen     int
+	// Shards are the places the job is pinned to (from its groups'
+	// constraints) with their draw; they count in budgets and spread for as
+	// long as the job lives.
+	Shards []facility.Shard
+	State  State
+	// Since is when the job entered State (for Partial and Pending: when it
+	// was registered or last placed).
+	Since time.Time
+	// CreateIndex orders jobs by age; ModifyIndex is the JobModifyIndex a
+	// re-registration must name.
+	CreateIndex uint64
+	ModifyIndex uint64
+}
+
+// Input is everything one pass looks at.
+type Input struct {
+	Now      time.Time
+	Catalog  facility.Catalog
+	Fleet    facility.Fleet
+	Facility facility.Facility
+	Jobs     []Job
+	// PartialDeadline is how long a job may stay partly placed (or placed
+	// nowhere) before it is placed again; Nomad has no gang placement.
+	PartialDeadline time.Duration
+}
+
+// Kind is what an action does.
+type Kind int
+
+// Action kinds.
+const (
+	Create  Kind = iota // register a new job (check-and-set: must not exist)
+	Replace             // re-register an existing job with a new decision (check-and-set on its modify index)
+	Stop                // deregister a job
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Create:
+		return "create"
+	case Replace:
+		return "replace"
+	case Stop:
+		return "stop"
+	default:
+		return fmt.Sprintf("kind(%d)", int(k))
+	}
+}
+
+// Action is one change to make in Nomad.
+type Action struct {
+	Kind    Kind
+	Replica string
+	JobID   string // for Replace and Stop: the job; for Create: empty, see Gen
+	Gen     int    // for Create: the new job's generation
+	Model   facility.Model
+	// Profile and FP describe the job to render (Create, Replace).
+	Profile  facility.Profile
+	FP       string
+	Decision facility.Decision
+	// ExpectIndex is the JobModifyIndex a Replace must match.
+	ExpectIndex uint64
+	Reason      string
+}
+
+func (a Action) String() string {
+	switch a.Kind {
+	case Stop:
+		return fmt.Sprintf("stop %s (%s): %s", a.JobID, a.Replica, a.Reason)
+	case Replace:
+		return fmt.Sprintf("replace %s (%s) on %s: %s", a.JobID, a.Replica, a.Decision.Domain.Key(), a.Reason)
+	default:
+		return fmt.Sprintf("create %s gen %d profile %s on %s: %s", a.Replica, a.Gen, a.Profile.Name, a.Decision.Domain.Key(), a.Reason)
+	}
+}
+
+// Result is a pass's outcome.
+type Result struct {
+	Actions []Action
+	// Decisions holds the placement decision of every replica placed or
+	// refused in this pass, by replica: the explanation to keep.
+	Decisions map[string]facility.Decision
+}
+
+// Plan decides one pass. It fails only on input the planner refuses (an
+// invalid facility, jobs on nodes it does not know are tolerated: their
+// shards are left out of the accounting).
+func Plan(in Input) (Result, error) {
+	res := Result{Decisions: map[string]facility.Decision{}}
+	models := map[string]facility.Model{}
+	for _, m := range in.Catalog.Models {
+		models[m.Name] = m
+	}
+	known := map[string]bool{}
+	for _, n := range in.Fleet.Nodes {
+		known[n.Name] = true
+	}
+
+	jobs := append([]Job(nil), in.Jobs...)
+	sort.Slice(jobs, func(i, j int) bool { return jobLess(jobs[i], jobs[j]) })
+
+	// 1. Jobs of models or slots that left the catalog.
+	bySlot := map[string][]Job{}
+	var live []Job
+	for _, j := range jobs {
+		m, ok := models[j.Model]
+		switch {
+		case !ok:
+			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
+			continue
+		case slotIndex(j.Replica, j.Model) < 0:
+			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
+			continue
+		case slotIndex(j.Replica, j.Model) >= m.Replicas:
+			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)))
+			continue
+		}
+		bySlot[j.Replica] = append(bySlot[j.Replica], j)
+		live = append(live, j)
+	}
+
+	// 2. Everything that keeps running counts before anything is placed.
+	var running []facility.Replica
+	for _, j := range live {
+		if r, ok := asReplica(j, known); ok {
+			running = append(running, r)
+		}
+	}
+	planner, err := facility.NewPlanner(in.Fleet, in.Facility, running)
+	if err != nil {
+		return Result{}, fmt.Errorf("planner: %w", err)
+	}
+	draining := map[string]bool{}
+	for _, id := range planner.Draining() {
+		draining[id] = true
+	}
+
+	// 3. Slot by slot, in catalog order.
+	for _, m := range in.Catalog.Models {
+		profiles := map[string]facility.Profile{}
+		for _, p := range m.Profiles {
+			profiles[p.Name] = p
+		}
+		for i := 0; i < m.Replicas; i++ {
+			slot := facility.ReplicaID(m.Name, i)
+			acts, placed, commit := planSlot(in, m, profiles, slot, bySlot[slot], draining, planner)
+			res.Actions = append(res.Actions, acts...)
+			if placed == nil {
+				continue
+			}
+			res.Decisions[slot] = *placed
+			if commit {
+				if err := planner.Commit(*placed); err != nil {
+					return Result{}, fmt.Errorf("commit %s: %w", slot, err)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// planSlot decides one slot. It returns the actions, the decision made for
+// it (placed or not) when it asked the planner, and whether an action uses
+// that decision, so that it must be committed before the next slot.
+func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, slot string, jobs []Job,
+	draining map[string]bool, planner *facility.Planner) ([]Action, *facility.Decision, bool) {
+	var acts []Action
+	var current, stale []Job
+	for _, j := range jobs {
+		if p, ok := profiles[j.Profile]; ok && facility.ProfileFingerprint(m, p) == j.FP {
+			current = append(current, j)
+		} else {
+			stale = append(stale, j)
+		}
+	}
+	var free, held []Job
+	for _, j := range current {
+		if inDrain(j, draining) {
+			held = append(held, j)
+		} else {
+			free = append(free, j)
+		}
+	}
+	sortBest(free)
+	sortBest(held)
+	maxGen := -1
+	for _, j := range jobs {
+		maxGen = max(maxGen, j.Gen)
+	}
+
+	var keep *Job
+	if len(free) > 0 {
+		keep = &free[0]
+		for _, d := range free[1:] {
+			acts = append(acts, stop(d, "duplicate of "+keep.ID))
+		}
+	}
+
+	if keep == nil {
+		// Nothing current outside drain holds: place a new job.
+		reason := "missing"
+		switch {
+		case len(held) > 0:
+			reason = "moving out of held domain"
+		case len(stale) > 0:
+			reason = "rolling to the catalog's profile"
+		}
+		d := planner.Place(facility.Request{Replica: slot, Model: m})
+		if d.Placed {
+			acts = append(acts, Action{
+				Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
+				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+				Decision: d, Reason: reason,
+			})
+		}
+		// Stale and held jobs keep serving until a new copy serves.
+		return acts, &d, d.Placed
+	}
+
+	// A kept job exists. Older copies go once it serves.
+	if keep.State == Serving {
+		for _, j := range held {
+			acts = append(acts, stop(j, "moved out of held domain; "+keep.ID+" serves"))
+		}
+		for _, j := range stale {
+			acts = append(acts, stop(j, "rolled; "+keep.ID+" serves"))
+		}
+	}
+
+	// A kept job that failed, or is stuck partly placed, is placed again.
+	// Its own shards still count while it is placed again, so the new
+	// decision is conservative: never over a budget, and it leans away from
+	// the domains the failed copy sits in.
+	stuck := (keep.State == Partial || keep.State == Pending) && in.PartialDeadline > 0 && in.Now.Sub(keep.Since) >= in.PartialDeadline
+	if keep.State == Failed || stuck {
+		d := planner.Place(facility.Request{Replica: slot, Model: m})
+		if d.Placed && !samePlace(d.Shards, keep.Shards) {
+			why := "failed"
+			if stuck {
+				why = fmt.Sprintf("%s for %s", keep.State, in.Now.Sub(keep.Since).Round(time.Second))
+			}
+			acts = append(acts, Action{
+				Kind: Replace, Replica: slot, JobID: keep.ID, Gen: keep.Gen, Model: m,
+				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+				Decision: d, ExpectIndex: keep.ModifyIndex, Reason: why + ": placed again",
+			})
+			return acts, &d, true
+		}
+		return acts, &d, false
+	}
+	return acts, nil, false
+}
+
+func samePlace(a, b []facility.Shard) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	na, nb := make([]string, len(a)), make([]string, len(b))
+	for i := range a {
+		na[i], nb[i] = a[i].Node, b[i].Node
+	}
+	sort.Strings(na)
+	sort.Strings(nb)
+	return strings.Join(na, ",") == strings.Join(nb, ",")
+}
+
+func inDrain(j Job, draining map[string]bool) bool { return draining[j.ID] }
+
+func stop(j Job, why string) Action {
+	return Action{Kind: Stop, Replica: j.Replica, JobID: j.ID, Reason: why}
+}
+
+// sortBest orders jobs best first: state, then age, then ID.
+func sortBest(js []Job) {
+	sort.SliceStable(js, func(a, b int) bool {
+		if js[a].State != js[b].State {
+			return js[a].State < js[b].State
+		}
+		return jobLess(js[a], js[b])
+	})
+}
+
+func jobLess(a, b Job) bool {
+	if a.CreateIndex != b.CreateIndex {
+		return a.CreateIndex < b.CreateIndex
+	}
+	return a.ID < b.ID
+}
+
+// slotIndex returns i when replica is "<model>-<i>", else -1.
+func slotIndex(replica, model string) int {
+	rest, ok := strings.CutPrefix(replica, model+"-")
+	if !ok || rest == "" {
+		return -1
+	}
+	n := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+		if n > 1<<20 {
+			return -1
+		}
+	}
+	if facility.ReplicaID(model, n) != replica {
+		return -1 // leading zeros
+	}
+	return n
+}
+
+// asReplica turns a job into the planner's running replica, keyed by job
+// ID so that drains name jobs. Shards on nodes the fleet does not know (a
+// node that left) are left out.
+func asReplica(j Job, known map[string]bool) (facility.Replica, bool) {
+	r := facility.Replica{ID: j.ID, Model: j.Model, Profile: j.Profile}
+	for _, s := range j.Shards {
+		if known[s.Node] {
+			r.Shards = append(r.Shards, s)
+		}
+	}
+	return r, len(r.Shards) > 0
+}

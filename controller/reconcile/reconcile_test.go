@@ -1,0 +1,446 @@
+package reconcile
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// world is a small fleet: 2 rows × 2 racks × 2 nodes of 8 H200, one PDU a
+// rack, and a simulated Nomad holding jobs.
+type world struct {
+	nodes   []facility.Node
+	fac     facility.Facility
+	cat     facility.Catalog
+	jobs    []Job
+	nextIdx uint64
+	now     time.Time
+}
+
+func newWorld() *world {
+	w := &world{now: t0, nextIdx: 100}
+	for _, row := range []string{"r1", "r2"} {
+		for _, k := range []string{"k1", "k2"} {
+			rack := row + "-" + k
+			for n := 1; n <= 2; n++ {
+				w.nodes = append(w.nodes, facility.Node{
+					Name:     fmt.Sprintf("n-%s-%d", rack, n),
+					Location: facility.Location{Site: "s", Room: "a", Row: row, Rack: rack, PDU: "p-" + rack},
+					CPUCores: 128, MemoryGB: 2048, BaseWatts: 1000,
+					GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 8, PowerLimitWatts: 700, MemoryMiB: 143771}},
+				})
+			}
+		}
+	}
+	w.cat = facility.Catalog{Models: []facility.Model{model("m", 4, "p", 4, nil)}}
+	return w
+}
+
+func model(name string, replicas int, profile string, gpus int, args []string) facility.Model {
+	return facility.Model{Name: name, Source: "org/" + name, Replicas: replicas, Profiles: []facility.Profile{{
+		Name: profile, Engine: "vllm", GPU: "NVIDIA H200", GPUs: gpus, Nodes: 1, Watts: 2600,
+		CPUCores: 8, MemoryGB: 64, Spread: []facility.Level{facility.LevelRack, facility.LevelPDU}, Weight: 1, Args: args,
+	}}}
+}
+
+// fleet returns the nodes with free GPUs reduced by the jobs' shards.
+func (w *world) fleet() facility.Fleet {
+	used := map[string]int{}
+	for _, j := range w.jobs {
+		for _, s := range j.Shards {
+			used[s.Node] += s.GPUs
+		}
+	}
+	nodes := make([]facility.Node, len(w.nodes))
+	for i, n := range w.nodes {
+		n.GPUs = append([]facility.GPU(nil), n.GPUs...)
+		n.GPUs[0].Free = max(0, n.GPUs[0].Count-used[n.Name])
+		nodes[i] = n
+	}
+	return facility.Fleet{Nodes: nodes}
+}
+
+func (w *world) plan(t *testing.T) Result {
+	t.Helper()
+	res, err := Plan(Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac, Jobs: w.jobs, PartialDeadline: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// apply carries out actions the way Nomad would: new jobs start, stops
+// remove them, replacements move them.
+func (w *world) apply(acts []Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case Create:
+			w.nextIdx++
+			w.jobs = append(w.jobs, Job{
+				ID: fmt.Sprintf("llmgw-%s-%s-%d", a.Replica, a.FP[:4], a.Gen), Replica: a.Replica, Model: a.Model.Name,
+				Profile: a.Profile.Name, FP: a.FP, Gen: a.Gen, Shards: a.Decision.Shards, State: Starting,
+				Since: w.now, CreateIndex: w.nextIdx, ModifyIndex: w.nextIdx,
+			})
+		case Stop:
+			w.remove(a.JobID)
+		case Replace:
+			for i := range w.jobs {
+				if w.jobs[i].ID == a.JobID {
+					w.nextIdx++
+					w.jobs[i].Shards, w.jobs[i].State, w.jobs[i].Since, w.jobs[i].ModifyIndex = a.Decision.Shards, Starting, w.now, w.nextIdx
+				}
+			}
+		}
+	}
+}
+
+func (w *world) remove(id string) {
+	out := w.jobs[:0]
+	for _, j := range w.jobs {
+		if j.ID != id {
+			out = append(out, j)
+		}
+	}
+	w.jobs = out
+}
+
+func (w *world) serveAll() {
+	for i := range w.jobs {
+		w.jobs[i].State = Serving
+	}
+}
+
+// converge plans, applies and serves until nothing is left to do.
+func (w *world) converge(t *testing.T) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		res := w.plan(t)
+		if len(res.Actions) == 0 {
+			return
+		}
+		w.apply(res.Actions)
+		w.serveAll()
+	}
+	t.Fatalf("no convergence after 20 passes; jobs: %v", w.jobIDs())
+}
+
+func (w *world) jobIDs() []string {
+	var out []string
+	for _, j := range w.jobs {
+		out = append(out, j.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func kinds(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		out = append(out, a.Kind.String()+" "+a.Replica)
+	}
+	return out
+}
+
+func racksOf(w *world) map[string]int {
+	rack := map[string]string{}
+	for _, n := range w.nodes {
+		rack[n.Name] = n.Location.Rack
+	}
+	out := map[string]int{}
+	for _, j := range w.jobs {
+		out[rack[j.Shards[0].Node]]++
+	}
+	return out
+}
+
+func TestCreatesMissingReplicasSpreadOverRacks(t *testing.T) {
+	w := newWorld()
+	res := w.plan(t)
+	if diff := cmp.Diff([]string{"create m-0", "create m-1", "create m-2", "create m-3"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	w.apply(res.Actions)
+	if diff := cmp.Diff(map[string]int{"r1-k1": 1, "r1-k2": 1, "r2-k1": 1, "r2-k2": 1}, racksOf(w)); diff != "" {
+		t.Fatalf("replicas per rack (-want +got):\n%s", diff)
+	}
+	// Level-based: with the jobs registered (not yet running), the next
+	// pass does nothing.
+	if res := w.plan(t); len(res.Actions) != 0 {
+		t.Fatalf("second pass: %v", kinds(res.Actions))
+	}
+}
+
+func TestStopsWhatLeftTheCatalog(t *testing.T) {
+	w := newWorld()
+	w.cat.Models = append(w.cat.Models, model("x", 2, "p", 1, nil))
+	w.converge(t)
+	w.cat.Models = w.cat.Models[:1]
+	w.cat.Models[0].Replicas = 2
+	res := w.plan(t)
+	got := kinds(res.Actions)
+	sort.Strings(got)
+	if diff := cmp.Diff([]string{"stop m-2", "stop m-3", "stop x-0", "stop x-1"}, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	for _, a := range res.Actions {
+		if a.Replica[0] == 'x' && a.Reason != "model x left the catalog" {
+			t.Errorf("reason %q", a.Reason)
+		}
+	}
+}
+
+func TestDuplicatesKeepTheServingOne(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	// A second controller (or a retry) made a copy of m-1 that is still
+	// starting: the serving one stays, the copy goes.
+	dup := w.jobs[1]
+	dup.ID, dup.State, dup.CreateIndex = "llmgw-m-1-copy", Starting, 1
+	w.jobs = append(w.jobs, dup)
+	res := w.plan(t)
+	if diff := cmp.Diff([]string{"stop m-1"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if res.Actions[0].JobID != "llmgw-m-1-copy" {
+		t.Fatalf("stopped %s, want the copy", res.Actions[0].JobID)
+	}
+}
+
+func TestRollNewCopyFirst(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	before := w.jobIDs()
+	w.cat.Models[0].Profiles[0].Args = []string{"--max-model-len", "8192"} // changes the fingerprint
+	res := w.plan(t)
+	if diff := cmp.Diff([]string{"create m-0", "create m-1", "create m-2", "create m-3"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("first pass (-want +got):\n%s", diff)
+	}
+	for _, a := range res.Actions {
+		if a.Gen != 1 {
+			t.Errorf("%s: gen %d, want 1", a.Replica, a.Gen)
+		}
+	}
+	w.apply(res.Actions)
+	// New copies starting: the old ones must keep serving.
+	if res := w.plan(t); len(res.Actions) != 0 {
+		t.Fatalf("while new copies start: %v", kinds(res.Actions))
+	}
+	w.serveAll()
+	res = w.plan(t)
+	var stopped []string
+	for _, a := range res.Actions {
+		if a.Kind != Stop {
+			t.Fatalf("unexpected %v", a)
+		}
+		stopped = append(stopped, a.JobID)
+	}
+	sort.Strings(stopped)
+	if diff := cmp.Diff(before, stopped); diff != "" {
+		t.Fatalf("stopped (-want +got):\n%s", diff)
+	}
+}
+
+func TestDrainHoldMovesNewFirst(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	held, _ := facility.ParseDomain("rack=r1-k1")
+	w.fac.Holds = []facility.Hold{{Domain: held, Reason: "PDU swap", Drain: true}}
+	var inRack string
+	for _, j := range w.jobs {
+		if strings.HasPrefix(j.Shards[0].Node, "n-r1-k1") {
+			inRack = j.ID
+		}
+	}
+	res := w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Create || strings.HasPrefix(res.Actions[0].Decision.Shards[0].Node, "n-r1-k1") {
+		t.Fatalf("want one create outside r1-k1, got %v", res.Actions)
+	}
+	w.apply(res.Actions)
+	if res := w.plan(t); len(res.Actions) != 0 {
+		t.Fatalf("while the new copy starts: %v", kinds(res.Actions))
+	}
+	w.serveAll()
+	res = w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Stop || res.Actions[0].JobID != inRack {
+		t.Fatalf("want stop %s, got %v", inRack, res.Actions)
+	}
+}
+
+func TestHoldWithoutDrainKeepsWhatRuns(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	held, _ := facility.ParseDomain("rack=r1-k1")
+	w.fac.Holds = []facility.Hold{{Domain: held, Reason: "inspection"}}
+	if res := w.plan(t); len(res.Actions) != 0 {
+		t.Fatalf("hold without drain changed running replicas: %v", kinds(res.Actions))
+	}
+	w.cat.Models[0].Replicas = 8
+	res := w.plan(t)
+	for _, a := range res.Actions {
+		if strings.HasPrefix(a.Decision.Shards[0].Node, "n-r1-k1") {
+			t.Errorf("%s placed in held rack: %v", a.Replica, a.Decision.Shards)
+		}
+	}
+}
+
+func TestFailedReplicaPlacedAgain(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	// The node under m-2 is gone from the fleet (down); its job failed.
+	lost := w.jobs[2].Shards[0].Node
+	w.jobs[2].State = Failed
+	var nodes []facility.Node
+	for _, n := range w.nodes {
+		if n.Name != lost {
+			nodes = append(nodes, n)
+		}
+	}
+	w.nodes = nodes
+	res := w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Replace || res.Actions[0].JobID != w.jobs[2].ID {
+		t.Fatalf("want replace of %s, got %v", w.jobs[2].ID, res.Actions)
+	}
+	if n := res.Actions[0].Decision.Shards[0].Node; n == lost {
+		t.Fatalf("placed again on the lost node %s", n)
+	}
+	if res.Actions[0].ExpectIndex != w.jobs[2].ModifyIndex {
+		t.Fatalf("replace must be check-and-set on index %d, got %d", w.jobs[2].ModifyIndex, res.Actions[0].ExpectIndex)
+	}
+}
+
+func TestPartialPlacementDeadline(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	lost := w.jobs[0].Shards[0].Node
+	w.jobs[0].State, w.jobs[0].Since = Partial, w.now
+	var nodes []facility.Node
+	for _, n := range w.nodes {
+		if n.Name != lost {
+			nodes = append(nodes, n)
+		}
+	}
+	w.nodes = nodes
+	w.now = w.now.Add(9 * time.Minute)
+	if res := w.plan(t); len(res.Actions) != 0 {
+		t.Fatalf("before the deadline: %v", kinds(res.Actions))
+	}
+	w.now = w.now.Add(time.Minute)
+	res := w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Replace || !strings.Contains(res.Actions[0].Reason, "partial for 10m0s") {
+		t.Fatalf("at the deadline: %v", res.Actions)
+	}
+}
+
+func TestBudgetLeavesReplicaUnplacedWithReason(t *testing.T) {
+	w := newWorld()
+	w.cat.Models[0].Replicas = 2
+	pdu, _ := facility.ParseDomain("pdu=p-r1-k1")
+	site, _ := facility.ParseDomain("site=s")
+	// Each node draws 1000 W base; the site cap fits the 8 nodes' base
+	// load plus exactly two 2600 W shards.
+	w.fac.Budgets = []facility.Budget{{Domain: site, Watts: 8*1000 + 2*2600}, {Domain: pdu, Watts: 100000}}
+	w.converge(t)
+	if len(w.jobs) != 2 {
+		t.Fatalf("got %d jobs, want 2", len(w.jobs))
+	}
+	w.cat.Models[0].Replicas = 3
+	res := w.plan(t)
+	if len(res.Actions) != 0 {
+		t.Fatalf("placed over budget: %v", res.Actions)
+	}
+	d := res.Decisions["m-2"]
+	var msgs []string
+	for _, r := range d.Rejections {
+		msgs = append(msgs, r.Message)
+	}
+	if d.Placed || !strings.Contains(strings.Join(msgs, "\n"), "over budget: site=s") {
+		t.Fatalf("m-2: placed=%v rejections=%q", d.Placed, msgs)
+	}
+}
+
+func TestSlotIndex(t *testing.T) {
+	for replica, want := range map[string]int{"m-0": 0, "m-12": 12, "m-": -1, "m-01": -1, "m-x": -1, "mm-1": -1, "m-1-2": -1} {
+		if got := slotIndex(replica, "m"); got != want {
+			t.Errorf("slotIndex(%q) = %d, want %d", replica, got, want)
+		}
+	}
+}
+
+// TestInterruptedPassesConverge applies a random prefix of each pass's
+// actions (a controller killed mid-pass), with random jobs becoming ready
+// in between, and checks at every step that no budget is exceeded and no
+// slot ends with two current copies outside holds; at the end, exactly the
+// catalog runs.
+func TestInterruptedPassesConverge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		w := newWorld()
+		w.cat.Models = append(w.cat.Models, model("small", 1+rng.IntN(6), "one", 1, nil))
+		w.cat.Models[0].Replicas = 1 + rng.IntN(5)
+		site, _ := facility.ParseDomain("site=s")
+		w.fac.Budgets = []facility.Budget{{Domain: site, Watts: float64(8*1000 + 2600*(2+rng.IntN(6)))}}
+		limit := w.fac.Budgets[0].Watts
+		for step := 0; step < 60; step++ {
+			if step == 10 && rng.IntN(2) == 0 {
+				w.cat.Models[0].Profiles[0].Args = []string{"--new"} // a roll midway
+			}
+			res := w.plan(t)
+			n := len(res.Actions)
+			if n > 0 {
+				n = rng.IntN(n + 1)
+			}
+			w.apply(res.Actions[:n])
+			for i := range w.jobs {
+				if rng.IntN(3) == 0 {
+					w.jobs[i].State = Serving
+				}
+			}
+			if draw := siteDraw(w); draw > limit {
+				t.Fatalf("trial %d step %d: site draws %.0f W of %.0f", trial, step, draw, limit)
+			}
+		}
+		w.serveAll()
+		w.converge(t)
+		for _, m := range w.cat.Models {
+			per := map[string]int{}
+			for _, j := range w.jobs {
+				if j.Model == m.Name {
+					per[j.Replica]++
+				}
+			}
+			placed := 0
+			for slot, n := range per {
+				if n != 1 {
+					t.Fatalf("trial %d: slot %s has %d jobs", trial, slot, n)
+				}
+				placed++
+			}
+			if placed > m.Replicas {
+				t.Fatalf("trial %d: model %s has %d slots, want at most %d", trial, m.Name, placed, m.Replicas)
+			}
+		}
+	}
+}
+
+func siteDraw(w *world) float64 {
+	shards := map[string]float64{}
+	for _, j := range w.jobs {
+		for _, s := range j.Shards {
+			shards[s.Node] += s.Watts
+		}
+	}
+	total := 0.0
+	for _, n := range w.nodes {
+		total += n.BaseWatts + shards[n.Name]
+	}
+	return total
+}
