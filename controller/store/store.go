@@ -1,0 +1,214 @@
+// Package store keeps the controller's durable state in Nomad Variables
+// under llmgw/: holds set at run time (llmgw/holds) and each replica's last
+// placement decision with its rejections (llmgw/decisions/<replica>), so
+// that holds and explanations survive a controller restart. Nothing else is
+// stored: jobs and allocations are read from Nomad itself.
+//
+// Writes to the holds are check-and-set on the variable's modify index, so
+// two controllers (or an operator's CLI racing the leader) never lose each
+// other's holds.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Paths of the variables the controller owns.
+const (
+	Prefix        = "llmgw/"
+	HoldsPath     = "llmgw/holds"
+	DecisionsPath = "llmgw/decisions/"
+	LeaderPath    = "llmgw/leader"
+)
+
+// Variables is the part of the Nomad API the store uses; *api.Variables
+// implements it.
+type Variables interface {
+	Peek(path string, q *api.QueryOptions) (*api.Variable, *api.QueryMeta, error)
+	CheckedCreate(v *api.Variable, q *api.WriteOptions) (*api.Variable, *api.WriteMeta, error)
+	CheckedUpdate(v *api.Variable, q *api.WriteOptions) (*api.Variable, *api.WriteMeta, error)
+	Update(v *api.Variable, q *api.WriteOptions) (*api.Variable, *api.WriteMeta, error)
+	Delete(path string, q *api.WriteOptions) (*api.WriteMeta, error)
+}
+
+// Hold is a run-time hold on a domain.
+type Hold struct {
+	Domain string    `json:"domain"`
+	Reason string    `json:"reason"`
+	Drain  bool      `json:"drain"`
+	SetAt  time.Time `json:"set_at"`
+	SetBy  string    `json:"set_by,omitempty"`
+}
+
+// Store reads and writes the controller's variables in one namespace.
+type Store struct {
+	vars      Variables
+	namespace string
+}
+
+// New returns a store over vars in namespace ("" is the client's default).
+func New(vars Variables, namespace string) *Store { return &Store{vars: vars, namespace: namespace} }
+
+func (s *Store) qo() *api.QueryOptions { return &api.QueryOptions{Namespace: s.namespace} }
+func (s *Store) wo() *api.WriteOptions { return &api.WriteOptions{Namespace: s.namespace} }
+
+// ErrConflict is returned when a check-and-set write lost to another writer
+// more times than it retries.
+var ErrConflict = errors.New("variable changed concurrently")
+
+// Holds returns the run-time holds, sorted by domain.
+func (s *Store) Holds() ([]Hold, error) {
+	v, err := s.peek(HoldsPath)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return decodeHolds(v)
+}
+
+func decodeHolds(v *api.Variable) ([]Hold, error) {
+	raw := v.Items["holds"]
+	if raw == "" {
+		return nil, nil
+	}
+	var hs []Hold
+	if err := json.Unmarshal([]byte(raw), &hs); err != nil {
+		return nil, fmt.Errorf("variable %s: %w", HoldsPath, err)
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].Domain < hs[j].Domain })
+	return hs, nil
+}
+
+// SetHold adds or replaces the hold on h.Domain.
+func (s *Store) SetHold(h Hold) error {
+	return s.updateHolds(func(hs []Hold) []Hold {
+		out := hs[:0]
+		for _, x := range hs {
+			if x.Domain != h.Domain {
+				out = append(out, x)
+			}
+		}
+		return append(out, h)
+	})
+}
+
+// ReleaseHold removes the hold on domain; it reports whether there was one.
+func (s *Store) ReleaseHold(domain string) (bool, error) {
+	found := false
+	err := s.updateHolds(func(hs []Hold) []Hold {
+		out := hs[:0]
+		for _, x := range hs {
+			if x.Domain == domain {
+				found = true
+				continue
+			}
+			out = append(out, x)
+		}
+		return out
+	})
+	return found, err
+}
+
+// updateHolds applies f with check-and-set, retrying a few times when
+// another writer got there first.
+func (s *Store) updateHolds(f func([]Hold) []Hold) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		v, err := s.peek(HoldsPath)
+		if err != nil {
+			return err
+		}
+		var hs []Hold
+		if v != nil {
+			if hs, err = decodeHolds(v); err != nil {
+				return err
+			}
+		}
+		hs = f(hs)
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Domain < hs[j].Domain })
+		data, err := json.Marshal(hs)
+		if err != nil {
+			return err
+		}
+		nv := &api.Variable{Namespace: s.namespace, Path: HoldsPath, Items: api.VariableItems{"holds": string(data)}}
+		if v == nil {
+			_, _, err = s.vars.CheckedCreate(nv, s.wo())
+		} else {
+			nv.ModifyIndex = v.ModifyIndex
+			_, _, err = s.vars.CheckedUpdate(nv, s.wo())
+		}
+		var cas api.ErrCASConflict
+		if errors.As(err, &cas) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", HoldsPath, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("write %s: %w", HoldsPath, ErrConflict)
+}
+
+// SaveDecision stores a replica's explanation (any JSON-encodable value).
+// The latest pass's decision wins; it is not check-and-set.
+func (s *Store) SaveDecision(replica string, decision any) error {
+	data, err := json.Marshal(decision)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.vars.Update(&api.Variable{Namespace: s.namespace, Path: DecisionPath(replica), Items: api.VariableItems{"decision": string(data)}}, s.wo())
+	if err != nil {
+		return fmt.Errorf("write decision of %s: %w", replica, err)
+	}
+	return nil
+}
+
+// Decision loads a replica's stored explanation into out; ok is false when
+// none is stored.
+func (s *Store) Decision(replica string, out any) (bool, error) {
+	v, err := s.peek(DecisionPath(replica))
+	if err != nil || v == nil {
+		return false, err
+	}
+	if err := json.Unmarshal([]byte(v.Items["decision"]), out); err != nil {
+		return false, fmt.Errorf("variable %s: %w", DecisionPath(replica), err)
+	}
+	return true, nil
+}
+
+// DeleteDecision forgets a replica's explanation (its slot left the catalog).
+func (s *Store) DeleteDecision(replica string) error {
+	_, err := s.vars.Delete(DecisionPath(replica), s.wo())
+	return err
+}
+
+func (s *Store) peek(path string) (*api.Variable, error) {
+	v, _, err := s.vars.Peek(path, s.qo())
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// DecisionPath is the variable of a replica's decision. Nomad variable
+// paths allow only letters, digits and -_~/, so every other byte of the
+// replica id (the dots of "llama-3.1-70b-0") is written ~XX in hex.
+func DecisionPath(replica string) string {
+	var b strings.Builder
+	b.WriteString(DecisionsPath)
+	for i := 0; i < len(replica); i++ {
+		c := replica[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "~%02x", c)
+		}
+	}
+	return b.String()
+}
