@@ -82,6 +82,11 @@ func deviceStats(g GPU, now *timestamppb.Timestamp) *devicepb.DeviceStats {
 	if e, ret := board.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
 		attrs["energy"] = intStat(int64(e), "mJ", "Energy since driver load")
 	}
+	if g.Parent != "" {
+		// MIG instances report their parent's power; name the parent so that
+		// a consumer summing a node's draw counts each board once.
+		attrs["parent"] = &structspb.StatValue{StringVal: wrapperspb.String(g.Parent), Desc: "Parent GPU of this MIG instance"}
+	}
 	summary := power
 	if g.parent != nil || summary == nil {
 		summary = memory

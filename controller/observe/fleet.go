@@ -1,0 +1,235 @@
+// Package observe turns what Nomad reports — nodes with their location meta
+// and GPU devices, allocations, device power stats — into the facility
+// model the placement engine works on. It is pure: the controller fetches,
+// this package converts.
+package observe
+
+import (
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Node meta keys (DESIGN.md: "Names every part shares").
+const (
+	MetaSite      = "llmgw.site"
+	MetaRoom      = "llmgw.room"
+	MetaRow       = "llmgw.row"
+	MetaRack      = "llmgw.rack"
+	MetaPDU       = "llmgw.pdu"
+	MetaFabric    = "llmgw.fabric"
+	MetaHCAs      = "llmgw.hcas"
+	MetaBaseWatts = "llmgw.base_watts" // optional per-node override of the configured base draw
+)
+
+// LocationKeys maps each facility level to its node meta key.
+var LocationKeys = map[facility.Level]string{
+	facility.LevelSite: MetaSite, facility.LevelRoom: MetaRoom, facility.LevelRow: MetaRow,
+	facility.LevelRack: MetaRack, facility.LevelPDU: MetaPDU,
+}
+
+// Power is a node's measured GPU draw from device stats.
+type Power struct {
+	GPUWatts float64 // Σ power_draw of its GPUs
+	Devices  int     // how many GPUs reported it
+}
+
+// Schedulable reports whether Nomad may place new work on the node.
+func Schedulable(n *api.Node) bool {
+	return n.Status == api.NodeStatusReady && n.SchedulingEligibility == api.NodeSchedulingEligible && n.DrainStrategy == nil
+}
+
+// Fleet builds the facility fleet from Nomad's nodes, every allocation
+// (for what they hold), and measured power by node ID. A node that is not
+// schedulable stays in the fleet — what runs on it still draws power — with
+// nothing free. baseWatts is the draw of a node without GPU work, unless its
+// meta llmgw.base_watts says otherwise.
+func Fleet(nodes []*api.Node, allocs []*api.AllocationListStub, power map[string]Power, baseWatts float64) facility.Fleet {
+	used := usage(allocs)
+	out := facility.Fleet{Nodes: make([]facility.Node, 0, len(nodes))}
+	for _, n := range nodes {
+		fn := facility.Node{
+			Name: n.Name,
+			Pool: n.NodePool,
+			Location: facility.Location{
+				Site: n.Meta[MetaSite], Room: n.Meta[MetaRoom], Row: n.Meta[MetaRow],
+				Rack: n.Meta[MetaRack], PDU: n.Meta[MetaPDU],
+			},
+			Fabric:    n.Meta[MetaFabric],
+			BaseWatts: baseWatts,
+		}
+		if v, err := strconv.ParseFloat(n.Meta[MetaBaseWatts], 64); err == nil && v >= 0 {
+			fn.BaseWatts = v
+		}
+		if p, ok := power[n.ID]; ok && p.Devices > 0 {
+			fn.MeasuredWatts = fn.BaseWatts + p.GPUWatts
+		}
+		u := used[n.ID]
+		ok := Schedulable(n)
+		if r := n.NodeResources; r != nil {
+			if ok {
+				fn.CPUCores = freeCores(n, u)
+				mem := r.Memory.MemoryMB - u.memoryMB
+				if n.ReservedResources != nil {
+					mem -= int64(n.ReservedResources.Memory.MemoryMB)
+				}
+				fn.MemoryGB = int(max(mem, 0) / 1024)
+			}
+			for _, d := range r.Devices {
+				if d.Vendor != "nvidia" || d.Type != "gpu" {
+					continue
+				}
+				g := facility.GPU{Model: d.Name, Count: len(d.Instances)}
+				for _, in := range d.Instances {
+					if ok && in.Healthy && !u.devices[in.ID] {
+						g.Free++
+					}
+				}
+				if a := d.Attributes["power_limit"]; a != nil {
+					g.PowerLimitWatts = attrFloat(a)
+				}
+				if a := d.Attributes["memory"]; a != nil {
+					g.MemoryMiB = int(attrFloat(a))
+				}
+				fn.GPUs = append(fn.GPUs, g)
+			}
+			sort.Slice(fn.GPUs, func(i, j int) bool { return fn.GPUs[i].Model < fn.GPUs[j].Model })
+		}
+		out.Nodes = append(out.Nodes, fn)
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
+	return out
+}
+
+type nodeUse struct {
+	cpuShares int64
+	cores     int
+	memoryMB  int64
+	devices   map[string]bool
+}
+
+// usage sums what the live allocations hold on each node.
+func usage(allocs []*api.AllocationListStub) map[string]*nodeUse {
+	out := map[string]*nodeUse{}
+	for _, a := range allocs {
+		if !Live(a) || a.AllocatedResources == nil {
+			continue
+		}
+		u := out[a.NodeID]
+		if u == nil {
+			u = &nodeUse{devices: map[string]bool{}}
+			out[a.NodeID] = u
+		}
+		for _, t := range a.AllocatedResources.Tasks {
+			if t == nil {
+				continue
+			}
+			u.cpuShares += t.Cpu.CpuShares
+			u.cores += len(t.Cpu.ReservedCores)
+			u.memoryMB += t.Memory.MemoryMB
+			for _, d := range t.Devices {
+				for _, id := range d.DeviceIDs {
+					u.devices[id] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Live reports whether an allocation holds resources: the scheduler wants
+// it running and the client has not finished it.
+func Live(a *api.AllocationListStub) bool {
+	if a.DesiredStatus != api.AllocDesiredStatusRun {
+		return false
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return false
+	}
+	return true
+}
+
+func freeCores(n *api.Node, u *nodeUse) int {
+	r := n.NodeResources
+	total := int(r.Cpu.TotalCpuCores)
+	if total == 0 {
+		return 0
+	}
+	if u == nil {
+		u = &nodeUse{}
+	}
+	shares := r.Cpu.CpuShares
+	if n.ReservedResources != nil {
+		shares -= int64(n.ReservedResources.Cpu.CpuShares)
+	}
+	perCore := float64(r.Cpu.CpuShares) / float64(total)
+	usedByShares := 0
+	if perCore > 0 {
+		usedByShares = int(math.Ceil(float64(u.cpuShares) / perCore))
+	}
+	free := total - u.cores - usedByShares
+	if perCore > 0 {
+		free = min(free, int(float64(shares)/perCore)-u.cores-usedByShares)
+	}
+	return max(free, 0)
+}
+
+func attrFloat(a *api.Attribute) float64 {
+	switch {
+	case a.IntVal != nil:
+		return float64(*a.IntVal)
+	case a.FloatVal != nil:
+		return *a.FloatVal
+	case a.StringVal != nil:
+		v, _ := strconv.ParseFloat(*a.StringVal, 64)
+		return v
+	}
+	return 0
+}
+
+// NodePower sums the power_draw stat of a node's NVIDIA GPUs from Nomad's
+// client stats (as nomad-device-nvml reports it: W, limit as denominator).
+// MIG instances carry their parent's draw and name it in the "parent" stat;
+// each parent board is counted once.
+func NodePower(stats *api.HostStats) Power {
+	var p Power
+	if stats == nil {
+		return p
+	}
+	boards := map[string]bool{} // MIG parents already counted
+	for _, g := range stats.DeviceStats {
+		if g == nil || g.Vendor != "nvidia" || g.Type != "gpu" {
+			continue
+		}
+		for _, s := range g.InstanceStats {
+			if s == nil || s.Stats == nil {
+				continue
+			}
+			v := s.Stats.Attributes["power_draw"]
+			if v == nil || v.FloatNumeratorVal == nil {
+				continue
+			}
+			if parent := s.Stats.Attributes["parent"]; parent != nil && parent.StringVal != nil {
+				if boards[*parent.StringVal] {
+					continue
+				}
+				boards[*parent.StringVal] = true
+			}
+			w := *v.FloatNumeratorVal
+			switch v.Unit {
+			case "mW":
+				w /= 1000
+			case "kW":
+				w *= 1000
+			}
+			p.GPUWatts += w
+			p.Devices++
+		}
+	}
+	return p
+}

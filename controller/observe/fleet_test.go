@@ -1,0 +1,85 @@
+package observe
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func gpuNode(id, name, rack string, healthy []bool) *api.Node {
+	var ins []*api.NodeDevice
+	for i, h := range healthy {
+		ins = append(ins, &api.NodeDevice{ID: id + "-gpu" + string(rune('0'+i)), Healthy: h})
+	}
+	return &api.Node{
+		ID: id, Name: name, NodePool: "default", Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
+		Meta: map[string]string{MetaSite: "s", MetaRoom: "a", MetaRow: "r1", MetaRack: rack, MetaPDU: "p-" + rack, MetaFabric: "ib-1"},
+		NodeResources: &api.NodeResources{
+			Cpu:    api.NodeCpuResources{CpuShares: 64000, TotalCpuCores: 32},
+			Memory: api.NodeMemoryResources{MemoryMB: 512 * 1024},
+			Devices: []*api.NodeDeviceResource{{
+				Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200", Instances: ins,
+				Attributes: map[string]*api.Attribute{"power_limit": {IntVal: ptr(int64(700)), Unit: "W"}, "memory": {IntVal: ptr(int64(144384)), Unit: "MiB"}},
+			}},
+		},
+		ReservedResources: &api.NodeReservedResources{Memory: api.NodeReservedMemoryResources{MemoryMB: 8 * 1024}},
+	}
+}
+
+func TestFleet(t *testing.T) {
+	a := gpuNode("id-a", "a", "k1", []bool{true, true, true, false})
+	b := gpuNode("id-b", "b", "k2", []bool{true, true})
+	b.DrainStrategy = &api.DrainStrategy{}
+	b.Meta[MetaBaseWatts] = "900"
+	allocs := []*api.AllocationListStub{
+		{NodeID: "id-a", DesiredStatus: "run", ClientStatus: "running", AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Cpu: api.AllocatedCpuResources{ReservedCores: []uint16{0, 1, 2, 3}}, Memory: api.AllocatedMemoryResources{MemoryMB: 64 * 1024},
+				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200", DeviceIDs: []string{"id-a-gpu0"}}}},
+		}}},
+		// Finished allocations hold nothing.
+		{NodeID: "id-a", DesiredStatus: "run", ClientStatus: "complete", AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Devices: []*api.AllocatedDeviceResource{{DeviceIDs: []string{"id-a-gpu1"}}}},
+		}}},
+	}
+	power := map[string]Power{"id-a": {GPUWatts: 1400, Devices: 4}}
+	got := Fleet([]*api.Node{b, a}, allocs, power, 1200)
+	want := facility.Fleet{Nodes: []facility.Node{
+		{
+			Name: "a", Pool: "default", Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: "k1", PDU: "p-k1"},
+			CPUCores: 28, MemoryGB: 440, BaseWatts: 1200, MeasuredWatts: 2600, Fabric: "ib-1",
+			GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 4, Free: 2, PowerLimitWatts: 700, MemoryMiB: 144384}},
+		},
+		{
+			// Draining: still counted, nothing free.
+			Name: "b", Pool: "default", Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: "k2", PDU: "p-k2"},
+			BaseWatts: 900, Fabric: "ib-1",
+			GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 2, Free: 0, PowerLimitWatts: 700, MemoryMiB: 144384}},
+		},
+	}}
+	if diff := cmp.Diff(want, got, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Pos" }, cmp.Ignore())); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestNodePowerCountsMIGParentsOnce(t *testing.T) {
+	w := func(v float64, parent string) *api.DeviceStats {
+		s := &api.DeviceStats{Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": {FloatNumeratorVal: &v, Unit: "W"}}}}
+		if parent != "" {
+			s.Stats.Attributes["parent"] = &api.StatValue{StringVal: &parent}
+		}
+		return s
+	}
+	stats := &api.HostStats{DeviceStats: []*api.DeviceGroupStats{
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200", InstanceStats: map[string]*api.DeviceStats{"g0": w(300, ""), "g1": w(250, "")}},
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200 MIG 3g.71gb", InstanceStats: map[string]*api.DeviceStats{"m0": w(400, "GPU-p"), "m1": w(400, "GPU-p")}},
+		{Vendor: "other", Type: "fpga", Name: "x", InstanceStats: map[string]*api.DeviceStats{"f": w(99, "")}},
+	}}
+	if got, want := NodePower(stats), (Power{GPUWatts: 950, Devices: 3}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
