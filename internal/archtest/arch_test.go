@@ -161,7 +161,12 @@ func listCmds(t *testing.T) []string {
 
 // pureDirs are packages that must stay free of I/O: no os, net, or
 // logging, so they can be tested exhaustively and reused anywhere.
-var pureDirs = []string{"github.com/llmgw/llmgw/facility"}
+var pureDirs = []string{
+	"github.com/llmgw/llmgw/facility",
+	"github.com/llmgw/llmgw/driver/recipe",
+	"github.com/llmgw/llmgw/controller/reconcile",
+	"github.com/llmgw/llmgw/controller/observe",
+}
 
 var impure = []string{"os", "os/exec", "net", "net/http", "log", "log/slog", "io/ioutil", "syscall"}
 

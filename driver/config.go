@@ -1,0 +1,237 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+)
+
+// Config is the plugin's configuration: the `config {}` block of
+// `plugin "nomad-driver-llmgw"` in the Nomad client's agent configuration.
+type Config struct {
+	// Engines maps engine names to executables; empty entries fall back
+	// to the recipe's default looked up on PATH.
+	Engines Engines `codec:"engines"`
+	// ModelCache becomes HF_HOME for engines whose task environment does
+	// not set it, so that every engine on the node shares downloads.
+	ModelCache string `codec:"model_cache"`
+	// ReadyTimeout and ReadyInterval are the readiness defaults for tasks
+	// whose ready block does not set them.
+	ReadyTimeout  time.Duration `codec:"ready_timeout"`
+	ReadyInterval time.Duration `codec:"ready_interval"`
+	// StopTimeout is how long an engine the driver stops by itself (it
+	// missed its readiness deadline) gets between SIGTERM and SIGKILL.
+	StopTimeout time.Duration `codec:"stop_timeout"`
+	// ExtraEnv is set for every engine; the task's environment wins.
+	ExtraEnv map[string]string `codec:"extra_env"`
+	// CgroupParent is the cgroup v2 directory under which each engine
+	// gets its own cgroup (OOM-kill detection, killing stray workers);
+	// empty disables it.
+	CgroupParent string `codec:"cgroup_parent"`
+}
+
+// Engines holds the executable of each engine.
+type Engines struct {
+	VLLM     string `codec:"vllm"`
+	SGLang   string `codec:"sglang"`
+	TGI      string `codec:"tgi"`
+	LlamaCpp string `codec:"llamacpp"`
+}
+
+// Executable returns the configured executable for engine, or the
+// recipe's default.
+func (e Engines) Executable(engine string) string {
+	var v string
+	switch engine {
+	case recipe.VLLM:
+		v = e.VLLM
+	case recipe.SGLang:
+		v = e.SGLang
+	case recipe.TGI:
+		v = e.TGI
+	case recipe.LlamaCpp:
+		v = e.LlamaCpp
+	}
+	if v == "" {
+		v = recipe.DefaultExecutable(engine)
+	}
+	return v
+}
+
+// Defaults of the plugin configuration.
+const (
+	DefaultReadyTimeout  = 30 * time.Minute
+	DefaultReadyInterval = time.Second
+	DefaultStopTimeout   = 30 * time.Second
+	DefaultCgroupParent  = "/sys/fs/cgroup/llmgw.slice"
+)
+
+func strDefault(name, lit string) *hclspec.Spec {
+	return hclspec.Default(hclspec.Attr(name, "string"), hclspec.Literal(lit))
+}
+
+// ConfigSpec is the schema Nomad evaluates the plugin's config block
+// against.
+func ConfigSpec() *hclspec.Spec {
+	return hclspec.Object(map[string]*hclspec.Spec{
+		"engines": hclspec.Block("engines", false, hclspec.Object(map[string]*hclspec.Spec{
+			recipe.VLLM:     hclspec.Attr(recipe.VLLM, "string"),
+			recipe.SGLang:   hclspec.Attr(recipe.SGLang, "string"),
+			recipe.TGI:      hclspec.Attr(recipe.TGI, "string"),
+			recipe.LlamaCpp: hclspec.Attr(recipe.LlamaCpp, "string"),
+		})),
+		"model_cache":    hclspec.Attr("model_cache", "string"),
+		"ready_timeout":  strDefault("ready_timeout", `"30m"`),
+		"ready_interval": strDefault("ready_interval", `"1s"`),
+		"stop_timeout":   strDefault("stop_timeout", `"30s"`),
+		"extra_env":      hclspec.Attr("extra_env", "map(string)"),
+		"cgroup_parent":  strDefault("cgroup_parent", `"`+DefaultCgroupParent+`"`),
+	})
+}
+
+// DecodeConfig decodes and checks what Nomad sent in SetConfig.
+func DecodeConfig(msgpack []byte) (Config, error) {
+	var c Config
+	if err := hclspec.Decode(ConfigSpec(), msgpack, &c); err != nil {
+		return Config{}, fmt.Errorf("nomad-driver-llmgw config: %w", err)
+	}
+	if err := c.validate(); err != nil {
+		return Config{}, fmt.Errorf("nomad-driver-llmgw config: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	if c.ReadyTimeout <= 0 {
+		return fmt.Errorf("ready_timeout: must be positive, got %s", c.ReadyTimeout)
+	}
+	if c.ReadyInterval < 100*time.Millisecond {
+		return fmt.Errorf("ready_interval: %s is too short (minimum 100ms)", c.ReadyInterval)
+	}
+	if c.StopTimeout <= 0 {
+		return fmt.Errorf("stop_timeout: must be positive, got %s", c.StopTimeout)
+	}
+	if c.ModelCache != "" && !path.IsAbs(c.ModelCache) {
+		return fmt.Errorf("model_cache: %q is not an absolute path", c.ModelCache)
+	}
+	if c.CgroupParent != "" && !path.IsAbs(c.CgroupParent) {
+		return fmt.Errorf("cgroup_parent: %q is not an absolute path", c.CgroupParent)
+	}
+	if err := checkEnv("extra_env", c.ExtraEnv); err != nil {
+		return err
+	}
+	return nil
+}
+
+// DefaultConfig is what a plugin uses before SetConfig: the schema's
+// defaults.
+func DefaultConfig() Config {
+	return Config{
+		ReadyTimeout:  DefaultReadyTimeout,
+		ReadyInterval: DefaultReadyInterval,
+		StopTimeout:   DefaultStopTimeout,
+		CgroupParent:  DefaultCgroupParent,
+	}
+}
+
+// TaskConfig is a task's `config {}` block.
+type TaskConfig struct {
+	Engine         string            `codec:"engine"`
+	Model          string            `codec:"model"`
+	Command        string            `codec:"command"`
+	Args           []string          `codec:"args"`
+	Port           string            `codec:"port"`
+	Ready          *ReadyConfig      `codec:"ready"`
+	TensorParallel int               `codec:"tensor_parallel"`
+	Env            map[string]string `codec:"env"`
+}
+
+// ReadyConfig is the readiness probe of a task.
+type ReadyConfig struct {
+	Path     string        `codec:"path"`
+	Interval time.Duration `codec:"interval"`
+	Timeout  time.Duration `codec:"timeout"`
+}
+
+// TaskConfigSpec is the schema of a task's config block.
+func TaskConfigSpec() *hclspec.Spec {
+	return hclspec.Object(map[string]*hclspec.Spec{
+		"engine":  hclspec.RequiredAttr("engine", "string"),
+		"model":   hclspec.Attr("model", "string"),
+		"command": hclspec.Attr("command", "string"),
+		"args":    hclspec.Attr("args", "list(string)"),
+		"port":    hclspec.RequiredAttr("port", "string"),
+		"ready": hclspec.Block("ready", false, hclspec.Object(map[string]*hclspec.Spec{
+			"path":     hclspec.Attr("path", "string"),
+			"interval": hclspec.Attr("interval", "string"),
+			"timeout":  hclspec.Attr("timeout", "string"),
+		})),
+		"tensor_parallel": hclspec.Attr("tensor_parallel", "number"),
+		"env":             hclspec.Attr("env", "map(string)"),
+	})
+}
+
+// ErrBadTaskConfig is wrapped by every task config error.
+var ErrBadTaskConfig = errors.New("bad llmgw task config")
+
+// DecodeTaskConfig decodes and checks a task's config. Errors name the
+// field at fault.
+func DecodeTaskConfig(msgpack []byte) (TaskConfig, error) {
+	var tc TaskConfig
+	if err := hclspec.Decode(TaskConfigSpec(), msgpack, &tc); err != nil {
+		return TaskConfig{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
+	}
+	if err := tc.validate(); err != nil {
+		return TaskConfig{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
+	}
+	return tc, nil
+}
+
+func (tc *TaskConfig) validate() error {
+	if !recipe.Known(tc.Engine) {
+		return fmt.Errorf("engine: unknown engine %q (want one of %s)", tc.Engine, strings.Join(recipe.Engines(), ", "))
+	}
+	if tc.Model == "" && tc.Engine != recipe.Command {
+		return fmt.Errorf("model: required for engine %q (a model id such as \"Qwen/Qwen2.5-0.5B-Instruct\" or a local path)", tc.Engine)
+	}
+	if tc.Engine == recipe.Command && tc.Command == "" {
+		return errors.New(`command: required for engine "command" (the executable to run)`)
+	}
+	if tc.Port == "" {
+		return errors.New("port: required (the label of a port in the group's network block)")
+	}
+	if tc.TensorParallel < 0 {
+		return fmt.Errorf("tensor_parallel: must be 0 (one per allocated GPU) or more, got %d", tc.TensorParallel)
+	}
+	if r := tc.Ready; r != nil {
+		if r.Path != "" && !strings.HasPrefix(r.Path, "/") {
+			return fmt.Errorf("ready.path: %q must start with /", r.Path)
+		}
+		if r.Interval != 0 && r.Interval < 100*time.Millisecond {
+			return fmt.Errorf("ready.interval: %s is too short (minimum 100ms)", r.Interval)
+		}
+	}
+	for i, a := range tc.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("args[%d]: contains a NUL byte", i)
+		}
+	}
+	return checkEnv("env", tc.Env)
+}
+
+func checkEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("%s: bad variable name %q", field, k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%s.%s: value contains a NUL byte", field, k)
+		}
+	}
+	return nil
+}

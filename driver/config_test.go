@@ -1,0 +1,195 @@
+package driver
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+)
+
+func encode(t testing.TB, spec *hclspec.Spec, body string) []byte {
+	t.Helper()
+	b, err := hclspec.EncodeHCL(spec, "x.hcl", []byte(body), nil)
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+	return b
+}
+
+func TestDecodeTaskConfig(t *testing.T) {
+	got, err := DecodeTaskConfig(encode(t, TaskConfigSpec(), `
+engine  = "vllm"
+model   = "Qwen/Qwen2.5-0.5B-Instruct"
+command = "/opt/vllm/bin/vllm"
+args    = ["--max-model-len", "4096"]
+port    = "http"
+ready {
+  path     = "/health"
+  interval = "1s"
+  timeout  = "30m"
+}
+tensor_parallel = 0
+env = { VLLM_LOGGING_LEVEL = "DEBUG" }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TaskConfig{
+		Engine: "vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct", Command: "/opt/vllm/bin/vllm",
+		Args: []string{"--max-model-len", "4096"}, Port: "http",
+		Ready: &ReadyConfig{Path: "/health", Interval: time.Second, Timeout: 30 * time.Minute},
+		Env:   map[string]string{"VLLM_LOGGING_LEVEL": "DEBUG"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	_, err = DecodeTaskConfig(encode(t, TaskConfigSpec(), `
+engine = "vllm"
+model  = "m"
+port   = "http"
+ready { interval = "fast" }`))
+	if !errors.Is(err, ErrBadTaskConfig) || !strings.Contains(err.Error(), "ready.interval") || !strings.Contains(err.Error(), `"fast"`) {
+		t.Errorf("bad duration: got %v, want an error naming ready.interval", err)
+	}
+}
+
+func TestDecodeConfigDefaults(t *testing.T) {
+	c, err := DecodeConfig(encode(t, ConfigSpec(), ``))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultConfig(), c); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	for e, want := range map[string]string{"vllm": "vllm", "sglang": "python3", "tgi": "text-generation-launcher", "llamacpp": "llama-server"} {
+		if got := c.Engines.Executable(e); got != want {
+			t.Errorf("default executable of %s: %q, want %q", e, got, want)
+		}
+	}
+	c, err = DecodeConfig(encode(t, ConfigSpec(), `engines { sglang = "/opt/sglang/bin/python" }
+model_cache = "/var/lib/llmgw/models"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Engines.Executable("sglang") != "/opt/sglang/bin/python" || c.Engines.Executable("vllm") != "vllm" || c.ModelCache != "/var/lib/llmgw/models" {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestAllocatedGPUs(t *testing.T) {
+	cases := []struct {
+		name           string
+		deviceEnv, env map[string]string
+		want           []string
+	}{
+		{"cuda from device env", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}, nil, []string{"GPU-a", "GPU-b"}},
+		{"nvidia plugin only", map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-x, GPU-y"}, nil, []string{"GPU-x", "GPU-y"}},
+		{"task env fallback", nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-z"}, []string{"GPU-z"}},
+		{"device env wins over host env", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a"}, map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, []string{"GPU-a"}},
+		{"all names nothing", nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, nil},
+		{"none", nil, nil, nil},
+	}
+	for _, c := range cases {
+		if diff := cmp.Diff(c.want, allocatedGPUs(c.deviceEnv, c.env)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+func TestTensorParallel(t *testing.T) {
+	two := []string{"a", "b"}
+	for _, c := range []struct {
+		want int
+		gpus []string
+		got  int
+		err  string
+	}{
+		{0, two, 2, ""}, {0, nil, 1, ""}, {1, two, 1, ""}, {2, two, 2, ""}, {1, nil, 1, ""},
+		{3, two, 0, "tensor_parallel: 3 is more than the 2 GPUs"},
+		{2, nil, 0, "tensor_parallel: 2 needs 2 GPUs but the task was allocated none"},
+	} {
+		got, err := tensorParallel(c.want, c.gpus)
+		if got != c.got || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("tensorParallel(%d, %v) = %d, %v; want %d, %q", c.want, c.gpus, got, err, c.got, c.err)
+		}
+	}
+}
+
+func TestResolvePort(t *testing.T) {
+	res := &driverpb.Resources{
+		Ports: []*driverpb.PortMapping{{Label: "http", Value: 23000, HostIp: "10.0.0.5"}, {Label: "metrics", Value: 23001}},
+		AllocatedResources: &driverpb.AllocatedTaskResources{Networks: []*driverpb.NetworkResource{{
+			Ip: "10.0.0.6", DynamicPorts: []*driverpb.NetworkPort{{Label: "legacy", Value: 24000}},
+		}}},
+	}
+	for label, want := range map[string]string{"http": "10.0.0.5:23000", "metrics": "127.0.0.1:23001", "legacy": "10.0.0.6:24000"} {
+		h, p, err := resolvePort(res, label)
+		if err != nil || h+":"+strconv.Itoa(p) != want {
+			t.Errorf("%s: %s:%d %v, want %s", label, h, p, err, want)
+		}
+	}
+	_, _, err := resolvePort(res, "api")
+	if err == nil || err.Error() != `port: no port labelled "api" in the group's network (have: http, legacy, metrics)` {
+		t.Errorf("unknown label: %v", err)
+	}
+	_, _, err = resolvePort(&driverpb.Resources{}, "http")
+	if err == nil || !strings.Contains(err.Error(), "the group has no network ports") {
+		t.Errorf("no ports: %v", err)
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]string{"SIGTERM": "terminated", "term": "terminated", "SIGHUP": "hangup", "9": "killed"} {
+		s, err := parseSignal(in)
+		if err != nil || s.String() != want {
+			t.Errorf("parseSignal(%q) = %v, %v; want %s", in, s, err, want)
+		}
+	}
+	if _, err := parseSignal("SIGNOPE"); err == nil || !strings.Contains(err.Error(), "signal: unknown signal") {
+		t.Errorf("bad signal: %v", err)
+	}
+}
+
+// FuzzDecodeTaskConfig feeds arbitrary bytes (and mutations of real
+// configs) to the task config decoder: it must return a config or an
+// error, never panic, and what it accepts must be valid.
+func FuzzDecodeTaskConfig(f *testing.F) {
+	for _, body := range []string{
+		`engine = "vllm"
+model = "m"
+port = "http"`,
+		`engine = "command"
+command = "/bin/true"
+port = "http"
+args = ["a", "b"]
+ready {
+  path = "/ready"
+  interval = "2s"
+  timeout = "1h"
+}
+tensor_parallel = 2
+env = { A = "b" }`,
+	} {
+		f.Add(encode(f, TaskConfigSpec(), body))
+	}
+	f.Add([]byte{0x80})
+	f.Add([]byte("not msgpack"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tc, err := DecodeTaskConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadTaskConfig) {
+				t.Fatalf("error without ErrBadTaskConfig: %v", err)
+			}
+			return
+		}
+		if err := tc.validate(); err != nil {
+			t.Fatalf("accepted an invalid config: %v", err)
+		}
+	})
+}

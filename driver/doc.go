@@ -1,0 +1,34 @@
+// Package driver is llmgw's Nomad task driver (driver = "llmgw"): it turns
+// a task config (engine, model, args, port, ready, tensor_parallel, env)
+// into an inference engine's command line through package recipe, binds it
+// to the GPUs Nomad allocated, runs it under a per-task supervisor (package
+// supervisor) so that it outlives the plugin and the Nomad client, and
+// reports readiness, load progress, exit, logs and stats to Nomad.
+//
+// # Task life cycle
+//
+//	StartTask ──▶ running, not ready ──probe 2xx──▶ running, ready
+//	                 │        │                          │
+//	                 │   ready.timeout: SIGTERM,         │
+//	                 │   SIGKILL after stop_timeout      │
+//	                 ▼        ▼                          ▼
+//	              exited (exit.json written by the supervisor)
+//
+// The plugin never owns the engine: it starts the supervisor in a new
+// session and from then on only reads the supervisor's files in the task's
+// state dir (<alloc>/<task>/private/llmgw/<task>-<invocation>/) and signals
+// the engine's process group, after checking the pid against the start
+// time recorded in driver_state. So RecoverTask needs nothing but the
+// handle Nomad persisted: it verifies the supervisor by pid and start time,
+// reads ready.json (readiness already reported), events.offset (events
+// already reported) and exit.json (the engine exited while no plugin
+// watched), and resumes.
+//
+// # Events
+//
+// Task events go to every TaskEvents stream: "Started <engine> on GPUs …:
+// <command line>", load progress the supervisor recognised in the log
+// (each quarter of the weight shards), "Ready after 93s", "Not ready after
+// 30m0s: stopping the engine", and for an exit nobody asked for "Engine
+// exited with code 1 before it was ready: <last output lines>".
+package driver

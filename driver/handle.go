@@ -1,0 +1,527 @@
+package driver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/driver/supervisor"
+	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+)
+
+// handleVersion is TaskHandle.version for handles this driver writes;
+// driver_state carries the same number.
+const handleVersion = 1
+
+// driverState is what Nomad persists for a task (TaskHandle.driver_state,
+// JSON): enough to find the supervisor and the engine again after the
+// plugin or the Nomad client restarts.
+type driverState struct {
+	Version        int           `json:"version"`
+	StateDir       string        `json:"state_dir"`
+	Supervisor     procfs.Ref    `json:"supervisor"`
+	Engine         procfs.Ref    `json:"engine"`
+	EngineName     string        `json:"engine_name"`
+	Model          string        `json:"model"`
+	Command        string        `json:"command"`
+	GPUs           []string      `json:"gpus"`
+	TensorParallel int           `json:"tensor_parallel"`
+	Host           string        `json:"host"`
+	Port           int           `json:"port"`
+	ReadyPath      string        `json:"ready_path"`
+	ReadyInterval  time.Duration `json:"ready_interval"`
+	ReadyTimeout   time.Duration `json:"ready_timeout"`
+	StopTimeout    time.Duration `json:"stop_timeout"`
+	StartedAt      time.Time     `json:"started_at"`
+	Cgroup         string        `json:"cgroup,omitempty"`
+	CgroupError    string        `json:"cgroup_error,omitempty"`
+}
+
+// Files the driver itself keeps in a task's state dir, beside the
+// supervisor's.
+const (
+	readyFile        = "ready.json"
+	failureFile      = "failure.txt"
+	eventsOffsetFile = "events.offset"
+)
+
+// pollEvery is how often a task's owner goroutine looks for the exit
+// record and new events.
+const pollEvery = 200 * time.Millisecond
+
+// taskHandle tracks one task. Its run goroutine owns the watching
+// (exit, readiness, events); it ends when the exit is known, or when the
+// plugin shuts down or destroys the task.
+type taskHandle struct {
+	id   string
+	cfg  *driverpb.TaskConfig
+	st   driverState
+	log  hclog.Logger
+	emit func(msg string, annotations map[string]string)
+
+	// reaped is closed when this plugin process reaped the supervisor (nil
+	// for recovered tasks, whose supervisor another process reaps).
+	reaped <-chan struct{}
+
+	mu          sync.Mutex
+	result      *driverpb.ExitResult
+	resultErr   string
+	completedAt time.Time
+	ready       bool
+	readyAt     time.Time
+	stopping    bool
+	failure     string
+	killAt      time.Time // readiness-timeout stop: SIGKILL after this
+	evOffset    int64
+	oomDetect   string
+
+	done    chan struct{} // closed once result is set
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when run returns
+}
+
+func newHandle(id string, cfg *driverpb.TaskConfig, st driverState, log hclog.Logger,
+	emit func(string, map[string]string), reaped <-chan struct{}) *taskHandle {
+	return &taskHandle{
+		id: id, cfg: cfg, st: st, log: log, emit: emit, reaped: reaped,
+		done: make(chan struct{}), stopped: make(chan struct{}),
+	}
+}
+
+// restore loads what the driver recorded in the state dir before a
+// restart: readiness, a failure reason, how far events were reported.
+func (h *taskHandle) restore() {
+	var r struct {
+		At time.Time `json:"at"`
+	}
+	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, readyFile)); err == nil && json.Unmarshal(b, &r) == nil {
+		h.ready, h.readyAt = true, r.At
+	}
+	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, failureFile)); err == nil {
+		h.failure = string(b)
+		h.stopping = true
+	}
+	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, eventsOffsetFile)); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			h.evOffset = n
+		}
+	}
+}
+
+// start runs the owner goroutine.
+func (h *taskHandle) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	h.cancel = cancel
+	go h.run(ctx)
+}
+
+// shutdown ends the owner goroutine and waits for it.
+func (h *taskHandle) shutdown() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.stopped
+	}
+}
+
+func (h *taskHandle) run(ctx context.Context) {
+	defer close(h.stopped)
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	client := &http.Client{Timeout: probeTimeout(h.st.ReadyInterval)}
+	defer client.CloseIdleConnections()
+	var nextProbe time.Time
+	reaped := h.reaped
+	for {
+		h.pumpEvents()
+		if h.checkExit() {
+			return
+		}
+		now := time.Now()
+		h.mu.Lock()
+		ready, stopping, killAt := h.ready, h.stopping, h.killAt
+		h.mu.Unlock()
+		switch {
+		case !killAt.IsZero() && now.After(killAt):
+			h.log.Warn("engine still running after SIGTERM; killing its process group", "task_id", h.id)
+			_ = h.signalGroup(syscall.SIGKILL)
+			h.mu.Lock()
+			h.killAt = time.Time{}
+			h.mu.Unlock()
+		case !ready && !stopping && now.Sub(h.st.StartedAt) > h.st.ReadyTimeout:
+			h.readinessTimedOut()
+		case !ready && !stopping && !now.Before(nextProbe):
+			nextProbe = now.Add(h.st.ReadyInterval)
+			if h.probe(ctx, client) {
+				h.markReady()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-reaped:
+			reaped = nil
+		}
+	}
+}
+
+func probeTimeout(interval time.Duration) time.Duration {
+	return min(max(interval, 500*time.Millisecond), 5*time.Second)
+}
+
+// url is where the engine serves.
+func (h *taskHandle) url() string {
+	return "http://" + net.JoinHostPort(h.st.Host, strconv.Itoa(h.st.Port))
+}
+
+func (h *taskHandle) probe(ctx context.Context, client *http.Client) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url()+h.st.ReadyPath, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+func (h *taskHandle) markReady() {
+	now := time.Now().UTC()
+	took := now.Sub(h.st.StartedAt)
+	h.mu.Lock()
+	h.ready, h.readyAt = true, now
+	h.mu.Unlock()
+	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
+		h.log.Warn("record readiness", "task_id", h.id, "error", err)
+	}
+	h.log.Info("engine ready", "task_id", h.id, "after", took.String(), "url", h.url()+h.st.ReadyPath)
+	h.emit("Ready after "+roundDuration(took), map[string]string{
+		"ready_seconds": strconv.FormatFloat(took.Seconds(), 'f', 3, 64),
+		"url":           h.url(),
+	})
+}
+
+// roundDuration renders how long loading took: whole seconds from 10s up,
+// tenths below.
+func roundDuration(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func (h *taskHandle) readinessTimedOut() {
+	reason := fmt.Sprintf("engine not ready after %s (ready.timeout): no 2xx from %s%s", h.st.ReadyTimeout, h.url(), h.st.ReadyPath)
+	h.mu.Lock()
+	h.stopping = true
+	h.failure = reason
+	h.killAt = time.Now().Add(h.st.StopTimeout)
+	h.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(h.st.StateDir, failureFile), []byte(reason), 0o600); err != nil {
+		h.log.Warn("record readiness failure", "task_id", h.id, "error", err)
+	}
+	h.log.Error("readiness timeout; stopping the engine", "task_id", h.id, "reason", reason)
+	h.emit(fmt.Sprintf("Not ready after %s: stopping the engine", h.st.ReadyTimeout), map[string]string{"reason": reason})
+	_ = h.signalGroup(syscall.SIGTERM)
+}
+
+// checkExit looks for the exit record and reports whether the task has
+// exited (and its result is set).
+func (h *taskHandle) checkExit() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+	}
+	ex, ok, err := supervisor.ReadExit(h.st.StateDir)
+	if err != nil {
+		h.log.Warn("read exit record", "task_id", h.id, "error", err)
+	}
+	if ok {
+		h.finish(ex)
+		return true
+	}
+	if h.st.Supervisor.Alive() {
+		return false
+	}
+	// The supervisor is gone; it may have written the record just before.
+	if ex, ok, _ := supervisor.ReadExit(h.st.StateDir); ok {
+		h.finish(ex)
+		return true
+	}
+	msg := fmt.Sprintf("supervisor (pid %d) ended without recording the engine's exit", h.st.Supervisor.Pid)
+	if h.st.Engine.Alive() {
+		msg += "; killed the engine's process group"
+		_ = syscall.Kill(-h.st.Engine.Pid, syscall.SIGKILL)
+	}
+	h.log.Error("lost the engine's supervisor", "task_id", h.id, "error", msg)
+	h.setResult(&driverpb.ExitResult{ExitCode: -1}, msg, "unknown")
+	h.emit("Engine lost: "+msg, nil)
+	return true
+}
+
+func (h *taskHandle) finish(ex supervisor.Exit) {
+	h.pumpEvents() // what the supervisor noted before the exit comes first
+	h.mu.Lock()
+	stopping, ready, failure := h.stopping, h.ready, h.failure
+	h.mu.Unlock()
+	res := &driverpb.ExitResult{ExitCode: int32(ex.ExitCode), Signal: int32(ex.Signal), OomKilled: ex.OOMKilled}
+	h.log.Info("engine exited", "task_id", h.id, "exit_code", ex.ExitCode, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
+	if !stopping || ex.OOMKilled {
+		msg, ann := exitMessage(ex, ready)
+		h.emit(msg, ann)
+	}
+	errStr := failure
+	if errStr == "" && ex.OOMKilled {
+		errStr = "engine was OOM-killed"
+	}
+	h.completedAtSet(ex.At)
+	h.setResult(res, errStr, ex.OOMDetection)
+}
+
+func (h *taskHandle) completedAtSet(t time.Time) {
+	h.mu.Lock()
+	h.completedAt = t
+	h.mu.Unlock()
+}
+
+func (h *taskHandle) setResult(res *driverpb.ExitResult, errStr, oom string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.result != nil {
+		return
+	}
+	if h.completedAt.IsZero() {
+		h.completedAt = time.Now().UTC()
+	}
+	h.result, h.resultErr, h.oomDetect = res, errStr, oom
+	close(h.done)
+}
+
+// tailInMessage is how many output lines an exit event's message shows;
+// the annotations hold all the supervisor kept.
+const tailInMessage = 3
+
+func exitMessage(ex supervisor.Exit, ready bool) (string, map[string]string) {
+	var msg string
+	switch {
+	case ex.OOMKilled:
+		msg = fmt.Sprintf("Engine was OOM-killed (exit code %d)", ex.ExitCode)
+	case ex.Signal != 0:
+		msg = fmt.Sprintf("Engine was killed by signal %d (%s)", ex.Signal, syscall.Signal(ex.Signal))
+	default:
+		msg = fmt.Sprintf("Engine exited with code %d", ex.ExitCode)
+	}
+	if !ready {
+		msg += " before it was ready"
+	}
+	ann := map[string]string{"exit_code": strconv.Itoa(ex.ExitCode)}
+	if len(ex.Tail) > 0 {
+		last := ex.Tail
+		if len(last) > tailInMessage {
+			last = last[len(last)-tailInMessage:]
+		}
+		msg += ": " + strings.Join(last, " | ")
+		ann["output_tail"] = strings.Join(ex.Tail, "\n")
+	}
+	return msg, ann
+}
+
+// pumpEvents reports new events the supervisor recorded.
+func (h *taskHandle) pumpEvents() {
+	f, err := os.Open(filepath.Join(h.st.StateDir, supervisor.EventsFile))
+	if err != nil {
+		return
+	}
+	defer f.Close() //nolint:errcheck // read only
+	h.mu.Lock()
+	off := h.evOffset
+	h.mu.Unlock()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return
+	}
+	r := bufio.NewReader(f)
+	moved := false
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			break // a partial last line is read again next time
+		}
+		off += int64(len(line))
+		moved = true
+		var ev supervisor.Event
+		if json.Unmarshal(line, &ev) != nil {
+			continue
+		}
+		h.emitAt(ev.At, ev.Message, ev.Annotations)
+	}
+	if !moved {
+		return
+	}
+	h.mu.Lock()
+	h.evOffset = off
+	h.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(h.st.StateDir, eventsOffsetFile), []byte(strconv.FormatInt(off, 10)), 0o600); err != nil {
+		h.log.Warn("record event offset", "task_id", h.id, "error", err)
+	}
+}
+
+func (h *taskHandle) emitAt(_ time.Time, msg string, ann map[string]string) {
+	h.emit(msg, ann)
+}
+
+// exited reports whether the result is known.
+func (h *taskHandle) exited() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// alive reports whether the engine's process group can still be
+// signalled safely: the supervisor (which ends only after the group) or
+// the engine itself still runs under the pid and start time recorded.
+func (h *taskHandle) alive() bool {
+	return !h.exited() && (h.st.Supervisor.Alive() || h.st.Engine.Alive())
+}
+
+// signalGroup sends sig to the engine's process group.
+func (h *taskHandle) signalGroup(sig syscall.Signal) error {
+	if !h.alive() {
+		return nil
+	}
+	if err := syscall.Kill(-h.st.Engine.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, h.st.Engine.Pid, err)
+	}
+	return nil
+}
+
+// signalEngine sends sig to the engine's main process.
+func (h *taskHandle) signalEngine(sig syscall.Signal) error {
+	if h.exited() || !h.st.Engine.Alive() {
+		return fmt.Errorf("signal %v: %w", sig, errNotRunning)
+	}
+	if err := syscall.Kill(h.st.Engine.Pid, sig); err != nil {
+		return fmt.Errorf("signal %v to pid %d: %w", sig, h.st.Engine.Pid, err)
+	}
+	return nil
+}
+
+// stop sends sig to the process group, and SIGKILL after timeout; it
+// returns once the exit is recorded (or gives up after killTimeout more).
+func (h *taskHandle) stop(ctx context.Context, timeout time.Duration, sig syscall.Signal) error {
+	if h.exited() {
+		return nil
+	}
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+	if err := h.signalGroup(sig); err != nil {
+		return err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	h.log.Info("engine did not stop in time; killing its process group", "task_id", h.id, "timeout", timeout.String())
+	if err := h.signalGroup(syscall.SIGKILL); err != nil {
+		return err
+	}
+	k := time.NewTimer(killTimeout)
+	defer k.Stop()
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-k.C:
+		return fmt.Errorf("engine (pid %d) still not exited %s after SIGKILL", h.st.Engine.Pid, killTimeout)
+	}
+}
+
+// killTimeout bounds the wait for an exit record after SIGKILL.
+const killTimeout = 30 * time.Second
+
+// wait blocks until the task exits or ctx ends.
+func (h *taskHandle) wait(ctx context.Context) (*driverpb.WaitTaskResponse, error) {
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &driverpb.WaitTaskResponse{Result: h.result, Err: h.resultErr}, nil
+}
+
+// status is the task's state for InspectTask.
+func (h *taskHandle) status() (*driverpb.TaskStatus, map[string]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ts := &driverpb.TaskStatus{
+		Id:        h.id,
+		Name:      h.cfg.GetName(),
+		State:     driverpb.TaskState_RUNNING,
+		StartedAt: timestamppb.New(h.st.StartedAt),
+	}
+	if h.result != nil {
+		ts.State = driverpb.TaskState_EXITED
+		ts.CompletedAt = timestamppb.New(h.completedAt)
+		ts.Result = h.result
+	}
+	attrs := map[string]string{
+		"engine":          h.st.EngineName,
+		"model":           h.st.Model,
+		"command":         h.st.Command,
+		"url":             h.url(),
+		"ready":           strconv.FormatBool(h.ready),
+		"ready_path":      h.st.ReadyPath,
+		"gpus":            strings.Join(h.st.GPUs, ","),
+		"tensor_parallel": strconv.Itoa(h.st.TensorParallel),
+		"engine_pid":      strconv.Itoa(h.st.Engine.Pid),
+		"supervisor_pid":  strconv.Itoa(h.st.Supervisor.Pid),
+		"state_dir":       h.st.StateDir,
+	}
+	if h.ready {
+		attrs["ready_at"] = h.readyAt.Format(time.RFC3339Nano)
+		attrs["ready_after"] = roundDuration(h.readyAt.Sub(h.st.StartedAt))
+	}
+	switch {
+	case h.st.Cgroup != "":
+		attrs["oom_detection"] = "cgroup v2 memory.events (" + h.st.Cgroup + ")"
+	case h.st.CgroupError != "":
+		attrs["oom_detection"] = "unavailable: " + h.st.CgroupError
+	default:
+		attrs["oom_detection"] = "disabled"
+	}
+	if h.failure != "" {
+		attrs["failure"] = h.failure
+	}
+	return ts, attrs
+}

@@ -1,0 +1,281 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+)
+
+// Environment variables the driver reads and sets.
+const (
+	envCUDA   = "CUDA_VISIBLE_DEVICES"
+	envNVIDIA = "NVIDIA_VISIBLE_DEVICES"
+	envHFHome = "HF_HOME"
+)
+
+// allocatedGPUs returns the ids of the GPUs Nomad allocated to the task:
+// CUDA_VISIBLE_DEVICES from the device environment (what nomad-device-nvml
+// sets), else NVIDIA_VISIBLE_DEVICES (what Nomad's own NVIDIA plugin sets),
+// looking in the task environment only when the device environment has
+// neither. "all", "none" and "void" name no specific GPU and are ignored.
+func allocatedGPUs(deviceEnv, env map[string]string) []string {
+	for _, m := range []map[string]string{deviceEnv, env} {
+		for _, k := range []string{envCUDA, envNVIDIA} {
+			v, ok := m[k]
+			if !ok {
+				continue
+			}
+			switch strings.TrimSpace(v) {
+			case "all", "none", "void":
+				continue
+			}
+			var ids []string
+			for _, id := range strings.Split(v, ",") {
+				if id = strings.TrimSpace(id); id != "" {
+					ids = append(ids, id)
+				}
+			}
+			if len(ids) > 0 {
+				return ids
+			}
+		}
+	}
+	return nil
+}
+
+// tensorParallel resolves tensor_parallel against the allocated GPUs.
+func tensorParallel(want int, gpus []string) (int, error) {
+	n := len(gpus)
+	switch {
+	case want == 0 && n == 0:
+		return 1, nil
+	case want == 0:
+		return n, nil
+	case want > n && n == 0 && want > 1:
+		return 0, fmt.Errorf(`tensor_parallel: %d needs %d GPUs but the task was allocated none (request them with device "nvidia/gpu" { count = %d })`, want, want, want)
+	case want > n && n > 0:
+		return 0, fmt.Errorf("tensor_parallel: %d is more than the %d GPUs allocated to the task (%s)", want, n, strings.Join(gpus, ","))
+	}
+	return want, nil
+}
+
+// resolvePort finds the host address and port of the group network port
+// labelled label: first in the task's port mappings (the group network
+// block), then in the allocated networks' reserved and dynamic ports.
+func resolvePort(res *driverpb.Resources, label string) (host string, port int, err error) {
+	var labels []string
+	for _, pm := range res.GetPorts() {
+		if pm.GetLabel() == label {
+			return hostOr(pm.GetHostIp()), int(pm.GetValue()), nil
+		}
+		labels = append(labels, pm.GetLabel())
+	}
+	for _, nw := range res.GetAllocatedResources().GetNetworks() {
+		for _, ports := range [][]*driverpb.NetworkPort{nw.GetReservedPorts(), nw.GetDynamicPorts()} {
+			for _, p := range ports {
+				if p.GetLabel() == label {
+					return hostOr(nw.GetIp()), int(p.GetValue()), nil
+				}
+				labels = append(labels, p.GetLabel())
+			}
+		}
+	}
+	if len(labels) == 0 {
+		return "", 0, fmt.Errorf(`port: no port labelled %q: the group has no network ports (add network { port %q {} } to the group)`, label, label)
+	}
+	sort.Strings(labels)
+	return "", 0, fmt.Errorf("port: no port labelled %q in the group's network (have: %s)", label, strings.Join(dedup(labels), ", "))
+}
+
+func hostOr(ip string) string {
+	if ip == "" {
+		return "127.0.0.1"
+	}
+	return ip
+}
+
+func dedup(s []string) []string {
+	var out []string
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// lookPath finds an executable as a shell would with the given PATH.
+func lookPath(name, pathEnv string) (string, error) {
+	if strings.Contains(name, "/") {
+		if err := isExecutable(name); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if isExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found on PATH (%s)", name, pathEnv)
+}
+
+func isExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("executable %q: %w", p, err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("executable %q is a directory", p)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("executable %q: %w", p, fs.ErrPermission)
+	}
+	return nil
+}
+
+// plan is everything StartTask decided before launching.
+type plan struct {
+	cmd            recipe.Cmd
+	env            []string
+	gpus           []string
+	tensorParallel int
+	host           string
+	port           int
+	readyPath      string
+	readyInterval  int64 // nanoseconds
+	readyTimeout   int64 // nanoseconds
+	uid, gid       *uint32
+}
+
+// makePlan resolves a decoded task config against what Nomad allocated and
+// the plugin's configuration.
+func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, error) {
+	var pl plan
+	pl.gpus = allocatedGPUs(task.GetDeviceEnv(), task.GetEnv())
+	tp, err := tensorParallel(tc.TensorParallel, pl.gpus)
+	if err != nil {
+		return plan{}, err
+	}
+	pl.tensorParallel = tp
+	pl.host, pl.port, err = resolvePort(task.GetResources(), tc.Port)
+	if err != nil {
+		return plan{}, err
+	}
+	exe, field := tc.Command, "command"
+	if exe == "" {
+		exe, field = conf.Engines.Executable(tc.Engine), "engines."+tc.Engine
+	}
+	pathEnv := os.Getenv("PATH")
+	if v, ok := task.GetEnv()["PATH"]; ok {
+		pathEnv = v
+	}
+	if v, ok := tc.Env["PATH"]; ok {
+		pathEnv = v
+	}
+	resolved, err := lookPath(exe, pathEnv)
+	if err != nil {
+		hint := fmt.Sprintf("set command in the task config or engines { %s = ... } in the plugin config", tc.Engine)
+		if field == "command" {
+			hint = "check the task config's command"
+		}
+		return plan{}, fmt.Errorf("%s: %w; %s", field, err, hint)
+	}
+	pl.cmd, err = recipe.Build(recipe.Input{
+		Engine: tc.Engine, Executable: resolved, Model: tc.Model,
+		Host: pl.host, Port: pl.port, TensorParallel: tp, Args: tc.Args,
+	})
+	if err != nil {
+		return plan{}, err
+	}
+	pl.readyPath = recipe.DefaultReadyPath(tc.Engine)
+	pl.readyInterval = int64(conf.ReadyInterval)
+	pl.readyTimeout = int64(conf.ReadyTimeout)
+	if r := tc.Ready; r != nil {
+		if r.Path != "" {
+			pl.readyPath = r.Path
+		}
+		if r.Interval > 0 {
+			pl.readyInterval = int64(r.Interval)
+		}
+		if r.Timeout > 0 {
+			pl.readyTimeout = int64(r.Timeout)
+		}
+	}
+	pl.env = engineEnv(conf, task, tc, pl)
+	if u := task.GetUser(); u != "" {
+		uid, gid, err := lookupUser(u)
+		if err != nil {
+			return plan{}, fmt.Errorf("user: %w", err)
+		}
+		pl.uid, pl.gid = &uid, &gid
+	}
+	return pl, nil
+}
+
+// engineEnv layers the engine's environment: the plugin's extra_env, the
+// task environment Nomad built (host variables, NOMAD_*, device variables),
+// the task config's env, the model cache, then what the driver decides:
+// the recipe's variables and the GPUs.
+func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) []string {
+	env := map[string]string{}
+	for _, m := range []map[string]string{conf.ExtraEnv, task.GetEnv(), tc.Env} {
+		for k, v := range m {
+			env[k] = v
+		}
+	}
+	if _, ok := env[envHFHome]; !ok && conf.ModelCache != "" {
+		env[envHFHome] = conf.ModelCache
+	}
+	for k, v := range pl.cmd.Env {
+		env[k] = v
+	}
+	switch {
+	case len(pl.gpus) > 0:
+		env[envCUDA] = strings.Join(pl.gpus, ",")
+	default:
+		// No GPU was allocated: hide every GPU unless the task config
+		// names some itself.
+		if _, ok := tc.Env[envCUDA]; !ok {
+			env[envCUDA] = ""
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func lookupUser(name string) (uid, gid uint32, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("look up %q: %w", name, err)
+	}
+	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("uid of %q: %w", name, err)
+	}
+	g, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("gid of %q: %w", name, err)
+	}
+	return uint32(id), uint32(g), nil
+}
+
+// errNotRunning is returned when an operation needs a running engine.
+var errNotRunning = errors.New("task is not running")

@@ -1,0 +1,173 @@
+package recipe_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/driver/recipe"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("read golden file (run go test -update to create it): %v", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", p, diff)
+	}
+}
+
+func render(c recipe.Cmd) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "path: %s\n", c.Path)
+	for i, a := range c.Args {
+		fmt.Fprintf(&b, "arg[%d]: %s\n", i, a)
+	}
+	keys := make([]string, 0, len(c.Env))
+	for k := range c.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "env: %s=%s\n", k, c.Env[k])
+	}
+	fmt.Fprintf(&b, "line: %s\n", c)
+	return b.String()
+}
+
+func TestRecipesGolden(t *testing.T) {
+	cases := []struct {
+		name string
+		in   recipe.Input
+	}{
+		{"vllm", recipe.Input{Engine: "vllm", Executable: "/opt/vllm/bin/vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct",
+			Host: "10.0.0.7", Port: 23456, TensorParallel: 2, Args: []string{"--max-model-len", "4096"}}},
+		{"sglang", recipe.Input{Engine: "sglang", Executable: "/usr/bin/python3", Model: "meta-llama/Llama-3.1-8B-Instruct",
+			Host: "127.0.0.1", Port: 30000, TensorParallel: 4, Args: []string{"--mem-fraction-static", "0.8"}}},
+		{"sglang_launcher", recipe.Input{Engine: "sglang", Executable: "/opt/sglang/bin/sglang-launch", Model: "/models/llama",
+			Host: "127.0.0.1", Port: 30000, TensorParallel: 1}},
+		{"tgi", recipe.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "mistralai/Mistral-7B-Instruct-v0.3",
+			Host: "0.0.0.0", Port: 8080, TensorParallel: 8}},
+		{"llamacpp", recipe.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
+			Host: "127.0.0.1", Port: 8081, TensorParallel: 1, Args: []string{"-c", "8192", "--n-gpu-layers", "99"}}},
+		{"command", recipe.Input{Engine: "command", Executable: "/opt/my engine/serve", Model: "my-model",
+			Host: "127.0.0.1", Port: 9000, TensorParallel: 2, Args: []string{"--listen", "it's here"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := recipe.Build(c.in)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			golden(t, c.name, render(got))
+		})
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	ok := recipe.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1}
+	cases := []struct {
+		name   string
+		modify func(*recipe.Input)
+		want   string
+	}{
+		{"unknown engine", func(in *recipe.Input) { in.Engine = "triton" }, `engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm)`},
+		{"no model", func(in *recipe.Input) { in.Model = "" }, `model: required for engine "vllm"`},
+		{"no executable", func(in *recipe.Input) { in.Executable = "" }, "command: no executable to run"},
+		{"bad port", func(in *recipe.Input) { in.Port = 70000 }, "port: 70000 is not a TCP port"},
+		{"zero tp", func(in *recipe.Input) { in.TensorParallel = 0 }, "tensor_parallel: must be at least 1, got 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := ok
+			c.modify(&in)
+			_, err := recipe.Build(in)
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("got error %v, want %q", err, c.want)
+			}
+		})
+	}
+	_, err := recipe.Build(recipe.Input{Engine: "x"})
+	if !errors.Is(err, recipe.ErrUnknownEngine) {
+		t.Errorf("got %v, want ErrUnknownEngine", err)
+	}
+	// The command engine needs no model.
+	in := ok
+	in.Engine, in.Model = "command", ""
+	if _, err := recipe.Build(in); err != nil {
+		t.Errorf("command engine without model: %v", err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	want := map[string][2]string{
+		"vllm":     {"vllm", "/health"},
+		"sglang":   {"python3", "/health"},
+		"tgi":      {"text-generation-launcher", "/health"},
+		"llamacpp": {"llama-server", "/health"},
+		"command":  {"", "/health"},
+	}
+	for _, e := range recipe.Engines() {
+		got := [2]string{recipe.DefaultExecutable(e), recipe.DefaultReadyPath(e)}
+		if got != want[e] {
+			t.Errorf("%s: got %v, want %v", e, got, want[e])
+		}
+	}
+	if len(recipe.Engines()) != len(want) {
+		t.Errorf("got engines %v, want %d", recipe.Engines(), len(want))
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	cases := []struct {
+		line string
+		want recipe.Progress
+		ok   bool
+	}{
+		{"Loading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]",
+			recipe.Progress{What: "safetensors checkpoint shards", Percent: 0, Done: 0, Total: 4}, true},
+		{"(VllmWorker rank=0 pid=12) Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:03<00:03,  1.6s/it]",
+			recipe.Progress{What: "safetensors checkpoint shards", Percent: 50, Done: 2, Total: 4}, true},
+		{"[2025-01-01 10:00:00 TP0] Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:06<00:00,  1.5s/it]",
+			recipe.Progress{What: "safetensors checkpoint shards", Percent: 100, Done: 4, Total: 4}, true},
+		{"Loading checkpoint shards:  33%|███▎      | 1/3 [00:01<00:02,  1.10s/it]",
+			recipe.Progress{What: "checkpoint shards", Percent: 33, Done: 1, Total: 3}, true},
+		{"Loading pt checkpoint shards: 25%", recipe.Progress{What: "pt checkpoint shards", Percent: 25}, true},
+		{"INFO: Started server process [42]", recipe.Progress{}, false},
+		{"Loading safetensors checkpoint shards: 250% Completed", recipe.Progress{}, false},
+	}
+	for _, c := range cases {
+		got, ok := recipe.ParseProgress(c.line)
+		if ok != c.ok || got != c.want {
+			t.Errorf("ParseProgress(%q) = %+v, %v; want %+v, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func FuzzParseProgress(f *testing.F) {
+	f.Add("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:00<00:00,  1.80it/s]")
+	f.Add("Loading checkpoint shards: 1%|")
+	f.Fuzz(func(t *testing.T, line string) {
+		p, ok := recipe.ParseProgress(line)
+		if ok && (p.Percent < 0 || p.Percent > 100) {
+			t.Fatalf("percent %d out of range", p.Percent)
+		}
+	})
+}

@@ -1,0 +1,179 @@
+// Package supervisor is the per-task process that owns an inference
+// engine. The driver plugin re-executes its own binary in supervisor mode
+// (`nomad-driver-llmgw supervise <state dir>`) in a new session, so that
+// neither a plugin crash nor a Nomad client restart touches the engine.
+//
+// The supervisor starts the engine in its own process group, copies its
+// stdout and stderr into Nomad's log FIFOs (re-opening them when the
+// reader goes away), notes load progress it recognises in the log, keeps
+// the last lines of output, and when the engine exits kills what is left
+// of its process group and records the exit result atomically in the
+// task's state dir. The driver reads those files; they are the contract
+// between the two processes:
+//
+//	spec.json        what to run (written by the driver)
+//	started.json     supervisor and engine pid + start time, cgroup
+//	events.jsonl     one JSON event per line (load progress)
+//	exit.json        the engine's exit result (written once, last)
+//	supervisor.log   the supervisor's own diagnostics
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/llmgw/llmgw/driver/procfs"
+)
+
+// File names inside a task's state dir.
+const (
+	SpecFile    = "spec.json"
+	StartedFile = "started.json"
+	EventsFile  = "events.jsonl"
+	ExitFile    = "exit.json"
+	LogFile     = "supervisor.log"
+)
+
+// SpecVersion is the version of Spec this binary writes and reads.
+const SpecVersion = 1
+
+// Spec is what the supervisor runs.
+type Spec struct {
+	Version int `json:"version"`
+	// Path is the engine executable; Args exclude the program name.
+	Path string   `json:"path"`
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	// Stdout and Stderr are Nomad's log FIFOs (or /dev/null); empty
+	// discards the stream.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// CgroupParent is a cgroup v2 directory under which the supervisor
+	// creates the engine's own cgroup (for OOM-kill detection and for
+	// killing every process of the engine); empty disables it.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
+	// CgroupName is the engine's cgroup's directory name.
+	CgroupName string `json:"cgroup_name,omitempty"`
+	// UID and GID, when set, are the user the engine runs as.
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
+	// TailLines is how many of the last output lines the exit record
+	// keeps.
+	TailLines int `json:"tail_lines"`
+}
+
+// Started is what the supervisor records once the engine runs.
+type Started struct {
+	Supervisor procfs.Ref `json:"supervisor"`
+	Engine     procfs.Ref `json:"engine"`
+	// Cgroup is the engine's cgroup directory, empty when none;
+	// CgroupError says why there is none when one was asked for.
+	Cgroup      string    `json:"cgroup,omitempty"`
+	CgroupError string    `json:"cgroup_error,omitempty"`
+	At          time.Time `json:"at"`
+	// Error is set instead of the rest when the engine could not start.
+	Error string `json:"error,omitempty"`
+}
+
+// Exit is the engine's exit result.
+type Exit struct {
+	ExitCode  int  `json:"exit_code"`
+	Signal    int  `json:"signal"`
+	OOMKilled bool `json:"oom_killed"`
+	// OOMDetection says how OOM kills were looked for ("cgroup v2
+	// memory.events" or why not).
+	OOMDetection string    `json:"oom_detection"`
+	At           time.Time `json:"at"`
+	// Tail holds the last lines the engine wrote to stderr (or to stdout
+	// when it wrote nothing to stderr).
+	Tail []string `json:"tail,omitempty"`
+}
+
+// Event is one notable line from the engine's output.
+type Event struct {
+	At          time.Time         `json:"at"`
+	Message     string            `json:"message"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// WriteJSONAtomic writes v as JSON to path so that a reader sees either
+// the old file or the whole new one: write a temporary file in the same
+// dir, fsync, rename, fsync the dir.
+func WriteJSONAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close() //nolint:errcheck,gosec // the write error is the one to report
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close() //nolint:errcheck,gosec // the sync error is the one to report
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename into %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+func readJSON(path string, v any) (bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// ReadSpec reads the spec in stateDir.
+func ReadSpec(stateDir string) (Spec, error) {
+	var s Spec
+	ok, err := readJSON(filepath.Join(stateDir, SpecFile), &s)
+	if err != nil {
+		return Spec{}, err
+	}
+	if !ok {
+		return Spec{}, fmt.Errorf("no %s in %s", SpecFile, stateDir)
+	}
+	if s.Version != SpecVersion {
+		return Spec{}, fmt.Errorf("%s: version %d, this binary reads version %d", SpecFile, s.Version, SpecVersion)
+	}
+	return s, nil
+}
+
+// ReadStarted reads the started record; ok is false when there is none.
+func ReadStarted(stateDir string) (s Started, ok bool, err error) {
+	ok, err = readJSON(filepath.Join(stateDir, StartedFile), &s)
+	return s, ok, err
+}
+
+// ReadExit reads the exit record; ok is false while the engine runs.
+func ReadExit(stateDir string) (e Exit, ok bool, err error) {
+	ok, err = readJSON(filepath.Join(stateDir, ExitFile), &e)
+	return e, ok, err
+}

@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+)
+
+const (
+	driverPkg     = "github.com/llmgw/llmgw/cmd/nomad-driver-llmgw"
+	fakeEnginePkg = "github.com/llmgw/llmgw/cmd/fake-engine"
+)
+
+// TestDriverInRealNomad runs a vLLM-shaped task (the fake engine) on two
+// mock GPUs through the llmgw driver in a real Nomad: it becomes running
+// and ready, its logs and exec work, it survives a restart of the Nomad
+// client with the same engine process, and job stop ends it.
+func TestDriverInRealNomad(t *testing.T) {
+	nomad := nomadtest.Bin(t)
+	engine := plugintest.Build(t, fakeEnginePkg)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg))
+	c := nomadtest.Start(t, nomadtest.ClientOptions{
+		Name:      "gpu-1",
+		PluginDir: plugins,
+		Plugins: map[string]string{
+			"nomad-device-nvml": `
+    mock {
+      system = "dgxh200"
+      seed   = "gpu-1"
+    }`,
+			"nomad-driver-llmgw": `
+    ready_interval = "250ms"`,
+		},
+	})
+	client := c.Clients[0]
+
+	const killTimeout = 10 * time.Second
+	job := &api.Job{
+		ID:          ptr("llm"),
+		Name:        ptr("llm"),
+		Type:        ptr("service"),
+		Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name:          ptr("g"),
+			Networks:      []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}},
+			RestartPolicy: &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+			Tasks: []*api.Task{{
+				Name:        "engine",
+				Driver:      "llmgw",
+				KillTimeout: ptr(killTimeout),
+				Config: map[string]any{
+					"engine":  "vllm",
+					"model":   "Qwen/Qwen2.5-0.5B-Instruct",
+					"command": engine,
+					"args":    []string{"--load-seconds", "2", "--load-shards", "4", "--expect-gpus", "2"},
+					"port":    "http",
+					"ready":   []map[string]any{{"timeout": "2m"}},
+				},
+				Resources: &api.Resources{
+					CPU: ptr(100), MemoryMB: ptr(128),
+					Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](2)}},
+				},
+			}},
+		}},
+	}
+	if _, _, err := c.API.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("register job: %v", err)
+	}
+	var alloc *api.Allocation
+	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
+		stubs, _, err := c.API.Jobs().Allocations("llm", true, nil)
+		if err != nil || len(stubs) == 0 {
+			return false, fmt.Sprintf("no allocation yet (%v)", err)
+		}
+		if stubs[0].ClientStatus == api.AllocClientStatusFailed {
+			t.Fatalf("allocation failed: %s", taskEvents(stubs[0].TaskStates["engine"]))
+		}
+		a, _, err := c.API.Allocations().Info(stubs[0].ID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		alloc = a
+		ts := a.TaskStates["engine"]
+		if a.ClientStatus != api.AllocClientStatusRunning || ts == nil {
+			return false, "allocation " + a.ClientStatus
+		}
+		return hasEvent(ts, "Ready after"), "no Ready event yet: " + taskEvents(ts)
+	})
+	ts := alloc.TaskStates["engine"]
+	t.Logf("task events: %s", taskEvents(ts))
+	if !hasEvent(ts, "Started vllm on GPUs ") || !hasEvent(ts, "(tensor parallel 2)") {
+		t.Errorf("no Started event naming the GPUs: %s", taskEvents(ts))
+	}
+	if !hasEvent(ts, "Loading safetensors checkpoint shards") {
+		t.Errorf("no load progress event: %s", taskEvents(ts))
+	}
+
+	// Logs through the logs API.
+	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, _ := c.Logs(alloc, "engine", "stdout")
+		errOut, _ := c.Logs(alloc, "engine", "stderr")
+		return strings.Contains(out+errOut, "Loading safetensors checkpoint shards"), "engine output not in the logs yet"
+	})
+
+	// nomad alloc exec, with the task's GPUs in its environment.
+	execOut := allocExec(t, nomad, client, alloc.ID, "sh", "-c", "echo gpus=$CUDA_VISIBLE_DEVICES")
+	if !strings.Contains(execOut, "gpus=GPU-") || strings.Count(execOut, "GPU-") != 2 {
+		t.Errorf("alloc exec printed %q, want the two allocated GPUs", execOut)
+	}
+
+	engineRef := enginePid(t, client, alloc)
+	t.Logf("engine pid %d", engineRef.Pid)
+
+	// Restart the client agent on the same data dir: the engine keeps
+	// running and the task is recovered, not restarted.
+	client.Stop()
+	if !engineRef.Alive() {
+		t.Fatal("engine died with the Nomad client")
+	}
+	if err := client.Start(); err != nil {
+		t.Fatalf("restart client: %v", err)
+	}
+	c.WaitReady(90 * time.Second)
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		a, _, err := c.API.Allocations().Info(alloc.ID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		ts := a.TaskStates["engine"]
+		if a.ClientStatus != api.AllocClientStatusRunning || ts == nil || ts.State != "running" {
+			return false, "allocation " + a.ClientStatus
+		}
+		if ts.Restarts != 0 {
+			t.Fatalf("task restarted %d times across the client restart: %s", ts.Restarts, taskEvents(ts))
+		}
+		return true, ""
+	})
+	// The new plugin process recovered the task from its handle, and exec
+	// goes through it.
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		return strings.Contains(client.Log(), "recovered task"), "no RecoverTask in the client log yet"
+	})
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		out, err := tryAllocExec(nomad, client, alloc.ID, "sh", "-c", "echo after-restart")
+		return err == nil && strings.Contains(out, "after-restart"), fmt.Sprintf("alloc exec after the client restart: %v: %s", err, out)
+	})
+	if again := enginePid(t, client, alloc); again != engineRef || !engineRef.Alive() {
+		t.Fatalf("engine after the restart: %+v (alive %v), want %+v", again, engineRef.Alive(), engineRef)
+	}
+	// Output written after the restart still reaches Nomad's logs (the
+	// supervisor re-opens the log FIFOs when their reader changes).
+	addr := engineAddr(t, alloc)
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/v1/models?after=client-restart")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		out, _ := c.Logs(alloc, "engine", "stdout")
+		return strings.Contains(out, "after=client-restart"), "request after the restart not in the stdout log yet"
+	})
+
+	// Job stop ends the engine within the kill timeout.
+	stopAt := time.Now()
+	if _, _, err := c.API.Jobs().Deregister("llm", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	nomadtest.Eventually(t, killTimeout+20*time.Second, func() (bool, string) {
+		return !engineRef.Alive(), "engine still running"
+	})
+	t.Logf("engine ended %s after job stop (kill timeout %s)", time.Since(stopAt).Round(time.Millisecond), killTimeout)
+	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		a, _, err := c.API.Allocations().Info(alloc.ID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		return a.ClientStatus == api.AllocClientStatusComplete, "allocation " + a.ClientStatus
+	})
+}
+
+// engineAddr is the host:port of the group's http port.
+func engineAddr(t *testing.T, alloc *api.Allocation) string {
+	t.Helper()
+	for _, p := range alloc.AllocatedResources.Shared.Ports {
+		if p.Label == "http" {
+			return net.JoinHostPort(p.HostIP, strconv.Itoa(p.Value))
+		}
+	}
+	t.Fatalf("allocation has no http port: %+v", alloc.AllocatedResources.Shared.Ports)
+	return ""
+}
+
+func hasEvent(ts *api.TaskState, substr string) bool {
+	for _, e := range ts.Events {
+		if strings.Contains(e.DriverMessage, substr) || strings.Contains(e.DisplayMessage, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+func taskEvents(ts *api.TaskState) string {
+	if ts == nil {
+		return "(no task state)"
+	}
+	var b strings.Builder
+	for _, e := range ts.Events {
+		fmt.Fprintf(&b, "\n  %s: %s", e.Type, e.DisplayMessage)
+	}
+	return b.String()
+}
+
+// allocExec runs `nomad alloc exec` against the client's agent.
+func allocExec(t *testing.T, nomad string, client *nomadtest.Agent, allocID string, cmd ...string) string {
+	t.Helper()
+	out, err := tryAllocExec(nomad, client, allocID, cmd...)
+	if err != nil {
+		t.Fatalf("nomad alloc exec: %v\n%s", err, out)
+	}
+	return out
+}
+
+func tryAllocExec(nomad string, client *nomadtest.Agent, allocID string, cmd ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"alloc", "exec", "-address", client.Addr(), "-i=false", "-t=false", "-task", "engine", allocID}, cmd...)
+	out, err := exec.CommandContext(ctx, nomad, args...).CombinedOutput()
+	return string(out), err
+}
+
+// enginePid reads the engine's pid and start time from the state the
+// supervisor keeps in the task's private dir.
+func enginePid(t *testing.T, client *nomadtest.Agent, alloc *api.Allocation) procfs.Ref {
+	t.Helper()
+	pattern := filepath.Join(client.Dir, "data", "alloc", alloc.ID, "engine", "private", "llmgw", "*", "started.json")
+	matches, err := filepath.Glob(pattern)
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("started.json: %v %v (pattern %s)", matches, err, pattern)
+	}
+	b, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Engine procfs.Ref `json:"engine"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Engine
+}

@@ -1,0 +1,67 @@
+# llmgw.hcl: the llmgw controller's configuration (llmgw controller --config llmgw.hcl).
+#
+# Every value below is the default except node_base_watts and driver.env; an empty
+# file works too. Relative paths are relative to this file's directory. The nomad
+# block falls back to NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE,
+# NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME and
+# NOMAD_SKIP_VERIFY, as Nomad's CLI does. env("NAME") reads an environment variable.
+# See docs/controller.md, "Configuration".
+
+nomad {
+  address = "http://127.0.0.1:4646"
+  # token     = env("NOMAD_TOKEN")   # needs the llmgw ACL policy
+  # region    = "global"            # jobs are registered here...
+  # namespace = "default"           # ...and here
+  # tls {
+  #   ca_file     = "tls/nomad-ca.pem"
+  #   cert_file   = "tls/cli.pem"
+  #   key_file    = "tls/cli-key.pem"
+  #   server_name = "server.global.nomad"
+  #   insecure    = false
+  # }
+}
+
+# Only with service_provider = "consul".
+# consul {
+#   address = "127.0.0.1:8500"
+#   token   = env("CONSUL_HTTP_TOKEN")
+# }
+
+# The controller's HTTP API (and /metrics).
+listen = "127.0.0.1:9797"
+
+# Set it, and every mutating API call needs "Authorization: Bearer <token>".
+# api_token = env("LLMGW_API_TOKEN")
+
+catalog  = "catalog.hcl"
+facility = "facility.hcl"
+
+# Where replicas register their services: "nomad" or "consul".
+service_provider = "nomad"
+
+# Where rendered jobs may run; "*" is every datacenter.
+datacenters = ["*"]
+
+# Draw of a node without GPU work (CPUs, memory, fans, NICs), in watts, for nodes
+# the facility knows no base draw of. An H200 server idles at about 1.2 kW.
+node_base_watts = 1200
+
+# Defaults of every rendered engine task.
+driver {
+  ready_interval = "1s"  # readiness probe interval
+  ready_timeout  = "30m" # how long an engine may take to load
+  kill_timeout   = "60s" # SIGTERM to SIGKILL; raise the clients' max_kill_timeout to match
+  shutdown_delay = "15s" # deregistered, still serving, while the gateway drains it
+  check_interval = "10s" # the service's HTTP check
+  check_timeout  = "5s"
+  env = {
+    DO_NOT_TRACK = "1"
+  }
+  # Executables per engine, overriding the driver plugin's (task config command):
+  # engines = { vllm = "/opt/vllm/bin/vllm" }
+}
+
+reconcile {
+  interval         = "30s" # a full pass at least this often
+  partial_deadline = "10m" # a replica partly placed this long is placed anew
+}
