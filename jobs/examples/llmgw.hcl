@@ -43,7 +43,7 @@ service_provider = "nomad"
 datacenters = ["*"]
 
 # Draw of a node without GPU work (CPUs, memory, fans, NICs), in watts, for nodes
-# the facility knows no base draw of. An H200 server idles at about 1.2 kW.
+# whose client meta sets no llmgw.base_watts. An H200 server idles at about 1.2 kW.
 node_base_watts = 1200
 
 # Defaults of every rendered engine task.

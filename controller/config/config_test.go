@@ -1,0 +1,339 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/facility"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParse(t *testing.T) {
+	dir := filepath.Join("etc", "llmgw")
+	file := filepath.Join(dir, "llmgw.hcl")
+	def := Default(dir)
+	def.File = file
+	with := func(f func(*Config)) Config {
+		c := Default(dir)
+		c.File = file
+		f(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		src  string
+		env  map[string]string
+		want Config
+	}{
+		{"empty file", "", nil, def},
+		{"nomad from the environment", "", map[string]string{
+			"NOMAD_ADDR": "https://nomad.example:4646", "NOMAD_TOKEN": "s3cret", "NOMAD_REGION": "eu",
+			"NOMAD_NAMESPACE": "llm", "NOMAD_CACERT": "ca.pem", "NOMAD_CLIENT_CERT": "/c.pem",
+			"NOMAD_CLIENT_KEY": "/k.pem", "NOMAD_TLS_SERVER_NAME": "server.eu.nomad", "NOMAD_SKIP_VERIFY": "true",
+		}, with(func(c *Config) {
+			c.Nomad = Nomad{Address: "https://nomad.example:4646", Token: "s3cret", Region: "eu", Namespace: "llm",
+				// Paths from the environment stay as given (relative to the
+				// working directory, as for Nomad's CLI).
+				TLS: TLS{CAFile: "ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem", ServerName: "server.eu.nomad", Insecure: true}}
+		})},
+		{"file wins over the environment", `
+nomad {
+  address   = "http://10.0.0.1:4646"
+  token     = "from-file"
+  region    = "us"
+  namespace = "default"
+  tls {
+    ca_file     = "tls/ca.pem"
+    cert_file   = "/etc/nomad/cli.pem"
+    key_file    = "tls/cli-key.pem"
+    server_name = "server.us.nomad"
+    insecure    = false
+  }
+}
+`, map[string]string{"NOMAD_ADDR": "https://other:4646", "NOMAD_TOKEN": "env", "NOMAD_REGION": "eu",
+			"NOMAD_NAMESPACE": "llm", "NOMAD_CACERT": "x", "NOMAD_SKIP_VERIFY": "1"}, with(func(c *Config) {
+			c.Nomad = Nomad{Address: "http://10.0.0.1:4646", Token: "from-file", Region: "us", Namespace: "default",
+				TLS: TLS{CAFile: filepath.Join(dir, "tls/ca.pem"), CertFile: "/etc/nomad/cli.pem",
+					KeyFile: filepath.Join(dir, "tls/cli-key.pem"), ServerName: "server.us.nomad"}}
+		})},
+		{"env function", `
+api_token = env("LLMGW_API_TOKEN")
+nomad { token = env("MY_NOMAD_TOKEN") }
+`, map[string]string{"LLMGW_API_TOKEN": "abc", "MY_NOMAD_TOKEN": "def"}, with(func(c *Config) {
+			c.APIToken = "abc"
+			c.Nomad.Token = "def"
+		})},
+		{"everything", `
+listen           = "0.0.0.0:8080"
+api_token        = "t0k3n"
+catalog          = "models/catalog.hcl"
+facility         = "/srv/llmgw/facility.hcl"
+service_provider = "consul"
+datacenters      = ["ams1-a", "ams1-b"]
+priority         = 70
+node_base_watts  = 1200.5
+
+consul {
+  address = "https://consul.example:8501"
+  token   = "c0nsul"
+}
+
+driver {
+  ready_interval = "2s"
+  ready_timeout  = "45m"
+  kill_timeout   = "90s"
+  shutdown_delay = "20s"
+  check_interval = "15s"
+  check_timeout  = "3s"
+  env            = { HF_HOME = "/srv/hf", HF_HUB_OFFLINE = "1" }
+  engines        = { vllm = "/opt/vllm/bin/vllm", command = "/usr/local/bin/fake-engine" }
+}
+
+reconcile {
+  interval         = "1m"
+  partial_deadline = "20m"
+}
+`, nil, with(func(c *Config) {
+			c.Listen = "0.0.0.0:8080"
+			c.APIToken = "t0k3n"
+			c.Catalog = filepath.Join(dir, "models/catalog.hcl")
+			c.Facility = "/srv/llmgw/facility.hcl"
+			c.ServiceProvider = "consul"
+			c.Datacenters = []string{"ams1-a", "ams1-b"}
+			c.Priority = 70
+			c.NodeBaseWatts = 1200.5
+			c.Consul = &Consul{Address: "https://consul.example:8501", Token: "c0nsul"}
+			c.Driver = Driver{
+				ReadyInterval: 2 * time.Second, ReadyTimeout: 45 * time.Minute, KillTimeout: 90 * time.Second,
+				ShutdownDelay: 20 * time.Second, CheckInterval: 15 * time.Second, CheckTimeout: 3 * time.Second,
+				Env:     map[string]string{"HF_HOME": "/srv/hf", "HF_HUB_OFFLINE": "1"},
+				Engines: map[string]string{"vllm": "/opt/vllm/bin/vllm", "command": "/usr/local/bin/fake-engine"},
+			}
+			c.Reconcile = Reconcile{Interval: time.Minute, PartialDeadline: 20 * time.Minute}
+		})},
+		{"consul defaults from the environment", "consul {}\n",
+			map[string]string{"CONSUL_HTTP_ADDR": "10.0.0.2:8500", "CONSUL_HTTP_TOKEN": "ct"},
+			with(func(c *Config) { c.Consul = &Consul{Address: "10.0.0.2:8500", Token: "ct"} })},
+		{"consul defaults", "consul {}\nservice_provider = \"consul\"\n", nil,
+			with(func(c *Config) {
+				c.Consul = &Consul{Address: DefaultConsulAddress}
+				c.ServiceProvider = "consul"
+			})},
+		{"unix socket", `nomad { address = "unix:///var/run/nomad.sock" }`, nil,
+			with(func(c *Config) { c.Nomad.Address = "unix:///var/run/nomad.sock" })},
+		{"zero shutdown delay", "driver { shutdown_delay = \"0s\" }\n", nil,
+			with(func(c *Config) { c.Driver.ShutdownDelay = 0 })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(file, []byte(tc.src), envMap(tc.env))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		env  map[string]string
+		want []string // each error, in order
+	}{
+		{"syntax", "listen = \n", nil, []string{"c.hcl:1: Invalid expression"}},
+		{"unknown attribute", "\nlisten = \"127.0.0.1:1\"\nport = 9797\n", nil, []string{"c.hcl:3: Unsupported argument"}},
+		{"unknown block", "\n\nserver {\n}\n", nil, []string{"c.hcl:3: Unsupported block type"}},
+		{"unknown nomad attribute", "nomad {\n  addr = \"x\"\n}\n", nil, []string{"c.hcl:2: Unsupported argument"}},
+		{"unknown tls attribute", "nomad {\n  tls {\n    ca = \"x\"\n  }\n}\n", nil, []string{"c.hcl:3: Unsupported argument"}},
+		{"unknown driver attribute", "driver {\n  timeout = \"1m\"\n}\n", nil, []string{"c.hcl:2: Unsupported argument"}},
+		{"label on block", "nomad \"eu\" {\n}\n", nil, []string{"c.hcl:1: Extraneous label"}},
+		{"duplicate block", "driver {}\nreconcile {}\ndriver {}\n", nil, []string{"c.hcl:3: duplicate driver block (first at line 1)"}},
+		{"duplicate attribute", "listen = \"a:1\"\nlisten = \"b:2\"\n", nil, []string{"c.hcl:2: Attribute redefined"}},
+		{"bad duration", "driver {\n  ready_timeout = \"30 minutes\"\n}\n", nil, []string{`c.hcl:2: ready_timeout: "30 minutes" is not a duration`}},
+		{"duration as number", "reconcile {\n  interval = 30\n}\n", nil, []string{`c.hcl:2: interval: "30" is not a duration`}},
+		{"negative duration", "driver {\n  kill_timeout = \"-5s\"\n}\n", nil, []string{"c.hcl:2: kill_timeout: -5s is below the minimum of 1s"}},
+		{"ready interval too short", "driver {\n  ready_interval = \"10ms\"\n}\n", nil, []string{"c.hcl:2: ready_interval: 10ms is below the minimum of 100ms"}},
+		{"check timeout above interval", "driver {\n  check_interval = \"5s\"\n  check_timeout = \"10s\"\n}\n", nil, []string{"c.hcl:3: check_timeout: 10s is longer than check_interval 5s"}},
+		{"zero reconcile interval", "reconcile {\n  partial_deadline = \"0s\"\n}\n", nil, []string{"c.hcl:2: partial_deadline: 0s is below the minimum of 1s"}},
+		{"bad listen", "\nlisten = \"localhost\"\n", nil, []string{`c.hcl:2: listen: "localhost" is not host:port`}},
+		{"listen port", "listen = \"127.0.0.1:99999\"\n", nil, []string{`c.hcl:1: listen: "127.0.0.1:99999": port "99999" is not 1-65535`}},
+		{"listen port name", "listen = \"127.0.0.1:http\"\n", nil, []string{`port "http" is not 1-65535`}},
+		{"consul provider without consul", "\n\nservice_provider = \"consul\"\n", nil, []string{`c.hcl:3: service_provider: "consul" needs a consul block`}},
+		{"unknown provider", "service_provider = \"etcd\"\n", nil, []string{`c.hcl:1: service_provider: "etcd" is neither "nomad" nor "consul"`}},
+		{"negative watts", "\nnode_base_watts = -100\n", nil, []string{"c.hcl:2: node_base_watts: must be a number of watts, 0 or more, got -100"}},
+		{"watts as string word", "node_base_watts = \"lots\"\n", nil, []string{"c.hcl:1: node_base_watts: want number"}},
+		{"priority", "priority = 0\n", nil, []string{"c.hcl:1: priority: want a whole number from 1 to 32766"}},
+		{"fractional priority", "priority = 50.5\n", nil, []string{"c.hcl:1: priority: want a whole number"}},
+		{"empty datacenters", "datacenters = []\n", nil, []string{"c.hcl:1: datacenters: want at least one"}},
+		{"datacenters not a list", "datacenters = \"dc1\"\n", nil, []string{"c.hcl:1: datacenters: want list of string"}},
+		{"empty catalog", "catalog = \"\"\n", nil, []string{"c.hcl:1: catalog: must not be empty"}},
+		{"null", "api_token = null\n", nil, []string{"c.hcl:1: api_token: must not be null"}},
+		{"unknown engine", "driver {\n  engines = { trtllm = \"/bin/x\" }\n}\n", nil, []string{`c.hcl:2: engines: unknown engine "trtllm"`}},
+		{"empty engine executable", "driver {\n  engines = { vllm = \"\" }\n}\n", nil, []string{"c.hcl:2: engines.vllm: empty executable"}},
+		{"bad env name", "driver {\n  env = { \"A=B\" = \"x\" }\n}\n", nil, []string{`c.hcl:2: env: bad variable "A=B"`}},
+		{"env not a map", "driver {\n  env = [\"A\"]\n}\n", nil, []string{"c.hcl:2: env: want map of string"}},
+		{"bad nomad address", "nomad {\n  address = \"nomad:4646\"\n}\n", nil, []string{`c.hcl:2: address: "nomad:4646": want http://, https:// or unix://`}},
+		{"nomad address without host", "nomad {\n  address = \"http://\"\n}\n", nil, []string{`c.hcl:2: address: "http://" has no host`}},
+		{"bad NOMAD_ADDR", "", map[string]string{"NOMAD_ADDR": "ftp://x"}, []string{`c.hcl: NOMAD_ADDR in the environment: "ftp://x": want http://, https:// or unix://`}},
+		{"bad NOMAD_SKIP_VERIFY", "", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"}, []string{`c.hcl: NOMAD_SKIP_VERIFY in the environment: "maybe" is not a boolean`}},
+		{"insecure not a bool", "nomad {\n  tls {\n    insecure = \"sometimes\"\n  }\n}\n", nil, []string{"c.hcl:3: insecure: want bool"}},
+		{"cert without key", "nomad {\n  tls {\n    cert_file = \"c.pem\"\n  }\n}\n", nil, []string{"c.hcl:2: nomad tls: cert_file and key_file go together"}},
+		{"bad consul address", "consul {\n  address = \"consul\"\n}\n", nil, []string{`c.hcl:2: address: "consul" is not host:port`}},
+		{"unknown function", "api_token = file(\"/etc/token\")\n", nil, []string{"c.hcl:1: Call to unknown function"}},
+		{"several problems", "listen = \"x\"\n\ndriver {\n  ready_timeout = \"soon\"\n}\nnode_base_watts = -1\n", nil, []string{
+			`c.hcl:4: ready_timeout: "soon" is not a duration`,
+			`c.hcl:1: listen: "x" is not host:port`,
+			"c.hcl:6: node_base_watts",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("c.hcl", []byte(tc.src), envMap(tc.env))
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			var errs []error
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = j.Unwrap()
+			} else {
+				errs = []error{err}
+			}
+			if len(errs) != len(tc.want) {
+				t.Fatalf("%d errors, want %d:\n%v", len(errs), len(tc.want), err)
+			}
+			for i, e := range errs {
+				var ce *Error
+				if !errors.As(e, &ce) {
+					t.Errorf("error %d (%v) is not a *config.Error", i, e)
+				}
+				if !strings.Contains(e.Error(), tc.want[i]) {
+					t.Errorf("error %d = %q, want it to contain %q", i, e, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "llmgw.hcl")
+	if err := os.WriteFile(path, []byte("catalog = \"cat.hcl\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Catalog, filepath.Join(dir, "cat.hcl"); got != want {
+		t.Errorf("Catalog = %q, want %q", got, want)
+	}
+	if got, want := c.Facility, filepath.Join(dir, DefaultFacility); got != want {
+		t.Errorf("Facility = %q, want %q", got, want)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.hcl"), nil); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v, want os.ErrNotExist", err)
+	}
+	if err := os.WriteFile(path, []byte("\nlisten = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), path+":2: ") {
+		t.Errorf("Load error %v, want it to name %s:2", err, path)
+	}
+}
+
+// The example configuration parses, and points at the example catalog and
+// facility, which parse too.
+func TestExample(t *testing.T) {
+	path := filepath.Join("..", "..", "jobs", "examples", "llmgw.hcl")
+	c, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(c.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := facility.ParseCatalog(c.Catalog, src); err != nil {
+		t.Error(err)
+	}
+	src, err = os.ReadFile(c.Facility)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := facility.ParseFacility(c.Facility, src); err != nil {
+		t.Error(err)
+	}
+	// The example spells out the defaults: it parses to what an empty file
+	// gives, apart from what it sets on purpose.
+	want := Default(filepath.Dir(path))
+	want.File = path
+	want.NodeBaseWatts = 1200
+	want.Driver.Env = map[string]string{"DO_NOT_TRACK": "1"}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("example (-defaults +example):\n%s", diff)
+	}
+}
+
+func TestRenderSettings(t *testing.T) {
+	c, err := Parse("c.hcl", []byte(`
+nomad {
+  region    = "eu"
+  namespace = "llm"
+}
+datacenters = ["dc1"]
+priority    = 60
+driver {
+  env     = { A = "1" }
+  engines = { vllm = "/bin/vllm" }
+}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.RenderSettings()
+	want := render.Settings{
+		Namespace: "llm", Region: "eu", Datacenters: []string{"dc1"}, Priority: 60,
+		ServiceProvider: "nomad",
+		ReadyInterval:   render.DefaultReadyInterval, ReadyTimeout: render.DefaultReadyTimeout,
+		CheckInterval: render.DefaultCheckInterval, CheckTimeout: render.DefaultCheckTimeout,
+		KillTimeout: render.DefaultKillTimeout, ShutdownDelay: render.DefaultShutdownDelay,
+		Env: map[string]string{"A": "1"}, Commands: map[string]string{"vllm": "/bin/vllm"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RenderSettings (-want +got):\n%s", diff)
+	}
+	// A copy: the config's maps stay the config's.
+	got.Env["B"] = "2"
+	if _, ok := c.Driver.Env["B"]; ok {
+		t.Error("RenderSettings shares the env map")
+	}
+	// The defaults are ones render accepts.
+	if diff := cmp.Diff(render.DefaultSettings(), Default(".").RenderSettings()); diff != "" {
+		t.Errorf("default settings differ from render's (-render +config):\n%s", diff)
+	}
+}
+
+func TestAPIConfig(t *testing.T) {
+	n := Nomad{Address: "https://n:4646", Token: "t", Region: "r", Namespace: "ns",
+		TLS: TLS{CAFile: "ca", CertFile: "c", KeyFile: "k", ServerName: "sn", Insecure: true}}
+	got := n.APIConfig()
+	want := &api.Config{Address: "https://n:4646", SecretID: "t", Region: "r", Namespace: "ns",
+		TLSConfig: &api.TLSConfig{CACert: "ca", ClientCert: "c", ClientKey: "k", TLSServerName: "sn", Insecure: true}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(api.Config{})); diff != "" {
+		t.Errorf("APIConfig (-want +got):\n%s", diff)
+	}
+}

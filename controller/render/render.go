@@ -1,0 +1,569 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Names in rendered jobs.
+const (
+	DriverName = "llmgw"  // task driver
+	TaskName   = "engine" // the one task of every group
+	PortHTTP   = "http"   // the engine's API port, every shard
+	PortDist   = "dist"   // the leader's rendezvous port, shard 0 of a multi-node replica
+	// LeaderEnvFile is where the other shards' template writes the leader's
+	// address (inside the task directory).
+	LeaderEnvFile = "local/leader.env"
+)
+
+// Environment variables rendered into every task (Nomad's task env block,
+// so that the engine and a `command` engine's wrapper see them).
+const (
+	EnvReplica    = "LLMGW_REPLICA"           // replica id
+	EnvServedName = "LLMGW_SERVED_MODEL_NAME" // the catalog's model name
+	EnvNNodes     = "LLMGW_NNODES"            // shards of the replica
+	EnvNodeRank   = "LLMGW_NODE_RANK"         // this shard's index; 0 is the leader
+	EnvLeaderHost = "LLMGW_LEADER_HOST"       // multi-node: the leader's dist address…
+	EnvLeaderPort = "LLMGW_LEADER_PORT"       // …its port…
+	EnvLeaderAddr = "LLMGW_LEADER_ADDR"       // …and both, host:port
+	EnvNCCLIBHCA  = "NCCL_IB_HCA"             // multi-node on a fabric: node meta llmgw.hcas
+)
+
+// LeaderUnknownHost is the leader host a non-leader shard sees until the
+// leader's dist service is registered: a name under .invalid, which never
+// resolves, so that an engine started too early fails at once naming it,
+// and the template restarts it once the leader is known.
+const LeaderUnknownHost = "llmgw-leader-not-registered.invalid"
+
+// Defaults of Settings: what a zero field means.
+const (
+	DefaultReadyInterval = time.Second
+	DefaultReadyTimeout  = 30 * time.Minute
+	DefaultKillTimeout   = 60 * time.Second
+	DefaultShutdownDelay = 15 * time.Second
+	DefaultCheckInterval = 10 * time.Second
+	DefaultCheckTimeout  = 5 * time.Second
+	// DefaultCPUMHz is the CPU share of a profile that asks for no cores.
+	DefaultCPUMHz = 1000
+	// DefaultMemoryMB is the memory of a profile that asks for none.
+	DefaultMemoryMB = 4096
+)
+
+// Service providers.
+const (
+	ProviderNomad  = "nomad"
+	ProviderConsul = "consul"
+)
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrInvalidInput: the input cannot be rendered (a decision that placed
+	// nothing, that disagrees with its model or profile, nodes without the
+	// information a multi-node replica needs, bad settings).
+	ErrInvalidInput = errors.New("invalid render input")
+	// ErrUnsupported: the profile asks for something its engine cannot do
+	// through the driver (an unknown engine; several nodes for TGI or
+	// llama.cpp).
+	ErrUnsupported = errors.New("unsupported by engine")
+)
+
+// NodeInfo is what rendering needs to know about a node the decision
+// chose, beyond its name.
+type NodeInfo struct {
+	// Fabric is the node's meta llmgw.fabric: the RDMA fabric its HCAs are
+	// on. A multi-node replica's shards must all report the same one.
+	Fabric string
+}
+
+// Settings are the controller-wide parts of every rendered job (the
+// controller's config file, llmgw.hcl). Zero fields take the defaults.
+type Settings struct {
+	// Namespace and Region of the jobs; "" leaves them to Nomad.
+	Namespace, Region string
+	// Datacenters the jobs may run in; empty is every one ("*").
+	Datacenters []string
+	// Priority of the jobs; 0 leaves Nomad's default (50).
+	Priority int
+	// ServiceProvider registers the replicas' services: "nomad" (default)
+	// or "consul".
+	ServiceProvider string
+	// ReadyInterval and ReadyTimeout are the driver's readiness probe
+	// (task config ready.interval, ready.timeout): how long an engine may
+	// load before the driver gives up on it.
+	ReadyInterval, ReadyTimeout time.Duration
+	// CheckInterval and CheckTimeout are the service's HTTP check.
+	CheckInterval, CheckTimeout time.Duration
+	// KillTimeout is how long an engine has between SIGTERM and SIGKILL.
+	KillTimeout time.Duration
+	// ShutdownDelay is how long a stopping shard stays up after its service
+	// is deregistered, for the gateway to stop sending it requests.
+	ShutdownDelay time.Duration
+	// Env is set for every engine (task config env); a profile's env wins.
+	Env map[string]string
+	// Commands maps an engine to the executable tasks run for it (task
+	// config command); an engine not listed runs what the driver's plugin
+	// config names.
+	Commands map[string]string
+}
+
+// DefaultSettings returns the settings a zero Settings stands for.
+func DefaultSettings() Settings { return Settings{}.withDefaults() }
+
+func (s Settings) withDefaults() Settings {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&s.ReadyInterval, DefaultReadyInterval)
+	def(&s.ReadyTimeout, DefaultReadyTimeout)
+	def(&s.CheckInterval, DefaultCheckInterval)
+	def(&s.CheckTimeout, DefaultCheckTimeout)
+	def(&s.KillTimeout, DefaultKillTimeout)
+	def(&s.ShutdownDelay, DefaultShutdownDelay)
+	if s.ServiceProvider == "" {
+		s.ServiceProvider = ProviderNomad
+	}
+	if len(s.Datacenters) == 0 {
+		s.Datacenters = []string{"*"}
+	}
+	return s
+}
+
+func (s Settings) check() error {
+	var errs []error
+	if s.ServiceProvider != ProviderNomad && s.ServiceProvider != ProviderConsul {
+		errs = append(errs, fmt.Errorf("service provider %q: want %q or %q", s.ServiceProvider, ProviderNomad, ProviderConsul))
+	}
+	if s.ReadyInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ready interval %s: below the driver's minimum of 100ms", s.ReadyInterval))
+	}
+	if s.ReadyTimeout < 0 || s.KillTimeout < 0 || s.ShutdownDelay < 0 {
+		errs = append(errs, errors.New("negative ready timeout, kill timeout or shutdown delay"))
+	}
+	if s.CheckInterval < time.Second || s.CheckTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("check interval %s and timeout %s: Nomad's minimum is 1s", s.CheckInterval, s.CheckTimeout))
+	}
+	if s.Priority < 0 {
+		errs = append(errs, fmt.Errorf("priority %d: negative", s.Priority))
+	}
+	return errors.Join(errs...)
+}
+
+// Input is one placed replica and what rendering its job needs.
+type Input struct {
+	// Model and Profile are the catalog entries the replica runs; the
+	// profile fingerprint (job meta llmgw.profile_fp, part of the job ID)
+	// is computed from them.
+	Model   facility.Model
+	Profile facility.Profile
+	// Gen is the generation of the replica's job (job meta llmgw.gen, part
+	// of the job ID): the reconciler bumps it to place a second job of an
+	// unchanged profile beside the first (moving out of a drained domain,
+	// new copy first), and keeps it when it re-places a job in place.
+	Gen int
+	// Decision is the facility's placement: the replica id, the domain it
+	// was pinned to and one shard per node, in rank order.
+	Decision facility.Decision
+	// Nodes holds what is known about the decision's nodes, by node name.
+	// Only multi-node replicas need it (every shard's node must be in it).
+	Nodes    map[string]NodeInfo
+	Settings Settings
+}
+
+// Job renders one replica as a Nomad service job: one task group per shard,
+// each pinned to its node. See the package documentation for what is in it
+// and why.
+func Job(in Input) (*api.Job, error) {
+	s := in.Settings.withDefaults()
+	r, err := plan(in, s)
+	if err != nil {
+		return nil, fmt.Errorf("render replica %q: %w", in.Decision.Replica, err)
+	}
+	m, p, d := in.Model, in.Profile, in.Decision
+	fp := facility.ProfileFingerprint(m, p)
+	id := JobID(d.Replica, fp, in.Gen)
+	nodes := make([]string, len(d.Shards))
+	for i, sh := range d.Shards {
+		nodes[i] = sh.Node
+	}
+	job := &api.Job{
+		ID:          new(id),
+		Name:        new(id),
+		Type:        new(api.JobTypeService),
+		Datacenters: slices.Clone(s.Datacenters),
+		NodePool:    new(pool(p.Pool)),
+		Meta: map[string]string{
+			MetaManaged:   "true",
+			MetaModel:     m.Name,
+			MetaProfile:   p.Name,
+			MetaReplica:   d.Replica,
+			MetaProfileFP: fp,
+			MetaGen:       strconv.Itoa(in.Gen),
+			MetaDomain:    FormatScope(d.Domain),
+			MetaShards:    strconv.Itoa(len(d.Shards)),
+			MetaNodes:     strings.Join(nodes, ","),
+			MetaRender:    strconv.Itoa(RenderVersion),
+		},
+		Constraints: r.constraints(d),
+		Update: &api.UpdateStrategy{
+			MaxParallel:      new(1),
+			HealthCheck:      new("checks"),
+			MinHealthyTime:   new(30 * time.Second),
+			HealthyDeadline:  new(s.ReadyTimeout + 5*time.Minute),
+			ProgressDeadline: new(s.ReadyTimeout + 15*time.Minute),
+			AutoRevert:       new(false),
+			Canary:           new(0),
+		},
+	}
+	if s.Namespace != "" {
+		job.Namespace = new(s.Namespace)
+	}
+	if s.Region != "" {
+		job.Region = new(s.Region)
+	}
+	if s.Priority > 0 {
+		job.Priority = new(s.Priority)
+	}
+	for i, sh := range d.Shards {
+		job.TaskGroups = append(job.TaskGroups, r.group(i, sh.Node))
+	}
+	return job, nil
+}
+
+// rendering is what Job works from once the input is checked.
+type rendering struct {
+	in        Input
+	s         Settings
+	nnodes    int
+	fabric    string // the shards' common fabric; "" none or single-node
+	readyPath string
+}
+
+func plan(in Input, s Settings) (*rendering, error) {
+	m, p, d := in.Model, in.Profile, in.Decision
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidInput, fmt.Sprintf(format, args...))
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("%w: settings: %w", ErrInvalidInput, err)
+	}
+	switch {
+	case in.Gen < 0:
+		return nil, bad("generation %d: negative", in.Gen)
+	case !d.Placed || len(d.Shards) == 0:
+		return nil, bad("decision placed nothing")
+	case d.Replica == "" || strings.ContainsAny(d.Replica, " ,\x00"):
+		return nil, bad("replica id %q: empty or with a space, comma or NUL", d.Replica)
+	case d.Model != m.Name:
+		return nil, bad("decision is for model %q, not %q", d.Model, m.Name)
+	case d.Profile != p.Name:
+		return nil, bad("decision is for profile %q, not %q", d.Profile, p.Name)
+	case m.Source == "":
+		return nil, bad("model %q has no source", m.Name)
+	case p.GPU == "" || p.GPUs < 1:
+		return nil, bad("profile %q: needs a GPU model and at least one GPU", p.Name)
+	case p.CPUCores < 0 || p.MemoryGB < 0:
+		return nil, bad("profile %q: negative cpu_cores or memory_gb", p.Name)
+	}
+	want := max(p.Nodes, 1)
+	if len(d.Shards) != want {
+		return nil, bad("decision has %d shards, profile %q has nodes = %d", len(d.Shards), p.Name, want)
+	}
+	seen := map[string]bool{}
+	for i, sh := range d.Shards {
+		if sh.Node == "" || strings.ContainsAny(sh.Node, ",\x00") {
+			return nil, bad("shard %d: node name %q empty or with a comma", i, sh.Node)
+		}
+		if seen[sh.Node] {
+			return nil, bad("shard %d: node %q holds another shard", i, sh.Node)
+		}
+		seen[sh.Node] = true
+	}
+	for _, dom := range d.Domain {
+		if strings.ContainsAny(dom.Value, ",=") {
+			return nil, bad("domain %s: value with a comma or '='", dom)
+		}
+	}
+	if !recipe.Known(p.Engine) {
+		return nil, fmt.Errorf("%w: engine %q (want one of %s)", ErrUnsupported, p.Engine, strings.Join(recipe.Engines(), ", "))
+	}
+	r := &rendering{in: in, s: s, nnodes: want, readyPath: p.Ready}
+	if r.readyPath == "" {
+		r.readyPath = recipe.DefaultReadyPath(p.Engine)
+	}
+	if r.nnodes > 1 {
+		switch p.Engine {
+		case recipe.VLLM, recipe.SGLang, recipe.Command:
+		default:
+			return nil, fmt.Errorf("%w: engine %q runs on one node, profile %q asks for %d", ErrUnsupported, p.Engine, p.Name, r.nnodes)
+		}
+		for i, sh := range d.Shards {
+			n, ok := in.Nodes[sh.Node]
+			if !ok {
+				return nil, bad("shard %d: no node info for %q", i, sh.Node)
+			}
+			if i == 0 {
+				r.fabric = n.Fabric
+			} else if n.Fabric != r.fabric {
+				return nil, bad("shards on fabrics %q and %q: a multi-node replica stays on one", r.fabric, n.Fabric)
+			}
+		}
+		if !strings.HasPrefix(r.fabric, p.Fabric) {
+			return nil, bad("nodes on fabric %q, profile %q wants %q", r.fabric, p.Name, p.Fabric)
+		}
+	}
+	return r, nil
+}
+
+// constraints are the job-level constraints: the decided domain at every
+// level, and for a multi-node replica distinct hosts on one fabric.
+func (r *rendering) constraints(d facility.Decision) []*api.Constraint {
+	var cs []*api.Constraint
+	for _, dom := range d.Domain {
+		cs = append(cs, &api.Constraint{LTarget: metaTarget(dom.Level.String()), Operand: "=", RTarget: dom.Value})
+	}
+	if r.nnodes > 1 {
+		cs = append(cs, &api.Constraint{Operand: api.ConstraintDistinctHosts, RTarget: "true"})
+		if r.fabric != "" {
+			cs = append(cs,
+				&api.Constraint{LTarget: metaTarget("fabric"), Operand: "=", RTarget: r.fabric},
+				&api.Constraint{LTarget: metaTarget("hcas"), Operand: api.ConstraintAttributeIsSet})
+		}
+	}
+	return cs
+}
+
+func metaTarget(key string) string { return "${meta.llmgw." + key + "}" }
+
+func (r *rendering) group(rank int, node string) *api.TaskGroup {
+	s := r.s
+	multi := r.nnodes > 1
+	ports := []api.Port{{Label: PortHTTP}}
+	if multi && rank == 0 {
+		ports = append(ports, api.Port{Label: PortDist})
+	}
+	tg := &api.TaskGroup{
+		Name:        new(GroupName(rank)),
+		Count:       new(1),
+		Constraints: []*api.Constraint{{LTarget: "${node.unique.name}", Operand: "=", RTarget: node}},
+		Meta:        map[string]string{GroupMetaShard: strconv.Itoa(rank), GroupMetaNode: node},
+		Networks:    []*api.NetworkResource{{Mode: "host", DynamicPorts: ports}},
+		RestartPolicy: &api.RestartPolicy{
+			Attempts: new(2),
+			Interval: new(max(30*time.Minute, 2*s.ReadyTimeout)),
+			Delay:    new(30 * time.Second),
+			Mode:     new(api.RestartPolicyModeFail),
+		},
+		ReschedulePolicy: &api.ReschedulePolicy{
+			Attempts:      new(0),
+			Interval:      new(time.Duration(0)),
+			Unlimited:     new(true),
+			Delay:         new(time.Minute),
+			DelayFunction: new("exponential"),
+			MaxDelay:      new(30 * time.Minute),
+		},
+		ShutdownDelay: new(s.ShutdownDelay),
+		Tasks:         []*api.Task{r.task(rank)},
+	}
+	if rank == 0 {
+		tg.Services = r.services()
+	} else {
+		// The template that brings the leader's address re-renders on
+		// every restart, so a restarted shard never keeps a stale one.
+		tg.RestartPolicy.RenderTemplates = new(true)
+	}
+	return tg
+}
+
+// services are shard 0's: the replica's API service, and for a multi-node
+// replica the leader's rendezvous service.
+func (r *rendering) services() []*api.Service {
+	m, p, d, s := r.in.Model, r.in.Profile, r.in.Decision, r.s
+	grace := s.ReadyTimeout + time.Minute
+	out := []*api.Service{{
+		Name:      ServiceName(m.Name),
+		Tags:      []string{"llmgw", "model=" + m.Name, "profile=" + p.Name, "replica=" + d.Replica},
+		PortLabel: PortHTTP,
+		Provider:  s.ServiceProvider,
+		Checks: []api.ServiceCheck{{
+			Name:      "ready",
+			Type:      "http",
+			Path:      r.readyPath,
+			Interval:  s.CheckInterval,
+			Timeout:   s.CheckTimeout,
+			TaskName:  TaskName,
+			OnUpdate:  api.OnUpdateRequireHealthy,
+			PortLabel: PortHTTP,
+			CheckRestart: &api.CheckRestart{
+				Limit: 3,
+				Grace: &grace,
+			},
+		}},
+	}}
+	if r.nnodes > 1 {
+		out = append(out, &api.Service{
+			Name:      DistServiceName(d.Replica),
+			Tags:      []string{"llmgw-dist", "replica=" + d.Replica},
+			PortLabel: PortDist,
+			Provider:  s.ServiceProvider,
+		})
+	}
+	return out
+}
+
+func (r *rendering) task(rank int) *api.Task {
+	m, p, d, s := r.in.Model, r.in.Profile, r.in.Decision, r.s
+	cfg := map[string]any{
+		"engine": p.Engine,
+		"model":  m.Source,
+		"args":   r.args(rank),
+		"port":   PortHTTP,
+		"ready": []map[string]any{{
+			"path":     r.readyPath,
+			"interval": formatDuration(s.ReadyInterval),
+			"timeout":  formatDuration(s.ReadyTimeout),
+		}},
+		"tensor_parallel": p.GPUs,
+	}
+	if c := s.Commands[p.Engine]; c != "" {
+		cfg["command"] = c
+	}
+	env := maps.Clone(s.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, p.Env)
+	if len(env) > 0 {
+		cfg["env"] = env
+	}
+
+	taskEnv := map[string]string{
+		EnvReplica:    d.Replica,
+		EnvServedName: m.Name,
+		EnvNNodes:     strconv.Itoa(r.nnodes),
+		EnvNodeRank:   strconv.Itoa(rank),
+	}
+	var templates []*api.Template
+	if r.nnodes > 1 {
+		if rank == 0 {
+			taskEnv[EnvLeaderHost] = "${NOMAD_IP_" + PortDist + "}"
+			taskEnv[EnvLeaderPort] = "${NOMAD_PORT_" + PortDist + "}"
+			taskEnv[EnvLeaderAddr] = "${NOMAD_ADDR_" + PortDist + "}"
+		} else {
+			// Until the template has found the leader (template env wins
+			// over the task's env).
+			taskEnv[EnvLeaderHost] = LeaderUnknownHost
+			taskEnv[EnvLeaderPort] = "1"
+			taskEnv[EnvLeaderAddr] = LeaderUnknownHost + ":1"
+			templates = []*api.Template{{
+				EmbeddedTmpl: new(leaderTemplate(s.ServiceProvider, DistServiceName(d.Replica))),
+				DestPath:     new(LeaderEnvFile),
+				ChangeMode:   new("restart"),
+				Envvars:      new(true),
+			}}
+		}
+		if r.fabric != "" {
+			taskEnv[EnvNCCLIBHCA] = metaTarget("hcas")
+		}
+	}
+
+	res := &api.Resources{
+		MemoryMB: new(DefaultMemoryMB),
+		Devices:  []*api.RequestedDevice{{Name: "nvidia/gpu/" + p.GPU, Count: new(uint64(p.GPUs))}},
+	}
+	if p.CPUCores > 0 {
+		res.Cores = new(p.CPUCores)
+	} else {
+		res.CPU = new(DefaultCPUMHz)
+	}
+	if p.MemoryGB > 0 {
+		res.MemoryMB = new(p.MemoryGB * 1024)
+	}
+	return &api.Task{
+		Name:        TaskName,
+		Driver:      DriverName,
+		Config:      cfg,
+		Env:         taskEnv,
+		Resources:   res,
+		KillTimeout: new(s.KillTimeout),
+		Templates:   templates,
+	}
+}
+
+// args are the profile's arguments followed by llmgw's own: the name the
+// engine answers to and, for a multi-node replica, its rank and leader.
+// The driver puts them after the engine recipe's arguments; engines take
+// the last of a repeated flag, so llmgw's come last and win.
+func (r *rendering) args(rank int) []string {
+	m, p := r.in.Model, r.in.Profile
+	args := slices.Clone(p.Args)
+	if args == nil {
+		args = []string{}
+	}
+	switch p.Engine {
+	case recipe.VLLM, recipe.SGLang:
+		args = append(args, "--served-model-name", m.Name)
+	case recipe.LlamaCpp:
+		args = append(args, "--alias", m.Name)
+	}
+	if r.nnodes > 1 {
+		n, k := strconv.Itoa(r.nnodes), strconv.Itoa(rank)
+		switch p.Engine {
+		case recipe.VLLM:
+			args = append(args, "--nnodes", n, "--node-rank", k,
+				"--master-addr", "${"+EnvLeaderHost+"}", "--master-port", "${"+EnvLeaderPort+"}")
+			if rank > 0 {
+				args = append(args, "--headless")
+			}
+		case recipe.SGLang:
+			args = append(args, "--nnodes", n, "--node-rank", k, "--dist-init-addr", "${"+EnvLeaderAddr+"}")
+		}
+	}
+	return args
+}
+
+// leaderTemplate renders the leader's dist address as environment
+// variables, from the service catalog of the provider.
+func leaderTemplate(provider, service string) string {
+	fn := "nomadService"
+	if provider == ProviderConsul {
+		fn = "service"
+	}
+	return `{{- with ` + fn + ` "` + service + `" }}{{ with index . 0 }}
+` + EnvLeaderHost + `={{ .Address }}
+` + EnvLeaderPort + `={{ .Port }}
+` + EnvLeaderAddr + `={{ .Address }}:{{ .Port }}
+{{ end }}{{ end -}}
+`
+}
+
+func pool(p string) string {
+	if p == "" {
+		return facility.DefaultPool
+	}
+	return p
+}
+
+// formatDuration writes d as Go's time.ParseDuration reads it, without
+// zero units: "30m", "1h30m", "1s", "500ms".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

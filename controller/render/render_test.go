@@ -1,0 +1,519 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func scope(kv ...string) facility.Scope {
+	var s facility.Scope
+	for _, x := range kv {
+		d, err := facility.ParseDomain(x)
+		if err != nil {
+			panic(err)
+		}
+		s = append(s, d)
+	}
+	return s
+}
+
+func fullScope(rack, pdu string) facility.Scope {
+	return scope("site=ams1", "room=a", "row=r01", "rack="+rack, "pdu="+pdu)
+}
+
+func shards(p facility.Profile, nodes ...string) []facility.Shard {
+	var out []facility.Shard
+	for _, n := range nodes {
+		out = append(out, facility.Shard{Node: n, Watts: float64(p.GPUs) * 700, GPU: p.GPU, GPUs: p.GPUs, CPUCores: p.CPUCores, MemoryGB: p.MemoryGB})
+	}
+	return out
+}
+
+// input builds a placed input of model m's first profile on nodes.
+func input(m facility.Model, replica int, dom facility.Scope, nodes map[string]NodeInfo, names ...string) Input {
+	p := m.Profiles[0]
+	return Input{
+		Model:   m,
+		Profile: p,
+		Decision: facility.Decision{
+			Replica: facility.ReplicaID(m.Name, replica),
+			Model:   m.Name,
+			Profile: p.Name,
+			Placed:  true,
+			Domain:  dom,
+			Shards:  shards(p, names...),
+		},
+		Nodes: nodes,
+	}
+}
+
+var (
+	llama8b = facility.Model{
+		Name: "llama-3.1-8b", Source: "meta-llama/Llama-3.1-8B-Instruct", Replicas: 2,
+		Profiles: []facility.Profile{{
+			Name: "h200x1", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1,
+			CPUCores: 8, MemoryGB: 64, Args: []string{"--max-model-len", "16384"},
+		}},
+	}
+	qwenCPU = facility.Model{
+		Name: "qwen2.5-0.5b", Source: "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf", Replicas: 1,
+		Profiles: []facility.Profile{{
+			Name: "gguf", Engine: "llamacpp", GPU: "NVIDIA L4", GPUs: 1, Nodes: 1,
+			Args: []string{"--ctx-size", "8192"}, Pool: "edge",
+		}},
+	}
+	deepseek = facility.Model{
+		Name: "deepseek-v3", Source: "deepseek-ai/DeepSeek-V3", Replicas: 2,
+		Profiles: []facility.Profile{{
+			Name: "h200x16", Engine: "sglang", GPU: "NVIDIA H200", GPUs: 8, Nodes: 2,
+			CPUCores: 64, MemoryGB: 1024, KeepWithin: facility.LevelRack, Fabric: "ib-ndr",
+			Args: []string{"--tp", "16", "--trust-remote-code"}, Ready: "/health",
+		}},
+	}
+	llama405b = facility.Model{
+		Name: "llama-3.1-405b", Source: "meta-llama/Llama-3.1-405B-Instruct", Replicas: 1,
+		Profiles: []facility.Profile{{
+			Name: "h200x32", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 8, Nodes: 4,
+			CPUCores: 64, MemoryGB: 1024, KeepWithin: facility.LevelRow, Fabric: "ib-ndr",
+			Args: []string{"--tensor-parallel-size", "8", "--pipeline-parallel-size", "4"},
+		}},
+	}
+	qwen72b = facility.Model{
+		Name: "qwen2.5-72b", Source: "Qwen/Qwen2.5-72B-Instruct", Replicas: 3,
+		Profiles: []facility.Profile{{
+			Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 1,
+			CPUCores: 16, MemoryGB: 256,
+			Args:  []string{"--tensor-parallel-size", "4", "--max-model-len", "32768", "--served-model-name", "ignored"},
+			Env:   map[string]string{"VLLM_USE_V1": "1", "HF_HUB_OFFLINE": "0"},
+			Ready: "/v1/models",
+		}},
+	}
+)
+
+func fabricNodes(fabric string, names ...string) map[string]NodeInfo {
+	out := map[string]NodeInfo{}
+	for _, n := range names {
+		out[n] = NodeInfo{Fabric: fabric}
+	}
+	return out
+}
+
+type goldenCase struct {
+	name string
+	in   Input
+}
+
+func goldenCases() []goldenCase {
+	consul := input(deepseek, 1, scope("site=ams1", "room=a", "row=r01", "rack=r01-k02"),
+		fabricNodes("ib-ndr-1", "n-0005", "n-0006"), "n-0005", "n-0006")
+	consul.Settings = Settings{ServiceProvider: ProviderConsul}
+
+	custom := input(qwen72b, 2, fullScope("r02-k01", "p02-k01-b"), nil, "n-0035")
+	custom.Gen = 3
+	custom.Settings = Settings{
+		Namespace:     "inference",
+		Region:        "eu",
+		Datacenters:   []string{"ams1-a", "ams1-b"},
+		Priority:      70,
+		ReadyInterval: 2 * time.Second,
+		ReadyTimeout:  45 * time.Minute,
+		CheckInterval: 15 * time.Second,
+		CheckTimeout:  3 * time.Second,
+		KillTimeout:   90 * time.Second,
+		ShutdownDelay: 30 * time.Second,
+		Env:           map[string]string{"HF_HUB_OFFLINE": "1", "HF_HOME": "/srv/hf"},
+		Commands:      map[string]string{"vllm": "/opt/vllm/bin/vllm"},
+	}
+
+	return []goldenCase{
+		{"vllm-single", input(llama8b, 0, fullScope("r01-k01", "p01-k01-a"), nil, "n-0001")},
+		{"llamacpp-single", input(qwenCPU, 0, scope("site=ams1", "room=edge", "row=e1", "rack=e1-k1"), nil, "edge-01")},
+		{"sglang-2nodes", input(deepseek, 0, scope("site=ams1", "room=a", "row=r01", "rack=r01-k01"),
+			fabricNodes("ib-ndr-1", "n-0001", "n-0002"), "n-0001", "n-0002")},
+		{"vllm-4nodes", input(llama405b, 0, scope("site=ams1", "room=a", "row=r01"),
+			fabricNodes("ib-ndr-1", "n-0001", "n-0005", "n-0009", "n-0013"), "n-0001", "n-0005", "n-0009", "n-0013")},
+		{"consul-sglang-2nodes", consul},
+		{"env-args-settings", custom},
+		{"sglang-2nodes-no-fabric", func() Input {
+			m := deepseek
+			m.Profiles = []facility.Profile{deepseek.Profiles[0]}
+			m.Profiles[0].Fabric = ""
+			return input(m, 0, scope("site=lab", "rack=bench"), fabricNodes("", "gpu-a", "gpu-b"), "gpu-a", "gpu-b")
+		}()},
+	}
+}
+
+func TestJobGolden(t *testing.T) {
+	for _, tc := range goldenCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			job, err := Job(tc.in)
+			if err != nil {
+				t.Fatalf("Job: %v", err)
+			}
+			got, err := json.MarshalIndent(job, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("job differs from %s (-want +got; go test -update to accept):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// The golden files are what Nomad's own JSON decoding reads back: a job
+// that round-trips through api.Job's JSON form is unchanged.
+func TestJobJSONRoundTrip(t *testing.T) {
+	for _, tc := range goldenCases() {
+		job, err := Job(tc.in)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, err := json.Marshal(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back api.Job
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&back); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b2, err := json.Marshal(&back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, b2) {
+			t.Errorf("%s: JSON round trip changed the job", tc.name)
+		}
+	}
+}
+
+// Facts the golden files show, checked by name so that an -update cannot
+// quietly drop them.
+func TestJobInvariants(t *testing.T) {
+	for _, tc := range goldenCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			job, err := Job(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, p := in.Decision, in.Profile
+			if got, want := *job.ID, JobID(d.Replica, facility.ProfileFingerprint(in.Model, p), in.Gen); got != want {
+				t.Errorf("ID = %q, want %q", got, want)
+			}
+			if got, want := len(job.TaskGroups), len(d.Shards); got != want {
+				t.Fatalf("%d task groups, want %d", got, want)
+			}
+			// Every level of the scope is a hard constraint.
+			for _, dom := range d.Domain {
+				if !hasConstraint(job.Constraints, "${meta.llmgw."+dom.Level.String()+"}", "=", dom.Value) {
+					t.Errorf("no constraint pinning %s", dom)
+				}
+			}
+			multi := len(d.Shards) > 1
+			if got := hasConstraint(job.Constraints, "", api.ConstraintDistinctHosts, "true"); got != multi {
+				t.Errorf("distinct_hosts = %v, want %v", got, multi)
+			}
+			var services int
+			for i, tg := range job.TaskGroups {
+				if got, want := *tg.Name, GroupName(i); got != want {
+					t.Errorf("group %d named %q, want %q", i, got, want)
+				}
+				if *tg.Count != 1 {
+					t.Errorf("%s: count %d", *tg.Name, *tg.Count)
+				}
+				if !hasConstraint(tg.Constraints, "${node.unique.name}", "=", d.Shards[i].Node) {
+					t.Errorf("%s: not pinned to %s", *tg.Name, d.Shards[i].Node)
+				}
+				task := tg.Tasks[0]
+				if task.Driver != "llmgw" {
+					t.Errorf("driver %q", task.Driver)
+				}
+				if got, want := task.Config["tensor_parallel"], p.GPUs; got != want {
+					t.Errorf("tensor_parallel = %v, want %v", got, want)
+				}
+				if got, want := task.Config["model"], in.Model.Source; got != want {
+					t.Errorf("model = %v, want %v", got, want)
+				}
+				args := task.Config["args"].([]string)
+				if !hasPrefix(args, p.Args) {
+					t.Errorf("args %q do not start with the profile's %q", args, p.Args)
+				}
+				if got, want := *task.Resources.Devices[0].Count, uint64(p.GPUs); got != want {
+					t.Errorf("device count %d, want %d", got, want)
+				}
+				if got, want := task.Env[EnvNodeRank], GroupName(i)[len("shard-"):]; got != want {
+					t.Errorf("rank %q, want %q", got, want)
+				}
+				if i > 0 && len(tg.Services) > 0 {
+					t.Errorf("%s registers services: only the leader does", *tg.Name)
+				}
+				services += len(tg.Services)
+				if multi && i > 0 && len(task.Templates) != 1 {
+					t.Errorf("%s: no leader template", *tg.Name)
+				}
+			}
+			if services == 0 {
+				t.Error("no service")
+			}
+			api0 := job.TaskGroups[0].Services[0]
+			if got, want := api0.Name, ServiceName(in.Model.Name); got != want {
+				t.Errorf("service %q, want %q", got, want)
+			}
+			wantTags := []string{"llmgw", "model=" + in.Model.Name, "profile=" + p.Name, "replica=" + d.Replica}
+			if diff := cmp.Diff(wantTags, api0.Tags); diff != "" {
+				t.Errorf("tags (-want +got):\n%s", diff)
+			}
+			if hc := job.Update.HealthyDeadline; *hc < in.Settings.withDefaults().ReadyTimeout {
+				t.Errorf("healthy_deadline %s below the ready timeout", *hc)
+			}
+			if *job.Update.ProgressDeadline <= *job.Update.HealthyDeadline {
+				t.Error("progress_deadline not above healthy_deadline")
+			}
+		})
+	}
+}
+
+func hasConstraint(cs []*api.Constraint, l, op, r string) bool {
+	for _, c := range cs {
+		if c.LTarget == l && c.Operand == op && c.RTarget == r {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefix(s, prefix []string) bool {
+	return len(s) >= len(prefix) && slices.Equal(s[:len(prefix)], prefix)
+}
+
+func TestServedNameFlagComesLast(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		want   []string
+	}{
+		{"vllm", []string{"--served-model-name", "m"}},
+		{"sglang", []string{"--served-model-name", "m"}},
+		{"llamacpp", []string{"--alias", "m"}},
+		{"tgi", nil},
+		{"command", nil},
+	} {
+		m := facility.Model{Name: "m", Source: "org/m", Profiles: []facility.Profile{{
+			Name: "p", Engine: tc.engine, GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Args: []string{"--x", "1"},
+		}}}
+		job, err := Job(input(m, 0, nil, nil, "n1"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.engine, err)
+		}
+		task := job.TaskGroups[0].Tasks[0]
+		got := task.Config["args"].([]string)
+		want := append([]string{"--x", "1"}, tc.want...)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s args (-want +got):\n%s", tc.engine, diff)
+		}
+		if got := task.Env[EnvServedName]; got != "m" {
+			t.Errorf("%s: %s = %q, want m", tc.engine, EnvServedName, got)
+		}
+	}
+}
+
+func TestJobErrors(t *testing.T) {
+	base := func() Input {
+		return input(deepseek, 0, scope("site=ams1", "rack=r01-k01"),
+			fabricNodes("ib-ndr-1", "n1", "n2"), "n1", "n2")
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Input)
+		is     error
+		msg    string
+	}{
+		{"not placed", func(in *Input) { in.Decision.Placed = false }, ErrInvalidInput, "placed nothing"},
+		{"no shards", func(in *Input) { in.Decision.Shards = nil }, ErrInvalidInput, "placed nothing"},
+		{"no replica id", func(in *Input) { in.Decision.Replica = "" }, ErrInvalidInput, "replica id"},
+		{"replica id with space", func(in *Input) { in.Decision.Replica = "a b" }, ErrInvalidInput, "replica id"},
+		{"other model", func(in *Input) { in.Decision.Model = "x" }, ErrInvalidInput, `model "x"`},
+		{"other profile", func(in *Input) { in.Decision.Profile = "x" }, ErrInvalidInput, `profile "x"`},
+		{"no source", func(in *Input) { in.Model.Source = "" }, ErrInvalidInput, "no source"},
+		{"no gpus", func(in *Input) { in.Profile.GPUs = 0 }, ErrInvalidInput, "at least one GPU"},
+		{"negative memory", func(in *Input) { in.Profile.MemoryGB = -1 }, ErrInvalidInput, "negative"},
+		{"shard count", func(in *Input) { in.Decision.Shards = in.Decision.Shards[:1] }, ErrInvalidInput, "1 shards"},
+		{"same node twice", func(in *Input) { in.Decision.Shards[1].Node = "n1" }, ErrInvalidInput, "another shard"},
+		{"comma in node", func(in *Input) {
+			in.Decision.Shards[1].Node = "n,2"
+			in.Nodes["n,2"] = NodeInfo{Fabric: "ib-ndr-1"}
+		}, ErrInvalidInput, "comma"},
+		{"comma in domain", func(in *Input) { in.Decision.Domain[1].Value = "a,b" }, ErrInvalidInput, "comma"},
+		{"unknown engine", func(in *Input) { in.Profile.Engine = "trtllm" }, ErrUnsupported, `"trtllm"`},
+		{"multi-node tgi", func(in *Input) { in.Profile.Engine = "tgi" }, ErrUnsupported, "one node"},
+		{"multi-node llamacpp", func(in *Input) { in.Profile.Engine = "llamacpp" }, ErrUnsupported, "one node"},
+		{"no node info", func(in *Input) { in.Nodes = nil }, ErrInvalidInput, "no node info"},
+		{"two fabrics", func(in *Input) { in.Nodes["n2"] = NodeInfo{Fabric: "ib-ndr-2"} }, ErrInvalidInput, "stays on one"},
+		{"fabric prefix", func(in *Input) { in.Profile.Fabric = "roce" }, ErrInvalidInput, `wants "roce"`},
+		{"negative generation", func(in *Input) { in.Gen = -1 }, ErrInvalidInput, "generation"},
+		{"bad provider", func(in *Input) { in.Settings.ServiceProvider = "etcd" }, ErrInvalidInput, `"etcd"`},
+		{"ready interval", func(in *Input) { in.Settings.ReadyInterval = time.Millisecond }, ErrInvalidInput, "100ms"},
+		{"check interval", func(in *Input) { in.Settings.CheckInterval = time.Millisecond }, ErrInvalidInput, "1s"},
+		{"negative kill timeout", func(in *Input) { in.Settings.KillTimeout = -time.Second }, ErrInvalidInput, "negative"},
+		{"negative priority", func(in *Input) { in.Settings.Priority = -1 }, ErrInvalidInput, "priority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.change(&in)
+			job, err := Job(in)
+			if err == nil {
+				t.Fatalf("Job = %v, want an error", *job.ID)
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error %q is not %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not contain %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestJobDeterministic(t *testing.T) {
+	for _, tc := range goldenCases() {
+		a, err := Job(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Job(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if !bytes.Equal(ja, jb) {
+			t.Errorf("%s: two renders differ", tc.name)
+		}
+	}
+}
+
+// Job does not change its input (the controller keeps the catalog and the
+// decision).
+func TestJobLeavesInputAlone(t *testing.T) {
+	in := goldenCases()[5].in
+	before, _ := json.Marshal(in)
+	job, err := Job(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Changing the job must not reach back into the input either.
+	job.TaskGroups[0].Tasks[0].Config["env"].(map[string]string)["X"] = "y"
+	job.TaskGroups[0].Tasks[0].Config["args"].([]string)[0] = "changed"
+	job.Datacenters[0] = "changed"
+	after, _ := json.Marshal(in)
+	if !bytes.Equal(before, after) {
+		t.Errorf("input changed:\n%s\n%s", before, after)
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second:                    "1s",
+		30 * time.Minute:               "30m",
+		90 * time.Minute:               "1h30m",
+		2 * time.Hour:                  "2h",
+		500 * time.Millisecond:         "500ms",
+		time.Hour + time.Second:        "1h0m1s",
+		45*time.Minute + 5*time.Second: "45m5s",
+	} {
+		got := formatDuration(d)
+		if got != want {
+			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		}
+		back, err := time.ParseDuration(got)
+		if err != nil || back != d {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", got, back, err, d)
+		}
+	}
+}
+
+// Every placement of the example catalog on the example fleet renders.
+func TestJobExampleCatalog(t *testing.T) {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "jobs", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	fleet, err := facility.ParseFleet("fleet.hcl", read("fleet.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fac, err := facility.ParseFacility("facility.hcl", read("facility.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := facility.ParseCatalog("catalog.hcl", read("catalog.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := facility.PlanCatalog(fleet, fac, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]NodeInfo{}
+	for _, n := range fleet.Nodes {
+		nodes[n.Name] = NodeInfo{Fabric: n.Fabric}
+	}
+	models := map[string]facility.Model{}
+	for _, m := range cat.Models {
+		models[m.Name] = m
+	}
+	ids := map[string]bool{}
+	for _, d := range plan.Placements {
+		m := models[d.Model]
+		var p facility.Profile
+		for _, q := range m.Profiles {
+			if q.Name == d.Profile {
+				p = q
+			}
+		}
+		job, err := Job(Input{Model: m, Profile: p, Decision: d, Nodes: nodes})
+		if err != nil {
+			t.Errorf("%s: %v", d.Replica, err)
+			continue
+		}
+		if ids[*job.ID] {
+			t.Errorf("job ID %s twice", *job.ID)
+		}
+		ids[*job.ID] = true
+	}
+	if len(ids) == 0 {
+		t.Fatal("nothing placed")
+	}
+}
