@@ -281,16 +281,34 @@ func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, 
 	// the domains the failed copy sits in.
 	stuck := (keep.State == Partial || keep.State == Pending) && in.PartialDeadline > 0 && in.Now.Sub(keep.Since) >= in.PartialDeadline
 	if keep.State == Failed || stuck {
-		d := planner.Place(facility.Request{Replica: slot, Model: m})
-		if d.Placed && !samePlace(d.Shards, keep.Shards) {
-			why := "failed"
-			if stuck {
-				why = fmt.Sprintf("%s for %s", keep.State, in.Now.Sub(keep.Since).Round(time.Second))
+		why := "failed"
+		if stuck {
+			why = fmt.Sprintf("%s for %s", keep.State, in.Now.Sub(keep.Since).Round(time.Second))
+		}
+		// In place first: the same job (so the same profile) on a new
+		// decision, registered over its current version.
+		same := m
+		same.Profiles = []facility.Profile{profiles[keep.Profile]}
+		d := planner.Place(facility.Request{Replica: slot, Model: same})
+		if d.Placed {
+			if samePlace(d.Shards, keep.Shards) {
+				return acts, &d, false // Nomad's own rescheduling is at work there
 			}
 			acts = append(acts, Action{
 				Kind: Replace, Replica: slot, JobID: keep.ID, Gen: keep.Gen, Model: m,
-				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+				Profile: profiles[keep.Profile], FP: keep.FP,
 				Decision: d, ExpectIndex: keep.ModifyIndex, Reason: why + ": placed again",
+			})
+			return acts, &d, true
+		}
+		// Its profile fits nowhere now: a new job on whichever profile
+		// fits. Once it exists the failed one is its duplicate and goes.
+		d = planner.Place(facility.Request{Replica: slot, Model: m})
+		if d.Placed {
+			acts = append(acts, Action{
+				Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
+				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+				Decision: d, Reason: why + ": profile " + keep.Profile + " fits nowhere",
 			})
 			return acts, &d, true
 		}

@@ -444,3 +444,32 @@ func siteDraw(w *world) float64 {
 	}
 	return total
 }
+
+func TestFailedReplicaFallsBackToAnotherProfile(t *testing.T) {
+	w := newWorld()
+	m := model("m", 1, "big", 8, nil)
+	m.Profiles = append(m.Profiles, facility.Profile{Name: "small", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 2, Nodes: 1,
+		Watts: 1400, CPUCores: 8, MemoryGB: 64, Spread: []facility.Level{facility.LevelRack}, Weight: 1})
+	w.cat.Models = []facility.Model{m}
+	w.converge(t)
+	if w.jobs[0].Profile != "big" {
+		t.Fatalf("placed on %s, want big", w.jobs[0].Profile)
+	}
+	// Every node but the failed job's own loses 7 GPUs to other work: the
+	// 8-GPU profile fits nowhere else.
+	w.jobs[0].State = Failed
+	for i := range w.nodes {
+		if w.nodes[i].Name != w.jobs[0].Shards[0].Node {
+			w.nodes[i].GPUs[0].Count = 2
+		}
+	}
+	res := w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Create || res.Actions[0].Profile.Name != "small" || res.Actions[0].Gen != 1 {
+		t.Fatalf("want a create of gen 1 on profile small, got %v", res.Actions)
+	}
+	w.apply(res.Actions)
+	res = w.plan(t)
+	if len(res.Actions) != 1 || res.Actions[0].Kind != Stop || res.Actions[0].JobID != w.jobs[0].ID {
+		t.Fatalf("want the failed job stopped as a duplicate, got %v", res.Actions)
+	}
+}
