@@ -24,6 +24,9 @@ const (
 	MetaShards    = "llmgw.shards"     // number of task groups (nodes of the replica)
 	MetaNodes     = "llmgw.nodes"      // node of each shard, comma-separated, shard order
 	MetaRender    = "llmgw.render"     // RenderVersion the job was rendered with
+	MetaWatts     = "llmgw.watts"      // each shard's declared or derived draw in W, shard order
+	MetaGPU       = "llmgw.gpu"        // GPU model of every shard
+	MetaGPUs      = "llmgw.gpus"       // GPUs of each shard
 )
 
 // Task group meta keys.
@@ -56,6 +59,12 @@ type Meta struct {
 	Shards    int
 	Nodes     []string // node of each shard, in shard order; len(Nodes) == Shards
 	Render    int
+	// Watts is each shard's draw as decided at placement (declared, or
+	// derived from the node's GPU power limit), so that a job whose profile
+	// has left the catalog still counts what it draws.
+	Watts []float64
+	GPU   string
+	GPUs  int
 }
 
 // JobID returns the Nomad job ID of generation gen of a replica rendered
@@ -153,7 +162,10 @@ func ParseMeta(meta map[string]string) (Meta, error) {
 	need(MetaProfile, &m.Profile)
 	need(MetaReplica, &m.Replica)
 	need(MetaProfileFP, &m.ProfileFP)
-	var gen, shards, nodes, render string
+	var gen, shards, nodes, render, watts, gpus string
+	need(MetaWatts, &watts)
+	need(MetaGPU, &m.GPU)
+	need(MetaGPUs, &gpus)
 	need(MetaGen, &gen)
 	need(MetaShards, &shards)
 	need(MetaNodes, &nodes)
@@ -177,6 +189,26 @@ func ParseMeta(meta map[string]string) (Meta, error) {
 		if m.Shards > 0 && len(m.Nodes) != m.Shards {
 			errs = append(errs, fmt.Errorf("%s: %d nodes for %d shards", MetaNodes, len(m.Nodes), m.Shards))
 		}
+	}
+	if watts != "" {
+		for w := range strings.SplitSeq(watts, ",") {
+			f, err := strconv.ParseFloat(w, 64)
+			if err != nil || f < 0 {
+				errs = append(errs, fmt.Errorf("%s: %q is not a draw in W", MetaWatts, w))
+				break
+			}
+			m.Watts = append(m.Watts, f)
+		}
+		if m.Shards > 0 && len(m.Watts) != m.Shards && len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("%s: %d draws for %d shards", MetaWatts, len(m.Watts), m.Shards))
+		}
+	}
+	if gpus != "" {
+		n, err := strconv.Atoi(gpus)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a GPU count", MetaGPUs, gpus))
+		}
+		m.GPUs = n
 	}
 	if render != "" {
 		v, err := strconv.Atoi(render)

@@ -23,8 +23,10 @@ func TestParseMetaRoundTrip(t *testing.T) {
 			}
 			d := tc.in.Decision
 			var nodes []string
+			var watts []float64
 			for _, s := range d.Shards {
 				nodes = append(nodes, s.Node)
+				watts = append(watts, s.Watts)
 			}
 			want := Meta{
 				Model:     tc.in.Model.Name,
@@ -36,6 +38,9 @@ func TestParseMetaRoundTrip(t *testing.T) {
 				Shards:    len(d.Shards),
 				Nodes:     nodes,
 				Render:    RenderVersion,
+				Watts:     watts,
+				GPU:       tc.in.Profile.GPU,
+				GPUs:      tc.in.Profile.GPUs,
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("ParseMeta (-want +got):\n%s", diff)
@@ -60,7 +65,7 @@ func TestParseMetaErrors(t *testing.T) {
 	good := map[string]string{
 		MetaManaged: "true", MetaModel: "m", MetaProfile: "p", MetaReplica: "m-0",
 		MetaProfileFP: "0123456789abcdef", MetaGen: "0", MetaDomain: "site=s,rack=r", MetaShards: "2",
-		MetaNodes: "a,b", MetaRender: "1",
+		MetaNodes: "a,b", MetaRender: "1", MetaWatts: "2600,2600", MetaGPU: "NVIDIA H200", MetaGPUs: "8",
 	}
 	if _, err := ParseMeta(good); err != nil {
 		t.Fatalf("good meta: %v", err)

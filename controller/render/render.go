@@ -194,8 +194,10 @@ func Job(in Input) (*api.Job, error) {
 	fp := facility.ProfileFingerprint(m, p)
 	id := JobID(d.Replica, fp, in.Gen)
 	nodes := make([]string, len(d.Shards))
+	watts := make([]string, len(d.Shards))
 	for i, sh := range d.Shards {
 		nodes[i] = sh.Node
+		watts[i] = strconv.FormatFloat(sh.Watts, 'f', -1, 64)
 	}
 	job := &api.Job{
 		ID:          new(id),
@@ -214,6 +216,9 @@ func Job(in Input) (*api.Job, error) {
 			MetaShards:    strconv.Itoa(len(d.Shards)),
 			MetaNodes:     strings.Join(nodes, ","),
 			MetaRender:    strconv.Itoa(RenderVersion),
+			MetaWatts:     strings.Join(watts, ","),
+			MetaGPU:       p.GPU,
+			MetaGPUs:      strconv.Itoa(p.GPUs),
 		},
 		Constraints: r.constraints(d),
 		Update: &api.UpdateStrategy{
