@@ -1,0 +1,127 @@
+package observe
+
+import (
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Orphan is a managed job the controller cannot read (broken meta): it
+// stops it, since it cannot tell which replica it is.
+type Orphan struct {
+	JobID string
+	Err   error
+}
+
+// Jobs rebuilds the managed jobs from Nomad's job list (with meta) and
+// every allocation, whatever order Nomad lists them in: a multi-node
+// replica from all its shards' allocations. Jobs that are stopped or dead
+// are left out; jobs that are not llmgw's are ignored.
+func Jobs(stubs []*api.JobListStub, allocs []*api.AllocationListStub) ([]reconcile.Job, []Orphan) {
+	byJob := map[string][]*api.AllocationListStub{}
+	for _, a := range allocs {
+		byJob[a.JobID] = append(byJob[a.JobID], a)
+	}
+	var out []reconcile.Job
+	var orphans []Orphan
+	for _, s := range stubs {
+		if s.Stop || s.Status == "dead" {
+			continue
+		}
+		m, err := render.ParseMeta(s.Meta)
+		if errors.Is(err, render.ErrNotManaged) {
+			continue
+		}
+		if err != nil {
+			orphans = append(orphans, Orphan{JobID: s.ID, Err: err})
+			continue
+		}
+		j := reconcile.Job{
+			ID: s.ID, Replica: m.Replica, Model: m.Model, Profile: m.Profile, FP: m.ProfileFP, Gen: m.Gen,
+			CreateIndex: s.CreateIndex, ModifyIndex: s.JobModifyIndex,
+			Since: time.Unix(0, s.SubmitTime),
+		}
+		for i, n := range m.Nodes {
+			j.Shards = append(j.Shards, facility.Shard{Node: n, Watts: m.Watts[i], GPU: m.GPU, GPUs: m.GPUs})
+		}
+		j.State = jobState(m.Shards, byJob[s.ID], s.JobModifyIndex)
+		out = append(out, j)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out, orphans
+}
+
+type shardState int
+
+const (
+	shardUnplaced shardState = iota
+	shardPlaced              // an allocation is pending or running, not ready
+	shardReady               // running and healthy
+	shardFailed              // its last allocation failed, was lost or exited
+)
+
+// jobState folds the shards' states into the job's.
+func jobState(shards int, allocs []*api.AllocationListStub, jobModifyIndex uint64) reconcile.State {
+	latest := map[string]*api.AllocationListStub{}
+	for _, a := range allocs {
+		if a.DesiredStatus != api.AllocDesiredStatusRun {
+			continue // being stopped: an older version, or a node drain
+		}
+		cur := latest[a.TaskGroup]
+		if cur == nil || better(a, cur) {
+			latest[a.TaskGroup] = a
+		}
+	}
+	counts := map[shardState]int{}
+	for i := 0; i < shards; i++ {
+		a := latest[render.GroupName(i)]
+		counts[stateOf(a)]++
+	}
+	switch {
+	case counts[shardReady] == shards:
+		return reconcile.Serving
+	case counts[shardFailed] > 0:
+		return reconcile.Failed
+	case counts[shardUnplaced] == shards:
+		return reconcile.Pending
+	case counts[shardUnplaced] > 0:
+		return reconcile.Partial
+	default:
+		return reconcile.Starting
+	}
+}
+
+// better prefers a live allocation, then the newest.
+func better(a, b *api.AllocationListStub) bool {
+	if Live(a) != Live(b) {
+		return Live(a)
+	}
+	return a.CreateIndex > b.CreateIndex
+}
+
+func stateOf(a *api.AllocationListStub) shardState {
+	if a == nil {
+		return shardUnplaced
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusRunning:
+		if a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+			return shardReady
+		}
+		return shardPlaced
+	case api.AllocClientStatusPending:
+		return shardPlaced
+	default:
+		// Failed or lost after the restart policy gave up (the job pins each
+		// shard to its node, so Nomad's rescheduling retries the same node),
+		// or complete (a service that exited is not serving). The reconciler
+		// places it again only where the facility now finds a different place.
+		return shardFailed
+	}
+}
