@@ -28,7 +28,16 @@
 //
 // Task events go to every TaskEvents stream: "Started <engine> on GPUs …:
 // <command line>", load progress the supervisor recognised in the log
-// (each quarter of the weight shards), "Ready after 93s", "Not ready after
-// 30m0s: stopping the engine", and for an exit nobody asked for "Engine
-// exited with code 1 before it was ready: <last output lines>".
+// (each quarter of the weight shards), "Ready after 93s" (with the GPU
+// memory the engine's processes hold, where NVML is present), "Not ready
+// after 30m0s: stopping the engine", and for an exit nobody asked for
+// "Engine exited with code 1 before it was ready: <last output lines>".
+//
+// # GPU memory
+//
+// Nomad's TaskStats carry CPU and memory only, so the GPU memory of the
+// engine's process tree (NVML's compute processes on the task's GPUs)
+// goes to InspectTask attributes, the Ready event and a rate-limited
+// event when it later changes for good (gpu.go). Without NVML the driver
+// logs that once and reports none.
 package driver

@@ -73,11 +73,16 @@ type taskHandle struct {
 	cfg  *driverpb.TaskConfig
 	st   driverState
 	log  hclog.Logger
-	emit func(msg string, annotations map[string]string)
+	emit eventFunc
 
 	// reaped is closed when this plugin process reaped the supervisor (nil
 	// for recovered tasks, whose supervisor another process reaps).
 	reaped <-chan struct{}
+	// gpu measures the engine's GPU memory (nil: not measured). gpuRep
+	// and nextGPU belong to the run goroutine.
+	gpu     *gpuMeter
+	gpuRep  gpuReport
+	nextGPU time.Time
 
 	mu          sync.Mutex
 	result      *driverpb.ExitResult
@@ -97,7 +102,7 @@ type taskHandle struct {
 }
 
 func newHandle(id string, cfg *driverpb.TaskConfig, st driverState, log hclog.Logger,
-	emit func(string, map[string]string), reaped <-chan struct{}) *taskHandle {
+	emit eventFunc, reaped <-chan struct{}) *taskHandle {
 	return &taskHandle{
 		id: id, cfg: cfg, st: st, log: log, emit: emit, reaped: reaped,
 		done: make(chan struct{}), stopped: make(chan struct{}),
@@ -141,8 +146,8 @@ func (h *taskHandle) shutdown() {
 
 func (h *taskHandle) run(ctx context.Context) {
 	defer close(h.stopped)
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
+	wake := time.NewTimer(0)
+	defer wake.Stop()
 	client := &http.Client{Timeout: probeTimeout(h.st.ReadyInterval)}
 	defer client.CloseIdleConnections()
 	var nextProbe time.Time
@@ -166,19 +171,41 @@ func (h *taskHandle) run(ctx context.Context) {
 		case !ready && !stopping && now.Sub(h.st.StartedAt) > h.st.ReadyTimeout:
 			h.readinessTimedOut()
 		case !ready && !stopping && !now.Before(nextProbe):
-			nextProbe = now.Add(h.st.ReadyInterval)
-			if h.probe(ctx, client) {
-				h.markReady()
+			// Probes keep to a fixed rate: one every ready.interval from
+			// the first, however long each took.
+			nextProbe = nextProbe.Add(h.st.ReadyInterval)
+			if nextProbe.Before(now) {
+				nextProbe = now.Add(h.st.ReadyInterval)
 			}
+			if h.probe(ctx, client) {
+				h.markReady(time.Now())
+			}
+		case ready && !stopping && !now.Before(h.nextGPU):
+			h.nextGPU = now.Add(gpuSampleEvery)
+			h.sampleGPU(now)
 		}
+		wake.Reset(h.nextWake(nextProbe))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wake.C:
 		case <-reaped:
 			reaped = nil
 		}
 	}
+}
+
+// nextWake is how long the owner goroutine sleeps: pollEvery, or less
+// when the next readiness probe is due sooner, so that probes keep to
+// ready.interval exactly rather than to the next multiple of pollEvery.
+func (h *taskHandle) nextWake(nextProbe time.Time) time.Duration {
+	h.mu.Lock()
+	probing := !h.ready && !h.stopping
+	h.mu.Unlock()
+	if !probing {
+		return pollEvery
+	}
+	return max(min(time.Until(nextProbe), pollEvery), 0)
 }
 
 func probeTimeout(interval time.Duration) time.Duration {
@@ -204,8 +231,10 @@ func (h *taskHandle) probe(ctx context.Context, client *http.Client) bool {
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }
 
-func (h *taskHandle) markReady() {
-	now := time.Now().UTC()
+// markReady records readiness; at is when the probe got its 2xx, and is
+// the Ready event's time.
+func (h *taskHandle) markReady(at time.Time) {
+	now := at.UTC()
 	took := now.Sub(h.st.StartedAt)
 	h.mu.Lock()
 	h.ready, h.readyAt = true, now
@@ -214,10 +243,80 @@ func (h *taskHandle) markReady() {
 		h.log.Warn("record readiness", "task_id", h.id, "error", err)
 	}
 	h.log.Info("engine ready", "task_id", h.id, "after", took.String(), "url", h.url()+h.st.ReadyPath)
-	h.emit("Ready after "+roundDuration(took), map[string]string{
+	msg := "Ready after " + roundDuration(took)
+	ann := map[string]string{
 		"ready_seconds": strconv.FormatFloat(took.Seconds(), 'f', 3, 64),
 		"url":           h.url(),
-	})
+	}
+	// What loading took on the GPUs; this sample also primes the change
+	// reports.
+	if u, ok := h.measureGPU(); ok {
+		h.gpuRep.observe(now, u)
+		h.nextGPU = time.Now().Add(gpuSampleEvery)
+		msg += ", holding " + u.summary()
+		ann["gpu_memory_used_bytes"] = strconv.FormatUint(u.Used, 10)
+		ann["gpu_memory_by_gpu"] = u.attributes()["gpu_memory_by_gpu"]
+	}
+	h.emit(now, msg, ann)
+}
+
+// measureGPU samples the GPU memory of the engine's process tree; ok is
+// false when the task has no GPU, NVML is unavailable, or the engine is
+// gone.
+func (h *taskHandle) measureGPU() (gpuUsage, bool) {
+	if h.gpu == nil || len(h.st.GPUs) == 0 {
+		return gpuUsage{}, false
+	}
+	if ok, _ := h.gpu.available(); !ok {
+		return gpuUsage{}, false
+	}
+	pids, err := treePids(h.st.Engine)
+	if err != nil || pids == nil {
+		return gpuUsage{}, false
+	}
+	u, ok, _ := h.gpu.measure(h.st.GPUs, pids)
+	return u, ok
+}
+
+// sampleGPU reports a lasting change in the engine's GPU memory.
+func (h *taskHandle) sampleGPU(now time.Time) {
+	u, ok := h.measureGPU()
+	if !ok {
+		return
+	}
+	if msg, due := h.gpuRep.observe(now, u); due {
+		h.emit(time.Time{}, msg, map[string]string{
+			"gpu_memory_used_bytes": strconv.FormatUint(u.Used, 10),
+			"gpu_memory_by_gpu":     u.attributes()["gpu_memory_by_gpu"],
+		})
+	}
+}
+
+// gpuAttributes are InspectTask's GPU memory attributes.
+func (h *taskHandle) gpuAttributes() map[string]string {
+	switch {
+	case len(h.st.GPUs) == 0:
+		return map[string]string{"gpu_stats": "no GPU allocated"}
+	case h.gpu == nil:
+		return map[string]string{"gpu_stats": "disabled"}
+	}
+	if ok, why := h.gpu.available(); !ok {
+		return map[string]string{"gpu_stats": why}
+	}
+	pids, err := treePids(h.st.Engine)
+	if err != nil {
+		return map[string]string{"gpu_stats": "unavailable: " + err.Error()}
+	}
+	if pids == nil {
+		return map[string]string{"gpu_stats": "engine not running"}
+	}
+	u, ok, why := h.gpu.measure(h.st.GPUs, pids)
+	if !ok {
+		return map[string]string{"gpu_stats": why}
+	}
+	a := u.attributes()
+	a["gpu_stats"] = "nvml"
+	return a
 }
 
 // roundDuration renders how long loading took: whole seconds from 10s up,
@@ -240,7 +339,7 @@ func (h *taskHandle) readinessTimedOut() {
 		h.log.Warn("record readiness failure", "task_id", h.id, "error", err)
 	}
 	h.log.Error("readiness timeout; stopping the engine", "task_id", h.id, "reason", reason)
-	h.emit(fmt.Sprintf("Not ready after %s: stopping the engine", h.st.ReadyTimeout), map[string]string{"reason": reason})
+	h.emit(time.Time{}, fmt.Sprintf("Not ready after %s: stopping the engine", h.st.ReadyTimeout), map[string]string{"reason": reason})
 	_ = h.signalGroup(syscall.SIGTERM)
 }
 
@@ -275,7 +374,7 @@ func (h *taskHandle) checkExit() bool {
 	}
 	h.log.Error("lost the engine's supervisor", "task_id", h.id, "error", msg)
 	h.setResult(&driverpb.ExitResult{ExitCode: -1}, msg, "unknown")
-	h.emit("Engine lost: "+msg, nil)
+	h.emit(time.Time{}, "Engine lost: "+msg, nil)
 	return true
 }
 
@@ -288,7 +387,7 @@ func (h *taskHandle) finish(ex supervisor.Exit) {
 	h.log.Info("engine exited", "task_id", h.id, "exit_code", ex.ExitCode, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
 	if !stopping || ex.OOMKilled {
 		msg, ann := exitMessage(ex, ready)
-		h.emit(msg, ann)
+		h.emit(time.Time{}, msg, ann)
 	}
 	errStr := failure
 	if errStr == "" && ex.OOMKilled {
@@ -386,7 +485,7 @@ func (h *taskHandle) pumpEvents() {
 }
 
 func (h *taskHandle) emitAt(_ time.Time, msg string, ann map[string]string) {
-	h.emit(msg, ann)
+	h.emit(time.Time{}, msg, ann)
 }
 
 // exited reports whether the result is known.

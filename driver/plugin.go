@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,6 +58,7 @@ type Plugin struct {
 	conf   Config
 	tasks  map[string]*taskHandle
 	events *broker
+	gpu    *gpuMeter
 }
 
 // New returns the driver. exe is the path of the plugin binary itself;
@@ -68,6 +70,9 @@ func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	p.events = newBroker(func(ev *driverpb.DriverTaskEvent) {
 		log.Warn("task event dropped: no room in a subscriber's queue", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
 	})
+	p.gpu = newGPUMeter(log, func() nvmlLib { return nvml.New() })
+	// Open NVML now, so that the first Ready event does not wait for it.
+	go p.gpu.init()
 	return p
 }
 
@@ -198,14 +203,21 @@ func (p *Plugin) task(id string) (*taskHandle, error) {
 	return h, nil
 }
 
+// eventFunc reports a task event; at is when it happened, the zero time
+// meaning now.
+type eventFunc func(at time.Time, msg string, annotations map[string]string)
+
 // emitter returns the event function of one task.
-func (p *Plugin) emitter(cfg *driverpb.TaskConfig) func(string, map[string]string) {
-	return func(msg string, ann map[string]string) {
+func (p *Plugin) emitter(cfg *driverpb.TaskConfig) eventFunc {
+	return func(at time.Time, msg string, ann map[string]string) {
+		if at.IsZero() {
+			at = time.Now()
+		}
 		p.events.publish(&driverpb.DriverTaskEvent{
 			TaskId:      cfg.GetId(),
 			AllocId:     cfg.GetAllocId(),
 			TaskName:    cfg.GetName(),
-			Timestamp:   timestamppb.Now(),
+			Timestamp:   timestamppb.New(at),
 			Message:     msg,
 			Annotations: ann,
 		})
@@ -300,6 +312,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	emit := p.emitter(cfg)
 	h := newHandle(cfg.GetId(), cfg, st, log, emit, l.Reaped)
+	h.gpu = p.gpu
 	p.mu.Lock()
 	p.tasks[cfg.GetId()] = h
 	p.mu.Unlock()
@@ -310,7 +323,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	log.Info("engine started", "engine", tc.Engine, "pid", st.Engine.Pid, "supervisor_pid", st.Supervisor.Pid,
 		"gpus", strings.Join(pl.gpus, ","), "command", st.Command)
-	emit(fmt.Sprintf("Started %s on %s: %s", tc.Engine, gpuText, st.Command), map[string]string{
+	emit(time.Time{}, fmt.Sprintf("Started %s on %s: %s", tc.Engine, gpuText, st.Command), map[string]string{
 		"engine": tc.Engine, "command": st.Command, "gpus": strings.Join(pl.gpus, ","),
 		"tensor_parallel": fmt.Sprint(pl.tensorParallel), "pid": fmt.Sprint(st.Engine.Pid),
 		"url": h.url(),
@@ -360,6 +373,7 @@ func (p *Plugin) RecoverTask(_ context.Context, req *driverpb.RecoverTaskRequest
 	}
 	log := p.log.With("task_id", id, "alloc_id", cfg.GetAllocId(), "task", cfg.GetName())
 	h := newHandle(id, cfg, st, log, p.emitter(cfg), nil)
+	h.gpu = p.gpu
 	h.restore()
 	p.mu.Lock()
 	if _, ok := p.tasks[id]; ok { // recovered concurrently
@@ -436,6 +450,7 @@ func (p *Plugin) InspectTask(_ context.Context, req *driverpb.InspectTaskRequest
 		return nil, err
 	}
 	ts, attrs := h.status()
+	maps.Copy(attrs, h.gpuAttributes())
 	return &driverpb.InspectTaskResponse{Task: ts, Driver: &driverpb.TaskDriverStatus{Attributes: attrs}}, nil
 }
 
@@ -497,6 +512,7 @@ func (p *Plugin) Close() {
 	for _, h := range hs {
 		h.shutdown()
 	}
+	p.gpu.close()
 }
 
 var signals = map[string]syscall.Signal{
