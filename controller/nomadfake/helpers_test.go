@@ -1,0 +1,125 @@
+package nomadfake_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/nomadfake"
+)
+
+const h200 = "NVIDIA H200"
+
+func newFake(t *testing.T, opts ...nomadfake.Option) (*nomadfake.Server, *api.Client) {
+	t.Helper()
+	s := nomadfake.New(opts...)
+	t.Cleanup(s.Close)
+	return s, s.Client(t)
+}
+
+// gpuJob is a service job shaped like the controller's: one group of count
+// shards, each with gpus H200s, driver llmgw, managed meta.
+func gpuJob(id string, count int, gpus uint64, constraints ...*api.Constraint) *api.Job {
+	j := api.NewServiceJob(id, id, "global", 50)
+	j.Datacenters = []string{"dc1"}
+	j.SetMeta("llmgw.managed", "true")
+	j.SetMeta("llmgw.replica", id)
+	tg := api.NewTaskGroup("engine", count)
+	tg.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http", To: -1}}}}
+	task := api.NewTask("engine", "llmgw")
+	task.Config = map[string]any{"engine": "vllm", "model": "m"}
+	if gpus > 0 {
+		task.Resources = &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu/" + h200, Count: new(gpus)}}}
+	}
+	tg.AddTask(task)
+	for _, c := range constraints {
+		tg.Constrain(c)
+	}
+	j.AddTaskGroup(tg)
+	return j
+}
+
+// gpuNode adds a ready node with n H200s named <name>-gpu<i>.
+func gpuNode(s *nomadfake.Server, name string, n int, meta map[string]string) string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("%s-gpu%d", name, i))
+	}
+	return s.AddNode(nomadfake.NodeSpec{
+		Name:    name,
+		Meta:    meta,
+		Devices: []nomadfake.DeviceGroup{nomadfake.NvidiaGPUs(h200, 700, 143771, ids...)},
+	})
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func statusCode(err error) int {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode()
+	}
+	return 0
+}
+
+func mustRegister(t *testing.T, c *api.Client, j *api.Job) *api.JobRegisterResponse {
+	t.Helper()
+	resp, _, err := c.Jobs().Register(j, nil)
+	if err != nil {
+		t.Fatalf("register %s: %v", *j.ID, err)
+	}
+	return resp
+}
+
+func jobAllocs(t *testing.T, c *api.Client, id string) []*api.AllocationListStub {
+	t.Helper()
+	as, _, err := c.Jobs().Allocations(id, true, nil)
+	if err != nil {
+		t.Fatalf("allocations of %s: %v", id, err)
+	}
+	return as
+}
+
+func liveAllocs(as []*api.AllocationListStub) []*api.AllocationListStub {
+	var out []*api.AllocationListStub
+	for _, a := range as {
+		if a.DesiredStatus == api.AllocDesiredStatusRun &&
+			(a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// fakeClock is a settable clock for WithClock.
+type fakeClock struct{ ch chan time.Time }
+
+func newFakeClock(start time.Time) *fakeClock {
+	c := &fakeClock{ch: make(chan time.Time, 1)}
+	c.ch <- start
+	return c
+}
+
+func (c *fakeClock) Now() time.Time {
+	t := <-c.ch
+	c.ch <- t
+	return t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	t := <-c.ch
+	c.ch <- t.Add(d)
+}
