@@ -288,6 +288,12 @@ func (p *plugin) start(t *testing.T, tk *task) *driverpb.TaskHandle {
 		if st.Engine.Alive() {
 			_ = syscall.Kill(-st.Engine.Pid, syscall.SIGKILL)
 		}
+		// The supervisor records the exit in the task dir after the engine
+		// dies; wait for it to finish before the test's temp dir goes.
+		deadline := time.Now().Add(10 * time.Second)
+		for st.Supervisor.Alive() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	})
 	return resp.GetHandle()
 }
