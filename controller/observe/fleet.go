@@ -69,6 +69,9 @@ func Fleet(nodes []*api.Node, allocs []*api.AllocationListStub, power map[string
 			fn.MeasuredWatts = fn.BaseWatts + p.GPUWatts
 		}
 		u := used[n.ID]
+		if u == nil {
+			u = &nodeUse{devices: map[string]bool{}}
+		}
 		ok := Schedulable(n)
 		if r := n.NodeResources; r != nil {
 			if ok {

@@ -47,7 +47,8 @@ func TestFleet(t *testing.T) {
 		}}},
 	}
 	power := map[string]Power{"id-a": {GPUWatts: 1400, Devices: 4}}
-	got := Fleet([]*api.Node{b, a}, allocs, power, 1200)
+	idle := gpuNode("id-c", "c", "k2", []bool{true})
+	got := Fleet([]*api.Node{b, a, idle}, allocs, power, 1200)
 	want := facility.Fleet{Nodes: []facility.Node{
 		{
 			Name: "a", Pool: "default", Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: "k1", PDU: "p-k1"},
@@ -59,6 +60,12 @@ func TestFleet(t *testing.T) {
 			Name: "b", Pool: "default", Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: "k2", PDU: "p-k2"},
 			BaseWatts: 900, Fabric: "ib-1",
 			GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 2, Free: 0, PowerLimitWatts: 700, MemoryMiB: 144384}},
+		},
+		{
+			// No allocations at all.
+			Name: "c", Pool: "default", Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: "k2", PDU: "p-k2"},
+			CPUCores: 32, MemoryGB: 504, BaseWatts: 1200, Fabric: "ib-1",
+			GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 1, Free: 1, PowerLimitWatts: 700, MemoryMiB: 144384}},
 		},
 	}}
 	if diff := cmp.Diff(want, got, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Pos" }, cmp.Ignore())); diff != "" {

@@ -43,7 +43,7 @@ func Jobs(stubs []*api.JobListStub, allocs []*api.AllocationListStub) ([]reconci
 			continue
 		}
 		j := reconcile.Job{
-			ID: s.ID, Replica: m.Replica, Model: m.Model, Profile: m.Profile, FP: m.ProfileFP, Gen: m.Gen,
+			ID: s.ID, Replica: m.Replica, Model: m.Model, Profile: m.Profile, FP: m.ProfileFP, Gen: m.Gen, Domain: m.Domain,
 			CreateIndex: s.CreateIndex, ModifyIndex: s.JobModifyIndex,
 			Since: time.Unix(0, s.SubmitTime),
 		}
@@ -124,4 +124,44 @@ func stateOf(a *api.AllocationListStub) shardState {
 		// places it again only where the facility now finds a different place.
 		return shardFailed
 	}
+}
+
+// ReservePending takes from the fleet's free GPUs what registered jobs are
+// promised but do not hold yet (a shard whose allocation is not placed or
+// is still pending has no device IDs yet, so the fleet counts its GPUs as
+// free). Without it, a pass right after a registration would hand the same
+// GPUs out twice.
+func ReservePending(fleet facility.Fleet, jobs []reconcile.Job, allocs []*api.AllocationListStub) facility.Fleet {
+	holding := map[string]bool{} // job/group that holds its devices
+	for _, a := range allocs {
+		if Live(a) && a.ClientStatus == api.AllocClientStatusRunning {
+			holding[a.JobID+"/"+a.TaskGroup] = true
+		}
+	}
+	want := map[string]map[string]int{} // node -> GPU model -> GPUs
+	for _, j := range jobs {
+		for i, s := range j.Shards {
+			if holding[j.ID+"/"+render.GroupName(i)] || s.GPUs == 0 {
+				continue
+			}
+			if want[s.Node] == nil {
+				want[s.Node] = map[string]int{}
+			}
+			want[s.Node][s.GPU] += s.GPUs
+		}
+	}
+	if len(want) == 0 {
+		return fleet
+	}
+	out := facility.Fleet{Nodes: make([]facility.Node, len(fleet.Nodes))}
+	for i, n := range fleet.Nodes {
+		if w := want[n.Name]; w != nil {
+			n.GPUs = append([]facility.GPU(nil), n.GPUs...)
+			for k := range n.GPUs {
+				n.GPUs[k].Free = max(0, n.GPUs[k].Free-w[n.GPUs[k].Model])
+			}
+		}
+		out.Nodes[i] = n
+	}
+	return out
 }

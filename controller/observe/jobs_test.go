@@ -91,3 +91,26 @@ func TestJobs(t *testing.T) {
 		}
 	}
 }
+
+func TestReservePending(t *testing.T) {
+	fleet := facility.Fleet{Nodes: []facility.Node{
+		{Name: "a", GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 8}}},
+		{Name: "b", GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 4}}},
+	}}
+	jobs := []reconcile.Job{
+		{ID: "j1", Shards: []facility.Shard{{Node: "a", GPU: "NVIDIA H200", GPUs: 4}, {Node: "b", GPU: "NVIDIA H200", GPUs: 4}}},
+	}
+	// shard-1 on b runs and already holds its devices (b's Free excludes
+	// them); shard-0 on a is pending.
+	allocs := []*api.AllocationListStub{
+		{JobID: "j1", TaskGroup: "shard-0", DesiredStatus: "run", ClientStatus: "pending"},
+		{JobID: "j1", TaskGroup: "shard-1", DesiredStatus: "run", ClientStatus: "running"},
+	}
+	got := ReservePending(fleet, jobs, allocs)
+	if a, b := got.Nodes[0].GPUs[0].Free, got.Nodes[1].GPUs[0].Free; a != 4 || b != 4 {
+		t.Fatalf("free after reservation: a=%d b=%d, want 4 and 4", a, b)
+	}
+	if fleet.Nodes[0].GPUs[0].Free != 8 {
+		t.Fatal("input fleet was modified")
+	}
+}

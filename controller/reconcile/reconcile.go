@@ -50,6 +50,8 @@ type Job struct {
 	// constraints) with their draw; they count in budgets and spread for as
 	// long as the job lives.
 	Shards []facility.Shard
+	// Domain is the scope the job was pinned to (informational).
+	Domain facility.Scope
 	State  State
 	// Since is when the job entered State (for Partial and Pending: when it
 	// was registered or last placed).

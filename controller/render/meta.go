@@ -29,6 +29,10 @@ const (
 	MetaGPUs      = "llmgw.gpus"       // GPUs of each shard
 )
 
+// JobIDPrefix starts every managed job's ID, so the controller can list
+// only its own jobs.
+const JobIDPrefix = "llmgw-"
+
 // Task group meta keys.
 const (
 	GroupMetaShard = "llmgw.shard" // the shard's index (rank)
@@ -79,7 +83,7 @@ func JobID(replica, fp string, gen int) string {
 	if len(fp) > 8 {
 		fp = fp[:8]
 	}
-	return "llmgw-" + replica + "-" + fp + "-g" + strconv.Itoa(gen)
+	return JobIDPrefix + replica + "-" + fp + "-g" + strconv.Itoa(gen)
 }
 
 // ServiceName returns the name of the service every replica of model

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/llmgw/llmgw/internal/controllercmd"
 	"github.com/llmgw/llmgw/internal/plancmd"
 )
 
@@ -24,7 +25,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(plancmd.NewCommand())
+	root.AddCommand(plancmd.NewCommand(), controllercmd.NewCommand())
 	return root
 }
 

@@ -1,0 +1,439 @@
+package controller
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Handler is the controller's HTTP API (JSON). Reads are open; writes need
+// the configured api_token as a bearer token when one is set.
+func (c *Controller) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", c.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/replicas", c.listReplicas)
+	mux.HandleFunc("GET /v1/replicas/{id}", c.getReplica)
+	mux.HandleFunc("GET /v1/nodes", c.listNodes)
+	mux.HandleFunc("GET /v1/facility", c.getFacility)
+	mux.HandleFunc("GET /v1/catalog", c.getCatalog)
+	mux.HandleFunc("PUT /v1/facility/holds/{domain}", c.auth(c.putHold))
+	mux.HandleFunc("DELETE /v1/facility/holds/{domain}", c.auth(c.deleteHold))
+	mux.HandleFunc("PUT /v1/nodes/{node}/labels", c.auth(c.putLabels))
+	return mux
+}
+
+// APIError is the body of every error response.
+type APIError struct {
+	Error string `json:"error"`
+	// Hint says what to do, where there is something to say.
+	Hint string `json:"hint,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, msg, hint string) {
+	writeJSON(w, status, APIError{Error: msg, Hint: hint})
+}
+
+func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if tok := c.cfg.APIToken; tok != "" {
+			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+				writeErr(w, http.StatusUnauthorized, "missing or wrong API token", "send Authorization: Bearer <api_token> (llmgw ctl: LLMGW_TOKEN)")
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	status := http.StatusOK
+	body := map[string]any{"leader": c.leader, "synced": c.snap.synced()}
+	if c.loadErr != nil {
+		body["config_error"] = c.loadErr.Error()
+	}
+	writeJSON(w, status, body)
+}
+
+func (c *Controller) currentView() View {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	v := c.view
+	v.Leader = c.leader
+	return v
+}
+
+func (c *Controller) listReplicas(w http.ResponseWriter, r *http.Request) {
+	v := c.currentView()
+	model := r.URL.Query().Get("model")
+	out := []ReplicaView{}
+	for _, rv := range v.Replicas {
+		if model == "" || rv.Model == model {
+			out = append(out, rv)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ReplicaDetail is one replica with its explanation.
+type ReplicaDetail struct {
+	ReplicaView
+	Explain *Explain `json:"explain,omitempty"`
+	// Nomad is Nomad's own reason when it could not place the replica's
+	// job: the failed-allocation metrics of its latest evaluation.
+	Nomad []NomadReason `json:"nomad,omitempty"`
+}
+
+// NomadReason is Nomad's placement failure for one task group.
+type NomadReason struct {
+	Group              string         `json:"group"`
+	NodesEvaluated     int            `json:"nodes_evaluated"`
+	NodesFiltered      int            `json:"nodes_filtered"`
+	NodesExhausted     int            `json:"nodes_exhausted"`
+	ConstraintFiltered map[string]int `json:"constraint_filtered,omitempty"`
+	DimensionExhausted map[string]int `json:"dimension_exhausted,omitempty"`
+}
+
+func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	v := c.currentView()
+	var found *ReplicaView
+	var ids []string
+	for i := range v.Replicas {
+		ids = append(ids, v.Replicas[i].ID)
+		if v.Replicas[i].ID == id {
+			found = &v.Replicas[i]
+		}
+	}
+	if found == nil {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no replica %q", id), closest(id, ids))
+		return
+	}
+	d := ReplicaDetail{ReplicaView: *found}
+	var e Explain
+	if ok, err := c.store.Decision(id, &e); err != nil {
+		c.log.Warn("read decision", "replica", id, "error", err)
+	} else if ok {
+		d.Explain = &e
+	}
+	if found.JobID != "" && found.State != "serving" && found.State != "starting" {
+		d.Nomad = c.nomadReasons(r.Context(), found.JobID)
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// nomadReasons reads why Nomad could not place a job's groups.
+func (c *Controller) nomadReasons(ctx context.Context, jobID string) []NomadReason {
+	qo := *c.qo
+	evals, _, err := c.nomad.Jobs().Evaluations(jobID, (&qo).WithContext(ctx))
+	if err != nil || len(evals) == 0 {
+		return nil
+	}
+	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex > evals[j].CreateIndex })
+	var out []NomadReason
+	for _, ev := range evals {
+		if len(ev.FailedTGAllocs) == 0 {
+			continue
+		}
+		for g, m := range ev.FailedTGAllocs {
+			out = append(out, NomadReason{Group: g, NodesEvaluated: m.NodesEvaluated, NodesFiltered: m.NodesFiltered,
+				NodesExhausted: m.NodesExhausted, ConstraintFiltered: m.ConstraintFiltered, DimensionExhausted: m.DimensionExhausted})
+		}
+		break // the latest evaluation that failed to place
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
+	v := c.currentView()
+	dom := r.URL.Query().Get("domain")
+	out := []NodeView{}
+	if dom != "" {
+		d, err := facility.ParseDomain(dom)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "domain: "+err.Error(), "write level=value, such as rack=r01-k01")
+			return
+		}
+		for _, n := range v.Nodes {
+			if n.Location[d.Level.String()] == d.Value {
+				out = append(out, n)
+			}
+		}
+	} else {
+		out = append(out, v.Nodes...)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// FacilityView is the facility's budgets, holds and draw.
+type FacilityView struct {
+	Headroom float64      `json:"headroom"`
+	Domains  []DomainView `json:"domains"`
+}
+
+func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {
+	v := c.currentView()
+	c.mu.RLock()
+	hr := c.facility.Headroom
+	c.mu.RUnlock()
+	writeJSON(w, http.StatusOK, FacilityView{Headroom: hr, Domains: append([]DomainView{}, v.Domains...)})
+}
+
+// CatalogView is the catalog in force and the state of the last reload.
+type CatalogView struct {
+	Models   []facility.Model `json:"models"`
+	LoadedAt time.Time        `json:"loaded_at"`
+	// Error is the last reload's error: the catalog above is still the one
+	// in force.
+	Error string `json:"error,omitempty"`
+}
+
+func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
+	if c.loadErr != nil {
+		cv.Error = c.loadErr.Error()
+	}
+	writeJSON(w, http.StatusOK, cv)
+}
+
+// HoldRequest is the body of PUT /v1/facility/holds/{domain}.
+type HoldRequest struct {
+	Reason string `json:"reason"`
+	Drain  bool   `json:"drain"`
+}
+
+func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
+	d, err := facility.ParseDomain(r.PathValue("domain"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "domain: "+err.Error(), "write level=value, such as rack=r01-k01")
+		return
+	}
+	var req HoldRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"reason": "...", "drain": true|false}`)
+			return
+		}
+	}
+	if !c.knownDomain(d) {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), closest(d.String(), c.domainKeys()))
+		return
+	}
+	h := store.Hold{Domain: d.String(), Reason: req.Reason, Drain: req.Drain, SetAt: c.now().UTC(), SetBy: r.Header.Get("X-LLMGW-User")}
+	if err := c.store.SetHold(h); err != nil {
+		writeErr(w, http.StatusBadGateway, err.Error(), "")
+		return
+	}
+	c.log.Info("hold set", "domain", h.Domain, "reason", h.Reason, "drain", h.Drain)
+	c.kick()
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
+	d, err := facility.ParseDomain(r.PathValue("domain"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "domain: "+err.Error(), "write level=value, such as rack=r01-k01")
+		return
+	}
+	found, err := c.store.ReleaseHold(d.String())
+	if err != nil {
+		writeErr(w, http.StatusBadGateway, err.Error(), "")
+		return
+	}
+	if !found {
+		c.mu.RLock()
+		inFile := false
+		for _, h := range c.facility.Holds {
+			inFile = inFile || h.Domain == d
+		}
+		c.mu.RUnlock()
+		hint := ""
+		if inFile {
+			hint = "this hold is in the facility file: remove it there and reload (SIGHUP)"
+		}
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no run-time hold on %s", d), hint)
+		return
+	}
+	c.log.Info("hold released", "domain", d.String())
+	c.kick()
+	writeJSON(w, http.StatusOK, map[string]string{"released": d.String()})
+}
+
+// LabelsRequest is the body of PUT /v1/nodes/{node}/labels: location
+// levels to set (site, room, row, rack, pdu, and fabric or hcas) and ones to
+// unset.
+type LabelsRequest struct {
+	Set   map[string]string `json:"set"`
+	Unset []string          `json:"unset"`
+}
+
+var labelKeys = map[string]string{
+	"site": observe.MetaSite, "room": observe.MetaRoom, "row": observe.MetaRow, "rack": observe.MetaRack,
+	"pdu": observe.MetaPDU, "fabric": observe.MetaFabric, "hcas": observe.MetaHCAs, "base_watts": observe.MetaBaseWatts,
+}
+
+// putLabels writes Nomad dynamic node metadata, which wins over the client
+// file's meta and survives client restarts.
+func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("node")
+	var req LabelsRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+		writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"set": {"rack": "r01-k01"}, "unset": ["pdu"]}`)
+		return
+	}
+	meta := map[string]*string{}
+	for k, v := range req.Set {
+		key, ok := labelKeys[k]
+		if !ok {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown label %q", k), "labels: site, room, row, rack, pdu, fabric, hcas, base_watts")
+			return
+		}
+		if v == "" || strings.ContainsAny(v, ",= \t") {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("label %s: value %q is empty or has a comma, '=' or space", k, v), "")
+			return
+		}
+		val := v
+		meta[key] = &val
+	}
+	for _, k := range req.Unset {
+		key, ok := labelKeys[k]
+		if !ok {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown label %q", k), "labels: site, room, row, rack, pdu, fabric, hcas, base_watts")
+			return
+		}
+		meta[key] = nil
+	}
+	if len(meta) == 0 {
+		writeErr(w, http.StatusBadRequest, "nothing to set or unset", "")
+		return
+	}
+	id, names := c.nodeID(name)
+	if id == "" {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node %q", name), closest(name, names))
+		return
+	}
+	qo := *c.qo
+	_, err := c.nomad.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: meta}, (&qo).WithContext(r.Context()))
+	if err != nil {
+		writeErr(w, http.StatusBadGateway, "nomad: "+err.Error(), "")
+		return
+	}
+	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset)
+	writeJSON(w, http.StatusOK, map[string]any{"node": name, "set": req.Set, "unset": req.Unset})
+}
+
+func (c *Controller) nodeID(name string) (string, []string) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var names []string
+	for id, n := range c.snap.nodes {
+		if n.Name == name || id == name {
+			return id, nil
+		}
+		names = append(names, n.Name)
+	}
+	return "", names
+}
+
+func (c *Controller) knownDomain(d facility.Domain) bool {
+	for _, k := range c.domainKeys() {
+		if k == d.String() {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller) domainKeys() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range c.snap.nodes {
+		for lvl, key := range observe.LocationKeys {
+			if v := n.Meta[key]; v != "" {
+				k := lvl.String() + "=" + v
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closest suggests the nearest names to a mistyped one.
+func closest(s string, names []string) string {
+	type cand struct {
+		name string
+		d    int
+	}
+	var cs []cand
+	for _, n := range names {
+		cs = append(cs, cand{n, editDistance(s, n)})
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].d != cs[j].d {
+			return cs[i].d < cs[j].d
+		}
+		return cs[i].name < cs[j].name
+	})
+	var out []string
+	for i := 0; i < len(cs) && i < 3; i++ {
+		if cs[i].d <= max(3, len(s)/2) {
+			out = append(out, cs[i].name)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "did you mean " + strings.Join(out, ", ") + "?"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,553 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Options wire a controller.
+type Options struct {
+	Config config.Config
+	// Nomad is the client to use; nil builds one from Config.Nomad.
+	Nomad  *api.Client
+	Logger *slog.Logger
+	// Identity names this controller in the leader lock and in holds it
+	// sets; default hostname:pid.
+	Identity string
+	// PowerInterval is how often GPU nodes' power is read (client stats
+	// cannot be watched); default 30s.
+	PowerInterval time.Duration
+	// LockTTL is the leader lock's TTL; default 15s, at least 10s (Nomad's
+	// minimum). A standby takes over within about twice the TTL plus the
+	// lock delay after the leader dies.
+	LockTTL time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Controller is one llmgw controller process.
+type Controller struct {
+	opts  Options
+	cfg   config.Config
+	nomad *api.Client
+	log   *slog.Logger
+	store *store.Store
+	now   func() time.Time
+	wo    *api.WriteOptions
+	qo    *api.QueryOptions
+
+	trigger chan struct{}
+	metrics *metrics
+
+	mu       sync.RWMutex
+	catalog  facility.Catalog
+	facility facility.Facility
+	loadErr  error     // the last reload's error; the previous files stay in force
+	loadedAt time.Time // when the files in force were loaded
+	snap     snapshot
+	leader   bool
+	view     View
+	saved    map[string]string // replica -> last saved decision, to write only changes
+}
+
+type snapshot struct {
+	nodes       map[string]*api.Node // by ID
+	nodesSynced bool
+	allocs      []*api.AllocationListStub
+	allocSynced bool
+	jobs        []*api.JobListStub
+	jobsSynced  bool
+	power       map[string]observe.Power
+}
+
+func (s snapshot) synced() bool { return s.nodesSynced && s.allocSynced && s.jobsSynced }
+
+// New builds a controller and loads its catalog and facility files; a bad
+// file is an error here (at start there is nothing older to keep).
+func New(opts Options) (*Controller, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PowerInterval <= 0 {
+		opts.PowerInterval = 30 * time.Second
+	}
+	if opts.LockTTL <= 0 {
+		opts.LockTTL = 15 * time.Second
+	}
+	if opts.LockTTL < 10*time.Second {
+		return nil, fmt.Errorf("leader lock TTL %s: Nomad requires at least 10s", opts.LockTTL)
+	}
+	if opts.Identity == "" {
+		host, _ := os.Hostname()
+		opts.Identity = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	client := opts.Nomad
+	if client == nil {
+		var err error
+		client, err = api.NewClient(opts.Config.Nomad.APIConfig())
+		if err != nil {
+			return nil, fmt.Errorf("nomad client: %w", err)
+		}
+	}
+	ns := opts.Config.Nomad.Namespace
+	c := &Controller{
+		opts: opts, cfg: opts.Config, nomad: client, log: opts.Logger, now: opts.Now,
+		store:   store.New(client.Variables(), ns),
+		wo:      &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		qo:      &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		trigger: make(chan struct{}, 1),
+		metrics: newMetrics(),
+		snap:    snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
+		saved:   map[string]string{},
+	}
+	if err := c.Reload(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Reload reads the catalog and facility files again. A bad file is refused
+// with its error and the files in force stay; the error stays visible in
+// the API (/v1/catalog) and the metrics until a good reload.
+func (c *Controller) Reload() error {
+	cat, fac, err := loadFiles(c.cfg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.loadErr = err
+		c.metrics.reloadFailed.Set(1)
+		return err
+	}
+	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
+	c.metrics.reloadFailed.Set(0)
+	c.kick()
+	return nil
+}
+
+func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
+	catSrc, err := os.ReadFile(cfg.Catalog)
+	if err != nil {
+		return facility.Catalog{}, facility.Facility{}, fmt.Errorf("catalog: %w", err)
+	}
+	cat, err := facility.ParseCatalog(cfg.Catalog, catSrc)
+	if err != nil {
+		return facility.Catalog{}, facility.Facility{}, err
+	}
+	var fac facility.Facility
+	if cfg.Facility != "" {
+		facSrc, err := os.ReadFile(cfg.Facility)
+		if err != nil {
+			return facility.Catalog{}, facility.Facility{}, fmt.Errorf("facility: %w", err)
+		}
+		if fac, err = facility.ParseFacility(cfg.Facility, facSrc); err != nil {
+			return facility.Catalog{}, facility.Facility{}, err
+		}
+	}
+	return cat, fac, nil
+}
+
+// kick asks for a reconcile pass soon.
+func (c *Controller) kick() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run observes Nomad and, while it leads, reconciles, until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+		}()
+	}
+	run(c.watchNodes)
+	run(c.watchAllocs)
+	run(c.watchJobs)
+	run(c.pollPower)
+	run(c.leadLoop)
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) watchNodes(ctx context.Context) {
+	watch(ctx, c.log, "nodes", func(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error) {
+		q.Region = c.qo.Region
+		return c.nomad.Nodes().List(q)
+	}, func(stubs []*api.NodeListStub, _ uint64) {
+		c.mu.RLock()
+		have := c.snap.nodes
+		c.mu.RUnlock()
+		next := make(map[string]*api.Node, len(stubs))
+		for _, s := range stubs {
+			if n, ok := have[s.ID]; ok && n.ModifyIndex == s.ModifyIndex {
+				next[s.ID] = n
+				continue
+			}
+			n, _, err := c.nomad.Nodes().Info(s.ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(ctx))
+			if err != nil {
+				c.log.Warn("read node", "node", s.Name, "error", err)
+				if old, ok := have[s.ID]; ok {
+					next[s.ID] = old
+				}
+				continue
+			}
+			next[s.ID] = n
+		}
+		c.mu.Lock()
+		c.snap.nodes, c.snap.nodesSynced = next, true
+		c.mu.Unlock()
+		c.kick()
+	})
+}
+
+func (c *Controller) watchAllocs(ctx context.Context) {
+	watch(ctx, c.log, "allocations", func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+		q.Namespace, q.Region = "*", c.qo.Region
+		q.Params = map[string]string{"resources": "true"}
+		return c.nomad.Allocations().List(q)
+	}, func(allocs []*api.AllocationListStub, _ uint64) {
+		c.mu.Lock()
+		c.snap.allocs, c.snap.allocSynced = allocs, true
+		c.mu.Unlock()
+		c.kick()
+	})
+}
+
+func (c *Controller) watchJobs(ctx context.Context) {
+	watch(ctx, c.log, "jobs", func(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {
+		q.Namespace, q.Region, q.Prefix = c.qo.Namespace, c.qo.Region, render.JobIDPrefix
+		q.Params = map[string]string{"meta": "true"}
+		return c.nomad.Jobs().List(q)
+	}, func(jobs []*api.JobListStub, _ uint64) {
+		c.mu.Lock()
+		c.snap.jobs, c.snap.jobsSynced = jobs, true
+		c.mu.Unlock()
+		c.kick()
+	})
+}
+
+// pollPower reads each schedulable GPU node's measured draw. Client stats
+// go through the servers to the node; a node that does not answer keeps
+// its last reading for one interval, then counts as not measured.
+func (c *Controller) pollPower(ctx context.Context) {
+	tick := time.NewTicker(c.opts.PowerInterval)
+	defer tick.Stop()
+	for {
+		c.mu.RLock()
+		var ids []string
+		for id, n := range c.snap.nodes {
+			if n.Status == api.NodeStatusReady && hasGPU(n) {
+				ids = append(ids, id)
+			}
+		}
+		c.mu.RUnlock()
+		sort.Strings(ids)
+		power := map[string]observe.Power{}
+		for _, id := range ids {
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			stats, err := c.nomad.Nodes().Stats(id, (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				c.log.Debug("node stats", "node", id, "error", err)
+				continue
+			}
+			power[id] = observe.NodePower(stats)
+		}
+		c.mu.Lock()
+		changed := fmt.Sprint(c.snap.power) != fmt.Sprint(power)
+		c.snap.power = power
+		c.mu.Unlock()
+		if changed {
+			c.kick()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func hasGPU(n *api.Node) bool {
+	if n.NodeResources == nil {
+		return false
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d.Vendor == "nvidia" && d.Type == "gpu" {
+			return true
+		}
+	}
+	return false
+}
+
+// leadLoop tries to hold the leader lock; while it does, it reconciles.
+func (c *Controller) leadLoop(ctx context.Context) {
+	ttl := c.opts.LockTTL
+	locks, err := c.nomad.Locks(*c.wo, api.Variable{
+		Namespace: c.wo.Namespace, Path: store.LeaderPath,
+		Items: api.VariableItems{"holder": c.opts.Identity},
+		Lock:  &api.VariableLock{TTL: ttl.String(), LockDelay: ttl.String()},
+	}, api.LocksOptionWithMaxRetries(2))
+	if err != nil {
+		c.log.Error("leader lock", "error", err)
+		return
+	}
+	for ctx.Err() == nil {
+		if _, err := locks.Acquire(ctx); err != nil {
+			if !errors.Is(err, api.ErrLockConflict) && ctx.Err() == nil {
+				c.log.Warn("acquire leader lock", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ttl / 2):
+			}
+			continue
+		}
+		c.log.Info("leading", "identity", c.opts.Identity)
+		c.setLeader(true)
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.reconcileLoop(lctx)
+		}()
+		renew := time.NewTicker(ttl / 3)
+	hold:
+		for {
+			select {
+			case <-ctx.Done():
+				break hold
+			case <-done:
+				break hold
+			case <-renew.C:
+				if err := locks.Renew(ctx); err != nil {
+					if ctx.Err() == nil {
+						c.log.Warn("lost leadership", "error", err)
+					}
+					break hold
+				}
+			}
+		}
+		renew.Stop()
+		cancel()
+		<-done
+		c.setLeader(false)
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = locks.Release(rctx)
+		rcancel()
+	}
+}
+
+func (c *Controller) setLeader(v bool) {
+	c.mu.Lock()
+	c.leader = v
+	c.mu.Unlock()
+	if v {
+		c.metrics.leader.Set(1)
+	} else {
+		c.metrics.leader.Set(0)
+	}
+}
+
+// reconcileLoop runs a pass on every change (debounced) and at least every
+// reconcile interval. One pass at a time: budgets are shared.
+func (c *Controller) reconcileLoop(ctx context.Context) {
+	interval := c.cfg.Reconcile.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.trigger:
+			// Let a burst of changes settle into one pass.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		case <-tick.C:
+		}
+		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("reconcile pass", "error", err)
+		}
+	}
+}
+
+// ErrNotSynced is returned by Pass before every observer has loaded
+// Nomad's state once: nothing is placed before everything is adopted.
+var ErrNotSynced = errors.New("not every Nomad list has been read yet")
+
+// Pass runs one reconcile pass now.
+func (c *Controller) Pass(ctx context.Context) error {
+	start := c.now()
+	defer func() { c.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
+	in, orphans, nodeInfo, err := c.input()
+	if err != nil {
+		return err
+	}
+	res, err := reconcile.Plan(in)
+	if err != nil {
+		return err
+	}
+	c.updateView(in, res)
+	var errs []error
+	for _, o := range orphans {
+		c.log.Warn("stopping job with unreadable llmgw meta", "job", o.JobID, "error", o.Err)
+		if err := c.deregister(ctx, o.JobID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, a := range res.Actions {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := c.execute(ctx, a, nodeInfo); err != nil {
+			c.metrics.actionErrors.WithLabelValues(a.Kind.String()).Inc()
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		c.metrics.actions.WithLabelValues(a.Kind.String()).Inc()
+	}
+	c.saveDecisions(res)
+	return errors.Join(errs...)
+}
+
+// input assembles one pass's view of the world.
+func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, error) {
+	c.mu.RLock()
+	snap := c.snap
+	cat, fac := c.catalog, c.facility
+	c.mu.RUnlock()
+	if !snap.synced() {
+		return reconcile.Input{}, nil, nil, ErrNotSynced
+	}
+	holds, err := c.store.Holds()
+	if err != nil {
+		return reconcile.Input{}, nil, nil, fmt.Errorf("read holds: %w", err)
+	}
+	fac = withHolds(fac, holds)
+	nodes := make([]*api.Node, 0, len(snap.nodes))
+	info := map[string]render.NodeInfo{}
+	for _, n := range snap.nodes {
+		nodes = append(nodes, n)
+		info[n.Name] = render.NodeInfo{Fabric: n.Meta[observe.MetaFabric]}
+	}
+	jobs, orphans := observe.Jobs(snap.jobs, snap.allocs)
+	fleet := observe.Fleet(nodes, snap.allocs, snap.power, c.cfg.NodeBaseWatts)
+	fleet = observe.ReservePending(fleet, jobs, snap.allocs)
+	return reconcile.Input{
+		Now: c.now(), Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
+		PartialDeadline: c.cfg.Reconcile.PartialDeadline,
+	}, orphans, info, nil
+}
+
+// withHolds adds the run-time holds to the facility file's.
+func withHolds(fac facility.Facility, holds []store.Hold) facility.Facility {
+	out := fac
+	out.Holds = append([]facility.Hold(nil), fac.Holds...)
+	for _, h := range holds {
+		d, err := facility.ParseDomain(h.Domain)
+		if err != nil {
+			continue // refused when set; ignore a hand-edited bad one
+		}
+		replaced := false
+		for i := range out.Holds {
+			if out.Holds[i].Domain == d {
+				out.Holds[i].Reason, out.Holds[i].Drain, replaced = h.Reason, h.Drain, true
+			}
+		}
+		if !replaced {
+			out.Holds = append(out.Holds, facility.Hold{Domain: d, Reason: h.Reason, Drain: h.Drain})
+		}
+	}
+	return out
+}
+
+// execute carries out one action against Nomad.
+func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[string]render.NodeInfo) error {
+	switch a.Kind {
+	case reconcile.Stop:
+		c.log.Info("stop", "job", a.JobID, "replica", a.Replica, "reason", a.Reason)
+		return c.deregister(ctx, a.JobID)
+	case reconcile.Create, reconcile.Replace:
+		job, err := render.Job(render.Input{
+			Model: a.Model, Profile: a.Profile, Gen: a.Gen, Decision: a.Decision,
+			Nodes: nodes, Settings: c.cfg.RenderSettings(),
+		})
+		if err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+		if a.Kind == reconcile.Replace && *job.ID != a.JobID {
+			return fmt.Errorf("render gave job %s, want %s", *job.ID, a.JobID)
+		}
+		opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: a.ExpectIndex}
+		wo := *c.wo
+		_, _, err = c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(ctx))
+		if isEnforceIndexConflict(err) {
+			// Someone else (a retry, another controller) registered it
+			// first: level-based, the next pass sees it.
+			c.log.Info("job already registered by another writer", "job", *job.ID)
+			c.metrics.casConflicts.Inc()
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("register %s: %w", *job.ID, err)
+		}
+		c.log.Info(a.Kind.String(), "job", *job.ID, "replica", a.Replica, "profile", a.Profile.Name,
+			"domain", a.Decision.Domain.Key(), "watts", a.Decision.Watts, "reason", a.Reason)
+		c.metrics.placements.WithLabelValues(a.Model.Name).Inc()
+		return nil
+	}
+	return fmt.Errorf("unknown action %v", a.Kind)
+}
+
+func (c *Controller) deregister(ctx context.Context, jobID string) error {
+	wo := *c.wo
+	_, _, err := c.nomad.Jobs().Deregister(jobID, false, (&wo).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("deregister %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// isEnforceIndexConflict reports Nomad's refusal of a check-and-set job
+// registration. Nomad answers it with HTTP 500 and a message starting
+// "Enforcing job modify index"; the API gives no other signal.
+func isEnforceIndexConflict(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return strings.Contains(ue.Body(), "Enforcing job modify index")
+	}
+	return false
+}

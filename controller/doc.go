@@ -1,0 +1,24 @@
+// Package controller is llmgw's external controller: it turns the model
+// catalog into Nomad jobs placed with the data centre in mind, and keeps
+// them so.
+//
+// It is level-based. Observers keep a snapshot of Nomad — nodes (location
+// meta, devices, eligibility), allocations, llmgw's jobs — current through
+// blocking queries, and of each GPU node's measured power through client
+// stats. A reconcile pass reads the snapshot, the catalog and facility
+// files and the run-time holds (Nomad Variables), asks the pure reconciler
+// (controller/reconcile) what to change, and does it: render a job
+// (controller/render) and register it with check-and-set, re-register a job
+// over its known version, or deregister one. Because job IDs are
+// deterministic and every registration is check-and-set, a pass that is
+// interrupted, retried, or run by a second controller at the same time
+// never creates a duplicate.
+//
+// Adoption before placement: no pass runs until every observer has loaded
+// Nomad's state once, so a restarted controller rebuilds every replica from
+// the jobs and all their allocations before it places anything.
+//
+// One controller leads, holding the Nomad Variable lock llmgw/leader; the
+// others observe and serve the read API, and take over when the leader's
+// lock lapses.
+package controller

@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the controller's Prometheus metrics, on its own registry
+// (served at /metrics) so that tests can run several controllers.
+type metrics struct {
+	reg              *prometheus.Registry
+	leader           prometheus.Gauge
+	reloadFailed     prometheus.Gauge
+	replicas         *prometheus.GaugeVec
+	domainCap        *prometheus.GaugeVec
+	domainDraw       *prometheus.GaugeVec
+	domainMeasured   *prometheus.GaugeVec
+	placements       *prometheus.CounterVec
+	rejections       *prometheus.GaugeVec
+	actions          *prometheus.CounterVec
+	actionErrors     *prometheus.CounterVec
+	casConflicts     prometheus.Counter
+	reconcileSeconds prometheus.Histogram
+	adopted          *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgw_leader", Help: "1 while this controller holds the leader lock.",
+		}),
+		reloadFailed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgw_config_reload_failed", Help: "1 when the last reload of the catalog or facility was refused; the previous files stay in force.",
+		}),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_replicas", Help: "Replica jobs by model and state (serving, starting, partial, pending, failed, unplaced).",
+		}, []string{"model", "state"}),
+		domainCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_domain_cap_watts", Help: "Budget of a domain (before headroom).",
+		}, []string{"domain"}),
+		domainDraw: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_domain_draw_watts", Help: "Committed draw of a budgeted domain: per node the larger of measured and promised.",
+		}, []string{"domain"}),
+		domainMeasured: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_domain_measured_watts", Help: "Measured draw of a budgeted domain's nodes (base plus GPU power from device stats).",
+		}, []string{"domain"}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_placements_total", Help: "Jobs registered (created or placed again) by model.",
+		}, []string{"model"}),
+		rejections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_rejections", Help: "Rejections in the last pass's decisions, by reason.",
+		}, []string{"reason"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_actions_total", Help: "Actions carried out, by kind (create, replace, stop).",
+		}, []string{"kind"}),
+		actionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_action_errors_total", Help: "Actions that failed, by kind.",
+		}, []string{"kind"}),
+		casConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmgw_register_conflicts_total", Help: "Check-and-set registrations refused because another writer registered first.",
+		}),
+		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llmgw_reconcile_seconds", Help: "Duration of reconcile passes.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}),
+		adopted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_adopted", Help: "What the last pass rebuilt from Nomad: jobs, allocations, orphans.",
+		}, []string{"kind"}),
+	}
+	m.reg.MustRegister(m.leader, m.reloadFailed, m.replicas, m.domainCap, m.domainDraw, m.domainMeasured,
+		m.placements, m.rejections, m.actions, m.actionErrors, m.casConflicts, m.reconcileSeconds, m.adopted)
+	return m
+}

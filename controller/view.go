@@ -1,0 +1,311 @@
+package controller
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// View is what the last pass saw and decided, as the read API shows it.
+type View struct {
+	At       time.Time     `json:"at"`
+	Leader   bool          `json:"leader"`
+	Replicas []ReplicaView `json:"replicas"`
+	Nodes    []NodeView    `json:"nodes"`
+	Domains  []DomainView  `json:"domains"`
+}
+
+// ReplicaView is one replica slot and the job (or jobs, during a roll or a
+// move) serving it.
+type ReplicaView struct {
+	ID      string   `json:"id"`
+	Model   string   `json:"model"`
+	Profile string   `json:"profile,omitempty"`
+	State   string   `json:"state"` // serving, starting, partial, pending, failed, unplaced
+	Domain  string   `json:"domain,omitempty"`
+	Nodes   []string `json:"nodes,omitempty"`
+	Watts   float64  `json:"watts,omitempty"`
+	JobID   string   `json:"job_id,omitempty"`
+	// Jobs lists every job of the slot when there is more than one.
+	Jobs  []string  `json:"jobs,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+}
+
+// NodeView is one Nomad node as placement sees it.
+type NodeView struct {
+	Name        string            `json:"name"`
+	Location    map[string]string `json:"location"`
+	GPUModel    string            `json:"gpu_model,omitempty"`
+	GPUsFree    int               `json:"gpus_free"`
+	GPUsTotal   int               `json:"gpus_total"`
+	Measured    float64           `json:"measured_watts"`
+	Committed   float64           `json:"committed_watts"`
+	Schedulable bool              `json:"schedulable"`
+	Held        []string          `json:"held,omitempty"` // held domains the node is in
+}
+
+// DomainView is one domain with a budget or a hold.
+type DomainView struct {
+	Domain     string  `json:"domain"`
+	Nodes      int     `json:"nodes"`
+	CapWatts   float64 `json:"cap_watts,omitempty"`   // the budget; 0: none
+	LimitWatts float64 `json:"limit_watts,omitempty"` // the budget less headroom
+	Committed  float64 `json:"committed_watts"`
+	Measured   float64 `json:"measured_watts"`
+	Headroom   float64 `json:"headroom_watts,omitempty"`
+	Hold       *Hold   `json:"hold,omitempty"`
+}
+
+// Hold is a domain held for maintenance.
+type Hold struct {
+	Reason string `json:"reason"`
+	Drain  bool   `json:"drain"`
+	Source string `json:"source"` // "facility" (the file) or "runtime" (the API)
+}
+
+// Explain is a replica's stored placement decision.
+type Explain struct {
+	Replica    string               `json:"replica"`
+	Placed     bool                 `json:"placed"`
+	Profile    string               `json:"profile,omitempty"`
+	Domain     facility.Scope       `json:"domain,omitempty"`
+	Nodes      []string             `json:"nodes,omitempty"`
+	Watts      float64              `json:"watts,omitempty"`
+	Rejections []facility.Rejection `json:"rejections,omitempty"`
+	Reasons    []string             `json:"reasons,omitempty"`
+	At         time.Time            `json:"at"`
+}
+
+func explainOf(d facility.Decision, at time.Time) Explain {
+	e := Explain{Replica: d.Replica, Placed: d.Placed, Profile: d.Profile, Domain: d.Domain, Watts: d.Watts,
+		Rejections: d.Rejections, Reasons: d.Reasons(), At: at}
+	for _, s := range d.Shards {
+		e.Nodes = append(e.Nodes, s.Node)
+	}
+	return e
+}
+
+// updateView rebuilds the read API's view and the gauges from a pass.
+func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
+	v := View{At: in.Now}
+	bySlot := map[string][]reconcile.Job{}
+	for _, j := range in.Jobs {
+		bySlot[j.Replica] = append(bySlot[j.Replica], j)
+	}
+	c.metrics.replicas.Reset()
+	counts := map[[2]string]int{}
+	for _, m := range in.Catalog.Models {
+		for i := 0; i < m.Replicas; i++ {
+			slot := facility.ReplicaID(m.Name, i)
+			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced"}
+			jobs := bySlot[slot]
+			sort.Slice(jobs, func(a, b int) bool {
+				if jobs[a].State != jobs[b].State {
+					return jobs[a].State < jobs[b].State
+				}
+				return jobs[a].CreateIndex > jobs[b].CreateIndex
+			})
+			if len(jobs) > 0 {
+				j := jobs[0]
+				rv.Profile, rv.State, rv.JobID, rv.Since = j.Profile, j.State.String(), j.ID, j.Since
+				for _, s := range j.Shards {
+					rv.Nodes = append(rv.Nodes, s.Node)
+					rv.Watts += s.Watts
+				}
+				rv.Domain = j.Domain.Key()
+				if len(jobs) > 1 {
+					for _, x := range jobs {
+						rv.Jobs = append(rv.Jobs, x.ID)
+					}
+				}
+			}
+			counts[[2]string{m.Name, rv.State}]++
+			v.Replicas = append(v.Replicas, rv)
+		}
+	}
+	for k, n := range counts {
+		c.metrics.replicas.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+
+	// Committed draw per node and domain: what runs, through the planner's
+	// own accounting.
+	var running []facility.Replica
+	for _, j := range in.Jobs {
+		running = append(running, facility.Replica{ID: j.ID, Model: j.Model, Profile: j.Profile, Shards: j.Shards})
+	}
+	planner, _ := facility.NewPlanner(in.Fleet, in.Facility, validReplicas(in.Fleet, running))
+	promised := map[string]float64{}
+	for _, j := range in.Jobs {
+		for _, s := range j.Shards {
+			promised[s.Node] += s.Watts
+		}
+	}
+	holds := map[string]Hold{}
+	fileHolds := map[facility.Domain]bool{}
+	c.mu.RLock()
+	for _, h := range c.facility.Holds {
+		fileHolds[h.Domain] = true
+	}
+	c.mu.RUnlock()
+	for _, h := range in.Facility.Holds {
+		src := "runtime"
+		if fileHolds[h.Domain] {
+			src = "facility"
+		}
+		holds[h.Domain.String()] = Hold{Reason: h.Reason, Drain: h.Drain, Source: src}
+	}
+	type agg struct {
+		nodes    int
+		measured float64
+	}
+	domains := map[string]*agg{}
+	for _, n := range in.Fleet.Nodes {
+		nv := NodeView{Name: n.Name, Location: map[string]string{}, Measured: n.MeasuredWatts}
+		nv.Committed = max(n.MeasuredWatts, n.BaseWatts+promised[n.Name])
+		measured := n.MeasuredWatts
+		if measured == 0 {
+			measured = n.BaseWatts
+		}
+		for _, l := range facility.Levels() {
+			val := locationValue(n.Location, l)
+			if val == "" {
+				continue
+			}
+			nv.Location[l.String()] = val
+			key := l.String() + "=" + val
+			a := domains[key]
+			if a == nil {
+				a = &agg{}
+				domains[key] = a
+			}
+			a.nodes++
+			a.measured += measured
+			if _, held := holds[key]; held {
+				nv.Held = append(nv.Held, key)
+			}
+		}
+		for _, g := range n.GPUs {
+			nv.GPUModel = g.Model
+			nv.GPUsFree += g.Free
+			nv.GPUsTotal += g.Count
+		}
+		nv.Schedulable = nv.GPUsFree > 0 || n.CPUCores > 0
+		v.Nodes = append(v.Nodes, nv)
+	}
+	c.metrics.domainCap.Reset()
+	c.metrics.domainDraw.Reset()
+	c.metrics.domainMeasured.Reset()
+	seen := map[string]bool{}
+	if planner != nil {
+		for _, u := range planner.Budgeted() {
+			key := u.Domain.String()
+			seen[key] = true
+			dv := DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
+			if a := domains[key]; a != nil {
+				dv.Nodes, dv.Measured = a.nodes, a.measured
+			}
+			if h, ok := holds[key]; ok {
+				dv.Hold = &h
+			}
+			v.Domains = append(v.Domains, dv)
+			c.metrics.domainCap.WithLabelValues(key).Set(u.CapWatts)
+			c.metrics.domainDraw.WithLabelValues(key).Set(u.DrawWatts)
+			c.metrics.domainMeasured.WithLabelValues(key).Set(dv.Measured)
+		}
+	}
+	for key, h := range holds {
+		if seen[key] {
+			continue
+		}
+		dv := DomainView{Domain: key, Hold: &h}
+		if a := domains[key]; a != nil {
+			dv.Nodes, dv.Measured = a.nodes, a.measured
+		}
+		v.Domains = append(v.Domains, dv)
+	}
+	sort.Slice(v.Domains, func(i, j int) bool { return v.Domains[i].Domain < v.Domains[j].Domain })
+
+	c.metrics.rejections.Reset()
+	byKind := map[string]int{}
+	for _, d := range res.Decisions {
+		for _, r := range d.Rejections {
+			byKind[r.Kind.String()]++
+		}
+	}
+	for k, n := range byKind {
+		c.metrics.rejections.WithLabelValues(k).Set(float64(n))
+	}
+	c.metrics.adopted.WithLabelValues("jobs").Set(float64(len(in.Jobs)))
+
+	c.mu.Lock()
+	v.Leader = c.leader
+	c.view = v
+	c.mu.Unlock()
+}
+
+// validReplicas leaves out shards on nodes the fleet does not know.
+func validReplicas(fleet facility.Fleet, rs []facility.Replica) []facility.Replica {
+	known := map[string]bool{}
+	for _, n := range fleet.Nodes {
+		known[n.Name] = true
+	}
+	var out []facility.Replica
+	for _, r := range rs {
+		var shards []facility.Shard
+		for _, s := range r.Shards {
+			if known[s.Node] {
+				shards = append(shards, s)
+			}
+		}
+		if len(shards) > 0 {
+			r.Shards = shards
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func locationValue(l facility.Location, lvl facility.Level) string {
+	switch lvl {
+	case facility.LevelSite:
+		return l.Site
+	case facility.LevelRoom:
+		return l.Room
+	case facility.LevelRow:
+		return l.Row
+	case facility.LevelRack:
+		return l.Rack
+	case facility.LevelPDU:
+		return l.PDU
+	}
+	return ""
+}
+
+// saveDecisions stores each decision of the pass that changed since it
+// was last stored, so explanations survive restarts without a write per
+// replica per pass.
+func (c *Controller) saveDecisions(res reconcile.Result) {
+	now := c.now()
+	for slot, d := range res.Decisions {
+		e := explainOf(d, now)
+		key := e
+		key.At = time.Time{}
+		b, _ := json.Marshal(key)
+		c.mu.RLock()
+		same := c.saved[slot] == string(b)
+		c.mu.RUnlock()
+		if same {
+			continue
+		}
+		if err := c.store.SaveDecision(slot, e); err != nil {
+			c.log.Warn("save decision", "replica", slot, "error", err)
+			continue
+		}
+		c.mu.Lock()
+		c.saved[slot] = string(b)
+		c.mu.Unlock()
+	}
+}

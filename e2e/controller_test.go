@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+)
+
+// rackClients starts a server and four GPU clients in two racks (two
+// PDUs), each with 4 mock H200s, the llmgw driver and fake-engine.
+func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
+	t.Helper()
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg))
+	engine := plugintest.Build(t, fakeEnginePkg)
+	var clients []nomadtest.ClientOptions
+	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k1", "p1"}, {"k2", "p2"}, {"k2", "p2"}} {
+		name := fmt.Sprintf("gpu-%d", i+1)
+		clients = append(clients, nomadtest.ClientOptions{
+			Name:      name,
+			PluginDir: plugins,
+			Meta: map[string]string{
+				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
+				"llmgw.rack": loc.rack, "llmgw.pdu": loc.pdu,
+			},
+			Plugins: map[string]string{
+				"nomad-device-nvml": fmt.Sprintf(`
+    mock {
+      system      = "dgxh200"
+      gpus        = 4
+      seed        = %q
+      power_watts = 200
+    }`, name),
+				"nomad-driver-llmgw": `
+    ready_timeout = "2m"`,
+			},
+		})
+	}
+	return nomadtest.Start(t, clients...), engine
+}
+
+// controllerFiles writes llmgw.hcl, catalog.hcl and facility.hcl.
+func controllerFiles(t *testing.T, addr, engine, catalog, facility string) config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("catalog.hcl", catalog)
+	write("facility.hcl", facility)
+	write("llmgw.hcl", fmt.Sprintf(`
+nomad { address = %q }
+listen          = "127.0.0.1:9797" # unused: the test serves the API itself
+node_base_watts = 300
+driver {
+  ready_interval = "500ms"
+  ready_timeout  = "2m"
+  kill_timeout   = "10s"
+  shutdown_delay = "0s"
+  check_interval = "2s"
+  check_timeout  = "1s"
+  engines        = { vllm = %q }
+}
+reconcile {
+  interval         = "5s"
+  partial_deadline = "1m"
+}
+`, addr, engine))
+	cfg, err := config.Load(filepath.Join(dir, "llmgw.hcl"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// runController runs a controller in-process until the test ends and
+// returns its API's base URL.
+func runController(t *testing.T, cfg config.Config, name string) (*controller.Controller, string) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = c.Run(ctx)
+	}()
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		wg.Wait()
+	})
+	return c, srv.URL
+}
+
+type testWriter struct {
+	t    *testing.T
+	name string
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("[%s] %s", w.name, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+type replicaJSON struct {
+	ID, Model, Profile, State, Domain, JobID string
+	Nodes                                    []string
+	Jobs                                     []string
+}
+
+func getReplicas(t *testing.T, base string) []replicaJSON {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []struct {
+		ID      string   `json:"id"`
+		Model   string   `json:"model"`
+		Profile string   `json:"profile"`
+		State   string   `json:"state"`
+		Domain  string   `json:"domain"`
+		JobID   string   `json:"job_id"`
+		Nodes   []string `json:"nodes"`
+		Jobs    []string `json:"jobs"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("replicas: %v: %s", err, body)
+	}
+	var rs []replicaJSON
+	for _, r := range out {
+		rs = append(rs, replicaJSON{r.ID, r.Model, r.Profile, r.State, r.Domain, r.JobID, r.Nodes, r.Jobs})
+	}
+	return rs
+}
+
+const twoModels = `
+model "alpha" {
+  source   = "org/alpha"
+  replicas = 2
+  profile "x2" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 2
+    watts  = 500
+    spread = ["rack"]
+    args   = ["--load-seconds", "1"]
+  }
+}
+model "beta" {
+  source   = "org/beta"
+  replicas = 2
+  profile "x1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 250
+    spread = ["rack"]
+    args   = ["--load-seconds", "1"]
+  }
+}
+`
+
+func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
+	c, engine := rackClients(t)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels, `headroom = 0`)
+	_, base := runController(t, cfg, "ctl-1")
+	nodeRack := map[string]string{"gpu-1": "k1", "gpu-2": "k1", "gpu-3": "k2", "gpu-4": "k2"}
+	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
+		rs := getReplicas(t, base)
+		var states []string
+		serving := 0
+		for _, r := range rs {
+			states = append(states, r.ID+"="+r.State)
+			if r.State == "serving" {
+				serving++
+			}
+		}
+		return serving == 4, strings.Join(states, " ")
+	})
+	rs := getReplicas(t, base)
+	racks := map[string]map[string]bool{}
+	for _, r := range rs {
+		if racks[r.Model] == nil {
+			racks[r.Model] = map[string]bool{}
+		}
+		racks[r.Model][nodeRack[r.Nodes[0]]] = true
+	}
+	for m, rk := range racks {
+		if len(rk) != 2 {
+			t.Errorf("model %s's replicas are not spread over both racks: %v", m, rk)
+		}
+	}
+	jobs, _, err := c.API.Jobs().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 4 {
+		t.Errorf("Nomad has %d jobs, want 4", len(jobs))
+	}
+	t.Logf("replicas: %+v", rs)
+}

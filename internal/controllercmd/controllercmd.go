@@ -1,0 +1,113 @@
+// Package controllercmd is `llmgw controller`: it loads llmgw.hcl, starts
+// the controller and its HTTP API, reloads the catalog and facility on
+// SIGHUP, and stops on SIGINT/SIGTERM.
+package controllercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controller/config"
+)
+
+// NewCommand returns the controller subcommand.
+func NewCommand() *cobra.Command {
+	var path, logLevel string
+	cmd := &cobra.Command{
+		Use:   "controller --config llmgw.hcl",
+		Short: "Run the controller: catalog to Nomad jobs, placed under the facility's budgets and holds",
+		Long: `Run the llmgw controller. It adopts the jobs it finds in Nomad, then keeps the
+catalog running: it places missing replicas, rolls changed profiles, moves
+replicas out of drained domains and places failed ones again. Its HTTP API
+(listen in llmgw.hcl) serves llmgw ctl and /metrics. SIGHUP reloads the catalog
+and facility files; a bad file is refused and the old one stays in force.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), path, logLevel)
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "llmgw.hcl", "controller configuration file")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func run(ctx context.Context, path, level string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg, err := config.Load(path, os.Getenv)
+	if err != nil {
+		return err
+	}
+	c, err := controller.New(controller.Options{Config: cfg, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("llmgw controller", "api", "http://"+ln.Addr().String(), "nomad", cfg.Nomad.Address, "catalog", cfg.Catalog)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+			cancel()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		defer wg.Done()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := c.Reload(); err != nil {
+					log.Error("reload refused; the previous catalog and facility stay in force", "error", err)
+				} else {
+					log.Info("reloaded catalog and facility")
+				}
+			}
+		}
+	}()
+	err = c.Run(ctx)
+	cancel()
+	wg.Wait()
+	select {
+	case e := <-errc:
+		return e
+	default:
+	}
+	return err
+}
