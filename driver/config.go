@@ -156,6 +156,10 @@ type ReadyConfig struct {
 	Path     string        `codec:"path"`
 	Interval time.Duration `codec:"interval"`
 	Timeout  time.Duration `codec:"timeout"`
+	// Skip turns probing off: the task is ready once its engine runs. For
+	// processes that serve no HTTP, such as the non-leader ranks of a
+	// multi-node vLLM replica (--headless).
+	Skip bool `codec:"skip"`
 }
 
 // TaskConfigSpec is the schema of a task's config block.
@@ -170,6 +174,7 @@ func TaskConfigSpec() *hclspec.Spec {
 			"path":     hclspec.Attr("path", "string"),
 			"interval": hclspec.Attr("interval", "string"),
 			"timeout":  hclspec.Attr("timeout", "string"),
+			"skip":     hclspec.Attr("skip", "bool"),
 		})),
 		"tensor_parallel": hclspec.Attr("tensor_parallel", "number"),
 		"env":             hclspec.Attr("env", "map(string)"),

@@ -562,3 +562,39 @@ port    = "%PORT%"
 	}
 	_ = procfs.Ref{}
 }
+
+// TestReadySkip runs a process that serves no HTTP (a multi-node vLLM
+// replica's headless rank): with ready.skip it is ready once it runs, and
+// is not stopped at the readiness timeout.
+func TestReadySkip(t *testing.T) {
+	p := startPlugin(t, pluginBody)
+	tk := newTask(t, taskOpts{noGPU: true, body: `
+engine  = "command"
+model   = "my-model"
+command = "/bin/sleep"
+args    = ["3600"]
+port    = "%PORT%"
+ready {
+  skip    = true
+  timeout = "1s"
+}
+`})
+	h := p.start(t, tk)
+	st := decodeState(t, h)
+	p.events.wait(t, tk.cfg.GetId(), "Running; readiness probe skipped (ready.skip)", 20*time.Second)
+	insp, err := p.Driver.InspectTask(ctxT(t, 10*time.Second), &driverpb.InspectTaskRequest{TaskId: tk.cfg.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := insp.GetDriver().GetAttributes()["ready"]; got != "true" {
+		t.Fatalf("ready attribute %q, want true", got)
+	}
+	// Past ready.timeout it still runs: nothing was waiting for a probe.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !st.Engine.Alive() {
+		t.Fatal("engine stopped although readiness probing was skipped")
+	}
+}

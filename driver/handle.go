@@ -45,6 +45,7 @@ type driverState struct {
 	Host           string        `json:"host"`
 	Port           int           `json:"port"`
 	ReadyPath      string        `json:"ready_path"`
+	ReadySkip      bool          `json:"ready_skip,omitempty"`
 	ReadyInterval  time.Duration `json:"ready_interval"`
 	ReadyTimeout   time.Duration `json:"ready_timeout"`
 	StopTimeout    time.Duration `json:"stop_timeout"`
@@ -168,6 +169,8 @@ func (h *taskHandle) run(ctx context.Context) {
 			h.mu.Lock()
 			h.killAt = time.Time{}
 			h.mu.Unlock()
+		case !ready && !stopping && h.st.ReadySkip:
+			h.markReadyUnprobed(now)
 		case !ready && !stopping && now.Sub(h.st.StartedAt) > h.st.ReadyTimeout:
 			h.readinessTimedOut()
 		case !ready && !stopping && !now.Before(nextProbe):
@@ -229,6 +232,20 @@ func (h *taskHandle) probe(ctx context.Context, client *http.Client) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// markReadyUnprobed records readiness of a task whose ready block says
+// skip: it counts as ready once its engine runs.
+func (h *taskHandle) markReadyUnprobed(at time.Time) {
+	now := at.UTC()
+	h.mu.Lock()
+	h.ready, h.readyAt = true, now
+	h.mu.Unlock()
+	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
+		h.log.Warn("record readiness", "task_id", h.id, "error", err)
+	}
+	h.log.Info("engine running; readiness probe skipped (ready.skip)", "task_id", h.id)
+	h.emit(now, "Running; readiness probe skipped (ready.skip)", map[string]string{"ready_skipped": "true"})
 }
 
 // markReady records readiness; at is when the probe got its 2xx, and is

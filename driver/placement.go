@@ -156,6 +156,7 @@ type plan struct {
 	host           string
 	port           int
 	readyPath      string
+	readySkip      bool
 	readyInterval  int64 // nanoseconds
 	readyTimeout   int64 // nanoseconds
 	uid, gid       *uint32
@@ -202,6 +203,7 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 		return plan{}, err
 	}
 	pl.readyPath = recipe.DefaultReadyPath(tc.Engine)
+	pl.readySkip = tc.Ready != nil && tc.Ready.Skip
 	pl.readyInterval = int64(conf.ReadyInterval)
 	pl.readyTimeout = int64(conf.ReadyTimeout)
 	if r := tc.Ready; r != nil {

@@ -300,6 +300,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		GPUs: pl.gpus, TensorParallel: pl.tensorParallel,
 		Host: pl.host, Port: pl.port,
 		ReadyPath:     pl.readyPath,
+		ReadySkip:     pl.readySkip,
 		ReadyInterval: time.Duration(pl.readyInterval),
 		ReadyTimeout:  time.Duration(pl.readyTimeout),
 		StopTimeout:   conf.StopTimeout,

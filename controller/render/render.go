@@ -441,6 +441,13 @@ func (r *rendering) task(rank int) *api.Task {
 		}},
 		"tensor_parallel": p.GPUs,
 	}
+	if rank > 0 {
+		// Ranks above 0 of a multi-node replica serve no HTTP (vLLM's
+		// --headless workers, SGLang's non-zero ranks): the driver counts
+		// them ready once they run. Shard 0 serves, and its readiness (and
+		// the service's check) stands for the replica.
+		cfg["ready"].([]map[string]any)[0]["skip"] = true
+	}
 	if c := s.Commands[p.Engine]; c != "" {
 		cfg["command"] = c
 	}
