@@ -13,11 +13,17 @@ import (
 )
 
 // TestDemo runs what `make demo` runs, in its non-interactive mode, and
-// checks that it brought up three GPU nodes and ran the GPU job.
+// checks that it brought up three GPU nodes, ran the GPU job, and that the
+// controller got the demo catalog's five replicas serving.
 func TestDemo(t *testing.T) {
 	nomadtest.Bin(t)
 	bin := filepath.Dir(plugintest.Build(t, devicePkg))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	for _, pkg := range []string{driverPkg, fakeEnginePkg, "github.com/llmgw/llmgw/cmd/llmgw"} {
+		if dir := filepath.Dir(plugintest.Build(t, pkg)); dir != bin {
+			t.Fatalf("binaries built into %s and %s", bin, dir)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", "./internal/demo", "-once", "-bin", bin)
 	cmd.Dir = ".."
@@ -29,6 +35,9 @@ func TestDemo(t *testing.T) {
 		"gpu-1  rack=r01-k01",
 		"8/8 healthy NVIDIA H200, power_limit 700 W each",
 		"printed: CUDA_VISIBLE_DEVICES=GPU-",
+		"replicas: 5 serving, 0 starting",
+		"llama-3.1-8b-1",
+		"llmgw API: http://127.0.0.1:",
 		"Tearing down",
 	} {
 		if !strings.Contains(string(out), want) {

@@ -1,8 +1,11 @@
 // Command demo is what `make demo` runs: a local Nomad (one server and
 // three clients on loopback, each in its own rack and PDU, eight mock H200s
-// each through nomad-device-nvml) with a job that takes two GPUs, then waits
-// for Ctrl-C and tears everything down. Without a Nomad binary it says what
-// is missing and runs the offline planner on the example facility instead.
+// each through nomad-device-nvml, the llmgw driver) with a job that takes
+// two GPUs, then the llmgw controller on the demo catalog
+// (jobs/examples/demo) serving its replicas with fake-engine. It prints
+// where the APIs are, waits for Ctrl-C and tears everything down. Without a
+// Nomad binary it says what is missing and runs the offline planner on the
+// example facility instead.
 //
 // It lives under internal/ rather than cmd/ because it is a development
 // tool, not a shipped binary.
@@ -10,9 +13,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -60,8 +66,13 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		return planInstead(ctx, binDir)
 	}
 	plugin := filepath.Join(binDir, "nomad-device-nvml")
-	if _, err := os.Stat(plugin); err != nil {
-		return fmt.Errorf("%s is missing: run make build first", plugin)
+	driver := filepath.Join(binDir, "nomad-driver-llmgw")
+	engine := filepath.Join(binDir, "fake-engine")
+	llmgw := filepath.Join(binDir, "llmgw")
+	for _, b := range []string{plugin, driver, engine, llmgw} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%s is missing: run make build first", b)
+		}
 	}
 	fmt.Printf("Starting a local Nomad from %s: one server, three clients with 8 mock NVIDIA H200 each.\n", nomad)
 	c, err := localnomad.New(nomad, "")
@@ -78,7 +89,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		}
 	}()
 	pluginDir := filepath.Join(c.Root, "plugins")
-	if err := localnomad.PluginDir(pluginDir, plugin); err != nil {
+	if err := localnomad.PluginDir(pluginDir, plugin, driver); err != nil {
 		return err
 	}
 	for i, loc := range []struct{ row, rack, pdu string }{
@@ -94,17 +105,21 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 				"llmgw.site": "demo", "llmgw.room": "a",
 				"llmgw.row": loc.row, "llmgw.rack": loc.rack, "llmgw.pdu": loc.pdu,
 			},
-			Plugins: map[string]string{"nomad-device-nvml": fmt.Sprintf(`
+			Plugins: map[string]string{
+				"nomad-device-nvml": fmt.Sprintf(`
     mock {
       system = "dgxh200"
       seed   = %q
-    }`, name)},
+    }`, name),
+				"nomad-driver-llmgw": `
+    ready_timeout = "5m"`,
+			},
 		})
 		if err != nil {
 			return err
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if err := c.WaitReady(wctx); err != nil {
 		return fmt.Errorf("waiting for the clients: %w", err)
@@ -115,8 +130,17 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err := runGPUJob(wctx, c); err != nil {
 		return err
 	}
-	fmt.Printf("\nNomad API: %s   (export NOMAD_ADDR=%s; nomad node status -verbose)\n", c.Server.Addr(), c.Server.Addr())
-	fmt.Printf("Agent logs: %s/*/agent.log\n", c.Root)
+	api, stopController, exited, err := startController(ctx, c, llmgw, engine)
+	if err != nil {
+		return err
+	}
+	defer stopController()
+	if err := showReplicas(wctx, api, exited); err != nil {
+		return err
+	}
+	fmt.Printf("\nNomad API: %s   (export NOMAD_ADDR=%s; nomad job status)\n", c.Server.Addr(), c.Server.Addr())
+	fmt.Printf("llmgw API: %s   (curl %s/v1/replicas; %s/v1/facility; %s/metrics)\n", api, api, api, api)
+	fmt.Printf("Agent logs: %s/*/agent.log; controller log: %s/controller.log\n", c.Root, c.Root)
 	if once {
 		return nil
 	}
@@ -241,4 +265,133 @@ func planInstead(ctx context.Context, binDir string) error {
 		"--fleet", "jobs/examples/fleet.hcl", "--facility", "jobs/examples/facility.hcl", "--catalog", "jobs/examples/catalog.hcl")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
+}
+
+// startController writes llmgw.hcl for the demo and runs `llmgw
+// controller` in its own process group; it returns the API's address, a
+// function that stops it, and one that reports (with its log) whether it
+// has exited.
+func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string) (string, func(), func() error, error) {
+	repo, err := os.Getwd()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := filepath.Join(c.Root, "llmgw.hcl")
+	body := fmt.Sprintf(`nomad { address = %q }
+listen   = %q
+catalog  = %q
+facility = %q
+driver {
+  ready_timeout  = "5m"
+  kill_timeout   = "10s"
+  shutdown_delay = "0s"
+  check_interval = "2s"
+  check_timeout  = "1s"
+  engines        = { vllm = %q }
+}
+reconcile { interval = "10s" }
+`, c.Server.Addr(), addr, filepath.Join(repo, "jobs/examples/demo/catalog.hcl"), filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engine)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		return "", nil, nil, err
+	}
+	logPath := filepath.Join(c.Root, "controller.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	cmd := exec.Command(llmgw, "controller", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return "", nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+	}
+	exited := func() error {
+		select {
+		case <-done:
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("the controller exited:\n%s", localnomad.Tail(string(b), 20))
+		default:
+			return nil
+		}
+	}
+	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
+	return "http://" + addr, stop, exited, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// showReplicas waits until every replica of the catalog serves, printing
+// progress, then prints where each one runs.
+func showReplicas(ctx context.Context, base string, exited func() error) error {
+	type replica struct {
+		ID      string   `json:"id"`
+		Model   string   `json:"model"`
+		Profile string   `json:"profile"`
+		State   string   `json:"state"`
+		Domain  string   `json:"domain"`
+		Nodes   []string `json:"nodes"`
+		Watts   float64  `json:"watts"`
+	}
+	var rs []replica
+	last := ""
+	err := localnomad.Poll(ctx, func() (bool, string, error) {
+		if err := exited(); err != nil {
+			return false, "", err
+		}
+		resp, err := http.Get(base + "/v1/replicas")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		defer resp.Body.Close()
+		rs = nil
+		if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
+			return false, err.Error(), nil
+		}
+		counts := map[string]int{}
+		for _, r := range rs {
+			counts[r.State]++
+		}
+		line := fmt.Sprintf("  replicas: %d serving, %d starting, %d pending, %d unplaced", counts["serving"], counts["starting"], counts["pending"]+counts["partial"], counts["unplaced"])
+		if line != last {
+			fmt.Println(line)
+			last = line
+		}
+		return len(rs) > 0 && counts["serving"] == len(rs), line, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the replicas to serve: %w", err)
+	}
+	fmt.Println("\nReplicas, placed by llmgw:")
+	for _, r := range rs {
+		fmt.Printf("  %-16s %-14s %-8s %-8s %-14s %-8s %4.0f W\n", r.ID, r.Model, r.Profile, r.State, r.Domain, strings.Join(r.Nodes, ","), r.Watts)
+	}
+	return nil
 }
