@@ -40,11 +40,11 @@ func (m *MockNVML) FeedEvents(ctx context.Context, path string, log hclog.Logger
 			offset = 0 // truncated: start over
 		}
 		if _, err := f.Seek(offset, io.SeekStart); err != nil {
-			f.Close()
+			_ = f.Close()
 			continue
 		}
 		data, err := io.ReadAll(io.LimitReader(f, 1<<20))
-		f.Close()
+		_ = f.Close()
 		if err != nil {
 			continue
 		}

@@ -344,7 +344,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -370,7 +370,7 @@ func showReplicas(ctx context.Context, base string, exited func() error) error {
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		rs = nil
 		if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
 			return false, err.Error(), nil
