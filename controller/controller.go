@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -52,8 +54,20 @@ type Controller struct {
 	wo    *api.WriteOptions
 	qo    *api.QueryOptions
 
-	trigger chan struct{}
-	metrics *metrics
+	trigger     chan struct{}
+	viewTrigger chan struct{}
+	metrics     *metrics
+
+	// passMu makes passes (and a standby's view refreshes) one at a time.
+	passMu sync.Mutex
+	// expect is the jobs-table index the job list must have reached before
+	// the next pass: that of this controller's last job write whose outcome
+	// it knows. unsure holds the jobs whose last write's outcome it does not
+	// know (an error, a lost answer, a check-and-set conflict): the next
+	// pass reads them first. Both under mu.
+	expect      uint64
+	unsure      map[string]bool
+	behindSince time.Time // when passes began to wait for expect
 
 	mu       sync.RWMutex
 	catalog  facility.Catalog
@@ -73,6 +87,7 @@ type snapshot struct {
 	allocSynced bool
 	jobs        []*api.JobListStub
 	jobsSynced  bool
+	jobsIndex   uint64 // the job list's index (the jobs table's)
 	power       map[string]observe.Power
 }
 
@@ -111,13 +126,15 @@ func New(opts Options) (*Controller, error) {
 	ns := opts.Config.Nomad.Namespace
 	c := &Controller{
 		opts: opts, cfg: opts.Config, nomad: client, log: opts.Logger, now: opts.Now,
-		store:   store.New(client.Variables(), ns),
-		wo:      &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		qo:      &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		trigger: make(chan struct{}, 1),
-		metrics: newMetrics(),
-		snap:    snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
-		saved:   map[string]string{},
+		store:       store.New(client.Variables(), ns),
+		wo:          &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		qo:          &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		trigger:     make(chan struct{}, 1),
+		viewTrigger: make(chan struct{}, 1),
+		unsure:      map[string]bool{},
+		metrics:     newMetrics(),
+		snap:        snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
+		saved:       map[string]string{},
 	}
 	if err := c.Reload(); err != nil {
 		return nil, err
@@ -165,10 +182,15 @@ func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
 	return cat, fac, nil
 }
 
-// kick asks for a reconcile pass soon.
+// kick asks for a reconcile pass soon (and, on a standby, for a fresh
+// view).
 func (c *Controller) kick() {
 	select {
 	case c.trigger <- struct{}{}:
+	default:
+	}
+	select {
+	case c.viewTrigger <- struct{}{}:
 	default:
 	}
 }
@@ -188,9 +210,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(c.watchJobs)
 	run(c.pollPower)
 	run(c.leadLoop)
+	run(c.viewLoop)
 	wg.Wait()
 	return nil
 }
+
+// nodeReaders is how many nodes the nodes watch reads at once.
+const nodeReaders = 8
 
 func (c *Controller) watchNodes(ctx context.Context) {
 	watch(ctx, c.log, "nodes", func(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error) {
@@ -201,20 +227,44 @@ func (c *Controller) watchNodes(ctx context.Context) {
 		have := c.snap.nodes
 		c.mu.RUnlock()
 		next := make(map[string]*api.Node, len(stubs))
+		var changed []*api.NodeListStub
 		for _, s := range stubs {
 			if n, ok := have[s.ID]; ok && n.ModifyIndex == s.ModifyIndex {
 				next[s.ID] = n
 				continue
 			}
-			n, _, err := c.nomad.Nodes().Info(s.ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(ctx))
-			if err != nil {
-				c.log.Warn("read node", "node", s.Name, "error", err)
+			changed = append(changed, s)
+		}
+		// The list has no meta: read each changed node, a few at a time
+		// (one at a time, a fleet's first read is a round trip per node).
+		read := make([]*api.Node, len(changed))
+		errs := make([]error, len(changed))
+		var wg sync.WaitGroup
+		var claimed atomic.Int64
+		for range min(nodeReaders, len(changed)) {
+			wg.Go(func() {
+				for {
+					i := int(claimed.Add(1) - 1)
+					if i >= len(changed) || ctx.Err() != nil {
+						return
+					}
+					read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(ctx))
+				}
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		for i, s := range changed {
+			if errs[i] != nil || read[i] == nil {
+				c.log.Warn("read node", "node", s.Name, "error", errs[i])
 				if old, ok := have[s.ID]; ok {
 					next[s.ID] = old
 				}
 				continue
 			}
-			next[s.ID] = n
+			next[s.ID] = read[i]
 		}
 		c.mu.Lock()
 		c.snap.nodes, c.snap.nodesSynced = next, true
@@ -226,7 +276,9 @@ func (c *Controller) watchNodes(ctx context.Context) {
 func (c *Controller) watchAllocs(ctx context.Context) {
 	watch(ctx, c.log, "allocations", func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
 		q.Namespace, q.Region = "*", c.qo.Region
-		q.Params = map[string]string{"resources": "true"}
+		// Task states (every task's event history) are the bulk of an
+		// allocation stub, and nothing here reads them.
+		q.Params = map[string]string{"resources": "true", "task_states": "false"}
 		return c.nomad.Allocations().List(q)
 	}, func(allocs []*api.AllocationListStub, _ uint64) {
 		c.mu.Lock()
@@ -241,9 +293,14 @@ func (c *Controller) watchJobs(ctx context.Context) {
 		q.Namespace, q.Region, q.Prefix = c.qo.Namespace, c.qo.Region, render.JobIDPrefix
 		q.Params = map[string]string{"meta": "true"}
 		return c.nomad.Jobs().List(q)
-	}, func(jobs []*api.JobListStub, _ uint64) {
+	}, func(jobs []*api.JobListStub, index uint64) {
 		c.mu.Lock()
-		c.snap.jobs, c.snap.jobsSynced = jobs, true
+		if index < c.snap.jobsIndex {
+			// The servers' index went backwards (a snapshot restore): what
+			// this controller expected to see is moot.
+			c.expect = 0
+		}
+		c.snap.jobs, c.snap.jobsSynced, c.snap.jobsIndex = jobs, true, index
 		c.mu.Unlock()
 		c.kick()
 	})
@@ -398,20 +455,101 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 			}
 		case <-tick.C:
 		}
-		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+		err := c.Pass(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, ErrNotSynced) || errors.Is(err, ErrBehind):
+			// The watch that is behind kicks again when it catches up.
+			c.log.Debug("reconcile pass deferred", "reason", err)
+		default:
 			c.log.Error("reconcile pass", "error", err)
 		}
 	}
+}
+
+// viewLoop keeps the read API's view current while this controller stands
+// by (while it leads, every pass does): a standby serves the read API.
+func (c *Controller) viewLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.viewTrigger:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		c.mu.RLock()
+		leader := c.leader
+		c.mu.RUnlock()
+		if leader {
+			continue
+		}
+		if err := c.refreshView(); err != nil && !errors.Is(err, ErrNotSynced) {
+			c.log.Warn("refresh view", "error", err)
+		}
+	}
+}
+
+// refreshView plans a pass, without acting on it, for the view alone.
+func (c *Controller) refreshView() error {
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	in, _, _, err := c.input()
+	if err != nil {
+		return err
+	}
+	res, err := reconcile.Plan(in)
+	if err != nil {
+		return err
+	}
+	c.updateView(in, res)
+	return nil
 }
 
 // ErrNotSynced is returned by Pass before every observer has loaded
 // Nomad's state once: nothing is placed before everything is adopted.
 var ErrNotSynced = errors.New("not every Nomad list has been read yet")
 
+// ErrBehind is returned by Pass while the job list has not caught up with
+// this controller's own last job writes. Acting on a list that misses a
+// job it registered would count that job's draw nowhere, and could place
+// another replica into the budget the job already uses.
+var ErrBehind = errors.New("the job list has not caught up with this controller's writes yet")
+
+// behindLimit is how long passes wait for the job list to show this
+// controller's writes before they plan anyway.
+const behindLimit = time.Minute
+
 // Pass runs one reconcile pass now.
 func (c *Controller) Pass(ctx context.Context) error {
-	start := c.now()
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	start := time.Now()
 	defer func() { c.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
+	if err := c.resolveUnsure(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	behind := c.snap.jobsIndex < c.expect
+	switch {
+	case !behind:
+		c.behindSince = time.Time{}
+	case c.behindSince.IsZero():
+		c.behindSince = time.Now()
+	case time.Since(c.behindSince) > behindLimit:
+		// Never wait forever on an index a write reported but the job
+		// list does not reach.
+		c.log.Warn("job list still behind this controller's writes; planning anyway",
+			"want_index", c.expect, "have_index", c.snap.jobsIndex)
+		c.expect, c.behindSince, behind = 0, time.Time{}, false
+	}
+	c.mu.Unlock()
+	if behind {
+		return ErrBehind
+	}
 	in, orphans, nodeInfo, err := c.input()
 	if err != nil {
 		return err
@@ -428,11 +566,24 @@ func (c *Controller) Pass(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	conflict := false
 	for _, a := range res.Actions {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := c.execute(ctx, a, nodeInfo); err != nil {
+		if conflict && a.Kind != reconcile.Stop {
+			// The plan counted a job where Nomad has another version of
+			// it: the rest of its placements may be over a budget. The next
+			// pass plans again from what Nomad holds.
+			c.log.Info("placement deferred to the next pass after a conflict", "action", a.String())
+			continue
+		}
+		err := c.execute(ctx, a, nodeInfo)
+		if errors.Is(err, errConflict) {
+			conflict = true
+			continue
+		}
+		if err != nil {
 			c.metrics.actionErrors.WithLabelValues(a.Kind.String()).Inc()
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
 			continue
@@ -441,6 +592,45 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	c.saveDecisions(res)
 	return errors.Join(errs...)
+}
+
+// wrote records the outcome of a job write: its index when known (the
+// next pass waits for the job list to reach it), else the job as unsure.
+func (c *Controller) wrote(jobID string, index uint64, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if known {
+		c.expect = max(c.expect, index)
+		delete(c.unsure, jobID)
+		return
+	}
+	c.unsure[jobID] = true
+}
+
+// resolveUnsure reads the jobs whose last write's outcome is unknown, so
+// that the pass waits for the job list to show them as they are.
+func (c *Controller) resolveUnsure(ctx context.Context) error {
+	c.mu.RLock()
+	ids := make([]string, 0, len(c.unsure))
+	for id := range c.unsure {
+		ids = append(ids, id)
+	}
+	c.mu.RUnlock()
+	sort.Strings(ids)
+	for _, id := range ids {
+		qo := *c.qo
+		job, _, err := c.nomad.Jobs().Info(id, (&qo).WithContext(ctx))
+		var ue api.UnexpectedResponseError
+		switch {
+		case err == nil && job.ModifyIndex != nil:
+			c.wrote(id, *job.ModifyIndex, true)
+		case errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound:
+			c.wrote(id, 0, true)
+		case err != nil:
+			return fmt.Errorf("read job %s after a write with no answer: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // input assembles one pass's view of the world.
@@ -468,7 +658,7 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 	fleet = observe.ReservePending(fleet, jobs, snap.allocs)
 	return reconcile.Input{
 		Now: c.now(), Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
-		PartialDeadline: c.cfg.Reconcile.PartialDeadline,
+		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
 	}, orphans, info, nil
 }
 
@@ -513,17 +703,20 @@ func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[
 		}
 		opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: a.ExpectIndex}
 		wo := *c.wo
-		_, _, err = c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(ctx))
+		resp, _, err := c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(ctx))
 		if isEnforceIndexConflict(err) {
 			// Someone else (a retry, another controller) registered it
 			// first: level-based, the next pass sees it.
 			c.log.Info("job already registered by another writer", "job", *job.ID)
 			c.metrics.casConflicts.Inc()
-			return nil
+			c.wrote(*job.ID, 0, false)
+			return errConflict
 		}
 		if err != nil {
+			c.wrote(*job.ID, 0, false)
 			return fmt.Errorf("register %s: %w", *job.ID, err)
 		}
+		c.wrote(*job.ID, resp.JobModifyIndex, true)
 		c.log.Info(a.Kind.String(), "job", *job.ID, "replica", a.Replica, "profile", a.Profile.Name,
 			"domain", a.Decision.Domain.Key(), "watts", a.Decision.Watts, "reason", a.Reason)
 		c.metrics.placements.WithLabelValues(a.Model.Name).Inc()
@@ -534,12 +727,18 @@ func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[
 
 func (c *Controller) deregister(ctx context.Context, jobID string) error {
 	wo := *c.wo
-	_, _, err := c.nomad.Jobs().Deregister(jobID, false, (&wo).WithContext(ctx))
+	_, wm, err := c.nomad.Jobs().Deregister(jobID, false, (&wo).WithContext(ctx))
 	if err != nil {
+		c.wrote(jobID, 0, false)
 		return fmt.Errorf("deregister %s: %w", jobID, err)
 	}
+	c.wrote(jobID, wm.LastIndex, true)
 	return nil
 }
+
+// errConflict is execute's answer to a check-and-set registration that
+// another writer got to first.
+var errConflict = errors.New("job registered by another writer")
 
 // isEnforceIndexConflict reports Nomad's refusal of a check-and-set job
 // registration. Nomad answers it with HTTP 500 and a message starting

@@ -18,7 +18,20 @@
 // Nomad's state once, so a restarted controller rebuilds every replica from
 // the jobs and all their allocations before it places anything.
 //
+// A pass never acts on a job list older than the controller's own writes:
+// each registration and deregistration reports the index it was written
+// at, and the next pass waits (ErrBehind) until the job list has reached
+// it; a write whose answer was lost is read back first. Otherwise a pass
+// run between a registration and the list showing it would count that
+// job's draw nowhere and could place another replica into the budget it
+// already uses. A check-and-set conflict means the plan counted a job
+// where Nomad holds another version of it, so the pass places nothing
+// more and leaves it to the next. New jobs take a generation above every
+// job Nomad still holds for the replica, stopped ones included, so that
+// their IDs are free (a stopped job keeps its ID until garbage
+// collection).
+//
 // One controller leads, holding the Nomad Variable lock llmgw/leader; the
-// others observe and serve the read API, and take over when the leader's
-// lock lapses.
+// others observe and serve the read API (they plan without acting, to keep
+// their view current), and take over when the leader's lock lapses.
 package controller

@@ -3,6 +3,7 @@ package observe
 import (
 	"errors"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -55,6 +56,30 @@ func Jobs(stubs []*api.JobListStub, allocs []*api.AllocationListStub) ([]reconci
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
 	return out, orphans
+}
+
+// Generations returns, per replica, the highest generation (meta
+// llmgw.gen) of every managed job in Nomad's job list, stopped and dead
+// jobs included: their IDs stay taken until Nomad garbage-collects them,
+// so a new job of the replica must take a higher one.
+// Only llmgw.replica and llmgw.gen are read: a job whose other meta is
+// broken still holds its ID.
+func Generations(stubs []*api.JobListStub) map[string]int {
+	out := map[string]int{}
+	for _, s := range stubs {
+		if s.Meta[render.MetaManaged] != "true" {
+			continue
+		}
+		replica := s.Meta[render.MetaReplica]
+		gen, err := strconv.Atoi(s.Meta[render.MetaGen])
+		if replica == "" || err != nil || gen < 0 {
+			continue
+		}
+		if g, ok := out[replica]; !ok || gen > g {
+			out[replica] = gen
+		}
+	}
+	return out
 }
 
 type shardState int

@@ -114,3 +114,22 @@ func TestReservePending(t *testing.T) {
 		t.Fatal("input fleet was modified")
 	}
 }
+
+func TestGenerations(t *testing.T) {
+	gen := func(s *api.JobListStub, g string, stop bool, status string) *api.JobListStub {
+		s.Meta[render.MetaGen], s.Stop, s.Status = g, stop, status
+		return s
+	}
+	stubs := []*api.JobListStub{
+		gen(managedStub("a0", "m-0", "a"), "0", false, "running"),
+		gen(managedStub("a3", "m-0", "a"), "3", true, "dead"), // stopped: its ID is still taken
+		gen(managedStub("b2", "m-1", "a"), "2", false, "dead"),
+		{ID: "not-ours", Meta: map[string]string{"team": "x"}},
+		{ID: "broken", Meta: map[string]string{render.MetaManaged: "true", render.MetaReplica: "m-2", render.MetaGen: "9"}},
+		{ID: "no-gen", Meta: map[string]string{render.MetaManaged: "true", render.MetaReplica: "m-3", render.MetaGen: "x"}},
+	}
+	want := map[string]int{"m-0": 3, "m-1": 2, "m-2": 9}
+	if diff := cmp.Diff(want, Generations(stubs)); diff != "" {
+		t.Errorf("Generations (-want +got):\n%s", diff)
+	}
+}

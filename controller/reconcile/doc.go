@@ -21,7 +21,8 @@
 //     serving over starting over partly placed over failed, then the oldest —
 //     and the others are stopped as duplicates.
 //   - No current job outside drain holds: a new job is placed (a new
-//     generation). Stale jobs, and current jobs inside a drain hold, keep
+//     generation, above that of every job Nomad still holds for the slot,
+//     stopped ones included, so that its ID is free). Stale jobs, and current jobs inside a drain hold, keep
 //     running until the kept job serves, then they are stopped: new copy
 //     first, for rolls and for drains alike.
 //   - A kept job that failed, or stayed partly placed past the deadline, is

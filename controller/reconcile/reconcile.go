@@ -72,6 +72,12 @@ type Input struct {
 	// PartialDeadline is how long a job may stay partly placed (or placed
 	// nowhere) before it is placed again; Nomad has no gang placement.
 	PartialDeadline time.Duration
+	// Gens holds, per replica slot, the highest generation of any job Nomad
+	// still holds for it, stopped and dead ones included (they are not in
+	// Jobs). A new job takes a generation above it: Nomad keeps a stopped
+	// job until its garbage collection, and a create-only registration of
+	// that job's ID would be refused until then.
+	Gens map[string]int
 }
 
 // Kind is what an action does.
@@ -234,6 +240,9 @@ func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, 
 	sortBest(free)
 	sortBest(held)
 	maxGen := -1
+	if g, ok := in.Gens[slot]; ok {
+		maxGen = g
+	}
 	for _, j := range jobs {
 		maxGen = max(maxGen, j.Gen)
 	}

@@ -473,3 +473,24 @@ func TestFailedReplicaFallsBackToAnotherProfile(t *testing.T) {
 		t.Fatalf("want the failed job stopped as a duplicate, got %v", res.Actions)
 	}
 }
+
+// A new job's generation is above every job Nomad still holds for its
+// slot, stopped ones included, whose IDs are not free yet.
+func TestNewGenerationAboveStoppedJobs(t *testing.T) {
+	w := newWorld()
+	res, err := Plan(Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac,
+		Gens: map[string]int{"m-0": 2, "m-3": 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, a := range res.Actions {
+		if a.Kind == Create {
+			got[a.Replica] = a.Gen
+		}
+	}
+	want := map[string]int{"m-0": 3, "m-1": 0, "m-2": 0, "m-3": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("generations of new jobs (-want +got):\n%s", diff)
+	}
+}

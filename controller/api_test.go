@@ -1,0 +1,149 @@
+package controller
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Labels set through the API are Nomad dynamic node metadata: the fake's
+// node shows them, and so does the controller once it observes the node.
+func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
+	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+
+	code, body := call(t, http.MethodPut, c.url+"/v1/nodes/n1/labels", "",
+		LabelsRequest{Set: map[string]string{"rack": "r9", "fabric": "ib0"}, Unset: []string{"pdu"}}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("PUT labels: %d %s", code, body)
+	}
+	meta := e.fake.Node(e.nodes["n1"]).Meta
+	got := map[string]string{"rack": meta["llmgw.rack"], "pdu": meta["llmgw.pdu"], "fabric": meta["llmgw.fabric"]}
+	if diff := cmp.Diff(map[string]string{"rack": "r9", "pdu": "", "fabric": "ib0"}, got); diff != "" {
+		t.Errorf("node n1's meta (-want +got):\n%s", diff)
+	}
+	e.pass(c)
+	var nodes []NodeView
+	call(t, http.MethodGet, c.url+"/v1/nodes?domain=rack=r9", "", nil, &nodes)
+	if len(nodes) != 1 || nodes[0].Name != "n1" {
+		t.Fatalf("nodes in rack=r9: %+v, want n1", nodes)
+	}
+	if diff := cmp.Diff(map[string]string{"site": "s1", "room": "a", "row": "row1", "rack": "r9"}, nodes[0].Location); diff != "" {
+		t.Errorf("n1's location (-want +got):\n%s", diff)
+	}
+
+	for _, tc := range []struct {
+		name, node string
+		body       any
+		code       int
+		contains   string
+	}{
+		{"unknown label", "n1", LabelsRequest{Set: map[string]string{"cage": "c1"}}, http.StatusBadRequest, `unknown label \"cage\"`},
+		{"bad value", "n1", LabelsRequest{Set: map[string]string{"rack": "r 1"}}, http.StatusBadRequest, "has a comma"},
+		{"nothing", "n1", LabelsRequest{}, http.StatusBadRequest, "nothing to set"},
+		{"unknown node", "n7", LabelsRequest{Set: map[string]string{"rack": "r1"}}, http.StatusNotFound, "did you mean"},
+	} {
+		code, body := call(t, http.MethodPut, c.url+"/v1/nodes/"+tc.node+"/labels", "", tc.body, nil)
+		if code != tc.code || !strings.Contains(body, tc.contains) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, body, tc.code, tc.contains)
+		}
+	}
+}
+
+// With api_token set, every mutating call needs it; reads stay open.
+func TestAPITokenOnMutatingCalls(t *testing.T) {
+	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
+	e.cfg.APIToken = "s3cret"
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	labels := LabelsRequest{Set: map[string]string{"row": "row2"}}
+	for _, tc := range []struct {
+		method, path, token string
+		body                any
+		code                int
+	}{
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "", HoldRequest{Reason: "x"}, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "wrong", HoldRequest{Reason: "x"}, http.StatusUnauthorized},
+		{http.MethodDelete, "/v1/facility/holds/rack=r1", "", nil, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/nodes/n1/labels", "", labels, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret x", labels, http.StatusUnauthorized},
+		{http.MethodGet, "/v1/replicas", "", nil, http.StatusOK},
+		{http.MethodGet, "/v1/replicas/alpha-0", "", nil, http.StatusOK},
+		{http.MethodGet, "/v1/nodes", "", nil, http.StatusOK},
+		{http.MethodGet, "/v1/facility", "", nil, http.StatusOK},
+		{http.MethodGet, "/v1/catalog", "", nil, http.StatusOK},
+		{http.MethodGet, "/healthz", "", nil, http.StatusOK},
+		{http.MethodGet, "/metrics", "", nil, http.StatusOK},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "s3cret", HoldRequest{Reason: "x"}, http.StatusOK},
+		{http.MethodDelete, "/v1/facility/holds/rack=r1", "s3cret", nil, http.StatusOK},
+		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret", labels, http.StatusOK},
+	} {
+		if code, body := call(t, tc.method, c.url+tc.path, tc.token, tc.body, nil); code != tc.code {
+			t.Errorf("%s %s with token %q: %d %s, want %d", tc.method, tc.path, tc.token, code, body, tc.code)
+		}
+	}
+	if got := e.fake.Node(e.nodes["n1"]).Meta["llmgw.row"]; got != "row2" {
+		t.Errorf("n1's row = %q after the authorised call, want row2", got)
+	}
+	if v := e.fake.Variable("default", "llmgw/holds"); v == nil || strings.Contains(v.Items["holds"], "rack=r1") {
+		t.Errorf("holds variable after set and release: %+v", v)
+	}
+}
+
+// A catalog reload with a bad file keeps the catalog in force and shows
+// the error; a good reload clears it.
+func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
+	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	jobs := jobIDs(e.liveJobs())
+
+	e.writeCatalog(strings.Replace(alphaBeta, `gpus   = 1`, `gpus   = "one"`, 1))
+	err := c.Reload()
+	if err == nil {
+		t.Fatal("reload of a bad catalog: no error")
+	}
+	var cv CatalogView
+	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK {
+		t.Fatalf("GET catalog: %d %s", code, body)
+	}
+	if cv.Error != err.Error() || !strings.Contains(cv.Error, "catalog.hcl:") {
+		t.Errorf("catalog error = %q, want the reload's %q, naming the file and line", cv.Error, err)
+	}
+	var names []string
+	for _, m := range cv.Models {
+		names = append(names, m.Name)
+	}
+	if diff := cmp.Diff([]string{"alpha", "beta"}, names); diff != "" {
+		t.Errorf("models in force (-want +got):\n%s", diff)
+	}
+	var health map[string]any
+	call(t, http.MethodGet, c.url+"/healthz", "", nil, &health)
+	if health["config_error"] != err.Error() {
+		t.Errorf("healthz = %v, want config_error %q", health, err)
+	}
+	if n := e.pass(c); n != 0 {
+		t.Errorf("pass after the refused reload sent %d job writes, want 0", n)
+	}
+	if diff := cmp.Diff(jobs, jobIDs(e.liveJobs())); diff != "" {
+		t.Errorf("jobs after the refused reload (-before +after):\n%s", diff)
+	}
+
+	e.writeCatalog(alphaBeta)
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	cv = CatalogView{}
+	call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv)
+	if cv.Error != "" {
+		t.Errorf("catalog error after a good reload = %q, want none", cv.Error)
+	}
+}

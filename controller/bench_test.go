@@ -1,0 +1,143 @@
+package controller
+
+// Benchmarks quoted in docs/perf.md ("Controller"):
+//
+//	go test ./controller -run '^$' -bench Adoption -benchtime=3x -benchmem
+//	go test ./controller -run '^$' -bench NoopPass -benchtime=100x -benchmem
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/llmgw/controller/nomadfake"
+)
+
+// bigEnv seeds a fake with replicas two-shard replicas (or single-shard
+// ones when shards is 1), each a serving job pinned to its nodes, on
+// nodes of 8 H200s: 10 nodes a rack, a PDU per pair of nodes, budgets on
+// every PDU and rack with room to spare. Every slot of the catalog has its
+// job, so a pass has nothing to do.
+func bigEnv(b *testing.B, replicas, shards int) *env {
+	b.Helper()
+	const gpusPerNode, models = 8, 10
+	nodes := replicas * shards / gpusPerNode
+	var defs []nodeDef
+	var fac strings.Builder
+	fac.WriteString("headroom = 0.05\n")
+	for i := range nodes {
+		pair := i / 2
+		d := nodeDef{fmt.Sprintf("n%05d", i), fmt.Sprintf("r%03d", pair/5), fmt.Sprintf("p%04d", pair), gpusPerNode}
+		defs = append(defs, d)
+		if i%2 == 0 {
+			fmt.Fprintf(&fac, "budget %q { watts = 20000 }\n", "pdu="+d.pdu)
+		}
+		if i%10 == 0 {
+			fmt.Fprintf(&fac, "budget %q { watts = 100000 }\n", "rack="+d.rack)
+		}
+	}
+	var cat strings.Builder
+	for m := range models {
+		fmt.Fprintf(&cat, `
+model "m%d" {
+  source   = "org/m%d"
+  replicas = %d
+  profile "p" {
+    engine      = "sglang"
+    gpu         = "NVIDIA H200"
+    gpus        = 1
+    nodes       = %d
+    keep_within = "rack"
+    watts       = 500
+  }
+}
+`, m, m, replicas/models, shards)
+	}
+	e := newEnv(b, defs, cat.String(), fac.String(), nomadfake.WithAutoRun(true))
+	start := time.Now()
+	groups := nodes / shards // node groups a replica can sit on
+	for k := range replicas {
+		g := k % groups
+		var on []string
+		for s := range shards {
+			on = append(on, defs[g*shards+s].name)
+		}
+		e.seed(e.renderJob(fmt.Sprintf("m%d", k%models), "p", k/models, 0, on...))
+	}
+	b.Logf("seeded %d jobs, %d allocations on %d nodes in %s", replicas, len(e.fake.Allocations("")), nodes, time.Since(start).Round(time.Millisecond))
+	return e
+}
+
+// BenchmarkAdoption measures a controller start over 5,000 jobs with
+// 10,000 allocations: from New to its first pass done (which must do
+// nothing), with the time until every Nomad list was loaded (synced).
+func BenchmarkAdoption(b *testing.B) {
+	e := bigEnv(b, 5000, 2)
+	e.holdLock()
+	ctx := context.Background()
+	var synced, total time.Duration
+	var lists [3]time.Duration // nodes, allocations, jobs: until each list was loaded
+	n := 0
+	for b.Loop() {
+		start := time.Now()
+		c := e.start(fmt.Sprintf("ctl-%d", n))
+		n++
+		tick := time.NewTicker(time.Millisecond)
+		var seen [3]bool
+		for {
+			c.mu.RLock()
+			now := [3]bool{c.snap.nodesSynced, c.snap.allocSynced, c.snap.jobsSynced}
+			c.mu.RUnlock()
+			for i := range now {
+				if now[i] && !seen[i] {
+					seen[i] = true
+					lists[i] += time.Since(start)
+				}
+			}
+			if now == [3]bool{true, true, true} {
+				break
+			}
+			<-tick.C
+		}
+		tick.Stop()
+		synced += time.Since(start)
+		if err := c.Pass(ctx); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(start)
+		if w := c.tap.writes(); w != 0 {
+			b.Fatalf("first pass sent %d job writes, want 0", w)
+		}
+		b.StopTimer()
+		c.stop()
+		b.StartTimer()
+	}
+	for i, what := range []string{"nodes", "allocs", "jobs"} {
+		b.ReportMetric(float64(lists[i].Milliseconds())/float64(n), "ms-"+what)
+	}
+	b.ReportMetric(float64(synced.Milliseconds())/float64(n), "ms-synced")
+	b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms-first-pass-done")
+}
+
+// BenchmarkNoopPass measures a reconcile pass over 1,000 serving replicas
+// with nothing to do.
+func BenchmarkNoopPass(b *testing.B) {
+	e := bigEnv(b, 1000, 1)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	if w := c.tap.writes(); w != 0 {
+		b.Fatalf("first pass sent %d job writes, want 0", w)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Pass(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if w := c.tap.writes(); w != 0 {
+		b.Fatalf("passes sent %d job writes, want 0", w)
+	}
+}
