@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,7 +55,10 @@ func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 	return nomadtest.Start(t, clients...), engine
 }
 
-// controllerFiles writes llmgw.hcl, catalog.hcl and facility.hcl.
+// controllerFiles writes llmgw.hcl, catalog.hcl and facility.hcl into a
+// new directory and loads llmgw.hcl; ctlConfigPath gives its path. The API
+// listens on a free loopback port (used when the controller runs as its
+// binary; in-process tests serve the handler themselves).
 func controllerFiles(t *testing.T, addr, engine, catalog, facility string) config.Config {
 	t.Helper()
 	dir := t.TempDir()
@@ -67,7 +71,7 @@ func controllerFiles(t *testing.T, addr, engine, catalog, facility string) confi
 	write("facility.hcl", facility)
 	write("llmgw.hcl", fmt.Sprintf(`
 nomad { address = %q }
-listen          = "127.0.0.1:9797" # unused: the test serves the API itself
+listen          = %q
 node_base_watts = 300
 driver {
   ready_interval = "500ms"
@@ -82,7 +86,7 @@ reconcile {
   interval         = "5s"
   partial_deadline = "1m"
 }
-`, addr, engine))
+`, addr, freeAddr(t), engine))
 	cfg, err := config.Load(filepath.Join(dir, "llmgw.hcl"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -90,9 +94,26 @@ reconcile {
 	return cfg
 }
 
-// runController runs a controller in-process until the test ends and
-// returns its API's base URL.
-func runController(t *testing.T, cfg config.Config, name string) (*controller.Controller, string) {
+// ctlConfigPath is the llmgw.hcl controllerFiles wrote for cfg.
+func ctlConfigPath(cfg config.Config) string {
+	return filepath.Join(filepath.Dir(cfg.Catalog), "llmgw.hcl")
+}
+
+// freeAddr returns a loopback address nothing listened on a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runController runs a controller in-process and returns it, its API's
+// base URL and a function that stops it (the controller, then the API) and
+// waits for it to end; the test's cleanup stops it too.
+func runController(t *testing.T, cfg config.Config, name string) (*controller.Controller, string, func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second})
@@ -107,12 +128,16 @@ func runController(t *testing.T, cfg config.Config, name string) (*controller.Co
 		_ = c.Run(ctx)
 	}()
 	srv := httptest.NewServer(c.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		wg.Wait()
-	})
-	return c, srv.URL
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			srv.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return c, srv.URL, stop
 }
 
 type testWriter struct {
@@ -189,8 +214,7 @@ model "beta" {
 func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
 	c, engine := rackClients(t)
 	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels, `headroom = 0`)
-	_, base := runController(t, cfg, "ctl-1")
-	nodeRack := map[string]string{"gpu-1": "k1", "gpu-2": "k1", "gpu-3": "k2", "gpu-4": "k2"}
+	_, base, _ := runController(t, cfg, "ctl-1")
 	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
 		rs := getReplicas(t, base)
 		var states []string

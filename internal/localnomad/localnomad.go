@@ -257,8 +257,10 @@ func (a *Agent) Start() error {
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Its own process group, so that stopping the agent does not signal
 	// the tasks it started (Nomad keeps tasks running when a client agent
-	// stops), and Ctrl-C on a demo reaches only the demo.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stops), and Ctrl-C on a demo reaches only the demo. Pdeathsig: an
+	// agent dies with the process that started it, even if that one
+	// crashes without cleaning up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
 		return err
