@@ -173,3 +173,29 @@ func (s Scope) MarshalJSON() ([]byte, error) {
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }
+
+// UnmarshalJSON reads what MarshalJSON writes: an object from level to
+// value. The levels come back coarse to fine whatever their order in the
+// object; an unknown level or a non-string value is an error.
+func (s *Scope) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		*s = nil
+		return nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("scope: %w", err)
+	}
+	out := Scope{}
+	for _, l := range Levels() {
+		if v, ok := m[l.String()]; ok {
+			out = append(out, Domain{Level: l, Value: v})
+			delete(m, l.String())
+		}
+	}
+	for k := range m {
+		return fmt.Errorf("scope: %w %q", ErrUnknownLevel, k)
+	}
+	*s = out
+	return nil
+}
