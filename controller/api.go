@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controller/ui"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -32,6 +33,9 @@ func (c *Controller) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/facility/holds/{domain}", c.auth(c.putHold))
 	mux.HandleFunc("DELETE /v1/facility/holds/{domain}", c.auth(c.deleteHold))
 	mux.HandleFunc("PUT /v1/nodes/{node}/labels", c.auth(c.putLabels))
+	// The web console: static files; it calls the API above like llmgw ctl.
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	return mux
 }
 

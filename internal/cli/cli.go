@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmgw/llmgw/internal/controllercmd"
+	"github.com/llmgw/llmgw/internal/ctlcmd"
+	"github.com/llmgw/llmgw/internal/gatewaycmd"
 	"github.com/llmgw/llmgw/internal/plancmd"
 )
 
@@ -25,7 +27,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(plancmd.NewCommand(), controllercmd.NewCommand())
+	root.AddCommand(plancmd.NewCommand(), controllercmd.NewCommand(), gatewaycmd.NewCommand(), ctlcmd.NewCommand())
 	return root
 }
 

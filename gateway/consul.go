@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// ConsulSource discovers replicas in Consul: the catalog's services tagged
+// llmgw (a blocking query on /v1/catalog/services), and for each, its
+// instances whose checks all pass (a blocking query on
+// /v1/health/service/<name>?passing=1&tag=llmgw).
+type ConsulSource struct {
+	Client *consulapi.Client
+	Logger *slog.Logger
+	// Wait bounds each blocking query; 5 minutes by default.
+	Wait time.Duration
+}
+
+// Run watches Consul until ctx ends, publishing every change.
+func (s *ConsulSource) Run(ctx context.Context, publish func(Snapshot)) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("discovery", "consul")
+	wait := s.Wait
+	if wait <= 0 {
+		wait = defaultBlockingWait
+	}
+	list := func(ctx context.Context, emit func(catalog)) {
+		var idx uint64
+		var bo backoff
+		for ctx.Err() == nil {
+			start := time.Now()
+			q := (&consulapi.QueryOptions{WaitIndex: idx, WaitTime: wait}).WithContext(ctx)
+			svcs, meta, err := s.Client.Catalog().Services(q)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("list services", "error", err)
+				}
+				bo.wait(ctx)
+				continue
+			}
+			bo.reset()
+			cat := catalog{}
+			for name, tags := range svcs {
+				if slices.Contains(tags, ServiceTag) {
+					cat[name] = modelsFromTags(tags)
+				}
+			}
+			emit(cat)
+			prev := idx
+			idx = nextIndex(idx, meta.LastIndex)
+			sleep(ctx, gap(start, prev, idx))
+		}
+	}
+	watch := func(ctx context.Context, name string, emit func([]Instance, bool)) {
+		var idx uint64
+		var bo backoff
+		for ctx.Err() == nil {
+			start := time.Now()
+			q := (&consulapi.QueryOptions{WaitIndex: idx, WaitTime: wait}).WithContext(ctx)
+			entries, meta, err := s.Client.Health().Service(name, ServiceTag, true, q)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("health of service", "service", name, "error", err)
+					emit(nil, false)
+				}
+				bo.wait(ctx)
+				continue
+			}
+			bo.reset()
+			insts := make([]Instance, 0, len(entries))
+			for _, e := range entries {
+				if in, ok := consulInstance(e); ok {
+					insts = append(insts, in)
+				}
+			}
+			emit(insts, true)
+			prev := idx
+			idx = nextIndex(idx, meta.LastIndex)
+			sleep(ctx, gap(start, prev, idx))
+		}
+	}
+	return runDiscovery(ctx, log, list, watch, publish)
+}
+
+// consulInstance reads one health entry: the service's address, else the
+// node's; the weight tag, else Consul's passing weight.
+func consulInstance(e *consulapi.ServiceEntry) (Instance, bool) {
+	if e == nil || e.Service == nil {
+		return Instance{}, false
+	}
+	host := e.Service.Address
+	node := ""
+	if e.Node != nil {
+		node = e.Node.Node
+		if host == "" {
+			host = e.Node.Address
+		}
+	}
+	return instanceFromTags(node+"/"+e.Service.ID, host, e.Service.Port, e.Service.Tags, e.Service.Weights.Passing)
+}
+
+// ConsulRegistration is how the gateway registers itself in Consul's
+// local agent.
+type ConsulRegistration struct {
+	// ID is the service ID; unique per gateway on the agent.
+	ID string
+	// Address and Port are what clients reach the gateway at; an empty
+	// Address means the agent's node address.
+	Address string
+	Port    int
+	// CheckURL is the HTTP check's URL, the gateway's /healthz as the
+	// agent can reach it.
+	CheckURL string
+	// CheckInterval, default 10s; the check's timeout is a fifth of it,
+	// at least a second. A gateway critical for a minute is deregistered.
+	CheckInterval time.Duration
+	Tags          []string
+}
+
+// Register registers the gateway as GatewayServiceName with an HTTP check,
+// retrying with backoff until it succeeds or ctx ends, then waits for ctx
+// and deregisters (with a fresh deadline, as ctx has ended).
+func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	interval := r.CheckInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	reg := &consulapi.AgentServiceRegistration{
+		ID:      r.ID,
+		Name:    GatewayServiceName,
+		Tags:    append([]string{GatewayServiceName}, r.Tags...),
+		Address: r.Address,
+		Port:    r.Port,
+		Check: &consulapi.AgentServiceCheck{
+			Name:                           "llmgw gateway health",
+			HTTP:                           r.CheckURL,
+			Method:                         "GET",
+			Interval:                       interval.String(),
+			Timeout:                        max(interval/5, time.Second).String(),
+			DeregisterCriticalServiceAfter: time.Minute.String(),
+		},
+	}
+	var bo backoff
+	for {
+		err := c.Agent().ServiceRegisterOpts(reg, consulapi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("register in consul", "service", GatewayServiceName, "id", r.ID, "error", err)
+		if !bo.wait(ctx) {
+			return nil
+		}
+	}
+	log.Info("registered in consul", "service", GatewayServiceName, "id", r.ID, "check", r.CheckURL)
+	<-ctx.Done()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.Agent().ServiceDeregisterOpts(r.ID, (&consulapi.QueryOptions{}).WithContext(dctx)); err != nil {
+		return fmt.Errorf("deregister %s from consul: %w", r.ID, err)
+	}
+	log.Info("deregistered from consul", "id", r.ID)
+	return nil
+}

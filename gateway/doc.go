@@ -1,0 +1,70 @@
+// Package gateway is `llmgw gateway`: one OpenAI-compatible endpoint over
+// the replicas the controller runs, each request sent to a healthy replica
+// of the model its body names. docs/gateway.md is the operator's page.
+//
+// # Discovery
+//
+// A Source publishes Snapshots: the models the catalog knows and the
+// healthy replica instances. Replica services are named llmgw-<model> (an
+// RFC 1123 label, see controller/render.ServiceName) and tagged llmgw,
+// model=<model>, profile=<profile>, replica=<id>; the model comes from the
+// tag, never from the name. ConsulSource reads Consul's catalog and health
+// API (passing instances only); NomadSource reads Nomad's service
+// registrations and, as Nomad keeps no health on them, each allocation's
+// check results. Both use blocking queries, one per service, and keep the
+// last answer through registry errors. A model in the catalog with no
+// healthy replica is answered 503 with Retry-After; a model not in it 404.
+//
+// # A request
+//
+// The body is read only until its top-level "model" member is found
+// (scanModel, a small JSON scanner that skips values without decoding
+// them), at most Options.MaxModelScan bytes (413 otherwise), from a buffer
+// budget shared by all requests (Options.BodyMemory; 503 when spent). The
+// upstream request sends that prefix, then streams the rest of the client's
+// body; the gateway never holds the whole of a large body.
+//
+// The replica is the one with the fewest requests in flight per unit of
+// weight, (outstanding+1)/weight, ties rotating; weight comes from a
+// weight=<n> tag, else the registry's (Consul's passing weight), else 1; a
+// weight of 0 is used only when no other replica can take the request.
+//
+// A request is tried on another replica (up to Options.Attempts in all)
+// when the replica did not answer (refused, reset, timeout) or answered
+// 502, 503 or 504, and only while nothing has been sent to the client and
+// the body can be sent again whole: the rest of a large body is read from
+// the client once, so once an attempt has started reading it, no other
+// attempt can. Other answers, 4xx and 500 included, go to the client as
+// they are. Once the response has started, a replica failing mid-body makes
+// the gateway abort the client's connection (a cut-off stream must not look
+// whole). Event streams, and bodies of unknown length, are flushed after
+// every read from the replica. The upstream request carries the client's
+// context, so a client that goes away cancels it.
+//
+// # Circuit breakers
+//
+// Each endpoint has a breaker, kept across discovery updates while its
+// registration stays at one address:
+//
+//	closed ──Failures in a row──▶ open ──OpenFor passed, next request──▶ half-open
+//	   ▲                           ▲                                       │
+//	   └──────probe succeeded──────┼───────────────────────────────────────┤
+//	                               └──probe failed (OpenFor doubles, to MaxOpenFor)
+//
+// A failure is no answer, a timeout, a 5xx answer, or a body that broke
+// off; any other answer is a success and resets the count. Half-open lets
+// exactly one request through, the probe; the others go elsewhere. A probe
+// whose client went away gives its slot back without a verdict. Outcomes of
+// requests sent before the breaker opened are ignored. With every replica's
+// breaker open the answer is 503 with Retry-After until the first may
+// probe.
+//
+// # Metrics
+//
+// llmgw_gateway_requests_total{model,code}, _upstream_latency_seconds
+// (to response headers, per attempt), _time_to_first_byte_seconds (arrival
+// to the first byte written, retries included), _request_duration_seconds,
+// _upstream_attempts_total{model,outcome}, _breaker_state{model,replica,
+// endpoint} (0 closed, 1 half-open, 2 open), _breaker_transitions_total,
+// _endpoints{model}, _requests_in_flight.
+package gateway

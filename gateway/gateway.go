@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxModelScan        = 4 << 20
+	DefaultBodyMemory          = 256 << 20
+	DefaultAttempts            = 3
+	DefaultNoReplicaRetryAfter = 5 * time.Second
+	DefaultDialTimeout         = 2 * time.Second
+	DefaultHeaderTimeout       = 10 * time.Minute
+)
+
+// Source is a discovery source: Run publishes a whole snapshot every time
+// what it knows changes, until ctx ends. publish is not called
+// concurrently and must not block for long.
+type Source interface {
+	Run(ctx context.Context, publish func(Snapshot)) error
+}
+
+// StaticSource publishes one fixed snapshot: for tests, benchmarks and
+// fixed fleets.
+type StaticSource Snapshot
+
+// Run publishes the snapshot and waits for ctx.
+func (s StaticSource) Run(ctx context.Context, publish func(Snapshot)) error {
+	publish(Snapshot(s))
+	<-ctx.Done()
+	return nil
+}
+
+// Options configure a Gateway. Only Source is required.
+type Options struct {
+	Source     Source
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Transport sends requests to replicas; NewTransport's by default.
+	Transport http.RoundTripper
+	// Now is the clock the breakers read; time.Now by default.
+	Now func() time.Time
+	// MaxModelScan is how many bytes of a request body the gateway reads,
+	// at most, to find "model"; a body that names none within them is
+	// answered 413.
+	MaxModelScan int64
+	// BodyMemory bounds the bytes all requests together hold while
+	// looking for their model; past it requests are answered 503.
+	BodyMemory int64
+	// Attempts is how many replicas one request may be tried on, the
+	// first included; later ones only before the client got a byte.
+	Attempts int
+	Breaker  BreakerConfig
+	// NoReplicaRetryAfter is the Retry-After sent with a 503 for a model
+	// that has no healthy replica at all.
+	NoReplicaRetryAfter time.Duration
+}
+
+// Gateway is the OpenAI-compatible router over discovered replicas.
+type Gateway struct {
+	src       Source
+	log       *slog.Logger
+	m         *metrics
+	transport http.RoundTripper
+	now       func() time.Time
+	maxScan   int64
+	attempts  int
+	brCfg     BreakerConfig
+	noReplica time.Duration
+	bud       budget
+	started   int64
+
+	updMu  sync.Mutex
+	tbl    atomic.Pointer[table]
+	synced atomic.Bool
+	mux    *http.ServeMux
+}
+
+// New returns a gateway. It routes nothing until its source has published
+// (Run, or Update directly).
+func New(o Options) *Gateway {
+	g := &Gateway{
+		src:       o.Source,
+		log:       o.Logger,
+		m:         newMetrics(o.Registerer),
+		transport: o.Transport,
+		now:       o.Now,
+		maxScan:   o.MaxModelScan,
+		attempts:  o.Attempts,
+		brCfg:     o.Breaker.withDefaults(),
+		noReplica: o.NoReplicaRetryAfter,
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.transport == nil {
+		g.transport = NewTransport(DefaultDialTimeout, DefaultHeaderTimeout)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.maxScan <= 0 {
+		g.maxScan = DefaultMaxModelScan
+	}
+	g.bud.limit = o.BodyMemory
+	if g.bud.limit <= 0 {
+		g.bud.limit = DefaultBodyMemory
+	}
+	if g.attempts <= 0 {
+		g.attempts = DefaultAttempts
+	}
+	if g.noReplica <= 0 {
+		g.noReplica = DefaultNoReplicaRetryAfter
+	}
+	g.started = g.now().Unix()
+	g.tbl.Store(emptyTable())
+	mux := http.NewServeMux()
+	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
+		mux.HandleFunc(p, g.proxy)
+	}
+	mux.HandleFunc("/v1/models", g.models)
+	mux.HandleFunc("/healthz", g.health)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "Unknown request URL: "+r.Method+" "+r.URL.Path)
+	})
+	g.mux = mux
+	return g
+}
+
+// NewTransport returns the transport New uses by default: connections kept
+// alive and reused (many per replica), no compression (bodies pass through
+// as the replica encoded them), dialTimeout to connect and headerTimeout
+// from the request's end to the response headers (0: none). A non-streamed
+// completion sends its headers only when it is done, so headerTimeout must
+// exceed the longest generation.
+func NewTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// Handler serves the OpenAI routes, /v1/models and /healthz.
+func (g *Gateway) Handler() http.Handler { return g.mux }
+
+// Run runs the discovery source until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	if g.src == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return g.src.Run(ctx, g.Update)
+}
+
+// Synced reports whether discovery has published at least once.
+func (g *Gateway) Synced() bool { return g.synced.Load() }
+
+// Update replaces what the gateway routes to. Endpoints that stay keep
+// their breakers and in-flight counts.
+func (g *Gateway) Update(s Snapshot) {
+	g.updMu.Lock()
+	defer g.updMu.Unlock()
+	old := g.tbl.Load()
+	t, gone := buildTable(old, s, g.newEndpoint)
+	g.tbl.Store(t)
+	g.synced.Store(true)
+	for _, ep := range gone {
+		if _, still := t.byID[ep.inst.ID]; !still {
+			g.log.Info("replica gone", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address)
+		}
+		ep.gone.Store(true)
+		g.m.breaker.Delete(breakerLabels(ep.inst))
+	}
+	// After the deletions: a new registration may have the labels of one
+	// that went.
+	for id, ep := range t.byID {
+		if old.byID[id] == nil || old.byID[id].epState != ep.epState {
+			g.log.Info("replica added", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "weight", ep.inst.Weight)
+		}
+		g.m.breaker.With(breakerLabels(ep.inst)).Set(float64(ep.br.State()))
+	}
+	for m := range old.known {
+		if !t.known[m] {
+			g.m.endpoints.DeleteLabelValues(m)
+		}
+	}
+	for m := range t.known {
+		n := 0
+		if p := t.pools[m]; p != nil {
+			n = len(p.eps)
+		}
+		g.m.endpoints.WithLabelValues(m).Set(float64(n))
+	}
+}
+
+func (g *Gateway) newEndpoint(in Instance) *endpoint {
+	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: &epState{}}
+	labels := breakerLabels(in)
+	st := ep.epState
+	ep.br = newBreaker(g.brCfg, func(s BreakerState) {
+		g.m.transitions.WithLabelValues(in.Model, s.String()).Inc()
+		if st.gone.Load() {
+			return
+		}
+		g.m.breaker.With(labels).Set(float64(s))
+		g.log.Info("breaker "+s.String(), "model", in.Model, "replica", in.Replica, "endpoint", in.Address)
+	})
+	return ep
+}
+
+// models answers /v1/models: every model with at least one healthy replica.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		methodNotAllowed(w, http.MethodGet)
+		return
+	}
+	t := g.tbl.Load()
+	type card struct {
+		ID       string `json:"id"`
+		Object   string `json:"object"`
+		Created  int64  `json:"created"`
+		OwnedBy  string `json:"owned_by"`
+		Replicas int    `json:"replicas"`
+	}
+	list := struct {
+		Object string `json:"object"`
+		Data   []card `json:"data"`
+	}{Object: "list", Data: []card{}}
+	for _, m := range t.served {
+		list.Data = append(list.Data, card{ID: m, Object: "model", Created: g.started, OwnedBy: "llmgw", Replicas: len(t.pools[m].eps)})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// health answers /healthz: 200 once discovery has published, 503 before.
+func (g *Gateway) health(w http.ResponseWriter, _ *http.Request) {
+	if !g.synced.Load() {
+		http.Error(w, "discovery not synced", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow ...string) {
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "", "Method not allowed")
+}

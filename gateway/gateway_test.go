@@ -1,0 +1,565 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/llmgw/internal/fakeengine"
+)
+
+func TestRoutesByModel(t *testing.T) {
+	a := startReplica(t, "llama-3.1-8b", "a", nil)
+	b := startReplica(t, "llama-3.1-8b", "b", nil)
+	c := startReplica(t, "bge-m3", "c", nil)
+	tg := startGateway(t, Options{}, a.instance(), b.instance(), c.instance())
+
+	seen := map[string]int{}
+	for range 4 {
+		got := tg.post(t, "/v1/chat/completions", chat("llama-3.1-8b"))
+		var resp struct{ Model, Object string }
+		if err := json.Unmarshal(got.body, &resp); err != nil || got.status != http.StatusOK {
+			t.Fatalf("chat: %d %s", got.status, got.body)
+		}
+		if resp.Model != "llama-3.1-8b" || resp.Object != "chat.completion" {
+			t.Errorf("chat answered by %q, object %q", resp.Model, resp.Object)
+		}
+		seen[got.header.Get(ReplicaHeader)]++
+	}
+	if diff := cmp.Diff(map[string]int{"a": 2, "b": 2}, seen); diff != "" {
+		t.Errorf("replicas of llama-3.1-8b (-want +got):\n%s", diff)
+	}
+	for _, path := range []string{"/v1/completions", "/v1/embeddings"} {
+		body := `{"prompt":"hi","input":"hi","model":"bge-m3"}`
+		got := tg.post(t, path, body)
+		if got.status != http.StatusOK || got.header.Get(ReplicaHeader) != "c" {
+			t.Errorf("%s: %d from %q: %s", path, got.status, got.header.Get(ReplicaHeader), got.body)
+		}
+	}
+	if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("llama-3.1-8b", "200")); got != 4 {
+		t.Errorf("requests_total{llama-3.1-8b,200}: got %v, want 4", got)
+	}
+}
+
+func TestModelsList(t *testing.T) {
+	a := startReplica(t, "m2", "a", nil)
+	b := startReplica(t, "m1", "b", nil)
+	b2 := startReplica(t, "m1", "b2", nil)
+	tg := startGateway(t, Options{})
+	tg.Update(Snapshot{Models: []string{"idle"}, Instances: []Instance{a.instance(), b.instance(), b2.instance()}})
+	resp, err := tg.client.Get(tg.srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Object string
+		Data   []struct {
+			ID, Object string
+			Replicas   int
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	type card = struct {
+		ID, Object string
+		Replicas   int
+	}
+	want := []card{{"m1", "model", 2}, {"m2", "model", 1}}
+	if diff := cmp.Diff(want, list.Data); diff != "" || list.Object != "list" {
+		t.Errorf("/v1/models %q (-want +got):\n%s", list.Object, diff)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	a := startReplica(t, "m", "a", nil)
+	tg := startGateway(t, Options{MaxModelScan: 8 << 10})
+	tg.Update(Snapshot{Models: []string{"idle"}, Instances: []Instance{a.instance()}})
+	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("word ", 4<<10) + `"}],"model":"m"}`
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code, retryAfter         string
+	}{
+		{"unknown model", "POST", "/v1/chat/completions", chat("nope"), 404, "model_not_found", ""},
+		{"model without healthy replica", "POST", "/v1/chat/completions", chat("idle"), 503, "no_healthy_replica", "5"},
+		{"no model", "POST", "/v1/completions", `{"prompt":"x"}`, 400, "invalid_model", ""},
+		{"model not a string", "POST", "/v1/completions", `{"model":7}`, 400, "invalid_model", ""},
+		{"not JSON", "POST", "/v1/embeddings", `model=m`, 400, "invalid_json", ""},
+		{"truncated JSON", "POST", "/v1/embeddings", `{"input":["a",`, 400, "invalid_json", ""},
+		{"model past the scan limit", "POST", "/v1/chat/completions", big, 413, "request_too_large", ""},
+		{"wrong method", "GET", "/v1/chat/completions", "", 405, "method_not_allowed", ""},
+		{"unknown path", "POST", "/v1/images/generations", chat("m"), 404, "not_found", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, tg.srv.URL+tt.path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := tg.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			e := decodeError(t, b)
+			type result struct {
+				Status           int
+				Code, RetryAfter string
+			}
+			got := result{resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After")}
+			want := result{tt.status, tt.code, tt.retryAfter}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s\nbody: %s", diff, b)
+			}
+		})
+	}
+	if a.hits.Load() != 0 {
+		t.Errorf("the replica got %d requests; none should have reached it", a.hits.Load())
+	}
+	if got := tg.bud.used.Load(); got != 0 {
+		t.Errorf("body budget still held: %d", got)
+	}
+}
+
+// A replica that cannot answer (refused, reset, 503 while loading) costs
+// the client nothing: the request goes to the next one before any byte
+// was sent back.
+func TestFailoverBeforeFirstByte(t *testing.T) {
+	bigBody := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("many words ", 30<<10) + `"}],"max_tokens":2}`
+	tests := []struct {
+		name    string
+		breakIt func(*replica)
+		body    string
+		chunked bool
+	}{
+		{"refused", func(r *replica) { r.srv.Close() }, chat("m"), false},
+		{"refused, large body of unknown length", func(r *replica) { r.srv.Close() }, bigBody, true},
+		{"connection reset", func(r *replica) { r.mode.Store(modeReset) }, chat("m"), false},
+		{"503", func(r *replica) { r.mode.Store(modeUnavailable) }, chat("m"), false},
+		{"loading", nil, chat("m"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var bad *replica
+			if tt.breakIt == nil {
+				bad = startReplica(t, "m", "bad", func(c *fakeengine.Config) { c.LoadTime = time.Hour })
+			} else {
+				bad = startReplica(t, "m", "bad", nil)
+				tt.breakIt(bad)
+			}
+			good := startReplica(t, "m", "good", func(c *fakeengine.Config) { c.MaxModelLen = 1 << 24 })
+			tg := startGateway(t, Options{Breaker: BreakerConfig{Failures: 100}}, bad.instance(), good.instance())
+			for i := range 6 {
+				var body io.Reader = strings.NewReader(tt.body)
+				if tt.chunked {
+					body = io.MultiReader(body) // hides the length: sent chunked
+				}
+				resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || resp.Header.Get(ReplicaHeader) != "good" {
+					t.Fatalf("request %d: %d from %q: %s", i, resp.StatusCode, resp.Header.Get(ReplicaHeader), b)
+				}
+			}
+			if got := testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "ok")); got != 6 {
+				t.Errorf("ok attempts: %v, want 6", got)
+			}
+			failed := testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "error")) + testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "status"))
+			if failed < 1 {
+				t.Errorf("failed attempts: %v, want some (the bad replica was never tried?)", failed)
+			}
+		})
+	}
+}
+
+// Once the client has a byte, the request is not tried again: a replica
+// that fails mid-response cuts the client's response off.
+func TestNoRetryAfterFirstByte(t *testing.T) {
+	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"partial\":true}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(half.Close)
+	good := startReplica(t, "m", "good", nil)
+	bad := Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1}
+	spare := good.instance()
+	spare.Weight = 0 // taken only when "half" cannot be
+	tg := startGateway(t, Options{}, bad, spare)
+
+	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("read a whole response (%d, %q); want it cut off", resp.StatusCode, b)
+	}
+	if !strings.Contains(string(b), `"partial":true`) || resp.Header.Get(ReplicaHeader) != "half" {
+		t.Errorf("got %q from %q; want the partial event from half", b, resp.Header.Get(ReplicaHeader))
+	}
+	if n := good.hits.Load(); n != 0 {
+		t.Errorf("the spare replica got %d requests; a request is retried only before the first byte", n)
+	}
+	eventually(t, "the broken attempt counted", func() bool {
+		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "broken")) == 1
+	})
+}
+
+func TestBreakerOpensAndRecovers(t *testing.T) {
+	clock := newFakeClock()
+	a := startReplica(t, "m", "a", nil)
+	b := startReplica(t, "m", "b", nil)
+	tg := startGateway(t, Options{Now: clock.Now, Breaker: BreakerConfig{Failures: 2, OpenFor: 10 * time.Second}}, a.instance(), b.instance())
+	ok := func(why string) answer {
+		t.Helper()
+		got := tg.post(t, "/v1/chat/completions", chat("m"))
+		if got.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", why, got.status, got.body)
+		}
+		return got
+	}
+
+	// a fails: its failures count until its breaker opens; clients see
+	// nothing of it.
+	a.mode.Store(modeUnavailable)
+	for i := 0; tg.breakerState("a") != BreakerOpen; i++ {
+		if i == 20 {
+			t.Fatalf("breaker still %v after 20 requests", tg.breakerState("a"))
+		}
+		ok("while a fails")
+	}
+	if got := testutil.ToFloat64(tg.m.breaker.WithLabelValues("m", "a", a.addr())); got != float64(BreakerOpen) {
+		t.Errorf("breaker_state gauge: %v, want %d", got, BreakerOpen)
+	}
+	// Open: a gets no traffic at all.
+	hits := a.hits.Load()
+	for range 6 {
+		ok("while a's breaker is open")
+	}
+	if a.hits.Load() != hits {
+		t.Errorf("a got %d requests while its breaker was open", a.hits.Load()-hits)
+	}
+	if got := testutil.ToFloat64(tg.m.breaker.WithLabelValues("m", "b", b.addr())); got != float64(BreakerClosed) {
+		t.Errorf("b's breaker gauge: %v", got)
+	}
+
+	// After the open time one probe goes to a; a still fails, so the
+	// breaker opens again (and the client's request went to b).
+	clock.Add(10 * time.Second)
+	for i := 0; a.hits.Load() == hits; i++ {
+		if i == 10 {
+			t.Fatal("no probe reached a after its open time")
+		}
+		ok("probe while a fails")
+	}
+	if got := tg.breakerState("a"); got != BreakerOpen {
+		t.Fatalf("after a failed probe: %v, want open", got)
+	}
+
+	// a recovers; after the (doubled) open time the probe closes it.
+	a.mode.Store(modeOK)
+	clock.Add(20 * time.Second)
+	hits = a.hits.Load()
+	var probe answer
+	for i := 0; a.hits.Load() == hits; i++ {
+		if i == 10 {
+			t.Fatal("no probe reached a after it recovered")
+		}
+		probe = ok("probe after a recovered")
+	}
+	if probe.header.Get(ReplicaHeader) != "a" {
+		t.Errorf("the probe's answer came from %q, want a", probe.header.Get(ReplicaHeader))
+	}
+	if got := tg.breakerState("a"); got != BreakerClosed {
+		t.Fatalf("after a good probe: %v, want closed", got)
+	}
+	seen := map[string]bool{}
+	for range 4 {
+		seen[ok("after recovery").header.Get(ReplicaHeader)] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Errorf("after recovery, replicas answering: %v; want both", seen)
+	}
+	for state, want := range map[string]float64{"open": 2, "half-open": 2, "closed": 1} {
+		if got := testutil.ToFloat64(tg.m.transitions.WithLabelValues("m", state)); got != want {
+			t.Errorf("transitions to %s: %v, want %v", state, got, want)
+		}
+	}
+}
+
+// Every replica's breaker open: 503 with a Retry-After of when the first
+// may take a probe.
+func TestAllBreakersOpen(t *testing.T) {
+	clock := newFakeClock()
+	a := startReplica(t, "m", "a", nil)
+	a.mode.Store(modeUnavailable)
+	tg := startGateway(t, Options{Now: clock.Now, Breaker: BreakerConfig{Failures: 1, OpenFor: 30 * time.Second}}, a.instance())
+	first := tg.post(t, "/v1/chat/completions", chat("m"))
+	if first.status != http.StatusServiceUnavailable || first.header.Get("Retry-After") == "" {
+		t.Errorf("the replica's own 503: %d, Retry-After %q", first.status, first.header.Get("Retry-After"))
+	}
+	clock.Add(5 * time.Second)
+	got := tg.post(t, "/v1/chat/completions", chat("m"))
+	e := decodeError(t, got.body)
+	if got.status != http.StatusServiceUnavailable || got.header.Get("Retry-After") != "25" || e.Error.Code != "no_healthy_replica" {
+		t.Errorf("got %d, Retry-After %q, %s; want 503, 25, no_healthy_replica", got.status, got.header.Get("Retry-After"), got.body)
+	}
+	if a.hits.Load() != 1 {
+		t.Errorf("replica hits %d, want 1", a.hits.Load())
+	}
+}
+
+var volatile = regexp.MustCompile(`"(id|created)":("[^"]*"|\d+)`)
+
+func TestStreamingIntact(t *testing.T) {
+	r := startReplica(t, "m", "a", nil)
+	tg := startGateway(t, Options{}, r.instance())
+	body := `{"model":"m","messages":[{"role":"user","content":"tell me"}],"max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}`
+	via := tg.post(t, "/v1/chat/completions", body)
+	resp, err := http.Post(r.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if via.status != 200 || !strings.HasPrefix(via.header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("via the gateway: %d %q", via.status, via.header.Get("Content-Type"))
+	}
+	norm := func(b []byte) string { return volatile.ReplaceAllString(string(b), `"$1":"-"`) }
+	if diff := cmp.Diff(norm(direct), norm(via.body)); diff != "" {
+		t.Errorf("stream through the gateway differs from the replica's (-direct +via):\n%s", diff)
+	}
+	if !strings.HasSuffix(string(via.body), "data: [DONE]\n\n") || strings.Count(string(via.body), "data: ") != 24 {
+		t.Errorf("stream: %d events, want 24 ending in [DONE]:\n%s", strings.Count(string(via.body), "data: "), via.body)
+	}
+}
+
+// Each event reaches the client when the replica flushes it, not when the
+// response ends.
+func TestStreamingFlushes(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: first\n\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "data: second\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	tg := startGateway(t, Options{}, Instance{ID: "u", Model: "m", Address: strings.TrimPrefix(up.URL, "http://"), Weight: 1})
+	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := sseLines(resp.Body)
+	select {
+	case got := <-lines:
+		if got != "data: first" {
+			t.Fatalf("first line %q", got)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the first event did not reach the client while the replica held the rest")
+	}
+	close(release)
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	if diff := cmp.Diff([]string{"data: second", "data: [DONE]"}, rest); diff != "" {
+		t.Errorf("rest (-want +got):\n%s", diff)
+	}
+}
+
+func TestDisconnectCancelsUpstream(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			// 400 tokens at 20 a second: 20 s, longer than the test waits.
+			r := startReplica(t, "m", "a", func(c *fakeengine.Config) { c.TokensPerSecond = 20 })
+			tg := startGateway(t, Options{}, r.instance())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"go on"}],"max_tokens":400,"stream":%v}`, stream)
+			req, _ := http.NewRequestWithContext(ctx, "POST", tg.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+			done := make(chan error, 1)
+			go func() {
+				resp, err := tg.client.Do(req)
+				if err == nil {
+					if stream {
+						// Read the first event, then hang up.
+						_, err = resp.Body.Read(make([]byte, 64))
+						cancel()
+					} else {
+						_, err = io.ReadAll(resp.Body)
+					}
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			if !stream {
+				eventually(t, "the request to reach the replica", func() bool { return r.hits.Load() == 1 })
+				cancel()
+			}
+			select {
+			case path := <-r.cancelled:
+				if path != "/v1/chat/completions" {
+					t.Errorf("cancelled %q", path)
+				}
+			case <-time.After(waitFor):
+				t.Fatal("the replica's request was not cancelled after the client went away")
+			}
+			if err := <-done; err != nil {
+				t.Logf("client: %v (expected: it hung up)", err)
+			}
+			eventually(t, "no request in flight", func() bool { return testutil.ToFloat64(tg.m.inFlight) == 0 })
+			if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("m", "499")); got != 1 {
+				t.Errorf("requests_total{code=499}: %v, want 1", got)
+			}
+		})
+	}
+}
+
+// A large body passes through whole, read as it streams: the gateway holds
+// only the prefix it needed for the model.
+func TestLargeBodyPassesThrough(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, _ := io.Copy(h, r.Body)
+		fmt.Fprintf(w, `{"bytes":%d,"sha256":%q}`, n, hex.EncodeToString(h.Sum(nil)))
+	}))
+	t.Cleanup(up.Close)
+	tg := startGateway(t, Options{MaxModelScan: 64 << 10}, Instance{ID: "u", Model: "m", Address: strings.TrimPrefix(up.URL, "http://"), Weight: 1})
+	for _, chunked := range []bool{false, true} {
+		body := `{"model":"m","input":"` + strings.Repeat("0123456789", 400<<10) + `"}`
+		var r io.Reader = strings.NewReader(body)
+		if chunked {
+			r = io.MultiReader(r)
+		}
+		resp, err := tg.client.Post(tg.srv.URL+"/v1/embeddings", "application/json", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sum := sha256.Sum256([]byte(body))
+		want := fmt.Sprintf(`{"bytes":%d,"sha256":%q}`, len(body), hex.EncodeToString(sum[:]))
+		if string(got) != want {
+			t.Errorf("chunked=%v: upstream saw %s, want %s", chunked, got, want)
+		}
+	}
+	eventually(t, "body budget released", func() bool { return tg.bud.used.Load() == 0 })
+}
+
+func TestHealthz(t *testing.T) {
+	g := New(Options{})
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	get := func() int {
+		resp, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(); got != http.StatusServiceUnavailable {
+		t.Errorf("before discovery: %d, want 503", got)
+	}
+	g.Update(Snapshot{})
+	if got := get(); got != http.StatusOK {
+		t.Errorf("after discovery: %d, want 200", got)
+	}
+}
+
+// Many clients at once, one replica failing now and then: every request
+// succeeds, and when all is done nothing is left counted in flight.
+func TestConcurrentRequests(t *testing.T) {
+	a := startReplica(t, "m", "a", nil)
+	b := startReplica(t, "m", "b", nil)
+	c := startReplica(t, "m", "c", nil)
+	tg := startGateway(t, Options{Breaker: BreakerConfig{Failures: 2, OpenFor: time.Millisecond}}, a.instance(), b.instance(), c.instance())
+	errs := make(chan error, 400)
+	for w := range 20 {
+		go func() {
+			for i := range 20 {
+				if w == 0 && i%5 == 0 {
+					a.mode.Store(int32(i/5) % 2) // flap a: ok, 503, ok, 503
+				}
+				body := chat("m")
+				if i%3 == 0 {
+					body = `{"model":"m","messages":[{"role":"user","content":"s"}],"max_tokens":3,"stream":true}`
+				}
+				resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				errs <- err
+			}
+		}()
+	}
+	for range 400 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		ep := tg.tbl.Load().byID[id]
+		eventually(t, id+" has nothing in flight", func() bool { return ep.outstanding.Load() == 0 })
+	}
+	eventually(t, "budget released", func() bool { return tg.bud.used.Load() == 0 })
+}
+
+// A client that breaks off its body mid-upload is not the replica's fault:
+// its breaker does not count it.
+func TestClientBrokenBodyIsNotAReplicaFailure(t *testing.T) {
+	a := startReplica(t, "m", "a", nil)
+	tg := startGateway(t, Options{Breaker: BreakerConfig{Failures: 1}}, a.instance())
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(pw, `{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("x", 64<<10))
+		pw.CloseWithError(fmt.Errorf("client gave up"))
+	}()
+	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", pr)
+	if err == nil {
+		resp.Body.Close()
+		t.Logf("client got %d", resp.StatusCode)
+	}
+	eventually(t, "the attempt counted as cancelled", func() bool {
+		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "cancelled")) == 1
+	})
+	if got := tg.breakerState("a"); got != BreakerClosed {
+		t.Errorf("breaker %v after a client broke its body; want closed", got)
+	}
+	if got := tg.post(t, "/v1/chat/completions", chat("m")); got.status != 200 {
+		t.Errorf("next request: %d %s", got.status, got.body)
+	}
+}

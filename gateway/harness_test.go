@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmgw/llmgw/internal/fakeengine"
+)
+
+// waitFor is how long a test polls for something before it fails: long,
+// because the machine may be busy; nothing asserts how fast.
+const waitFor = 20 * time.Second
+
+// eventually polls cond until it holds or waitFor passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", waitFor, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Replica failure modes.
+const (
+	modeOK          int32 = iota
+	modeUnavailable       // answer 503 at once
+	modeReset             // close the connection without an answer
+)
+
+// replica is an in-process fake-engine on a loopback port, with switches
+// to make it fail and a record of the requests whose client went away.
+type replica struct {
+	id, model string
+	fe        *fakeengine.Server
+	srv       *httptest.Server
+	mode      atomic.Int32
+	hits      atomic.Int64
+	cancelled chan string // the path of each request whose context ended while it was served
+}
+
+func startReplica(t testing.TB, model, id string, tweak func(*fakeengine.Config)) *replica {
+	t.Helper()
+	cfg := fakeengine.Defaults()
+	cfg.Model = model
+	cfg.TokensPerSecond = 0
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r := &replica{id: id, model: model, fe: fakeengine.NewServer(cfg, io.Discard, io.Discard), cancelled: make(chan string, 64)}
+	if cfg.LoadTime == 0 {
+		r.fe.Load(context.Background())
+	}
+	inner := r.fe.Handler()
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.hits.Add(1)
+		switch r.mode.Load() {
+		case modeUnavailable:
+			http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
+			return
+		case modeReset:
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					_ = c.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
+		}
+		inner.ServeHTTP(w, req)
+		if req.Context().Err() != nil {
+			select {
+			case r.cancelled <- req.URL.Path:
+			default:
+			}
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *replica) addr() string { return strings.TrimPrefix(r.srv.URL, "http://") }
+
+func (r *replica) instance() Instance {
+	return Instance{ID: r.id, Model: r.model, Replica: r.id, Address: r.addr(), Weight: 1}
+}
+
+type testGateway struct {
+	*Gateway
+	srv    *httptest.Server
+	reg    *prometheus.Registry
+	client *http.Client
+}
+
+func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
+	g := New(o)
+	if o.Source == nil {
+		g.Update(Snapshot{Instances: insts})
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (tg *testGateway) post(t *testing.T, path, body string) answer {
+	t.Helper()
+	resp, err := tg.client.Post(tg.srv.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: read: %v", path, err)
+	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+func chat(model string) string {
+	return `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":4}`
+}
+
+// breakerState reads an endpoint's breaker.
+func (tg *testGateway) breakerState(id string) BreakerState {
+	ep := tg.tbl.Load().byID[id]
+	if ep == nil {
+		return -1
+	}
+	return ep.br.State()
+}
+
+// sseLines reads an event stream's data lines in a goroutine, one a
+// value, closing the channel at the end.
+func sseLines(r io.Reader) <-chan string {
+	ch := make(chan string, 256)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if line := sc.Text(); line != "" {
+				ch <- line
+			}
+		}
+	}()
+	return ch
+}
+
+func decodeError(t *testing.T, b []byte) apiError {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+		t.Fatalf("not an OpenAI error: %s (%v)", b, err)
+	}
+	return e
+}

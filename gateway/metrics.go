@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's Prometheus series. Model labels are only ever
+// models the catalog knows (or "" for a request that named none or an
+// unknown one), so clients cannot grow the series without bound.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	upstream    *prometheus.HistogramVec
+	ttfb        *prometheus.HistogramVec
+	duration    *prometheus.HistogramVec
+	attempts    *prometheus.CounterVec
+	breaker     *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	endpoints   *prometheus.GaugeVec
+	inFlight    prometheus.Gauge
+}
+
+// latencyBuckets run from 250 µs to about 4 minutes: a proxied embedding
+// answers in milliseconds, a long non-streamed completion in minutes.
+var latencyBuckets = prometheus.ExponentialBuckets(0.00025, 2.5, 16)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_requests_total",
+			Help: "Requests answered, by model and HTTP status sent to the client (499: the client went away first).",
+		}, []string{"model", "code"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_gateway_upstream_latency_seconds",
+			Help:    "Time from sending a request to a replica to its response headers, per attempt.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_gateway_time_to_first_byte_seconds",
+			Help:    "Time from the request's arrival to the first response byte written to the client, retries included.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_gateway_request_duration_seconds",
+			Help:    "Time from the request's arrival to the end of its response.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_upstream_attempts_total",
+			Help: "Attempts sent to replicas, by outcome: ok, status (a 5xx answer), error (no answer: refused, reset, timeout), broken (failed mid-response), cancelled (the client went away).",
+		}, []string{"model", "outcome"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_gateway_breaker_state",
+			Help: "Circuit breaker state per replica endpoint: 0 closed, 1 half-open, 2 open.",
+		}, []string{"model", "replica", "endpoint"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_breaker_transitions_total",
+			Help: "Circuit breaker state changes, by model and the state entered.",
+		}, []string{"model", "state"}),
+		endpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_gateway_endpoints",
+			Help: "Healthy replica endpoints discovery reports, per model.",
+		}, []string{"model"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgw_gateway_requests_in_flight",
+			Help: "Requests being proxied now.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight)
+	}
+	return m
+}
+
+func (m *metrics) request(model string, code int) {
+	m.requests.WithLabelValues(model, strconv.Itoa(code)).Inc()
+}
+
+func breakerLabels(in Instance) prometheus.Labels {
+	return prometheus.Labels{"model": in.Model, "replica": in.Replica, "endpoint": in.Address}
+}

@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func testEndpoint(id string, weight int) *endpoint {
+	return &endpoint{inst: Instance{ID: id, Model: "m", Address: id + ":1", Weight: weight},
+		epState: &epState{br: newBreaker(BreakerConfig{}.withDefaults(), nil)}}
+}
+
+// With requests held open, picks follow the weights: weight 2 takes twice
+// the requests in flight of weight 1; weight 0 only when nothing else can.
+func TestPickWeightedLeastOutstanding(t *testing.T) {
+	now := time.Unix(0, 0)
+	a, b, z := testEndpoint("a", 1), testEndpoint("b", 2), testEndpoint("z", 0)
+	p := &pool{model: "m", eps: []*endpoint{a, b, z}}
+	count := map[string]int{}
+	for range 30 {
+		ep, probe := p.pick(nil, now)
+		if ep == nil || probe {
+			t.Fatalf("pick: %v, probe %v", ep, probe)
+		}
+		ep.outstanding.Add(1)
+		count[ep.inst.ID]++
+	}
+	if diff := cmp.Diff(map[string]int{"a": 10, "b": 20}, count); diff != "" {
+		t.Errorf("requests held per endpoint (-want +got):\n%s", diff)
+	}
+	// Excluding the ones tried, and open breakers.
+	for range 5 {
+		b.br.failure(false, now)
+	}
+	if ep, _ := p.pick([]*epState{a.epState}, now); ep != z {
+		t.Errorf("a tried, b open: got %v, want z", ep)
+	}
+	if ep, _ := p.pick([]*epState{a.epState, z.epState}, now); ep != nil {
+		t.Errorf("everything tried or open: got %v", ep)
+	}
+	if got := p.retryAfter(now, time.Minute); got != 5*time.Second {
+		t.Errorf("retryAfter: %v, want b's 5s", got)
+	}
+}
+
+// Idle endpoints of equal weight share requests by rotation.
+func TestPickRotatesTies(t *testing.T) {
+	p := &pool{model: "m", eps: []*endpoint{testEndpoint("a", 1), testEndpoint("b", 1), testEndpoint("c", 1)}}
+	count := map[string]int{}
+	for range 30 {
+		ep, _ := p.pick(nil, time.Unix(0, 0))
+		count[ep.inst.ID]++
+	}
+	if diff := cmp.Diff(map[string]int{"a": 10, "b": 10, "c": 10}, count); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// A new snapshot keeps the state of endpoints that stay at one address,
+// also when their tags change, and drops the rest.
+func TestBuildTableKeepsState(t *testing.T) {
+	mk := func(in Instance) *endpoint {
+		return &endpoint{inst: in, epState: &epState{br: newBreaker(BreakerConfig{}.withDefaults(), nil)}}
+	}
+	s1 := Snapshot{Models: []string{"idle"}, Instances: []Instance{
+		{ID: "1", Model: "m", Address: "h:1", Weight: 1},
+		{ID: "2", Model: "m", Address: "h:2", Weight: 1},
+		{ID: "3", Model: "n", Address: "h:3", Weight: 1},
+	}}
+	t1, gone := buildTable(emptyTable(), s1, mk)
+	if len(gone) != 0 {
+		t.Fatalf("gone from empty: %d", len(gone))
+	}
+	if diff := cmp.Diff([]string{"m", "n"}, t1.served); diff != "" {
+		t.Errorf("served (-want +got):\n%s", diff)
+	}
+	if !t1.known["idle"] || t1.pools["idle"] != nil {
+		t.Errorf("idle: known %v, pool %v", t1.known["idle"], t1.pools["idle"])
+	}
+	t1.byID["1"].outstanding.Add(3)
+	s2 := Snapshot{Instances: []Instance{
+		{ID: "1", Model: "m", Address: "h:1", Weight: 4}, // weight changed
+		{ID: "2", Model: "m", Address: "h:9", Weight: 1}, // moved
+	}}
+	t2, gone := buildTable(t1, s2, mk)
+	if got := t2.byID["1"]; got.epState != t1.byID["1"].epState || got.inst.Weight != 4 || got.outstanding.Load() != 3 {
+		t.Errorf("endpoint 1 lost its state or missed its new weight: %+v", got.inst)
+	}
+	if t2.byID["2"].epState == t1.byID["2"].epState {
+		t.Error("endpoint 2 moved address but kept its state")
+	}
+	var goneIDs []string
+	for _, ep := range gone {
+		goneIDs = append(goneIDs, ep.inst.ID+"@"+ep.inst.Address)
+	}
+	if diff := cmp.Diff([]string{"2@h:2", "3@h:3"}, goneIDs, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("gone (-want +got):\n%s", diff)
+	}
+}
+
+func TestInstanceFromTags(t *testing.T) {
+	tests := []struct {
+		name   string
+		tags   []string
+		weight int
+		want   Instance
+		ok     bool
+	}{
+		{"full", []string{"llmgw", "model=llama-3.1-8b", "profile=h200", "replica=llama-3.1-8b-0"}, 0,
+			Instance{ID: "id", Model: "llama-3.1-8b", Profile: "h200", Replica: "llama-3.1-8b-0", Address: "10.0.0.1:80", Weight: 1}, true},
+		{"weight tag wins", []string{"llmgw", "model=m", "weight=3"}, 7, Instance{ID: "id", Model: "m", Address: "10.0.0.1:80", Weight: 3}, true},
+		{"registry weight", []string{"llmgw", "model=m"}, 7, Instance{ID: "id", Model: "m", Address: "10.0.0.1:80", Weight: 7}, true},
+		{"weight zero", []string{"llmgw", "model=m", "weight=0"}, 0, Instance{ID: "id", Model: "m", Address: "10.0.0.1:80", Weight: 0}, true},
+		{"bad weight ignored", []string{"llmgw", "model=m", "weight=-1"}, 0, Instance{ID: "id", Model: "m", Address: "10.0.0.1:80", Weight: 1}, true},
+		{"no llmgw tag", []string{"model=m"}, 0, Instance{}, false},
+		{"no model", []string{"llmgw"}, 0, Instance{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := instanceFromTags("id", "10.0.0.1", 80, tt.tags, tt.weight)
+			if ok != tt.ok {
+				t.Fatalf("ok: got %v, want %v", ok, tt.ok)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,347 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ReplicaHeader names the replica that answered, on every proxied response.
+const ReplicaHeader = "X-Llmgw-Replica"
+
+// retryStatus are the answers that say "this replica cannot serve now"
+// rather than "this request is wrong": another replica may take it.
+func retryStatus(code int) bool {
+	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
+}
+
+// hopHeaders are the hop-by-hop headers a proxy must not forward (RFC 9110
+// section 7.6.1).
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// copyBufs hold a response on its way to the client: an SSE event is a few
+// hundred bytes, so 8 KiB a stream is plenty and bounds what long streams
+// hold.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
+
+// proxy routes one OpenAI request by its body's model.
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, http.MethodPost)
+		return
+	}
+	start := g.now()
+	g.m.inFlight.Inc()
+	defer g.m.inFlight.Dec()
+
+	body, model, err := readPrefix(r.Body, r.ContentLength, g.maxScan, &g.bud)
+	if err != nil {
+		g.m.request("", g.bodyError(w, r, err))
+		return
+	}
+	defer body.release()
+
+	t := g.tbl.Load()
+	p := t.pools[model]
+	if p == nil {
+		if t.known[model] {
+			setRetryAfter(w.Header(), g.noReplica)
+			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model",
+				fmt.Sprintf("The model `%s` has no healthy replica now; retry later.", model))
+			g.m.request(model, http.StatusServiceUnavailable)
+			return
+		}
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+			fmt.Sprintf("The model `%s` does not exist.", model))
+		g.m.request("", http.StatusNotFound)
+		return
+	}
+
+	var (
+		tried    []*epState
+		lastErr  error
+		lastResp *http.Response
+		lastEp   *endpoint
+	)
+	for n := 1; ; n++ {
+		var ep *endpoint
+		var probe bool
+		if n <= g.attempts && (n == 1 || body.canRetry()) {
+			ep, probe = p.pick(tried, g.now())
+		}
+		if ep == nil {
+			switch {
+			case lastResp != nil:
+				// Every replica tried answered "cannot serve": pass the
+				// last answer on.
+				g.finish(w, r, model, start, lastEp, lastResp)
+			case r.Context().Err() != nil:
+				g.m.request(model, statusClientClosed)
+			default:
+				ra := p.retryAfter(g.now(), g.noReplica)
+				setRetryAfter(w.Header(), ra)
+				msg := fmt.Sprintf("No replica of `%s` can take the request now (every one is failing or its circuit breaker is open); retry later.", model)
+				if lastErr != nil {
+					msg = fmt.Sprintf("No replica of `%s` answered: %v", model, lastErr)
+				}
+				writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model", msg)
+				g.m.request(model, http.StatusServiceUnavailable)
+			}
+			return
+		}
+		if lastResp != nil {
+			discard(lastResp)
+			lastResp, lastEp = nil, nil
+		}
+		tried = append(tried, ep.epState)
+		ep.outstanding.Add(1)
+		sent := g.now()
+		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, body, n)) //nolint:bodyclose // finish or discard closes it
+		if err != nil {
+			ep.outstanding.Add(-1)
+			if r.Context().Err() != nil || body.clientFailed() {
+				// The client went away, or broke off its body: no fault
+				// of the replica's.
+				ep.br.abandon(probe)
+				g.m.attempts.WithLabelValues(model, "cancelled").Inc()
+				code := statusClientClosed
+				if r.Context().Err() == nil {
+					code = http.StatusBadRequest
+					writeError(w, code, "invalid_request_error", "invalid_body", "", "reading the request body failed")
+				}
+				g.m.request(model, code)
+				return
+			}
+			ep.br.failure(probe, g.now())
+			g.m.attempts.WithLabelValues(model, "error").Inc()
+			g.log.Debug("attempt failed", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n, "error", err)
+			lastErr = err
+			continue
+		}
+		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(sent).Seconds())
+		if resp.StatusCode >= 500 {
+			ep.br.failure(probe, g.now())
+			g.m.attempts.WithLabelValues(model, "status").Inc()
+			if retryStatus(resp.StatusCode) {
+				ep.outstanding.Add(-1)
+				g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
+				lastResp, lastEp = resp, ep
+				continue
+			}
+		} else {
+			ep.br.success(probe)
+			g.m.attempts.WithLabelValues(model, "ok").Inc()
+		}
+		broken := g.finish(w, r, model, start, ep, resp)
+		ep.outstanding.Add(-1)
+		if broken {
+			// The replica failed mid-response: the client must not take
+			// a cut-off answer for a whole one.
+			ep.br.failure(false, g.now())
+			g.m.attempts.WithLabelValues(model, "broken").Inc()
+			body.release()
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+}
+
+// statusClientClosed is recorded for requests whose client went away
+// before the answer was sent (nginx's 499).
+const statusClientClosed = 499
+
+// outRequest is r as sent to ep, attempt n.
+func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int) *http.Request {
+	h := make(http.Header, len(r.Header)+1)
+	for k, v := range r.Header {
+		if !hopHeaders[k] {
+			h[k] = v
+		}
+	}
+	for _, c := range r.Header["Connection"] {
+		for f := range strings.SplitSeq(c, ",") {
+			delete(h, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	out := &http.Request{
+		Method: r.Method,
+		URL: &url.URL{Scheme: "http", Host: ep.inst.Address, Path: r.URL.Path, RawPath: r.URL.RawPath,
+			RawQuery: r.URL.RawQuery},
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h,
+		Host:   ep.inst.Address,
+	}
+	ab := body.attempt(n)
+	if body.complete() {
+		out.ContentLength = int64(len(body.prefix))
+		if out.ContentLength == 0 {
+			out.Body = http.NoBody
+		} else {
+			out.Body = ab
+			// The transport may resend on a kept-alive connection the
+			// replica had closed.
+			out.GetBody = func() (io.ReadCloser, error) { return &attemptBody{b: body, n: n}, nil }
+		}
+	} else {
+		out.ContentLength = r.ContentLength
+		out.Body = ab
+	}
+	return out.WithContext(r.Context())
+}
+
+// finish sends resp to the client, flushing as it goes for event streams
+// and bodies of unknown length. It reports whether the replica failed
+// mid-response (the caller aborts the client's connection).
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, model string, start time.Time, ep *endpoint, resp *http.Response) (broken bool) {
+	defer func() { _ = resp.Body.Close() }()
+	h := w.Header()
+	for k, v := range resp.Header {
+		if !hopHeaders[k] {
+			h[k] = v
+		}
+	}
+	for _, c := range resp.Header["Connection"] {
+		for f := range strings.SplitSeq(c, ",") {
+			h.Del(strings.TrimSpace(f))
+		}
+	}
+	if ep.inst.Replica != "" {
+		h.Set(ReplicaHeader, ep.inst.Replica)
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		setRetryAfter(h, time.Second)
+	}
+	w.WriteHeader(resp.StatusCode)
+	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	rc := http.NewResponseController(w)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	first := true
+	code := resp.StatusCode
+	defer func() {
+		g.m.request(model, code)
+		g.m.duration.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+	}()
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				code = statusClientClosed
+				return false
+			}
+			if flush {
+				if err := rc.Flush(); err != nil {
+					code = statusClientClosed
+					return false
+				}
+			}
+			if first {
+				first = false
+				g.m.ttfb.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			if r.Context().Err() != nil {
+				code = statusClientClosed
+				return false
+			}
+			g.log.Warn("replica failed mid-response", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", rerr)
+			return true
+		}
+	}
+	if first {
+		g.m.ttfb.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+	}
+	return false
+}
+
+// discard reads a little of an unwanted response, so its connection can
+// be reused, and closes it.
+func discard(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	_ = resp.Body.Close()
+}
+
+// bodyError answers a request whose model could not be read, and returns
+// the status sent.
+func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, err error) int {
+	switch {
+	case errors.Is(err, errTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "model",
+			fmt.Sprintf("The gateway reads at most %d bytes of a request body to find its \"model\" and found none there; send \"model\" earlier in the body.", g.maxScan))
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errBusy):
+		setRetryAfter(w.Header(), time.Second)
+		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
+			"", "The gateway is holding as many request bodies as it may; retry later.")
+		return http.StatusServiceUnavailable
+	case errors.Is(err, errNoModel), errors.Is(err, errModelNotString):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_model", "model", err.Error())
+		return http.StatusBadRequest
+	case errors.Is(err, errNotObject), errors.Is(err, errBadJSON):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
+		return http.StatusBadRequest
+	case r.Context().Err() != nil:
+		return statusClientClosed
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "reading the request body: "+err.Error())
+		return http.StatusBadRequest
+	}
+}
+
+func setRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.Itoa(int(math.Ceil(max(d, time.Second).Seconds()))))
+}
+
+// apiError is OpenAI's error shape.
+type apiError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	var e apiError
+	e.Error.Message, e.Error.Type, e.Error.Code = msg, typ, code
+	if param != "" {
+		e.Error.Param = &param
+	}
+	writeJSON(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,606 @@
+package ctlcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// labelNames are the node labels the API sets, in the order help lists them.
+var labelNames = []string{"site", "room", "row", "rack", "pdu", "fabric", "hcas", "base_watts"}
+
+// explainView is GET /v1/replicas/{id} as this command reads it.
+type explainView struct {
+	controller.ReplicaView
+	Explain *struct {
+		Placed     bool                 `json:"placed"`
+		Profile    string               `json:"profile"`
+		Domain     map[string]string    `json:"domain"`
+		Nodes      []string             `json:"nodes"`
+		Watts      float64              `json:"watts"`
+		Rejections []facility.Rejection `json:"rejections"`
+		At         time.Time            `json:"at"`
+	} `json:"explain"`
+	Nomad []controller.NomadReason `json:"nomad"`
+}
+
+// printJSON writes an API answer as indented JSON.
+func printJSON(cmd *cobra.Command, raw []byte) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
+		return &Error{Code: ExitError, Msg: "the controller's answer is not JSON: " + err.Error()}
+	}
+	b.WriteByte('\n')
+	return write(cmd.OutOrStdout(), b.Bytes())
+}
+
+func (c *ctl) modelsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "models",
+		Short: "List the catalog's models: replicas serving of wanted, profiles, source",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var cat controller.CatalogView
+			raw, err := cl.get(cmd.Context(), "/v1/catalog", nil, &cat)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			var reps []controller.ReplicaView
+			if _, err := cl.get(cmd.Context(), "/v1/replicas", nil, &reps); err != nil {
+				return err
+			}
+			serving := map[string]int{}
+			for _, r := range reps {
+				if r.State == "serving" {
+					serving[r.Model]++
+				}
+			}
+			t := newTable("MODEL", "REPLICAS", "PROFILES", "SOURCE")
+			for _, m := range cat.Models {
+				var profiles []string
+				for _, p := range m.Profiles {
+					profiles = append(profiles, p.Name)
+				}
+				t.row(m.Name, fmt.Sprintf("%d/%d", serving[m.Name], m.Replicas), strings.Join(profiles, ","), m.Source)
+			}
+			if err := write(cmd.OutOrStdout(), t.bytes()); err != nil {
+				return err
+			}
+			if cat.Error != "" {
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "llmgw: warning: the last catalog reload was refused; the catalog above stays in force:\nllmgw: %s\n", cat.Error)
+			}
+			return nil
+		},
+	}
+}
+
+func (c *ctl) replicasCmd() *cobra.Command {
+	var model string
+	cmd := &cobra.Command{
+		Use:   "replicas [--model M]",
+		Short: "List every replica slot: model, profile, state, domain, nodes, age",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if model != "" {
+				q.Set("model", model)
+			}
+			var reps []controller.ReplicaView
+			raw, err := cl.get(cmd.Context(), "/v1/replicas", q, &reps)
+			if err != nil {
+				return err
+			}
+			if len(reps) == 0 && model != "" {
+				if err := c.checkModel(cmd.Context(), cl, model); err != nil {
+					return err
+				}
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			now := c.opts.Now()
+			t := newTable("REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE")
+			for _, r := range reps {
+				state := r.State
+				if len(r.Jobs) > 1 {
+					state += fmt.Sprintf(" (%d jobs)", len(r.Jobs))
+				}
+				t.row(r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now))
+			}
+			return write(cmd.OutOrStdout(), t.bytes())
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "only the replicas of this model")
+	_ = cmd.RegisterFlagCompletionFunc("model", c.complete(modelNames))
+	return cmd
+}
+
+// checkModel returns a not-found error when model is not in the catalog.
+func (c *ctl) checkModel(ctx context.Context, cl *client, model string) error {
+	var cat controller.CatalogView
+	if _, err := cl.get(ctx, "/v1/catalog", nil, &cat); err != nil {
+		return err
+	}
+	var names []string
+	for _, m := range cat.Models {
+		if m.Name == model {
+			return nil
+		}
+		names = append(names, m.Name)
+	}
+	return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no model %q in the catalog", model), Hint: closest(model, names)}
+}
+
+func (c *ctl) explainCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "explain REPLICA",
+		Short: "Show why a replica sits where it does: the chosen domain, every rejection, Nomad's reason",
+		Long: `Show a replica's last placement decision: the domain and nodes chosen and
+their draw, or that none was found; every place refused and why (held,
+over budget, too few free GPUs, spread, ...); and, when Nomad could not
+place the replica's job, Nomad's own reason (constraints filtered,
+dimensions exhausted).`,
+		Args:              args(cobra.ExactArgs(1)),
+		ValidArgsFunction: c.completeFirst(replicaIDs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var d explainView
+			raw, err := cl.get(cmd.Context(), "/v1/replicas/"+a[0], nil, &d)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			return write(cmd.OutOrStdout(), renderExplain(d))
+		},
+	}
+}
+
+func renderExplain(d explainView) []byte {
+	var b bytes.Buffer
+	kv := newTable()
+	kv.row("Replica:", d.ID)
+	kv.row("Model:", d.Model)
+	kv.row("State:", d.State)
+	if d.JobID != "" {
+		kv.row("Job:", d.JobID)
+	}
+	if len(d.Jobs) > 1 {
+		kv.row("Jobs:", strings.Join(d.Jobs, ", "))
+	}
+	e := d.Explain
+	switch {
+	case e == nil:
+		kv.row("Decision:", "none stored yet (the controller has not placed this replica)")
+	case e.Placed:
+		kv.row("Decision:", "placed at "+e.At.UTC().Format(time.RFC3339))
+		kv.row("Profile:", e.Profile)
+		kv.row("Domain:", scopeString(e.Domain))
+		kv.row("Nodes:", strings.Join(e.Nodes, ", "))
+		kv.row("Draw:", kW(e.Watts))
+	default:
+		kv.row("Decision:", "not placed at "+e.At.UTC().Format(time.RFC3339)+": no profile fits anywhere")
+	}
+	b.Write(kv.bytes())
+	if e != nil && len(e.Rejections) > 0 {
+		b.WriteString("\nRejections\n")
+		t := newTable("PROFILE", "KIND", "DOMAIN", "NODES", "REASON")
+		for _, r := range e.Rejections {
+			t.row(r.Profile, r.Kind.String(), dash(r.Domain), fmt.Sprint(r.Nodes), r.Message)
+		}
+		b.Write(t.bytes())
+	}
+	if len(d.Nomad) > 0 {
+		fmt.Fprintf(&b, "\nNomad could not place job %s\n", d.JobID)
+		t := newTable("GROUP", "EVALUATED", "FILTERED", "EXHAUSTED", "WHY")
+		for _, n := range d.Nomad {
+			var why []string
+			for _, k := range sortedKeys(n.ConstraintFiltered) {
+				why = append(why, fmt.Sprintf("filtered by %s: %d", k, n.ConstraintFiltered[k]))
+			}
+			for _, k := range sortedKeys(n.DimensionExhausted) {
+				why = append(why, fmt.Sprintf("exhausted %s: %d", k, n.DimensionExhausted[k]))
+			}
+			t.row(n.Group, fmt.Sprint(n.NodesEvaluated), fmt.Sprint(n.NodesFiltered), fmt.Sprint(n.NodesExhausted), dash(strings.Join(why, "; ")))
+		}
+		b.Write(t.bytes())
+	}
+	return b.Bytes()
+}
+
+// scopeString writes a decision's domain coarse to fine: "site=s1 room=a …".
+func scopeString(m map[string]string) string {
+	var parts []string
+	for _, l := range facility.Levels() {
+		if v, ok := m[l.String()]; ok {
+			parts = append(parts, l.String()+"="+v)
+		}
+	}
+	return dash(strings.Join(parts, " "))
+}
+
+func (c *ctl) nodesCmd() *cobra.Command {
+	var domain string
+	cmd := &cobra.Command{
+		Use:   "nodes [--domain LEVEL=VALUE]",
+		Short: "List nodes: location, GPUs free/total, power measured/committed, status, held domains",
+		Long: `List the nodes as placement sees them.
+
+LOCATION is site/room/row/rack/pdu ("-" for a level not set). GPUS is free
+(healthy and unused) of total. POWER is measured (device stats plus the
+node's base draw; "-" before the first reading) of committed (the larger of
+measured and what its replicas were promised). STATUS is schedulable when
+new work may be placed on the node, else unschedulable (down, ineligible,
+draining, or nothing free). HELD lists the held domains the node is in.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if domain != "" {
+				q.Set("domain", domain)
+			}
+			var nodes []controller.NodeView
+			raw, err := cl.get(cmd.Context(), "/v1/nodes", q, &nodes)
+			if err != nil {
+				return err
+			}
+			if len(nodes) == 0 && domain != "" {
+				keys, err := domainKeys(cmd.Context(), cl)
+				if err != nil {
+					return err
+				}
+				return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no node is in %s", domain), Hint: closest(domain, keys)}
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			t := newTable("NODE", "LOCATION", "GPUS", "POWER", "STATUS", "HELD")
+			for _, n := range nodes {
+				status := "schedulable"
+				if !n.Schedulable {
+					status = "unschedulable"
+				}
+				t.row(n.Name, location(n.Location), fmt.Sprintf("%d/%d", n.GPUsFree, n.GPUsTotal),
+					power(n.Measured, n.Committed), status, dash(strings.Join(n.Held, ",")))
+			}
+			return write(cmd.OutOrStdout(), t.bytes())
+		},
+	}
+	cmd.Flags().StringVar(&domain, "domain", "", "only the nodes in this domain, such as rack=r01-k01")
+	_ = cmd.RegisterFlagCompletionFunc("domain", c.complete(domainKeys))
+	return cmd
+}
+
+func (c *ctl) labelCmd() *cobra.Command {
+	var unset []string
+	cmd := &cobra.Command{
+		Use:   "label NODE [LABEL=VALUE ...] [--unset LABEL ...]",
+		Short: "Set or unset a node's location labels (Nomad dynamic node metadata)",
+		Long: `Set or unset a node's location labels: site, room, row, rack, pdu, and
+fabric, hcas and base_watts. They are written as Nomad dynamic node metadata
+(llmgw.rack, ...): they win over the client file's meta {} block and survive
+client restarts. Placement sees them at its next pass.
+
+  llmgw ctl label n-0001 rack=r01-k01 pdu=p01-a
+  llmgw ctl label n-0001 --unset pdu`,
+		Args:              args(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: c.completeLabelArgs,
+		RunE: func(cmd *cobra.Command, a []string) error {
+			req := controller.LabelsRequest{Set: map[string]string{}, Unset: unset}
+			for _, kv := range a[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return &Error{Code: ExitUsage, Msg: fmt.Sprintf("label %q: want LABEL=VALUE, such as rack=r01-k01", kv),
+						Hint: "to remove a label, use --unset " + kv}
+				}
+				req.Set[k] = v
+			}
+			if len(req.Set) == 0 && len(req.Unset) == 0 {
+				return &Error{Code: ExitUsage, Msg: "nothing to set or unset", Hint: "usage: " + cmd.UseLine()}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			raw, err := cl.do(cmd.Context(), "PUT", "/v1/nodes/"+a[0]+"/labels", nil, req, nil)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			var parts []string
+			if len(req.Set) > 0 {
+				var set []string
+				for _, k := range sortedKeys(req.Set) {
+					set = append(set, k+"="+req.Set[k])
+				}
+				parts = append(parts, "set "+strings.Join(set, " "))
+			}
+			if len(req.Unset) > 0 {
+				parts = append(parts, "unset "+strings.Join(req.Unset, " "))
+			}
+			return write(cmd.OutOrStdout(), fmt.Appendf(nil, "node %s: %s\n", a[0], strings.Join(parts, "; ")))
+		},
+	}
+	cmd.Flags().StringSliceVar(&unset, "unset", nil, "labels to remove (repeat, or separate with commas)")
+	_ = cmd.RegisterFlagCompletionFunc("unset", cobra.FixedCompletions(labelNames, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func (c *ctl) facilityCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "facility",
+		Short: "List budgeted and held domains: cap, committed and measured draw, headroom, hold",
+		Long: `List every domain with a power budget or a hold.
+
+CAP is the budget; COMMITTED the draw placement counts (per node the larger
+of measured and promised); MEASURED what the nodes report; HEADROOM the
+budget less the facility's headroom fraction less COMMITTED (negative: over).
+HOLD is "hold" or "drain", where the hold comes from ("file": facility.hcl,
+"runtime": llmgw ctl facility hold) and its reason.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var f controller.FacilityView
+			raw, err := cl.get(cmd.Context(), "/v1/facility", nil, &f)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			t := newTable("DOMAIN", "NODES", "CAP", "COMMITTED", "MEASURED", "HEADROOM", "HOLD")
+			for _, d := range f.Domains {
+				capW, headroom := "-", "-"
+				if d.CapWatts > 0 {
+					capW, headroom = kW(d.CapWatts), kW(d.Headroom)
+				}
+				t.row(d.Domain, fmt.Sprint(d.Nodes), capW, kW(d.Committed), kW(d.Measured), headroom, holdString(d.Hold))
+			}
+			return write(cmd.OutOrStdout(), t.bytes())
+		},
+	}
+	cmd.AddCommand(c.holdCmd(), c.releaseCmd())
+	return cmd
+}
+
+func holdString(h *controller.Hold) string {
+	if h == nil {
+		return "-"
+	}
+	s := "hold"
+	if h.Drain {
+		s = "drain"
+	}
+	src := h.Source
+	if src == "facility" {
+		src = "file"
+	}
+	s += " (" + src + ")"
+	if h.Reason != "" {
+		s += " " + h.Reason
+	}
+	return s
+}
+
+func (c *ctl) holdCmd() *cobra.Command {
+	var req controller.HoldRequest
+	cmd := &cobra.Command{
+		Use:   "hold DOMAIN [--drain] [--reason R]",
+		Short: "Hold a domain: no new replica is placed in it; --drain also moves what runs there",
+		Long: `Hold a domain, such as rack=r01-k03 or pdu=p01-a, for maintenance: no new
+replica shard is placed in it. With --drain the replicas already there are
+moved too, each new copy first, the old one stopped once the new one serves.
+The hold is kept in Nomad Variables (llmgw/holds) until released.`,
+		Args:              args(cobra.ExactArgs(1)),
+		ValidArgsFunction: c.completeFirst(domainKeys),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			raw, err := cl.do(cmd.Context(), "PUT", "/v1/facility/holds/"+a[0], nil, req, nil)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			what := "held"
+			if req.Drain {
+				what = "held and draining"
+			}
+			msg := fmt.Sprintf("%s %s", a[0], what)
+			if req.Reason != "" {
+				msg += ": " + req.Reason
+			}
+			return write(cmd.OutOrStdout(), []byte(msg+"\n"))
+		},
+	}
+	cmd.Flags().BoolVar(&req.Drain, "drain", false, "also move the replicas running in the domain, new copy first")
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "why, shown in placement rejections and the facility list")
+	return cmd
+}
+
+func (c *ctl) releaseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "release DOMAIN",
+		Short: "Release a hold set with llmgw ctl facility hold",
+		Long: `Release a run-time hold. A hold written in the facility file is released by
+removing it there and reloading the controller (SIGHUP).`,
+		Args:              args(cobra.ExactArgs(1)),
+		ValidArgsFunction: c.completeFirst(runtimeHolds),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			raw, err := cl.do(cmd.Context(), "DELETE", "/v1/facility/holds/"+a[0], nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			return write(cmd.OutOrStdout(), []byte(a[0]+" released\n"))
+		},
+	}
+}
+
+// domainKeys lists every domain some node is in, from the nodes' locations.
+func domainKeys(ctx context.Context, cl *client) ([]string, error) {
+	var nodes []controller.NodeView
+	if _, err := cl.get(ctx, "/v1/nodes", nil, &nodes); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		for _, l := range facility.Levels() {
+			if v := n.Location[l.String()]; v != "" {
+				seen[l.String()+"="+v] = true
+			}
+		}
+	}
+	return sortedKeys(seen), nil
+}
+
+// runtimeHolds lists the domains held through the API.
+func runtimeHolds(ctx context.Context, cl *client) ([]string, error) {
+	var f controller.FacilityView
+	if _, err := cl.get(ctx, "/v1/facility", nil, &f); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range f.Domains {
+		if d.Hold != nil && d.Hold.Source == "runtime" {
+			out = append(out, d.Domain)
+		}
+	}
+	return out, nil
+}
+
+func replicaIDs(ctx context.Context, cl *client) ([]string, error) {
+	var reps []controller.ReplicaView
+	if _, err := cl.get(ctx, "/v1/replicas", nil, &reps); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range reps {
+		out = append(out, r.ID)
+	}
+	return out, nil
+}
+
+func nodeNames(ctx context.Context, cl *client) ([]string, error) {
+	var nodes []controller.NodeView
+	if _, err := cl.get(ctx, "/v1/nodes", nil, &nodes); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out, nil
+}
+
+func modelNames(ctx context.Context, cl *client) ([]string, error) {
+	var cat controller.CatalogView
+	if _, err := cl.get(ctx, "/v1/catalog", nil, &cat); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range cat.Models {
+		out = append(out, m.Name)
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closest suggests the nearest of names to a mistyped s, as the API does.
+func closest(s string, names []string) string {
+	type cand struct {
+		name string
+		d    int
+	}
+	var cs []cand
+	for _, n := range names {
+		cs = append(cs, cand{n, editDistance(s, n)})
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if a.d != b.d {
+			return a.d - b.d
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var out []string
+	for i := 0; i < len(cs) && i < 3; i++ {
+		if cs[i].d <= max(3, len(s)/2) {
+			out = append(out, cs[i].name)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "did you mean " + strings.Join(out, ", ") + "?"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,358 @@
+package ctlcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+
+	"github.com/llmgw/llmgw/internal/ctlcmd/ctltest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// now is the CLI's clock in the tests: 2h5m after the controller's.
+var now = ctltest.Epoch.Add(2*time.Hour + 5*time.Minute)
+
+// result is one run of llmgw ctl.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run runs `llmgw ctl args…` as cli.Execute does (errors on stderr, one
+// "llmgw: " line each), with env as its environment.
+func run(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	root := &cobra.Command{Use: "llmgw", SilenceUsage: true, SilenceErrors: true}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(New(Options{
+		Getenv: func(k string) string { return env[k] },
+		Now:    func() time.Time { return now },
+		User:   "tester",
+	}))
+	var stdout, stderr bytes.Buffer
+	root.SetArgs(append([]string{"ctl"}, args...))
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	err := root.ExecuteContext(context.Background())
+	if err != nil {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			fmt.Fprintf(&stderr, "llmgw: %s\n", line)
+		}
+	}
+	return result{exitCode(err), stdout.String(), stderr.String()}
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", name, diff)
+	}
+}
+
+func addrEnv(e *ctltest.Env) map[string]string { return map[string]string{EnvAddr: e.URL} }
+
+// Every table, against a controller on the Nomad fake.
+func TestTablesAgainstController(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{})
+	env := addrEnv(e)
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"models.golden", []string{"models"}},
+		{"replicas.golden", []string{"replicas"}},
+		{"replicas-alpha.golden", []string{"replicas", "--model", "alpha"}},
+		{"explain-placed.golden", []string{"explain", "beta-0"}},
+		{"explain-unplaced.golden", []string{"explain", "gamma-0"}},
+		{"nodes.golden", []string{"nodes"}},
+		{"nodes-domain.golden", []string{"nodes", "--domain", "rack=r01-k01"}},
+		{"facility.golden", []string{"facility"}},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			r := run(t, env, tc.args...)
+			if r.code != ExitOK || r.stderr != "" {
+				t.Fatalf("llmgw ctl %s: exit %d, stderr %q", strings.Join(tc.args, " "), r.code, r.stderr)
+			}
+			golden(t, tc.golden, r.stdout)
+		})
+	}
+}
+
+// -o json prints what the API answered.
+func TestJSONOutputIsTheAPIs(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{})
+	env := addrEnv(e)
+	for _, tc := range []struct {
+		args []string
+		path string
+	}{
+		{[]string{"models"}, "/v1/catalog"},
+		{[]string{"replicas"}, "/v1/replicas"},
+		{[]string{"replicas", "--model", "beta"}, "/v1/replicas?model=beta"},
+		{[]string{"explain", "gamma-0"}, "/v1/replicas/gamma-0"},
+		{[]string{"nodes"}, "/v1/nodes"},
+		{[]string{"nodes", "--domain", "pdu=p01-a"}, "/v1/nodes?domain=pdu%3Dp01-a"},
+		{[]string{"facility"}, "/v1/facility"},
+	} {
+		r := run(t, env, append(tc.args, "-o", "json")...)
+		if r.code != ExitOK {
+			t.Fatalf("llmgw ctl %s -o json: exit %d, stderr %q", strings.Join(tc.args, " "), r.code, r.stderr)
+		}
+		var got, want any
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("llmgw ctl %s -o json: %v: %s", strings.Join(tc.args, " "), err, r.stdout)
+		}
+		_, body := e.Call(http.MethodGet, tc.path, "", nil, &want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("llmgw ctl %s -o json differs from GET %s (-api +ctl):\n%s\n%s", strings.Join(tc.args, " "), tc.path, diff, body)
+		}
+	}
+}
+
+// Holds and labels change what the controller serves; the tables show it.
+func TestWritesAgainstController(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{})
+	env := addrEnv(e)
+	var out bytes.Buffer
+	step := func(args ...string) result {
+		t.Helper()
+		r := run(t, env, args...)
+		fmt.Fprintf(&out, "$ llmgw ctl %s\n%s%s", shellWords(args), r.stdout, r.stderr)
+		if r.code != ExitOK {
+			t.Fatalf("llmgw ctl %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+		}
+		return r
+	}
+	// waitTable polls a table until it contains want, then records it.
+	waitTable := func(want string, args ...string) {
+		t.Helper()
+		var r result
+		e.WaitFor(fmt.Sprintf("llmgw ctl %s to show %q", strings.Join(args, " "), want), func() (bool, string) {
+			r = run(t, env, args...)
+			return strings.Contains(r.stdout, want), r.stdout + r.stderr
+		})
+		fmt.Fprintf(&out, "$ llmgw ctl %s\n%s", strings.Join(args, " "), r.stdout)
+	}
+
+	step("facility", "hold", "rack=r01-k01", "--drain", "--reason", "fan swap")
+	waitTable("drain (runtime) fan swap", "facility")
+	waitTable("rack=r01-k01", "nodes", "--domain", "rack=r01-k01")
+	step("facility", "release", "rack=r01-k01")
+	e.WaitFor("the hold to go", func() (bool, string) {
+		r := run(t, env, "facility")
+		return !strings.Contains(r.stdout, "fan swap"), r.stdout
+	})
+
+	step("label", "n01", "rack=r01-k09", "pdu=p09-a")
+	waitTable("r01-k09", "nodes", "--domain", "rack=r01-k09")
+	step("label", "n01", "--unset", "pdu")
+	waitTable("ams1/a/r01/r01-k09/-", "nodes", "--domain", "rack=r01-k09")
+	golden(t, "writes.golden", out.String())
+
+	// Writes print the API's answer with -o json.
+	r := run(t, env, "facility", "hold", "pdu=p01-b", "--reason", "breaker test", "-o", "json")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil ||
+		got["domain"] != "pdu=p01-b" || got["reason"] != "breaker test" || got["set_by"] != "tester" {
+		t.Errorf("facility hold -o json: exit %d, %v, %q; want the hold, set by the CLI's user", r.code, err, r.stdout)
+	}
+	if r := run(t, env, "facility", "release", "pdu=p01-b", "-o", "json"); r.code != ExitOK || !strings.Contains(r.stdout, `"released": "pdu=p01-b"`) {
+		t.Errorf("facility release -o json: exit %d, %q", r.code, r.stdout)
+	}
+
+	if got := e.Fake.Node(e.NodeIDs["n01"]).Meta["llmgw.rack"]; got != "r01-k09" {
+		t.Errorf("n01's meta llmgw.rack = %q, want r01-k09 (Nomad dynamic node metadata)", got)
+	}
+	if v := e.Fake.Variable("default", "llmgw/holds"); v != nil && strings.Contains(v.Items["holds"], "r01-k01") {
+		t.Errorf("holds variable after release still holds rack=r01-k01: %v", v.Items)
+	}
+}
+
+// Errors say what to do, on stderr, with an exit status per class.
+func TestErrorsAndExitCodes(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{Token: "s3cret"})
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	env := addrEnv(e)
+	withToken := map[string]string{EnvAddr: e.URL, EnvToken: "s3cret"}
+	var out bytes.Buffer
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		code int
+	}{
+		{env, []string{"explain", "alpah-0"}, ExitNotFound},
+		{env, []string{"replicas", "--model", "alpah"}, ExitNotFound},
+		{env, []string{"nodes", "--domain", "rack=r01-k1"}, ExitNotFound},
+		{env, []string{"nodes", "--domain", "shelf=s1"}, ExitUsage},
+		{withToken, []string{"label", "n1", "rack=r01-k01"}, ExitNotFound},
+		{withToken, []string{"label", "n01", "cage=c1"}, ExitUsage},
+		{withToken, []string{"label", "n01", "rack"}, ExitUsage},
+		{withToken, []string{"label", "n01"}, ExitUsage},
+		{withToken, []string{"facility", "hold", "rack=r01-k9"}, ExitNotFound},
+		{withToken, []string{"facility", "release", "rack=r01-k01"}, ExitNotFound},
+		{withToken, []string{"facility", "release", "rack=r02-k02"}, ExitNotFound},
+		{env, []string{"facility", "hold", "rack=r01-k01"}, ExitUnauthorized},
+		{map[string]string{EnvAddr: e.URL, EnvToken: "wrong"}, []string{"label", "n01", "rack=r01-k01"}, ExitUnauthorized},
+		{map[string]string{EnvAddr: closed.URL}, []string{"replicas"}, ExitUnreachable},
+		{map[string]string{EnvAddr: "ftp://x"}, []string{"replicas"}, ExitUsage},
+		{env, []string{"explain"}, ExitUsage},
+		{env, []string{"replicas", "--modl", "alpha"}, ExitUsage},
+		{env, []string{"replicas", "-o", "yaml"}, ExitUsage},
+		{env, []string{"replica"}, ExitUsage},
+	} {
+		r := run(t, tc.env, tc.args...)
+		if r.code != tc.code {
+			t.Errorf("llmgw ctl %s: exit %d, want %d (stderr %q)", strings.Join(tc.args, " "), r.code, tc.code, r.stderr)
+		}
+		if r.stdout != "" {
+			t.Errorf("llmgw ctl %s: stdout %q, want none", strings.Join(tc.args, " "), r.stdout)
+		}
+		stderr := strings.ReplaceAll(r.stderr, strings.TrimPrefix(closed.URL, "http://"), "127.0.0.1:PORT")
+		fmt.Fprintf(&out, "$ llmgw ctl %s\n%sexit %d\n\n", strings.Join(tc.args, " "), stderr, r.code)
+	}
+	golden(t, "errors.golden", out.String())
+
+	// The right token (--token wins over the environment) is accepted.
+	r := run(t, map[string]string{EnvAddr: e.URL, EnvToken: "wrong"}, "--token", "s3cret", "facility", "hold", "pdu=p01-a")
+	if r.code != ExitOK {
+		t.Errorf("hold with --token: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Names complete from the API; the completion command writes scripts.
+func TestCompletion(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{})
+	env := addrEnv(e)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"explain", "al"}, []string{"alpha-0", "alpha-1", "alpha-2"}},
+		{[]string{"explain", "alpha-0", ""}, nil},
+		{[]string{"label", "n0"}, []string{"n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08"}},
+		{[]string{"label", "n01", "r"}, []string{"room=", "row=", "rack="}},
+		{[]string{"label", "n01", "--unset", ""}, labelNames},
+		{[]string{"nodes", "--domain", "rack="}, []string{"rack=r01-k01", "rack=r01-k02", "rack=r02-k01", "rack=r02-k02"}},
+		{[]string{"replicas", "--model", ""}, []string{"alpha", "beta", "gamma"}},
+		{[]string{"facility", "hold", "row="}, []string{"row=r01", "row=r02"}},
+		{[]string{"facility", "release", ""}, nil}, // no run-time hold; the file's cannot be released here
+		{[]string{"-o", ""}, []string{"table", "json"}},
+	} {
+		// cobra's hidden __complete command, as the shell scripts call it.
+		root := &cobra.Command{Use: "llmgw"}
+		root.AddCommand(New(Options{Getenv: func(k string) string { return env[k] }}))
+		var stdout bytes.Buffer
+		root.SetArgs(append([]string{cobra.ShellCompRequestCmd, "ctl"}, tc.args...))
+		root.SetOut(&stdout)
+		root.SetErr(io.Discard)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("complete %v: %v", tc.args, err)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+			if l != "" && !strings.HasPrefix(l, ":") && !strings.HasPrefix(l, "Completion ended") {
+				got = append(got, strings.SplitN(l, "\t", 2)[0])
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("completions of %q (-want +got):\n%s", tc.args, diff)
+		}
+	}
+	for _, sh := range []string{"bash", "zsh", "fish", "powershell"} {
+		r := run(t, env, "completion", sh)
+		if r.code != ExitOK || !strings.Contains(r.stdout, "llmgw") {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q", sh, r.code, len(r.stdout), r.stderr)
+		}
+	}
+	if r := run(t, env, "completion", "tcsh"); r.code != ExitUsage {
+		t.Errorf("completion tcsh: exit %d, want %d", r.code, ExitUsage)
+	}
+}
+
+// shellWords writes args as a shell would need them typed.
+func shellWords(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "" || strings.ContainsAny(a, " \t'\"$") {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// recorded serves API answers recorded in testdata/api: a replica rolling
+// to a new job, a multi-node one, one Nomad could not place, and a catalog
+// whose last reload was refused.
+func recorded(t *testing.T) map[string]string {
+	t.Helper()
+	files := map[string]string{
+		"/v1/replicas":             "replicas.json",
+		"/v1/replicas/llama-70b-1": "replica-llama-70b-1.json",
+		"/v1/catalog":              "catalog.json",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := files[r.URL.Path]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error": "no replica \"x\"", "hint": "did you mean llama-70b-1?"}`))
+			return
+		}
+		b, err := os.ReadFile(filepath.Join("testdata", "api", name))
+		if err != nil {
+			t.Error(err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return map[string]string{EnvAddr: srv.URL}
+}
+
+// Tables from recorded API answers: what a small test controller does not
+// produce.
+func TestTablesFromRecordedAPI(t *testing.T) {
+	env := recorded(t)
+	for _, tc := range []struct {
+		golden string
+		args   []string
+		stderr string
+	}{
+		{"recorded-replicas.golden", []string{"replicas"}, ""},
+		{"recorded-explain.golden", []string{"explain", "llama-70b-1"}, ""},
+		{"recorded-models.golden", []string{"models"}, "llmgw: warning: the last catalog reload was refused; the catalog above stays in force:\nllmgw: catalog.hcl:12: profile llama-70b/h200x4: gpus: want a whole number\n"},
+	} {
+		r := run(t, env, tc.args...)
+		if r.code != ExitOK || r.stderr != tc.stderr {
+			t.Errorf("llmgw ctl %s: exit %d, stderr %q, want 0 and %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.stderr)
+		}
+		golden(t, tc.golden, r.stdout)
+	}
+}

@@ -1,0 +1,373 @@
+// Package ctltest runs a real controller against the Nomad fake
+// (controller/nomadfake) on a small facility — two rows of two racks of two
+// 4-GPU nodes, power budgets, a hold in the facility file, and a catalog
+// with a model that cannot be placed — for the tests of llmgw ctl and of
+// the web console.
+//
+// By default the test holds the leader lock itself, so the controller
+// stands by and places nothing on its own: Start runs its passes until the
+// replicas settle, with a clock that never moves, so that every table the
+// API serves is the same from run to run. With Lead the controller leads
+// and reconciles by itself, as in production.
+package ctltest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/controller/store"
+)
+
+// Epoch is the time on the fake's and the controller's clock, which never
+// moves.
+var Epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// BaseWatts is every node's base draw; each GPU reports IdleGPUWatts.
+const (
+	BaseWatts    = 300
+	IdleGPUWatts = 60
+	GPU          = "NVIDIA H200"
+)
+
+// Node is one node of the test fleet.
+type Node struct {
+	Name, Row, Rack, PDU string
+	GPUs                 int
+}
+
+// Nodes is the fleet: rows r01 and r02, two racks each, two nodes per
+// rack, each node on its own PDU.
+var Nodes = []Node{
+	{"n01", "r01", "r01-k01", "p01-a", 4}, {"n02", "r01", "r01-k01", "p01-b", 4},
+	{"n03", "r01", "r01-k02", "p02-a", 4}, {"n04", "r01", "r01-k02", "p02-b", 4},
+	{"n05", "r02", "r02-k01", "p03-a", 4}, {"n06", "r02", "r02-k01", "p03-b", 4},
+	{"n07", "r02", "r02-k02", "p04-a", 4}, {"n08", "r02", "r02-k02", "p04-b", 4},
+}
+
+// Catalog: alpha spreads three single-GPU replicas over racks, beta is one
+// two-node replica kept within a rack, gamma wants more GPUs than a node
+// has and is never placed.
+const Catalog = `
+model "alpha" {
+  source   = "org/alpha-8b"
+  replicas = 3
+  profile "h1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 500
+  }
+}
+model "beta" {
+  source   = "org/beta-70b"
+  replicas = 1
+  profile "x2n" {
+    engine      = "sglang"
+    gpu         = "NVIDIA H200"
+    gpus        = 2
+    nodes       = 2
+    keep_within = "rack"
+    watts       = 900
+  }
+}
+model "gamma" {
+  source   = "org/gamma-405b"
+  replicas = 1
+  profile "h8" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 8
+    watts  = 5600
+  }
+}
+`
+
+// Facility: a row budget, a budget per rack and one PDU's, and rack
+// r02-k02 held in the file.
+const Facility = `
+headroom = 0.05
+budget "row=r01"      { watts = 9000 }
+budget "rack=r01-k01" { watts = 3500 }
+budget "rack=r01-k02" { watts = 3500 }
+budget "rack=r02-k01" { watts = 3500 }
+budget "rack=r02-k02" { watts = 3500 }
+budget "pdu=p01-a"    { watts = 1200 }
+hold "rack=r02-k02" {
+  reason = "PDU swap"
+}
+`
+
+// Options change Start's set-up.
+type Options struct {
+	// Token is the controller's api_token.
+	Token string
+	// Lead lets the controller take the leader lock and reconcile on its
+	// own, on the real clock, instead of the test driving its passes.
+	Lead bool
+}
+
+// Env is a running controller on the fake.
+type Env struct {
+	T          testing.TB
+	Fake       *nomadfake.Server
+	Controller *controller.Controller
+	// URL is the controller API's base URL (an httptest server).
+	URL     string
+	NodeIDs map[string]string
+	opts    Options
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("controller: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Start runs a controller against a new fake with the test fleet, catalog
+// and facility, and waits until its replicas settle. Everything stops when
+// the test ends.
+func Start(t testing.TB, opts Options) *Env {
+	t.Helper()
+	now := func() time.Time { return Epoch }
+	fakeOpts := []nomadfake.Option{nomadfake.WithAutoRun(true)}
+	if !opts.Lead {
+		fakeOpts = append(fakeOpts, nomadfake.WithClock(now))
+	} else {
+		now = time.Now
+	}
+	fake := nomadfake.New(fakeOpts...)
+	t.Cleanup(fake.Close)
+	e := &Env{T: t, Fake: fake, NodeIDs: map[string]string{}, opts: opts}
+	for _, n := range Nodes {
+		var ids []string
+		for i := range n.GPUs {
+			ids = append(ids, fmt.Sprintf("%s-gpu%d", n.Name, i))
+		}
+		id := fake.AddNode(nomadfake.NodeSpec{
+			Name: n.Name,
+			Meta: map[string]string{
+				"llmgw.site": "ams1", "llmgw.room": "a", "llmgw.row": n.Row,
+				"llmgw.rack": n.Rack, "llmgw.pdu": n.PDU,
+			},
+			Devices: []nomadfake.DeviceGroup{nomadfake.NvidiaGPUs(GPU, 700, 143771, ids...)},
+		})
+		e.NodeIDs[n.Name] = id
+		for _, g := range ids {
+			if err := fake.SetPowerDraw(id, g, IdleGPUWatts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	cfg := config.Default(dir)
+	cfg.NodeBaseWatts = BaseWatts
+	cfg.APIToken = opts.Token
+	cfg.Reconcile.Interval = time.Second
+	for path, src := range map[string]string{cfg.Catalog: Catalog, cfg.Facility: Facility} {
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !opts.Lead {
+		holdLock(t, fake)
+	}
+	client, err := api.NewClient(fake.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := controller.New(controller.Options{
+		Config: cfg, Nomad: client, Identity: "ctl-test", Now: now,
+		Logger:        slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PowerInterval: 50 * time.Millisecond, LockTTL: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Controller = c
+	srv := httptest.NewServer(c.Handler())
+	e.URL = srv.URL
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		client.Close()
+	})
+	e.settle()
+	return e
+}
+
+// holdLock takes the controller's leader lock for the test, so that the
+// controller stands by.
+func holdLock(t testing.TB, fake *nomadfake.Server) {
+	t.Helper()
+	locks, err := fake.Client(t).Locks(api.WriteOptions{}, api.Variable{
+		Path: store.LeaderPath, Items: api.VariableItems{"holder": "test"},
+		Lock: &api.VariableLock{TTL: "10s", LockDelay: "10s"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Acquire(context.Background()); err != nil {
+		t.Fatalf("test leader lock: %v", err)
+	}
+}
+
+// settle waits until every node's power has been read, then (standing
+// by) runs passes, or (leading) waits, until the replicas are the same
+// twice in a row and none is on its way.
+func (e *Env) settle() {
+	e.T.Helper()
+	e.WaitFor("every node's power reading", func() (bool, string) {
+		var nodes []controller.NodeView
+		if code, body := e.Call(http.MethodGet, "/v1/nodes", "", nil, &nodes); code != http.StatusOK {
+			return false, body
+		}
+		if len(nodes) != len(Nodes) {
+			return false, fmt.Sprintf("%d nodes", len(nodes))
+		}
+		for _, n := range nodes {
+			if n.Measured == 0 {
+				return false, n.Name + " not measured"
+			}
+		}
+		return true, ""
+	})
+	last, stable := "", 0
+	e.WaitFor("the replicas to settle", func() (bool, string) {
+		if !e.opts.Lead {
+			err := e.Controller.Pass(context.Background())
+			if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
+				return false, err.Error()
+			}
+			if err != nil {
+				e.T.Fatalf("pass: %v", err)
+			}
+		}
+		_, body := e.Call(http.MethodGet, "/v1/replicas", "", nil, nil)
+		moving := strings.Contains(body, `"pending"`) || strings.Contains(body, `"starting"`) || strings.Contains(body, `"partial"`)
+		if body == last && !moving {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = body
+		return stable >= 2, body
+	})
+}
+
+// Pass runs one pass of a standing-by controller, retrying while it
+// has not caught up with Nomad.
+func (e *Env) Pass() {
+	e.T.Helper()
+	e.WaitFor("a pass", func() (bool, string) {
+		err := e.Controller.Pass(context.Background())
+		if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
+			return false, err.Error()
+		}
+		if err != nil {
+			e.T.Fatalf("pass: %v", err)
+		}
+		return true, ""
+	})
+}
+
+// WaitFor polls cond until it holds, failing the test after 30 s with
+// cond's last description of what it saw.
+func (e *Env) WaitFor(what string, cond func() (bool, string)) {
+	e.T.Helper()
+	WaitFor(e.T, what, cond)
+}
+
+// WaitFor polls cond until it holds, failing the test after 30 s (generous,
+// for a loaded 2-core machine) with cond's last description.
+func WaitFor(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last saw: %s", what, saw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Call sends one request to the controller API; body, when not nil, is
+// sent as JSON, and a 2xx answer is decoded into out when out is not nil.
+// It returns the status code and the raw body.
+func (e *Env) Call(method, path, token string, body, out any) (int, string) {
+	e.T.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, e.URL+path, rd)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			e.T.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return resp.StatusCode, string(raw)
+}
+
+// Artifacts returns the folder for a test's output files: under
+// $LLMGW_TEST_ARTIFACTS when set (kept after the test), else a temporary
+// folder.
+func Artifacts(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("LLMGW_TEST_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

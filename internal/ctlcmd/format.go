@@ -1,0 +1,97 @@
+package ctlcmd
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// table is an aligned table, two spaces between columns, as the nomad CLI
+// prints them.
+type table struct {
+	rows [][]string
+}
+
+func newTable(header ...string) *table {
+	t := &table{}
+	if len(header) > 0 {
+		t.rows = append(t.rows, header)
+	}
+	return t
+}
+
+func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) bytes() []byte {
+	var b bytes.Buffer
+	w := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	for _, r := range t.rows {
+		for i, c := range r {
+			// A tab or newline in a value would break the columns.
+			r[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
+		}
+		_, _ = fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	_ = w.Flush()
+	// tabwriter pads the last column of rows that are shorter than others;
+	// trailing spaces are noise.
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return []byte(strings.Join(lines, "\n"))
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// kW writes watts as kilowatts with one decimal.
+func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
+
+// power writes measured/committed draw; "-" for measured before any
+// reading.
+func power(measured, committed float64) string {
+	m := "-"
+	if measured > 0 {
+		m = fmt.Sprintf("%.1f", measured/1000)
+	}
+	return fmt.Sprintf("%s/%.1f kW", m, committed/1000)
+}
+
+// location writes a node's location as site/room/row/rack/pdu.
+func location(loc map[string]string) string {
+	if len(loc) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, facility.NumLevels)
+	for _, l := range facility.Levels() {
+		parts = append(parts, dash(loc[l.String()]))
+	}
+	return strings.Join(parts, "/")
+}
+
+// age writes how long ago since was, in the nomad CLI's style: 45s, 5m3s,
+// 2h5m, 3d4h.
+func age(since, now time.Time) string {
+	if since.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(since), 0).Truncate(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}

@@ -1,0 +1,235 @@
+// Package gatewaycmd is `llmgw gateway`: it discovers the replicas from
+// Consul or Nomad, serves the OpenAI-compatible API over them with the
+// gateway package, serves /metrics and /healthz, registers itself in Consul
+// when discovering from Consul, and stops on SIGINT/SIGTERM (the context).
+package gatewaycmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/llmgw/llmgw/gateway"
+)
+
+// flags are the command's settings.
+type flags struct {
+	listen, consul, nomad, namespace, advertise, logLevel string
+	register                                              bool
+	maxModelScan, bodyMemory                              int64
+	attempts, breakerFailures                             int
+	breakerOpen, breakerMaxOpen                           time.Duration
+	dialTimeout, headerTimeout, checkInterval             time.Duration
+}
+
+// NewCommand returns the gateway subcommand.
+func NewCommand() *cobra.Command { return newCommand(nil) }
+
+// newCommand is NewCommand; ready, when not nil, is called with the
+// address served on once listening.
+func newCommand(ready func(addr string)) *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "gateway --listen :8080 [--consul ADDR | --nomad ADDR]",
+		Short: "Serve one OpenAI-compatible endpoint over the healthy replicas of every model",
+		Long: `Run the llmgw gateway. It discovers the replica services the controller
+registers (named llmgw-<model>, tagged llmgw and model=<model>) from Consul's
+health API (--consul: passing instances only) or from Nomad's service
+registrations and their allocations' checks (--nomad, the default, with
+NOMAD_ADDR or http://127.0.0.1:4646), and routes /v1/chat/completions,
+/v1/completions and /v1/embeddings by the body's "model" to the replica with
+the fewest requests in flight per unit of weight, behind a circuit breaker per
+replica. /v1/models lists the models served, /metrics serves Prometheus text,
+/healthz answers 200 once discovery has synced. With --consul it registers
+itself as llmgw-gateway with an HTTP check on /healthz. Tokens and TLS come
+from the usual environment (CONSUL_HTTP_TOKEN, NOMAD_TOKEN, ...).
+See docs/gateway.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("consul") && f.consul == "" {
+				return errors.New("--consul: empty address")
+			}
+			return run(cmd.Context(), f, cmd.ErrOrStderr(), ready)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", ":8080", "address to serve on")
+	fl.StringVar(&f.consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
+	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_ADDR, else http://127.0.0.1:4646)")
+	cmd.MarkFlagsMutuallyExclusive("consul", "nomad")
+	fl.StringVar(&f.namespace, "namespace", "", `Nomad namespace to discover in, "*" for all (default: NOMAD_NAMESPACE, else "default")`)
+	fl.StringVar(&f.advertise, "advertise", "", "HOST:PORT clients and Consul's check reach this gateway at (default: the listen address; its host, when unspecified, left to Consul: the agent's node address)")
+	fl.BoolVar(&f.register, "register", true, "with --consul, register as llmgw-gateway with an HTTP check")
+	fl.Int64Var(&f.maxModelScan, "max-model-scan", gateway.DefaultMaxModelScan, `bytes of a request body read, at most, to find "model" (413 past them)`)
+	fl.Int64Var(&f.bodyMemory, "body-memory", gateway.DefaultBodyMemory, "bytes all requests together may hold while finding their model (503 past them)")
+	fl.IntVar(&f.attempts, "attempts", gateway.DefaultAttempts, "replicas one request may be tried on, before the first byte reaches the client")
+	fl.IntVar(&f.breakerFailures, "breaker-failures", 5, "failures or timeouts in a row that open a replica's circuit breaker")
+	fl.DurationVar(&f.breakerOpen, "breaker-open", 5*time.Second, "how long an open breaker waits before its half-open probe")
+	fl.DurationVar(&f.breakerMaxOpen, "breaker-max-open", time.Minute, "the longest open time, which doubles with each failed probe")
+	fl.DurationVar(&f.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "timeout to connect to a replica")
+	fl.DurationVar(&f.headerTimeout, "response-header-timeout", gateway.DefaultHeaderTimeout, "timeout from sending a request to a replica's response headers (a non-streamed completion sends them when done)")
+	fl.DurationVar(&f.checkInterval, "check-interval", 5*time.Second, "with Nomad, how often allocations' checks are read")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// run serves until ctx ends. ready, when not nil, receives the address
+// served on once listening (for tests).
+func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if f.maxModelScan <= 0 || f.bodyMemory < f.maxModelScan {
+		return fmt.Errorf("--max-model-scan %d, --body-memory %d: want 0 < max-model-scan <= body-memory", f.maxModelScan, f.bodyMemory)
+	}
+	if f.attempts < 1 || f.breakerFailures < 1 || f.breakerOpen <= 0 || f.breakerMaxOpen < f.breakerOpen {
+		return errors.New("--attempts and --breaker-failures must be at least 1, and 0 < --breaker-open <= --breaker-max-open")
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	var src gateway.Source
+	var consul *consulapi.Client
+	var where string
+	if f.consul != "" {
+		cfg := consulapi.DefaultConfig()
+		cfg.Address = f.consul
+		c, err := consulapi.NewClient(cfg)
+		if err != nil {
+			return fmt.Errorf("consul client %s: %w", f.consul, err)
+		}
+		consul, where = c, "consul "+f.consul
+		src = &gateway.ConsulSource{Client: c, Logger: log}
+	} else {
+		cfg := nomadapi.DefaultConfig()
+		if f.nomad != "" {
+			cfg.Address = f.nomad
+		}
+		ns := f.namespace
+		if ns == "" {
+			ns = cfg.Namespace
+		}
+		c, err := nomadapi.NewClient(cfg)
+		if err != nil {
+			return fmt.Errorf("nomad client %s: %w", cfg.Address, err)
+		}
+		defer c.Close()
+		where = "nomad " + cfg.Address
+		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g := gateway.New(gateway.Options{
+		Source:       src,
+		Logger:       log,
+		Registerer:   reg,
+		Transport:    gateway.NewTransport(f.dialTimeout, f.headerTimeout),
+		MaxModelScan: f.maxModelScan,
+		BodyMemory:   f.bodyMemory,
+		Attempts:     f.attempts,
+		Breaker:      gateway.BreakerConfig{Failures: f.breakerFailures, OpenFor: f.breakerOpen, MaxOpenFor: f.breakerMaxOpen},
+	})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", g.Handler())
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", f.listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		<-ctx.Done()
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	})
+	if consul != nil && f.register {
+		r, err := registration(f.advertise, ln.Addr())
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		wg.Go(func() {
+			if err := r.Register(ctx, consul, log); err != nil {
+				log.Warn("consul", "error", err)
+			}
+		})
+	}
+	err = g.Run(ctx)
+	cancel()
+	wg.Wait()
+	select {
+	case e := <-errc:
+		return e
+	default:
+	}
+	return err
+}
+
+// registration is how the gateway registers itself: at --advertise, else
+// at the listen address (its host left to Consul when unspecified), with
+// the check on /healthz at the same address (127.0.0.1 for an unspecified
+// host: the agent is local).
+func registration(advertise string, listen net.Addr) (gateway.ConsulRegistration, error) {
+	host, portStr, err := net.SplitHostPort(listen.String())
+	if err != nil {
+		return gateway.ConsulRegistration{}, fmt.Errorf("listen address %s: %w", listen, err)
+	}
+	if advertise != "" {
+		host, portStr, err = net.SplitHostPort(advertise)
+		if err != nil {
+			return gateway.ConsulRegistration{}, fmt.Errorf("--advertise %q: want HOST:PORT: %w", advertise, err)
+		}
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port > 65535 {
+		return gateway.ConsulRegistration{}, fmt.Errorf("advertised port %q: want 1 to 65535", portStr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = ""
+	}
+	checkHost := host
+	if checkHost == "" {
+		checkHost = "127.0.0.1"
+	}
+	name, _ := os.Hostname()
+	return gateway.ConsulRegistration{
+		ID:       fmt.Sprintf("%s-%s-%d", gateway.GatewayServiceName, name, port),
+		Address:  host,
+		Port:     port,
+		CheckURL: "http://" + net.JoinHostPort(checkHost, strconv.Itoa(port)) + "/healthz",
+	}, nil
+}

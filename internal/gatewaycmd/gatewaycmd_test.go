@@ -1,0 +1,220 @@
+package gatewaycmd
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gateway/consulfake"
+	"github.com/llmgw/llmgw/internal/fakeengine"
+)
+
+const waitFor = 20 * time.Second
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", waitFor, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The whole command against a fake Consul and an in-process fake-engine:
+// it registers itself, discovers the replica, routes to it, serves
+// metrics, and deregisters when stopped.
+func TestGatewayWithConsul(t *testing.T) {
+	const model = "llama-3.1-8b"
+	cfg := fakeengine.Defaults()
+	cfg.Model, cfg.TokensPerSecond = model, 0
+	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
+	fe.Load(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &http.Server{Handler: fe.Handler(), ReadHeaderTimeout: time.Second}
+	go func() { _ = engine.Serve(ln) }()
+	t.Cleanup(func() { _ = engine.Close() })
+
+	c := consulfake.New()
+	t.Cleanup(c.Close)
+	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
+		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
+
+	addrc := make(chan string, 1)
+	cmd := newCommand(func(a string) { addrc <- a })
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug"})
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not listen")
+	}
+	base := "http://" + addr
+	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, "/healthz 200", func() bool { code, _ := get("/healthz"); return code == 200 })
+
+	var reg consulfake.Service
+	eventually(t, "the gateway registered in consul", func() bool {
+		var ok bool
+		reg, ok = c.Service(registrationID(port))
+		return ok
+	})
+	if diff := cmp.Diff([]string{"llmgw-gateway"}, reg.Tags); diff != "" || reg.Name != gateway.GatewayServiceName || reg.Address != "127.0.0.1" ||
+		reg.Check == nil || reg.Check.HTTP != base+"/healthz" {
+		t.Errorf("registration: %+v %+v", reg, reg.Check)
+	}
+
+	eventually(t, "the model served", func() bool {
+		_, body := get("/v1/models")
+		return strings.Contains(body, `"id":"`+model+`"`)
+	})
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get(gateway.ReplicaHeader) != model+"-0" {
+		t.Fatalf("chat: %d %q %s", resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader), b)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{`llmgw_gateway_requests_total{code="200",model="llama-3.1-8b"} 1`, "llmgw_gateway_breaker_state{", "go_goroutines"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gateway: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not stop")
+	}
+	if _, ok := c.Service(registrationID(port)); ok {
+		t.Error("still registered after stopping")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"registered in consul"`) {
+		t.Errorf("log lacks the registration:\n%s", stderr.String())
+	}
+}
+
+func registrationID(port int) string {
+	r, _ := registration("", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	return r.ID
+}
+
+func TestRegistration(t *testing.T) {
+	tests := []struct {
+		name, advertise, listen string
+		wantAddr, wantCheck     string
+		wantPort                int
+		wantErr                 bool
+	}{
+		{"unspecified listen host", "", "[::]:8080", "", "http://127.0.0.1:8080/healthz", 8080, false},
+		{"specific listen host", "", "10.1.2.3:8080", "10.1.2.3", "http://10.1.2.3:8080/healthz", 8080, false},
+		{"advertised", "gw.example:443", "[::]:8080", "gw.example", "http://gw.example:443/healthz", 443, false},
+		{"bad advertise", "gw.example", "[::]:8080", "", "", 0, true},
+		{"bad advertised port", "gw:0", "[::]:8080", "", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.ResolveTCPAddr("tcp", tt.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := registration(tt.advertise, ln)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err %v, want error %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			got := [3]string{r.Address, r.CheckURL, strconv.Itoa(r.Port)}
+			want := [3]string{tt.wantAddr, tt.wantCheck, strconv.Itoa(tt.wantPort)}
+			if diff := cmp.Diff(want, got); diff != "" || !strings.HasPrefix(r.ID, "llmgw-gateway-") {
+				t.Errorf("id %q (-want +got):\n%s", r.ID, diff)
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--consul", "a:1", "--nomad", "http://b:2"}, "none of the others can be"},
+		{[]string{"--consul", ""}, "--consul: empty address"},
+		{[]string{"--log-level", "loud", "--listen", "127.0.0.1:0"}, "--log-level"},
+		{[]string{"--max-model-scan", "0", "--listen", "127.0.0.1:0"}, "--max-model-scan"},
+		{[]string{"--breaker-open", "2m", "--breaker-max-open", "1m", "--listen", "127.0.0.1:0"}, "--breaker-open"},
+		{[]string{"--listen", "256.0.0.1:1", "--nomad", "http://127.0.0.1:1"}, "listen 256.0.0.1:1"},
+		{[]string{"extra"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cmd := NewCommand()
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
