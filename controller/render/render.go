@@ -397,8 +397,12 @@ func (r *rendering) services() []*api.Service {
 	m, p, d, s := r.in.Model, r.in.Profile, r.in.Decision, r.s
 	grace := s.ReadyTimeout + time.Minute
 	out := []*api.Service{{
-		Name:      ServiceName(m.Name),
-		Tags:      []string{"llmgw", "model=" + m.Name, "profile=" + p.Name, "replica=" + d.Replica},
+		Name: ServiceName(m.Name),
+		// weight= is the gateway's traffic share for the replica. It is not
+		// part of the profile's fingerprint (changing it restarts nothing),
+		// so a changed weight reaches a replica's service when its job is
+		// next rendered (a roll, a move, a re-placement).
+		Tags:      []string{"llmgw", "model=" + m.Name, "profile=" + p.Name, "replica=" + d.Replica, "weight=" + strconv.Itoa(max(p.Weight, 1))},
 		PortLabel: PortHTTP,
 		Provider:  s.ServiceProvider,
 		Checks: []api.ServiceCheck{{

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,7 +290,7 @@ func TestJobInvariants(t *testing.T) {
 			if got, want := api0.Name, ServiceName(in.Model.Name); got != want {
 				t.Errorf("service %q, want %q", got, want)
 			}
-			wantTags := []string{"llmgw", "model=" + in.Model.Name, "profile=" + p.Name, "replica=" + d.Replica}
+			wantTags := []string{"llmgw", "model=" + in.Model.Name, "profile=" + p.Name, "replica=" + d.Replica, "weight=" + strconv.Itoa(max(p.Weight, 1))}
 			if diff := cmp.Diff(wantTags, api0.Tags); diff != "" {
 				t.Errorf("tags (-want +got):\n%s", diff)
 			}
