@@ -158,8 +158,8 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 		holds[h.Domain.String()] = Hold{Reason: h.Reason, Drain: h.Drain, Source: src}
 	}
 	type agg struct {
-		nodes    int
-		measured float64
+		nodes               int
+		measured, committed float64
 	}
 	domains := map[string]*agg{}
 	for _, n := range in.Fleet.Nodes {
@@ -183,6 +183,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 			}
 			a.nodes++
 			a.measured += measured
+			a.committed += nv.Committed
 			if _, held := holds[key]; held {
 				nv.Held = append(nv.Held, key)
 			}
@@ -222,7 +223,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 		}
 		dv := DomainView{Domain: key, Hold: &h}
 		if a := domains[key]; a != nil {
-			dv.Nodes, dv.Measured = a.nodes, a.measured
+			dv.Nodes, dv.Measured, dv.Committed = a.nodes, a.measured, a.committed
 		}
 		v.Domains = append(v.Domains, dv)
 	}
