@@ -5,6 +5,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/facility"
 )
@@ -44,7 +47,10 @@ type NodeView struct {
 	Measured    float64           `json:"measured_watts"`
 	Committed   float64           `json:"committed_watts"`
 	Schedulable bool              `json:"schedulable"`
-	Held        []string          `json:"held,omitempty"` // held domains the node is in
+	// Status is Nomad's view: ready, down, initializing, or ready but
+	// draining or ineligible.
+	Status string   `json:"status"`
+	Held   []string `json:"held,omitempty"` // held domains the node is in
 }
 
 // DomainView is one domain with a budget or a hold.
@@ -145,9 +151,23 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 	}
 	holds := map[string]Hold{}
 	fileHolds := map[facility.Domain]bool{}
+	status := map[string]string{}
+	schedulable := map[string]bool{}
 	c.mu.RLock()
 	for _, h := range c.facility.Holds {
 		fileHolds[h.Domain] = true
+	}
+	for _, n := range c.snap.nodes {
+		st := n.Status
+		switch {
+		case st != api.NodeStatusReady:
+		case n.DrainStrategy != nil:
+			st = "draining"
+		case n.SchedulingEligibility != api.NodeSchedulingEligible:
+			st = "ineligible"
+		}
+		status[n.Name] = st
+		schedulable[n.Name] = observe.Schedulable(n)
 	}
 	c.mu.RUnlock()
 	for _, h := range in.Facility.Holds {
@@ -193,7 +213,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 			nv.GPUsFree += g.Free
 			nv.GPUsTotal += g.Count
 		}
-		nv.Schedulable = nv.GPUsFree > 0 || n.CPUCores > 0
+		nv.Schedulable, nv.Status = schedulable[n.Name], status[n.Name]
 		v.Nodes = append(v.Nodes, nv)
 	}
 	c.metrics.domainCap.Reset()

@@ -255,8 +255,9 @@ func (c *ctl) nodesCmd() *cobra.Command {
 LOCATION is site/room/row/rack/pdu ("-" for a level not set). GPUS is free
 (healthy and unused) of total. POWER is measured (device stats plus the
 node's base draw; "-" before the first reading) of committed (the larger of
-measured and what its replicas were promised). STATUS is schedulable when
-new work may be placed on the node, else unschedulable (down, ineligible,
+measured and what its replicas were promised). STATUS is Nomad's: ready,
+down, initializing, or draining or ineligible for a ready node that takes no
+new work (older controllers: schedulable or unschedulable: down, ineligible,
 draining, or nothing free). HELD lists the held domains the node is in.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -285,9 +286,12 @@ draining, or nothing free). HELD lists the held domains the node is in.`,
 			}
 			t := newTable("NODE", "LOCATION", "GPUS", "POWER", "STATUS", "HELD")
 			for _, n := range nodes {
-				status := "schedulable"
-				if !n.Schedulable {
-					status = "unschedulable"
+				status := n.Status
+				if status == "" { // a controller older than the status field
+					status = "schedulable"
+					if !n.Schedulable {
+						status = "unschedulable"
+					}
 				}
 				t.row(n.Name, location(n.Location), fmt.Sprintf("%d/%d", n.GPUsFree, n.GPUsTotal),
 					power(n.Measured, n.Committed), status, dash(strings.Join(n.Held, ",")))
