@@ -42,7 +42,7 @@ port    = "%PORT%"
 }
 
 func TestPluginInfoAndCapabilities(t *testing.T) {
-	inst := plugintest.Start(t, plugintest.Build(t, driverPkg), plugintest.Options{})
+	inst := plugintest.Start(t, buildDriver(t), plugintest.Options{})
 	info := inst.Info
 	if info.GetType() != basepb.PluginType_DRIVER || info.GetName() != "llmgw" {
 		t.Fatalf("got type %v name %q, want DRIVER llmgw", info.GetType(), info.GetName())
@@ -67,7 +67,7 @@ func TestPluginInfoAndCapabilities(t *testing.T) {
 }
 
 func TestBadPluginConfig(t *testing.T) {
-	inst := plugintest.Start(t, plugintest.Build(t, driverPkg), plugintest.Options{})
+	inst := plugintest.Start(t, buildDriver(t), plugintest.Options{})
 	for body, want := range map[string]string{
 		`ready_timeout = "soon"`:          "ready_timeout",
 		`ready_interval = "1ms"`:          "ready_interval",
@@ -554,6 +554,11 @@ port    = "%PORT%"
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(st.Engine.Pid) + "/environ")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The task is supervised by the lean llmgw-supervisor installed beside
+	// the driver, not by the driver binary.
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(st.Supervisor.Pid) + "/exe"); err != nil || filepath.Base(exe) != "llmgw-supervisor" {
+		t.Errorf("supervisor executable %q (%v), want llmgw-supervisor", exe, err)
 	}
 	for _, want := range []string{"LLMGW_HOST=127.0.0.1", "LLMGW_PORT=" + strconv.Itoa(tk.port), "LLMGW_MODEL=my-model", "CUDA_VISIBLE_DEVICES="} {
 		if !strings.Contains("\x00"+string(env)+"\x00", "\x00"+want+"\x00") {

@@ -32,9 +32,21 @@ type plugin struct {
 }
 
 // startPlugin launches the built driver and configures it with body.
+// buildDriver builds the driver and, into the same directory, the lean
+// supervisor it starts for each task.
+func buildDriver(t *testing.T) string {
+	t.Helper()
+	sup := plugintest.Build(t, "github.com/llmgw/llmgw/cmd/llmgw-supervisor")
+	drv := plugintest.Build(t, driverPkg)
+	if filepath.Dir(sup) != filepath.Dir(drv) {
+		t.Fatalf("driver %s and supervisor %s built into different directories", drv, sup)
+	}
+	return drv
+}
+
 func startPlugin(t *testing.T, body string) *plugin {
 	t.Helper()
-	inst := plugintest.Start(t, plugintest.Build(t, driverPkg), plugintest.Options{})
+	inst := plugintest.Start(t, buildDriver(t), plugintest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := inst.Configure(ctx, body); err != nil {

@@ -27,7 +27,7 @@ import (
 func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 	t.Helper()
 	nomadtest.Bin(t)
-	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg))
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k1", "p1"}, {"k2", "p2"}, {"k2", "p2"}} {

@@ -18,7 +18,7 @@ import (
 func TestDemo(t *testing.T) {
 	nomadtest.Bin(t)
 	bin := filepath.Dir(plugintest.Build(t, devicePkg))
-	for _, pkg := range []string{driverPkg, fakeEnginePkg, "github.com/llmgw/llmgw/cmd/llmgw"} {
+	for _, pkg := range []string{driverPkg, supervisorPkg, fakeEnginePkg, "github.com/llmgw/llmgw/cmd/llmgw"} {
 		if dir := filepath.Dir(plugintest.Build(t, pkg)); dir != bin {
 			t.Fatalf("binaries built into %s and %s", bin, dir)
 		}

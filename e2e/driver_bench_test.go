@@ -32,7 +32,7 @@ func benchCluster(b *testing.B) (*nomadtest.Cluster, string, string) {
 	b.Helper()
 	nomadtest.Bin(b)
 	engine := plugintest.Build(b, fakeEnginePkg)
-	plugins := nomadtest.PluginDir(b, plugintest.Build(b, devicePkg), plugintest.Build(b, driverPkg))
+	plugins := nomadtest.PluginDir(b, plugintest.Build(b, devicePkg), plugintest.Build(b, driverPkg), plugintest.Build(b, supervisorPkg))
 	c := nomadtest.Start(b, nomadtest.ClientOptions{
 		Name:      "bench-1",
 		PluginDir: plugins,
@@ -365,7 +365,8 @@ func BenchmarkDriverMemory(b *testing.B) {
 }
 
 // driverProcs finds the driver plugin process (exe without arguments) and
-// the supervisors (exe supervise <dir>) by their command lines.
+// the supervisors (llmgw-supervisor beside it, or exe itself, with
+// arguments supervise <dir>) by their command lines.
 func driverProcs(b *testing.B, exe string) (plugin int, sups []int) {
 	b.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -382,12 +383,11 @@ func driverProcs(b *testing.B, exe string) (plugin int, sups []int) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if args[0] != exe {
-			continue
-		}
-		if len(args) > 1 && args[1] == "supervise" {
+		lean := filepath.Join(filepath.Dir(exe), "llmgw-supervisor")
+		switch {
+		case (args[0] == exe || args[0] == lean) && len(args) > 1 && args[1] == "supervise":
 			sups = append(sups, pid)
-		} else if len(args) == 1 {
+		case args[0] == exe && len(args) == 1:
 			plugin = pid
 		}
 	}

@@ -22,6 +22,7 @@ import (
 )
 
 const (
+	supervisorPkg = "github.com/llmgw/llmgw/cmd/llmgw-supervisor"
 	driverPkg     = "github.com/llmgw/llmgw/cmd/nomad-driver-llmgw"
 	fakeEnginePkg = "github.com/llmgw/llmgw/cmd/fake-engine"
 )
@@ -33,7 +34,7 @@ const (
 func TestDriverInRealNomad(t *testing.T) {
 	nomad := nomadtest.Bin(t)
 	engine := plugintest.Build(t, fakeEnginePkg)
-	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg))
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
 	c := nomadtest.Start(t, nomadtest.ClientOptions{
 		Name:      "gpu-1",
 		PluginDir: plugins,

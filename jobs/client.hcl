@@ -1,6 +1,7 @@
 # Nomad client agent configuration for a GPU node running llmgw's two
 # plugins: nomad-device-nvml (GPUs as Nomad devices) and nomad-driver-llmgw
-# (driver = "llmgw"). Copy both binaries into plugin_dir, then merge this
+# (driver = "llmgw"). Copy both binaries, and llmgw-supervisor (the driver's
+# per-task supervisor, which no plugin block names), into plugin_dir, then merge this
 # into the client's configuration. Settings are shown with their defaults
 # unless the comment says otherwise.
 

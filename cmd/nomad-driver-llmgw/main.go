@@ -3,8 +3,9 @@
 // reference it with plugin "nomad-driver-llmgw" { config { ... } }; see
 // docs/driver.md.
 //
-// The same binary is each task's supervisor: the driver re-executes it as
-// `nomad-driver-llmgw supervise <state dir>`, which is recognised here
+// Each task runs under a supervisor: llmgw-supervisor, a small binary
+// installed beside this one, or, when it is absent, this binary re-executed
+// as `nomad-driver-llmgw supervise <state dir>`, which is recognised here
 // before go-plugin's Serve (which refuses to run without Nomad's magic
 // cookie).
 package main
@@ -13,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/supervisor"
@@ -36,9 +38,22 @@ func main() {
 		log.Error("cannot find own executable (needed to start task supervisors)", "error", err)
 		os.Exit(1)
 	}
+	// The lean supervisor beside this binary, when installed: each task's
+	// supervisor then holds ~2 MiB instead of this binary's gRPC and NVML
+	// code.
+	if lean := filepath.Join(filepath.Dir(exe), "llmgw-supervisor"); isExecutable(lean) {
+		exe = lean
+	} else {
+		log.Info("llmgw-supervisor not installed beside the driver; tasks are supervised by the driver binary itself", "looked_for", lean)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := driver.New(ctx, log, version.Version, exe)
 	defer p.Close()
 	nomadplugin.ServeDriver(p, p, log)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }

@@ -67,9 +67,10 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	}
 	plugin := filepath.Join(binDir, "nomad-device-nvml")
 	driver := filepath.Join(binDir, "nomad-driver-llmgw")
+	sup := filepath.Join(binDir, "llmgw-supervisor")
 	engine := filepath.Join(binDir, "fake-engine")
 	llmgw := filepath.Join(binDir, "llmgw")
-	for _, b := range []string{plugin, driver, engine, llmgw} {
+	for _, b := range []string{plugin, driver, sup, engine, llmgw} {
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("%s is missing: run make build first", b)
 		}
@@ -89,7 +90,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		}
 	}()
 	pluginDir := filepath.Join(c.Root, "plugins")
-	if err := localnomad.PluginDir(pluginDir, plugin, driver); err != nil {
+	if err := localnomad.PluginDir(pluginDir, plugin, driver, sup); err != nil {
 		return err
 	}
 	for i, loc := range []struct{ row, rack, pdu string }{
