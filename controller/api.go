@@ -17,6 +17,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controller/ui"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/suggest"
 )
 
 // Handler is the controller's HTTP API (JSON). Reads are open; writes need
@@ -133,7 +134,7 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if found == nil {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("no replica %q", id), closest(id, ids))
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no replica %q", id), suggest.Hint(id, ids))
 		return
 	}
 	d := ReplicaDetail{ReplicaView: *found}
@@ -246,7 +247,7 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !c.knownDomain(d) {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), closest(d.String(), c.domainKeys()))
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), suggest.Hint(d.String(), c.domainKeys()))
 		return
 	}
 	h := store.Hold{Domain: d.String(), Reason: req.Reason, Drain: req.Drain, SetAt: c.now().UTC(), SetBy: r.Header.Get("X-LLMGW-User")}
@@ -339,7 +340,7 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	}
 	id, names := c.nodeID(name)
 	if id == "" {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node %q", name), closest(name, names))
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node %q", name), suggest.Hint(name, names))
 		return
 	}
 	qo := *c.qo
@@ -392,52 +393,4 @@ func (c *Controller) domainKeys() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// closest suggests the nearest names to a mistyped one.
-func closest(s string, names []string) string {
-	type cand struct {
-		name string
-		d    int
-	}
-	var cs []cand
-	for _, n := range names {
-		cs = append(cs, cand{n, editDistance(s, n)})
-	}
-	sort.Slice(cs, func(i, j int) bool {
-		if cs[i].d != cs[j].d {
-			return cs[i].d < cs[j].d
-		}
-		return cs[i].name < cs[j].name
-	})
-	var out []string
-	for i := 0; i < len(cs) && i < 3; i++ {
-		if cs[i].d <= max(3, len(s)/2) {
-			out = append(out, cs[i].name)
-		}
-	}
-	if len(out) == 0 {
-		return ""
-	}
-	return "did you mean " + strings.Join(out, ", ") + "?"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/suggest"
 )
 
 // labelNames are the node labels the API sets, in the order help lists them.
@@ -150,7 +150,7 @@ func (c *ctl) checkModel(ctx context.Context, cl *client, model string) error {
 		}
 		names = append(names, m.Name)
 	}
-	return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no model %q in the catalog", model), Hint: closest(model, names)}
+	return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no model %q in the catalog", model), Hint: suggest.Hint(model, names)}
 }
 
 func (c *ctl) explainCmd() *cobra.Command {
@@ -279,7 +279,7 @@ draining, or nothing free). HELD lists the held domains the node is in.`,
 				if err != nil {
 					return err
 				}
-				return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no node is in %s", domain), Hint: closest(domain, keys)}
+				return &Error{Code: ExitNotFound, Msg: fmt.Sprintf("no node is in %s", domain), Hint: suggest.Hint(domain, keys)}
 			}
 			if c.json() {
 				return printJSON(cmd, raw)
@@ -559,52 +559,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// closest suggests the nearest of names to a mistyped s, as the API does.
-func closest(s string, names []string) string {
-	type cand struct {
-		name string
-		d    int
-	}
-	var cs []cand
-	for _, n := range names {
-		cs = append(cs, cand{n, editDistance(s, n)})
-	}
-	slices.SortFunc(cs, func(a, b cand) int {
-		if a.d != b.d {
-			return a.d - b.d
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	var out []string
-	for i := 0; i < len(cs) && i < 3; i++ {
-		if cs[i].d <= max(3, len(s)/2) {
-			out = append(out, cs[i].name)
-		}
-	}
-	if len(out) == 0 {
-		return ""
-	}
-	return "did you mean " + strings.Join(out, ", ") + "?"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
