@@ -4,9 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -159,36 +164,84 @@ func listCmds(t *testing.T) []string {
 	return names
 }
 
-// pureDirs are packages that must stay free of I/O: no os, net, or
-// logging, so they can be tested exhaustively and reused anywhere.
+// pureDirs are packages that must stay pure: no I/O, no logging, no
+// goroutines, no clock, so they can be tested exhaustively and reused
+// anywhere (facility/ and the controller's decision core per DESIGN.md).
 var pureDirs = []string{
 	"github.com/llmgw/llmgw/facility",
 	"github.com/llmgw/llmgw/driver/recipe",
 	"github.com/llmgw/llmgw/controller/reconcile",
 	"github.com/llmgw/llmgw/controller/observe",
+	"github.com/llmgw/llmgw/controller/render",
 }
 
-var impure = []string{"os", "os/exec", "net", "net/http", "log", "log/slog", "io/ioutil", "syscall"}
+// impure are imports a pure package may not have (or any package below
+// them, such as os/exec or net/http).
+var impure = []string{"os", "net", "log", "io/ioutil", "syscall", "sync", "runtime", "unsafe", "math/rand", "crypto/rand"}
 
-func TestPurePackagesDoNoIO(t *testing.T) {
+// clockReads are the time functions that read or wait on the clock; a pure
+// package may use time.Duration and time.Time values given to it, never these.
+var clockReads = map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true,
+	"Tick": true, "NewTimer": true, "NewTicker": true, "AfterFunc": true}
+
+type pkgFiles struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+}
+
+func TestPurePackages(t *testing.T) {
 	for _, root := range pureDirs {
-		pkgs := listDeps(t, "./"+strings.TrimPrefix(root, "github.com/llmgw/llmgw/")+"/...")
+		cmd := exec.Command("go", "list", "-json=ImportPath,Dir,GoFiles", "./"+strings.TrimPrefix(root, "github.com/llmgw/llmgw/")+"/...")
+		cmd.Dir = "../.."
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", root, err)
+		}
 		found := 0
-		for _, p := range pkgs {
-			if !strings.HasPrefix(p.ImportPath, root) {
-				continue
+		dec := json.NewDecoder(bytes.NewReader(out))
+		for {
+			var p pkgFiles
+			if err := dec.Decode(&p); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatal(err)
 			}
 			found++
-			for _, imp := range p.Imports {
-				for _, bad := range impure {
-					if imp == bad {
-						t.Errorf("%s is pure but imports %s", p.ImportPath, imp)
-					}
-				}
+			for _, name := range p.GoFiles {
+				checkPureFile(t, p.ImportPath, filepath.Join(p.Dir, name))
 			}
 		}
 		if found == 0 {
 			t.Errorf("no packages under %s: update pureDirs", root)
 		}
 	}
+}
+
+func checkPureFile(t *testing.T, pkgPath, path string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		ip, _ := strconv.Unquote(imp.Path.Value)
+		for _, bad := range impure {
+			if ip == bad || strings.HasPrefix(ip, bad+"/") {
+				t.Errorf("%s is pure but %s imports %s", pkgPath, filepath.Base(path), ip)
+			}
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			t.Errorf("%s: go statement: %s is pure and starts no goroutines", fset.Position(n.Pos()), pkgPath)
+		case *ast.SelectorExpr:
+			if id, ok := n.X.(*ast.Ident); ok && id.Name == "time" && clockReads[n.Sel.Name] {
+				t.Errorf("%s: time.%s: %s is pure and reads no clock", fset.Position(n.Pos()), n.Sel.Name, pkgPath)
+			}
+		}
+		return true
+	})
 }
