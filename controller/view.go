@@ -136,13 +136,6 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 		c.metrics.replicas.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
 
-	// Committed draw per node and domain: what runs, through the planner's
-	// own accounting.
-	var running []facility.Replica
-	for _, j := range in.Jobs {
-		running = append(running, facility.Replica{ID: j.ID, Model: j.Model, Profile: j.Profile, Shards: j.Shards})
-	}
-	planner, _ := facility.NewPlanner(in.Fleet, in.Facility, validReplicas(in.Fleet, running))
 	promised := map[string]float64{}
 	for _, j := range in.Jobs {
 		for _, s := range j.Shards {
@@ -220,22 +213,22 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 	c.metrics.domainDraw.Reset()
 	c.metrics.domainMeasured.Reset()
 	seen := map[string]bool{}
-	if planner != nil {
-		for _, u := range planner.Budgeted() {
-			key := u.Domain.String()
-			seen[key] = true
-			dv := DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
-			if a := domains[key]; a != nil {
-				dv.Nodes, dv.Measured = a.nodes, a.measured
-			}
-			if h, ok := holds[key]; ok {
-				dv.Hold = &h
-			}
-			v.Domains = append(v.Domains, dv)
-			c.metrics.domainCap.WithLabelValues(key).Set(u.CapWatts)
-			c.metrics.domainDraw.WithLabelValues(key).Set(u.DrawWatts)
-			c.metrics.domainMeasured.WithLabelValues(key).Set(dv.Measured)
+	// Committed draw per budgeted domain: what runs, through the
+	// planner's own accounting in the pass.
+	for _, u := range res.Usage {
+		key := u.Domain.String()
+		seen[key] = true
+		dv := DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
+		if a := domains[key]; a != nil {
+			dv.Nodes, dv.Measured = a.nodes, a.measured
 		}
+		if h, ok := holds[key]; ok {
+			dv.Hold = &h
+		}
+		v.Domains = append(v.Domains, dv)
+		c.metrics.domainCap.WithLabelValues(key).Set(u.CapWatts)
+		c.metrics.domainDraw.WithLabelValues(key).Set(u.DrawWatts)
+		c.metrics.domainMeasured.WithLabelValues(key).Set(dv.Measured)
 	}
 	for key, h := range holds {
 		if seen[key] {
@@ -265,28 +258,6 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 	v.Leader = c.leader
 	c.view = v
 	c.mu.Unlock()
-}
-
-// validReplicas leaves out shards on nodes the fleet does not know.
-func validReplicas(fleet facility.Fleet, rs []facility.Replica) []facility.Replica {
-	known := map[string]bool{}
-	for _, n := range fleet.Nodes {
-		known[n.Name] = true
-	}
-	var out []facility.Replica
-	for _, r := range rs {
-		var shards []facility.Shard
-		for _, s := range r.Shards {
-			if known[s.Node] {
-				shards = append(shards, s)
-			}
-		}
-		if len(shards) > 0 {
-			r.Shards = shards
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 func locationValue(l facility.Location, lvl facility.Level) string {

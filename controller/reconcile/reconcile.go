@@ -136,6 +136,9 @@ type Result struct {
 	// Decisions holds the placement decision of every replica placed or
 	// refused in this pass, by replica: the explanation to keep.
 	Decisions map[string]facility.Decision
+	// Usage is every budgeted domain's budget and draw from what runs,
+	// before this pass's placements (facility.Planner.Budgeted).
+	Usage []facility.DomainUsage
 }
 
 // Plan decides one pass. It fails only on input the planner refuses (an
@@ -186,6 +189,7 @@ func Plan(in Input) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("planner: %w", err)
 	}
+	res.Usage = planner.Budgeted()
 	draining := map[string]bool{}
 	for _, id := range planner.Draining() {
 		draining[id] = true
