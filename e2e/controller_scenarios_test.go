@@ -316,7 +316,7 @@ func TestControllerBudgetLeavesReplicaUnplaced(t *testing.T) {
 
 func TestControllerDrainHoldMovesReplicasNewFirst(t *testing.T) {
 	c, engine := rackClients(t)
-	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels, `headroom = 0`)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels(2), `headroom = 0`)
 	h := recordJobs(t, c.API)
 	_, base, _ := runController(t, cfg, "ctl-1")
 
@@ -500,37 +500,10 @@ func (p *ctlProc) signal(t *testing.T, sig syscall.Signal, wait time.Duration) {
 	}
 }
 
-const killCatalog = `
-model "alpha" {
-  source   = "org/alpha"
-  replicas = 3
-  profile "x2" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 2
-    watts  = 500
-    spread = ["rack"]
-    args   = ["--load-seconds", "1"]
-  }
-}
-model "beta" {
-  source   = "org/beta"
-  replicas = 3
-  profile "x1" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
-    watts  = 250
-    spread = ["rack"]
-    args   = ["--load-seconds", "1"]
-  }
-}
-`
-
 func TestControllerKilledMidPlacementLeavesNoDuplicates(t *testing.T) {
 	c, engine := rackClients(t)
 	bin := plugintest.Build(t, llmgwPkg)
-	cfg := controllerFiles(t, c.Server.Addr(), engine, killCatalog, `headroom = 0`)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels(3), `headroom = 0`)
 	h := recordJobs(t, c.API)
 
 	first := startCtlBinary(t, bin, ctlConfigPath(cfg), "ctl-a")
@@ -734,7 +707,7 @@ func getText(t *testing.T, url string) string {
 
 func TestControllerRestartAdoptsWithoutRegistering(t *testing.T) {
 	c, engine := rackClients(t)
-	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels, `headroom = 0`)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels(2), `headroom = 0`)
 	_, base, stop := runController(t, cfg, "ctl-1")
 	waitServing(t, base, 4*time.Minute)
 	stop()

@@ -184,10 +184,13 @@ func getReplicas(t *testing.T, base string) []replicaJSON {
 	return rs
 }
 
-const twoModels = `
+// twoModels is a catalog of two models, alpha (2 GPUs a replica) and beta
+// (1 GPU), with n replicas each, spread over racks.
+func twoModels(n int) string {
+	return fmt.Sprintf(`
 model "alpha" {
   source   = "org/alpha"
-  replicas = 2
+  replicas = %[1]d
   profile "x2" {
     engine = "vllm"
     gpu    = "NVIDIA H200"
@@ -199,7 +202,7 @@ model "alpha" {
 }
 model "beta" {
   source   = "org/beta"
-  replicas = 2
+  replicas = %[1]d
   profile "x1" {
     engine = "vllm"
     gpu    = "NVIDIA H200"
@@ -209,11 +212,12 @@ model "beta" {
     args   = ["--load-seconds", "1"]
   }
 }
-`
+`, n)
+}
 
 func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
 	c, engine := rackClients(t)
-	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels, `headroom = 0`)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels(2), `headroom = 0`)
 	_, base, _ := runController(t, cfg, "ctl-1")
 	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
 		rs := getReplicas(t, base)

@@ -501,55 +501,52 @@ func domainKeys(ctx context.Context, cl *client) ([]string, error) {
 	return sortedKeys(seen), nil
 }
 
-// runtimeHolds lists the domains held through the API.
-func runtimeHolds(ctx context.Context, cl *client) ([]string, error) {
-	var f controller.FacilityView
-	if _, err := cl.get(ctx, "/v1/facility", nil, &f); err != nil {
+// fetchNames GETs path into a T and picks the names completion offers.
+func fetchNames[T any](ctx context.Context, cl *client, path string, pick func(T) []string) ([]string, error) {
+	var v T
+	if _, err := cl.get(ctx, path, nil, &v); err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, d := range f.Domains {
-		if d.Hold != nil && d.Hold.Source == "runtime" {
-			out = append(out, d.Domain)
+	return pick(v), nil
+}
+
+// runtimeHolds lists the domains held through the API.
+func runtimeHolds(ctx context.Context, cl *client) ([]string, error) {
+	return fetchNames(ctx, cl, "/v1/facility", func(f controller.FacilityView) (out []string) {
+		for _, d := range f.Domains {
+			if d.Hold != nil && d.Hold.Source == "runtime" {
+				out = append(out, d.Domain)
+			}
 		}
-	}
-	return out, nil
+		return out
+	})
 }
 
 func replicaIDs(ctx context.Context, cl *client) ([]string, error) {
-	var reps []controller.ReplicaView
-	if _, err := cl.get(ctx, "/v1/replicas", nil, &reps); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, r := range reps {
-		out = append(out, r.ID)
-	}
-	return out, nil
+	return fetchNames(ctx, cl, "/v1/replicas", func(reps []controller.ReplicaView) (out []string) {
+		for _, r := range reps {
+			out = append(out, r.ID)
+		}
+		return out
+	})
 }
 
 func nodeNames(ctx context.Context, cl *client) ([]string, error) {
-	var nodes []controller.NodeView
-	if _, err := cl.get(ctx, "/v1/nodes", nil, &nodes); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range nodes {
-		out = append(out, n.Name)
-	}
-	return out, nil
+	return fetchNames(ctx, cl, "/v1/nodes", func(nodes []controller.NodeView) (out []string) {
+		for _, n := range nodes {
+			out = append(out, n.Name)
+		}
+		return out
+	})
 }
 
 func modelNames(ctx context.Context, cl *client) ([]string, error) {
-	var cat controller.CatalogView
-	if _, err := cl.get(ctx, "/v1/catalog", nil, &cat); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, m := range cat.Models {
-		out = append(out, m.Name)
-	}
-	return out, nil
+	return fetchNames(ctx, cl, "/v1/catalog", func(cat controller.CatalogView) (out []string) {
+		for _, m := range cat.Models {
+			out = append(out, m.Name)
+		}
+		return out
+	})
 }
 
 func sortedKeys[V any](m map[string]V) []string {
