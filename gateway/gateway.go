@@ -142,8 +142,15 @@ func New(o Options) *Gateway {
 // as the replica encoded them), dialTimeout to connect and headerTimeout
 // from the request's end to the response headers (0: none). A non-streamed
 // completion sends its headers only when it is done, so headerTimeout must
-// exceed the longest generation.
-func NewTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
+// exceed the longest generation. Requests whose body the gateway holds
+// whole (up to 64 KiB: nearly all of them) are sent and answered on the
+// request's own goroutine; the others go through net/http's Transport.
+func NewTransport(dialTimeout, headerTimeout time.Duration) http.RoundTripper {
+	return newUpstreamTransport(dialTimeout, headerTimeout)
+}
+
+// newStdTransport is net/http's Transport configured as NewTransport says.
+func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 nil,

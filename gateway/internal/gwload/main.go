@@ -1,11 +1,13 @@
 // Command gwload measures the latency the gateway adds: it starts a
-// fake-engine replica and a gateway in front of it, in this process on
-// loopback, then sends the same small chat completion at fixed rates
-// (open loop), straight to the replica and through the gateway in
-// alternating slices (direct, gateway, gateway, direct, ...), so both see
-// the same machine, and prints the latency percentiles of each side by
-// side. It is bounded: each target gets -duration (at most 30s) of load per
-// rate, at most rate×duration requests, at most -inflight outstanding.
+// fake-engine replica and a gateway in front of it, each in its own
+// process on loopback (this program run again with -serve), then sends the
+// same small chat completion at fixed rates (open loop), straight to the
+// replica and through the gateway in alternating slices (direct, gateway,
+// gateway, direct, ...), so both see the same machine, and prints the
+// latency percentiles of each side by side, and the CPU time each process
+// spent per request. It is bounded: each target gets -duration (at most
+// 30s) of load per rate, at most rate×duration requests, at most
+// -inflight outstanding.
 //
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
 //
@@ -13,7 +15,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +25,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -44,103 +50,56 @@ func main() {
 	warm := flag.Duration("warmup", time.Second, "unmeasured load on each target before each rate (at most 5s)")
 	slice := flag.Duration("slice", 250*time.Millisecond, "length of one slice of load on one target")
 	inflight := flag.Int("inflight", 256, "most requests outstanding at once")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway process to this file")
+	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
+	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
+	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
+	pin := flag.Bool("pin", false, "give the gateway the last CPU to itself; the generator and fake-engine share the others (Linux, 2 CPUs or more)")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
+	if *serveRole != "" {
+		if err := serve(*serveRole, *upstream, *cpuprofile); err != nil {
 			fmt.Fprintln(os.Stderr, "gwload:", err)
 			os.Exit(1)
 		}
-		defer pprof.StopCPUProfile()
+		return
 	}
-	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight); err != nil {
-		pprof.StopCPUProfile()
+	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *inproc); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int) error {
-	var rates []int
-	for f := range strings.SplitSeq(rateList, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r < 1 || r > 50000 {
-			return fmt.Errorf("-rates: %q: want 1 to 50000", f)
+// handler is what serves one side of the measurement.
+func handler(ctx context.Context, role, upstream string) (http.Handler, error) {
+	switch role {
+	case "engine":
+		cfg := fakeengine.Defaults()
+		cfg.Model, cfg.TokensPerSecond = "m", 0
+		fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
+		fe.Load(ctx)
+		return fe.Handler(), nil
+	case "gateway":
+		if upstream == "" {
+			return nil, errors.New("-serve gateway needs -upstream")
 		}
-		rates = append(rates, r)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	cfg := fakeengine.Defaults()
-	cfg.Model, cfg.TokensPerSecond = "m", 0
-	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	fe.Load(ctx)
-	engineAddr, stopEngine, err := serve(fe.Handler())
-	if err != nil {
-		return err
-	}
-	defer stopEngine()
-
-	g := gateway.New(gateway.Options{
-		Registerer: prometheus.NewRegistry(),
-		Logger:     slog.New(slog.DiscardHandler),
-		Source: gateway.StaticSource{Instances: []gateway.Instance{
-			{ID: "r0", Model: "m", Replica: "r0", Address: engineAddr, Weight: 1},
-		}},
-	})
-	go func() { _ = g.Run(ctx) }()
-	gwAddr, stopGateway, err := serve(g.Handler())
-	if err != nil {
-		return err
-	}
-	defer stopGateway()
-	for !g.Synced() {
-		time.Sleep(time.Millisecond)
-	}
-
-	client := &http.Client{Transport: &http.Transport{
-		MaxIdleConns: inflight, MaxIdleConnsPerHost: inflight, DisableCompression: true,
-	}}
-	fmt.Printf("gwload: %s %s/%s, GOMAXPROCS %d, %d CPUs; fake-engine, gateway and load generator in one process\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
-	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time\n\n", dur, slice, warm, inflight)
-	fmt.Printf("%-6s %-8s %8s %7s %6s %9s %9s %9s %9s %9s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max")
-	for _, rate := range rates {
-		urls := [2]string{"http://" + engineAddr + "/v1/chat/completions", "http://" + gwAddr + "/v1/chat/completions"}
-		for _, u := range urls {
-			load(client, u, rate, warm, inflight) // warm-up, discarded
+		g := gateway.New(gateway.Options{
+			Registerer: prometheus.NewRegistry(),
+			Logger:     slog.New(slog.DiscardHandler),
+			Source: gateway.StaticSource{Instances: []gateway.Instance{
+				{ID: "r0", Model: "m", Replica: "r0", Address: upstream, Weight: 1},
+			}},
+		})
+		go func() { _ = g.Run(ctx) }()
+		for !g.Synced() {
+			time.Sleep(time.Millisecond)
 		}
-		var res [2]result
-		nslices := max(int(dur/slice), 1)
-		for k := range 2 * nslices {
-			i := k % 2
-			if (k/2)%2 == 1 {
-				i = 1 - i // ABBA: neither target always goes first
-			}
-			res[i].add(load(client, urls[i], rate, slice, inflight))
-		}
-		for i, name := range []string{"direct", "gateway"} {
-			r := res[i]
-			r.sort()
-			res[i] = r
-			fmt.Printf("%-6d %-8s %8d %7d %6d %9s %9s %9s %9s %9s\n", rate, name, r.sent, r.errors, r.late,
-				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)))
-		}
-		fmt.Printf("%-6d %-8s %8s %7s %6s %9s %9s %9s\n\n", rate, "added", "", "", "",
-			us(res[1].pct(50)-res[0].pct(50)), us(res[1].pct(90)-res[0].pct(90)), us(res[1].pct(99)-res[0].pct(99)))
+		return g.Handler(), nil
 	}
-	return nil
+	return nil, fmt.Errorf("-serve %q: want engine or gateway", role)
 }
 
-func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
-
-// serve serves h on a loopback port.
-func serve(h http.Handler) (string, func(), error) {
+// listen serves h on a loopback port.
+func listen(h http.Handler) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -149,6 +108,257 @@ func serve(h http.Handler) (string, func(), error) {
 	go func() { _ = srv.Serve(ln) }()
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
+
+// serve runs one side of the measurement until its standard input closes
+// (the measuring process went away).
+func serve(role, upstream, cpuprofile string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := handler(ctx, role, upstream)
+	if err != nil {
+		return err
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	addr, stop, err := listen(h)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Println(addr)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// child is one serving process.
+type child struct {
+	cmd  *exec.Cmd
+	addr string
+	in   io.Closer
+}
+
+// start runs this program with args; on cpus when that is not empty.
+func start(cpus []int, args ...string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := startOn(cmd, cpus); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("%s: no address: %w", strings.Join(args, " "), err)
+	}
+	return &child{cmd: cmd, addr: strings.TrimSpace(line), in: in}, nil
+}
+
+func (c *child) stop() {
+	_ = c.in.Close()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpu is the CPU time the process has used, from the scheduler's per-thread
+// accounting (/proc/PID/task/*/schedstat, nanoseconds).
+func (c *child) cpu() time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", c.cmd.Process.Pid))
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			total += time.Duration(n)
+		}
+	}
+	return total
+}
+
+// server is one side of the measurement: its address, and the CPU time
+// it has used when it runs in a process of its own (nil otherwise).
+type server struct {
+	addr string
+	cpu  func() time.Duration
+	stop func()
+}
+
+func (s *server) cpuNow() time.Duration {
+	if s.cpu == nil {
+		return 0
+	}
+	return s.cpu()
+}
+
+// startInProcess serves the engine and the gateway from this process.
+func startInProcess() (*server, *server, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	eh, err := handler(ctx, "engine", "")
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	eaddr, estop, err := listen(eh)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	gh, err := handler(ctx, "gateway", eaddr)
+	if err == nil {
+		var gaddr string
+		var gstop func()
+		if gaddr, gstop, err = listen(gh); err == nil {
+			return &server{addr: eaddr, stop: estop}, &server{addr: gaddr, stop: func() { gstop(); cancel() }}, nil
+		}
+	}
+	estop()
+	cancel()
+	return nil, nil, err
+}
+
+// startProcesses runs the engine and the gateway as processes of their
+// own, pinned when pin is set.
+func startProcesses(pin bool, cpuprofile string) (engine, gw *server, placement string, err error) {
+	var gwCPUs, restCPUs []int
+	placement = "three processes, unpinned"
+	if pin {
+		n := runtime.NumCPU()
+		if n < 2 {
+			return nil, nil, "", errors.New("-pin needs 2 CPUs or more")
+		}
+		for c := range n - 1 {
+			restCPUs = append(restCPUs, c)
+		}
+		gwCPUs = []int{n - 1}
+		if err := pinProcess(restCPUs); err != nil {
+			return nil, nil, "", err
+		}
+		placement = fmt.Sprintf("three processes, gateway alone on CPU %d, generator and fake-engine on CPUs %v", n-1, restCPUs)
+	}
+	ec, err := start(restCPUs, "-serve", "engine")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	gargs := []string{"-serve", "gateway", "-upstream", ec.addr}
+	if cpuprofile != "" {
+		gargs = append(gargs, "-cpuprofile", cpuprofile)
+	}
+	gc, err := start(gwCPUs, gargs...)
+	if err != nil {
+		ec.stop()
+		return nil, nil, "", err
+	}
+	return &server{addr: ec.addr, cpu: ec.cpu, stop: ec.stop}, &server{addr: gc.addr, cpu: gc.cpu, stop: gc.stop}, placement, nil
+}
+
+func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile string, pin, inproc bool) error {
+	var rates []int
+	for f := range strings.SplitSeq(rateList, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 1 || r > 50000 {
+			return fmt.Errorf("-rates: %q: want 1 to 50000", f)
+		}
+		rates = append(rates, r)
+	}
+	var engine, gw *server
+	var placement string
+	var err error
+	if inproc {
+		engine, gw, err = startInProcess()
+		placement = "all in this process"
+	} else {
+		engine, gw, placement, err = startProcesses(pin, cpuprofile)
+	}
+	if err != nil {
+		return err
+	}
+	defer engine.stop()
+	defer gw.stop()
+
+	// The generator's client sends and reads on the request's goroutine
+	// (the gateway's own upstream transport), the cheapest client at hand:
+	// on a small machine, CPU the generator spends is CPU the engine and
+	// gateway do not get.
+	client := &http.Client{Transport: gateway.NewTransport(2*time.Second, 0)}
+	gogc := os.Getenv("GOGC")
+	if gogc == "" {
+		gogc = "default"
+	}
+	fmt.Printf("gwload: %s %s/%s, %d CPUs, GOGC %s; generator, fake-engine and gateway: %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gogc, placement)
+	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; cpu/req = process CPU time per request\n\n", dur, slice, warm, inflight)
+	fmt.Printf("%-6s %-8s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "gateway cpu")
+	for _, rate := range rates {
+		urls := [2]string{"http://" + engine.addr + "/v1/chat/completions", "http://" + gw.addr + "/v1/chat/completions"}
+		for _, u := range urls {
+			load(client, u, rate, warm, inflight) // warm-up, discarded
+		}
+		var res [2]result
+		var engCPU, gwCPU [2]time.Duration
+		nslices := max(int(dur/slice), 1)
+		for k := range 2 * nslices {
+			i := k % 2
+			if (k/2)%2 == 1 {
+				i = 1 - i // ABBA: neither target always goes first
+			}
+			e0, g0 := engine.cpuNow(), gw.cpuNow()
+			res[i].add(load(client, urls[i], rate, slice, inflight))
+			engCPU[i] += engine.cpuNow() - e0
+			gwCPU[i] += gw.cpuNow() - g0
+		}
+		for i, name := range []string{"direct", "gateway"} {
+			r := res[i]
+			r.sort()
+			res[i] = r
+			fmt.Printf("%-6d %-8s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, name, r.sent, r.errors, r.late,
+				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
+				cpuPerReq(engine, engCPU[i], r.sent), cpuPerReq(gw, gwCPU[i], r.sent))
+		}
+		fmt.Printf("%-6d %-8s %8s %7s %6s %9s %9s %9s\n\n", rate, "added", "", "", "",
+			us(res[1].pct(50)-res[0].pct(50)), us(res[1].pct(90)-res[0].pct(90)), us(res[1].pct(99)-res[0].pct(99)))
+	}
+	return nil
+}
+
+// cpuPerReq is the CPU time s used per request, "-" when it is not known
+// (s runs in this process).
+func cpuPerReq(s *server, d time.Duration, n int) string {
+	if s.cpu == nil || n == 0 {
+		return "-"
+	}
+	return us(d / time.Duration(n))
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
 
 type result struct {
 	sent, errors, late int
