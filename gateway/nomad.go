@@ -20,7 +20,10 @@ const nomadCheckSuccess = "success"
 // Nomad's registrations carry no health, so each registration's allocation
 // checks (/v1/client/allocation/<id>/checks) are read after every change
 // and every CheckInterval: a registration is routed when every check of its
-// service reports success. While its allocation's checks cannot be read
+// service reports success. Nomad registers a service a moment before it
+// reports its checks (as pending); a registration with no check results
+// is routed only if its service declares no checks, which is read once per
+// allocation from the allocation's job. While its allocation's checks cannot be read
 // (an unreachable client, an ACL token without read-job on the client), it
 // keeps its last verdict, routed at first, and the gateway's passive
 // health (the circuit breaker) is what protects clients.
@@ -86,7 +89,8 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	}
 	watch := func(ctx context.Context, key string, emit func([]Instance, bool)) {
 		svcNS, name, _ := strings.Cut(key, "/")
-		healthy := map[string]bool{} // allocation ID → last verdict
+		healthy := map[string]bool{}  // allocation ID → last verdict
+		declares := map[string]bool{} // allocation ID → its service declares checks
 		var idx uint64
 		var bo backoff
 		for ctx.Err() == nil {
@@ -110,13 +114,14 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 					continue
 				}
 				live[r.AllocID] = true
-				if s.allocHealthy(ctx, log, r.AllocID, name, checkTimeout, healthy) {
+				if s.allocHealthy(ctx, log, r.AllocID, name, checkTimeout, healthy, declares) {
 					insts = append(insts, in)
 				}
 			}
 			for id := range healthy {
 				if !live[id] {
 					delete(healthy, id)
+					delete(declares, id)
 				}
 			}
 			emit(insts, true)
@@ -129,13 +134,13 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 }
 
 // allocHealthy reads allocID's checks for service and records the verdict
-// in healthy: every check of the service succeeded (or it has none). When
-// they cannot be read the last verdict stands, true at first.
-func (s *NomadSource) allocHealthy(ctx context.Context, log *slog.Logger, allocID, service string, timeout time.Duration, healthy map[string]bool) bool {
+// in healthy: every check of the service succeeded, or it has none and
+// declares none (declares caches that, per allocation). When they cannot
+// be read the last verdict stands, true at first.
+func (s *NomadSource) allocHealthy(ctx context.Context, log *slog.Logger, allocID, service string, timeout time.Duration, healthy, declares map[string]bool) bool {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := s.Client.Allocations().Checks(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
-	if err != nil {
+	keep := func(err error) bool {
 		if ctx.Err() == nil {
 			log.Debug("allocation checks", "alloc", allocID, "error", err)
 		}
@@ -146,15 +151,66 @@ func (s *NomadSource) allocHealthy(ctx context.Context, log *slog.Logger, allocI
 		}
 		return v
 	}
-	ok := true
+	st, err := s.Client.Allocations().Checks(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
+	if err != nil {
+		return keep(err)
+	}
+	ok, results := true, 0
 	for _, c := range st {
-		if c.Service == service && c.Status != nomadCheckSuccess {
-			ok = false
+		if c.Service == service {
+			results++
+			if c.Status != nomadCheckSuccess {
+				ok = false
+			}
 		}
+	}
+	if results == 0 {
+		// No results yet: a service with checks between its registration
+		// and its first (pending) result, or a service without checks.
+		d, known := declares[allocID]
+		if !known {
+			alloc, _, err := s.Client.Allocations().Info(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
+			if err != nil {
+				return keep(err)
+			}
+			d = declaresChecks(alloc, service)
+			declares[allocID] = d
+		}
+		ok = !d
 	}
 	if prev, seen := healthy[allocID]; seen && prev != ok {
 		log.Info("replica health changed", "service", service, "alloc", allocID, "healthy", ok)
 	}
 	healthy[allocID] = ok
 	return ok
+}
+
+// declaresChecks reports whether alloc's task group declares checks for
+// the service named service, at group or task level.
+func declaresChecks(alloc *nomadapi.Allocation, service string) bool {
+	if alloc == nil || alloc.Job == nil {
+		return false
+	}
+	withChecks := func(svcs []*nomadapi.Service) bool {
+		for _, sv := range svcs {
+			if sv != nil && sv.Name == service && len(sv.Checks) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tg := range alloc.Job.TaskGroups {
+		if tg == nil || tg.Name == nil || *tg.Name != alloc.TaskGroup {
+			continue
+		}
+		if withChecks(tg.Services) {
+			return true
+		}
+		for _, t := range tg.Tasks {
+			if t != nil && withChecks(t.Services) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -19,8 +19,8 @@ import (
 
 // nomadServices fakes the part of Nomad's HTTP API NomadSource reads:
 // GET /v1/services and /v1/service/<name> as blocking queries on one
-// index, and GET /v1/client/allocation/<id>/checks (a client endpoint: no
-// index). controller/nomadfake fakes no service registrations, and adding
+// index, GET /v1/client/allocation/<id>/checks (a client endpoint: no
+// index) and GET /v1/allocation/<id> (the job's service declarations). controller/nomadfake fakes no service registrations, and adding
 // them there would mean changing its router; this is the smallest fake
 // that answers in Nomad's shapes.
 type nomadServices struct {
@@ -32,12 +32,14 @@ type nomadServices struct {
 	regs      map[string]*nomadapi.ServiceRegistration // by ID
 	checks    map[string]nomadapi.AllocCheckStatuses   // by alloc ID
 	checkFail map[string]bool
-	reads     map[string]int // check reads by alloc ID
+	reads     map[string]int  // check reads by alloc ID
+	declared  map[string]bool // by alloc ID: its service declares a check
 }
 
 func newNomadServices(t *testing.T) *nomadServices {
 	s := &nomadServices{index: 1, changed: make(chan struct{}), regs: map[string]*nomadapi.ServiceRegistration{},
-		checks: map[string]nomadapi.AllocCheckStatuses{}, checkFail: map[string]bool{}, reads: map[string]int{}}
+		checks: map[string]nomadapi.AllocCheckStatuses{}, checkFail: map[string]bool{}, reads: map[string]int{},
+		declared: map[string]bool{}}
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.ts.Close)
 	return s
@@ -59,7 +61,9 @@ func (s *nomadServices) bumpLocked() {
 }
 
 // register adds r's registration, as the controller's render would have
-// Nomad make it, with its check in status ("" for no check).
+// Nomad make it, with its check in status ("" for no check; "unreported"
+// for a declared check with no result yet, as Nomad has it for a moment
+// after registering).
 func (s *nomadServices) register(r *replica, status string) {
 	port, _ := strconv.Atoi(r.addr()[strings.LastIndex(r.addr(), ":")+1:])
 	s.mu.Lock()
@@ -70,11 +74,20 @@ func (s *nomadServices) register(r *replica, status string) {
 		JobID: "llmgw-" + r.id, AllocID: "alloc-" + r.id, Address: "127.0.0.1", Port: port,
 		Tags: []string{"llmgw", "model=" + r.model, "profile=p", "replica=" + r.id},
 	}
-	if status != "" {
+	s.declared["alloc-"+r.id] = status != ""
+	if status != "" && status != "unreported" {
 		s.checks["alloc-"+r.id] = nomadapi.AllocCheckStatuses{"chk-" + r.id: {ID: "chk-" + r.id, Check: "ready", Group: "shard-0",
 			Mode: "healthiness", Service: name, Task: "engine", Status: status}}
 	}
 	s.bumpLocked()
+}
+
+// report gives a registered replica's declared check its first result.
+func (s *nomadServices) report(r *replica, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks["alloc-"+r.id] = nomadapi.AllocCheckStatuses{"chk-" + r.id: {ID: "chk-" + r.id, Check: "ready", Group: "shard-0",
+		Mode: "healthiness", Service: render.ServiceName(r.model), Task: "engine", Status: status}}
 }
 
 func (s *nomadServices) deregister(id string) {
@@ -121,6 +134,30 @@ func (s *nomadServices) serve(w http.ResponseWriter, r *http.Request) {
 			st = nomadapi.AllocCheckStatuses{}
 		}
 		_ = json.NewEncoder(w).Encode(st)
+		return
+	}
+	if id, ok := strings.CutPrefix(p, "/v1/allocation/"); ok {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var reg *nomadapi.ServiceRegistration
+		for _, r := range s.regs {
+			if r.AllocID == id {
+				reg = r
+			}
+		}
+		if reg == nil {
+			http.Error(w, "alloc not found", http.StatusNotFound)
+			return
+		}
+		svc := &nomadapi.Service{Name: reg.ServiceName, PortLabel: "http"}
+		if s.declared[id] {
+			svc.Checks = []nomadapi.ServiceCheck{{Name: "ready", Type: "http", Path: "/health"}}
+		}
+		group, other := "shard-0", "other"
+		_ = json.NewEncoder(w).Encode(&nomadapi.Allocation{ID: id, TaskGroup: group, Job: &nomadapi.Job{TaskGroups: []*nomadapi.TaskGroup{
+			{Name: &other, Services: []*nomadapi.Service{{Name: reg.ServiceName, Checks: []nomadapi.ServiceCheck{{Name: "x", Type: "tcp"}}}}},
+			{Name: &group, Services: []*nomadapi.Service{svc}},
+		}}})
 		return
 	}
 	var run func() any
@@ -239,6 +276,20 @@ func TestNomadDiscoveryFollowsRegistrationsAndChecks(t *testing.T) {
 	r2 := startReplica(t, model, "r2", nil)
 	n.register(r2, "")
 	tg.waitServed(t, map[string]int{model: 3})
+
+	// A replica whose service declares a check that has no result yet
+	// (Nomad registers the service a moment before it reports the check
+	// pending) is not routed until the check succeeds.
+	r3 := startReplica(t, model, "r3", nil)
+	n.register(r3, "unreported")
+	reads = n.checkReads("r3")
+	eventually(t, "three check reads of r3", func() bool { return n.checkReads("r3") >= reads+3 })
+	if got := tg.served(t); got[model] != 3 {
+		t.Errorf("a replica with its check unreported was routed: %v", got)
+	}
+	n.report(r3, "success")
+	tg.waitServed(t, map[string]int{model: 4})
+	n.deregister("r3")
 
 	n.deregister("r0")
 	n.deregister("r1")
