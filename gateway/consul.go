@@ -127,7 +127,8 @@ type ConsulRegistration struct {
 
 // Register registers the gateway as GatewayServiceName with an HTTP check,
 // retrying with backoff until it succeeds or ctx ends, then waits for ctx
-// and deregisters (with a fresh deadline, as ctx has ended).
+// and deregisters (with a fresh deadline, as ctx has ended) — also when ctx
+// ended while a registration was on its way.
 func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -152,24 +153,34 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 		},
 	}
 	var bo backoff
+	registered := false
 	for {
 		err := c.Agent().ServiceRegisterOpts(reg, consulapi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
 		if err == nil {
+			registered = true
 			break
 		}
 		if ctx.Err() != nil {
-			return nil
+			break
 		}
 		log.Warn("register in consul", "service", GatewayServiceName, "id", r.ID, "error", err)
 		if !bo.wait(ctx) {
-			return nil
+			break
 		}
 	}
-	log.Info("registered in consul", "service", GatewayServiceName, "id", r.ID, "check", r.CheckURL)
-	<-ctx.Done()
+	if registered {
+		log.Info("registered in consul", "service", GatewayServiceName, "id", r.ID, "check", r.CheckURL)
+		<-ctx.Done()
+	}
+	// Deregister even when no attempt was seen to succeed: the agent may
+	// have applied one whose answer the stop cut off.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := c.Agent().ServiceDeregisterOpts(r.ID, (&consulapi.QueryOptions{}).WithContext(dctx)); err != nil {
+		if !registered {
+			log.Debug("deregister after an unconfirmed registration", "id", r.ID, "error", err)
+			return nil
+		}
 		return fmt.Errorf("deregister %s from consul: %w", r.ID, err)
 	}
 	log.Info("deregistered from consul", "id", r.ID)

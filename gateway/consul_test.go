@@ -180,3 +180,27 @@ func TestConsulRegistration(t *testing.T) {
 		t.Error("still registered after the gateway stopped")
 	}
 }
+
+// A gateway stopped while its registration is on its way (the agent has
+// applied it; its answer has not arrived) still deregisters.
+func TestConsulRegistrationCutOffStillDeregisters(t *testing.T) {
+	c := consulfake.New()
+	t.Cleanup(c.Close)
+	release := c.HoldAnswers("/v1/agent/service/register")
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	reg := ConsulRegistration{ID: "llmgw-gateway-h1-8080", Address: "10.0.0.5", Port: 8080, CheckURL: "http://10.0.0.5:8080/healthz"}
+	go func() { done <- reg.Register(ctx, c.Client(t), nil) }()
+	eventually(t, "the registration to reach the agent", func() bool {
+		_, ok := c.Service(reg.ID)
+		return ok
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if _, ok := c.Service(reg.ID); ok {
+		t.Error("still registered after the gateway stopped")
+	}
+}

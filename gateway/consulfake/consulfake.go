@@ -79,9 +79,10 @@ type Server struct {
 	changed  chan struct{}
 	closed   chan struct{}
 	once     sync.Once
-	services map[string]*Service // by ID
-	requests map[string]int      // by path
-	fail     map[string]int      // path prefix → failures left
+	services map[string]*Service      // by ID
+	requests map[string]int           // by path
+	fail     map[string]int           // path prefix → failures left
+	hold     map[string]chan struct{} // path prefix → closed when answers may go
 }
 
 // New starts a fake Consul agent on a loopback port.
@@ -93,6 +94,7 @@ func New() *Server {
 		services: map[string]*Service{},
 		requests: map[string]int{},
 		fail:     map[string]int{},
+		hold:     map[string]chan struct{}{},
 	}
 	s.ts = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
@@ -184,6 +186,25 @@ func (s *Server) FailNext(prefix string, n int) {
 	s.fail[prefix] += n
 }
 
+// HoldAnswers makes requests whose path starts with prefix take effect but
+// not be answered until release is called or their client gives up, as
+// when an agent's answer is lost on the way.
+func (s *Server) HoldAnswers(prefix string) (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.hold[prefix] = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.hold, prefix)
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
 // Index is the fake's current index.
 func (s *Server) Index() uint64 {
 	s.mu.Lock()
@@ -209,7 +230,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var hold []chan struct{}
+	for prefix, ch := range s.hold {
+		if strings.HasPrefix(p, prefix) {
+			hold = append(hold, ch)
+		}
+	}
 	s.mu.Unlock()
+	for _, ch := range hold {
+		defer func() {
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+			case <-s.closed:
+			}
+		}()
+	}
 	switch {
 	case p == "/v1/catalog/services" && r.Method == http.MethodGet:
 		s.query(w, r, s.catalogServicesLocked)
