@@ -436,27 +436,35 @@ func TestControllerDrainHoldMovesReplicasNewFirst(t *testing.T) {
 	}
 }
 
-// ctlProc is an llmgw controller running as its binary, in its own process
-// group.
+// ctlProc is an llmgw command (the controller, the gateway) running as its
+// binary, in its own process group.
 type ctlProc struct {
 	name   string
 	cmd    *exec.Cmd
 	log    string
 	exited chan struct{}
+	err    error // how it exited, once exited is closed
 }
 
 func startCtlBinary(t *testing.T, bin, config, name string) *ctlProc {
+	t.Helper()
+	return startLLMGW(t, bin, name, "controller", "--config", config)
+}
+
+// startLLMGW runs `llmgw args...` with its output in a log file, printed
+// when the test fails, and stops it (SIGTERM) when the test ends.
+func startLLMGW(t *testing.T, bin, name string, args ...string) *ctlProc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "controller", "--config", config)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOMAD_") { // the config file says where Nomad is
+		if !strings.HasPrefix(kv, "NOMAD_") { // the config file or flags say where Nomad is
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -466,7 +474,7 @@ func startCtlBinary(t *testing.T, bin, config, name string) *ctlProc {
 	}
 	p := &ctlProc{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
 	go func() {
-		_ = cmd.Wait()
+		p.err = cmd.Wait()
 		_ = lf.Close()
 		close(p.exited)
 	}()

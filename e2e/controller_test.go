@@ -186,33 +186,37 @@ func getReplicas(t *testing.T, base string) []replicaJSON {
 
 // twoModels is a catalog of two models, alpha (2 GPUs a replica) and beta
 // (1 GPU), with n replicas each, spread over racks.
-func twoModels(n int) string {
-	return fmt.Sprintf(`
-model "alpha" {
-  source   = "org/alpha"
-  replicas = %[1]d
-  profile "x2" {
+func twoModels(n int) string { return alphaBeta(n, n, 1) }
+
+// alphaBeta is twoModels' catalog with alpha and beta replicas of each
+// (a model with none is left out of the catalog), whose engines take
+// loadSeconds to load.
+func alphaBeta(alpha, beta, loadSeconds int) string {
+	var b strings.Builder
+	for _, m := range []struct {
+		name, profile string
+		replicas      int
+		gpus, watts   int
+	}{{"alpha", "x2", alpha, 2, 500}, {"beta", "x1", beta, 1, 250}} {
+		if m.replicas == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, `
+model %[1]q {
+  source   = "org/%[1]s"
+  replicas = %[3]d
+  profile %[2]q {
     engine = "vllm"
     gpu    = "NVIDIA H200"
-    gpus   = 2
-    watts  = 500
+    gpus   = %[4]d
+    watts  = %[5]d
     spread = ["rack"]
-    args   = ["--load-seconds", "1"]
+    args   = ["--load-seconds", "%[6]d"]
   }
 }
-model "beta" {
-  source   = "org/beta"
-  replicas = %[1]d
-  profile "x1" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
-    watts  = 250
-    spread = ["rack"]
-    args   = ["--load-seconds", "1"]
-  }
-}
-`, n)
+`, m.name, m.profile, m.replicas, m.gpus, m.watts, loadSeconds)
+	}
+	return b.String()
 }
 
 func TestControllerPlacesCatalogInRealNomad(t *testing.T) {

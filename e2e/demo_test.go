@@ -13,8 +13,9 @@ import (
 )
 
 // TestDemo runs what `make demo` runs, in its non-interactive mode, and
-// checks that it brought up three GPU nodes, ran the GPU job, and that the
-// controller got the demo catalog's five replicas serving.
+// checks that it brought up three GPU nodes, ran the GPU job, that the
+// controller got the demo catalog's five replicas serving, and that a chat
+// completion went through the gateway to one of them.
 func TestDemo(t *testing.T) {
 	nomadtest.Bin(t)
 	bin := filepath.Dir(plugintest.Build(t, devicePkg))
@@ -38,6 +39,9 @@ func TestDemo(t *testing.T) {
 		"replicas: 5 serving, 0 starting",
 		"llama-3.1-8b-1",
 		"llmgw API: http://127.0.0.1:",
+		"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas)",
+		`POST /v1/chat/completions {"model":"llama-3.1-8b"}: through the gateway: 200 from replica llama-3.1-8b-`,
+		"llmgw gateway: http://127.0.0.1:",
 		"Tearing down",
 	} {
 		if !strings.Contains(string(out), want) {

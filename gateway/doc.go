@@ -41,6 +41,13 @@
 // every read from the replica. The upstream request carries the client's
 // context, so a client that goes away cancels it.
 //
+// Requests whose body the gateway holds whole (at most 64 KiB) are sent by
+// upstreamTransport: net/http writes the request and parses the answer,
+// but on the request's own goroutine, over kept-alive connections the
+// gateway pools itself (peeked before reuse, sent once more on a fresh
+// connection if the replica had closed the pooled one, swept every 10 s).
+// The rest go through net/http's Transport.
+//
 // # Circuit breakers
 //
 // Each endpoint has a breaker, kept across discovery updates while its

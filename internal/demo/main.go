@@ -2,8 +2,10 @@
 // three clients on loopback, each in its own rack and PDU, eight mock H200s
 // each through nomad-device-nvml, the llmgw driver) with a job that takes
 // two GPUs, then the llmgw controller on the demo catalog
-// (jobs/examples/demo) serving its replicas with fake-engine. It prints
-// where the APIs are, waits for Ctrl-C and tears everything down. Without a
+// (jobs/examples/demo) serving its replicas with fake-engine, then the
+// llmgw gateway over Nomad's service registrations, with one chat
+// completion sent through it. It prints where the APIs are, waits for
+// Ctrl-C and tears everything down. Without a
 // Nomad binary it says what is missing and runs the offline planner on the
 // example facility instead.
 //
@@ -17,12 +19,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -30,6 +34,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/localnomad"
 )
 
@@ -136,12 +141,27 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		return err
 	}
 	defer stopController()
-	if err := showReplicas(wctx, api, exited); err != nil {
+	served, err := showReplicas(wctx, api, exited)
+	if err != nil {
+		return err
+	}
+	gw, stopGateway, gwExited, err := startGateway(c, llmgw)
+	if err != nil {
+		return err
+	}
+	defer stopGateway()
+	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
+	defer gcancel()
+	model, err := tryGateway(gctx, gw, served, gwExited)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("\nNomad API: %s   (export NOMAD_ADDR=%s; nomad job status)\n", c.Server.Addr(), c.Server.Addr())
 	fmt.Printf("llmgw API: %s   (curl %s/v1/replicas; %s/v1/facility; %s/metrics)\n", api, api, api, api)
-	fmt.Printf("Agent logs: %s/*/agent.log; controller log: %s/controller.log\n", c.Root, c.Root)
+	fmt.Printf("llmgw gateway: %s   (OpenAI-compatible: curl %s/v1/models; %s/metrics)\n", gw, gw, gw)
+	fmt.Printf("  curl -sN %s/v1/chat/completions -H 'Content-Type: application/json' \\\n", gw)
+	fmt.Printf("    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}'\n", model)
+	fmt.Printf("Agent logs: %s/*/agent.log; controller log: %s/controller.log; gateway log: %s/gateway.log\n", c.Root, c.Root, c.Root)
 	if once {
 		return nil
 	}
@@ -300,17 +320,30 @@ reconcile { interval = "10s" }
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, nil, err
 	}
-	logPath := filepath.Join(c.Root, "controller.log")
-	logf, err := os.Create(logPath)
+	stop, exited, err := startLLMGW(c.Root, "controller", llmgw, "controller", "--config", cfg)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	cmd := exec.Command(llmgw, "controller", "--config", cfg)
+	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
+	return "http://" + addr, stop, exited, nil
+}
+
+// startLLMGW runs `llmgw args...` in its own process group with its output
+// in root/<name>.log; it returns a function that stops it (SIGTERM, then
+// SIGKILL after 10s) and one that reports (with its log) whether it has
+// exited.
+func startLLMGW(root, name, llmgw string, args ...string) (func(), func() error, error) {
+	logPath := filepath.Join(root, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(llmgw, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
@@ -331,13 +364,92 @@ reconcile { interval = "10s" }
 		select {
 		case <-done:
 			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("the controller exited:\n%s", localnomad.Tail(string(b), 20))
+			return fmt.Errorf("the %s exited:\n%s", name, localnomad.Tail(string(b), 20))
 		default:
 			return nil
 		}
 	}
-	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
+	return stop, exited, nil
+}
+
+// startGateway runs `llmgw gateway` on a free loopback port over the local
+// Nomad's service registrations; it returns its base URL, a function that
+// stops it, and one that reports whether it has exited.
+func startGateway(c *localnomad.Cluster, llmgw string) (string, func(), func() error, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop, exited, err := startLLMGW(c.Root, "gateway", llmgw, "gateway", "--listen", addr, "--nomad", c.Server.Addr())
+	if err != nil {
+		return "", nil, nil, err
+	}
+	fmt.Printf("\nStarted the llmgw gateway (OpenAI-compatible API on http://%s) over Nomad's service registrations.\n", addr)
 	return "http://" + addr, stop, exited, nil
+}
+
+// tryGateway waits until the gateway lists every model with the replicas
+// the controller serves (served: replicas by model), prints its list, sends
+// one chat completion through it for the first model and prints who
+// answered. It returns that model.
+func tryGateway(ctx context.Context, gw string, served map[string]int, exited func() error) (string, error) {
+	type card struct {
+		ID       string `json:"id"`
+		Replicas int    `json:"replicas"`
+	}
+	var list struct {
+		Data []card `json:"data"`
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	err := localnomad.Poll(ctx, func() (bool, string, error) {
+		if err := exited(); err != nil {
+			return false, "", err
+		}
+		resp, err := client.Get(gw + "/v1/models")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		defer func() { _ = resp.Body.Close() }()
+		list.Data = nil
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			return false, fmt.Sprintf("/v1/models: %s: %v", resp.Status, err), nil
+		}
+		got := map[string]int{}
+		for _, m := range list.Data {
+			got[m.ID] = m.Replicas
+		}
+		return maps.Equal(got, served), fmt.Sprintf("the gateway lists %v, the controller serves %v", got, served), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("waiting for the gateway to list the replicas: %w", err)
+	}
+	var models []string
+	for _, m := range list.Data {
+		models = append(models, fmt.Sprintf("%s (%d replicas)", m.ID, m.Replicas))
+	}
+	fmt.Printf("  GET /v1/models: %s\n", strings.Join(models, ", "))
+
+	model := slices.Sorted(maps.Keys(served))[0]
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello from make demo"}],"max_tokens":8}`, model)
+	resp, err := client.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", fmt.Errorf("chat completion through the gateway: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || len(out.Choices) == 0 {
+		return "", fmt.Errorf("chat completion through the gateway: %s (%v)", resp.Status, err)
+	}
+	fmt.Printf("  POST /v1/chat/completions {\"model\":%q}: through the gateway: %d from replica %s: %q\n",
+		model, resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader), out.Choices[0].Message.Content)
+	return model, nil
 }
 
 func freePort() (int, error) {
@@ -350,8 +462,9 @@ func freePort() (int, error) {
 }
 
 // showReplicas waits until every replica of the catalog serves, printing
-// progress, then prints where each one runs.
-func showReplicas(ctx context.Context, base string, exited func() error) error {
+// progress, then prints where each one runs. It returns how many replicas
+// of each model serve.
+func showReplicas(ctx context.Context, base string, exited func() error) (map[string]int, error) {
 	type replica struct {
 		ID      string   `json:"id"`
 		Model   string   `json:"model"`
@@ -388,11 +501,13 @@ func showReplicas(ctx context.Context, base string, exited func() error) error {
 		return len(rs) > 0 && counts["serving"] == len(rs), line, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the replicas to serve: %w", err)
+		return nil, fmt.Errorf("waiting for the replicas to serve: %w", err)
 	}
 	fmt.Println("\nReplicas, placed by llmgw:")
+	served := map[string]int{}
 	for _, r := range rs {
 		fmt.Printf("  %-16s %-14s %-8s %-8s %-14s %-8s %4.0f W\n", r.ID, r.Model, r.Profile, r.State, r.Domain, strings.Join(r.Nodes, ","), r.Watts)
+		served[r.Model]++
 	}
-	return nil
+	return served, nil
 }
