@@ -23,13 +23,17 @@ func cpuTime(tb testing.TB) time.Duration {
 // in-process fake-engine, sequentially, against the same request sent
 // straight to the replica: the difference is what the gateway costs in
 // CPU and allocations. cpu-ns/op is the process's CPU time (client,
-// gateway and fake-engine together) per request. docs/perf.md has the latency under load (gwload).
+// gateway and fake-engine together) per request. gateway-nethttp is the
+// gateway with net/http's Transport in place of its own (what
+// upstreamTransport saves). docs/perf.md has the latency under load
+// (gwload).
 func BenchmarkProxy(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{}, r.instance())
+	std := startGateway(b, Options{Transport: newStdTransport(DefaultDialTimeout, DefaultHeaderTimeout)}, r.instance())
 	client := tg.client
 	body := chat("m")
-	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}} {
+	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}, {"gateway-nethttp", std.srv.URL}} {
 		b.Run(target.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)

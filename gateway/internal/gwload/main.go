@@ -54,7 +54,7 @@ func main() {
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
-	pin := flag.Bool("pin", false, "give the gateway the last CPU to itself; the generator and fake-engine share the others (Linux, 2 CPUs or more)")
+	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
 		if err := serve(*serveRole, *upstream, *cpuprofile); err != nil {
@@ -246,25 +246,32 @@ func startInProcess() (*server, *server, error) {
 }
 
 // startProcesses runs the engine and the gateway as processes of their
-// own, pinned when pin is set.
-func startProcesses(pin bool, cpuprofile string) (engine, gw *server, placement string, err error) {
-	var gwCPUs, restCPUs []int
+// own, pinned as pin says ("": not pinned).
+func startProcesses(pin, cpuprofile string) (engine, gw *server, placement string, err error) {
+	var gwCPUs, engCPUs []int
 	placement = "three processes, unpinned"
-	if pin {
+	if pin != "" {
 		n := runtime.NumCPU()
 		if n < 2 {
 			return nil, nil, "", errors.New("-pin needs 2 CPUs or more")
 		}
+		var rest []int
 		for c := range n - 1 {
-			restCPUs = append(restCPUs, c)
+			rest = append(rest, c)
 		}
 		gwCPUs = []int{n - 1}
-		if err := pinProcess(restCPUs); err != nil {
+		if err := pinProcess(rest); err != nil {
 			return nil, nil, "", err
 		}
-		placement = fmt.Sprintf("three processes, gateway alone on CPU %d, generator and fake-engine on CPUs %v", n-1, restCPUs)
+		if pin == "alone" {
+			engCPUs = rest
+			placement = fmt.Sprintf("three processes, gateway alone on CPU %d, generator and fake-engine on CPUs %v", n-1, rest)
+		} else {
+			engCPUs = gwCPUs
+			placement = fmt.Sprintf("three processes, gateway and fake-engine on CPU %d, generator on CPUs %v", n-1, rest)
+		}
 	}
-	ec, err := start(restCPUs, "-serve", "engine")
+	ec, err := start(engCPUs, "-serve", "engine")
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -280,7 +287,7 @@ func startProcesses(pin bool, cpuprofile string) (engine, gw *server, placement 
 	return &server{addr: ec.addr, cpu: ec.cpu, stop: ec.stop}, &server{addr: gc.addr, cpu: gc.cpu, stop: gc.stop}, placement, nil
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile string, pin, inproc bool) error {
+func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, inproc bool) error {
 	var rates []int
 	for f := range strings.SplitSeq(rateList, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -292,6 +299,12 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	var engine, gw *server
 	var placement string
 	var err error
+	switch {
+	case inproc && pin != "":
+		return errors.New("-inproc and -pin: choose one")
+	case pin != "" && pin != "alone" && pin != "with-engine":
+		return fmt.Errorf("-pin %q: want alone or with-engine", pin)
+	}
 	if inproc {
 		engine, gw, err = startInProcess()
 		placement = "all in this process"
