@@ -444,8 +444,11 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 			} `json:"message"`
 		} `json:"choices"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || len(out.Choices) == 0 {
-		return "", fmt.Errorf("chat completion through the gateway: %s (%v)", resp.Status, err)
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("chat completion through the gateway: %s: %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK || len(out.Choices) == 0 {
+		return "", fmt.Errorf("chat completion through the gateway: %s with %d choices", resp.Status, len(out.Choices))
 	}
 	fmt.Printf("  POST /v1/chat/completions {\"model\":%q}: through the gateway: %d from replica %s: %q\n",
 		model, resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader), out.Choices[0].Message.Content)
