@@ -60,6 +60,22 @@ func readRequest(br *bufio.Reader) (*http.Request, string, error) {
 	return req, string(b), err
 }
 
+// countingServer serves h on loopback and counts the connections it
+// accepts.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	conns := new(atomic.Int32)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, conns
+}
+
 func okResponse(body string) string {
 	return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }
@@ -88,22 +104,14 @@ func roundTrip(t *testing.T, tr http.RoundTripper, req *http.Request) (int, stri
 
 func TestUpstreamReusesConnections(t *testing.T) {
 	var reqs atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if r.Header.Get("Expect") != "" {
 			t.Errorf("Expect reached the replica: %q", r.Header.Get("Expect"))
 		}
 		reqs.Add(1)
 		_, _ = w.Write(b)
-	}))
-	var conns atomic.Int32
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
+	})
 	tr := newUpstreamTransport(time.Second, time.Second)
 	defer tr.CloseIdleConnections()
 	for i := range 20 {
@@ -292,20 +300,12 @@ func TestUpstreamInterimResponse(t *testing.T) {
 // A response not read to its end, or one that says Connection: close,
 // does not leave its connection for reuse.
 func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("close") != "" {
 			w.Header().Set("Connection", "close")
 		}
 		_, _ = w.Write([]byte(strings.Repeat("x", 100)))
-	}))
-	var conns atomic.Int32
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
+	})
 	tr := newUpstreamTransport(time.Second, 5*time.Second)
 	defer tr.CloseIdleConnections()
 	// Half read, then closed.
