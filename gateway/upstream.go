@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -50,6 +51,7 @@ const sweepEvery = 10 * time.Second
 // upConn is one connection to a replica.
 type upConn struct {
 	c         net.Conn
+	rc        *readCounter // under br
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	addr      string
@@ -166,9 +168,18 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 	if err := pc.bw.Flush(); err != nil {
 		return fail(staleError{err})
 	}
-	if t.headerTimeout > 0 {
-		_ = pc.c.SetReadDeadline(t.now().Add(t.headerTimeout))
+	// A deadline set here could replace the one a cancel has just set:
+	// setDeadline checks the context after setting it.
+	setDeadline := func(d time.Time) error {
+		_ = pc.c.SetReadDeadline(d)
+		return ctx.Err()
 	}
+	if t.headerTimeout > 0 {
+		if err := setDeadline(t.now().Add(t.headerTimeout)); err != nil {
+			return fail(err)
+		}
+	}
+	read0 := pc.rc.n
 	var resp *http.Response
 	for {
 		var err error
@@ -178,7 +189,9 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 			switch {
 			case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
 				return fail(fmt.Errorf("replica sent no response headers within %s", t.headerTimeout))
-			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) && pc.br.Buffered() == 0:
+			// ReadResponse reports a close before the status line as
+			// ErrUnexpectedEOF; a close with unread data as a reset.
+			case pc.rc.n == read0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
 				return fail(staleError{fmt.Errorf("replica closed the connection before answering: %w", err)})
 			}
 			return fail(err)
@@ -192,7 +205,10 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 		return fail(errors.New("replica switched protocols, which the gateway does not proxy"))
 	}
 	if t.headerTimeout > 0 {
-		_ = pc.c.SetReadDeadline(time.Time{})
+		if err := setDeadline(time.Time{}); err != nil {
+			_ = resp.Body.Close()
+			return fail(err)
+		}
 	}
 	resp.Body = &upBody{t: t, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && !req.Close}
 	return resp, nil
@@ -263,7 +279,8 @@ func (t *upstreamTransport) conn(ctx context.Context, addr string) (*upConn, boo
 	if err != nil {
 		return nil, false, err
 	}
-	return &upConn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
+	rc := &readCounter{Conn: c}
+	return &upConn{c: c, rc: rc, br: bufio.NewReaderSize(rc, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
 }
 
 // put keeps pc for reuse, unless there are enough idle connections to its
@@ -316,6 +333,20 @@ func (t *upstreamTransport) sweep() {
 	for _, pc := range drop {
 		_ = pc.c.Close()
 	}
+}
+
+// readCounter counts the bytes read from a connection: a failure before
+// the replica sent any byte of its answer is one a request can be sent
+// again after.
+type readCounter struct {
+	net.Conn
+	n int64
+}
+
+func (r *readCounter) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.n += int64(n)
+	return n, err
 }
 
 // CloseIdleConnections closes the connections kept for reuse.

@@ -397,3 +397,31 @@ func TestUpstreamSweepClosesDeadIdleConnections(t *testing.T) {
 		return left == 1
 	})
 }
+
+// A replica that sent part of an answer on a reused connection and then
+// closed it may have acted on the request: it is not sent again.
+func TestUpstreamPartialAnswerNotRetried(t *testing.T) {
+	srv := startRaw(t, func(c net.Conn, n int) {
+		br := bufio.NewReader(c)
+		if _, _, err := readRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, okResponse(`{}`))
+		if _, _, err := readRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+	})
+	tr := newUpstreamTransport(time.Second, 5*time.Second)
+	defer tr.CloseIdleConnections()
+	if code, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`)); err != nil || code != 200 {
+		t.Fatalf("first: %d %v", code, err)
+	}
+	_, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`))
+	if err == nil || strings.Contains(err.Error(), "before answering") {
+		t.Fatalf("err = %v, want the cut-off answer's error", err)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("replica accepted %d connections, want 1 (no second try)", n)
+	}
+}
