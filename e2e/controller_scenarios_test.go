@@ -464,7 +464,8 @@ func startLLMGW(t *testing.T, bin, name string, args ...string) *ctlProc {
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOMAD_") { // the config file or flags say where Nomad is
+		// The config file or flags say where Nomad and Consul are.
+		if !strings.HasPrefix(kv, "NOMAD_") && !strings.HasPrefix(kv, "CONSUL_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

@@ -26,6 +26,14 @@ import (
 // PDUs), each with 4 mock H200s, the llmgw driver and fake-engine.
 func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 	t.Helper()
+	return rackClientsOn(t, nil)
+}
+
+// rackClientsOn is rackClients with each client registering
+// consul-provider services in its own Consul agent: consul maps a client's
+// name (nodeRack's keys) to its agent's host:port.
+func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, string) {
+	t.Helper()
 	nomadtest.Bin(t)
 	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
 	engine := plugintest.Build(t, fakeEnginePkg)
@@ -35,6 +43,7 @@ func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 		clients = append(clients, nomadtest.ClientOptions{
 			Name:      name,
 			PluginDir: plugins,
+			Consul:    consul[name],
 			Meta: map[string]string{
 				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
 				"llmgw.rack": loc.rack, "llmgw.pdu": loc.pdu,
@@ -58,8 +67,9 @@ func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 // controllerFiles writes llmgw.hcl, catalog.hcl and facility.hcl into a
 // new directory and loads llmgw.hcl; ctlConfigPath gives its path. The API
 // listens on a free loopback port (used when the controller runs as its
-// binary; in-process tests serve the handler themselves).
-func controllerFiles(t *testing.T, addr, engine, catalog, facility string) config.Config {
+// binary; in-process tests serve the handler themselves). extra is
+// appended to llmgw.hcl.
+func controllerFiles(t *testing.T, addr, engine, catalog, facility string, extra ...string) config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, body string) {
@@ -86,7 +96,7 @@ reconcile {
   interval         = "5s"
   partial_deadline = "1m"
 }
-`, addr, freeAddr(t), engine))
+`, addr, freeAddr(t), engine)+strings.Join(extra, "\n"))
 	cfg, err := config.Load(filepath.Join(dir, "llmgw.hcl"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,6 @@
 // Package nomadtest is the e2e suite's face of internal/localnomad: real
-// Nomad agents from NOMAD_BIN on loopback, with failures reported through
+// Nomad agents from NOMAD_BIN (and Consul agents from CONSUL_BIN, for the
+// tests that need them) on loopback, with failures reported through
 // testing.TB, everything stopped when the test ends, and the agents' logs
 // printed (and kept under LLMGW_E2E_LOGS when set) when it fails.
 package nomadtest
@@ -8,6 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,81 @@ func Bin(t testing.TB) string {
 		t.Fatalf("NOMAD_BIN=%s: %v", bin, err)
 	}
 	return bin
+}
+
+// ConsulBin returns CONSUL_BIN, or skips the test with a message saying how
+// to run it.
+func ConsulBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("CONSUL_BIN")
+	if bin == "" {
+		t.Skip("skipping real-Consul test: CONSUL_BIN is not set (point it at a Consul agent binary; see e2e/README.md)")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("CONSUL_BIN=%s: %v", bin, err)
+	}
+	return bin
+}
+
+// Consul is a Consul dev server and client agents, one per Nomad client
+// that registers services (a Nomad client must have its own agent).
+type Consul struct {
+	Server *localnomad.ConsulAgent
+	// Clients by the name of the Nomad client each is for; an agent's own
+	// name is "consul-" and that name.
+	Clients map[string]*localnomad.ConsulAgent
+}
+
+// ClientAddrs maps the name of each Nomad client to its Consul agent's
+// HTTP address (host:port), as ClientOptions.Consul takes it.
+func (c *Consul) ClientAddrs() map[string]string {
+	out := map[string]string{}
+	for n, a := range c.Clients {
+		out[n] = a.HostPort()
+	}
+	return out
+}
+
+// StartConsul starts a Consul dev server from CONSUL_BIN on loopback and a
+// client agent joined to it for each Nomad client named in clients, and
+// waits until every one knows the leader; they are stopped when the test
+// ends, after whatever the test started later (a Nomad cluster registering
+// services in them), and their logs printed if it failed.
+func StartConsul(t testing.TB, clients ...string) *Consul {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := localnomad.StartConsul(ConsulBin(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Consul{Server: srv, Clients: map[string]*localnomad.ConsulAgent{}}
+	all := []*localnomad.ConsulAgent{srv}
+	t.Cleanup(func() {
+		for _, a := range slices.Backward(all) {
+			a.Stop()
+		}
+		if t.Failed() {
+			for _, a := range all {
+				showLog(t, a.Agent)
+			}
+		}
+	})
+	for _, n := range clients {
+		a, err := srv.StartClient("consul-"+n, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Clients[n] = a
+		all = append(all, a)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, a := range all {
+		if err := a.WaitReady(ctx); err != nil {
+			t.Fatalf("consul agent %s not ready: %v", a.Name, err)
+		}
+	}
+	return c
 }
 
 // Start launches a server and the clients, and waits until every client's
@@ -117,19 +194,25 @@ func (c *Cluster) WaitAllocs(jobID string, timeout time.Duration, want func([]*a
 
 func (c *Cluster) shutdown() {
 	if c.t.Failed() {
-		keep := os.Getenv("LLMGW_E2E_LOGS")
 		for _, a := range append([]*Agent{c.Server}, c.Clients...) {
-			c.t.Logf("---- %s agent log (last 60 lines) ----\n%s", a.Name, localnomad.Tail(a.Log(), 60))
-			if keep != "" && os.MkdirAll(keep, 0o755) == nil {
-				dst := filepath.Join(keep, strings.ReplaceAll(c.t.Name(), "/", "_")+"-"+a.Name+".log")
-				if os.WriteFile(dst, []byte(a.Log()), 0o644) == nil {
-					c.t.Logf("full %s log kept at %s", a.Name, dst)
-				}
-			}
+			showLog(c.t, a)
 		}
 	}
 	if err := c.Shutdown(false); err != nil {
 		c.t.Logf("shutting the cluster down: %v", err)
+	}
+}
+
+// showLog prints the end of an agent's log, and keeps all of it under
+// LLMGW_E2E_LOGS when set.
+func showLog(t testing.TB, a *Agent) {
+	t.Logf("---- %s agent log (last 60 lines) ----\n%s", a.Name, localnomad.Tail(a.Log(), 60))
+	keep := os.Getenv("LLMGW_E2E_LOGS")
+	if keep != "" && os.MkdirAll(keep, 0o755) == nil {
+		dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+a.Name+".log")
+		if os.WriteFile(dst, []byte(a.Log()), 0o644) == nil {
+			t.Logf("full %s log kept at %s", a.Name, dst)
+		}
 	}
 }
 

@@ -2,7 +2,10 @@
 // number of clients, each with its own data dir, ports, node meta, plugin
 // dir and plugin configuration. The e2e suite (through e2e/nomadtest) and
 // `make demo` use it. Readiness is polled, never slept for; agents can be
-// stopped and started again on the same data dir.
+// stopped and started again on the same data dir. StartConsul runs a
+// Consul dev server beside them, and StartClient a Consul client agent for
+// each client that registers consul-provider services
+// (ClientOptions.Consul).
 package localnomad
 
 import (
@@ -36,9 +39,13 @@ type ClientOptions struct {
 	NoRawExec bool
 	// Extra is appended inside the client block.
 	Extra string
+	// Consul is the host:port of a Consul agent's HTTP API (ConsulAgent's
+	// HostPort) the client registers consul-provider services in; empty
+	// for none.
+	Consul string
 }
 
-// Agent is one Nomad agent process.
+// Agent is one agent process: a Nomad agent, or a ConsulAgent's.
 type Agent struct {
 	Name   string
 	Dir    string // holds agent.hcl, agent.log and data/
@@ -47,6 +54,9 @@ type Agent struct {
 	Serf   int
 	config string
 	bin    string
+	// args is the command line after the binary, given the config file's
+	// path; nil: `agent -config <path>` (Nomad's).
+	args func(config string) []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -163,6 +173,10 @@ func clientConfig(a, srv *Agent, co ClientOptions, i int) string {
 	if co.PluginDir != "" {
 		pluginDir = fmt.Sprintf("plugin_dir = %q", co.PluginDir)
 	}
+	consulAddr := ""
+	if co.Consul != "" {
+		consulAddr = fmt.Sprintf("address = %q", co.Consul)
+	}
 	// Each client gets its own dynamic port range so two clients on one
 	// host never hand out the same port.
 	minPort := 21000 + i*1000
@@ -198,13 +212,14 @@ client {
 %s
 }
 consul {
+  %s
   client_auto_join = false
   server_auto_join = false
   auto_advertise   = false
 }
 %s
 `, co.Name, filepath.Join(a.Dir, "data"), pluginDir, a.HTTP, a.RPC, a.Serf, a.HTTP, a.RPC, a.Serf,
-		srv.RPC, minPort, minPort+999, meta.String(), co.Extra, plugins.String())
+		srv.RPC, minPort, minPort+999, meta.String(), co.Extra, consulAddr, plugins.String())
 }
 
 func newAgent(bin, root, name string) (*Agent, error) {
@@ -253,7 +268,11 @@ func (a *Agent) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(a.bin, "agent", "-config", cfgPath)
+	args := []string{"agent", "-config", cfgPath}
+	if a.args != nil {
+		args = a.args(cfgPath)
+	}
+	cmd := exec.Command(a.bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Its own process group, so that stopping the agent does not signal
 	// the tasks it started (Nomad keeps tasks running when a client agent
@@ -317,7 +336,7 @@ func (a *Agent) Log() string {
 func (a *Agent) Addr() string { return fmt.Sprintf("http://127.0.0.1:%d", a.HTTP) }
 
 // ErrAgentExited is returned while waiting when an agent process has died.
-var ErrAgentExited = errors.New("nomad agent exited")
+var ErrAgentExited = errors.New("agent exited")
 
 // WaitReady polls until the server has a leader and every client's node is
 // registered and ready, or ctx ends.
