@@ -97,7 +97,7 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	// closed is sent once more on a fresh one, as net/http's Transport
 	// does: the replica cannot have acted on it.
 	for try := 0; ; try++ {
-		pc, reused, err := t.conn(ctx, req.URL.Host)
+		pc, reused, err := t.conn(ctx, req.URL.Host, try > 0)
 		if err != nil {
 			closeBody(req)
 			return nil, err
@@ -256,10 +256,11 @@ func (b *upBody) end(complete bool) {
 	_ = b.pc.c.Close()
 }
 
-// conn returns an idle connection to addr, or dials one.
-func (t *upstreamTransport) conn(ctx context.Context, addr string) (*upConn, bool, error) {
+// conn returns an idle connection to addr, or dials one; a new one when
+// fresh is set.
+func (t *upstreamTransport) conn(ctx context.Context, addr string, fresh bool) (*upConn, bool, error) {
 	now := t.now()
-	for {
+	for !fresh {
 		t.mu.Lock()
 		list := t.idle[addr]
 		if len(list) == 0 {

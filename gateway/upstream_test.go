@@ -425,3 +425,38 @@ func TestUpstreamPartialAnswerNotRetried(t *testing.T) {
 		t.Errorf("replica accepted %d connections, want 1 (no second try)", n)
 	}
 }
+
+// The second try goes on a new connection, not on another pooled one that
+// may be just as stale (a replica that restarted closed them all).
+func TestUpstreamRetryDialsFresh(t *testing.T) {
+	srv := startRaw(t, func(c net.Conn, n int) {
+		br := bufio.NewReader(c)
+		for first := true; ; first = false {
+			if _, _, err := readRequest(br); err != nil {
+				return
+			}
+			if n < 2 && !first {
+				return // hangs up on its second request, unanswered
+			}
+			_, _ = io.WriteString(c, okResponse(`{"conn":`+strconv.Itoa(n)+`}`))
+		}
+	})
+	tr := newUpstreamTransport(time.Second, 5*time.Second)
+	defer tr.CloseIdleConnections()
+	var resps []*http.Response
+	for range 2 { // two connections in the pool
+		resp, err := tr.RoundTrip(upstreamRequest(t, context.Background(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
+		if err != nil {
+			t.Fatal(err)
+		}
+		resps = append(resps, resp)
+	}
+	for _, resp := range resps {
+		_, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	code, got, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`))
+	if err != nil || code != 200 || got != `{"conn":2}` {
+		t.Fatalf("%d %q %v, want the answer from a third, new connection", code, got, err)
+	}
+}
