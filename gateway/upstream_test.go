@@ -449,7 +449,7 @@ func TestUpstreamRetryDialsFresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resps = append(resps, resp)
+		resps = append(resps, resp) //nolint:bodyclose // read and closed below, after both are open
 	}
 	for _, resp := range resps {
 		_, _ = io.ReadAll(resp.Body)
