@@ -50,7 +50,7 @@ func main() {
 	warm := flag.Duration("warmup", time.Second, "unmeasured load on each target before each rate (at most 5s)")
 	slice := flag.Duration("slice", 250*time.Millisecond, "length of one slice of load on one target")
 	inflight := flag.Int("inflight", 256, "most requests outstanding at once")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway process to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway's process to this file (with -inproc: of this one, generator and engine included)")
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
@@ -119,14 +119,11 @@ func serve(role, upstream, cpuprofile string) error {
 		return err
 	}
 	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
+		stop, err := profile(cpuprofile)
 		if err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	addr, stop, err := listen(h)
 	if err != nil {
@@ -136,6 +133,19 @@ func serve(role, upstream, cpuprofile string) error {
 	fmt.Println(addr)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// profile writes a CPU profile of this process to path until stop.
+func profile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 // child is one serving process.
@@ -306,6 +316,13 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 		return fmt.Errorf("-pin %q: want alone or with-engine", pin)
 	}
 	if inproc {
+		if cpuprofile != "" {
+			stop, perr := profile(cpuprofile)
+			if perr != nil {
+				return perr
+			}
+			defer stop()
+		}
 		engine, gw, err = startInProcess()
 		placement = "all in this process"
 	} else {
