@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,33 +40,8 @@ func TestGatewayOverRealConsul(t *testing.T) {
 	}
 	ctl, base, _ := runController(t, cfg, "ctl-1")
 
-	listen := freeAddr(t)
-	gw := "http://" + listen
-	stopped := false // by the test, at its end
-	gp := startLLMGW(t, bin, "gateway", "gateway", "--listen", listen, "--consul", gwAgent.HostPort())
-	t.Cleanup(func() { // runs before startLLMGW's SIGTERM: registered later
-		select {
-		case <-gp.exited:
-			if !stopped {
-				t.Errorf("the gateway exited before the test ended: %v", gp.err)
-			}
-		default:
-		}
-	})
-	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
-		select {
-		case <-gp.exited:
-			t.Fatalf("the gateway exited: %v", gp.err)
-		default:
-		}
-		resp, err := http.Get(gw + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok", fmt.Sprintf("/healthz: %s %q", resp.Status, b)
-	})
+	gp := startGatewayBinary(t, bin, "--consul", gwAgent.HostPort())
+	gw, listen := gp.url, gp.listen
 
 	// While the engines load, Consul holds their registrations with a
 	// check that does not pass. The gateway lists no more replicas of a
@@ -277,11 +250,7 @@ func TestGatewayOverRealConsul(t *testing.T) {
 	})
 
 	// SIGTERM: the gateway exits 0, and its registration has left Consul.
-	stopped = true
-	gp.signal(t, syscall.SIGTERM, 20*time.Second)
-	if gp.err != nil {
-		t.Errorf("the gateway, stopped with SIGTERM: %v", gp.err)
-	}
+	gp.stop(t)
 	resp, err := http.Get(gwAgent.Addr() + "/v1/agent/service/" + url.PathEscape(gwID))
 	if err != nil {
 		t.Fatal(err)

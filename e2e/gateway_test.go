@@ -41,34 +41,8 @@ func TestGatewayOverRealNomad(t *testing.T) {
 	cfg := controllerFiles(t, c.Server.Addr(), engine, alphaBeta(2, 1, gatewayLoad), `headroom = 0`)
 	ctl, base, _ := runController(t, cfg, "ctl-1")
 
-	listen := freeAddr(t)
-	gw := "http://" + listen
-	stopped := false // by the test, at its end
-	gp := startLLMGW(t, bin, "gateway", "gateway", "--listen", listen, "--nomad", c.Server.Addr(), "--check-interval", "1s")
-	t.Cleanup(func() { // runs before startLLMGW's SIGTERM: registered later
-		select {
-		case <-gp.exited:
-			if !stopped {
-				t.Errorf("the gateway exited before the test ended: %v", gp.err)
-			}
-		default:
-		}
-	})
-
-	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
-		select {
-		case <-gp.exited:
-			t.Fatalf("the gateway exited: %v", gp.err)
-		default:
-		}
-		resp, err := http.Get(gw + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok", fmt.Sprintf("/healthz: %s %q", resp.Status, b)
-	})
+	gp := startGatewayBinary(t, bin, "--nomad", c.Server.Addr(), "--check-interval", "1s")
+	gw := gp.url
 
 	// While the replicas load, the gateway lists no more replicas of a model
 	// than could have loaded by then: an engine cannot be ready before its
@@ -219,10 +193,57 @@ func TestGatewayOverRealNomad(t *testing.T) {
 	}
 
 	// SIGTERM stops it cleanly.
-	stopped = true
-	gp.signal(t, syscall.SIGTERM, 20*time.Second)
-	if gp.err != nil {
-		t.Errorf("the gateway, stopped with SIGTERM: %v", gp.err)
+	gp.stop(t)
+}
+
+// gatewayProc is the llmgw gateway binary under test.
+type gatewayProc struct {
+	*ctlProc
+	url, listen string
+	stopping    bool // the test stops it: an exit is expected
+}
+
+// startGatewayBinary runs `llmgw gateway --listen <free loopback port>
+// args...`, fails the test if it exits before the test stops it, and waits
+// until its /healthz answers ok.
+func startGatewayBinary(t *testing.T, bin string, args ...string) *gatewayProc {
+	t.Helper()
+	g := &gatewayProc{listen: freeAddr(t)}
+	g.url = "http://" + g.listen
+	g.ctlProc = startLLMGW(t, bin, "gateway", append([]string{"gateway", "--listen", g.listen}, args...)...)
+	t.Cleanup(func() { // runs before startLLMGW's SIGTERM: registered later
+		select {
+		case <-g.exited:
+			if !g.stopping {
+				t.Errorf("the gateway exited before the test ended: %v", g.err)
+			}
+		default:
+		}
+	})
+	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		select {
+		case <-g.exited:
+			t.Fatalf("the gateway exited: %v", g.err)
+		default:
+		}
+		resp, err := http.Get(g.url + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok", fmt.Sprintf("/healthz: %s %q", resp.Status, b)
+	})
+	return g
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (g *gatewayProc) stop(t *testing.T) {
+	t.Helper()
+	g.stopping = true
+	g.signal(t, syscall.SIGTERM, 20*time.Second)
+	if g.err != nil {
+		t.Errorf("the gateway, stopped with SIGTERM: %v", g.err)
 	}
 }
 
