@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/config"
@@ -54,9 +55,16 @@ type Controller struct {
 	wo    *api.WriteOptions
 	qo    *api.QueryOptions
 
-	trigger     chan struct{}
-	viewTrigger chan struct{}
-	metrics     *metrics
+	consul *consulapi.Client // nil unless service_provider is consul
+
+	trigger       chan struct{}
+	viewTrigger   chan struct{}
+	healthTrigger chan struct{}
+	metrics       *metrics
+	// wakeAt is when the next pass must run even if nothing changes: the
+	// moment a down node's shards pass lost_after. Under mu.
+	wakeAt time.Time
+	wake   chan struct{}
 
 	// passMu makes passes (and a standby's view refreshes) one at a time.
 	passMu sync.Mutex
@@ -89,9 +97,15 @@ type snapshot struct {
 	jobsSynced  bool
 	jobsIndex   uint64 // the job list's index (the jobs table's)
 	power       map[string]observe.Power
+	// checks are the service check results of running shard-0
+	// allocations, by allocation ID (watchHealth).
+	checks       map[string]observe.Check
+	checksSynced bool
 }
 
-func (s snapshot) synced() bool { return s.nodesSynced && s.allocSynced && s.jobsSynced }
+func (s snapshot) synced() bool {
+	return s.nodesSynced && s.allocSynced && s.jobsSynced && s.checksSynced
+}
 
 // New builds a controller and loads its catalog and facility files; a bad
 // file is an error here (at start there is nothing older to keep).
@@ -126,15 +140,31 @@ func New(opts Options) (*Controller, error) {
 	ns := opts.Config.Nomad.Namespace
 	c := &Controller{
 		opts: opts, cfg: opts.Config, nomad: client, log: opts.Logger, now: opts.Now,
-		store:       store.New(client.Variables(), ns),
-		wo:          &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		qo:          &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		trigger:     make(chan struct{}, 1),
-		viewTrigger: make(chan struct{}, 1),
-		unsure:      map[string]bool{},
-		metrics:     newMetrics(),
-		snap:        snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
-		saved:       map[string]string{},
+		store:         store.New(client.Variables(), ns),
+		wo:            &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		qo:            &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		trigger:       make(chan struct{}, 1),
+		viewTrigger:   make(chan struct{}, 1),
+		healthTrigger: make(chan struct{}, 1),
+		wake:          make(chan struct{}, 1),
+		unsure:        map[string]bool{},
+		metrics:       newMetrics(),
+		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
+		saved:         map[string]string{},
+	}
+	if opts.Config.ServiceProvider == render.ProviderConsul {
+		cc := consulapi.DefaultNonPooledConfig()
+		cc.Address = config.DefaultConsulAddress
+		if k := opts.Config.Consul; k != nil {
+			if k.Address != "" {
+				cc.Address = k.Address
+			}
+			cc.Token = k.Token
+		}
+		var err error
+		if c.consul, err = consulapi.NewClient(cc); err != nil {
+			return nil, fmt.Errorf("consul client: %w", err)
+		}
 	}
 	if err := c.Reload(); err != nil {
 		return nil, err
@@ -209,6 +239,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(c.watchAllocs)
 	run(c.watchJobs)
 	run(c.pollPower)
+	run(c.watchHealth)
 	run(c.leadLoop)
 	run(c.viewLoop)
 	wg.Wait()
@@ -284,6 +315,10 @@ func (c *Controller) watchAllocs(ctx context.Context) {
 		c.mu.Lock()
 		c.snap.allocs, c.snap.allocSynced = allocs, true
 		c.mu.Unlock()
+		select {
+		case c.healthTrigger <- struct{}{}:
+		default:
+		}
 		c.kick()
 	})
 }
@@ -443,17 +478,37 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		c.mu.RLock()
+		wakeAt := c.wakeAt
+		c.mu.RUnlock()
+		var wake <-chan time.Time
+		var timer *time.Timer
+		if !wakeAt.IsZero() {
+			timer = time.NewTimer(max(time.Until(wakeAt), 0))
+			wake = timer.C
+		}
+		rearm := false
 		select {
 		case <-ctx.Done():
-			return
+		case <-wake:
+		case <-c.wake:
+			rearm = true
 		case <-c.trigger:
 			// Let a burst of changes settle into one pass.
 			select {
 			case <-ctx.Done():
-				return
 			case <-time.After(200 * time.Millisecond):
 			}
 		case <-tick.C:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if rearm {
+			continue // the wake moment changed: wait for the new one
 		}
 		err := c.Pass(ctx)
 		switch {
@@ -653,13 +708,35 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 		nodes = append(nodes, n)
 		info[n.Name] = render.NodeInfo{Fabric: n.Meta[observe.MetaFabric]}
 	}
-	jobs, orphans := observe.Jobs(snap.jobs, snap.allocs)
+	now := c.now()
+	byID := make(map[string]*api.Node, len(snap.nodes))
+	for id, n := range snap.nodes {
+		byID[id] = n
+	}
+	jobs, orphans := observe.Jobs(snap.jobs, snap.allocs, observe.Health{
+		Now: now, LostAfter: c.cfg.Reconcile.LostAfter, Nodes: byID, Checks: snap.checks,
+	})
+	c.setWake(observe.NextLost(snap.nodes, c.cfg.Reconcile.LostAfter, now))
 	fleet := observe.Fleet(nodes, snap.allocs, snap.power, c.cfg.NodeBaseWatts)
 	fleet = observe.ReservePending(fleet, jobs, snap.allocs)
 	return reconcile.Input{
-		Now: c.now(), Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
+		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
 	}, orphans, info, nil
+}
+
+// setWake arms the next pass for t (zero: none).
+func (c *Controller) setWake(t time.Time) {
+	c.mu.Lock()
+	changed := !t.Equal(c.wakeAt)
+	c.wakeAt = t
+	c.mu.Unlock()
+	if changed {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // withHolds adds the run-time holds to the facility file's.

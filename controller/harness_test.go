@@ -29,6 +29,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
@@ -180,6 +181,8 @@ func newEnv(t testing.TB, nodes []nodeDef, catalog, fac string, opts ...nomadfak
 	cfg := config.Default(dir)
 	cfg.NodeBaseWatts = baseWatts
 	cfg.Reconcile.Interval = time.Second
+	// Checks of serving allocations are read again every check interval.
+	cfg.Driver.CheckInterval, cfg.Driver.CheckTimeout = time.Second, time.Second
 	e := &env{t: t, fake: fake, clock: clk, api: fake.Client(t), dir: dir, cfg: cfg,
 		nodes: map[string]string{}, defs: map[string]nodeDef{}}
 	for _, n := range nodes {
@@ -407,6 +410,18 @@ func (e *env) caughtUp(c *Controller) (bool, string) {
 	}
 	if len(want) != len(have) {
 		return false, fmt.Sprintf("%d objects in Nomad, %d in the snapshot", len(want), len(have))
+	}
+	// The health reader has read what the fake's checks say now.
+	for _, a := range allocs {
+		if a.TaskGroup != observe.CheckedGroup || !observe.Live(a) || a.ClientStatus != api.AllocClientStatusRunning ||
+			!strings.HasPrefix(a.JobID, render.JobIDPrefix) {
+			continue
+		}
+		healthy := a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy
+		chk, ok := snap.checks[a.ID]
+		if !ok || chk.Passing != healthy {
+			return false, fmt.Sprintf("alloc %s checks: controller read %+v, fake healthy=%v", a.ID, chk, healthy)
+		}
 	}
 	return true, ""
 }

@@ -24,14 +24,18 @@ type View struct {
 // ReplicaView is one replica slot and the job (or jobs, during a roll or a
 // move) serving it.
 type ReplicaView struct {
-	ID      string   `json:"id"`
-	Model   string   `json:"model"`
-	Profile string   `json:"profile,omitempty"`
-	State   string   `json:"state"` // serving, starting, partial, pending, failed, unplaced
-	Domain  string   `json:"domain,omitempty"`
-	Nodes   []string `json:"nodes,omitempty"`
-	Watts   float64  `json:"watts,omitempty"`
-	JobID   string   `json:"job_id,omitempty"`
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Profile string `json:"profile,omitempty"`
+	State   string `json:"state"` // serving, starting, partial, pending, failed, unplaced
+	// Note says why a replica that is not serving is not, shard by shard:
+	// "shard-0: no check result yet", "shard-0: health unreadable: …",
+	// "shard-1: node n3 down for 31s (lost_after 0s)".
+	Note   string   `json:"note,omitempty"`
+	Domain string   `json:"domain,omitempty"`
+	Nodes  []string `json:"nodes,omitempty"`
+	Watts  float64  `json:"watts,omitempty"`
+	JobID  string   `json:"job_id,omitempty"`
 	// Jobs lists every job of the slot when there is more than one.
 	Jobs  []string  `json:"jobs,omitempty"`
 	Since time.Time `json:"since,omitzero"`
@@ -116,7 +120,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 			})
 			if len(jobs) > 0 {
 				j := jobs[0]
-				rv.Profile, rv.State, rv.JobID, rv.Since = j.Profile, j.State.String(), j.ID, j.Since
+				rv.Profile, rv.State, rv.JobID, rv.Since, rv.Note = j.Profile, j.State.String(), j.ID, j.Since, j.Note
 				for _, s := range j.Shards {
 					rv.Nodes = append(rv.Nodes, s.Node)
 					rv.Watts += s.Watts

@@ -40,13 +40,23 @@ import (
 
 // Defaults of the fields the file may leave out.
 const (
-	DefaultNomadAddress     = "http://127.0.0.1:4646"
-	DefaultConsulAddress    = "127.0.0.1:8500"
-	DefaultListen           = "127.0.0.1:9797"
-	DefaultCatalog          = "catalog.hcl"
-	DefaultFacility         = "facility.hcl"
-	DefaultReconcile        = 30 * time.Second
-	DefaultPartialDeadline  = 10 * time.Minute
+	DefaultNomadAddress    = "http://127.0.0.1:4646"
+	DefaultConsulAddress   = "127.0.0.1:8500"
+	DefaultListen          = "127.0.0.1:9797"
+	DefaultCatalog         = "catalog.hcl"
+	DefaultFacility        = "facility.hcl"
+	DefaultReconcile       = 30 * time.Second
+	DefaultPartialDeadline = 10 * time.Minute
+	// DefaultLostAfter: a shard counts as failed as soon as Nomad reports
+	// its node down (Nomad's own heartbeat grace already took its time).
+	DefaultLostAfter = 0
+	// DefaultMaxStops caps the stops of one pass.
+	DefaultMaxStops = 10
+	// DefaultMaxStopFraction is the share of the running replicas a
+	// catalog or facility reload may stop without the operator's say-so.
+	DefaultMaxStopFraction  = 0.5
+	maxLostAfter            = 24 * time.Hour
+	maxMaxStops             = 10000
 	DefaultServiceProvider  = render.ProviderNomad
 	maxPriority             = 32766 // Nomad's job_max_priority ceiling
 	minReconcileInterval    = time.Second
@@ -136,6 +146,16 @@ type Reconcile struct {
 	// PartialDeadline is how long a replica may stay partly placed (some
 	// shards running, others pending) before it is placed anew.
 	PartialDeadline time.Duration
+	// LostAfter is how long a shard's node may be down or disconnected
+	// before its replica counts as failed and is placed elsewhere. It is
+	// also the rendered groups' disconnect.lost_after when not 0.
+	LostAfter time.Duration
+	// MaxStops caps the jobs one pass stops; the rest wait for the next.
+	MaxStops int
+	// MaxStopFraction: a reload whose first pass would stop more than this
+	// share of the running replicas is refused (the old files stay in
+	// force) unless confirmed.
+	MaxStopFraction float64
 }
 
 // Error is one problem with a configuration file, at a line.
@@ -173,7 +193,10 @@ func Default(dir string) Config {
 			Env:           map[string]string{},
 			Engines:       map[string]string{},
 		},
-		Reconcile: Reconcile{Interval: DefaultReconcile, PartialDeadline: DefaultPartialDeadline},
+		Reconcile: Reconcile{
+			Interval: DefaultReconcile, PartialDeadline: DefaultPartialDeadline, LostAfter: DefaultLostAfter,
+			MaxStops: DefaultMaxStops, MaxStopFraction: DefaultMaxStopFraction,
+		},
 	}
 }
 
@@ -612,12 +635,37 @@ func (p *parser) driver(body hcl.Body, d *Driver) {
 	}
 }
 
-var reconcileSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "interval"}, {Name: "partial_deadline"}}}
+var reconcileSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "interval"}, {Name: "partial_deadline"}, {Name: "lost_after"}, {Name: "max_stops"}, {Name: "max_stop_fraction"},
+}}
 
 func (p *parser) reconcile(body hcl.Body, r *Reconcile) {
 	c := p.content(body, reconcileSchema)
 	p.duration(c, "interval", &r.Interval, minReconcileInterval)
 	p.duration(c, "partial_deadline", &r.PartialDeadline, time.Second)
+	var lost time.Duration = -1
+	p.duration(c, "lost_after", &lost, 0)
+	if lost > maxLostAfter {
+		p.errorf(c.Attributes["lost_after"].Range, "lost_after: %s is above the maximum of %s", lost, maxLostAfter)
+	} else if lost >= 0 {
+		r.LostAfter = lost
+	}
+	if v, a, ok := p.value(c, "max_stops", cty.Number); ok {
+		n, acc := v.AsBigFloat().Int64()
+		if acc != 0 || n < 1 || n > maxMaxStops {
+			p.errorf(a.Range, "max_stops: want a whole number from 1 to %d", maxMaxStops)
+		} else {
+			r.MaxStops = int(n)
+		}
+	}
+	if v, a, ok := p.value(c, "max_stop_fraction", cty.Number); ok {
+		f, _ := v.AsBigFloat().Float64()
+		if !(f > 0 && f <= 1) {
+			p.errorf(a.Range, "max_stop_fraction: want a number above 0 and at most 1 (1 never refuses a reload)")
+		} else {
+			r.MaxStopFraction = f
+		}
+	}
 }
 
 func checkListen(s string) error {
@@ -701,6 +749,7 @@ func (c Config) RenderSettings() render.Settings {
 		ShutdownDelay:   c.Driver.ShutdownDelay,
 		Env:             env,
 		Commands:        cmds,
+		LostAfter:       c.Reconcile.LostAfter,
 	}
 }
 

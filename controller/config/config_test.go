@@ -101,8 +101,11 @@ driver {
 }
 
 reconcile {
-  interval         = "1m"
-  partial_deadline = "20m"
+  interval          = "1m"
+  partial_deadline  = "20m"
+  lost_after        = "2m"
+  max_stops         = 4
+  max_stop_fraction = 0.25
 }
 `, nil, with(func(c *Config) {
 			c.Listen = "0.0.0.0:8080"
@@ -120,7 +123,7 @@ reconcile {
 				Env:     map[string]string{"HF_HOME": "/srv/hf", "HF_HUB_OFFLINE": "1"},
 				Engines: map[string]string{"vllm": "/opt/vllm/bin/vllm", "command": "/usr/local/bin/fake-engine"},
 			}
-			c.Reconcile = Reconcile{Interval: time.Minute, PartialDeadline: 20 * time.Minute}
+			c.Reconcile = Reconcile{Interval: time.Minute, PartialDeadline: 20 * time.Minute, LostAfter: 2 * time.Minute, MaxStops: 4, MaxStopFraction: 0.25}
 		})},
 		{"consul defaults from the environment", "consul {}\n",
 			map[string]string{"CONSUL_HTTP_ADDR": "10.0.0.2:8500", "CONSUL_HTTP_TOKEN": "ct"},
@@ -169,6 +172,11 @@ func TestParseErrors(t *testing.T) {
 		{"ready interval too short", "driver {\n  ready_interval = \"10ms\"\n}\n", nil, []string{"c.hcl:2: ready_interval: 10ms is below the minimum of 100ms"}},
 		{"check timeout above interval", "driver {\n  check_interval = \"5s\"\n  check_timeout = \"10s\"\n}\n", nil, []string{"c.hcl:3: check_timeout: 10s is longer than check_interval 5s"}},
 		{"zero reconcile interval", "reconcile {\n  partial_deadline = \"0s\"\n}\n", nil, []string{"c.hcl:2: partial_deadline: 0s is below the minimum of 1s"}},
+		{"negative lost_after", "reconcile {\n  lost_after = \"-1s\"\n}\n", nil, []string{"c.hcl:2: lost_after: -1s is below the minimum of 0s"}},
+		{"lost_after too long", "reconcile {\n\n  lost_after = \"25h\"\n}\n", nil, []string{"c.hcl:3: lost_after: 25h0m0s is above the maximum of 24h0m0s"}},
+		{"max_stops zero", "reconcile {\n  max_stops = 0\n}\n", nil, []string{"c.hcl:2: max_stops: want a whole number from 1 to 10000"}},
+		{"max_stops fraction", "reconcile {\n  max_stops = 2.5\n}\n", nil, []string{"c.hcl:2: max_stops: want a whole number from 1 to 10000"}},
+		{"max_stop_fraction above 1", "reconcile {\n  max_stop_fraction = 1.5\n}\n", nil, []string{"c.hcl:2: max_stop_fraction: want a number above 0 and at most 1"}},
 		{"bad listen", "\nlisten = \"localhost\"\n", nil, []string{`c.hcl:2: listen: "localhost" is not host:port`}},
 		{"listen port", "listen = \"127.0.0.1:99999\"\n", nil, []string{`c.hcl:1: listen: "127.0.0.1:99999": port "99999" is not 1-65535`}},
 		{"listen port name", "listen = \"127.0.0.1:http\"\n", nil, []string{`port "http" is not 1-65535`}},

@@ -1,6 +1,7 @@
 package nomadfake
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -320,4 +321,58 @@ func (s *Server) Allocations(jobID string) []*api.Allocation {
 		panic("nomadfake: copy allocations: " + err.Error())
 	}
 	return out
+}
+
+// handleAllocChecks answers GET /v1/client/allocation/<id>/checks as a
+// Nomad client does for its nomad-provider service checks: one result per
+// check of the allocation's group services, keyed by check ID. The fake's
+// checks follow the allocation: "success" while it runs healthy (AutoRun,
+// SetAllocStatus running with healthy), "failure" while it runs unhealthy,
+// no result before it runs or after it ends. Unknown allocation: 404
+// "Unknown allocation"; its node down: 404 "No path to node".
+func (s *Server) handleAllocChecks(w http.ResponseWriter, r *http.Request, id string) {
+	if r.Method != http.MethodGet {
+		methodNotAllowed(w)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.allocs[id]
+	if a == nil {
+		writeError(w, errorf(http.StatusNotFound, "Unknown allocation %q", id))
+		return
+	}
+	if _, err := s.clientNodeLocked(a.NodeID, http.StatusNotFound); err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.AllocCheckStatuses{}
+	if a.ClientStatus == api.AllocClientStatusRunning && a.Job != nil {
+		status := "failure"
+		if a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
+			status = "success"
+		}
+		for _, tg := range a.Job.TaskGroups {
+			if tg.Name == nil || *tg.Name != a.TaskGroup {
+				continue
+			}
+			for _, svc := range tg.Services {
+				if svc.Provider != "nomad" && svc.Provider != "" {
+					continue
+				}
+				for _, c := range svc.Checks {
+					cid := fmt.Sprintf("%x", sha256.Sum256([]byte(a.ID+"/"+svc.Name+"/"+c.Name)))[:32]
+					code := 200
+					if status != "success" {
+						code = 503
+					}
+					out[cid] = api.AllocCheckStatus{
+						ID: cid, Check: c.Name, Group: a.JobID + "." + a.TaskGroup, Mode: "healthiness",
+						Service: svc.Name, Task: c.TaskName, Status: status, StatusCode: code, Timestamp: s.now().Unix(),
+					}
+				}
+			}
+		}
+	}
+	writeClientJSON(w, out)
 }

@@ -76,6 +76,13 @@
 // 0 W until SetPowerDraw. Unknown node: 404 `Unknown node "<id>"`; a down
 // node: 404 "No path to node". Memory and CPU stats are placeholders.
 //
+// Allocation checks: GET /v1/client/allocation/<id>/checks answers the
+// nomad-provider checks of the allocation's group services as a client
+// does (AllocCheckStatuses by check ID): "success" while the allocation
+// runs healthy, "failure" while it runs unhealthy, none before it runs or
+// after it ends; an unknown allocation 404 "Unknown allocation", its node
+// down 404 "No path to node".
+//
 // Variables: GET/PUT/DELETE /v1/var/<path>, GET /v1/vars (?prefix,
 // ?namespace with "*"). ?cas=N checks and sets as Nomad's state store (0:
 // only if absent; conflict: HTTP 409 whose body is the current variable, or
@@ -171,7 +178,7 @@
 //
 // ACLs and tokens, regions and federation, namespaces as objects (any name
 // is accepted), deployments and canaries, job versions, plan, scale,
-// dispatch, periodic force, services and checks (the service catalog),
+// dispatch, periodic force, service registrations (the service catalog),
 // allocation stop, restart, signal, exec and file system, node purge and
 // drain progress (a drain never migrates allocations or completes by
 // itself), CSI and host volumes, the event stream, operator and agent

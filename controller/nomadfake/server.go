@@ -604,6 +604,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleNodeMeta(w, r)
 	case p == "/v1/client/stats":
 		s.handleClientStats(w, r)
+	case strings.HasPrefix(p, "/v1/client/allocation/") && strings.HasSuffix(p, "/checks"):
+		s.handleAllocChecks(w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/v1/client/allocation/"), "/checks"))
 	case p == "/v1/vars":
 		s.handleVarList(w, r)
 	case strings.HasPrefix(p, "/v1/var/"):

@@ -32,46 +32,118 @@ func managedStub(id, replica string, nodes ...string) *api.JobListStub {
 func strconvI(n int) string { return string(rune('0' + n)) }
 
 func alloc(job, group, client string, healthy *bool, create uint64) *api.AllocationListStub {
-	a := &api.AllocationListStub{ID: job + group + client, JobID: job, TaskGroup: group, DesiredStatus: "run", ClientStatus: client, CreateIndex: create}
+	a := &api.AllocationListStub{ID: job + group + client, JobID: job, TaskGroup: group, DesiredStatus: "run", ClientStatus: client, CreateIndex: create, NodeID: "id-a"}
 	if healthy != nil {
 		a.DeploymentStatus = &api.AllocDeploymentStatus{Healthy: healthy}
 	}
 	return a
 }
 
+// on puts an allocation on a node; stopped marks it as Nomad marks a lost
+// or stopped one (desired stop).
+func on(a *api.AllocationListStub, node string) *api.AllocationListStub {
+	a.NodeID = "id-" + node
+	return a
+}
+
+func stopped(a *api.AllocationListStub) *api.AllocationListStub {
+	a.DesiredStatus = "stop"
+	return a
+}
+
 func TestJobs(t *testing.T) {
-	yes, no := true, false
+	yes := true
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	node := func(name, status string, since time.Duration) *api.Node {
+		return &api.Node{ID: "id-" + name, Name: name, Status: status, SchedulingEligibility: api.NodeSchedulingEligible,
+			StatusUpdatedAt: now.Add(-since).Unix()}
+	}
+	nodes := map[string]*api.Node{}
+	for _, n := range []*api.Node{node("a", "ready", time.Hour), node("b", "ready", time.Hour), node("down", "down", 40*time.Second),
+		node("fresh-down", "down", 5*time.Second), node("disc", "disconnected", 90*time.Second)} {
+		nodes[n.ID] = n
+	}
+	drain := node("drain", "ready", time.Hour)
+	drain.DrainStrategy = &api.DrainStrategy{}
+	nodes[drain.ID] = drain
+	pass := Check{Read: true, Passing: true}
 	stubs := []*api.JobListStub{
 		managedStub("j-serving", "m-0", "a", "b"),
 		managedStub("j-starting", "m-1", "a", "b"),
 		managedStub("j-partial", "m-2", "a", "b"),
 		managedStub("j-pending", "m-3", "a"),
 		managedStub("j-failed", "m-4", "a", "b"),
+		managedStub("j-replaced", "m-5", "a"),
+		managedStub("j-node-down", "m-6", "a", "down"),
+		managedStub("j-node-fresh-down", "m-7", "fresh-down"),
+		managedStub("j-unreadable", "m-8", "a"),
+		managedStub("j-deploy-only", "m-9", "a"),
+		managedStub("j-drained", "m-10", "drain"),
+		managedStub("j-disc", "m-11", "disc"),
+		managedStub("j-gone", "m-12", "a"),
 		{ID: "not-ours", Status: "running", Meta: map[string]string{"team": "x"}},
 		{ID: "stopped", Status: "running", Stop: true, Meta: managedStub("", "m-5", "a").Meta},
 		{ID: "broken", Status: "running", Meta: map[string]string{render.MetaManaged: "true", render.MetaModel: "m"}},
 	}
-	// Listed in any order, shards of one job interleaved with others.
+	// Every job was last registered at index 12: allocations of its current
+	// version have higher create indexes. Listed in any order, shards of
+	// one job interleaved with others.
 	allocs := []*api.AllocationListStub{
-		alloc("j-serving", "shard-1", "running", &yes, 5),
-		alloc("j-failed", "shard-0", "running", &yes, 5),
-		alloc("j-serving", "shard-0", "running", &yes, 4),
-		alloc("j-starting", "shard-0", "running", &yes, 4),
-		alloc("j-starting", "shard-1", "running", &no, 6),
-		alloc("j-partial", "shard-1", "pending", nil, 7),
-		alloc("j-failed", "shard-1", "lost", nil, 8),
+		alloc("j-serving", "shard-1", "running", nil, 15),
+		alloc("j-failed", "shard-0", "running", nil, 15),
+		alloc("j-serving", "shard-0", "running", nil, 14),
+		alloc("j-starting", "shard-0", "running", nil, 14),
+		alloc("j-starting", "shard-1", "running", nil, 16),
+		alloc("j-partial", "shard-1", "pending", nil, 17),
+		stopped(on(alloc("j-failed", "shard-1", "lost", nil, 18), "b")),
 		// An older failed allocation replaced by a newer running one does
 		// not make the replica fail.
-		alloc("j-serving", "shard-1", "failed", nil, 1),
+		alloc("j-serving", "shard-1", "failed", nil, 13),
+		// Lost before the job's re-registration at 12: the version that
+		// replaced it has no allocation yet.
+		stopped(alloc("j-replaced", "shard-0", "lost", nil, 9)),
+		alloc("j-node-down", "shard-0", "running", nil, 14),
+		on(alloc("j-node-down", "shard-1", "running", nil, 14), "down"),
+		on(alloc("j-node-fresh-down", "shard-0", "running", nil, 14), "fresh-down"),
+		alloc("j-unreadable", "shard-0", "running", nil, 14),
+		// Deployment health says healthy, the check does not pass.
+		alloc("j-deploy-only", "shard-0", "running", &yes, 14),
+		stopped(on(alloc("j-drained", "shard-0", "complete", nil, 14), "drain")),
+		on(alloc("j-disc", "shard-0", "unknown", nil, 14), "disc"),
+		on(alloc("j-gone", "shard-0", "running", nil, 14), "gc-ed"),
 	}
-	jobs, orphans := Jobs(stubs, allocs)
-	got := map[string]reconcile.State{}
+	checks := map[string]Check{
+		"j-servingshard-0running":         pass,
+		"j-failedshard-0running":          pass,
+		"j-startingshard-0running":        {Read: true, Detail: "check ready: failure (HTTP 503)"},
+		"j-node-downshard-0running":       pass,
+		"j-node-fresh-downshard-0running": pass,
+		"j-unreadableshard-0running":      {Detail: "context deadline exceeded"},
+		"j-deploy-onlyshard-0running":     {Read: true, Detail: "no check result yet"},
+	}
+	jobs, orphans := Jobs(stubs, allocs, Health{Now: now, LostAfter: 30 * time.Second, Nodes: nodes, Checks: checks})
+	type view struct {
+		State reconcile.State
+		Note  string
+	}
+	got := map[string]view{}
 	for _, j := range jobs {
-		got[j.ID] = j.State
+		got[j.ID] = view{j.State, j.Note}
 	}
-	want := map[string]reconcile.State{
-		"j-serving": reconcile.Serving, "j-starting": reconcile.Starting, "j-partial": reconcile.Partial,
-		"j-pending": reconcile.Pending, "j-failed": reconcile.Failed,
+	want := map[string]view{
+		"j-serving":         {reconcile.Serving, ""},
+		"j-starting":        {reconcile.Starting, "shard-0: check ready: failure (HTTP 503)"},
+		"j-partial":         {reconcile.Partial, ""},
+		"j-pending":         {reconcile.Pending, ""},
+		"j-failed":          {reconcile.Failed, "shard-1: allocation j-failed lost on node b"},
+		"j-replaced":        {reconcile.Pending, ""},
+		"j-node-down":       {reconcile.Failed, "shard-1: node down down for 40s (lost_after 30s)"},
+		"j-node-fresh-down": {reconcile.Starting, "shard-0: node fresh-down down for 5s; failed after lost_after 30s"},
+		"j-unreadable":      {reconcile.Starting, "shard-0: health unreadable: context deadline exceeded"},
+		"j-deploy-only":     {reconcile.Starting, "shard-0: no check result yet"},
+		"j-drained":         {reconcile.Failed, "shard-0: allocation j-draine stopped on node drain, which takes no work"},
+		"j-disc":            {reconcile.Failed, "shard-0: node disc disconnected for 1m30s (lost_after 30s)"},
+		"j-gone":            {reconcile.Failed, "shard-0: allocation j-gonesh is on node id-gc-ed, which Nomad no longer lists"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("states (-want +got):\n%s", diff)
@@ -89,6 +161,22 @@ func TestJobs(t *testing.T) {
 				t.Errorf("job fields: %+v", j)
 			}
 		}
+	}
+}
+
+func TestNextLost(t *testing.T) {
+	now := time.Unix(1000, 0)
+	nodes := map[string]*api.Node{
+		"1": {Status: "down", StatusUpdatedAt: 990},         // lost at 1020
+		"2": {Status: "disconnected", StatusUpdatedAt: 995}, // lost at 1025
+		"3": {Status: "down", StatusUpdatedAt: 900},         // already lost
+		"4": {Status: "ready", StatusUpdatedAt: 999},
+	}
+	if got := NextLost(nodes, 30*time.Second, now); !got.Equal(time.Unix(1020, 0)) {
+		t.Errorf("NextLost = %v, want 1020", got.Unix())
+	}
+	if got := NextLost(nodes, 0, now); !got.IsZero() {
+		t.Errorf("NextLost with lost_after 0 = %v, want none", got)
 	}
 }
 

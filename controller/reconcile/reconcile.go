@@ -53,6 +53,9 @@ type Job struct {
 	// Domain is the scope the job was pinned to (informational).
 	Domain facility.Scope
 	State  State
+	// Note says why a job that is not serving is not, shard by shard
+	// ("shard-0: node n3 down for 31s (lost_after 0s)"); empty when serving.
+	Note string
 	// Since is when the job entered State (for Partial and Pending: when it
 	// was registered or last placed).
 	Since time.Time

@@ -114,6 +114,13 @@ type Settings struct {
 	// config command); an engine not listed runs what the driver's plugin
 	// config names.
 	Commands map[string]string
+	// LostAfter, when not 0, is every group's disconnect.lost_after: Nomad
+	// keeps a disconnected node's allocations "unknown" that long before it
+	// marks them lost, without placing replacements (replace = false; the
+	// controller places the replica elsewhere once it counts as failed), and
+	// keeps the originals if the node comes back in time. 0 renders no
+	// disconnect block: Nomad marks them lost as soon as the node is down.
+	LostAfter time.Duration
 }
 
 // DefaultSettings returns the settings a zero Settings stands for.
@@ -156,6 +163,9 @@ func (s Settings) check() error {
 	}
 	if s.Priority < 0 {
 		errs = append(errs, fmt.Errorf("priority %d: negative", s.Priority))
+	}
+	if s.LostAfter < 0 {
+		errs = append(errs, fmt.Errorf("lost_after %s: negative", s.LostAfter))
 	}
 	return errors.Join(errs...)
 }
@@ -380,6 +390,13 @@ func (r *rendering) group(rank int, node string) *api.TaskGroup {
 		},
 		ShutdownDelay: new(s.ShutdownDelay),
 		Tasks:         []*api.Task{r.task(rank)},
+	}
+	if s.LostAfter > 0 {
+		tg.Disconnect = &api.DisconnectStrategy{
+			LostAfter: new(s.LostAfter),
+			Replace:   new(false),
+			Reconcile: new(api.ReconcileOptionKeepOriginal),
+		}
 	}
 	if rank == 0 {
 		tg.Services = r.services()

@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/reconcile"
+)
+
+// When the node of a replica goes down, Nomad marks its allocation lost
+// (desired stop) and cannot place it anywhere else (the group is pinned to
+// its node). The next pass places the replica again, off that node, and
+// the new allocation serves once its check passes: not after
+// partial_deadline.
+func TestNodeDownReplacesReplicaAtOnce(t *testing.T) {
+	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	jobs := e.liveJobs()
+	if len(jobs) != 1 {
+		t.Fatalf("jobs: %v", jobIDs(jobs))
+	}
+	first := jobs[0]
+	dead := first.Nodes[0]
+	if err := e.fake.SetNodeStatus(e.nodes[dead], api.NodeStatusDown); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.pass(c); n != 1 {
+		t.Fatalf("pass after node %s went down wrote %d jobs, want 1 (the replica placed again)", dead, n)
+	}
+	jobs = e.liveJobs()
+	if len(jobs) != 1 || jobs[0].ID != first.ID {
+		t.Fatalf("jobs after the node loss: %v, want %s re-registered in place", jobIDs(jobs), first.ID)
+	}
+	if slices.Contains(jobs[0].Nodes, dead) {
+		t.Fatalf("replica placed again on the dead node %s: %v", dead, jobs[0].Nodes)
+	}
+	e.serveAll()
+	e.settle(c)
+	rs := c.replicas(t)
+	if len(rs) != 1 || rs[0].State != reconcile.Serving.String() {
+		t.Fatalf("replicas after the move: %+v, want alpha-0 serving", rs)
+	}
+}
+
+// A node that stops answering is "down" for lost_after before its shards
+// count as failed: until then the replica is left where it is and the API
+// says why; once lost_after passes (the controller wakes itself for it),
+// the replica is placed elsewhere.
+func TestNodeDownWaitsForLostAfter(t *testing.T) {
+	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
+	e.cfg.Reconcile.LostAfter = time.Minute
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	first := e.liveJobs()[0]
+	dead := first.Nodes[0]
+	// The fake's SetNodeStatus("disconnected") changes only the node, as a
+	// disconnect block keeps the allocations (as "unknown" in Nomad).
+	if err := e.fake.SetNodeStatus(e.nodes[dead], api.NodeStatusDisconnected); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.pass(c); n != 0 {
+		t.Fatalf("pass within lost_after wrote %d jobs, want 0", n)
+	}
+	rs := c.replicas(t)
+	if len(rs) != 1 || !strings.Contains(rs[0].Note, "failed after lost_after 1m0s") {
+		t.Fatalf("replicas within lost_after: %+v, want a note on the disconnected node", rs)
+	}
+	e.clock.Advance(time.Minute)
+	if n := e.pass(c); n != 1 {
+		t.Fatalf("pass after lost_after wrote %d jobs, want 1", n)
+	}
+	if j := e.liveJobs(); len(j) != 1 || slices.Contains(j[0].Nodes, dead) {
+		t.Fatalf("jobs after lost_after: %+v", j)
+	}
+}

@@ -1,0 +1,283 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/render"
+)
+
+// Health reading. A replica serves when its shard-0 allocation's service
+// check passes, as read from where the check runs: Nomad's client
+// (/v1/client/allocation/<id>/checks) for service_provider "nomad", or
+// Consul's health for "consul". Deployment health is not used: Nomad sets
+// it only for allocations a deployment placed, and a replacement placed
+// outside one (a reschedule, a blocked evaluation that found room) would
+// never serve.
+//
+// An allocation not serving yet is read every second, one serving every
+// check interval (Settings.CheckInterval), at most healthReaders at a time,
+// each read bounded by healthTimeout. A read that fails leaves the
+// allocation "health unreadable": not serving.
+const (
+	healthReaders = 8
+	healthTimeout = 5 * time.Second
+	healthTick    = time.Second
+)
+
+// nomadCheckSuccess is Nomad's structs.CheckSuccess.
+const nomadCheckSuccess = "success"
+
+type healthEntry struct {
+	check observe.Check
+	next  time.Time // when to read it again
+}
+
+// checkTargets lists the allocations whose checks decide serving: the
+// running shard-0 allocations of the managed jobs, with their service
+// name, namespace and node ID.
+type checkTarget struct {
+	allocID, service, namespace string
+}
+
+func (c *Controller) checkTargets() []checkTarget {
+	c.mu.RLock()
+	jobs, allocs := c.snap.jobs, c.snap.allocs
+	c.mu.RUnlock()
+	service := map[string]string{} // job ID -> service name
+	for _, j := range jobs {
+		if j.Meta[render.MetaManaged] == "true" && j.Meta[render.MetaModel] != "" {
+			service[j.Namespace+"/"+j.ID] = render.ServiceName(j.Meta[render.MetaModel])
+		}
+	}
+	var out []checkTarget
+	for _, a := range allocs {
+		if a.TaskGroup != observe.CheckedGroup || !observe.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
+			continue
+		}
+		ns := a.Namespace
+		if ns == "" {
+			ns = api.DefaultNamespace
+		}
+		svc, ok := service[ns+"/"+a.JobID]
+		if !ok {
+			continue
+		}
+		out = append(out, checkTarget{allocID: a.ID, service: svc, namespace: ns})
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].allocID < out[k].allocID })
+	return out
+}
+
+// watchHealth keeps snap.checks current until ctx ends.
+func (c *Controller) watchHealth(ctx context.Context) {
+	entries := map[string]*healthEntry{}
+	every := c.cfg.Driver.CheckInterval
+	if every <= 0 {
+		every = render.DefaultCheckInterval
+	}
+	tick := time.NewTicker(healthTick)
+	defer tick.Stop()
+	for {
+		c.mu.RLock()
+		ready := c.snap.allocSynced && c.snap.jobsSynced
+		c.mu.RUnlock()
+		if ready {
+			targets := c.checkTargets()
+			now := time.Now()
+			var due []checkTarget
+			keep := map[string]bool{}
+			for _, t := range targets {
+				keep[t.allocID] = true
+				if e := entries[t.allocID]; e == nil || !now.Before(e.next) {
+					due = append(due, t)
+				}
+			}
+			changed := false
+			for id := range entries {
+				if !keep[id] {
+					delete(entries, id)
+					changed = true
+				}
+			}
+			if len(due) > 0 {
+				for id, chk := range c.readHealth(ctx, due) {
+					e := entries[id]
+					if e == nil {
+						e = &healthEntry{}
+						entries[id] = e
+						changed = true
+					}
+					if e.check != chk {
+						changed = true
+					}
+					e.check = chk
+					e.next = now.Add(healthTick)
+					if chk.Read && chk.Passing {
+						e.next = now.Add(every)
+					}
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.mu.Lock()
+			first := !c.snap.checksSynced
+			if changed || first {
+				checks := make(map[string]observe.Check, len(entries))
+				for id, e := range entries {
+					checks[id] = e.check
+				}
+				c.snap.checks, c.snap.checksSynced = checks, true
+			}
+			c.mu.Unlock()
+			if changed || first {
+				c.kick()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.healthTrigger:
+		}
+	}
+}
+
+// readHealth reads the checks of targets, a few at a time.
+func (c *Controller) readHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
+	if c.cfg.ServiceProvider == render.ProviderConsul {
+		return c.readConsulHealth(ctx, targets)
+	}
+	out := make([]observe.Check, len(targets))
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(healthReaders, len(targets)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(targets) || ctx.Err() != nil {
+					return
+				}
+				out[i] = c.readNomadChecks(ctx, targets[i])
+			}
+		})
+	}
+	wg.Wait()
+	m := make(map[string]observe.Check, len(targets))
+	for i, t := range targets {
+		m[t.allocID] = out[i]
+	}
+	return m
+}
+
+func (c *Controller) readNomadChecks(ctx context.Context, t checkTarget) observe.Check {
+	cctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	q := &api.QueryOptions{Namespace: t.namespace, Region: c.qo.Region}
+	st, err := c.nomad.Allocations().Checks(t.allocID, q.WithContext(cctx))
+	if err != nil {
+		return observe.Check{Detail: oneLine(err.Error())}
+	}
+	return nomadVerdict(st, t.service)
+}
+
+// nomadVerdict folds an allocation's check results for service.
+func nomadVerdict(st api.AllocCheckStatuses, service string) observe.Check {
+	ids := make([]string, 0, len(st))
+	for id := range st {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	results := 0
+	for _, id := range ids {
+		r := st[id]
+		if r.Service != service {
+			continue
+		}
+		results++
+		if r.Status != nomadCheckSuccess {
+			d := fmt.Sprintf("check %s: %s", r.Check, r.Status)
+			if r.StatusCode != 0 {
+				d += fmt.Sprintf(" (HTTP %d)", r.StatusCode)
+			}
+			return observe.Check{Read: true, Detail: d}
+		}
+	}
+	if results == 0 {
+		return observe.Check{Read: true, Detail: "no check result yet"}
+	}
+	return observe.Check{Read: true, Passing: true}
+}
+
+// readConsulHealth reads, per service, Consul's health of every instance
+// and picks the targets' by the service IDs Nomad gives them in Consul
+// ("_nomad-task-<alloc ID>-…").
+func (c *Controller) readConsulHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
+	out := make(map[string]observe.Check, len(targets))
+	if c.consul == nil {
+		for _, t := range targets {
+			out[t.allocID] = observe.Check{Detail: "service_provider is consul but no Consul client is configured"}
+		}
+		return out
+	}
+	byService := map[string][]checkTarget{}
+	for _, t := range targets {
+		byService[t.service] = append(byService[t.service], t)
+	}
+	names := make([]string, 0, len(byService))
+	for n := range byService {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		entries, _, err := c.consul.Health().Service(name, "", false, (&consulapi.QueryOptions{}).WithContext(cctx))
+		cancel()
+		for _, t := range byService[name] {
+			if err != nil {
+				out[t.allocID] = observe.Check{Detail: "consul: " + oneLine(err.Error())}
+				continue
+			}
+			out[t.allocID] = consulVerdict(entries, t.allocID)
+		}
+	}
+	return out
+}
+
+// consulVerdict is the health of the Consul instance of allocID's service.
+func consulVerdict(entries []*consulapi.ServiceEntry, allocID string) observe.Check {
+	prefix := "_nomad-task-" + allocID + "-"
+	for _, e := range entries {
+		if e.Service == nil || !strings.HasPrefix(e.Service.ID, prefix) {
+			continue
+		}
+		switch st := e.Checks.AggregatedStatus(); st {
+		case consulapi.HealthPassing:
+			if len(e.Checks) == 0 {
+				return observe.Check{Read: true, Detail: "no check result yet"}
+			}
+			return observe.Check{Read: true, Passing: true}
+		default:
+			return observe.Check{Read: true, Detail: "consul health: " + st}
+		}
+	}
+	return observe.Check{Read: true, Detail: "not registered in Consul yet"}
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
