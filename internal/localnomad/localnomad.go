@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -517,4 +519,121 @@ func (c *Cluster) Logs(ctx context.Context, alloc *api.Allocation, task, typ str
 			return buf.String(), nil
 		}
 	}
+}
+
+// Kill ends the agent as a machine's death would: SIGKILL to the agent
+// and, at the same moment, to every process it started (its plugins, the
+// driver's supervisors and engines, found as its descendants and as the
+// processes whose working directory is under the agent's Dir), with no
+// chance to clean up. It returns the PIDs it killed besides the agent.
+// Start brings the agent back on the same data dir, as a rebooted node.
+func (a *Agent) Kill() []int {
+	a.mu.Lock()
+	cmd, exited, lf := a.cmd, a.exited, a.logFile
+	a.cmd = nil
+	a.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	victims := descendants(cmd.Process.Pid)
+	for _, pid := range underDir(a.Dir) {
+		if pid != cmd.Process.Pid && !slices.Contains(victims, pid) {
+			victims = append(victims, pid)
+		}
+	}
+	_ = cmd.Process.Kill()
+	for _, pid := range victims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-exited
+	_ = lf.Close()
+	return victims
+}
+
+// descendants lists the PIDs below pid in the process tree, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, p := range procPIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		var state string
+		var ppid int
+		if _, err := fmt.Sscanf(s[i+1:], " %s %d", &state, &ppid); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// underDir lists the processes tied to dir: their working directory is
+// dir or below, or their command line or environment names a path under it
+// (a task's supervisor, re-parented away from the agent, still carries its
+// allocation's directory).
+func underDir(dir string) []int {
+	var out []int
+	needle := []byte(dir + "/")
+	for _, p := range procPIDs() {
+		if p == os.Getpid() {
+			continue
+		}
+		cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+			out = append(out, p)
+			continue
+		}
+		for _, f := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", p, f))
+			if err == nil && bytes.Contains(b, needle) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func procPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Alive reports which of pids still run (not zombies).
+func Alive(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 && s[i+2] == 'Z' {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
