@@ -80,12 +80,15 @@ type Controller struct {
 	mu       sync.RWMutex
 	catalog  facility.Catalog
 	facility facility.Facility
-	loadErr  error     // the last reload's error; the previous files stay in force
-	loadedAt time.Time // when the files in force were loaded
-	snap     snapshot
-	leader   bool
-	view     View
-	saved    map[string]string // replica -> last saved decision, to write only changes
+	loadErr  error // the last reload's error; the previous files stay in force
+	// confirmed: the files in force were loaded with the operator's
+	// say-so for the stops they cause (ReloadConfirmed).
+	confirmed bool
+	loadedAt  time.Time // when the files in force were loaded
+	snap      snapshot
+	leader    bool
+	view      View
+	saved     map[string]string // replica -> last saved decision, to write only changes
 }
 
 type snapshot struct {
@@ -174,9 +177,25 @@ func New(opts Options) (*Controller, error) {
 
 // Reload reads the catalog and facility files again. A bad file is refused
 // with its error and the files in force stay; the error stays visible in
-// the API (/v1/catalog) and the metrics until a good reload.
-func (c *Controller) Reload() error {
+// the API (/v1/catalog) and the metrics until a good reload. So is a
+// reload whose files would stop more than reconcile.max_stop_fraction of
+// the running replicas (ErrTooManyStops), unless ReloadConfirmed.
+func (c *Controller) Reload() error { return c.reload(false) }
+
+// ReloadConfirmed is Reload with the operator's say-so for a reload that
+// stops more than max_stop_fraction of the running replicas.
+func (c *Controller) ReloadConfirmed() error { return c.reload(true) }
+
+// ErrTooManyStops is a reload, or a pass of files never confirmed, that
+// would stop more than reconcile.max_stop_fraction of the running
+// replicas because the catalog no longer has them.
+var ErrTooManyStops = errors.New("too many stops")
+
+func (c *Controller) reload(confirm bool) error {
 	cat, fac, err := loadFiles(c.cfg)
+	if err == nil && !confirm {
+		err = c.checkStops(cat, fac)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -185,9 +204,57 @@ func (c *Controller) Reload() error {
 		return err
 	}
 	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
+	c.confirmed = confirm
 	c.metrics.reloadFailed.Set(0)
 	c.kick()
 	return nil
+}
+
+// checkStops plans a pass with the new files on what Nomad holds now and
+// refuses them if the catalog's stops go past the threshold. Before every
+// list has been read it lets them through: the pass guard (guardStops)
+// holds such stops back then.
+func (c *Controller) checkStops(cat facility.Catalog, fac facility.Facility) error {
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	in, _, _, err := c.input()
+	if err != nil {
+		return nil
+	}
+	holds, err := c.store.Holds()
+	if err != nil {
+		return nil
+	}
+	in.Catalog, in.Facility = cat, withHolds(fac, holds)
+	res, err := reconcile.Plan(in)
+	if err != nil {
+		return nil // the pass will say it
+	}
+	return c.tooManyStops(in, res.Actions)
+}
+
+// tooManyStops counts the stops the catalog causes against the running
+// replicas (the slots with a job).
+func (c *Controller) tooManyStops(in reconcile.Input, acts []reconcile.Action) error {
+	slots := map[string]bool{}
+	for _, j := range in.Jobs {
+		slots[j.Replica] = true
+	}
+	stopped := map[string]bool{}
+	for _, a := range acts {
+		if a.Kind == reconcile.Stop && a.Catalog {
+			stopped[a.Replica] = true
+		}
+	}
+	frac := c.cfg.Reconcile.MaxStopFraction
+	if frac <= 0 {
+		frac = config.DefaultMaxStopFraction
+	}
+	if len(stopped) == 0 || frac >= 1 || float64(len(stopped)) <= frac*float64(len(slots)) {
+		return nil
+	}
+	return fmt.Errorf("%w: the catalog %s would stop %d of the %d running replicas, more than reconcile.max_stop_fraction %g: refused, the catalog in force stays; "+
+		"confirm with `llmgw ctl reload --confirm` (POST /v1/reload {\"confirm\": true})", ErrTooManyStops, c.cfg.Catalog, len(stopped), len(slots), frac)
 }
 
 func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
@@ -613,6 +680,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	res.Actions = c.guardStops(in, res.Actions)
+	if res.DeferredStops > 0 {
+		c.log.Info("stops left for the next pass by reconcile.max_stops", "deferred", res.DeferredStops, "max_stops", in.MaxStops)
+	}
 	c.updateView(in, res)
 	var errs []error
 	for _, o := range orphans {
@@ -647,6 +718,37 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	c.saveDecisions(res)
 	return errors.Join(errs...)
+}
+
+// guardStops holds back the catalog's stops when they go past
+// max_stop_fraction and the files in force were not confirmed (a
+// controller started on a truncated catalog, say): the error shows in
+// /v1/catalog until a confirmed reload.
+func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []reconcile.Action {
+	c.mu.RLock()
+	confirmed := c.confirmed
+	c.mu.RUnlock()
+	if confirmed {
+		return acts
+	}
+	err := c.tooManyStops(in, acts)
+	if err == nil {
+		return acts
+	}
+	c.mu.Lock()
+	if c.loadErr == nil || !errors.Is(c.loadErr, ErrTooManyStops) {
+		c.log.Error("catalog stops held back", "error", err)
+	}
+	c.loadErr = err
+	c.mu.Unlock()
+	c.metrics.reloadFailed.Set(1)
+	out := acts[:0:0]
+	for _, a := range acts {
+		if !(a.Kind == reconcile.Stop && a.Catalog) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // wrote records the outcome of a job write: its index when known (the
@@ -722,6 +824,7 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 	return reconcile.Input{
 		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
+		MaxStops: c.cfg.Reconcile.MaxStops,
 	}, orphans, info, nil
 }
 

@@ -342,7 +342,16 @@ func TestModelRemovedAndReAdded(t *testing.T) {
   }
 }
 `)
-	if err := c.Reload(); err != nil {
+	// Three of the four running replicas would go: refused without the
+	// operator's say-so, and nothing is stopped.
+	err := c.Reload()
+	if !errors.Is(err, ErrTooManyStops) || !strings.Contains(err.Error(), "would stop 3 of the 4 running replicas") {
+		t.Fatalf("reload that stops 3 of 4: %v, want ErrTooManyStops naming the count", err)
+	}
+	if n := e.pass(c); n != 0 {
+		t.Fatalf("pass after the refused reload wrote %d jobs", n)
+	}
+	if err := c.ReloadConfirmed(); err != nil {
 		t.Fatal(err)
 	}
 	e.pass(c)

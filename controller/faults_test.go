@@ -84,3 +84,35 @@ func TestNodeDownWaitsForLostAfter(t *testing.T) {
 		t.Fatalf("jobs after lost_after: %+v", j)
 	}
 }
+
+// A controller that starts on a catalog that would stop most of what runs
+// (a truncated file, the wrong path) holds those stops back and says so in
+// /v1/catalog; a confirmed reload lets them through.
+func TestStartOnTruncatedCatalogHoldsStops(t *testing.T) {
+	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl-1")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	c.stop()
+	before := jobIDs(e.liveJobs())
+	e.writeCatalog(strings.Replace(alphaBeta[:strings.Index(alphaBeta, `model "beta"`)], "replicas = 3", "replicas = 1", 1))
+	c2 := e.start("ctl-2")
+	if n := e.pass(c2); n != 0 {
+		t.Fatalf("first pass on a truncated catalog wrote %d jobs, want 0", n)
+	}
+	if got := jobIDs(e.liveJobs()); !slices.Equal(got, before) {
+		t.Fatalf("jobs changed: %v, want %v", got, before)
+	}
+	var cv CatalogView
+	if code, body := call(t, "GET", c2.url+"/v1/catalog", "", nil, &cv); code != 200 || !strings.Contains(cv.Error, "would stop 3 of the 4 running replicas") {
+		t.Fatalf("catalog view: %d %s", code, body)
+	}
+	if err := c2.ReloadConfirmed(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.pass(c2); n != 3 {
+		t.Fatalf("pass after the confirmed reload wrote %d jobs, want 3 stops", n)
+	}
+}

@@ -31,11 +31,14 @@ type ReplicaView struct {
 	// Note says why a replica that is not serving is not, shard by shard:
 	// "shard-0: no check result yet", "shard-0: health unreadable: …",
 	// "shard-1: node n3 down for 31s (lost_after 0s)".
-	Note   string   `json:"note,omitempty"`
-	Domain string   `json:"domain,omitempty"`
-	Nodes  []string `json:"nodes,omitempty"`
-	Watts  float64  `json:"watts,omitempty"`
-	JobID  string   `json:"job_id,omitempty"`
+	Note string `json:"note,omitempty"`
+	// Waiting says why a roll or move of the replica waits this pass:
+	// max_surge reached, or no room beside it with max_unavailable 0.
+	Waiting string   `json:"waiting,omitempty"`
+	Domain  string   `json:"domain,omitempty"`
+	Nodes   []string `json:"nodes,omitempty"`
+	Watts   float64  `json:"watts,omitempty"`
+	JobID   string   `json:"job_id,omitempty"`
 	// Jobs lists every job of the slot when there is more than one.
 	Jobs  []string  `json:"jobs,omitempty"`
 	Since time.Time `json:"since,omitzero"`
@@ -86,7 +89,10 @@ type Explain struct {
 	Watts      float64              `json:"watts,omitempty"`
 	Rejections []facility.Rejection `json:"rejections,omitempty"`
 	Reasons    []string             `json:"reasons,omitempty"`
-	At         time.Time            `json:"at"`
+	// Waiting says why a roll or move of the replica waits (max_surge,
+	// no room with max_unavailable 0).
+	Waiting string    `json:"waiting,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 func explainOf(d facility.Decision, at time.Time) Explain {
@@ -110,7 +116,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 	for _, m := range in.Catalog.Models {
 		for i := 0; i < m.Replicas; i++ {
 			slot := facility.ReplicaID(m.Name, i)
-			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced"}
+			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced", Waiting: res.Waits[slot]}
 			jobs := bySlot[slot]
 			sort.Slice(jobs, func(a, b int) bool {
 				if jobs[a].State != jobs[b].State {
@@ -121,6 +127,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 			if len(jobs) > 0 {
 				j := jobs[0]
 				rv.Profile, rv.State, rv.JobID, rv.Since, rv.Note = j.Profile, j.State.String(), j.ID, j.Since, j.Note
+
 				for _, s := range j.Shards {
 					rv.Nodes = append(rv.Nodes, s.Node)
 					rv.Watts += s.Watts
@@ -287,6 +294,7 @@ func (c *Controller) saveDecisions(res reconcile.Result) {
 	now := c.now()
 	for slot, d := range res.Decisions {
 		e := explainOf(d, now)
+		e.Waiting = res.Waits[slot]
 		key := e
 		key.At = time.Time{}
 		b, _ := json.Marshal(key)

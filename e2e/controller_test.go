@@ -164,6 +164,7 @@ type replicaJSON struct {
 	ID, Model, Profile, State, Domain, JobID string
 	Nodes                                    []string
 	Jobs                                     []string
+	Note, Waiting                            string
 }
 
 func getReplicas(t *testing.T, base string) []replicaJSON {
@@ -183,13 +184,15 @@ func getReplicas(t *testing.T, base string) []replicaJSON {
 		JobID   string   `json:"job_id"`
 		Nodes   []string `json:"nodes"`
 		Jobs    []string `json:"jobs"`
+		Note    string   `json:"note"`
+		Waiting string   `json:"waiting"`
 	}
 	if err := json.Unmarshal(body, &out); err != nil {
 		t.Fatalf("replicas: %v: %s", err, body)
 	}
 	var rs []replicaJSON
 	for _, r := range out {
-		rs = append(rs, replicaJSON{r.ID, r.Model, r.Profile, r.State, r.Domain, r.JobID, r.Nodes, r.Jobs})
+		rs = append(rs, replicaJSON{r.ID, r.Model, r.Profile, r.State, r.Domain, r.JobID, r.Nodes, r.Jobs, r.Note, r.Waiting})
 	}
 	return rs
 }

@@ -196,10 +196,12 @@ func TestControllerNodeLossReplacesReplica(t *testing.T) {
 	if s := servingAllocs(t, c, "beta-0"); len(s) != 1 || s[0].ID != second.ID {
 		t.Errorf("after the node came back, serving allocations: %d, want only %s", len(s), second.ID)
 	}
-	rs := getReplicas(t, base)
-	if len(rs) != 1 || rs[0].State != "serving" || !slices.Equal(rs[0].Nodes, []string{second.NodeName}) {
-		t.Errorf("controller's replicas after the node came back: %+v", rs)
-	}
+	// The controller's view follows (within a health read).
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		rs := getReplicas(t, base)
+		return len(rs) == 1 && rs[0].State == "serving" && slices.Equal(rs[0].Nodes, []string{second.NodeName}),
+			fmt.Sprintf("controller's replicas after the node came back: %+v", rs)
+	})
 }
 
 // liveJobsOfSlot lists the llmgw jobs of a replica slot that are not

@@ -22,7 +22,15 @@ type Model struct {
 	Replicas int
 	// Profiles in order of preference: a replica takes the first that fits.
 	Profiles []Profile
-	Pos      Pos
+	// MaxSurge is how many of the model's replicas may have a second copy
+	// being brought up at once while they roll to a changed profile or move
+	// (out of a drained domain, off unhealthy GPUs); default 1.
+	MaxSurge int
+	// MaxUnavailable is how many of the model's replicas a roll or move
+	// may take out of service before their new copy serves, when there is
+	// no room to surge; default 0 (new copy first, always).
+	MaxUnavailable int
+	Pos            Pos
 }
 
 // Profile is one way to run a replica of a model.

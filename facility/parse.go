@@ -284,7 +284,7 @@ func ParseFacility(filename string, src []byte) (Facility, error) {
 var catalogSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "model", LabelNames: []string{"name"}}}}
 
 var modelSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "source"}, {Name: "replicas"}},
+	Attributes: []hcl.AttributeSchema{{Name: "source"}, {Name: "replicas"}, {Name: "max_surge"}, {Name: "max_unavailable"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "profile", LabelNames: []string{"name"}}},
 }
 
@@ -298,7 +298,8 @@ var profileSchema = &hcl.BodySchema{
 }
 
 // ParseCatalog parses a catalog file (catalog.hcl): model blocks with their
-// profiles in order of preference. Defaults: replicas 1, gpus 1, nodes 1,
+// profiles in order of preference. Defaults: replicas 1, max_surge 1,
+// max_unavailable 0, gpus 1, nodes 1,
 // spread ["rack", "pdu"], pool "default", weight 1. Every problem is an
 // *Error naming filename:line.
 func ParseCatalog(filename string, src []byte) (Catalog, error) {
@@ -309,10 +310,15 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 	}
 	var cat Catalog
 	for _, mb := range d.content(body, catalogSchema).Blocks {
-		m := Model{Name: mb.Labels[0], Replicas: 1, Pos: d.pos(mb.DefRange)}
+		m := Model{Name: mb.Labels[0], Replicas: 1, MaxSurge: 1, Pos: d.pos(mb.DefRange)}
 		mc := d.content(mb.Body, modelSchema)
 		d.decode(mc, "source", &m.Source)
 		d.intIn(mc, "replicas", &m.Replicas, 0, maxCount)
+		d.intIn(mc, "max_surge", &m.MaxSurge, 0, maxCount)
+		d.intIn(mc, "max_unavailable", &m.MaxUnavailable, 0, maxCount)
+		if m.MaxSurge == 0 && m.MaxUnavailable == 0 {
+			d.errorf(mb.DefRange, "model %q: max_surge and max_unavailable are both 0: a roll could never make progress", m.Name)
+		}
 		for _, pb := range mc.Blocks {
 			m.Profiles = append(m.Profiles, d.profile(pb))
 		}

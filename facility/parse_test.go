@@ -128,7 +128,7 @@ func TestParseCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Catalog{Models: []Model{{
-		Name: "llama-3.1-70b", Source: "meta-llama/Llama-3.1-70B-Instruct", Replicas: 4, Pos: Pos{"catalog.hcl", 1},
+		Name: "llama-3.1-70b", Source: "meta-llama/Llama-3.1-70B-Instruct", Replicas: 4, MaxSurge: 1, Pos: Pos{"catalog.hcl", 1},
 		Profiles: []Profile{
 			{
 				Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 2, Watts: 2600,
@@ -202,6 +202,9 @@ func TestParseErrors(t *testing.T) {
 		{"catalog: missing engine", "catalog", "model \"m\" {\n  profile \"p\" {\n    gpu = \"H\"\n  }\n}\n", `f.hcl:2: Missing required argument: The argument "engine" is required, but no definition was found.`},
 		{"catalog: zero gpus", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    gpus = 0\n  }\n}\n", "f.hcl:5: gpus must be between 1 and 65536, got 0"},
 		{"catalog: negative replicas", "catalog", "model \"m\" {\n  replicas = -1\n" + "  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:2: replicas must not be negative, got -1"},
+		{"catalog: negative max_surge", "catalog", "model \"m\" {\n\n  max_surge = -1\n" + "  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:3: max_surge must not be negative, got -1"},
+		{"catalog: negative max_unavailable", "catalog", "model \"m\" {\n  max_unavailable = -2\n" + "  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:2: max_unavailable must not be negative, got -2"},
+		{"catalog: a roll that cannot move", "catalog", "model \"m\" {\n  max_surge = 0\n" + "  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:1: model \"m\": max_surge and max_unavailable are both 0: a roll could never make progress"},
 		{"catalog: multi-node without keep_within", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    nodes = 2\n  }\n}\n", `f.hcl:2: profile "p": keep_within is required when nodes > 1`},
 		{"catalog: unknown keep_within", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    nodes = 2\n    keep_within = \"cage\"\n  }\n}\n", `f.hcl:6: keep_within: unknown level "cage"`},
 		{"catalog: unknown spread level", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    spread = [\"rack\", \"shelf\"]\n  }\n}\n", `f.hcl:5: spread: unknown level "shelf"`},

@@ -75,6 +75,9 @@ type Input struct {
 	// PartialDeadline is how long a job may stay partly placed (or placed
 	// nowhere) before it is placed again; Nomad has no gang placement.
 	PartialDeadline time.Duration
+	// MaxStops caps the stops of one pass (0: no cap); the rest are left
+	// for the next passes, which see what the first ones did.
+	MaxStops int
 	// Gens holds, per replica slot, the highest generation of any job Nomad
 	// still holds for it, stopped and dead ones included (they are not in
 	// Jobs). A new job takes a generation above it: Nomad keeps a stopped
@@ -120,6 +123,9 @@ type Action struct {
 	// ExpectIndex is the JobModifyIndex a Replace must match.
 	ExpectIndex uint64
 	Reason      string
+	// Catalog marks a Stop whose cause is the catalog itself (its model or
+	// slot left it): what a bad reload would do in bulk.
+	Catalog bool
 }
 
 func (a Action) String() string {
@@ -142,13 +148,18 @@ type Result struct {
 	// Usage is every budgeted domain's budget and draw from what runs,
 	// before this pass's placements (facility.Planner.Budgeted).
 	Usage []facility.DomainUsage
+	// Waits says, by replica, why a roll or move of it waits this pass
+	// (max_surge reached; no room to surge with max_unavailable 0).
+	Waits map[string]string
+	// DeferredStops counts the stops left for later passes by MaxStops.
+	DeferredStops int
 }
 
 // Plan decides one pass. It fails only on input the planner refuses (an
 // invalid facility, jobs on nodes it does not know are tolerated: their
 // shards are left out of the accounting).
 func Plan(in Input) (Result, error) {
-	res := Result{Decisions: map[string]facility.Decision{}}
+	res := Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}}
 	models := map[string]facility.Model{}
 	for _, m := range in.Catalog.Models {
 		models[m.Name] = m
@@ -168,13 +179,13 @@ func Plan(in Input) (Result, error) {
 		m, ok := models[j.Model]
 		switch {
 		case !ok:
-			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
+			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
 			continue
 		case slotIndex(j.Replica, j.Model) < 0:
-			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
+			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
 			continue
 		case slotIndex(j.Replica, j.Model) >= m.Replicas:
-			res.Actions = append(res.Actions, stop(j, fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)))
+			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)))
 			continue
 		}
 		bySlot[j.Replica] = append(bySlot[j.Replica], j)
@@ -204,9 +215,14 @@ func Plan(in Input) (Result, error) {
 		for _, p := range m.Profiles {
 			profiles[p.Name] = p
 		}
+		roll := newRollState(m, profiles, bySlot, draining)
 		for i := 0; i < m.Replicas; i++ {
 			slot := facility.ReplicaID(m.Name, i)
-			acts, placed, commit := planSlot(in, m, profiles, slot, bySlot[slot], draining, planner)
+			acts, placed, commit := planSlot(in, m, profiles, slot, bySlot[slot], draining, planner, roll)
+			if roll.wait != "" {
+				res.Waits[slot] = roll.wait
+				roll.wait = ""
+			}
 			res.Actions = append(res.Actions, acts...)
 			if placed == nil {
 				continue
@@ -219,14 +235,79 @@ func Plan(in Input) (Result, error) {
 			}
 		}
 	}
+	res.Actions, res.DeferredStops = capStops(res.Actions, in.MaxStops)
 	return res, nil
+}
+
+// capStops keeps the first max stops (all when max is 0) and every other
+// action.
+func capStops(acts []Action, max int) ([]Action, int) {
+	if max <= 0 {
+		return acts, 0
+	}
+	out := acts[:0:0]
+	stops, deferred := 0, 0
+	for _, a := range acts {
+		if a.Kind == Stop {
+			if stops == max {
+				deferred++
+				continue
+			}
+			stops++
+		}
+		out = append(out, a)
+	}
+	return out, deferred
+}
+
+// rollState is one model's rolls and moves in a pass: replicas with an old
+// copy (a stale profile, or in a drained domain) waiting on a new one.
+type rollState struct {
+	maxSurge, maxUnavailable int
+	// surging counts the slots whose new copy is up but not serving yet
+	// beside an old one, and the new copies this pass creates.
+	surging int
+	// unavailable counts the slots with no serving copy, and the old
+	// copies this pass stops before their new one serves.
+	unavailable int
+	wait        string // why the slot being planned waits; read and reset by Plan
+}
+
+func newRollState(m facility.Model, profiles map[string]facility.Profile, bySlot map[string][]Job, draining map[string]bool) *rollState {
+	r := &rollState{maxSurge: m.MaxSurge, maxUnavailable: m.MaxUnavailable}
+	if r.maxSurge == 0 && r.maxUnavailable == 0 {
+		r.maxSurge = 1 // a Model built in code, not parsed: the parser's default
+	}
+	for i := 0; i < m.Replicas; i++ {
+		var old, fresh, serving bool
+		for _, j := range bySlot[facility.ReplicaID(m.Name, i)] {
+			p, ok := profiles[j.Profile]
+			current := ok && facility.ProfileFingerprint(m, p) == j.FP
+			switch {
+			case !current || draining[j.ID]:
+				old = true
+			case j.State != Serving:
+				fresh = true
+			}
+			if j.State == Serving {
+				serving = true
+			}
+		}
+		if old && fresh {
+			r.surging++
+		}
+		if !serving {
+			r.unavailable++
+		}
+	}
+	return r
 }
 
 // planSlot decides one slot. It returns the actions, the decision made for
 // it (placed or not) when it asked the planner, and whether an action uses
 // that decision, so that it must be committed before the next slot.
 func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, slot string, jobs []Job,
-	draining map[string]bool, planner *facility.Planner) ([]Action, *facility.Decision, bool) {
+	draining map[string]bool, planner *facility.Planner, roll *rollState) ([]Action, *facility.Decision, bool) {
 	var acts []Action
 	var current, stale []Job
 	for _, j := range jobs {
@@ -271,16 +352,46 @@ func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, 
 		case len(stale) > 0:
 			reason = "rolling to the catalog's profile"
 		}
-		d := planner.Place(facility.Request{Replica: slot, Model: m})
-		if d.Placed {
-			acts = append(acts, Action{
-				Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
-				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
-				Decision: d, Reason: reason,
-			})
+		if reason == "missing" {
+			d := planner.Place(facility.Request{Replica: slot, Model: m})
+			if d.Placed {
+				acts = append(acts, Action{
+					Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
+					Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+					Decision: d, Reason: reason,
+				})
+			}
+			return acts, &d, d.Placed
 		}
-		// Stale and held jobs keep serving until a new copy serves.
-		return acts, &d, d.Placed
+		// A roll or a move: new copy first while max_surge allows; the
+		// old one keeps serving until the new one does.
+		old := append(append([]Job(nil), held...), stale...)
+		sortBest(old)
+		if roll.surging < roll.maxSurge {
+			d := planner.Place(facility.Request{Replica: slot, Model: m})
+			if d.Placed {
+				roll.surging++
+				acts = append(acts, Action{
+					Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
+					Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+					Decision: d, Reason: reason,
+				})
+				return acts, &d, true
+			}
+			// No room for a second copy: in place, if max_unavailable
+			// lets this replica stop serving until its new copy does.
+			if roll.unavailable < roll.maxUnavailable || old[0].State != Serving {
+				return append(acts, stopOld(old, roll, reason+": no room for a new copy beside the old; max_unavailable "+
+					fmt.Sprint(roll.maxUnavailable)+" lets it go first")...), &d, false
+			}
+			roll.wait = fmt.Sprintf("%s waits: no room for a new copy beside the serving one, and max_unavailable is %d", reason, roll.maxUnavailable)
+			return acts, &d, false
+		}
+		if roll.unavailable < roll.maxUnavailable {
+			return append(acts, stopOld(old, roll, fmt.Sprintf("%s: max_surge %d reached; max_unavailable %d lets it go first", reason, roll.maxSurge, roll.maxUnavailable))...), nil, false
+		}
+		roll.wait = fmt.Sprintf("%s waits: max_surge %d reached (%d of model %s's replicas have a new copy coming up)", reason, roll.maxSurge, roll.surging, m.Name)
+		return acts, nil, false
 	}
 
 	// A kept job exists. Older copies go once it serves.
@@ -352,6 +463,27 @@ func inDrain(j Job, draining map[string]bool) bool { return draining[j.ID] }
 
 func stop(j Job, why string) Action {
 	return Action{Kind: Stop, Replica: j.Replica, JobID: j.ID, Reason: why}
+}
+
+func catalogStop(j Job, why string) Action {
+	a := stop(j, why)
+	a.Catalog = true
+	return a
+}
+
+// stopOld stops a slot's old copies before its new one exists (a roll in
+// place), counting the slot unavailable if one of them served.
+func stopOld(old []Job, roll *rollState, why string) []Action {
+	var acts []Action
+	served := false
+	for _, j := range old {
+		served = served || j.State == Serving
+		acts = append(acts, stop(j, why))
+	}
+	if served {
+		roll.unavailable++
+	}
+	return acts
 }
 
 // sortBest orders jobs best first: state, then age, then ID.

@@ -217,6 +217,7 @@ func TestDuplicatesKeepTheServingOne(t *testing.T) {
 
 func TestRollNewCopyFirst(t *testing.T) {
 	w := newWorld()
+	w.cat.Models[0].MaxSurge = 4
 	w.converge(t)
 	before := w.jobIDs()
 	w.cat.Models[0].Profiles[0].Args = []string{"--max-model-len", "8192"} // changes the fingerprint
@@ -246,6 +247,85 @@ func TestRollNewCopyFirst(t *testing.T) {
 	sort.Strings(stopped)
 	if diff := cmp.Diff(before, stopped); diff != "" {
 		t.Fatalf("stopped (-want +got):\n%s", diff)
+	}
+}
+
+// max_surge caps how many replicas of a model have a new copy coming up
+// at once; the others wait and say why.
+func TestRollObeysMaxSurge(t *testing.T) {
+	w := newWorld()
+	w.cat.Models[0].MaxSurge = 2
+	w.converge(t)
+	w.cat.Models[0].Profiles[0].Args = []string{"--max-model-len", "8192"}
+	res := w.plan(t)
+	if diff := cmp.Diff([]string{"create m-0", "create m-1"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("first pass (-want +got):\n%s", diff)
+	}
+	for _, slot := range []string{"m-2", "m-3"} {
+		if !strings.Contains(res.Waits[slot], "max_surge 2 reached") {
+			t.Errorf("%s waits %q, want max_surge named", slot, res.Waits[slot])
+		}
+	}
+	w.apply(res.Actions)
+	if res := w.plan(t); len(res.Actions) != 0 || len(res.Waits) != 2 {
+		t.Fatalf("while the first two start: %v, waits %v", kinds(res.Actions), res.Waits)
+	}
+	w.serveAll()
+	res = w.plan(t)
+	if diff := cmp.Diff([]string{"stop m-0", "stop m-1", "create m-2", "create m-3"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("once they serve (-want +got):\n%s", diff)
+	}
+}
+
+// A full fleet leaves no room for a second copy: with max_unavailable 0
+// the roll waits and says so; with max_unavailable 1 one replica at a time
+// stops first and is placed again on what it freed.
+func TestRollWithoutRoom(t *testing.T) {
+	for _, unavailable := range []int{0, 1} {
+		t.Run(fmt.Sprint("max_unavailable=", unavailable), func(t *testing.T) {
+			w := newWorld()
+			w.cat.Models[0].Replicas = 16 // 4 GPUs each: fills the 8 nodes of 8 GPUs
+			w.cat.Models[0].MaxUnavailable = unavailable
+			w.converge(t)
+			w.cat.Models[0].Profiles[0].Args = []string{"--max-model-len", "8192"}
+			res := w.plan(t)
+			if unavailable == 0 {
+				if len(res.Actions) != 0 {
+					t.Fatalf("roll without room and max_unavailable 0: %v", kinds(res.Actions))
+				}
+				if !strings.Contains(res.Waits["m-0"], "no room for a new copy beside the serving one, and max_unavailable is 0") {
+					t.Fatalf("m-0 waits %q", res.Waits["m-0"])
+				}
+				return
+			}
+			if diff := cmp.Diff([]string{"stop m-0"}, kinds(res.Actions)); diff != "" {
+				t.Fatalf("first pass (-want +got):\n%s", diff)
+			}
+			w.apply(res.Actions)
+			res = w.plan(t)
+			if diff := cmp.Diff([]string{"create m-0"}, kinds(res.Actions)); diff != "" {
+				t.Fatalf("second pass (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// MaxStops caps the stops of one pass; the rest come in later passes.
+func TestMaxStops(t *testing.T) {
+	w := newWorld()
+	w.converge(t)
+	w.cat.Models[0].Replicas = 0
+	res, err := Plan(Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac, Jobs: w.jobs, MaxStops: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Actions) != 3 || res.DeferredStops != 1 {
+		t.Fatalf("actions %v, deferred %d; want 3 stops and 1 deferred", kinds(res.Actions), res.DeferredStops)
+	}
+	for _, a := range res.Actions {
+		if !a.Catalog {
+			t.Errorf("%v: not marked as a stop the catalog caused", a)
+		}
 	}
 }
 
