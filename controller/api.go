@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -34,6 +35,7 @@ func (c *Controller) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/facility/holds/{domain}", c.auth(c.putHold))
 	mux.HandleFunc("DELETE /v1/facility/holds/{domain}", c.auth(c.deleteHold))
 	mux.HandleFunc("PUT /v1/nodes/{node}/labels", c.auth(c.putLabels))
+	mux.HandleFunc("POST /v1/reload", c.auth(c.postReload))
 	// The web console: static files; it calls the API above like llmgw ctl.
 	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
@@ -288,6 +290,45 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 	c.log.Info("hold released", "domain", d.String())
 	c.kick()
 	writeJSON(w, http.StatusOK, map[string]string{"released": d.String()})
+}
+
+// ReloadRequest is the body of POST /v1/reload.
+type ReloadRequest struct {
+	// Confirm lets through a catalog that stops more than
+	// reconcile.max_stop_fraction of the running replicas.
+	Confirm bool `json:"confirm"`
+}
+
+// postReload reads the catalog and facility files again, as SIGHUP does.
+// A refused reload answers 409 (too many stops: confirm) or 422 (a bad
+// file), and the files in force stay.
+func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
+	var req ReloadRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"confirm": true|false}`)
+			return
+		}
+	}
+	var err error
+	if req.Confirm {
+		err = c.ReloadConfirmed()
+	} else {
+		err = c.Reload()
+	}
+	switch {
+	case errors.Is(err, ErrTooManyStops):
+		writeErr(w, http.StatusConflict, err.Error(), `check the catalog; if the stops are meant, send {"confirm": true}`)
+		return
+	case err != nil:
+		writeErr(w, http.StatusUnprocessableEntity, err.Error(), "fix the file; the previous catalog and facility stay in force")
+		return
+	}
+	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
+	c.mu.RLock()
+	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
+	c.mu.RUnlock()
+	writeJSON(w, http.StatusOK, cv)
 }
 
 // LabelsRequest is the body of PUT /v1/nodes/{node}/labels: location

@@ -557,3 +557,32 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+func (c *ctl) reloadCmd() *cobra.Command {
+	var req controller.ReloadRequest
+	cmd := &cobra.Command{
+		Use:   "reload [--confirm]",
+		Short: "Reload the controller's catalog and facility files (as SIGHUP does)",
+		Long: `Reload the catalog and facility files. A bad file is refused and the files in
+force stay. So is a catalog that would stop more than reconcile.max_stop_fraction
+of the running replicas (default half): check it, and if the stops are meant,
+reload again with --confirm.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			raw, err := cl.do(cmd.Context(), "POST", "/v1/reload", nil, req, nil)
+			if err != nil {
+				return err
+			}
+			if c.json() {
+				return printJSON(cmd, raw)
+			}
+			return write(cmd.OutOrStdout(), []byte("reloaded\n"))
+		},
+	}
+	cmd.Flags().BoolVar(&req.Confirm, "confirm", false, "let through a catalog that stops more than max_stop_fraction of the running replicas")
+	return cmd
+}

@@ -144,7 +144,7 @@ API token; 5 controller unreachable.`,
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(
 		c.modelsCmd(), c.replicasCmd(), c.explainCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(),
-		completionCmd(),
+		c.reloadCmd(), completionCmd(),
 	)
 	return cmd
 }

@@ -356,3 +356,14 @@ func TestTablesFromRecordedAPI(t *testing.T) {
 		golden(t, tc.golden, r.stdout)
 	}
 }
+
+func TestReload(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{Token: "s3cret"})
+	if r := run(t, addrEnv(e), "reload"); r.code != ExitUnauthorized {
+		t.Errorf("reload without the token: exit %d (%s), want %d", r.code, r.stderr, ExitUnauthorized)
+	}
+	r := run(t, map[string]string{EnvAddr: e.URL, EnvToken: "s3cret"}, "reload", "--confirm")
+	if r.code != ExitOK || r.stdout != "reloaded\n" {
+		t.Errorf("reload --confirm: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
