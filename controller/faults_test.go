@@ -116,3 +116,55 @@ func TestStartOnTruncatedCatalogHoldsStops(t *testing.T) {
 		t.Fatalf("pass after the confirmed reload wrote %d jobs, want 3 stops", n)
 	}
 }
+
+// A replica whose GPU turns unhealthy is moved off it, new copy first: the
+// old job keeps serving until the new one does, then it is stopped.
+func TestUnhealthyGPUMovesReplicaNewCopyFirst(t *testing.T) {
+	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	old := e.liveJobs()[0]
+	var node, dev string
+	for _, a := range e.fake.Allocations(old.ID) {
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				node, dev = a.NodeID, d.DeviceIDs[0]
+			}
+		}
+	}
+	if dev == "" {
+		t.Fatal("the replica's allocation holds no device")
+	}
+	if err := e.fake.SetDeviceHealth(node, dev, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.pass(c); n != 1 {
+		t.Fatalf("pass after the GPU turned unhealthy wrote %d jobs, want 1 (a new copy)", n)
+	}
+	jobs := e.liveJobs()
+	if len(jobs) != 2 {
+		t.Fatalf("jobs while moving: %v, want the old and a new one", jobIDs(jobs))
+	}
+	rs := c.replicas(t)
+	if len(rs) != 1 || rs[0].JobID != old.ID || rs[0].State != reconcile.Serving.String() {
+		t.Fatalf("while the new copy starts the old one must serve: %+v", rs)
+	}
+	e.serveAll()
+	e.pass(c)
+	jobs = e.liveJobs()
+	if len(jobs) != 1 || jobs[0].ID == old.ID {
+		t.Fatalf("jobs after the new copy serves: %v, want only the new one", jobIDs(jobs))
+	}
+	for _, a := range e.fake.Allocations(jobs[0].ID) {
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				if slices.Contains(d.DeviceIDs, dev) {
+					t.Fatalf("new copy placed on the unhealthy GPU %s", dev)
+				}
+			}
+		}
+	}
+}

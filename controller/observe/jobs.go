@@ -56,6 +56,7 @@ func Jobs(stubs []*api.JobListStub, allocs []*api.AllocationListStub, h Health) 
 			j.Shards = append(j.Shards, facility.Shard{Node: n, Watts: m.Watts[i], GPU: m.GPU, GPUs: m.GPUs})
 		}
 		j.State, j.Note = jobState(s, m.Shards, byJob[s.ID], h)
+		j.Unhealthy = unhealthyGPUs(byJob[s.ID], h.Nodes)
 		out = append(out, j)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
@@ -235,6 +236,47 @@ func shardOf(group string, allocs []*api.AllocationListStub, jobModifyIndex uint
 	default:
 		return shardPlaced, ""
 	}
+}
+
+// unhealthyGPUs names the devices the job's live allocations hold that
+// their node's device plugin reports unhealthy ("" when none).
+func unhealthyGPUs(allocs []*api.AllocationListStub, nodes map[string]*api.Node) string {
+	var out []string
+	for _, a := range allocs {
+		n := nodes[a.NodeID]
+		if !Live(a) || a.AllocatedResources == nil || n == nil || n.NodeResources == nil {
+			continue
+		}
+		health := map[string]*api.NodeDevice{}
+		for _, d := range n.NodeResources.Devices {
+			for _, in := range d.Instances {
+				health[in.ID] = in
+			}
+		}
+		names := make([]string, 0, len(a.AllocatedResources.Tasks))
+		for name := range a.AllocatedResources.Tasks {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			t := a.AllocatedResources.Tasks[name]
+			if t == nil {
+				continue
+			}
+			for _, d := range t.Devices {
+				for _, id := range d.DeviceIDs {
+					if in := health[id]; in != nil && !in.Healthy {
+						msg := fmt.Sprintf("%s on node %s unhealthy", id, n.Name)
+						if in.HealthDescription != "" {
+							msg += ": " + in.HealthDescription
+						}
+						out = append(out, msg)
+					}
+				}
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // NextLost is the first moment after now at which a node that is down or

@@ -56,6 +56,10 @@ type Job struct {
 	// Note says why a job that is not serving is not, shard by shard
 	// ("shard-0: node n3 down for 31s (lost_after 0s)"); empty when serving.
 	Note string
+	// Unhealthy names the GPUs the job holds that their device plugin
+	// reports unhealthy: the job is moved off them, new copy first, as out
+	// of a drained domain.
+	Unhealthy string
 	// Since is when the job entered State (for Partial and Pending: when it
 	// was registered or last placed).
 	Since time.Time
@@ -208,6 +212,11 @@ func Plan(in Input) (Result, error) {
 	for _, id := range planner.Draining() {
 		draining[id] = true
 	}
+	for _, j := range live {
+		if j.Unhealthy != "" {
+			draining[j.ID] = true // moved off its GPUs as out of a drain
+		}
+	}
 
 	// 3. Slot by slot, in catalog order.
 	for _, m := range in.Catalog.Models {
@@ -347,6 +356,8 @@ func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, 
 		// Nothing current outside drain holds: place a new job.
 		reason := "missing"
 		switch {
+		case len(held) > 0 && held[0].Unhealthy != "":
+			reason = "moving off unhealthy GPUs (" + held[0].Unhealthy + ")"
 		case len(held) > 0:
 			reason = "moving out of held domain"
 		case len(stale) > 0:
@@ -397,7 +408,11 @@ func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, 
 	// A kept job exists. Older copies go once it serves.
 	if keep.State == Serving {
 		for _, j := range held {
-			acts = append(acts, stop(j, "moved out of held domain; "+keep.ID+" serves"))
+			why := "moved out of held domain; "
+			if j.Unhealthy != "" {
+				why = "moved off unhealthy GPUs; "
+			}
+			acts = append(acts, stop(j, why+keep.ID+" serves"))
 		}
 		for _, j := range stale {
 			acts = append(acts, stop(j, "rolled; "+keep.ID+" serves"))
