@@ -155,6 +155,8 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 // nomadReasons reads why Nomad could not place a job's groups.
 func (c *Controller) nomadReasons(ctx context.Context, jobID string) []NomadReason {
 	qo := *c.qo
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	evals, _, err := c.nomad.Jobs().Evaluations(jobID, (&qo).WithContext(ctx))
 	if err != nil || len(evals) == 0 {
 		return nil
@@ -385,7 +387,9 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	qo := *c.qo
-	_, err := c.nomad.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: meta}, (&qo).WithContext(r.Context()))
+	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	defer cancel()
+	_, err := c.nomad.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: meta}, (&qo).WithContext(ctx))
 	if err != nil {
 		writeErr(w, http.StatusBadGateway, "nomad: "+err.Error(), "")
 		return

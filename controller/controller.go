@@ -77,6 +77,12 @@ type Controller struct {
 	unsure      map[string]bool
 	behindSince time.Time // when passes began to wait for expect
 
+	// leaseUntil is when this controller's hold on the leader lock may
+	// have lapsed: the moment its last successful acquire or renewal was
+	// sent, plus the lock's TTL. The leader's writes stop before it
+	// (writeContext). Zero while it does not lead. Under mu.
+	leaseUntil time.Time
+
 	mu       sync.RWMutex
 	catalog  facility.Catalog
 	facility facility.Facility
@@ -346,7 +352,9 @@ func (c *Controller) watchNodes(ctx context.Context) {
 					if i >= len(changed) || ctx.Err() != nil {
 						return
 					}
-					read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(ctx))
+					rctx, cancel := context.WithTimeout(ctx, callTimeout)
+					read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(rctx))
+					cancel()
 				}
 			})
 		}
@@ -424,19 +432,9 @@ func (c *Controller) pollPower(ctx context.Context) {
 		}
 		c.mu.RUnlock()
 		sort.Strings(ids)
-		power := map[string]observe.Power{}
-		for _, id := range ids {
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			stats, err := c.nomad.Nodes().Stats(id, (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				c.log.Debug("node stats", "node", id, "error", err)
-				continue
-			}
-			power[id] = observe.NodePower(stats)
+		power := c.readPower(ctx, ids)
+		if ctx.Err() != nil {
+			return
 		}
 		c.mu.Lock()
 		changed := fmt.Sprint(c.snap.power) != fmt.Sprint(power)
@@ -453,6 +451,43 @@ func (c *Controller) pollPower(ctx context.Context) {
 	}
 }
 
+// powerReaders is how many nodes' stats are read at once; each read has
+// callTimeout (a node that does not answer is left out of that round).
+const powerReaders = 8
+
+func (c *Controller) readPower(ctx context.Context, ids []string) map[string]observe.Power {
+	got := make([]*observe.Power, len(ids))
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(powerReaders, len(ids)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) || ctx.Err() != nil {
+					return
+				}
+				qctx, cancel := context.WithTimeout(ctx, callTimeout)
+				stats, err := c.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
+				cancel()
+				if err != nil {
+					c.log.Debug("node stats", "node", ids[i], "error", err)
+					continue
+				}
+				p := observe.NodePower(stats)
+				got[i] = &p
+			}
+		})
+	}
+	wg.Wait()
+	power := map[string]observe.Power{}
+	for i, p := range got {
+		if p != nil {
+			power[ids[i]] = *p
+		}
+	}
+	return power
+}
+
 func hasGPU(n *api.Node) bool {
 	if n.NodeResources == nil {
 		return false
@@ -464,6 +499,19 @@ func hasGPU(n *api.Node) bool {
 	}
 	return false
 }
+
+// Leadership timing. A renewal is sent every TTL/3 and given TTL/3 to
+// answer; one that fails or times out ends the leadership at once. The
+// lease (leaseUntil) runs TTL from the moment the last good renewal was
+// sent: Nomad keeps the lock at least that long after it applied the
+// renewal, and a standby cannot take it before the lock expires and its
+// LockDelay passes, so the leader's writes, each with a deadline inside
+// the lease, end before another controller can lead.
+const (
+	leaseMargin  = time.Second      // writes stop this long before the lease ends
+	writeTimeout = 30 * time.Second // the longest one job write may take
+	callTimeout  = 10 * time.Second // reads that are not blocking queries
+)
 
 // leadLoop tries to hold the leader lock; while it does, it reconciles.
 func (c *Controller) leadLoop(ctx context.Context) {
@@ -478,7 +526,11 @@ func (c *Controller) leadLoop(ctx context.Context) {
 		return
 	}
 	for ctx.Err() == nil {
-		if _, err := locks.Acquire(ctx); err != nil {
+		sent := time.Now()
+		actx, acancel := context.WithTimeout(ctx, ttl/3)
+		_, err := locks.Acquire(actx)
+		acancel()
+		if err != nil {
 			if !errors.Is(err, api.ErrLockConflict) && ctx.Err() == nil {
 				c.log.Warn("acquire leader lock", "error", err)
 			}
@@ -489,6 +541,7 @@ func (c *Controller) leadLoop(ctx context.Context) {
 			}
 			continue
 		}
+		c.setLease(sent.Add(ttl))
 		c.log.Info("leading", "identity", c.opts.Identity)
 		c.setLeader(true)
 		lctx, cancel := context.WithCancel(ctx)
@@ -506,14 +559,21 @@ func (c *Controller) leadLoop(ctx context.Context) {
 			case <-done:
 				break hold
 			case <-renew.C:
-				if err := locks.Renew(ctx); err != nil {
+				sent := time.Now()
+				rctx, rcancel := context.WithTimeout(ctx, ttl/3)
+				err := locks.Renew(rctx)
+				rcancel()
+				if err != nil {
 					if ctx.Err() == nil {
 						c.log.Warn("lost leadership", "error", err)
+						c.metrics.leaseLost.Inc()
 					}
 					break hold
 				}
+				c.setLease(sent.Add(ttl))
 			}
 		}
+		c.setLease(time.Time{}) // no new write from here on
 		renew.Stop()
 		cancel()
 		<-done
@@ -522,6 +582,38 @@ func (c *Controller) leadLoop(ctx context.Context) {
 		_ = locks.Release(rctx)
 		rcancel()
 	}
+}
+
+func (c *Controller) setLease(t time.Time) {
+	c.mu.Lock()
+	c.leaseUntil = t
+	c.mu.Unlock()
+}
+
+// ErrNotLeading is a fenced write refused because this controller's lease
+// on the leader lock has lapsed (or it never held one).
+var ErrNotLeading = errors.New("not leading: the leader lease has lapsed")
+
+// writeContext bounds one job write: writeTimeout, and for the leader's
+// own passes the end of its lease less leaseMargin. A fenced write past
+// the lease is refused.
+func (c *Controller) writeContext(ctx context.Context, fenced bool) (context.Context, context.CancelFunc, error) {
+	deadline := time.Now().Add(writeTimeout)
+	if fenced {
+		c.mu.RLock()
+		until := c.leaseUntil
+		c.mu.RUnlock()
+		end := until.Add(-leaseMargin)
+		if until.IsZero() || !time.Now().Before(end) {
+			c.metrics.fencedWrites.Inc()
+			return nil, nil, ErrNotLeading
+		}
+		if end.Before(deadline) {
+			deadline = end
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	return wctx, cancel, nil
 }
 
 func (c *Controller) setLeader(v bool) {
@@ -577,7 +669,7 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 		if rearm {
 			continue // the wake moment changed: wait for the new one
 		}
-		err := c.Pass(ctx)
+		err := c.pass(ctx, true)
 		switch {
 		case err == nil || ctx.Err() != nil:
 		case errors.Is(err, ErrNotSynced) || errors.Is(err, ErrBehind):
@@ -645,8 +737,12 @@ var ErrBehind = errors.New("the job list has not caught up with this controller'
 // controller's writes before they plan anyway.
 const behindLimit = time.Minute
 
-// Pass runs one reconcile pass now.
-func (c *Controller) Pass(ctx context.Context) error {
+// Pass runs one reconcile pass now, whether or not this controller leads:
+// for tests and tools that drive a controller by hand. The leader's own
+// passes (reconcileLoop) are fenced by its lease.
+func (c *Controller) Pass(ctx context.Context) error { return c.pass(ctx, false) }
+
+func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
 	start := time.Now()
@@ -682,13 +778,14 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	res.Actions = c.guardStops(in, res.Actions)
 	if res.DeferredStops > 0 {
+		c.metrics.deferredStops.Add(float64(res.DeferredStops))
 		c.log.Info("stops left for the next pass by reconcile.max_stops", "deferred", res.DeferredStops, "max_stops", in.MaxStops)
 	}
 	c.updateView(in, res)
 	var errs []error
 	for _, o := range orphans {
 		c.log.Warn("stopping job with unreadable llmgw meta", "job", o.JobID, "error", o.Err)
-		if err := c.deregister(ctx, o.JobID); err != nil {
+		if err := c.stopJob(ctx, fenced, o.JobID, o.ModifyIndex); err != nil && !errors.Is(err, errConflict) {
 			errs = append(errs, err)
 		}
 	}
@@ -704,7 +801,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 			c.log.Info("placement deferred to the next pass after a conflict", "action", a.String())
 			continue
 		}
-		err := c.execute(ctx, a, nodeInfo)
+		err := c.execute(ctx, fenced, a, nodeInfo)
+		if errors.Is(err, ErrNotLeading) {
+			return err
+		}
 		if errors.Is(err, errConflict) {
 			conflict = true
 			continue
@@ -776,7 +876,9 @@ func (c *Controller) resolveUnsure(ctx context.Context) error {
 	sort.Strings(ids)
 	for _, id := range ids {
 		qo := *c.qo
-		job, _, err := c.nomad.Jobs().Info(id, (&qo).WithContext(ctx))
+		rctx, cancel := context.WithTimeout(ctx, callTimeout)
+		job, _, err := c.nomad.Jobs().Info(id, (&qo).WithContext(rctx))
+		cancel()
 		var ue api.UnexpectedResponseError
 		switch {
 		case err == nil && job.ModifyIndex != nil:
@@ -864,12 +966,15 @@ func withHolds(fac facility.Facility, holds []store.Hold) facility.Facility {
 	return out
 }
 
-// execute carries out one action against Nomad.
-func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[string]render.NodeInfo) error {
+// execute carries out one action against Nomad. Every write is
+// check-and-set: a create must find no job of its ID, a replace and a stop
+// the job at the index the plan saw. A controller acting on an old view
+// (a deposed leader that wakes up) changes nothing another wrote since.
+func (c *Controller) execute(ctx context.Context, fenced bool, a reconcile.Action, nodes map[string]render.NodeInfo) error {
 	switch a.Kind {
 	case reconcile.Stop:
 		c.log.Info("stop", "job", a.JobID, "replica", a.Replica, "reason", a.Reason)
-		return c.deregister(ctx, a.JobID)
+		return c.stopJob(ctx, fenced, a.JobID, a.ExpectIndex)
 	case reconcile.Create, reconcile.Replace:
 		job, err := render.Job(render.Input{
 			Model: a.Model, Profile: a.Profile, Gen: a.Gen, Decision: a.Decision,
@@ -881,22 +986,9 @@ func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[
 		if a.Kind == reconcile.Replace && *job.ID != a.JobID {
 			return fmt.Errorf("render gave job %s, want %s", *job.ID, a.JobID)
 		}
-		opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: a.ExpectIndex}
-		wo := *c.wo
-		resp, _, err := c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(ctx))
-		if isEnforceIndexConflict(err) {
-			// Someone else (a retry, another controller) registered it
-			// first: level-based, the next pass sees it.
-			c.log.Info("job already registered by another writer", "job", *job.ID)
-			c.metrics.casConflicts.Inc()
-			c.wrote(*job.ID, 0, false)
-			return errConflict
+		if err := c.register(ctx, fenced, job, a.ExpectIndex); err != nil {
+			return err
 		}
-		if err != nil {
-			c.wrote(*job.ID, 0, false)
-			return fmt.Errorf("register %s: %w", *job.ID, err)
-		}
-		c.wrote(*job.ID, resp.JobModifyIndex, true)
 		c.log.Info(a.Kind.String(), "job", *job.ID, "replica", a.Replica, "profile", a.Profile.Name,
 			"domain", a.Decision.Domain.Key(), "watts", a.Decision.Watts, "reason", a.Reason)
 		c.metrics.placements.WithLabelValues(a.Model.Name).Inc()
@@ -905,15 +997,63 @@ func (c *Controller) execute(ctx context.Context, a reconcile.Action, nodes map[
 	return fmt.Errorf("unknown action %v", a.Kind)
 }
 
-func (c *Controller) deregister(ctx context.Context, jobID string) error {
-	wo := *c.wo
-	_, wm, err := c.nomad.Jobs().Deregister(jobID, false, (&wo).WithContext(ctx))
+// register writes job with check-and-set on index (0: it must not exist).
+func (c *Controller) register(ctx context.Context, fenced bool, job *api.Job, index uint64) error {
+	wctx, cancel, err := c.writeContext(ctx, fenced)
 	if err != nil {
-		c.wrote(jobID, 0, false)
-		return fmt.Errorf("deregister %s: %w", jobID, err)
+		return err
 	}
-	c.wrote(jobID, wm.LastIndex, true)
+	defer cancel()
+	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: index}
+	wo := *c.wo
+	resp, _, err := c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(wctx))
+	if isEnforceIndexConflict(err) {
+		// Someone else (a retry, another controller) wrote it first:
+		// level-based, the next pass sees it.
+		c.log.Info("job written by another writer first", "job", *job.ID)
+		c.metrics.casConflicts.Inc()
+		c.wrote(*job.ID, 0, false)
+		return errConflict
+	}
+	if err != nil {
+		c.wrote(*job.ID, 0, false)
+		return fmt.Errorf("register %s: %w", *job.ID, err)
+	}
+	c.wrote(*job.ID, resp.JobModifyIndex, true)
 	return nil
+}
+
+// stopJob stops a job as a check-and-set write: the job as Nomad holds it,
+// re-registered with Stop set, on the JobModifyIndex the plan saw (Nomad's
+// deregister has no such check). A job already gone, or already stopped,
+// is done.
+func (c *Controller) stopJob(ctx context.Context, fenced bool, jobID string, index uint64) error {
+	rctx, cancel := context.WithTimeout(ctx, callTimeout)
+	qo := *c.qo
+	job, _, err := c.nomad.Jobs().Info(jobID, (&qo).WithContext(rctx))
+	cancel()
+	var ue api.UnexpectedResponseError
+	switch {
+	case errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound:
+		c.wrote(jobID, 0, true)
+		return nil
+	case err != nil:
+		c.wrote(jobID, 0, false)
+		return fmt.Errorf("read %s to stop it: %w", jobID, err)
+	case job.Stop != nil && *job.Stop:
+		return nil
+	case job.JobModifyIndex != nil && index != 0 && *job.JobModifyIndex != index:
+		c.log.Info("job changed since the pass read it; its stop waits for the next pass", "job", jobID,
+			"want_index", index, "have_index", *job.JobModifyIndex)
+		c.metrics.casConflicts.Inc()
+		c.wrote(jobID, 0, false)
+		return errConflict
+	}
+	if index == 0 && job.JobModifyIndex != nil {
+		index = *job.JobModifyIndex
+	}
+	job.Stop = new(true)
+	return c.register(ctx, fenced, job, index)
 }
 
 // errConflict is execute's answer to a check-and-set registration that

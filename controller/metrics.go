@@ -19,6 +19,9 @@ type metrics struct {
 	actions          *prometheus.CounterVec
 	actionErrors     *prometheus.CounterVec
 	casConflicts     prometheus.Counter
+	leaseLost        prometheus.Counter
+	fencedWrites     prometheus.Counter
+	deferredStops    prometheus.Counter
 	reconcileSeconds prometheus.Histogram
 	adopted          *prometheus.GaugeVec
 }
@@ -57,7 +60,16 @@ func newMetrics() *metrics {
 			Name: "llmgw_action_errors_total", Help: "Actions that failed, by kind.",
 		}, []string{"kind"}),
 		casConflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "llmgw_register_conflicts_total", Help: "Check-and-set registrations refused because another writer registered first.",
+			Name: "llmgw_register_conflicts_total", Help: "Check-and-set job writes (create, replace, stop) refused because another writer changed the job first.",
+		}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmgw_leader_lease_lost_total", Help: "Leaderships ended by a renewal of the leader lock that failed or timed out.",
+		}),
+		fencedWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmgw_fenced_writes_total", Help: "Job writes refused because the leader lease had lapsed.",
+		}),
+		deferredStops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmgw_deferred_stops_total", Help: "Stops left for a later pass by reconcile.max_stops.",
 		}),
 		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmgw_reconcile_seconds", Help: "Duration of reconcile passes.",
@@ -68,6 +80,6 @@ func newMetrics() *metrics {
 		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.leader, m.reloadFailed, m.replicas, m.domainCap, m.domainDraw, m.domainMeasured,
-		m.placements, m.rejections, m.actions, m.actionErrors, m.casConflicts, m.reconcileSeconds, m.adopted)
+		m.placements, m.rejections, m.actions, m.actionErrors, m.casConflicts, m.leaseLost, m.fencedWrites, m.deferredStops, m.reconcileSeconds, m.adopted)
 	return m
 }

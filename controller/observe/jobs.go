@@ -19,7 +19,9 @@ import (
 // stops it, since it cannot tell which replica it is.
 type Orphan struct {
 	JobID string
-	Err   error
+	// ModifyIndex is its JobModifyIndex, the check-and-set index of its stop.
+	ModifyIndex uint64
+	Err         error
 }
 
 // Jobs rebuilds the managed jobs from Nomad's job list (with meta) and
@@ -44,7 +46,7 @@ func Jobs(stubs []*api.JobListStub, allocs []*api.AllocationListStub, h Health) 
 			continue
 		}
 		if err != nil {
-			orphans = append(orphans, Orphan{JobID: s.ID, Err: err})
+			orphans = append(orphans, Orphan{JobID: s.ID, ModifyIndex: s.JobModifyIndex, Err: err})
 			continue
 		}
 		j := reconcile.Job{

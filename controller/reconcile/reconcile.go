@@ -124,7 +124,7 @@ type Action struct {
 	Profile  facility.Profile
 	FP       string
 	Decision facility.Decision
-	// ExpectIndex is the JobModifyIndex a Replace must match.
+	// ExpectIndex is the JobModifyIndex a Replace or a Stop must match.
 	ExpectIndex uint64
 	Reason      string
 	// Catalog marks a Stop whose cause is the catalog itself (its model or
@@ -477,7 +477,7 @@ func samePlace(a, b []facility.Shard) bool {
 func inDrain(j Job, draining map[string]bool) bool { return draining[j.ID] }
 
 func stop(j Job, why string) Action {
-	return Action{Kind: Stop, Replica: j.Replica, JobID: j.ID, Reason: why}
+	return Action{Kind: Stop, Replica: j.Replica, JobID: j.ID, ExpectIndex: j.ModifyIndex, Reason: why}
 }
 
 func catalogStop(j Job, why string) Action {

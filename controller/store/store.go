@@ -10,6 +10,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,8 +57,18 @@ type Store struct {
 // New returns a store over vars in namespace ("" is the client's default).
 func New(vars Variables, namespace string) *Store { return &Store{vars: vars, namespace: namespace} }
 
-func (s *Store) qo() *api.QueryOptions { return &api.QueryOptions{Namespace: s.namespace} }
-func (s *Store) wo() *api.WriteOptions { return &api.WriteOptions{Namespace: s.namespace} }
+// Timeout bounds every call the store makes to Nomad.
+const Timeout = 10 * time.Second
+
+func (s *Store) qo() (*api.QueryOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	return (&api.QueryOptions{Namespace: s.namespace}).WithContext(ctx), cancel
+}
+
+func (s *Store) wo() (*api.WriteOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	return (&api.WriteOptions{Namespace: s.namespace}).WithContext(ctx), cancel
+}
 
 // ErrConflict is returned when a check-and-set write lost to another writer
 // more times than it retries.
@@ -137,10 +148,14 @@ func (s *Store) updateHolds(f func([]Hold) []Hold) error {
 		}
 		nv := &api.Variable{Namespace: s.namespace, Path: HoldsPath, Items: api.VariableItems{"holds": string(data)}}
 		if v == nil {
-			_, _, err = s.vars.CheckedCreate(nv, s.wo())
+			wo, cancel := s.wo()
+			_, _, err = s.vars.CheckedCreate(nv, wo)
+			cancel()
 		} else {
 			nv.ModifyIndex = v.ModifyIndex
-			_, _, err = s.vars.CheckedUpdate(nv, s.wo())
+			wo, cancel := s.wo()
+			_, _, err = s.vars.CheckedUpdate(nv, wo)
+			cancel()
 		}
 		var cas api.ErrCASConflict
 		if errors.As(err, &cas) {
@@ -161,7 +176,9 @@ func (s *Store) SaveDecision(replica string, decision any) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = s.vars.Update(&api.Variable{Namespace: s.namespace, Path: DecisionPath(replica), Items: api.VariableItems{"decision": string(data)}}, s.wo())
+	wo, cancel := s.wo()
+	defer cancel()
+	_, _, err = s.vars.Update(&api.Variable{Namespace: s.namespace, Path: DecisionPath(replica), Items: api.VariableItems{"decision": string(data)}}, wo)
 	if err != nil {
 		return fmt.Errorf("write decision of %s: %w", replica, err)
 	}
@@ -183,12 +200,16 @@ func (s *Store) Decision(replica string, out any) (bool, error) {
 
 // DeleteDecision forgets a replica's explanation (its slot left the catalog).
 func (s *Store) DeleteDecision(replica string) error {
-	_, err := s.vars.Delete(DecisionPath(replica), s.wo())
+	wo, cancel := s.wo()
+	defer cancel()
+	_, err := s.vars.Delete(DecisionPath(replica), wo)
 	return err
 }
 
 func (s *Store) peek(path string) (*api.Variable, error) {
-	v, _, err := s.vars.Peek(path, s.qo())
+	qo, cancel := s.qo()
+	defer cancel()
+	v, _, err := s.vars.Peek(path, qo)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
