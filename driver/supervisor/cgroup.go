@@ -17,28 +17,46 @@ import (
 type cgroup struct {
 	dir string
 	fd  int
+	// noMemory says why the memory controller (and so memory.events, the
+	// OOM-kill count) is not available in the cgroup; nil when it is. The
+	// cgroup still serves to find and kill every process of the engine.
+	noMemory error
 }
 
 // errNoCgroup2 says the parent is not on a cgroup v2 (unified) hierarchy.
 var errNoCgroup2 = errors.New("not a cgroup v2 hierarchy")
 
-// createCgroup makes <parent>/<name> on a cgroup v2 hierarchy with the
-// memory controller enabled for it, and opens it so that the engine can be
-// cloned straight into it.
+// createCgroup makes <parent>/<name> on a cgroup v2 hierarchy, with the
+// memory controller enabled for it where the hierarchy allows, and opens
+// it so that the engine can be cloned straight into it. Where the memory
+// controller cannot be enabled (a hybrid host whose memory controller is
+// bound to cgroup v1) the cgroup is still made: it is what kills every
+// worker of the engine's.
 func createCgroup(parent, name string) (*cgroup, error) {
+	// Look at the file system first: on a host without cgroup v2 at that
+	// path, MkdirAll would leave directories in whatever is there (the
+	// tmpfs of a cgroup v1 host's /sys/fs/cgroup).
+	existing := parent
+	for {
+		if _, err := os.Stat(existing); err == nil || existing == "/" {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(existing, &sfs); err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", existing, err)
+	}
+	if sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("%s: %w", existing, errNoCgroup2)
+	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup parent: %w", err)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(parent, &sfs); err != nil {
-		return nil, fmt.Errorf("statfs %s: %w", parent, err)
-	}
-	if sfs.Type != unix.CGROUP2_SUPER_MAGIC {
-		return nil, fmt.Errorf("%s: %w", parent, errNoCgroup2)
-	}
+	var noMemory error
 	if !hasController(filepath.Join(parent, "cgroup.subtree_control"), "memory") {
 		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
-			return nil, fmt.Errorf("enable the memory controller under %s: %w", parent, err)
+			noMemory = fmt.Errorf("enable the memory controller under %s: %w", parent, err)
 		}
 	}
 	dir := filepath.Join(parent, name)
@@ -50,7 +68,7 @@ func createCgroup(parent, name string) (*cgroup, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
 	}
-	return &cgroup{dir: dir, fd: fd}, nil
+	return &cgroup{dir: dir, fd: fd, noMemory: noMemory}, nil
 }
 
 func hasController(path, c string) bool {
@@ -70,6 +88,9 @@ func hasController(path, c string) bool {
 // cgroup's processes any OOM killer (the cgroup's own limit or the
 // kernel's under global memory pressure) killed.
 func (c *cgroup) oomKills() (int, error) {
+	if c.noMemory != nil {
+		return 0, c.noMemory
+	}
 	return parseOOMKills(filepath.Join(c.dir, "memory.events"))
 }
 
@@ -96,20 +117,10 @@ func parseOOMKills(path string) (int, error) {
 	return 0, fmt.Errorf("%s has no oom_kill line", path)
 }
 
-// kill ends every process left in the cgroup (cgroup.kill, Linux 5.14+).
-func (c *cgroup) kill() {
-	_ = os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0o644)
-}
-
-// remove deletes the cgroup once it is empty.
+// remove closes the cgroup and deletes its directory (and any cgroups
+// the engine made below it) once it is empty, waiting a little for
+// processes that are still exiting.
 func (c *cgroup) remove() error {
 	_ = unix.Close(c.fd)
-	var err error
-	for i := 0; i < 50; i++ {
-		if err = os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("remove cgroup %s: %w", c.dir, err)
+	return removeCgroupTree(c.dir, time.Now().Add(time.Second))
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmgw/llmgw/driver/procfs"
 )
 
 // ErrStart is wrapped by Launch errors that come from the engine failing
@@ -59,6 +61,8 @@ func Launch(exe, stateDir string, spec Spec, timeout time.Duration) (*Launched, 
 		return nil, fmt.Errorf("start supervisor %s: %w", exe, err)
 	}
 	_ = hsW.Close()
+	// Not reaped before the goroutine below waits, so the pid is still it.
+	self, _ := procfs.RefOf(cmd.Process.Pid)
 	reaped := make(chan struct{})
 	go func() {
 		defer close(reaped)
@@ -82,6 +86,7 @@ func Launch(exe, stateDir string, spec Spec, timeout time.Duration) (*Launched, 
 	case r := <-got:
 		if r.err != nil {
 			<-reaped
+			cleanupAfterLaunch(self, stateDir, spec)
 			return nil, fmt.Errorf("supervisor exited before reporting the engine's start: %w%s", r.err, logTail(logPath))
 		}
 		if r.s.Error != "" {
@@ -91,8 +96,23 @@ func Launch(exe, stateDir string, spec Spec, timeout time.Duration) (*Launched, 
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
 		<-reaped
+		cleanupAfterLaunch(self, stateDir, spec)
 		return nil, fmt.Errorf("supervisor did not report the engine's start within %s%s", timeout, logTail(logPath))
 	}
+}
+
+// cleanupAfterLaunch ends what a supervisor that died before reporting
+// may have started: an engine whose start it recorded, and the engine's
+// cgroup.
+func cleanupAfterLaunch(sup procfs.Ref, stateDir string, spec Spec) {
+	rem := Remains{Supervisor: sup}
+	if s, ok, _ := ReadStarted(stateDir); ok {
+		rem.Engine = s.Engine
+	}
+	if spec.CgroupParent != "" && spec.CgroupName != "" {
+		rem.Cgroup = filepath.Join(spec.CgroupParent, spec.CgroupName)
+	}
+	_, _ = Cleanup(rem, RemainsTimeout)
 }
 
 func logTail(path string) string {

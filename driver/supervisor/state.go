@@ -3,13 +3,17 @@
 // (`nomad-driver-llmgw supervise <state dir>`) in a new session, so that
 // neither a plugin crash nor a Nomad client restart touches the engine.
 //
-// The supervisor starts the engine in its own process group, copies its
-// stdout and stderr into Nomad's log FIFOs (re-opening them when the
-// reader goes away), notes load progress it recognises in the log, keeps
-// the last lines of output, and when the engine exits kills what is left
-// of its process group and records the exit result atomically in the
-// task's state dir. The driver reads those files; they are the contract
-// between the two processes:
+// The supervisor starts the engine in its own process group (and cgroup,
+// where cgroup v2 is available) with SIGKILL as its parent-death signal,
+// copies its stdout and stderr into Nomad's log FIFOs (re-opening them
+// when the reader goes away), notes load progress it recognises in the
+// log, keeps the last lines of output, and when the engine exits kills
+// what is left of it (its process group, its cgroup, and every orphan,
+// which comes back to the supervisor as a child subreaper), waits until
+// those are gone, and records the exit result atomically in the task's
+// state dir. What a supervisor that was itself killed leaves behind,
+// Cleanup ends (the driver calls it). The driver reads those files; they
+// are the contract between the two processes:
 //
 //	spec.json        what to run (written by the driver)
 //	started.json     supervisor and engine pid + start time, cgroup
@@ -73,9 +77,12 @@ type Started struct {
 	Engine     procfs.Ref `json:"engine"`
 	// Cgroup is the engine's cgroup directory, empty when none;
 	// CgroupError says why there is none when one was asked for.
-	Cgroup      string    `json:"cgroup,omitempty"`
-	CgroupError string    `json:"cgroup_error,omitempty"`
-	At          time.Time `json:"at"`
+	Cgroup      string `json:"cgroup,omitempty"`
+	CgroupError string `json:"cgroup_error,omitempty"`
+	// OOMError says why OOM kills are not detected although the engine
+	// has a cgroup (no memory controller in it).
+	OOMError string    `json:"oom_error,omitempty"`
+	At       time.Time `json:"at"`
 	// Error is set instead of the rest when the engine could not start.
 	Error string `json:"error,omitempty"`
 }

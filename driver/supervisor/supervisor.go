@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/llmgw/llmgw/driver/procfs"
 )
 
@@ -33,16 +35,21 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 // Main runs the supervisor for the state dir in args and returns the
 // process exit status. Call it from main before anything else.
 func Main(args []string) int {
-	// The engine gets SIGKILL when the thread that started it ends
-	// (Pdeathsig); pin this goroutine to the main thread, which ends only
-	// with the process.
-	runtime.LockOSThread()
 	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
 	if len(args) != 1 {
 		logger.Printf("usage: %s %s <state dir>", filepath.Base(os.Args[0]), Mode)
 		return 2
 	}
+	// Orphans of the engine's (workers whose parent died) are reparented
+	// to the supervisor rather than to init, so that it finds and kills
+	// them after the engine exits, and reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		logger.Printf("cannot become a child subreaper (orphaned workers outside the engine's process group and cgroup will not be found): %v", err)
+	}
 	stateDir := args[0]
+	// The handshake descriptor is inherited without close-on-exec; the
+	// engine must not inherit it in turn (Launch would wait for its end).
+	unix.CloseOnExec(handshakeFD)
 	hs := os.NewFile(handshakeFD, "handshake")
 	spec, err := ReadSpec(stateDir)
 	if err != nil {
@@ -71,6 +78,10 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	// SIGCHLD: an orphan reparented to the supervisor exited; reap it.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
 
 	self, err := procfs.RefOf(os.Getpid())
 	if err != nil {
@@ -86,6 +97,10 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			logger.Printf("no cgroup for the engine (OOM kills will not be detected): %v", err)
 		} else {
 			started.Cgroup = cg.dir
+			if cg.noMemory != nil {
+				started.OOMError = cg.noMemory.Error()
+				logger.Printf("the engine's cgroup has no memory controller (OOM kills will not be detected): %v", cg.noMemory)
+			}
 		}
 	}
 
@@ -122,17 +137,17 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 		cgroupFD = cg.fd
 	}
 	cmd := newCmd(cgroupFD)
-	err = cmd.Start()
+	err = startLocked(cmd)
 	if err != nil && cg != nil {
 		// Cloning into a cgroup can fail where creating it did not
 		// (delegation rules); run without it rather than not at all.
 		logger.Printf("start engine in cgroup %s: %v; starting it without", cg.dir, err)
 		started.CgroupError = err.Error()
-		started.Cgroup = ""
+		started.Cgroup, started.OOMError = "", ""
 		_ = cg.remove()
 		cg = nil
 		cmd = newCmd(-1)
-		err = cmd.Start()
+		err = startLocked(cmd)
 	}
 	if err != nil {
 		return startFailed(hs, spec, err, logger)
@@ -168,6 +183,8 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			case s := <-sigs:
 				logger.Printf("forwarding %v to the engine's process group", s)
 				_ = syscall.Kill(-pid, s.(syscall.Signal))
+			case <-chld:
+				reapChildren(pid)
 			case <-stopFwd:
 				return
 			}
@@ -211,11 +228,19 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	}
 	logger.Printf("engine exited: code %d signal %d", exit.ExitCode, exit.Signal)
 
-	// Workers the engine leaves behind would hold GPU memory: end the
-	// whole process group (and cgroup) before reporting the exit.
+	// Workers the engine leaves behind would hold GPU memory: end its
+	// process group, its cgroup and every orphan reparented here, and
+	// wait until they are gone, before reporting the exit, so that an
+	// exit record means the engine's GPU memory is free.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	rem := Remains{Supervisor: self, Engine: engine, descendants: true}
 	if cg != nil {
-		cg.kill()
+		rem.Cgroup = cg.dir
+	}
+	if killed, err := killRemains(rem, time.Now().Add(RemainsTimeout)); err != nil {
+		logger.Printf("after the engine exited: %v", err)
+	} else if len(killed) > 0 {
+		logger.Printf("killed what the engine left running: pids %v", killed)
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -257,6 +282,25 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 		}
 	}
 	return nil
+}
+
+// startLocked starts cmd from a goroutine locked to an OS thread of its
+// own, which then stays parked for the rest of the process's life. The
+// engine's parent-death signal (Pdeathsig) fires when the thread that
+// forked it ends, not the process; an ordinary goroutine runs on whatever
+// thread the scheduler gives it, and Go ends a thread when a goroutine
+// locked to it returns. Forking from a thread that never ends makes the
+// signal mean "the supervisor process died", whoever calls Main.
+func startLocked(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- cmd.Start()
+		// Never unlock and never return: a locked goroutine that returns
+		// takes its thread with it.
+		<-make(chan struct{})
+	}()
+	return <-errc
 }
 
 func startFailed(hs *os.File, spec Spec, err error, logger *log.Logger) error {
