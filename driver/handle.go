@@ -52,6 +52,7 @@ type driverState struct {
 	StartedAt      time.Time     `json:"started_at"`
 	Cgroup         string        `json:"cgroup,omitempty"`
 	CgroupError    string        `json:"cgroup_error,omitempty"`
+	OOMError       string        `json:"oom_error,omitempty"`
 }
 
 // Files the driver itself keeps in a task's state dir, beside the
@@ -385,14 +386,47 @@ func (h *taskHandle) checkExit() bool {
 		return true
 	}
 	msg := fmt.Sprintf("supervisor (pid %d) ended without recording the engine's exit", h.st.Supervisor.Pid)
-	if h.st.Engine.Alive() {
-		msg += "; killed the engine's process group"
-		_ = syscall.Kill(-h.st.Engine.Pid, syscall.SIGKILL)
+	// The engine itself died with it (its parent-death signal), but its
+	// workers did not, and they hold GPU memory.
+	killed, err := h.cleanup()
+	switch {
+	case err != nil:
+		msg += fmt.Sprintf("; killing what the engine left: %v", err)
+	case len(killed) > 0:
+		msg += fmt.Sprintf("; killed %d processes the engine left (pids %s)", len(killed), joinInts(killed))
 	}
 	h.log.Error("lost the engine's supervisor", "task_id", h.id, "error", msg)
 	h.setResult(&driverpb.ExitResult{ExitCode: -1}, msg, "unknown")
 	h.emit(time.Time{}, "Engine lost: "+msg, nil)
 	return true
+}
+
+// cleanup kills what is left of the engine's processes (its session, its
+// process group, its cgroup) and removes its cgroup: for a supervisor
+// that was killed before it could. A cgroup path in the handle that is
+// not the one this task's id makes is left alone.
+func (h *taskHandle) cleanup() ([]int, error) {
+	rem := supervisor.Remains{Supervisor: h.st.Supervisor, Engine: h.st.Engine}
+	if h.st.Cgroup != "" {
+		if filepath.Base(h.st.Cgroup) == cgroupName(h.id) {
+			rem.Cgroup = h.st.Cgroup
+		} else {
+			h.log.Warn("not touching a cgroup that is not this task's", "task_id", h.id, "cgroup", h.st.Cgroup, "want_name", cgroupName(h.id))
+		}
+	}
+	killed, err := supervisor.Cleanup(rem, supervisor.RemainsTimeout)
+	if len(killed) > 0 {
+		h.log.Warn("killed processes the engine left", "task_id", h.id, "pids", joinInts(killed))
+	}
+	return killed, err
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 func (h *taskHandle) finish(ex supervisor.Exit) {
@@ -629,6 +663,8 @@ func (h *taskHandle) status() (*driverpb.TaskStatus, map[string]string) {
 		attrs["ready_after"] = roundDuration(h.readyAt.Sub(h.st.StartedAt))
 	}
 	switch {
+	case h.st.Cgroup != "" && h.st.OOMError != "":
+		attrs["oom_detection"] = "unavailable: " + h.st.OOMError
 	case h.st.Cgroup != "":
 		attrs["oom_detection"] = "cgroup v2 memory.events (" + h.st.Cgroup + ")"
 	case h.st.CgroupError != "":

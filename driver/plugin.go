@@ -244,6 +244,12 @@ func stateDirFor(cfg *driverpb.TaskConfig) (string, error) {
 	return filepath.Join(cfg.GetAllocDir(), cfg.GetName(), "private", "llmgw", name+"-"+id), nil
 }
 
+// cgroupName is the name of the engine's cgroup directory of task id: one
+// per task invocation.
+func cgroupName(id string) string {
+	return unsafeChars.ReplaceAllString(strings.ReplaceAll(id, "/", "."), "_") + ".scope"
+}
+
 // StartTask implements Driver.
 func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
 	cfg := req.GetTask()
@@ -281,7 +287,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	if conf.CgroupParent != "" {
 		spec.CgroupParent = conf.CgroupParent
-		spec.CgroupName = unsafeChars.ReplaceAllString(strings.ReplaceAll(cfg.GetId(), "/", "."), "_") + ".scope"
+		spec.CgroupName = cgroupName(cfg.GetId())
 	}
 	if _, err := os.Stat(spec.Dir); err != nil {
 		spec.Dir = stateDir
@@ -306,6 +312,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		StopTimeout:   conf.StopTimeout,
 		StartedAt:     started,
 		Cgroup:        l.Started.Cgroup, CgroupError: l.Started.CgroupError,
+		OOMError: l.Started.OOMError,
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -434,6 +441,12 @@ func (p *Plugin) DestroyTask(ctx context.Context, req *driverpb.DestroyTaskReque
 		}
 	}
 	h.shutdown()
+	// Whatever a supervisor that died between recording the exit and
+	// removing the engine's cgroup left: an exited engine's processes
+	// are all gone, so this finds nothing in the common case.
+	if _, err := h.cleanup(); err != nil {
+		h.log.Warn("clean up after the engine", "error", err)
+	}
 	p.mu.Lock()
 	delete(p.tasks, req.GetTaskId())
 	p.mu.Unlock()
