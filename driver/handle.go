@@ -58,10 +58,23 @@ type driverState struct {
 // Files the driver itself keeps in a task's state dir, beside the
 // supervisor's.
 const (
-	readyFile        = "ready.json"
+	readyFile = "ready.json"
+	// stopFile records a stop the driver decided on (readiness timeout):
+	// the reason and when SIGKILL is due, so that a plugin that restarts
+	// in between still kills the engine on time.
+	stopFile = "stop.json"
+	// failureFile is where drivers before stop.json kept the reason
+	// alone; still read, for state dirs they wrote.
 	failureFile      = "failure.txt"
 	eventsOffsetFile = "events.offset"
 )
+
+// stopRecord is stop.json.
+type stopRecord struct {
+	Reason string    `json:"reason"`
+	TermAt time.Time `json:"term_at"`
+	KillAt time.Time `json:"kill_at"`
+}
 
 // pollEvery is how often a task's owner goroutine looks for the exit
 // record and new events.
@@ -76,6 +89,9 @@ type taskHandle struct {
 	st   driverState
 	log  hclog.Logger
 	emit eventFunc
+	// now is the clock the readiness deadline and the SIGKILL deadline
+	// are measured by.
+	now func() time.Time
 
 	// reaped is closed when this plugin process reaped the supervisor (nil
 	// for recovered tasks, whose supervisor another process reaps).
@@ -94,7 +110,7 @@ type taskHandle struct {
 	readyAt     time.Time
 	stopping    bool
 	failure     string
-	killAt      time.Time // readiness-timeout stop: SIGKILL after this
+	killAt      time.Time // readiness-timeout stop: SIGKILL after this (also in stop.json)
 	evOffset    int64
 	oomDetect   string
 
@@ -106,13 +122,14 @@ type taskHandle struct {
 func newHandle(id string, cfg *driverpb.TaskConfig, st driverState, log hclog.Logger,
 	emit eventFunc, reaped <-chan struct{}) *taskHandle {
 	return &taskHandle{
-		id: id, cfg: cfg, st: st, log: log, emit: emit, reaped: reaped,
+		id: id, cfg: cfg, st: st, log: log, emit: emit, reaped: reaped, now: time.Now,
 		done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 }
 
 // restore loads what the driver recorded in the state dir before a
-// restart: readiness, a failure reason, how far events were reported.
+// restart: readiness, a stop it decided on (the reason, and when SIGKILL
+// is due), how far events were reported.
 func (h *taskHandle) restore() {
 	var r struct {
 		At time.Time `json:"at"`
@@ -120,9 +137,17 @@ func (h *taskHandle) restore() {
 	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, readyFile)); err == nil && json.Unmarshal(b, &r) == nil {
 		h.ready, h.readyAt = true, r.At
 	}
-	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, failureFile)); err == nil {
-		h.failure = string(b)
-		h.stopping = true
+	var sr stopRecord
+	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, stopFile)); err == nil {
+		if err := json.Unmarshal(b, &sr); err != nil {
+			h.log.Warn("read stop record; killing the engine now", "task_id", h.id, "error", err)
+			sr = stopRecord{Reason: "engine stopped by the driver (stop record unreadable)", KillAt: h.now()}
+		}
+		h.failure, h.stopping, h.killAt = sr.Reason, true, sr.KillAt
+	} else if fi, err := os.Stat(filepath.Join(h.st.StateDir, failureFile)); err == nil {
+		// Written by a driver before stop.json, when it sent SIGTERM.
+		b, _ := os.ReadFile(filepath.Join(h.st.StateDir, failureFile))
+		h.failure, h.stopping, h.killAt = string(b), true, fi.ModTime().Add(h.st.StopTimeout)
 	}
 	if b, err := os.ReadFile(filepath.Join(h.st.StateDir, eventsOffsetFile)); err == nil {
 		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
@@ -159,7 +184,7 @@ func (h *taskHandle) run(ctx context.Context) {
 		if h.checkExit() {
 			return
 		}
-		now := time.Now()
+		now := h.now()
 		h.mu.Lock()
 		ready, stopping, killAt := h.ready, h.stopping, h.killAt
 		h.mu.Unlock()
@@ -182,7 +207,7 @@ func (h *taskHandle) run(ctx context.Context) {
 				nextProbe = now.Add(h.st.ReadyInterval)
 			}
 			if h.probe(ctx, client) {
-				h.markReady(time.Now())
+				h.markReady(h.now())
 			}
 		case ready && !stopping && !now.Before(h.nextGPU):
 			h.nextGPU = now.Add(gpuSampleEvery)
@@ -209,7 +234,7 @@ func (h *taskHandle) nextWake(nextProbe time.Time) time.Duration {
 	if !probing {
 		return pollEvery
 	}
-	return max(min(time.Until(nextProbe), pollEvery), 0)
+	return max(min(nextProbe.Sub(h.now()), pollEvery), 0)
 }
 
 func probeTimeout(interval time.Duration) time.Duration {
@@ -348,12 +373,16 @@ func roundDuration(d time.Duration) string {
 
 func (h *taskHandle) readinessTimedOut() {
 	reason := fmt.Sprintf("engine not ready after %s (ready.timeout): no 2xx from %s%s", h.st.ReadyTimeout, h.url(), h.st.ReadyPath)
+	now := h.now()
+	rec := stopRecord{Reason: reason, TermAt: now.UTC(), KillAt: now.Add(h.st.StopTimeout).UTC()}
 	h.mu.Lock()
 	h.stopping = true
 	h.failure = reason
-	h.killAt = time.Now().Add(h.st.StopTimeout)
+	h.killAt = rec.KillAt
 	h.mu.Unlock()
-	if err := os.WriteFile(filepath.Join(h.st.StateDir, failureFile), []byte(reason), 0o600); err != nil {
+	// Recorded before SIGTERM goes out: a plugin that restarts after it
+	// must still send SIGKILL at the same deadline.
+	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, stopFile), rec); err != nil {
 		h.log.Warn("record readiness failure", "task_id", h.id, "error", err)
 	}
 	h.log.Error("readiness timeout; stopping the engine", "task_id", h.id, "reason", reason)

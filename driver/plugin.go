@@ -54,6 +54,9 @@ type Plugin struct {
 	version string
 	exe     string // this binary, re-executed as the supervisor
 
+	// now is the clock of readiness and stop deadlines (tests set it).
+	now func() time.Time
+
 	mu     sync.RWMutex
 	conf   Config
 	tasks  map[string]*taskHandle
@@ -65,7 +68,7 @@ type Plugin struct {
 // background work lives as long as ctx.
 func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe,
+	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe, now: time.Now,
 		conf: DefaultConfig(), tasks: map[string]*taskHandle{}}
 	p.events = newBroker(func(ev *driverpb.DriverTaskEvent) {
 		log.Warn("task event dropped: no room in a subscriber's queue", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
@@ -292,7 +295,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	if _, err := os.Stat(spec.Dir); err != nil {
 		spec.Dir = stateDir
 	}
-	started := time.Now().UTC()
+	started := p.now().UTC()
 	l, err := supervisor.Launch(p.exe, stateDir, spec, supervisorStartTimeout)
 	if err != nil {
 		log.Error("engine did not start", "error", err)
@@ -320,7 +323,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	emit := p.emitter(cfg)
 	h := newHandle(cfg.GetId(), cfg, st, log, emit, l.Reaped)
-	h.gpu = p.gpu
+	h.gpu, h.now = p.gpu, p.now
 	p.mu.Lock()
 	p.tasks[cfg.GetId()] = h
 	p.mu.Unlock()
@@ -381,7 +384,7 @@ func (p *Plugin) RecoverTask(_ context.Context, req *driverpb.RecoverTaskRequest
 	}
 	log := p.log.With("task_id", id, "alloc_id", cfg.GetAllocId(), "task", cfg.GetName())
 	h := newHandle(id, cfg, st, log, p.emitter(cfg), nil)
-	h.gpu = p.gpu
+	h.gpu, h.now = p.gpu, p.now
 	h.restore()
 	p.mu.Lock()
 	if _, ok := p.tasks[id]; ok { // recovered concurrently
