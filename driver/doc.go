@@ -21,8 +21,22 @@
 // time recorded in driver_state. So RecoverTask needs nothing but the
 // handle Nomad persisted: it verifies the supervisor by pid and start time,
 // reads ready.json (readiness already reported), events.offset (events
-// already reported) and exit.json (the engine exited while no plugin
-// watched), and resumes.
+// already reported), exit.json (the engine exited while no plugin
+// watched) and stop.json (a readiness-timeout stop under way, with its
+// SIGKILL deadline, which the recovered task keeps), and resumes.
+//
+// # When a process dies
+//
+// The engine's workers hold GPU memory and do not die with their parent,
+// so: when the engine exits, the supervisor (a child subreaper, so every
+// orphan comes back to it) kills its process group, its cgroup and every
+// remaining descendant, and records the exit only once they are gone.
+// When the supervisor is SIGKILLed, the engine dies of its parent-death
+// signal (forked from a thread that never exits), and the driver, which
+// notices the supervisor gone without an exit record (at once, at the
+// next poll, or at RecoverTask), kills what is left in the supervisor's
+// session, the engine's process group and its cgroup (supervisor.Cleanup)
+// and removes the cgroup. docs/driver.md has the table of cases.
 //
 // # Events
 //
