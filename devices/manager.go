@@ -35,6 +35,14 @@ const allGIs = 0xFFFFFFFF
 // ErrUnknownDevice is returned by Reserve for IDs the plugin does not offer.
 var ErrUnknownDevice = errors.New("unknown device")
 
+// Init retry: the first retry comes after initRetryMin, each next one after
+// twice the wait before, up to initRetryMax. NVML's Init is a call into a
+// local library, not a shared server, so there is no jitter.
+const (
+	initRetryMin = time.Second
+	initRetryMax = time.Minute
+)
+
 type eventHealth struct {
 	reason string
 	at     time.Time
@@ -51,6 +59,11 @@ type Manager struct {
 	// devExists reports whether a device node exists on the host; in mock
 	// mode nothing does.
 	devExists func(path string) bool
+
+	// initNVML is NVML's Init, and sleep waits between tries of it (false
+	// when ctx ended first); tests replace both.
+	initNVML func() nvml.Return
+	sleep    func(ctx context.Context, d time.Duration) bool
 
 	ignoredGPU map[string]bool
 	ignoredXID map[uint64]bool
@@ -69,6 +82,8 @@ type Manager struct {
 func NewManager(lib nvml.Interface, cfg Config, log hclog.Logger, mock bool) *Manager {
 	m := &Manager{
 		lib:        lib,
+		initNVML:   lib.Init,
+		sleep:      sleepCtx,
 		cfg:        cfg,
 		log:        log,
 		mock:       mock,
@@ -105,17 +120,11 @@ func (m *Manager) Current() (*devicepb.FingerprintResponse, <-chan struct{}, boo
 }
 
 // Run initialises NVML and keeps the fingerprint current until ctx ends.
-// Without an NVML library it publishes zero devices, logs it once, and
-// waits: a host without GPUs is not an error.
+// While NVML's Init fails (no library, driver not loaded yet) it publishes
+// zero devices and retries with backoff; a host without GPUs is not an
+// error, and a driver that loads after the plugin starts is picked up.
 func (m *Manager) Run(ctx context.Context) error {
-	if ret := m.lib.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			m.log.Warn("NVML library not found on this host; reporting no GPUs", "error", nvml.ErrorString(ret))
-		} else {
-			m.log.Error("NVML init failed; reporting no GPUs", "error", nvml.ErrorString(ret))
-		}
-		m.publish(&devicepb.FingerprintResponse{})
-		<-ctx.Done()
+	if !m.initWithRetry(ctx) {
 		return nil
 	}
 	defer func() { _ = m.lib.Shutdown() }()
@@ -144,6 +153,49 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-recoverT.C:
 		}
 		m.refresh()
+	}
+}
+
+// initWithRetry calls NVML's Init until it succeeds (true) or ctx ends
+// (false). Until then the fingerprint has no devices. Each different error
+// is logged once, not every try.
+func (m *Manager) initWithRetry(ctx context.Context) bool {
+	delay := initRetryMin
+	last := nvml.SUCCESS
+	for tries := 1; ; tries++ {
+		ret := m.initNVML()
+		if ret == nvml.SUCCESS {
+			if tries > 1 {
+				m.log.Info("NVML initialised; reporting GPUs", "tries", tries)
+			}
+			return true
+		}
+		if ret != last {
+			last = ret
+			retry := fmt.Sprintf("from %s, doubling to every %s", delay, initRetryMax)
+			if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+				m.log.Warn("NVML library not found on this host; reporting no GPUs until it loads", "error", nvml.ErrorString(ret), "retry", retry)
+			} else {
+				m.log.Error("NVML init failed; reporting no GPUs until it succeeds", "error", nvml.ErrorString(ret), "retry", retry)
+			}
+		}
+		m.publish(&devicepb.FingerprintResponse{})
+		if !m.sleep(ctx, delay) {
+			return false
+		}
+		delay = min(2*delay, initRetryMax)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
