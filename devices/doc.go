@@ -5,11 +5,20 @@
 // # Health
 //
 // A device is unhealthy while NVML fails to answer for it (the reason is
-// NVML's error), and after a critical NVML event: an XID not in
-// ignored_xids, or a double-bit ECC error. An event-marked device becomes
-// healthy again once health_recovery has passed with no new critical event
-// and it answers NVML (health_recovery = "0" keeps it unhealthy until the
-// plugin restarts). Every change, either way, sends a new fingerprint.
+// NVML's error); while NVML shows a trace of a past fault (a pending row
+// remapping or page retirement, a failed row remapping, a recovery action
+// the driver asks for); and after a critical NVML event: an XID not in
+// ignored_xids, or a double-bit ECC error. Events are classed (ClassifyXID):
+// a transient one clears once health_recovery has passed with no new
+// critical event and the device answers NVML (health_recovery = "0" keeps it
+// until the plugin restarts); a fatal one (XID 79, 48, 95, 119, ...) is never
+// cleared by a timer, only by a reset NVML shows (a scan finds the GPU gone
+// or awaiting reset, and a later one finds it back with nothing pending) or
+// by a new plugin process. Every change, either way, sends a new
+// fingerprint. docs/device-plugin.md has the table.
+//
+// While NVML's Init fails (no library, driver not loaded yet) the plugin
+// reports no devices and retries with backoff, 1s doubling to 1m.
 //
 // # Groups and attributes
 //

@@ -43,9 +43,22 @@ const (
 	initRetryMax = time.Minute
 )
 
+// eventHealth is a device made unhealthy by an NVML event.
 type eventHealth struct {
 	reason string
 	at     time.Time
+	// fatal marks need a GPU reset or a plugin restart; see refresh.
+	fatal bool
+	// gpu is the physical GPU the device is on: itself, or a MIG
+	// instance's parent. A reset is of the whole board.
+	gpu string
+	// seq orders marks against scans: a scan that began before the mark
+	// says nothing about the GPU after it.
+	seq uint64
+	// resetSeen (fatal marks): a scan after the mark found the GPU gone
+	// (GPU_IS_LOST, RESET_REQUIRED, missing from NVML's list) or showing a
+	// trace (Traces), the states a reset ends.
+	resetSeen bool
 }
 
 // Manager owns NVML for the plugin: it scans devices, tracks their health
@@ -73,6 +86,7 @@ type Manager struct {
 	gpus    []GPU
 	known   map[int]string // NVML index -> UUID at the last good scan
 	events  map[string]eventHealth
+	seq     uint64 // the last mark's seq
 	fp      *devicepb.FingerprintResponse
 	changed chan struct{}
 	ready   bool
@@ -210,6 +224,9 @@ func (m *Manager) nextRecovery() time.Duration {
 	}
 	now := time.Now()
 	for _, ev := range m.events {
+		if ev.fatal {
+			continue // no timer clears these
+		}
 		// A deadline already passed belongs to a device that did not answer
 		// NVML at that moment; the fingerprint ticker retries it.
 		if d := ev.at.Add(m.cfg.HealthRecovery).Sub(now); d > 0 && d < wait {
@@ -228,9 +245,10 @@ func (m *Manager) refresh() {
 		known[k] = v
 	}
 	prev := m.gpus
+	seq := m.seq
 	m.mu.Unlock()
 
-	gpus, err := scan(m.lib, known)
+	gpus, unlisted, err := scan(m.lib, known)
 	if err != nil {
 		// NVML cannot even count devices: keep reporting the ones we had,
 		// unhealthy with the reason, rather than dropping them.
@@ -241,6 +259,7 @@ func (m *Manager) refresh() {
 			gpus = append(gpus, g)
 		}
 	}
+	boards := boardStates(gpus, unlisted)
 	kept := gpus[:0]
 	for _, g := range gpus {
 		if m.ignoredGPU[g.UUID] || (g.Parent != "" && m.ignoredGPU[g.Parent]) {
@@ -270,9 +289,44 @@ func (m *Manager) refresh() {
 		}
 	}
 	for uuid, ev := range m.events {
-		if m.cfg.HealthRecovery > 0 && now.Sub(ev.at) >= m.cfg.HealthRecovery && answered[uuid] {
-			m.log.Info("device recovered", "device", uuid, "after", ev.reason, "quiet_for", now.Sub(ev.at).Round(time.Second).String())
+		if ev.seq > seq {
+			continue // marked while this scan ran
+		}
+		if !ev.fatal {
+			if m.cfg.HealthRecovery > 0 && now.Sub(ev.at) >= m.cfg.HealthRecovery && answered[uuid] {
+				m.log.Info("device recovered", "device", uuid, "after", ev.reason, "quiet_for", now.Sub(ev.at).Round(time.Second).String())
+				delete(m.events, uuid)
+			}
+			continue
+		}
+		// A fatal mark clears only in two steps: a scan sees the GPU in a
+		// state a reset ends (gone from NVML, or with a trace), then a later
+		// scan finds it answering with no trace. A timer never clears it.
+		b, listed := boards[ev.gpu]
+		switch {
+		case !listed || b.resetState:
+			if !ev.resetSeen {
+				ev.resetSeen = true
+				m.events[uuid] = ev
+				m.log.Info("device with a fatal fault is gone or awaiting reset; it clears once NVML shows it back and clean",
+					"device", uuid, "fault", ev.reason, "seen", b.why(listed))
+			}
+		case b.clean && ev.resetSeen:
+			m.log.Info("device recovered from a fatal fault: seen gone or awaiting reset, now answering NVML with nothing pending",
+				"device", uuid, "after", ev.reason)
 			delete(m.events, uuid)
+		}
+	}
+	for _, g := range gpus {
+		if g.Err != nil {
+			continue // its traces were not read
+		}
+		if why := m.traceReason(g.Traces); why != traceOf(prev, g.UUID, m.traceReason) {
+			if why != "" {
+				m.log.Error("device unhealthy", "device", g.UUID, "reason", why)
+			} else {
+				m.log.Info("device trace cleared", "device", g.UUID)
+			}
 		}
 	}
 	m.gpus = gpus
@@ -293,6 +347,108 @@ func (m *Manager) publish(fp *devicepb.FingerprintResponse) {
 	m.changed = make(chan struct{})
 }
 
+// board is one physical GPU's state in one scan.
+type board struct {
+	// resetState: NVML says the GPU is gone or must be reset
+	// (GPU_IS_LOST, RESET_REQUIRED) or shows a trace: states a reset ends.
+	resetState bool
+	// clean: it and all its instances answered, with no trace.
+	clean bool
+	// err is the first NVML error, for the log.
+	err error
+}
+
+func (b board) why(listed bool) string {
+	switch {
+	case !listed:
+		return "missing from NVML's device list"
+	case b.err != nil:
+		return b.err.Error()
+	default:
+		return "NVML shows a fault trace (pending remap or retirement, failed remap, or a recovery action)"
+	}
+}
+
+// boardStates groups a scan's devices by physical GPU. It looks at every
+// device NVML listed, ignored ones included, and the GPUs that failed
+// without being offered (unlisted).
+func boardStates(gpus []GPU, unlisted map[string]error) map[string]board {
+	out := map[string]board{}
+	for id, err := range unlisted {
+		out[id] = board{resetState: gone(err), err: err}
+	}
+	for _, g := range gpus {
+		id := g.UUID
+		if g.Parent != "" {
+			id = g.Parent
+		}
+		b, ok := out[id]
+		if !ok {
+			b.clean = true
+		}
+		if g.Err != nil {
+			b.clean = false
+			if b.err == nil {
+				b.err = g.Err
+			}
+			if gone(g.Err) {
+				b.resetState = true
+			}
+		} else if g.Traces != (Traces{}) {
+			b.clean = false
+			b.resetState = true
+		}
+		out[id] = b
+	}
+	return out
+}
+
+// traceReason is the health description for NVML's traces of past faults,
+// or "" when they do not make the device unhealthy. Each trace is the
+// lasting state of one XID, and follows that XID in ignored_xids.
+func (m *Manager) traceReason(t Traces) string {
+	switch {
+	case t.RemapFailed && !m.ignoredXID[64]:
+		return "NVML: a row remapping failed on this GPU (XID 64)"
+	case t.Recovery != nvml.GPU_RECOVERY_ACTION_NONE && !m.ignoredXID[154]:
+		return "NVML: recovery action required: " + recoveryName(t.Recovery) + " (XID 154)"
+	case t.RemapPending && !m.ignoredXID[63]:
+		return "NVML: row remapping pending until GPU reset (XID 63)"
+	case t.RetirePending && !m.ignoredXID[63]:
+		return "NVML: page retirement pending until driver reload (XID 63)"
+	}
+	return ""
+}
+
+func traceOf(gpus []GPU, uuid string, reason func(Traces) string) string {
+	for _, g := range gpus {
+		if g.UUID == uuid {
+			return reason(g.Traces)
+		}
+	}
+	return ""
+}
+
+func recoveryName(a nvml.DeviceGpuRecoveryAction) string {
+	switch a {
+	case nvml.GPU_RECOVERY_ACTION_GPU_RESET:
+		return "GPU reset"
+	case nvml.GPU_RECOVERY_ACTION_NODE_REBOOT:
+		return "node reboot"
+	case nvml.GPU_RECOVERY_ACTION_DRAIN_P2P:
+		return "drain peer-to-peer traffic"
+	case nvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+		return "drain and GPU reset"
+	case nvml.GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN:
+		return "recover IMEX domain"
+	case nvml.GPU_RECOVERY_ACTION_BUS_RESET:
+		return "bus reset"
+	case nvml.GPU_RECOVERY_ACTION_SYSTEM_REBOOT:
+		return "system reboot"
+	}
+	return fmt.Sprintf("action %d", a)
+}
+
 // health returns whether a device is healthy and why not.
 func (m *Manager) healthLocked(g GPU) (bool, string) {
 	if g.Err != nil {
@@ -305,6 +461,9 @@ func (m *Manager) healthLocked(g GPU) (bool, string) {
 		if ev, ok := m.events[g.Parent]; ok {
 			return false, ev.reason
 		}
+	}
+	if why := m.traceReason(g.Traces); why != "" {
+		return false, why
 	}
 	return true, ""
 }
@@ -457,7 +616,7 @@ func (m *Manager) watchEvents(ctx context.Context) {
 		default:
 			m.log.Warn("NVML event wait failed", "error", nvml.ErrorString(ret))
 			if ret == nvml.ERROR_GPU_IS_LOST {
-				m.markAll("NVML: GPU is lost")
+				m.markAll("NVML: GPU is lost", true)
 			}
 			select {
 			case <-ctx.Done():
@@ -470,25 +629,27 @@ func (m *Manager) watchEvents(ctx context.Context) {
 // handleEvent applies one NVML event to device health.
 func (m *Manager) handleEvent(ev nvml.EventData) {
 	var reason string
+	var fatal bool
 	switch ev.EventType {
 	case nvml.EventTypeXidCriticalError:
 		if m.ignoredXID[ev.EventData] {
-			m.log.Debug("ignoring application XID", "xid", ev.EventData)
+			m.log.Debug("ignoring XID", "xid", ev.EventData, "class", ClassifyXID(ev.EventData).String())
 			return
 		}
 		reason = XIDReason(ev.EventData)
+		fatal = ClassifyXID(ev.EventData) == XIDFatal
 	case nvml.EventTypeDoubleBitEccError:
-		reason = "double-bit ECC error"
+		reason, fatal = "double-bit ECC error", true
 	default:
 		return
 	}
 	if ev.Device == nil {
-		m.markAll(reason)
+		m.markAll(reason, fatal)
 		return
 	}
 	uuid, ret := ev.Device.GetUUID()
 	if ret != nvml.SUCCESS {
-		m.markAll(reason)
+		m.markAll(reason, fatal)
 		return
 	}
 	target := uuid
@@ -500,21 +661,73 @@ func (m *Manager) handleEvent(ev nvml.EventData) {
 			}
 		}
 	}
-	m.events[target] = eventHealth{reason: reason, at: time.Now()}
+	marked := m.markLocked(target, uuid, reason, fatal, time.Now())
 	m.mu.Unlock()
-	m.log.Error("device unhealthy", "device", target, "reason", reason)
+	if marked {
+		m.log.Error("device unhealthy", "device", target, "reason", reason, "clears", clearsWhen(fatal))
+	} else {
+		m.log.Warn("device already unhealthy from a fatal fault; a transient event does not change that", "device", target, "event", reason)
+	}
 	m.nudge()
 }
 
-func (m *Manager) markAll(reason string) {
+func (m *Manager) markAll(reason string, fatal bool) {
 	m.mu.Lock()
 	now := time.Now()
 	for _, g := range m.gpus {
-		m.events[g.UUID] = eventHealth{reason: reason, at: now}
+		gpu := g.UUID
+		if g.Parent != "" {
+			gpu = g.Parent
+		}
+		m.markLocked(g.UUID, gpu, reason, fatal, now)
 	}
 	m.mu.Unlock()
-	m.log.Error("all devices unhealthy", "reason", reason)
+	m.log.Error("all devices unhealthy", "reason", reason, "clears", clearsWhen(fatal))
 	m.nudge()
+}
+
+// markLocked records an event against device uuid on physical GPU gpu. A
+// transient event does not replace a fatal mark (false); a new fatal event
+// starts a fatal mark over, so a reset seen before it does not count.
+func (m *Manager) markLocked(uuid, gpu, reason string, fatal bool, now time.Time) bool {
+	if old, ok := m.events[uuid]; ok && old.fatal && !fatal {
+		return false
+	}
+	m.seq++
+	m.events[uuid] = eventHealth{reason: reason, at: now, fatal: fatal, gpu: gpu, seq: m.seq}
+	return true
+}
+
+func clearsWhen(fatal bool) string {
+	if fatal {
+		return "after NVML shows the GPU reset (gone or awaiting reset, then back and clean), or a plugin restart; never by timer"
+	}
+	return "after health_recovery with no new event, once it answers NVML"
+}
+
+// inherit takes over old's event marks, so that a new configuration in the
+// same process clears nothing: only a new plugin process starts clean. Call
+// it before Run, once old has stopped.
+func (m *Manager) inherit(old *Manager) {
+	old.mu.Lock()
+	marks := make([]string, 0, len(old.events))
+	for uuid := range old.events {
+		marks = append(marks, uuid)
+	}
+	sort.Slice(marks, func(i, j int) bool { return old.events[marks[i]].seq < old.events[marks[j]].seq })
+	evs := make([]eventHealth, len(marks))
+	for i, uuid := range marks {
+		evs[i] = old.events[uuid]
+	}
+	old.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, uuid := range marks {
+		m.seq++
+		ev := evs[i]
+		ev.seq = m.seq
+		m.events[uuid] = ev
+	}
 }
 
 func (m *Manager) nudge() {

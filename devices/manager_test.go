@@ -200,7 +200,7 @@ func TestRecoveryAfterQuietPeriod(t *testing.T) {
 		defer stop()
 		synctest.Wait()
 		gpu := m.GPUs()[1]
-		xid := nvml.EventData{Device: gpu, EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: allGIs}
+		xid := nvml.EventData{Device: gpu, EventType: nvml.EventTypeXidCriticalError, EventData: 94, GpuInstanceId: allGIs}
 		m.InjectEvent(xid)
 		synctest.Wait()
 		time.Sleep(4 * time.Minute)
@@ -209,7 +209,7 @@ func TestRecoveryAfterQuietPeriod(t *testing.T) {
 		time.Sleep(4 * time.Minute)
 		synctest.Wait()
 		fp, _, _ := mgr.Current()
-		if got := health(fp)[gpu.UUID]; got != "XID 48: double-bit ECC error" {
+		if got := health(fp)[gpu.UUID]; got != "XID 94: contained ECC error" {
 			t.Fatalf("8 minutes after the first event and 4 after the second: got %q, want still unhealthy", got)
 		}
 		time.Sleep(time.Minute + time.Second)
@@ -248,11 +248,11 @@ func TestZeroRecoveryKeepsDeviceUnhealthy(t *testing.T) {
 		mgr, stop := startManager(t, m, cfg)
 		defer stop()
 		synctest.Wait()
-		m.InjectEvent(nvml.EventData{Device: m.GPUs()[7], EventType: nvml.EventTypeDoubleBitEccError, GpuInstanceId: allGIs})
+		m.InjectEvent(nvml.EventData{Device: m.GPUs()[7], EventType: nvml.EventTypeXidCriticalError, EventData: 92, GpuInstanceId: allGIs})
 		time.Sleep(24 * time.Hour)
 		synctest.Wait()
 		fp, _, _ := mgr.Current()
-		if h := health(fp)[m.GPUs()[7].UUID]; h != "double-bit ECC error" {
+		if h := health(fp)[m.GPUs()[7].UUID]; h != "XID 92: high single-bit ECC error rate" {
 			t.Fatalf("got %q, want still unhealthy", h)
 		}
 	})

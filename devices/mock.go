@@ -2,6 +2,7 @@ package devices
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
@@ -72,7 +73,13 @@ type MockGPU struct {
 	Err       nvml.Return // when not SUCCESS, every query of this GPU fails with it
 	ECCCorr   uint64
 	ECCUncorr uint64
-	MIG       []*mock.Device
+	// What NVML keeps of past faults (see Traces); a reset clears all but
+	// RemapFailed.
+	RemapPending  bool
+	RetirePending bool
+	RemapFailed   bool
+	Recovery      nvml.DeviceGpuRecoveryAction
+	MIG           []*mock.Device
 }
 
 // NewMockNVML builds the mock for cfg. It never touches real hardware.
@@ -248,6 +255,41 @@ func (m *MockNVML) wire(g *MockGPU) {
 	}
 	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return sys.pcieGen, guard() }
 	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return sys.pcieWidth, guard() }
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if len(g.MIG) > 0 {
+			// As real NVML: not supported on a MIG-enabled GPU.
+			return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED
+		}
+		return 0, 0, g.RemapPending, g.RemapFailed, g.Err
+	}
+	d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.RetirePending {
+			return nvml.FEATURE_ENABLED, g.Err
+		}
+		return nvml.FEATURE_DISABLED, g.Err
+	}
+	d.GetFieldValuesFunc = func(vals []nvml.FieldValue) nvml.Return {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.Err != nvml.SUCCESS {
+			return g.Err
+		}
+		for i := range vals {
+			if vals[i].FieldId != nvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+				vals[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+				continue
+			}
+			vals[i].NvmlReturn = uint32(nvml.SUCCESS)
+			vals[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+			vals[i].Value = [8]byte{}
+			binary.NativeEndian.PutUint32(vals[i].Value[:4], uint32(g.Recovery))
+		}
+		return nvml.SUCCESS
+	}
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return guard() }
 	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {

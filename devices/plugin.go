@@ -86,6 +86,9 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 	if p.cancel != nil {
 		p.cancel()
 		<-p.done
+		// A new configuration is not a restart: event marks (fatal XIDs
+		// above all) carry over.
+		mgr.inherit(p.mgr)
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	done := make(chan struct{})

@@ -391,9 +391,10 @@ func TestNoNVMLLibraryMeansNoDevices(t *testing.T) {
 	}
 }
 
-// TestFingerprintFollowsHealthBothWays breaks a mock GPU through the mock's
-// events file and watches the fingerprint stream of the real binary report
-// it unhealthy, then healthy again after health_recovery.
+// TestFingerprintFollowsHealthBothWays breaks two mock GPUs through the
+// mock's events file and watches the fingerprint stream of the real binary
+// report both unhealthy, then the one with a transient XID healthy again
+// after health_recovery while the one with a fatal XID stays unhealthy.
 func TestFingerprintFollowsHealthBothWays(t *testing.T) {
 	events := filepath.Join(t.TempDir(), "events")
 	inst := start(t, fmt.Sprintf(`
@@ -404,8 +405,10 @@ mock {
   events_file = %q
 }`, events))
 	fp, stream := firstFingerprint(t, inst)
-	victim := fp.GetDeviceGroup()[0].GetDevices()[4].GetID()
-	if err := os.WriteFile(events, []byte(victim+" xid 79\n"+victim+" xid 13\n"), 0o644); err != nil {
+	fatal := fp.GetDeviceGroup()[0].GetDevices()[4].GetID()
+	transient := fp.GetDeviceGroup()[0].GetDevices()[6].GetID()
+	lines := fatal + " xid 79\n" + transient + " xid 94\n" + transient + " xid 13\n"
+	if err := os.WriteFile(events, []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	next := func() map[string]string {
@@ -422,10 +425,16 @@ mock {
 		}
 		return out
 	}
-	if diff := cmp.Diff(map[string]string{victim: "XID 79: GPU has fallen off the bus"}, next()); diff != "" {
-		t.Fatalf("after XID 79 (-want +got unhealthy):\n%s", diff)
+	both := map[string]string{fatal: "XID 79: GPU has fallen off the bus", transient: "XID 94: contained ECC error"}
+	// The two events may reach the stream in one message or two.
+	got := next()
+	if len(got) == 1 {
+		got = next()
 	}
-	if diff := cmp.Diff(map[string]string{}, next()); diff != "" {
+	if diff := cmp.Diff(both, got); diff != "" {
+		t.Fatalf("after the events (-want +got unhealthy):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{fatal: "XID 79: GPU has fallen off the bus"}, next()); diff != "" {
 		t.Fatalf("after health_recovery (-want +got unhealthy):\n%s", diff)
 	}
 }

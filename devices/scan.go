@@ -1,6 +1,8 @@
 package devices
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -21,6 +23,9 @@ type GPU struct {
 	Attrs      Attrs
 	// Err is set when NVML failed to answer for this device during the scan.
 	Err error
+	// Traces are what NVML still shows of past faults (a MIG instance
+	// carries its parent's).
+	Traces Traces
 
 	dev    nvml.Device // the handle for stats
 	parent nvml.Device // the parent's handle, for a MIG instance
@@ -40,14 +45,97 @@ type Attrs struct {
 	ParentPowerW     int64 // MIG: the parent board's limit
 }
 
+// Traces are the lasting signs NVML keeps of past faults, read at every
+// scan: the state XIDs 63, 64 and 154 leave behind. A query NVML does not
+// support (an older GPU or driver, a MIG-enabled GPU) leaves its field at
+// the zero value, which means "nothing known".
+type Traces struct {
+	// RemapPending: a row remapping is recorded and takes effect at the
+	// next GPU reset (XID 63, Ampere and newer).
+	RemapPending bool
+	// RetirePending: a page retirement is recorded and takes effect at the
+	// next driver load (XID 63, before Ampere).
+	RetirePending bool
+	// RemapFailed: a row remapping has failed on this GPU (XID 64);
+	// NVIDIA's criterion for replacing the board. A reset does not clear it.
+	RemapFailed bool
+	// Recovery is what the driver says the GPU needs now (announced by
+	// XID 154); GPU_RECOVERY_ACTION_NONE when nothing, or when unknown.
+	Recovery nvml.DeviceGpuRecoveryAction
+}
+
+// nvmlError is an NVML failure that keeps NVML's return code, so health can
+// tell "the GPU is gone" from other failures.
+type nvmlError struct {
+	msg string
+	ret nvml.Return
+}
+
+func (e *nvmlError) Error() string { return e.msg }
+
+// nvmlErrorf formats like fmt.Errorf and remembers ret.
+func nvmlErrorf(ret nvml.Return, format string, args ...any) error {
+	return &nvmlError{msg: fmt.Sprintf(format, args...), ret: ret}
+}
+
+// gone reports whether err is NVML saying the device has fallen off the bus
+// or must be reset before it answers again (GPU_IS_LOST, RESET_REQUIRED).
+func gone(err error) bool {
+	var ne *nvmlError
+	if !errors.As(err, &ne) {
+		return false
+	}
+	switch ne.ret {
+	case nvml.ERROR_GPU_IS_LOST, nvml.ERROR_RESET_REQUIRED:
+		return true
+	}
+	return false
+}
+
+// readTraces asks NVML for a whole GPU's traces; any query that fails
+// leaves its field at "nothing known".
+func readTraces(dev nvml.Device) Traces {
+	var t Traces
+	if _, _, pending, failed, ret := dev.GetRemappedRows(); ret == nvml.SUCCESS {
+		t.RemapPending, t.RemapFailed = pending, failed
+	}
+	if st, ret := dev.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS {
+		t.RetirePending = st == nvml.FEATURE_ENABLED
+	}
+	vals := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+	if ret := dev.GetFieldValues(vals); ret == nvml.SUCCESS && nvml.Return(vals[0].NvmlReturn) == nvml.SUCCESS {
+		if v, ok := fieldUint(vals[0]); ok {
+			t.Recovery = nvml.DeviceGpuRecoveryAction(v)
+		}
+	}
+	return t
+}
+
+// fieldUint decodes an unsigned NVML field value (a C union, in the host's
+// byte order).
+func fieldUint(f nvml.FieldValue) (uint64, bool) {
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return uint64(binary.NativeEndian.Uint32(f.Value[:4])), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return binary.NativeEndian.Uint64(f.Value[:]), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return uint64(binary.NativeEndian.Uint16(f.Value[:2])), true
+	}
+	return 0, false
+}
+
 // scan enumerates NVML's devices. A device NVML cannot describe is returned
 // with Err set (and the UUID it had at the last good scan, from known), so
-// that it is reported unhealthy rather than disappearing.
-func scan(lib nvml.Interface, known map[int]string) ([]GPU, error) {
+// that it is reported unhealthy rather than disappearing. A GPU that fails
+// without a known UUID (a MIG-enabled one: only its instances are offered)
+// but still gives NVML its UUID is in unlisted, with the error.
+func scan(lib nvml.Interface, known map[int]string) ([]GPU, map[string]error, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("nvml device count: %s", nvml.ErrorString(ret))
+		return nil, nil, nvmlErrorf(ret, "nvml device count: %s", nvml.ErrorString(ret))
 	}
+	unlisted := map[string]error{}
 	driver, ret := lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
 		driver = ""
@@ -57,20 +145,22 @@ func scan(lib nvml.Interface, known map[int]string) ([]GPU, error) {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			if uuid, ok := known[i]; ok {
-				out = append(out, GPU{UUID: uuid, Index: i, Minor: -1, Err: fmt.Errorf("NVML: device %d: %s", i, nvml.ErrorString(ret))})
+				out = append(out, GPU{UUID: uuid, Index: i, Minor: -1, Err: nvmlErrorf(ret, "NVML: device %d: %s", i, nvml.ErrorString(ret))})
 			}
 			continue
 		}
-		gpus, err := describe(dev, i, driver)
+		gs, err := describe(dev, i, driver)
 		if err != nil {
 			if uuid, ok := known[i]; ok {
 				out = append(out, GPU{UUID: uuid, Index: i, Minor: -1, Err: err, dev: dev})
+			} else if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+				unlisted[uuid] = err
 			}
 			continue
 		}
-		out = append(out, gpus...)
+		out = append(out, gs...)
 	}
-	return out, nil
+	return out, unlisted, nil
 }
 
 // describe reads one GPU, and its MIG instances when MIG is on. With MIG on,
@@ -78,15 +168,15 @@ func scan(lib nvml.Interface, known map[int]string) ([]GPU, error) {
 func describe(dev nvml.Device, index int, driver string) ([]GPU, error) {
 	uuid, ret := dev.GetUUID()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML: device %d uuid: %s", index, nvml.ErrorString(ret))
+		return nil, nvmlErrorf(ret, "NVML: device %d uuid: %s", index, nvml.ErrorString(ret))
 	}
 	name, ret := dev.GetName()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML: %s name: %s", uuid, nvml.ErrorString(ret))
+		return nil, nvmlErrorf(ret, "NVML: %s name: %s", uuid, nvml.ErrorString(ret))
 	}
 	mem, ret := dev.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML: %s memory: %s", uuid, nvml.ErrorString(ret))
+		return nil, nvmlErrorf(ret, "NVML: %s memory: %s", uuid, nvml.ErrorString(ret))
 	}
 	g := GPU{UUID: uuid, Group: name, Index: index, Minor: -1, dev: dev}
 	if minor, ret := dev.GetMinorNumber(); ret == nvml.SUCCESS {
@@ -117,6 +207,7 @@ func describe(dev nvml.Device, index int, driver string) ([]GPU, error) {
 		a.PCIBandwidthMBps = pcieLaneMBps(gen) * int64(width)
 	}
 	g.Attrs = a
+	g.Traces = readTraces(dev)
 
 	if cur, _, ret := dev.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
 		return describeMIG(g)
@@ -128,7 +219,7 @@ func describeMIG(parent GPU) ([]GPU, error) {
 	dev := parent.dev
 	count, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML: %s MIG device count: %s", parent.UUID, nvml.ErrorString(ret))
+		return nil, nvmlErrorf(ret, "NVML: %s MIG device count: %s", parent.UUID, nvml.ErrorString(ret))
 	}
 	var out []GPU
 	for j := 0; j < count; j++ {
@@ -137,31 +228,31 @@ func describeMIG(parent GPU) ([]GPU, error) {
 			continue // an empty slot
 		}
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s MIG device %d: %s", parent.UUID, j, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s MIG device %d: %s", parent.UUID, j, nvml.ErrorString(ret))
 		}
 		uuid, ret := mig.GetUUID()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s MIG device %d uuid: %s", parent.UUID, j, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s MIG device %d uuid: %s", parent.UUID, j, nvml.ErrorString(ret))
 		}
 		mem, ret := mig.GetMemoryInfo()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s memory: %s", uuid, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s memory: %s", uuid, nvml.ErrorString(ret))
 		}
 		giID, ret := mig.GetGpuInstanceId()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s GPU instance id: %s", uuid, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s GPU instance id: %s", uuid, nvml.ErrorString(ret))
 		}
 		gi, ret := dev.GetGpuInstanceById(giID)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s GPU instance %d: %s", uuid, giID, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s GPU instance %d: %s", uuid, giID, nvml.ErrorString(ret))
 		}
 		info, ret := gi.GetInfo()
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s GPU instance %d info: %s", uuid, giID, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s GPU instance %d info: %s", uuid, giID, nvml.ErrorString(ret))
 		}
 		prof, ret := dev.GetGpuInstanceProfileInfo(int(info.ProfileId))
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML: %s MIG profile %d: %s", uuid, info.ProfileId, nvml.ErrorString(ret))
+			return nil, nvmlErrorf(ret, "NVML: %s MIG profile %d: %s", uuid, info.ProfileId, nvml.ErrorString(ret))
 		}
 		profile := MIGProfileName(prof)
 		a := parent.Attrs
@@ -180,6 +271,7 @@ func describeMIG(parent GPU) ([]GPU, error) {
 			MIGProfile: profile,
 			GIID:       giID,
 			Attrs:      a,
+			Traces:     parent.Traces,
 			dev:        mig,
 			parent:     dev,
 		})
