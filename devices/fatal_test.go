@@ -415,3 +415,52 @@ mock {
 		}
 	})
 }
+
+// The mock's events file can take a GPU through a fatal XID, its loss and
+// its reset, so demos and end-to-end tests can show the whole path.
+func TestEventsFileLostAndReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMock(t, MockConfig{System: "dgxh200"})
+		mgr, stop := startManager(t, m, testConfig())
+		defer stop()
+		path := filepath.Join(t.TempDir(), "events")
+		ctx, cancel := context.WithCancel(context.Background())
+		fed := make(chan struct{})
+		go func() {
+			defer close(fed)
+			m.FeedEvents(ctx, path, hclog.NewNullLogger())
+		}()
+		defer func() { cancel(); <-fed }()
+		synctest.Wait()
+		gpu := m.GPUs()[3]
+		appendLine := func(line string) {
+			t.Helper()
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteString(line + "\n"); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // polled twice a second
+			synctest.Wait()
+		}
+		appendLine(gpu.UUID + " xid 79")
+		if got := healthOf(mgr, gpu.UUID); got != "XID 79: GPU has fallen off the bus" {
+			t.Fatalf("after xid 79: %q", got)
+		}
+		appendLine(gpu.UUID + " lost")
+		settle()
+		if got := healthOf(mgr, gpu.UUID); got != "NVML: device 3 uuid: "+nvml.ErrorString(nvml.ERROR_GPU_IS_LOST) {
+			t.Fatalf("after lost: %q", got)
+		}
+		appendLine(gpu.UUID + " reset")
+		settle()
+		if got := healthOf(mgr, gpu.UUID); got != "healthy" {
+			t.Fatalf("after reset: %q, want healthy", got)
+		}
+	})
+}

@@ -16,7 +16,11 @@ import (
 // FeedEvents turns lines appended to path into NVML events on the mock, so
 // that demos and end-to-end tests can break a mock GPU the way a driver
 // would report it. Each line is "<UUID> xid <N>" or "<UUID> ecc"; a MIG
-// UUID targets its instance. The file is polled twice a second from its
+// UUID targets its instance. Two more lines change the GPU's state instead
+// of sending an event: "<UUID> lost" makes every query of it fail with
+// GPU_IS_LOST, as a GPU that fell off the bus does, and "<UUID> reset"
+// makes it answer again with nothing pending, as after a GPU reset (a MIG
+// UUID acts on its parent). The file is polled twice a second from its
 // current end until ctx ends; it need not exist yet.
 func (m *MockNVML) FeedEvents(ctx context.Context, path string, log hclog.Logger) {
 	var offset int64
@@ -56,6 +60,11 @@ func (m *MockNVML) FeedEvents(ctx context.Context, path string, log hclog.Logger
 			if strings.TrimSpace(line) == "" {
 				continue
 			}
+			if g, f, ok := m.parseStateLine(line); ok {
+				log.Info("changing mock GPU state", "line", strings.TrimSpace(line))
+				g.Update(f)
+				continue
+			}
 			ev, err := m.parseEventLine(line)
 			if err != nil {
 				log.Warn("ignoring mock event line", "file", path, "line", line, "error", err)
@@ -69,6 +78,38 @@ func (m *MockNVML) FeedEvents(ctx context.Context, path string, log hclog.Logger
 			}
 		}
 	}
+}
+
+// parseStateLine reads "<UUID> lost" or "<UUID> reset".
+func (m *MockNVML) parseStateLine(line string) (*MockGPU, func(*MockGPU), bool) {
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		return nil, nil, false
+	}
+	var change func(*MockGPU)
+	switch strings.ToLower(f[1]) {
+	case "lost":
+		change = func(g *MockGPU) { g.Err = nvml.ERROR_GPU_IS_LOST }
+	case "reset":
+		change = func(g *MockGPU) {
+			g.Err = nvml.SUCCESS
+			g.RemapPending, g.RetirePending = false, false
+			g.Recovery = nvml.GPU_RECOVERY_ACTION_NONE
+		}
+	default:
+		return nil, nil, false
+	}
+	for _, g := range m.devices {
+		if g.UUID == f[0] {
+			return g, change, true
+		}
+		for _, mig := range g.MIG {
+			if u, _ := mig.GetUUID(); u == f[0] {
+				return g, change, true
+			}
+		}
+	}
+	return nil, nil, false
 }
 
 func (m *MockNVML) parseEventLine(line string) (nvml.EventData, error) {
