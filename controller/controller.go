@@ -526,10 +526,18 @@ func (c *Controller) leadLoop(ctx context.Context) {
 		return
 	}
 	for ctx.Err() == nil {
+		// Not cancelled with ctx: an acquire cut off in flight may still
+		// take the lock in Nomad, and its holder would then not know to
+		// release it. It finishes (or times out), and a controller that
+		// is stopping releases what it got.
 		sent := time.Now()
-		actx, acancel := context.WithTimeout(ctx, ttl/3)
-		_, err := locks.Acquire(actx)
+		actx, acancel := context.WithTimeout(context.Background(), ttl/3)
+		_, err := locks.Acquire(lockCall(actx, locks, c.wo))
 		acancel()
+		if err == nil && ctx.Err() != nil {
+			c.releaseLock(locks)
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, api.ErrLockConflict) && ctx.Err() == nil {
 				c.log.Warn("acquire leader lock", "error", err)
@@ -561,7 +569,7 @@ func (c *Controller) leadLoop(ctx context.Context) {
 			case <-renew.C:
 				sent := time.Now()
 				rctx, rcancel := context.WithTimeout(ctx, ttl/3)
-				err := locks.Renew(rctx)
+				err := locks.Renew(lockCall(rctx, locks, c.wo))
 				rcancel()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -578,10 +586,27 @@ func (c *Controller) leadLoop(ctx context.Context) {
 		cancel()
 		<-done
 		c.setLeader(false)
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = locks.Release(rctx)
-		rcancel()
+		c.releaseLock(locks)
 	}
+}
+
+// releaseLock gives the leader lock up, so that a standby need not wait
+// for it to lapse.
+func (c *Controller) releaseLock(locks *api.Locks) {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := locks.Release(lockCall(rctx, locks, c.wo)); err != nil {
+		c.log.Warn("release leader lock", "error", err)
+	}
+}
+
+// lockCall gives the lock's next call ctx as its deadline. nomad/api's
+// Locks only checks the context it is handed between retries; the HTTP
+// request itself runs under the Locks' own WriteOptions, so a hung
+// connection would hold a renewal forever without this.
+func lockCall(ctx context.Context, l *api.Locks, wo *api.WriteOptions) context.Context {
+	l.WriteOptions = *(*wo).WithContext(ctx)
+	return ctx
 }
 
 func (c *Controller) setLease(t time.Time) {

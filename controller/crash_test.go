@@ -222,7 +222,8 @@ func TestCrashDuringPlacement(t *testing.T) {
 					return true, ""
 				default:
 				}
-				return converged(checker, cat)
+				ok, why := converged(checker, cat)
+				return ok, why + "; lock held by " + e.lockHolder()
 			})
 			c.stop()
 			p.mu.Lock()

@@ -275,8 +275,15 @@ func (e *env) start(name string, mods ...func(*Options)) *ctl {
 // the first read on).
 func (e *env) startTap(name string, tp *tap, mods ...func(*Options)) *ctl {
 	e.t.Helper()
+	return e.startAt(name, e.fake.URL(), tp, mods...)
+}
+
+// startAt is startTap with the controller reaching Nomad at url (a proxy
+// in front of the fake).
+func (e *env) startAt(name, url string, tp *tap, mods ...func(*Options)) *ctl {
+	e.t.Helper()
 	tp.base = e.fake.Config().HttpClient.Transport
-	client, err := api.NewClient(&api.Config{Address: e.fake.URL(), HttpClient: &http.Client{Transport: tp}})
+	client, err := api.NewClient(&api.Config{Address: url, HttpClient: &http.Client{Transport: tp}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
