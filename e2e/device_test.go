@@ -239,9 +239,11 @@ func grepLine(s, sub string) string {
 
 func ptr[T any](v T) *T { return &v }
 
-// TestDeviceHealthInRealNomad breaks a mock GPU with an XID and checks that
-// Nomad marks exactly that instance unhealthy with the plugin's reason, then
-// healthy again after health_recovery. The Nomad client batches node
+// TestDeviceHealthInRealNomad breaks one mock GPU with a fatal XID (79) and
+// another with a transient one (94) and checks that Nomad marks exactly
+// those instances unhealthy with the plugin's reasons; the transient one is
+// healthy again after health_recovery while the fatal one is not, until the
+// GPU is seen lost and then reset. The Nomad client batches node
 // updates for 5-10 s, so the recovery period must be longer than that for
 // the unhealthy state to reach the servers at all.
 func TestDeviceHealthInRealNomad(t *testing.T) {
@@ -277,26 +279,64 @@ func TestDeviceHealthInRealNomad(t *testing.T) {
 		}
 		return out, nil
 	}
-	var victim string
+	var victim, other string
 	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
 		node, _, err := c.API.Nodes().Info(nodeID, nil)
 		if err != nil || h200Group(node) == nil {
 			return false, "waiting for the GPUs"
 		}
-		victim = h200Group(node).Instances[3].ID
+		victim, other = h200Group(node).Instances[3].ID, h200Group(node).Instances[5].ID
 		return true, ""
 	})
-	if err := os.WriteFile(events, []byte(victim+" xid 79\n"), 0o644); err != nil {
-		t.Fatal(err)
+	appendEvents := func(lines string) {
+		f, err := os.OpenFile(events, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(lines); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// A fatal XID (79) on one GPU, a transient one (94) on another.
+	appendEvents(victim + " xid 79\n" + other + " xid 94\n")
 	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
 		got, err := unhealthy()
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(got) == 1 && got[victim] == "XID 79: GPU has fallen off the bus", fmt.Sprintf("unhealthy: %v", got)
+		return len(got) == 2 && got[victim] == "XID 79: GPU has fallen off the bus" && got[other] != "", fmt.Sprintf("unhealthy: %v", got)
 	})
-	t.Logf("Nomad reports %s unhealthy: XID 79: GPU has fallen off the bus", victim)
+	t.Logf("Nomad reports %s unhealthy (XID 79) and %s (XID 94)", victim, other)
+	// The transient one recovers after health_recovery; the fatal one does
+	// not: when the first is healthy again, the second is still unhealthy.
+	var after map[string]string
+	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
+		got, err := unhealthy()
+		if err != nil {
+			return false, err.Error()
+		}
+		after = got
+		_, still := got[other]
+		return !still, fmt.Sprintf("unhealthy: %v", got)
+	})
+	if after[victim] != "XID 79: GPU has fallen off the bus" {
+		t.Fatalf("after the transient XID recovered, the fatal one reads %q, want it still unhealthy", after[victim])
+	}
+	t.Logf("XID 94 recovered after health_recovery; XID 79 did not")
+	// Only a reset NVML shows clears it: the GPU answers "GPU is lost",
+	// then, reset, answers again.
+	appendEvents(victim + " lost\n")
+	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
+		got, err := unhealthy()
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(got[victim], "GPU is lost"), fmt.Sprintf("unhealthy: %v", got)
+	})
+	appendEvents(victim + " reset\n")
 	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
 		got, err := unhealthy()
 		if err != nil {
@@ -304,5 +344,5 @@ func TestDeviceHealthInRealNomad(t *testing.T) {
 		}
 		return len(got) == 0, fmt.Sprintf("unhealthy: %v", got)
 	})
-	t.Logf("and healthy again after health_recovery")
+	t.Logf("and healthy again after the GPU was seen lost and then reset")
 }
