@@ -584,7 +584,7 @@ func TestControllerKilledMidPlacementLeavesNoDuplicates(t *testing.T) {
 	}
 	b, _ := os.ReadFile(second.log)
 	t.Logf("ctl-b registered %d jobs, refused %d check-and-set conflicts",
-		strings.Count(string(b), `"msg":"create"`), strings.Count(string(b), `"msg":"job already registered by another writer"`))
+		strings.Count(string(b), `"msg":"create"`), strings.Count(string(b), `"msg":"job written by another writer first"`))
 }
 
 const multiNodeCatalog = `

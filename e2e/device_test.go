@@ -239,6 +239,13 @@ func grepLine(s, sub string) string {
 
 func ptr[T any](v T) *T { return &v }
 
+// gpuLost reports a health description that says NVML finds the GPU lost
+// (the mock answers ERROR_GPU_IS_LOST, NVML's own text is "GPU is lost").
+func gpuLost(desc string) bool {
+	d := strings.ToLower(desc)
+	return strings.Contains(d, "gpu is lost") || strings.Contains(d, "gpu_is_lost")
+}
+
 // TestDeviceHealthInRealNomad breaks one mock GPU with a fatal XID (79) and
 // another with a transient one (94) and checks that Nomad marks exactly
 // those instances unhealthy with the plugin's reasons; the transient one is
@@ -334,7 +341,7 @@ func TestDeviceHealthInRealNomad(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return strings.Contains(got[victim], "GPU is lost"), fmt.Sprintf("unhealthy: %v", got)
+		return gpuLost(got[victim]), fmt.Sprintf("unhealthy: %v", got)
 	})
 	appendEvents(victim + " reset\n")
 	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
