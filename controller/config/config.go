@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,8 +107,16 @@ type Nomad struct {
 	Token     string
 	Region    string
 	Namespace string
-	TLS       TLS
+	// Namespaces are those whose allocations the controller reads to know
+	// which GPUs are taken: ["*"] (the default) for every namespace, else
+	// a list of names that holds Namespace. GPUs held by allocations in a
+	// namespace left out look free to the controller.
+	Namespaces []string
+	TLS        TLS
 }
+
+// AllNamespaces is the namespaces entry that stands for every namespace.
+const AllNamespaces = "*"
 
 // TLS is the client side of Nomad's mTLS.
 type TLS struct {
@@ -177,7 +186,7 @@ func (e *Error) Error() string {
 func Default(dir string) Config {
 	def := render.DefaultSettings()
 	return Config{
-		Nomad:           Nomad{Address: DefaultNomadAddress},
+		Nomad:           Nomad{Address: DefaultNomadAddress, Namespaces: []string{AllNamespaces}},
 		Listen:          DefaultListen,
 		Catalog:         filepath.Join(dir, DefaultCatalog),
 		Facility:        filepath.Join(dir, DefaultFacility),
@@ -499,7 +508,7 @@ func (p *parser) root(body hcl.Body, c *Config) {
 }
 
 var nomadSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "address"}, {Name: "token"}, {Name: "region"}, {Name: "namespace"}},
+	Attributes: []hcl.AttributeSchema{{Name: "address"}, {Name: "token"}, {Name: "region"}, {Name: "namespace"}, {Name: "namespaces"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "tls"}},
 }
 
@@ -532,7 +541,8 @@ func (p *parser) nomad(body hcl.Body, n *Nomad) {
 	}
 	p.orEnv(c, "token", "NOMAD_TOKEN", &n.Token)
 	p.orEnv(c, "region", "NOMAD_REGION", &n.Region)
-	p.orEnv(c, "namespace", "NOMAD_NAMESPACE", &n.Namespace)
+	nsAttr, _ := p.orEnv(c, "namespace", "NOMAD_NAMESPACE", &n.Namespace)
+	p.namespaces(c, nsAttr, n)
 
 	tlsBody := hcl.EmptyBody()
 	if b := block(c, "tls"); b != nil {
@@ -570,6 +580,60 @@ func (p *parser) nomad(body hcl.Body, n *Nomad) {
 		}
 		p.errorf(r, "nomad tls: cert_file and key_file go together (NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY)")
 	}
+}
+
+// validNamespace is Nomad's rule for namespace names.
+var validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+
+// namespaces reads nomad.namespaces: "*" alone, or distinct namespace
+// names among which the namespace of the managed jobs (nsAttr, nil when it
+// came from the environment or the default).
+func (p *parser) namespaces(c *hcl.BodyContent, nsAttr *hcl.Attribute, n *Nomad) {
+	list, a, ok := p.stringList(c, "namespaces")
+	if !ok {
+		return
+	}
+	if len(list) == 1 && list[0] == AllNamespaces {
+		n.Namespaces = list
+		return
+	}
+	if len(list) == 0 {
+		p.errorf(a.Range, `namespaces: want at least one namespace (["*"] for every namespace)`)
+		return
+	}
+	seen := map[string]bool{}
+	for _, ns := range list {
+		switch {
+		case ns == AllNamespaces:
+			p.errorf(a.Range, `namespaces: "*" (every namespace) goes alone, not beside names`)
+			return
+		case !validNamespace.MatchString(ns):
+			p.errorf(a.Range, "namespaces: %q is not a Nomad namespace name (letters, digits and dashes, 1 to 128)", ns)
+			return
+		case seen[ns]:
+			p.errorf(a.Range, "namespaces: %q is listed twice", ns)
+			return
+		}
+		seen[ns] = true
+	}
+	own := n.Namespace
+	if own == "" {
+		own = api.DefaultNamespace
+	}
+	if !seen[own] {
+		from := "nomad.namespace"
+		switch {
+		case nsAttr != nil:
+			from += fmt.Sprintf(" (line %d)", p.line(nsAttr.Range))
+		case n.Namespace != "":
+			from += " (from NOMAD_NAMESPACE)"
+		default:
+			from += " (the default)"
+		}
+		p.errorf(a.Range, "namespaces: %s %q is not in the list: the controller must read the allocations of the jobs it manages; add it, or use [\"*\"]", from, own)
+		return
+	}
+	n.Namespaces = list
 }
 
 var consulSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "address"}, {Name: "token"}}}

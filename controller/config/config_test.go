@@ -43,6 +43,7 @@ func TestParse(t *testing.T) {
 			"NOMAD_CLIENT_KEY": "/k.pem", "NOMAD_TLS_SERVER_NAME": "server.eu.nomad", "NOMAD_SKIP_VERIFY": "true",
 		}, with(func(c *Config) {
 			c.Nomad = Nomad{Address: "https://nomad.example:4646", Token: "s3cret", Region: "eu", Namespace: "llm",
+				Namespaces: []string{"*"},
 				// Paths from the environment stay as given (relative to the
 				// working directory, as for Nomad's CLI).
 				TLS: TLS{CAFile: "ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem", ServerName: "server.eu.nomad", Insecure: true}}
@@ -64,6 +65,7 @@ nomad {
 `, map[string]string{"NOMAD_ADDR": "https://other:4646", "NOMAD_TOKEN": "env", "NOMAD_REGION": "eu",
 			"NOMAD_NAMESPACE": "llm", "NOMAD_CACERT": "x", "NOMAD_SKIP_VERIFY": "1"}, with(func(c *Config) {
 			c.Nomad = Nomad{Address: "http://10.0.0.1:4646", Token: "from-file", Region: "us", Namespace: "default",
+				Namespaces: []string{"*"},
 				TLS: TLS{CAFile: filepath.Join(dir, "tls/ca.pem"), CertFile: "/etc/nomad/cli.pem",
 					KeyFile: filepath.Join(dir, "tls/cli-key.pem"), ServerName: "server.us.nomad"}}
 		})},
@@ -137,6 +139,29 @@ reconcile {
 			with(func(c *Config) { c.Nomad.Address = "unix:///var/run/nomad.sock" })},
 		{"zero shutdown delay", "driver { shutdown_delay = \"0s\" }\n", nil,
 			with(func(c *Config) { c.Driver.ShutdownDelay = 0 })},
+		{"namespaces list", `
+nomad {
+  namespace  = "ml-serving"
+  namespaces = ["default", "ml-serving", "ml-batch"]
+}
+`, nil, with(func(c *Config) {
+			c.Nomad.Namespace = "ml-serving"
+			c.Nomad.Namespaces = []string{"default", "ml-serving", "ml-batch"}
+		})},
+		{"namespaces list holds the default namespace", `nomad { namespaces = ["ml-batch", "default"] }`, nil,
+			with(func(c *Config) { c.Nomad.Namespaces = []string{"ml-batch", "default"} })},
+		{"namespaces list holds NOMAD_NAMESPACE", `nomad { namespaces = ["llm"] }`, map[string]string{"NOMAD_NAMESPACE": "llm"},
+			with(func(c *Config) {
+				c.Nomad.Namespace = "llm"
+				c.Nomad.Namespaces = []string{"llm"}
+			})},
+		{"every namespace spelled out", `nomad {
+  namespace  = "llm"
+  namespaces = ["*"]
+}`, nil, with(func(c *Config) {
+			c.Nomad.Namespace = "llm"
+			c.Nomad.Namespaces = []string{"*"}
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse(file, []byte(tc.src), envMap(tc.env))
@@ -202,6 +227,17 @@ func TestParseErrors(t *testing.T) {
 		{"cert without key", "nomad {\n  tls {\n    cert_file = \"c.pem\"\n  }\n}\n", nil, []string{"c.hcl:2: nomad tls: cert_file and key_file go together"}},
 		{"bad consul address", "consul {\n  address = \"consul\"\n}\n", nil, []string{`c.hcl:2: address: "consul" is not host:port`}},
 		{"unknown function", "api_token = file(\"/etc/token\")\n", nil, []string{"c.hcl:1: Call to unknown function"}},
+		{"namespace not in namespaces", "nomad {\n  namespace  = \"ml-serving\"\n  namespaces = [\"default\", \"ml-batch\"]\n}\n", nil,
+			[]string{`c.hcl:3: namespaces: nomad.namespace (line 2) "ml-serving" is not in the list`}},
+		{"default namespace not in namespaces", "nomad {\n\n  namespaces = [\"ml-batch\"]\n}\n", nil,
+			[]string{`c.hcl:3: namespaces: nomad.namespace (the default) "default" is not in the list`}},
+		{"NOMAD_NAMESPACE not in namespaces", "nomad {\n  namespaces = [\"default\"]\n}\n", map[string]string{"NOMAD_NAMESPACE": "llm"},
+			[]string{`c.hcl:2: namespaces: nomad.namespace (from NOMAD_NAMESPACE) "llm" is not in the list`}},
+		{"empty namespaces", "nomad {\n  namespaces = []\n}\n", nil, []string{"c.hcl:2: namespaces: want at least one namespace"}},
+		{"star beside names", "nomad {\n  namespaces = [\"*\", \"default\"]\n}\n", nil, []string{`c.hcl:2: namespaces: "*" (every namespace) goes alone`}},
+		{"namespace pattern", "nomad {\n  namespaces = [\"default\", \"ml-*\"]\n}\n", nil, []string{`c.hcl:2: namespaces: "ml-*" is not a Nomad namespace name`}},
+		{"namespace twice", "nomad {\n  namespaces = [\"default\", \"default\"]\n}\n", nil, []string{`c.hcl:2: namespaces: "default" is listed twice`}},
+		{"namespaces not a list", "nomad {\n  namespaces = \"default\"\n}\n", nil, []string{"c.hcl:2: namespaces: want list of string"}},
 		{"several problems", "listen = \"x\"\n\ndriver {\n  ready_timeout = \"soon\"\n}\nnode_base_watts = -1\n", nil, []string{
 			`c.hcl:4: ready_timeout: "soon" is not a duration`,
 			`c.hcl:1: listen: "x" is not host:port`,

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,6 +22,8 @@ func FuzzParse(f *testing.F) {
 		`api_token = env("TOKEN")`,
 		"listen = \n",
 		"driver {\n  kill_timeout = \"-1s\"\n}\n",
+		"nomad {\n  namespace = \"a\"\n  namespaces = [\"default\", \"a\"]\n}\n",
+		"nomad {\n  namespaces = [\"b\"]\n}\n",
 	} {
 		f.Add(s)
 	}
@@ -49,6 +53,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if c.ServiceProvider == "consul" && c.Consul == nil {
 			t.Fatal("consul provider without consul block accepted")
+		}
+		if ns := c.Nomad.Namespaces; len(ns) == 0 || (len(ns) > 1 || ns[0] != AllNamespaces) && !slices.Contains(ns, cmp.Or(c.Nomad.Namespace, "default")) {
+			t.Fatalf("namespaces %q without nomad.namespace %q accepted", ns, c.Nomad.Namespace)
 		}
 		if c.NodeBaseWatts < 0 || c.Priority < 0 || len(c.Datacenters) == 0 {
 			t.Fatalf("bad values accepted: %+v", c)
