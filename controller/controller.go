@@ -90,6 +90,9 @@ type Controller struct {
 	// confirmed: the files in force were loaded with the operator's
 	// say-so for the stops they cause (ReloadConfirmed).
 	confirmed bool
+	// prune: the stored decisions of slots not in the catalog are to be
+	// deleted after the next pass (set at start and by every reload).
+	prune bool
 	loadedAt  time.Time // when the files in force were loaded
 	snap      snapshot
 	leader    bool
@@ -210,7 +213,7 @@ func (c *Controller) reload(confirm bool) error {
 		return err
 	}
 	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
-	c.confirmed = confirm
+	c.confirmed, c.prune = confirm, true
 	c.metrics.reloadFailed.Set(0)
 	c.kick()
 	return nil
@@ -379,23 +382,66 @@ func (c *Controller) watchNodes(ctx context.Context) {
 	})
 }
 
+// watchAllocs keeps snap.allocs current: the allocations of the
+// namespaces in nomad.namespaces, every one's GPUs counted as taken. With
+// "*" (the default) that is one blocking query over every namespace the
+// token may read. With a list it is one blocking query per namespace, each
+// in its own goroutine, merged in the list's order: each namespace's list
+// is one consistent read, and the merge holds every namespace's latest
+// (Nomad indexes the allocations as one table, so any change wakes every
+// namespace's query). allocSynced is set only once every namespace has
+// been read: a namespace the token may not read (403) keeps the
+// controller from placing anything, and says so in its log, rather than
+// letting that namespace's GPUs look free.
 func (c *Controller) watchAllocs(ctx context.Context) {
-	watch(ctx, c.log, "allocations", func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
-		q.Namespace, q.Region = "*", c.qo.Region
-		// Task states (every task's event history) are the bulk of an
-		// allocation stub, and nothing here reads them.
-		q.Params = map[string]string{"resources": "true", "task_states": "false"}
-		return c.nomad.Allocations().List(q)
-	}, func(allocs []*api.AllocationListStub, _ uint64) {
+	fetch := func(ns string) func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+		return func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+			q.Namespace, q.Region = ns, c.qo.Region
+			// Task states (every task's event history) are the bulk of an
+			// allocation stub, and nothing here reads them.
+			q.Params = map[string]string{"resources": "true", "task_states": "false"}
+			return c.nomad.Allocations().List(q)
+		}
+	}
+	publish := func(allocs []*api.AllocationListStub, synced bool) {
 		c.mu.Lock()
-		c.snap.allocs, c.snap.allocSynced = allocs, true
+		c.snap.allocs, c.snap.allocSynced = allocs, synced
 		c.mu.Unlock()
 		select {
 		case c.healthTrigger <- struct{}{}:
 		default:
 		}
 		c.kick()
-	})
+	}
+	nss := c.cfg.Nomad.Namespaces
+	all := len(nss) == 0
+	for _, ns := range nss {
+		all = all || ns == config.AllNamespaces
+	}
+	if all {
+		watch(ctx, c.log, "allocations", fetch(config.AllNamespaces), func(allocs []*api.AllocationListStub, _ uint64) {
+			publish(allocs, true)
+		})
+		return
+	}
+	var mu sync.Mutex // orders the merges and their publication
+	lists := make(map[string][]*api.AllocationListStub, len(nss))
+	var wg sync.WaitGroup
+	for _, ns := range nss {
+		wg.Go(func() {
+			watch(ctx, c.log, "allocations in namespace "+ns, fetch(ns), func(allocs []*api.AllocationListStub, _ uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				lists[ns] = allocs
+				var merged []*api.AllocationListStub
+				for _, n := range nss {
+					merged = append(merged, lists[n]...)
+				}
+				publish(merged, len(lists) == len(nss))
+			})
+		})
+	}
+	wg.Wait()
 }
 
 func (c *Controller) watchJobs(ctx context.Context) {
@@ -842,6 +888,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 		c.metrics.actions.WithLabelValues(a.Kind.String()).Inc()
 	}
 	c.saveDecisions(res)
+	c.pruneDecisions(in.Catalog)
 	return errors.Join(errs...)
 }
 
@@ -874,6 +921,43 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 		}
 	}
 	return out
+}
+
+// pruneDecisions deletes, once after each load of the catalog, the stored
+// decisions of slots that are no longer in it.
+func (c *Controller) pruneDecisions(cat facility.Catalog) {
+	c.mu.RLock()
+	prune := c.prune
+	c.mu.RUnlock()
+	if !prune {
+		return
+	}
+	var keep []string
+	for _, m := range cat.Models {
+		for i := 0; i < m.Replicas; i++ {
+			keep = append(keep, facility.ReplicaID(m.Name, i))
+		}
+	}
+	n, err := c.store.PruneDecisions(keep)
+	if err != nil {
+		c.log.Warn("delete decisions of removed replicas", "error", err)
+		return
+	}
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[k] = true
+	}
+	c.mu.Lock()
+	c.prune = false
+	for slot := range c.saved {
+		if !kept[slot] {
+			delete(c.saved, slot)
+		}
+	}
+	c.mu.Unlock()
+	if n > 0 {
+		c.log.Info("deleted the decisions of replicas that left the catalog", "count", n)
+	}
 }
 
 // wrote records the outcome of a job write: its index when known (the

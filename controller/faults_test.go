@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/store"
 )
 
 // When the node of a replica goes down, Nomad marks its allocation lost
@@ -166,5 +167,38 @@ func TestUnhealthyGPUMovesReplicaNewCopyFirst(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The stored decisions of replicas that left the catalog are deleted.
+func TestDecisionsOfRemovedSlotsDeleted(t *testing.T) {
+	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	e.serveAll()
+	e.settle(c)
+	stored := func() []string {
+		vs, _, err := e.api.Variables().PrefixList(store.DecisionsPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vs {
+			out = append(out, strings.TrimPrefix(v.Path, store.DecisionsPath))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := stored(), []string{"alpha-0", "alpha-1", "alpha-2", "beta-0"}; !slices.Equal(got, want) {
+		t.Fatalf("decisions stored: %v, want %v", got, want)
+	}
+	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 2", 1))
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(c)
+	if got, want := stored(), []string{"alpha-0", "alpha-1", "beta-0"}; !slices.Equal(got, want) {
+		t.Fatalf("decisions stored after alpha-2 left: %v, want %v", got, want)
 	}
 }

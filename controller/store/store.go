@@ -37,6 +37,7 @@ type Variables interface {
 	CheckedUpdate(v *api.Variable, q *api.WriteOptions) (*api.Variable, *api.WriteMeta, error)
 	Update(v *api.Variable, q *api.WriteOptions) (*api.Variable, *api.WriteMeta, error)
 	Delete(path string, q *api.WriteOptions) (*api.WriteMeta, error)
+	PrefixList(prefix string, q *api.QueryOptions) ([]*api.VariableMetadata, *api.QueryMeta, error)
 }
 
 // Hold is a run-time hold on a domain.
@@ -204,6 +205,37 @@ func (s *Store) DeleteDecision(replica string) error {
 	defer cancel()
 	_, err := s.vars.Delete(DecisionPath(replica), wo)
 	return err
+}
+
+// PruneDecisions deletes the stored explanations of every replica not in
+// keep (their slots left the catalog) and returns how many it deleted.
+func (s *Store) PruneDecisions(keep []string) (int, error) {
+	want := make(map[string]bool, len(keep))
+	for _, r := range keep {
+		want[DecisionPath(r)] = true
+	}
+	qo, cancel := s.qo()
+	vs, _, err := s.vars.PrefixList(DecisionsPath, qo)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", DecisionsPath, err)
+	}
+	n := 0
+	var errs []error
+	for _, v := range vs {
+		if want[v.Path] || !strings.HasPrefix(v.Path, DecisionsPath) {
+			continue
+		}
+		wo, cancel := s.wo()
+		_, err := s.vars.Delete(v.Path, wo)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", v.Path, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 func (s *Store) peek(path string) (*api.Variable, error) {
