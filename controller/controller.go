@@ -92,12 +92,12 @@ type Controller struct {
 	confirmed bool
 	// prune: the stored decisions of slots not in the catalog are to be
 	// deleted after the next pass (set at start and by every reload).
-	prune bool
-	loadedAt  time.Time // when the files in force were loaded
-	snap      snapshot
-	leader    bool
-	view      View
-	saved     map[string]string // replica -> last saved decision, to write only changes
+	prune    bool
+	loadedAt time.Time // when the files in force were loaded
+	snap     snapshot
+	leader   bool
+	view     View
+	saved    map[string]string // replica -> last saved decision, to write only changes
 }
 
 type snapshot struct {
