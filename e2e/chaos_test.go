@@ -486,8 +486,18 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 			return nil
 		}
 		i := r.rng.IntN(len(all))
+		alloc := envOf(all[i], "NOMAD_ALLOC_ID")
+		restarts := r.taskRestarts(alloc)
 		f.detail = fmt.Sprintf("fake-engine pid %d on %s", all[i], on[i])
 		_ = syscall.Kill(all[i], syscall.SIGKILL)
+		// The crash is seen once Nomad restarts the task; back to serving
+		// is counted from there.
+		if alloc != "" {
+			nomadtest.Eventually(r.t, 2*time.Minute, func() (bool, string) {
+				n := r.taskRestarts(alloc)
+				return n > restarts, fmt.Sprintf("task restarts of %s: %d", alloc, n)
+			})
+		}
 	case "gpu-fail":
 		node, dev := r.servingGPU()
 		if dev == "" {
@@ -637,6 +647,30 @@ func pidsOf(a *localnomad.Agent, name string) []int {
 	}
 	sort.Ints(out)
 	return out
+}
+
+// envOf reads one variable of a process's environment.
+func envOf(pid int, name string) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// taskRestarts is how often Nomad restarted the allocation's engine task
+// (-1 when it cannot be read).
+func (r *chaosRun) taskRestarts(allocID string) int {
+	if allocID == "" {
+		return -1
+	}
+	a, _, err := r.c.API.Allocations().Info(allocID, nil)
+	if err != nil || a.TaskStates[render.TaskName] == nil {
+		return -1
+	}
+	return int(a.TaskStates[render.TaskName].Restarts)
 }
 
 // agentPID finds the agent's own process by its config file's path.
