@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -27,6 +28,15 @@ const nomadCheckSuccess = "success"
 // (an unreachable client, an ACL token without read-job on the client), it
 // keeps its last verdict, routed at first, and the gateway's passive
 // health (the circuit breaker) is what protects clients.
+//
+// Check reads run concurrently, at most CheckParallelism at a time for the
+// whole source (all services together), each cut off after CheckTimeout
+// from when it got its slot. A service's view does not wait on a slow
+// read: an allocation whose read is still in flight keeps its last verdict
+// and is not read again until that read ends, and every other verdict is
+// published as its read answers. Only a registration that has no verdict
+// yet waits for its first read, and the service's first publish waits for
+// all of them, so the gateway does not start on a partial view.
 type NomadSource struct {
 	Client *nomadapi.Client
 	Logger *slog.Logger
@@ -35,8 +45,13 @@ type NomadSource struct {
 	// CheckInterval is how often checks are read; 5s by default. It also
 	// bounds each blocking query, so health follows within an interval.
 	CheckInterval time.Duration
-	// CheckTimeout bounds one allocation's check read; 2s by default.
+	// CheckTimeout bounds one allocation's check read (its checks, and
+	// its job when those have no results), from when it got its slot; 2s
+	// by default.
 	CheckTimeout time.Duration
+	// CheckParallelism bounds the check reads in flight at once, all
+	// services together; 8 by default.
+	CheckParallelism int
 }
 
 // Run watches Nomad until ctx ends, publishing every change.
@@ -58,6 +73,11 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	if checkTimeout <= 0 {
 		checkTimeout = 2 * time.Second
 	}
+	parallelism := s.CheckParallelism
+	if parallelism <= 0 {
+		parallelism = 8
+	}
+	slots := make(chan struct{}, parallelism) // one token per check read in flight
 	list := func(ctx context.Context, emit func(catalog)) {
 		var idx uint64
 		var bo backoff
@@ -89,71 +109,184 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	}
 	watch := func(ctx context.Context, key string, emit func([]Instance, bool)) {
 		svcNS, name, _ := strings.Cut(key, "/")
-		healthy := map[string]bool{}  // allocation ID → last verdict
-		declares := map[string]bool{} // allocation ID → its service declares checks
-		var idx uint64
-		var bo backoff
-		for ctx.Err() == nil {
-			start := time.Now()
-			q := (&nomadapi.QueryOptions{Namespace: svcNS, WaitIndex: idx, WaitTime: interval}).WithContext(ctx)
-			regs, meta, err := s.Client.Services().Get(name, q)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("registrations of service", "service", name, "namespace", svcNS, "error", err)
-					emit(nil, false)
-				}
-				bo.wait(ctx)
-				continue
-			}
-			bo.reset()
-			live := map[string]bool{}
-			insts := make([]Instance, 0, len(regs))
-			for _, r := range regs {
-				in, ok := instanceFromTags(r.ID, r.Address, r.Port, r.Tags, 0)
-				if !ok {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+
+		// The registrations, polled in their own goroutine so that the
+		// loop below can take check results while a query blocks.
+		type fetch struct {
+			regs []*nomadapi.ServiceRegistration
+			ok   bool
+		}
+		fetches := make(chan fetch)
+		wg.Go(func() {
+			var idx uint64
+			var bo backoff
+			for ctx.Err() == nil {
+				start := time.Now()
+				q := (&nomadapi.QueryOptions{Namespace: svcNS, WaitIndex: idx, WaitTime: interval}).WithContext(ctx)
+				regs, meta, err := s.Client.Services().Get(name, q)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Warn("registrations of service", "service", name, "namespace", svcNS, "error", err)
+						select {
+						case fetches <- fetch{}:
+						case <-ctx.Done():
+						}
+					}
+					bo.wait(ctx)
 					continue
 				}
-				live[r.AllocID] = true
-				if s.allocHealthy(ctx, log, r.AllocID, name, checkTimeout, healthy, declares) {
-					insts = append(insts, in)
+				bo.reset()
+				select {
+				case fetches <- fetch{regs: regs, ok: true}:
+				case <-ctx.Done():
+					return
+				}
+				prev := idx
+				idx = nextIndex(idx, meta.LastIndex)
+				sleep(ctx, gap(start, prev, idx))
+			}
+		})
+
+		// Only this goroutine touches the maps; reads report on results.
+		type routable struct {
+			in    Instance
+			alloc string
+		}
+		var regs []routable
+		live := map[string]bool{}     // allocation IDs of regs
+		healthy := map[string]bool{}  // allocation ID → last verdict
+		declares := map[string]bool{} // allocation ID → its service declares checks
+		inFlight := map[string]bool{} // allocation IDs being read
+		results := make(chan checkRead)
+		startRead := func(allocID string) {
+			inFlight[allocID] = true
+			d, known := declares[allocID]
+			wg.Go(func() {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				r := s.readChecks(ctx, allocID, name, checkTimeout, d, known)
+				<-slots
+				select {
+				case results <- r:
+				case <-ctx.Done():
+				}
+			})
+		}
+		apply := func(r checkRead) {
+			delete(inFlight, r.alloc)
+			if !live[r.alloc] {
+				return // deregistered while it was read
+			}
+			prev, seen := healthy[r.alloc]
+			ok := r.ok
+			if r.err != nil {
+				if ctx.Err() == nil {
+					log.Debug("allocation checks", "alloc", r.alloc, "error", r.err)
+				}
+				ok = prev || !seen
+			} else if r.declKnown {
+				declares[r.alloc] = r.declares
+			}
+			if seen && prev != ok {
+				log.Info("replica health changed", "service", name, "alloc", r.alloc, "healthy", ok)
+			}
+			healthy[r.alloc] = ok
+		}
+		published := false
+		var last []Instance
+		publishChanges := func() {
+			insts := make([]Instance, 0, len(regs))
+			for _, r := range regs {
+				v, seen := healthy[r.alloc]
+				if !seen && !published {
+					return // the first publish has every verdict
+				}
+				if v {
+					insts = append(insts, r.in)
 				}
 			}
-			for id := range healthy {
-				if !live[id] {
-					delete(healthy, id)
-					delete(declares, id)
-				}
+			if published && slices.Equal(insts, last) {
+				return
 			}
+			published, last = true, insts
 			emit(insts, true)
-			prev := idx
-			idx = nextIndex(idx, meta.LastIndex)
-			sleep(ctx, gap(start, prev, idx))
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case f := <-fetches:
+				if !f.ok {
+					emit(nil, false)
+					continue
+				}
+				regs = regs[:0]
+				clear(live)
+				for _, r := range f.regs {
+					in, ok := instanceFromTags(r.ID, r.Address, r.Port, r.Tags, 0)
+					if !ok {
+						continue
+					}
+					regs = append(regs, routable{in, r.AllocID})
+					live[r.AllocID] = true
+				}
+				for id := range healthy {
+					if !live[id] {
+						delete(healthy, id)
+						delete(declares, id)
+					}
+				}
+				for id := range live {
+					if !inFlight[id] {
+						startRead(id)
+					}
+				}
+			case r := <-results:
+				apply(r)
+			drain: // take the reads that are done before publishing
+				for {
+					select {
+					case r := <-results:
+						apply(r)
+					default:
+						break drain
+					}
+				}
+			}
+			publishChanges()
 		}
 	}
 	return runDiscovery(ctx, log, list, watch, publish)
 }
 
-// allocHealthy reads allocID's checks for service and records the verdict
-// in healthy: every check of the service succeeded, or it has none and
-// declares none (declares caches that, per allocation). When they cannot
-// be read the last verdict stands, true at first.
-func (s *NomadSource) allocHealthy(ctx context.Context, log *slog.Logger, allocID, service string, timeout time.Duration, healthy, declares map[string]bool) bool {
+// checkRead is what one read of an allocation's checks found.
+type checkRead struct {
+	alloc string
+	// err is why the checks could not be read; the rest is then unset.
+	err error
+	// ok is the verdict: every check of the service succeeded, or it has
+	// none and declares none.
+	ok bool
+	// declares is whether the service declares checks, when declKnown.
+	declares, declKnown bool
+}
+
+// readChecks reads allocID's checks for service, within timeout. When
+// they have no results it needs to know whether the service declares
+// checks: declares if known, else read from the allocation's job.
+func (s *NomadSource) readChecks(ctx context.Context, allocID, service string, timeout time.Duration, declares, known bool) checkRead {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	keep := func(err error) bool {
-		if ctx.Err() == nil {
-			log.Debug("allocation checks", "alloc", allocID, "error", err)
-		}
-		v, seen := healthy[allocID]
-		if !seen {
-			v = true
-			healthy[allocID] = v
-		}
-		return v
-	}
 	st, err := s.Client.Allocations().Checks(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
 	if err != nil {
-		return keep(err)
+		return checkRead{alloc: allocID, err: err}
 	}
 	ok, results := true, 0
 	for _, c := range st {
@@ -164,25 +297,19 @@ func (s *NomadSource) allocHealthy(ctx context.Context, log *slog.Logger, allocI
 			}
 		}
 	}
-	if results == 0 {
-		// No results yet: a service with checks between its registration
-		// and its first (pending) result, or a service without checks.
-		d, known := declares[allocID]
-		if !known {
-			alloc, _, err := s.Client.Allocations().Info(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
-			if err != nil {
-				return keep(err)
-			}
-			d = declaresChecks(alloc, service)
-			declares[allocID] = d
+	if results > 0 {
+		return checkRead{alloc: allocID, ok: ok}
+	}
+	// No results yet: a service with checks between its registration
+	// and its first (pending) result, or a service without checks.
+	if !known {
+		alloc, _, err := s.Client.Allocations().Info(allocID, (&nomadapi.QueryOptions{}).WithContext(cctx))
+		if err != nil {
+			return checkRead{alloc: allocID, err: err}
 		}
-		ok = !d
+		declares = declaresChecks(alloc, service)
 	}
-	if prev, seen := healthy[allocID]; seen && prev != ok {
-		log.Info("replica health changed", "service", service, "alloc", allocID, "healthy", ok)
-	}
-	healthy[allocID] = ok
-	return ok
+	return checkRead{alloc: allocID, ok: !declares, declares: declares, declKnown: true}
 }
 
 // declaresChecks reports whether alloc's task group declares checks for
