@@ -79,8 +79,8 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 	defer c.mu.RUnlock()
 	status := http.StatusOK
 	body := map[string]any{"leader": c.leader, "synced": c.snap.synced()}
-	if c.loadErr != nil {
-		body["config_error"] = c.loadErr.Error()
+	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
+		body["config_error"] = err.Error()
 	}
 	writeJSON(w, status, body)
 }
@@ -225,8 +225,8 @@ func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
-	if c.loadErr != nil {
-		cv.Error = c.loadErr.Error()
+	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
+		cv.Error = err.Error()
 	}
 	writeJSON(w, http.StatusOK, cv)
 }

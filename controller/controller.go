@@ -90,6 +90,9 @@ type Controller struct {
 	// confirmed: the files in force were loaded with the operator's
 	// say-so for the stops they cause (ReloadConfirmed).
 	confirmed bool
+	// heldBack is the pass guard's refusal of the catalog's stops (files
+	// never confirmed that stop too much); nil when it holds none back.
+	heldBack error
 	// prune: the stored decisions of slots not in the catalog are to be
 	// deleted after the next pass (set at start and by every reload).
 	prune    bool
@@ -213,7 +216,7 @@ func (c *Controller) reload(confirm bool) error {
 		return err
 	}
 	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
-	c.confirmed, c.prune = confirm, true
+	c.confirmed, c.prune, c.heldBack = confirm, true, nil
 	c.metrics.reloadFailed.Set(0)
 	c.kick()
 	return nil
@@ -904,16 +907,21 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 		return acts
 	}
 	err := c.tooManyStops(in, acts)
+	c.mu.Lock()
+	if err != nil && c.heldBack == nil {
+		c.log.Error("catalog stops held back", "error", err)
+	}
+	c.heldBack = err
+	failed := c.loadErr != nil || err != nil
+	c.mu.Unlock()
+	if failed {
+		c.metrics.reloadFailed.Set(1)
+	} else {
+		c.metrics.reloadFailed.Set(0)
+	}
 	if err == nil {
 		return acts
 	}
-	c.mu.Lock()
-	if c.loadErr == nil || !errors.Is(c.loadErr, ErrTooManyStops) {
-		c.log.Error("catalog stops held back", "error", err)
-	}
-	c.loadErr = err
-	c.mu.Unlock()
-	c.metrics.reloadFailed.Set(1)
 	out := acts[:0:0]
 	for _, a := range acts {
 		if !(a.Kind == reconcile.Stop && a.Catalog) {
