@@ -99,6 +99,8 @@ type chaosRun struct {
 	events  map[string]string // client name -> its mock events file
 
 	mu         sync.Mutex
+	down       map[string]bool // agents the test has stopped or killed, until it starts them again
+	died       map[string]bool // agents found dead that the test had not stopped (reported once)
 	ctl        *ctlProc
 	ctlN       int
 	violations []string
@@ -170,7 +172,8 @@ func TestChaos(t *testing.T) {
 	}
 	t.Cleanup(proxy.Close)
 	cfg := controllerFiles(t, proxy.URL(), engine, chaosCatalog, chaosFacility)
-	r := &chaosRun{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 2026)), bin: bin, cfgPath: ctlConfigPath(cfg), proxy: proxy, events: events}
+	r := &chaosRun{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 2026)), bin: bin, cfgPath: ctlConfigPath(cfg), proxy: proxy, events: events,
+		down: map[string]bool{}, died: map[string]bool{}}
 	r.startController()
 	r.waitAllServing(5 * time.Minute)
 	t.Log("every replica serves; faults begin")
@@ -331,7 +334,36 @@ func (r *chaosRun) checkInvariants(stop <-chan struct{}) {
 		for _, o := range declaredOver(v) {
 			r.violate("over budget: %s", o)
 		}
+		r.checkAgents()
 	}
+}
+
+// checkAgents reports an agent that ended although the test did not stop
+// it (a harness fault, not the system's: it would make later numbers lie).
+func (r *chaosRun) checkAgents() {
+	for _, a := range append([]*localnomad.Agent{r.c.Server}, r.c.Clients...) {
+		r.mu.Lock()
+		skip := r.down[a.Name] || r.died[a.Name]
+		r.mu.Unlock()
+		if skip || !a.Exited() {
+			continue
+		}
+		r.mu.Lock()
+		stillUp := !r.down[a.Name]
+		if stillUp {
+			r.died[a.Name] = true
+		}
+		r.mu.Unlock()
+		if stillUp {
+			r.violate("agent %s ended without the test stopping it; its log ends: %s", a.Name, localnomad.Tail(a.Log(), 3))
+		}
+	}
+}
+
+func (r *chaosRun) setDown(name string, down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down[name] = down
 }
 
 func (r *chaosRun) allServing() (bool, string) {
@@ -419,38 +451,47 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 	switch kind {
 	case "node-kill":
 		a := r.busyClient()
+		r.setDown(a.Name, true)
 		killed := a.Kill()
 		f.detail = fmt.Sprintf("%s and %d processes", a.Name, len(killed))
 		// The fault is the node's absence: it lasts until the fleet healed
 		// around it (Nomad marks it down, the controller places its
 		// replicas elsewhere), then the node comes back.
 		healed := time.Now().Add(*chaosBound)
-		for time.Now().Before(healed) {
-			if ok, _ := r.allServingWithout(a.Name); ok {
-				break
+		ok, why := false, ""
+		for !ok && time.Now().Before(healed) {
+			if ok, why = r.allServingWithout(a.Name); !ok {
+				time.Sleep(500 * time.Millisecond)
 			}
-			time.Sleep(500 * time.Millisecond)
+		}
+		if !ok {
+			r.violate("%s (%s): the fleet did not heal around the dead node in %s: %s", f.kind, f.detail, *chaosBound, why)
 		}
 		if err := a.Start(); err != nil {
 			r.t.Fatal(err)
 		}
+		r.setDown(a.Name, false)
 		r.c.WaitReady(2 * time.Minute)
 	case "client-restart":
 		a := r.pickClient()
 		f.detail = a.Name
+		r.setDown(a.Name, true)
 		a.Stop()
 		r.hold(2*time.Second, 8*time.Second)
 		if err := a.Start(); err != nil {
 			r.t.Fatal(err)
 		}
+		r.setDown(a.Name, false)
 		r.c.WaitReady(2 * time.Minute)
 	case "server-restart":
 		f.detail = "the only server"
+		r.setDown(r.c.Server.Name, true)
 		r.c.Server.Stop()
 		r.hold(2*time.Second, 8*time.Second)
 		if err := r.c.Server.Start(); err != nil {
 			r.t.Fatal(err)
 		}
+		r.setDown(r.c.Server.Name, false)
 		r.c.WaitReady(2 * time.Minute)
 	case "controller-kill":
 		r.mu.Lock()

@@ -5,7 +5,8 @@
 // stopped and started again on the same data dir. StartConsul runs a
 // Consul dev server beside them, and StartClient a Consul client agent for
 // each client that registers consul-provider services
-// (ClientOptions.Consul).
+// (ClientOptions.Consul). NewWithOptions can turn Nomad's ACLs on and
+// bootstrap them (Options.ACL).
 package localnomad
 
 import (
@@ -73,11 +74,31 @@ type Cluster struct {
 	API     *api.Client
 	Root    string
 	bin     string
+	// ManagementToken is the secret of the token the ACL bootstrap gave
+	// (Options.ACL); API carries it. Empty without ACLs.
+	ManagementToken string
+	acl             bool
 }
+
+// Options are settings of every agent of a cluster.
+type Options struct {
+	// ACL turns Nomad's ACLs on in the server and every client
+	// (acl { enabled = true }). NewWithOptions then bootstraps them once the
+	// server has a leader and gives API the management token.
+	ACL bool
+}
+
+// aclBootstrapTimeout bounds the wait for a server to take the ACL
+// bootstrap (it needs a leader first).
+const aclBootstrapTimeout = 90 * time.Second
 
 // New prepares a cluster in a new directory under os.TempDir (or root when
 // not empty) and starts its server; add clients with AddClient.
-func New(bin, root string) (*Cluster, error) {
+func New(bin, root string) (*Cluster, error) { return NewWithOptions(bin, root, Options{}) }
+
+// NewWithOptions is New with o; with o.ACL it returns once the ACLs are
+// bootstrapped.
+func NewWithOptions(bin, root string, o Options) (*Cluster, error) {
 	if root == "" {
 		d, err := os.MkdirTemp("", "llmgw-nomad-")
 		if err != nil {
@@ -85,7 +106,7 @@ func New(bin, root string) (*Cluster, error) {
 		}
 		root = d
 	}
-	c := &Cluster{Root: root, bin: bin}
+	c := &Cluster{Root: root, bin: bin, acl: o.ACL}
 	srv, err := newAgent(bin, root, "server")
 	if err != nil {
 		return nil, err
@@ -117,6 +138,9 @@ consul {
   auto_advertise   = false
 }
 `, filepath.Join(srv.Dir, "data"), srv.HTTP, srv.RPC, srv.Serf, srv.HTTP, srv.RPC, srv.Serf)
+	if o.ACL {
+		srv.config += aclBlock
+	}
 	c.Server = srv
 	cfg := api.DefaultConfig()
 	cfg.Address = srv.Addr()
@@ -129,7 +153,42 @@ consul {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
+	if o.ACL {
+		ctx, cancel := context.WithTimeout(context.Background(), aclBootstrapTimeout)
+		defer cancel()
+		if err := c.bootstrapACL(ctx); err != nil {
+			srv.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// aclBlock turns ACLs on in an agent's configuration.
+const aclBlock = "acl {\n  enabled = true\n}\n"
+
+// bootstrapACL polls /v1/acl/bootstrap until the server takes it (it
+// answers 500 "no cluster leader" until it has one) and gives API the
+// management token.
+func (c *Cluster) bootstrapACL(ctx context.Context) error {
+	var tok *api.ACLToken
+	err := Poll(ctx, func() (bool, string, error) {
+		if c.Server.Exited() {
+			return false, "", fmt.Errorf("%w: %s:\n%s", ErrAgentExited, c.Server.Name, Tail(c.Server.Log(), 40))
+		}
+		t, _, err := c.API.ACLTokens().Bootstrap(nil)
+		if err != nil {
+			return false, "acl bootstrap: " + err.Error(), nil
+		}
+		tok = t
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("acl bootstrap: %w", err)
+	}
+	c.ManagementToken = tok.SecretID
+	c.API.SetSecretID(tok.SecretID)
+	return nil
 }
 
 // AddClient starts one more client agent; it does not wait for its node.
@@ -143,6 +202,10 @@ func (c *Cluster) AddClient(co ClientOptions) (*Agent, error) {
 		return nil, err
 	}
 	a.config = clientConfig(a, c.Server, co, i)
+	if c.acl {
+		// A client needs no token of its own to register: it is its node.
+		a.config += aclBlock
+	}
 	c.Clients = append(c.Clients, a)
 	if err := a.Start(); err != nil {
 		return nil, fmt.Errorf("start client %s: %w", co.Name, err)
@@ -282,7 +345,7 @@ func (a *Agent) Start() error {
 	// agent dies with the process that started it, even if that one
 	// crashes without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startPinned(cmd); err != nil {
 		_ = lf.Close()
 		return err
 	}
