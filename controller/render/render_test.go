@@ -518,3 +518,31 @@ func TestJobExampleCatalog(t *testing.T) {
 		t.Fatal("nothing placed")
 	}
 }
+
+// lost_after renders every group's disconnect block (Nomad keeps a
+// disconnected node's allocations that long, replaces none itself, keeps
+// the originals if the node returns in time); without it there is none.
+func TestDisconnectFollowsLostAfter(t *testing.T) {
+	in := input(llama8b, 0, fullScope("r01-k01", "p01"), nil, "n1")
+	job, err := Job(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := job.TaskGroups[0].Disconnect; d != nil {
+		t.Fatalf("lost_after 0 rendered a disconnect block: %+v", d)
+	}
+	in.Settings.LostAfter = 2 * time.Minute
+	job, err = Job(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := job.TaskGroups[0].Disconnect
+	if d == nil || d.LostAfter == nil || *d.LostAfter != 2*time.Minute || d.Replace == nil || *d.Replace ||
+		d.Reconcile == nil || *d.Reconcile != api.ReconcileOptionKeepOriginal {
+		t.Fatalf("disconnect block %+v, want lost_after 2m, replace false, reconcile keep_original", d)
+	}
+	in.Settings.LostAfter = -time.Second
+	if _, err := Job(in); !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "lost_after -1s: negative") {
+		t.Fatalf("negative lost_after: %v", err)
+	}
+}
