@@ -139,6 +139,26 @@ func Start(t testing.TB, clients ...ClientOptions) *Cluster {
 	return c
 }
 
+// StartACL is Start with Nomad's ACLs on in every agent, bootstrapped
+// before the clients start: API carries the management token
+// (ManagementToken), as every helper here does.
+func StartACL(t testing.TB, clients ...ClientOptions) *Cluster {
+	t.Helper()
+	lc, err := localnomad.NewWithOptions(Bin(t), "", localnomad.Options{ACL: true})
+	if err != nil {
+		t.Fatalf("start nomad with ACLs: %v", err)
+	}
+	c := &Cluster{Cluster: lc, t: t}
+	t.Cleanup(c.shutdown)
+	for _, co := range clients {
+		if _, err := lc.AddClient(co); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitReady(90 * time.Second)
+	return c
+}
+
 // AddClient starts one more client agent without waiting for its node to be
 // ready (it may be expected to fail).
 func (c *Cluster) AddClient(co ClientOptions) *Agent {
