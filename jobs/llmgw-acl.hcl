@@ -1,24 +1,78 @@
-# ACL policy for the llmgw controller's Nomad token:
+# ACL policy for the llmgw controller's Nomad token: exactly what the
+# controller reads and writes (docs/controller.md, "Nomad ACL").
+#
 #   nomad acl policy apply -description "llmgw controller" llmgw jobs/llmgw-acl.hcl
 #   nomad acl token create -name llmgw -policy llmgw
-namespace "default" {
-  # Register, update and stop the replica jobs; read their allocations and evaluations.
-  capabilities = ["list-jobs", "read-job", "submit-job", "read-logs"]
+#
+# It fits the default configuration: jobs in the "default" namespace
+# (nomad.namespace) and the allocations of every namespace read
+# (nomad.namespaces = ["*"]). With another nomad.namespace, rename the
+# "default" block. e2e/acl_test.go runs a controller on this file against
+# a Nomad with ACLs on.
+#
+# Not granted, because the controller never calls them: agent (no
+# /v1/agent/* call), read-logs and read-fs (no task logs or files), operator,
+# quota, plugin, host_volume (rendered jobs mount no volume). The gateway has
+# a token of its own.
 
-  # Holds, decisions and the leader lock live under llmgw/.
+namespace "default" {
+  # list-jobs:  the job list it watches (GET /v1/jobs?prefix=llmgw-&meta=true).
+  # read-job:   a job before stopping it and after a write with no answer
+  #             (GET /v1/job/<id>); the evaluations of a job Nomad could not
+  #             place, for explain (GET /v1/job/<id>/evaluations); the
+  #             allocations of its jobs (GET /v1/allocations) and their service
+  #             check results (GET /v1/client/allocation/<id>/checks, checked
+  #             in the allocation's namespace).
+  # submit-job: register, update and stop its jobs (PUT /v1/jobs, a stop is a
+  #             check-and-set re-registration with Stop set, not a DELETE).
+  capabilities = ["list-jobs", "read-job", "submit-job"]
+
   variables {
-    path "llmgw/*" {
-      capabilities = ["write", "read", "destroy", "list"]
+    # Run-time holds (PUT/DELETE /v1/facility/holds/...): read, then a
+    # check-and-set write.
+    path "llmgw/holds" {
+      capabilities = ["read", "write"]
+    }
+    # Each replica's last decision: written every pass that changes it, read
+    # by GET /v1/replicas/<id>, listed and deleted once the replica leaves
+    # the catalog (store.PruneDecisions). Nomad's "read" includes "list";
+    # beware that a list without it answers empty, not 403.
+    path "llmgw/decisions/*" {
+      capabilities = ["read", "write", "destroy"]
+    }
+    # The leader lock: acquire, renew and release are writes
+    # (PUT /v1/var/llmgw/leader?lock-acquire|lock-renew|lock-release); a lock
+    # held by another controller answers 409 without read.
+    path "llmgw/leader" {
+      capabilities = ["write"]
     }
   }
 }
 
-# Read nodes, their devices and client stats (power); write dynamic node
-# metadata for `llmgw ctl label`.
-node {
-  policy = "write"
+# The allocations of every other namespace (nomad.namespaces = ["*"]): GPUs
+# held by any allocation on the nodes are taken. Listing allocations needs
+# read-job only. Without this block Nomad still answers the "*" list, with
+# only the namespaces the token may read: the GPUs of the others would
+# silently look free.
+namespace "*" {
+  capabilities = ["read-job"]
 }
 
-agent {
-  policy = "read"
+# With nomad.namespaces listing names instead, e.g.
+#   nomad { namespaces = ["default", "ml-batch"] }
+# replace the namespace "*" block above with one read-job block for each
+# listed namespace besides nomad.namespace (a listed namespace the token may
+# not read stops placement, with the 403 in the controller's log):
+#
+# namespace "ml-batch" {
+#   capabilities = ["read-job"]
+# }
+
+# node read: the node list and each node (GET /v1/nodes, /v1/node/<id>:
+# devices, meta, drain, eligibility) and their GPU power
+# (GET /v1/client/stats?node_id=). write: dynamic node metadata for
+# `llmgw ctl label` (POST /v1/client/metadata); "read" is enough for a
+# controller whose labels are set otherwise.
+node {
+  policy = "write"
 }
