@@ -924,7 +924,7 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 	}
 	out := acts[:0:0]
 	for _, a := range acts {
-		if !(a.Kind == reconcile.Stop && a.Catalog) {
+		if a.Kind != reconcile.Stop || !a.Catalog {
 			out = append(out, a)
 		}
 	}

@@ -526,7 +526,9 @@ func TestNomadFirstPublishHasEveryVerdict(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Logf("Run ended: %v", err)
+		}
 	})
 
 	eventually(t, "r0's read to block", func() bool { return n.blockedReads("r0") == 1 })
