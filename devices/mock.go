@@ -128,6 +128,15 @@ func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
 			return nil, fmt.Errorf("mock.mig[%q]: %w", key, err)
 		}
 	}
+	// One handle per GPU, as real NVML has: the *MockGPU, in events as in
+	// DeviceGetHandleByIndex, so a handle names its GPU even when every
+	// query of it fails.
+	s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(m.devices) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return m.devices[i], nvml.SUCCESS
+	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
 			WaitFunc: m.wait,
@@ -187,6 +196,25 @@ func (m *MockNVML) wire(g *MockGPU) {
 			return "", r
 		}
 		return origUUID()
+	}
+	origIndex, origMinor, origName := d.GetIndexFunc, d.GetMinorNumberFunc, d.GetNameFunc
+	d.GetIndexFunc = func() (int, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return 0, r
+		}
+		return origIndex()
+	}
+	d.GetMinorNumberFunc = func() (int, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return 0, r
+		}
+		return origMinor()
+	}
+	d.GetNameFunc = func() (string, nvml.Return) {
+		if r := guard(); r != nvml.SUCCESS {
+			return "", r
+		}
+		return origName()
 	}
 	origMem := d.GetMemoryInfoFunc
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
@@ -366,7 +394,7 @@ func (m *MockNVML) partition(g *MockGPU, seed, system string, profiles []string)
 			GetGpuInstanceIdFunc:                   func() (int, nvml.Return) { return giID, nvml.SUCCESS },
 			GetComputeInstanceIdFunc:               func() (int, nvml.Return) { return 0, nvml.SUCCESS },
 			IsMigDeviceHandleFunc:                  func() (bool, nvml.Return) { return true, nvml.SUCCESS },
-			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return d, nvml.SUCCESS },
+			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return g, nvml.SUCCESS },
 		}
 		g.MIG = append(g.MIG, mig)
 	}
