@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -82,9 +83,12 @@ type Manager struct {
 	ignoredXID map[uint64]bool
 	poke       chan struct{}
 
-	mu      sync.Mutex
-	gpus    []GPU
-	known   map[int]string // NVML index -> UUID at the last good scan
+	mu    sync.Mutex
+	gpus  []GPU
+	known map[int]string // NVML index -> UUID at the last good scan
+	// boardAt: NVML index -> the physical GPU (a MIG instance's parent)
+	// offered there when it last answered NVML; see goneNow.
+	boardAt map[int]string
 	events  map[string]eventHealth
 	seq     uint64 // the last mark's seq
 	fp      *devicepb.FingerprintResponse
@@ -105,6 +109,7 @@ func NewManager(lib nvml.Interface, cfg Config, log hclog.Logger, mock bool) *Ma
 		ignoredXID: map[uint64]bool{},
 		poke:       make(chan struct{}, 1),
 		known:      map[int]string{},
+		boardAt:    map[int]string{},
 		events:     map[string]eventHealth{},
 		fp:         &devicepb.FingerprintResponse{},
 		changed:    make(chan struct{}),
@@ -275,6 +280,9 @@ func (m *Manager) refresh() {
 	for _, g := range gpus {
 		if g.Err == nil && g.Parent == "" {
 			m.known[g.Index] = g.UUID
+		}
+		if g.Err == nil {
+			m.boardAt[g.Index] = g.board()
 		}
 	}
 	// Recover devices whose last critical event is older than
@@ -616,7 +624,8 @@ func (m *Manager) watchEvents(ctx context.Context) {
 		default:
 			m.log.Warn("NVML event wait failed", "error", nvml.ErrorString(ret))
 			if ret == nvml.ERROR_GPU_IS_LOST {
-				m.markAll("NVML: GPU is lost", true)
+				// NVML says a GPU is lost but not which: find it.
+				m.markUnidentified("NVML: GPU is lost", true)
 			}
 			select {
 			case <-ctx.Done():
@@ -643,13 +652,9 @@ func (m *Manager) handleEvent(ev nvml.EventData) {
 	default:
 		return
 	}
-	if ev.Device == nil {
-		m.markAll(reason, fatal)
-		return
-	}
-	uuid, ret := ev.Device.GetUUID()
-	if ret != nvml.SUCCESS {
-		m.markAll(reason, fatal)
+	uuid, ok := m.eventGPU(ev.Device)
+	if !ok {
+		m.markUnidentified(reason, fatal)
 		return
 	}
 	target := uuid
@@ -671,19 +676,160 @@ func (m *Manager) handleEvent(ev nvml.EventData) {
 	m.nudge()
 }
 
-func (m *Manager) markAll(reason string, fatal bool) {
+// eventGPU names the physical GPU an event came from. NVML's event carries
+// the GPU's handle, but a GPU that has fallen off the bus (XID 79 comes
+// from one) no longer answers its UUID, often by the time the event is
+// read. The handle itself is then compared with the handles of the last
+// scan (NVML's handles are fixed for the life of the library), and the
+// GPU's PCI bus id and index are asked in case they still answer.
+func (m *Manager) eventGPU(dev nvml.Device) (string, bool) {
+	if dev == nil {
+		return "", false
+	}
+	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+		return uuid, true
+	}
+	m.mu.Lock()
+	gpus := m.gpus
+	m.mu.Unlock()
+	for _, g := range gpus {
+		h := g.dev
+		if g.parent != nil {
+			h = g.parent
+		}
+		if sameHandle(dev, h) {
+			return g.board(), true
+		}
+	}
+	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
+		if bus := busID(pci.BusId[:]); bus != "" {
+			for _, g := range gpus {
+				if strings.EqualFold(g.PCIBusID, bus) {
+					return g.board(), true
+				}
+			}
+		}
+	}
+	if i, ret := dev.GetIndex(); ret == nvml.SUCCESS {
+		for _, g := range gpus {
+			if g.Index == i {
+				return g.board(), true
+			}
+		}
+	}
+	return "", false
+}
+
+// sameHandle reports whether a and b are one NVML device handle. Handles
+// of a type that cannot be compared, and empty ones, name nothing.
+func sameHandle(a, b nvml.Device) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) || !t.Comparable() || reflect.ValueOf(a).IsZero() {
+		return false
+	}
+	return a == b
+}
+
+// markUnidentified applies an event that names no GPU the plugin can
+// identify, or the event wait's GPU_IS_LOST. It asks NVML at once which
+// GPUs are gone (goneNow): those are the ones the event is about, and only
+// they are marked. A fatal mark on them counts this read as the "gone"
+// half of the reset, so it clears at the first scan that finds the GPU
+// back and clean. When NVML shows no GPU gone, every GPU gets a transient
+// mark, which health_recovery ends once they answer: a fault NVML does not
+// place must not take every GPU of the node out for good.
+func (m *Manager) markUnidentified(reason string, fatal bool) {
+	lost, anyGone := m.goneNow()
 	m.mu.Lock()
 	now := time.Now()
-	for _, g := range m.gpus {
-		gpu := g.UUID
-		if g.Parent != "" {
-			gpu = g.Parent
+	if anyGone {
+		gone := make([]string, 0, len(lost))
+		for uuid := range lost {
+			gone = append(gone, uuid)
 		}
-		m.markLocked(g.UUID, gpu, reason, fatal, now)
+		sort.Strings(gone)
+		for _, uuid := range gone {
+			m.markLocked(uuid, uuid, reason, fatal, now)
+			// Every mark on it is older than the read that saw it gone.
+			if ev := m.events[uuid]; ev.fatal {
+				ev.resetSeen = true
+				m.events[uuid] = ev
+			}
+		}
+		m.mu.Unlock()
+		if len(gone) == 0 {
+			m.log.Warn("NVML fault not tied to a GPU; the GPUs NVML shows gone are not offered (ignored_gpu_ids), nothing marked", "reason", reason)
+			return
+		}
+		m.log.Error("NVML fault not tied to a GPU; marked the GPUs NVML shows gone", "reason", reason, "devices", strings.Join(gone, ","),
+			"clears", "once NVML shows them back and clean")
+		m.nudge()
+		return
+	}
+	boards := map[string]bool{}
+	for _, uuid := range m.boardAt {
+		boards[uuid] = true
+	}
+	for _, g := range m.gpus {
+		boards[g.board()] = true
+	}
+	why := reason + " (unidentified GPU)"
+	for uuid := range boards {
+		m.markLocked(uuid, uuid, why, false, now)
 	}
 	m.mu.Unlock()
-	m.log.Error("all devices unhealthy", "reason", reason, "clears", clearsWhen(fatal))
+	m.log.Error("NVML fault not tied to a GPU and no GPU is gone; all devices unhealthy", "reason", reason, "fatal_event", fatal,
+		"clears", clearsWhen(false))
 	m.nudge()
+}
+
+// goneNow asks NVML, now, which GPUs are gone: a GPU at an index that
+// answers GPU_IS_LOST or RESET_REQUIRED (to its handle, UUID or memory
+// query), or one offered before that is missing from NVML's list. It
+// returns those of the offered GPUs (physical ones, by UUID), and whether
+// NVML showed any GPU gone at all, ignored ones included.
+func (m *Manager) goneNow() (map[string]bool, bool) {
+	m.mu.Lock()
+	at := make(map[int]string, len(m.boardAt))
+	for i, uuid := range m.boardAt {
+		at[i] = uuid
+	}
+	m.mu.Unlock()
+	n, ret := m.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, false
+	}
+	goneAt := map[int]bool{}
+	uuidAt := map[int]string{}
+	present := map[string]bool{}
+	for i := 0; i < n; i++ {
+		dev, ret := m.lib.DeviceGetHandleByIndex(i)
+		if ret == nvml.SUCCESS {
+			var uuid string
+			if uuid, ret = dev.GetUUID(); ret == nvml.SUCCESS {
+				uuidAt[i], present[uuid] = uuid, true
+				_, ret = dev.GetMemoryInfo()
+			}
+		}
+		if goneRet(ret) {
+			goneAt[i] = true
+		}
+	}
+	lost := map[string]bool{}
+	for i, uuid := range at {
+		switch {
+		case goneAt[i] && (uuidAt[i] == "" || uuidAt[i] == uuid):
+			lost[uuid] = true
+		case present[uuid]:
+			// answering, here or at another index
+		case i >= n || uuidAt[i] != "":
+			lost[uuid] = true // missing from NVML's list
+		}
+	}
+	return lost, len(goneAt) > 0 || len(lost) > 0
 }
 
 // markLocked records an event against device uuid on physical GPU gpu. A

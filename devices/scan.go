@@ -73,6 +73,15 @@ type nvmlError struct {
 
 func (e *nvmlError) Error() string { return e.msg }
 
+// board is the physical GPU a device is on: itself, or a MIG instance's
+// parent.
+func (g GPU) board() string {
+	if g.Parent != "" {
+		return g.Parent
+	}
+	return g.UUID
+}
+
 // nvmlErrorf formats like fmt.Errorf and remembers ret.
 func nvmlErrorf(ret nvml.Return, format string, args ...any) error {
 	return &nvmlError{msg: fmt.Sprintf(format, args...), ret: ret}
@@ -82,14 +91,12 @@ func nvmlErrorf(ret nvml.Return, format string, args ...any) error {
 // or must be reset before it answers again (GPU_IS_LOST, RESET_REQUIRED).
 func gone(err error) bool {
 	var ne *nvmlError
-	if !errors.As(err, &ne) {
-		return false
-	}
-	switch ne.ret {
-	case nvml.ERROR_GPU_IS_LOST, nvml.ERROR_RESET_REQUIRED:
-		return true
-	}
-	return false
+	return errors.As(err, &ne) && goneRet(ne.ret)
+}
+
+// goneRet is gone for a bare NVML return code.
+func goneRet(ret nvml.Return) bool {
+	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
 }
 
 // readTraces asks NVML for a whole GPU's traces; any query that fails
