@@ -44,26 +44,7 @@ func TestControllerWithACLs(t *testing.T) {
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k2", "p2"}} {
-		name := fmt.Sprintf("gpu-%d", i+1)
-		clients = append(clients, nomadtest.ClientOptions{
-			Name:      name,
-			PluginDir: plugins,
-			Meta: map[string]string{
-				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
-				"llmgw.rack": loc.rack, "llmgw.pdu": loc.pdu,
-			},
-			Plugins: map[string]string{
-				"nomad-device-nvml": fmt.Sprintf(`
-    mock {
-      system      = "dgxh200"
-      gpus        = 4
-      seed        = %q
-      power_watts = 200
-    }`, name),
-				"nomad-driver-llmgw": `
-    ready_timeout = "2m"`,
-			},
-		})
+		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, ""))
 	}
 	c := nomadtest.StartACL(t, clients...)
 	mgmt := c.API // the management token, for the test's own reads

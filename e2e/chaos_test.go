@@ -144,26 +144,9 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		events[name] = ev
-		clients = append(clients, nomadtest.ClientOptions{
-			Name: name, PluginDir: plugins,
-			Meta: map[string]string{
-				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
-				"llmgw.rack": rack, "llmgw.pdu": "p" + strings.TrimPrefix(rack, "k"),
-			},
-			Plugins: map[string]string{
-				"nomad-device-nvml": fmt.Sprintf(`
-    health_recovery = "20s"
-    mock {
-      system      = "dgxh200"
-      gpus        = 4
-      seed        = %q
-      power_watts = 200
-      events_file = %q
-    }`, name, ev),
-				"nomad-driver-llmgw": `
-    ready_timeout = "2m"`,
-			},
-		})
+		co := gpuClient(name, rack, "p"+strings.TrimPrefix(rack, "k"), plugins, fmt.Sprintf("      events_file = %q\n", ev))
+		co.Plugins["nomad-device-nvml"] = "\n    health_recovery = \"20s\"" + co.Plugins["nomad-device-nvml"]
+		clients = append(clients, co)
 	}
 	c := nomadtest.Start(t, clients...)
 	proxy, err := faultproxy.New(c.Server.Addr())

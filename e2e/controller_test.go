@@ -39,29 +39,36 @@ func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, 
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k1", "p1"}, {"k2", "p2"}, {"k2", "p2"}} {
-		name := fmt.Sprintf("gpu-%d", i+1)
-		clients = append(clients, nomadtest.ClientOptions{
-			Name:      name,
-			PluginDir: plugins,
-			Consul:    consul[name],
-			Meta: map[string]string{
-				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
-				"llmgw.rack": loc.rack, "llmgw.pdu": loc.pdu,
-			},
-			Plugins: map[string]string{
-				"nomad-device-nvml": fmt.Sprintf(`
+		co := gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, "")
+		co.Consul = consul[co.Name]
+		clients = append(clients, co)
+	}
+	return nomadtest.Start(t, clients...), engine
+}
+
+// gpuClient is a client in rack and pdu (site lab, room a, row r1) with 4
+// mock H200s drawing 200 W each (mockExtra is added to their mock block),
+// the llmgw driver (ready_timeout 2m) and the plugins in plugins.
+func gpuClient(name, rack, pdu, plugins, mockExtra string) nomadtest.ClientOptions {
+	return nomadtest.ClientOptions{
+		Name:      name,
+		PluginDir: plugins,
+		Meta: map[string]string{
+			"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1",
+			"llmgw.rack": rack, "llmgw.pdu": pdu,
+		},
+		Plugins: map[string]string{
+			"nomad-device-nvml": fmt.Sprintf(`
     mock {
       system      = "dgxh200"
       gpus        = 4
       seed        = %q
       power_watts = 200
-    }`, name),
-				"nomad-driver-llmgw": `
+%s    }`, name, mockExtra),
+			"nomad-driver-llmgw": `
     ready_timeout = "2m"`,
-			},
-		})
+		},
 	}
-	return nomadtest.Start(t, clients...), engine
 }
 
 // controllerFiles writes llmgw.hcl, catalog.hcl and facility.hcl into a

@@ -24,25 +24,7 @@ func sameRackClients(t *testing.T, n int) (*nomadtest.Cluster, string) {
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i := range n {
-		name := fmt.Sprintf("gpu-%d", i+1)
-		clients = append(clients, nomadtest.ClientOptions{
-			Name:      name,
-			PluginDir: plugins,
-			Meta: map[string]string{
-				"llmgw.site": "lab", "llmgw.room": "a", "llmgw.row": "r1", "llmgw.rack": "k1", "llmgw.pdu": "p1",
-			},
-			Plugins: map[string]string{
-				"nomad-device-nvml": fmt.Sprintf(`
-    mock {
-      system      = "dgxh200"
-      gpus        = 4
-      seed        = %q
-      power_watts = 200
-    }`, name),
-				"nomad-driver-llmgw": `
-    ready_timeout = "2m"`,
-			},
-		})
+		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), "k1", "p1", plugins, ""))
 	}
 	return nomadtest.Start(t, clients...), engine
 }
