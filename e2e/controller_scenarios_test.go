@@ -374,9 +374,9 @@ func TestControllerDrainHoldMovesReplicasNewFirst(t *testing.T) {
 	})
 
 	// New first: Nomad held both jobs of a slot at once, the new one was
-	// registered before the old one was stopped, and its allocation was
-	// healthy before the stop. Raft indexes order the events, so no timing
-	// is involved (a stopped job's JobModifyIndex is its deregistration).
+	// registered before the old one was stopped (Raft indexes order them;
+	// a stopped job's JobModifyIndex is its stop), and its engine was ready
+	// before the stop.
 	for slot, old := range oldJob {
 		nj := newJob[slot]
 		most, together := h.live(slot)
@@ -391,20 +391,32 @@ func TestControllerDrainHoldMovesReplicasNewFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var healthyAt uint64
+		// Serving is the engine's readiness (its service check probes the
+		// same path): the driver's "Ready after …" task event. Its time
+		// and the stop's submit time come from this host's one clock, so
+		// their order is the order of the events.
+		var readyAt int64
 		for _, a := range allocs {
-			if a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy {
-				healthyAt = a.DeploymentStatus.ModifyIndex
+			full, _, err := c.API.Allocations().Info(a.ID, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ts := full.TaskStates[render.TaskName]; ts != nil {
+				for _, ev := range ts.Events {
+					if ev.Type == "Driver" && strings.HasPrefix(ev.DisplayMessage, "Ready after") && (readyAt == 0 || ev.Time < readyAt) {
+						readyAt = ev.Time
+					}
+				}
 			}
 		}
 		stopAt := oldStub.JobModifyIndex
-		t.Logf("%s: old %s (created %d, stopped at %d), new %s (created %d, healthy at %d); together in Nomad: %v",
-			slot, old, oldStub.CreateIndex, stopAt, nj, newStub.CreateIndex, healthyAt, together)
+		t.Logf("%s: old %s (created %d, stopped at %d), new %s (created %d, ready %s before the stop); together in Nomad: %v",
+			slot, old, oldStub.CreateIndex, stopAt, nj, newStub.CreateIndex, time.Duration(oldStub.SubmitTime-readyAt), together)
 		if newStub.CreateIndex >= stopAt {
 			t.Errorf("%s: new job %s registered at index %d, not before the old one was stopped at %d", slot, nj, newStub.CreateIndex, stopAt)
 		}
-		if healthyAt == 0 || healthyAt >= stopAt {
-			t.Errorf("%s: new job %s healthy at index %d, want before the old one was stopped at %d", slot, nj, healthyAt, stopAt)
+		if readyAt == 0 || readyAt >= oldStub.SubmitTime {
+			t.Errorf("%s: new job %s ready at %d, want before the old one was stopped (submitted %d)", slot, nj, readyAt, oldStub.SubmitTime)
 		}
 		if !strings.HasSuffix(nj, "-g1") {
 			t.Errorf("%s: new job %s, want generation 1", slot, nj)
