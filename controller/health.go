@@ -42,13 +42,13 @@ type healthEntry struct {
 	next  time.Time // when to read it again
 }
 
-// checkTargets lists the allocations whose checks decide serving: the
-// running shard-0 allocations of the managed jobs, with their service
-// name, namespace and node ID.
+// checkTarget is an allocation whose checks decide whether its replica
+// serves, with its service's name and its namespace.
 type checkTarget struct {
 	allocID, service, namespace string
 }
 
+// checkTargets lists the running shard-0 allocations of the managed jobs.
 func (c *Controller) checkTargets() []checkTarget {
 	c.mu.RLock()
 	jobs, allocs := c.snap.jobs, c.snap.allocs
