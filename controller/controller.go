@@ -857,6 +857,19 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	}
 	c.updateView(in, res)
 	var errs []error
+	if in.MaxStops > 0 {
+		// Orphans' stops count against max_stops too, after the plan's.
+		left := in.MaxStops
+		for _, a := range res.Actions {
+			if a.Kind == reconcile.Stop {
+				left--
+			}
+		}
+		if n := len(orphans) - max(left, 0); n > 0 {
+			c.metrics.deferredStops.Add(float64(n))
+			orphans = orphans[:max(left, 0)]
+		}
+	}
 	for _, o := range orphans {
 		c.log.Warn("stopping job with unreadable llmgw meta", "job", o.JobID, "error", o.Err)
 		if err := c.stopJob(ctx, fenced, o.JobID, o.ModifyIndex); err != nil && !errors.Is(err, errConflict) {
