@@ -198,3 +198,93 @@ func liveJobsOfSlot(t *testing.T, client *api.Client, slot string) []string {
 	}
 	return out
 }
+
+// With reconcile.lost_after set, the rendered groups carry Nomad's
+// disconnect block: a node that stops heartbeating is "disconnected" and
+// its allocations "unknown" for lost_after, Nomad places nothing of its
+// own (replace = false), and the controller leaves the replica where it is
+// until lost_after has passed since the node's status changed; then it
+// places it on the other node. The order is checked on Nomad's own
+// timestamps (the node's StatusUpdatedAt, the job's SubmitTime), not on
+// durations measured here.
+func TestControllerNodeLossWaitsForLostAfter(t *testing.T) {
+	const lostAfter = 40 * time.Second
+	c, engine := sameRackClients(t, 2)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, oneBeta, `headroom = 0`)
+	cfg.Reconcile.LostAfter = lostAfter
+	_, base, _ := runController(t, cfg, "ctl-1")
+	waitServing(t, base, 3*time.Minute, "beta-0")
+	var first *api.AllocationListStub
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		s := servingAllocs(t, c, "beta-0")
+		if len(s) != 1 {
+			return false, fmt.Sprintf("%d serving allocations", len(s))
+		}
+		first = s[0]
+		return true, ""
+	})
+	job, _, err := c.API.Jobs().Info(first.JobID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range job.TaskGroups {
+		d := tg.Disconnect
+		if d == nil || d.LostAfter == nil || *d.LostAfter != lostAfter || d.Replace == nil || *d.Replace {
+			t.Fatalf("group %s's disconnect block as Nomad holds it: %+v", *tg.Name, d)
+		}
+	}
+	var victim *localnomad.Agent
+	for _, a := range c.Clients {
+		if a.Name == first.NodeName {
+			victim = a
+		}
+	}
+	victim.Kill()
+
+	// Nomad: the node disconnected, the allocation unknown; the controller
+	// says why it waits.
+	var disconnectedAt time.Time
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n, _, err := c.API.Nodes().Info(first.NodeID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		if n.Status == api.NodeStatusDisconnected {
+			disconnectedAt = time.Unix(n.StatusUpdatedAt, 0)
+			return true, ""
+		}
+		return false, "node " + n.Status
+	})
+	nomadtest.Eventually(t, lostAfter, func() (bool, string) {
+		rs := getReplicas(t, base)
+		return len(rs) == 1 && strings.Contains(rs[0].Note, "disconnected") && strings.Contains(rs[0].Note, "lost_after 40s"),
+			fmt.Sprintf("replicas: %+v", rs)
+	})
+	a, _, err := c.API.Allocations().Info(first.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %s disconnected at %s; its allocation is %s", first.NodeName, disconnectedAt.Format(time.RFC3339), a.ClientStatus)
+
+	// After lost_after the replica is placed on the other node and serves.
+	var second *api.AllocationListStub
+	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
+		for _, s := range servingAllocs(t, c, "beta-0") {
+			if s.NodeID != first.NodeID {
+				second = s
+				return true, ""
+			}
+		}
+		return false, "not serving elsewhere yet"
+	})
+	j, _, err := c.API.Jobs().Info(first.JobID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acted := time.Unix(0, *j.SubmitTime)
+	t.Logf("re-registered %.1fs after the node disconnected (lost_after %s); serving on %s", acted.Sub(disconnectedAt).Seconds(), lostAfter, second.NodeName)
+	// StatusUpdatedAt has whole seconds: allow for its truncation.
+	if acted.Before(disconnectedAt.Add(lostAfter - time.Second)) {
+		t.Errorf("the controller re-registered the replica at %s, before lost_after had passed since %s", acted.Format(time.RFC3339Nano), disconnectedAt.Format(time.RFC3339))
+	}
+}
