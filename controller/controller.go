@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -349,22 +348,11 @@ func (c *Controller) watchNodes(ctx context.Context) {
 		// (one at a time, a fleet's first read is a round trip per node).
 		read := make([]*api.Node, len(changed))
 		errs := make([]error, len(changed))
-		var wg sync.WaitGroup
-		var claimed atomic.Int64
-		for range min(nodeReaders, len(changed)) {
-			wg.Go(func() {
-				for {
-					i := int(claimed.Add(1) - 1)
-					if i >= len(changed) || ctx.Err() != nil {
-						return
-					}
-					rctx, cancel := context.WithTimeout(ctx, callTimeout)
-					read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(rctx))
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
+		forEach(ctx, len(changed), nodeReaders, func(i int) {
+			rctx, cancel := context.WithTimeout(ctx, callTimeout)
+			defer cancel()
+			read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(rctx))
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -506,28 +494,17 @@ const powerReaders = 8
 
 func (c *Controller) readPower(ctx context.Context, ids []string) map[string]observe.Power {
 	got := make([]*observe.Power, len(ids))
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(powerReaders, len(ids)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ids) || ctx.Err() != nil {
-					return
-				}
-				qctx, cancel := context.WithTimeout(ctx, callTimeout)
-				stats, err := c.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
-				cancel()
-				if err != nil {
-					c.log.Debug("node stats", "node", ids[i], "error", err)
-					continue
-				}
-				p := observe.NodePower(stats)
-				got[i] = &p
-			}
-		})
-	}
-	wg.Wait()
+	forEach(ctx, len(ids), powerReaders, func(i int) {
+		qctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		stats, err := c.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
+		if err != nil {
+			c.log.Debug("node stats", "node", ids[i], "error", err)
+			return
+		}
+		p := observe.NodePower(stats)
+		got[i] = &p
+	})
 	power := map[string]observe.Power{}
 	for i, p := range got {
 		if p != nil {

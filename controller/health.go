@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -159,20 +157,7 @@ func (c *Controller) readHealth(ctx context.Context, targets []checkTarget) map[
 		return c.readConsulHealth(ctx, targets)
 	}
 	out := make([]observe.Check, len(targets))
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(healthReaders, len(targets)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(targets) || ctx.Err() != nil {
-					return
-				}
-				out[i] = c.readNomadChecks(ctx, targets[i])
-			}
-		})
-	}
-	wg.Wait()
+	forEach(ctx, len(targets), healthReaders, func(i int) { out[i] = c.readNomadChecks(ctx, targets[i]) })
 	m := make(map[string]observe.Check, len(targets))
 	for i, t := range targets {
 		m[t.allocID] = out[i]
