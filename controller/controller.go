@@ -228,15 +228,10 @@ func (c *Controller) reload(confirm bool) error {
 func (c *Controller) checkStops(cat facility.Catalog, fac facility.Facility) error {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	in, _, _, err := c.input()
+	in, _, _, err := c.inputFor(cat, fac)
 	if err != nil {
 		return nil
 	}
-	holds, err := c.store.Holds()
-	if err != nil {
-		return nil
-	}
-	in.Catalog, in.Facility = cat, withHolds(fac, holds)
 	res, err := reconcile.Plan(in)
 	if err != nil {
 		return nil // the pass will say it
@@ -1002,8 +997,16 @@ func (c *Controller) resolveUnsure(ctx context.Context) error {
 // input assembles one pass's view of the world.
 func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, error) {
 	c.mu.RLock()
-	snap := c.snap
 	cat, fac := c.catalog, c.facility
+	c.mu.RUnlock()
+	return c.inputFor(cat, fac)
+}
+
+// inputFor is input with the given catalog and facility file in place of
+// the ones in force (a reload's dry run).
+func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, error) {
+	c.mu.RLock()
+	snap := c.snap
 	c.mu.RUnlock()
 	if !snap.synced() {
 		return reconcile.Input{}, nil, nil, ErrNotSynced
@@ -1020,12 +1023,8 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 		info[n.Name] = render.NodeInfo{Fabric: n.Meta[observe.MetaFabric]}
 	}
 	now := c.now()
-	byID := make(map[string]*api.Node, len(snap.nodes))
-	for id, n := range snap.nodes {
-		byID[id] = n
-	}
 	jobs, orphans := observe.Jobs(snap.jobs, snap.allocs, observe.Health{
-		Now: now, LostAfter: c.cfg.Reconcile.LostAfter, Nodes: byID, Checks: snap.checks,
+		Now: now, LostAfter: c.cfg.Reconcile.LostAfter, Nodes: snap.nodes, Checks: snap.checks,
 	})
 	c.setWake(observe.NextLost(snap.nodes, c.cfg.Reconcile.LostAfter, now))
 	fleet := observe.Fleet(nodes, snap.allocs, snap.power, c.cfg.NodeBaseWatts)
