@@ -645,27 +645,12 @@ func (r *chaosRun) waitDevice(node, dev string, ok func(healthy bool, desc strin
 }
 
 // pidsOf lists the processes named name (by their executable's base name)
-// that the agent started: its descendants and the processes tied to its
-// directory.
+// among those the agent started.
 func pidsOf(a *localnomad.Agent, name string) []int {
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range a.Processes() {
 		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || len(cmd) == 0 {
-			continue
-		}
-		argv0 := strings.SplitN(string(cmd), "\x00", 2)[0]
-		if filepath.Base(argv0) != name {
-			continue
-		}
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
-		if strings.Contains(string(env), a.Dir+"/") || strings.Contains(string(cmd), a.Dir+"/") || strings.HasPrefix(cwd, a.Dir+"/") || isDescendant(pid, a) {
+		if err == nil && len(cmd) > 0 && filepath.Base(strings.SplitN(string(cmd), "\x00", 2)[0]) == name {
 			out = append(out, pid)
 		}
 	}
@@ -695,51 +680,6 @@ func (r *chaosRun) taskRestarts(allocID string) int {
 		return -1
 	}
 	return int(a.TaskStates[render.TaskName].Restarts)
-}
-
-// agentPID finds the agent's own process by its config file's path.
-func agentPID(a *localnomad.Agent) int {
-	want := filepath.Join(a.Dir, "agent.hcl")
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && slices.Contains(strings.Split(string(cmd), "\x00"), want) {
-			return pid
-		}
-	}
-	return 0
-}
-
-func isDescendant(pid int, a *localnomad.Agent) bool {
-	agent := agentPID(a)
-	for range 64 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		var state string
-		var ppid int
-		if i < 0 {
-			return false
-		}
-		if _, err := fmt.Sscanf(s[i+1:], " %s %d", &state, &ppid); err != nil {
-			return false
-		}
-		if ppid == agent && agent != 0 {
-			return true
-		}
-		if ppid <= 1 {
-			return false
-		}
-		pid = ppid
-	}
-	return false
 }
 
 // checkNothingLeft fails the test if a process of the test's binaries (the

@@ -598,12 +598,7 @@ func (a *Agent) Kill() []int {
 	if cmd == nil {
 		return nil
 	}
-	victims := descendants(cmd.Process.Pid)
-	for _, pid := range underDir(a.Dir) {
-		if pid != cmd.Process.Pid && !slices.Contains(victims, pid) {
-			victims = append(victims, pid)
-		}
-	}
+	victims := processesOf(cmd.Process.Pid, a.Dir)
 	_ = cmd.Process.Kill()
 	for _, pid := range victims {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -611,6 +606,30 @@ func (a *Agent) Kill() []int {
 	<-exited
 	_ = lf.Close()
 	return victims
+}
+
+// Processes lists what the running agent started, itself left out: its
+// descendants (plugins) and the processes tied to its directory (task
+// supervisors and engines, which leave its process tree). Nil when the
+// agent does not run.
+func (a *Agent) Processes() []int {
+	a.mu.Lock()
+	cmd := a.cmd
+	a.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	return processesOf(cmd.Process.Pid, a.Dir)
+}
+
+func processesOf(agent int, dir string) []int {
+	out := descendants(agent)
+	for _, pid := range underDir(dir) {
+		if pid != agent && !slices.Contains(out, pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // descendants lists the PIDs below pid in the process tree, from /proc.
