@@ -406,15 +406,7 @@ func (r *chaosRun) hold(lo, hi time.Duration) {
 	time.Sleep(lo + time.Duration(r.rng.Int64N(int64(hi-lo))))
 }
 
-func (r *chaosRun) client(name string) *localnomad.Agent {
-	for _, a := range r.c.Clients {
-		if a.Name == name {
-			return a
-		}
-	}
-	r.t.Fatalf("no client %s", name)
-	return nil
-}
+func (r *chaosRun) client(name string) *localnomad.Agent { return clientNamed(r.t, r.c, name) }
 
 func (r *chaosRun) pickClient() *localnomad.Agent {
 	return r.c.Clients[r.rng.IntN(len(r.c.Clients))]

@@ -85,24 +85,8 @@ func TestControllerNodeLossReplacesReplica(t *testing.T) {
 	cfg := controllerFiles(t, c.Server.Addr(), engine, oneBeta, `headroom = 0`)
 	_, base, _ := runController(t, cfg, "ctl-1")
 	waitServing(t, base, 3*time.Minute, "beta-0")
-	var first *api.AllocationListStub
-	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		s := servingAllocs(t, c, "beta-0")
-		if len(s) != 1 {
-			return false, fmt.Sprintf("%d serving allocations", len(s))
-		}
-		first = s[0]
-		return true, ""
-	})
-	var victim *localnomad.Agent
-	for _, a := range c.Clients {
-		if a.Name == first.NodeName {
-			victim = a
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no client agent named %q", first.NodeName)
-	}
+	first := onlyServing(t, c, "beta-0")
+	victim := clientNamed(t, c, first.NodeName)
 	jobBefore, _, err := c.API.Jobs().Info(first.JobID, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +170,34 @@ func TestControllerNodeLossReplacesReplica(t *testing.T) {
 	})
 }
 
+// onlyServing waits until exactly one allocation serves the replica slot
+// (Nomad's view) and returns it.
+func onlyServing(t *testing.T, c *nomadtest.Cluster, slot string) *api.AllocationListStub {
+	t.Helper()
+	var one *api.AllocationListStub
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		s := servingAllocs(t, c, slot)
+		if len(s) != 1 {
+			return false, fmt.Sprintf("%d serving allocations", len(s))
+		}
+		one = s[0]
+		return true, ""
+	})
+	return one
+}
+
+// clientNamed is the cluster's client agent of that name.
+func clientNamed(t *testing.T, c *nomadtest.Cluster, name string) *localnomad.Agent {
+	t.Helper()
+	for _, a := range c.Clients {
+		if a.Name == name {
+			return a
+		}
+	}
+	t.Fatalf("no client agent named %q", name)
+	return nil
+}
+
 // liveJobsOfSlot lists the llmgw jobs of a replica slot that are not
 // stopped.
 func liveJobsOfSlot(t *testing.T, client *api.Client, slot string) []string {
@@ -214,15 +226,7 @@ func TestControllerNodeLossWaitsForLostAfter(t *testing.T) {
 	cfg.Reconcile.LostAfter = lostAfter
 	_, base, _ := runController(t, cfg, "ctl-1")
 	waitServing(t, base, 3*time.Minute, "beta-0")
-	var first *api.AllocationListStub
-	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		s := servingAllocs(t, c, "beta-0")
-		if len(s) != 1 {
-			return false, fmt.Sprintf("%d serving allocations", len(s))
-		}
-		first = s[0]
-		return true, ""
-	})
+	first := onlyServing(t, c, "beta-0")
 	job, _, err := c.API.Jobs().Info(first.JobID, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -233,12 +237,7 @@ func TestControllerNodeLossWaitsForLostAfter(t *testing.T) {
 			t.Fatalf("group %s's disconnect block as Nomad holds it: %+v", *tg.Name, d)
 		}
 	}
-	var victim *localnomad.Agent
-	for _, a := range c.Clients {
-		if a.Name == first.NodeName {
-			victim = a
-		}
-	}
+	victim := clientNamed(t, c, first.NodeName)
 	victim.Kill()
 
 	// Nomad: the node disconnected, the allocation unknown; the controller
