@@ -3,21 +3,22 @@
 # Usage: scripts/genproto.sh [OUT_DIR]   (default: in place)
 # With OUT_DIR the code is written there instead, which `make check` uses to
 # tell whether the committed code is stale.
+#
+# No protoc is needed: tools/genproto compiles the .proto files with
+# protocompile (pure Go) and runs protoc-gen-go and protoc-gen-go-grpc, at
+# the versions go.mod pins, as protoc would.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 src="$root/internal/nomadplugin/pb"
 out=${1:-$src}
-if ! command -v protoc >/dev/null; then
-  echo "genproto: protoc not found; install it (Debian: apt-get install protobuf-compiler)" >&2
-  exit 1
-fi
 bin="$root/.cache/bin"
 mkdir -p "$bin" "$out"
+out=$(cd "$out" && pwd)
 (cd "$root" && go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go \
   && go build -o "$bin/protoc-gen-go-grpc" google.golang.org/grpc/cmd/protoc-gen-go-grpc)
+(cd "$root/tools" && go build -o "$bin/genproto" ./genproto)
 cd "$src"
-protoc -I . \
-  --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
-  --go_out="$out" --go_opt=paths=source_relative \
-  --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
+"$bin/genproto" -I . -out "$out" \
+  -plugin go="$bin/protoc-gen-go:paths=source_relative" \
+  -plugin go-grpc="$bin/protoc-gen-go-grpc:paths=source_relative" \
   */*.proto
