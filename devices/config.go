@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
 // Config is the plugin's configuration, the `config {}` block of

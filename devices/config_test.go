@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
 func decodeHCL(t testing.TB, body string) (Config, error) {

@@ -15,8 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 )
 
 // These tests run in synctest bubbles: time.Sleep advances the bubble's fake

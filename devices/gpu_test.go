@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 )
 
 // The GPU tier: the built plugin against real NVML. Run with `make

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 )
 
 // feedFile runs the mock's events-file reader on a fresh file in the

@@ -15,8 +15,8 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
 // Vendor and device type of every group this plugin reports, so jobs can ask

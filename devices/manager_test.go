@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 )
 
 func testConfig() Config {

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 )
 
 // PluginName is the name Nomad knows this device plugin by.

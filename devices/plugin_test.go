@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/devices"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // BenchmarkPluginRSS runs the real plugin binary on a mock DGX H200 with

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
 // Stats reads one sample of every device. Whole GPUs summarise as power

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/driver/recipe"
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
 // Config is the plugin's configuration: the `config {}` block of

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 func encode(t testing.TB, spec *hclspec.Spec, body string) []byte {

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/driver/procfs"
-	"github.com/llmgw/llmgw/internal/nomadplugin"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // The plugin config every test uses: no cgroup (not every test machine

@@ -3,7 +3,7 @@ package driver
 import (
 	"sync"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // backlogMax bounds the events kept while no TaskEvents stream is open.

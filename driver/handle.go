@@ -22,7 +22,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/driver/supervisor"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // handleVersion is TaskHandle.version for handles this driver writes;

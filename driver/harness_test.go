@@ -15,9 +15,9 @@ import (
 
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/procfs"
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
 // blockBody returns the source text inside a block's braces.

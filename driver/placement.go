@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/llmgw/driver/recipe"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // Environment variables the driver reads and sets.

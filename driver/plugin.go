@@ -24,10 +24,10 @@ import (
 
 	"github.com/llmgw/llmgw/driver/recipe"
 	"github.com/llmgw/llmgw/driver/supervisor"
-	"github.com/llmgw/llmgw/internal/nomadplugin"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
 // PluginName is the driver's name: jobs say driver = "llmgw".

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/driver/procfs"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // writableCgroup returns a fresh cgroup v2 directory this process may

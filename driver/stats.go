@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/llmgw/llmgw/driver/procfs"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // defaultStatsInterval is used when the client asks for no interval.

@@ -14,8 +14,8 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // fakeClock is a settable clock that counts how often it is read, so a

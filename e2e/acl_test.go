@@ -21,7 +21,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // aclPolicyFile is the controller's policy, as an operator applies it.

@@ -21,7 +21,7 @@ import (
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/faultproxy"
 	"github.com/llmgw/llmgw/internal/localnomad"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 var (

@@ -16,7 +16,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/localnomad"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // TestGatewayOverRealConsul is TestGatewayOverRealNomad with Consul in the

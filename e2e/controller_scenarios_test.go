@@ -24,7 +24,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 const llmgwPkg = "github.com/llmgw/llmgw/cmd/llmgw"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // TestDemo runs what `make demo` runs, in its non-interactive mode, and

@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 const devicePkg = "github.com/llmgw/llmgw/cmd/nomad-device-nvml"

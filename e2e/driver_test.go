@@ -18,7 +18,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 const (

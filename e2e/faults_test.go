@@ -12,7 +12,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/localnomad"
-	"github.com/llmgw/llmgw/internal/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // sameRackClients starts a server and n GPU clients in one rack and PDU,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for internal/nomadplugin/pb from its .proto files.
+# Regenerates the Go code for nomadplugin/pb from its .proto files.
 # Usage: scripts/genproto.sh [OUT_DIR]   (default: in place)
 # With OUT_DIR the code is written there instead, which `make check` uses to
 # tell whether the committed code is stale.
@@ -9,7 +9,7 @@
 # the versions go.mod pins, as protoc would.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-src="$root/internal/nomadplugin/pb"
+src="$root/nomadplugin/pb"
 out=${1:-$src}
 bin="$root/.cache/bin"
 mkdir -p "$bin" "$out"

@@ -11,8 +11,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/llmgw/llmgw/devices"
-	"github.com/llmgw/llmgw/internal/nomadplugin"
 	"github.com/llmgw/llmgw/internal/version"
+	"github.com/llmgw/llmgw/nomadplugin"
 )
 
 func main() {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/supervisor"
-	"github.com/llmgw/llmgw/internal/nomadplugin"
 	"github.com/llmgw/llmgw/internal/version"
+	"github.com/llmgw/llmgw/nomadplugin"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
-	pb "github.com/llmgw/llmgw/internal/nomadplugin/pb/hclspecpb"
+	pb "github.com/llmgw/llmgw/nomadplugin/pb/hclspecpb"
 )
 
 // Spec is the wire message for one schema node.

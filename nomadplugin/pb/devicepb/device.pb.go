@@ -9,7 +9,7 @@
 package devicepb
 
 import (
-	structspb "github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	structspb "github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -848,7 +848,7 @@ const file_devicepb_device_proto_rawDesc = "" +
 	"\fDevicePlugin\x12z\n" +
 	"\vFingerprint\x122.hashicorp.nomad.plugins.device.FingerprintRequest\x1a3.hashicorp.nomad.plugins.device.FingerprintResponse\"\x000\x01\x12l\n" +
 	"\aReserve\x12..hashicorp.nomad.plugins.device.ReserveRequest\x1a/.hashicorp.nomad.plugins.device.ReserveResponse\"\x00\x12h\n" +
-	"\x05Stats\x12,.hashicorp.nomad.plugins.device.StatsRequest\x1a-.hashicorp.nomad.plugins.device.StatsResponse\"\x000\x01B9Z7github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepbb\x06proto3"
+	"\x05Stats\x12,.hashicorp.nomad.plugins.device.StatsRequest\x1a-.hashicorp.nomad.plugins.device.StatsResponse\"\x000\x01B0Z.github.com/llmgw/llmgw/nomadplugin/pb/devicepbb\x06proto3"
 
 var (
 	file_devicepb_device_proto_rawDescOnce sync.Once

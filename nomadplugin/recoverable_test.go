@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
 func TestRecoverableError(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // NewLogger returns the hclog logger a plugin should use: JSON on stderr,

@@ -9,7 +9,7 @@
 package basepb
 
 import (
-	hclspecpb "github.com/llmgw/llmgw/internal/nomadplugin/pb/hclspecpb"
+	hclspecpb "github.com/llmgw/llmgw/nomadplugin/pb/hclspecpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -795,7 +795,7 @@ const file_basepb_base_proto_rawDesc = "" +
 	"\n" +
 	"PluginInfo\x125.hashicorp.nomad.plugins.base.proto.PluginInfoRequest\x1a6.hashicorp.nomad.plugins.base.proto.PluginInfoResponse\"\x00\x12\x83\x01\n" +
 	"\fConfigSchema\x127.hashicorp.nomad.plugins.base.proto.ConfigSchemaRequest\x1a8.hashicorp.nomad.plugins.base.proto.ConfigSchemaResponse\"\x00\x12z\n" +
-	"\tSetConfig\x124.hashicorp.nomad.plugins.base.proto.SetConfigRequest\x1a5.hashicorp.nomad.plugins.base.proto.SetConfigResponse\"\x00B7Z5github.com/llmgw/llmgw/internal/nomadplugin/pb/basepbb\x06proto3"
+	"\tSetConfig\x124.hashicorp.nomad.plugins.base.proto.SetConfigRequest\x1a5.hashicorp.nomad.plugins.base.proto.SetConfigResponse\"\x00B.Z,github.com/llmgw/llmgw/nomadplugin/pb/basepbb\x06proto3"
 
 var (
 	file_basepb_base_proto_rawDescOnce sync.Once

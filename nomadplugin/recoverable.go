@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
 // RecoverableError returns a gRPC error the Nomad client understands as

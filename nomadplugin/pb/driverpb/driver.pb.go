@@ -9,8 +9,8 @@
 package driverpb
 
 import (
-	hclspecpb "github.com/llmgw/llmgw/internal/nomadplugin/pb/hclspecpb"
-	structspb "github.com/llmgw/llmgw/internal/nomadplugin/pb/structspb"
+	hclspecpb "github.com/llmgw/llmgw/nomadplugin/pb/hclspecpb"
+	structspb "github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -4487,7 +4487,7 @@ const file_driverpb_driver_proto_rawDesc = "" +
 	"\x11ExecTaskStreaming\x12?.hashicorp.nomad.plugins.drivers.proto.ExecTaskStreamingRequest\x1a@.hashicorp.nomad.plugins.drivers.proto.ExecTaskStreamingResponse\"\x00(\x010\x01\x12\x8c\x01\n" +
 	"\rCreateNetwork\x12;.hashicorp.nomad.plugins.drivers.proto.CreateNetworkRequest\x1a<.hashicorp.nomad.plugins.drivers.proto.CreateNetworkResponse\"\x00\x12\x8f\x01\n" +
 	"\x0eDestroyNetwork\x12<.hashicorp.nomad.plugins.drivers.proto.DestroyNetworkRequest\x1a=.hashicorp.nomad.plugins.drivers.proto.DestroyNetworkResponse\"\x00\x12}\n" +
-	"\bShutdown\x126.hashicorp.nomad.plugins.drivers.proto.ShutdownRequest\x1a7.hashicorp.nomad.plugins.drivers.proto.ShutdownResponse\"\x00B9Z7github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpbb\x06proto3"
+	"\bShutdown\x126.hashicorp.nomad.plugins.drivers.proto.ShutdownRequest\x1a7.hashicorp.nomad.plugins.drivers.proto.ShutdownResponse\"\x00B0Z.github.com/llmgw/llmgw/nomadplugin/pb/driverpbb\x06proto3"
 
 var (
 	file_driverpb_driver_proto_rawDescOnce sync.Once

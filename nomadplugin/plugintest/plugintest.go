@@ -23,11 +23,11 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
 
-	"github.com/llmgw/llmgw/internal/nomadplugin"
-	"github.com/llmgw/llmgw/internal/nomadplugin/hclspec"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/basepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/devicepb"
-	"github.com/llmgw/llmgw/internal/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin"
+	"github.com/llmgw/llmgw/nomadplugin/hclspec"
+	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // Instance is one running plugin process and its gRPC stubs.

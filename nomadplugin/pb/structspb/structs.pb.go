@@ -385,7 +385,7 @@ const file_structspb_structs_proto_rawDesc = "" +
 	"\x04unit\x18\a \x01(\tR\x04unit\x12\x12\n" +
 	"\x04desc\x18\b \x01(\tR\x04desc\"4\n" +
 	"\x10RecoverableError\x12 \n" +
-	"\vrecoverable\x18\x01 \x01(\bR\vrecoverableB:Z8github.com/llmgw/llmgw/internal/nomadplugin/pb/structspbb\x06proto3"
+	"\vrecoverable\x18\x01 \x01(\bR\vrecoverableB1Z/github.com/llmgw/llmgw/nomadplugin/pb/structspbb\x06proto3"
 
 var (
 	file_structspb_structs_proto_rawDescOnce sync.Once
