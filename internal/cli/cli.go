@@ -11,10 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/internal/controllercmd"
-	"github.com/llmgw/llmgw/internal/ctlcmd"
-	"github.com/llmgw/llmgw/internal/gatewaycmd"
-	"github.com/llmgw/llmgw/internal/plancmd"
+	"github.com/llmgw/llmgw/internal/cli/controllercmd"
+	"github.com/llmgw/llmgw/internal/cli/ctlcmd"
+	"github.com/llmgw/llmgw/internal/cli/gatewaycmd"
+	"github.com/llmgw/llmgw/internal/cli/plancmd"
 )
 
 // NewRootCommand returns the llmgw command with every subcommand.
