@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // bigEnv seeds a fake with replicas two-shard replicas (or single-shard

@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // alphaBeta: three single-GPU replicas that spread over racks, and one

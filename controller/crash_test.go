@@ -17,8 +17,8 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // crashFleet is four racks of two PDUs of two nodes, 4 H200s a node.

@@ -28,11 +28,11 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/config"
-	"github.com/llmgw/llmgw/controller/nomadfake"
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 const (

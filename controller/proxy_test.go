@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
-	"github.com/llmgw/llmgw/internal/faultproxy"
+	"github.com/llmgw/llmgw/internal/testing/faultproxy"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // A leader whose connection to Nomad hangs (every byte held by the proxy)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/faultproxy"
-	"github.com/llmgw/llmgw/internal/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/faultproxy"
+	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 

@@ -12,7 +12,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/llmgw/llmgw/controller/render"
-	"github.com/llmgw/llmgw/gateway/consulfake"
+	"github.com/llmgw/llmgw/internal/testing/consulfake"
 )
 
 // runGateway runs g's discovery until the test ends.

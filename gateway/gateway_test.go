@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/llmgw/llmgw/internal/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
 func TestRoutesByModel(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmgw/llmgw/internal/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
 // waitFor is how long a test polls for something before it fails: long,

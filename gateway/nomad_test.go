@@ -22,7 +22,7 @@ import (
 // nomadServices fakes the part of Nomad's HTTP API NomadSource reads:
 // GET /v1/services and /v1/service/<name> as blocking queries on one
 // index, GET /v1/client/allocation/<id>/checks (a client endpoint: no
-// index) and GET /v1/allocation/<id> (the job's service declarations). controller/nomadfake fakes no service registrations, and adding
+// index) and GET /v1/allocation/<id> (the job's service declarations). internal/testing/nomadfake fakes no service registrations, and adding
 // them there would mean changing its router; this is the smallest fake
 // that answers in Nomad's shapes.
 type nomadServices struct {

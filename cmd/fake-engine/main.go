@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/llmgw/llmgw/internal/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
 func main() {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/ui"
-	"github.com/llmgw/llmgw/internal/cli/ctlcmd/ctltest"
+	"github.com/llmgw/llmgw/internal/testing/ctltest"
 )
 
 // The files are embedded and served with their types; /ui redirects to

@@ -1,4 +1,4 @@
-// Package nomadtest is the e2e suite's face of internal/localnomad: real
+// Package nomadtest is the e2e suite's face of internal/testing/localnomad: real
 // Nomad agents from NOMAD_BIN (and Consul agents from CONSUL_BIN, for the
 // tests that need them) on loopback, with failures reported through
 // testing.TB, everything stopped when the test ends, and the agents' logs
@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/internal/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/localnomad"
 )
 
 // ClientOptions describes one client agent.

@@ -35,7 +35,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/gateway"
-	"github.com/llmgw/llmgw/internal/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/localnomad"
 )
 
 func main() {

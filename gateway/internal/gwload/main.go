@@ -39,7 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/gateway"
-	"github.com/llmgw/llmgw/internal/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
 const body = `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":1}`

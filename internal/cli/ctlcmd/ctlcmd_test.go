@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/internal/cli/ctlcmd/ctltest"
+	"github.com/llmgw/llmgw/internal/testing/ctltest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")

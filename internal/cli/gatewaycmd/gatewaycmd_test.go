@@ -16,8 +16,8 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/gateway"
-	"github.com/llmgw/llmgw/gateway/consulfake"
-	"github.com/llmgw/llmgw/internal/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/consulfake"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
 const waitFor = 20 * time.Second

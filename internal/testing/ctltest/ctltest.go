@@ -1,5 +1,5 @@
 // Package ctltest runs a real controller against the Nomad fake
-// (controller/nomadfake) on a small facility — two rows of two racks of two
+// (internal/testing/nomadfake) on a small facility — two rows of two racks of two
 // 4-GPU nodes, power budgets, a hold in the facility file, and a catalog
 // with a model that cannot be placed — for the tests of llmgw ctl and of
 // the web console.
@@ -31,8 +31,8 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
-	"github.com/llmgw/llmgw/controller/nomadfake"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // Epoch is the time on the fake's and the controller's clock, which never

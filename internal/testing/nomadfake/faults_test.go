@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 func TestFailNext(t *testing.T) {

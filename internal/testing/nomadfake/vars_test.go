@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 func TestVariablesCheckAndSet(t *testing.T) {

@@ -26,7 +26,7 @@ func buildBinary(t *testing.T) string {
 	}
 	bin := filepath.Join(t.TempDir(), "fake-engine")
 	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/fake-engine")
-	cmd.Dir = "../.."
+	cmd.Dir = "../../.."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/fake-engine: %v\n%s", err, out)
 	}

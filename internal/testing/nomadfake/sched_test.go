@@ -6,7 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 func rackNodes(s *nomadfake.Server) map[string]string {

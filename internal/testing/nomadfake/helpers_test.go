@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 const h200 = "NVIDIA H200"
