@@ -1,4 +1,4 @@
-// Command demo is what `make demo` runs: a local Nomad (one server and
+// Command llmgw-demo is what `make demo` runs: a local Nomad (one server and
 // three clients on loopback, each in its own rack and PDU, eight mock H200s
 // each through nomad-device-nvml, the llmgw driver) with a job that takes
 // two GPUs, then the llmgw controller on the demo catalog
@@ -9,8 +9,9 @@
 // Nomad binary it says what is missing and runs the offline planner on the
 // example facility instead.
 //
-// It lives under internal/ rather than cmd/ because it is a development
-// tool, not a shipped binary.
+// It is a development tool, not a binary operators install: like
+// fake-engine it links the harnesses under internal/testing, which the
+// architecture tests allow for these two binaries only.
 package main
 
 import (
