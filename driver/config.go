@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
@@ -45,20 +45,20 @@ type Engines struct {
 
 // Executable returns the configured executable for engine, or the
 // recipe's default.
-func (e Engines) Executable(engine string) string {
+func (e Engines) Executable(name string) string {
 	var v string
-	switch engine {
-	case recipe.VLLM:
+	switch name {
+	case engine.VLLM:
 		v = e.VLLM
-	case recipe.SGLang:
+	case engine.SGLang:
 		v = e.SGLang
-	case recipe.TGI:
+	case engine.TGI:
 		v = e.TGI
-	case recipe.LlamaCpp:
+	case engine.LlamaCpp:
 		v = e.LlamaCpp
 	}
 	if v == "" {
-		v = recipe.DefaultExecutable(engine)
+		v = engine.DefaultExecutable(name)
 	}
 	return v
 }
@@ -80,10 +80,10 @@ func strDefault(name, lit string) *hclspec.Spec {
 func ConfigSpec() *hclspec.Spec {
 	return hclspec.Object(map[string]*hclspec.Spec{
 		"engines": hclspec.Block("engines", false, hclspec.Object(map[string]*hclspec.Spec{
-			recipe.VLLM:     hclspec.Attr(recipe.VLLM, "string"),
-			recipe.SGLang:   hclspec.Attr(recipe.SGLang, "string"),
-			recipe.TGI:      hclspec.Attr(recipe.TGI, "string"),
-			recipe.LlamaCpp: hclspec.Attr(recipe.LlamaCpp, "string"),
+			engine.VLLM:     hclspec.Attr(engine.VLLM, "string"),
+			engine.SGLang:   hclspec.Attr(engine.SGLang, "string"),
+			engine.TGI:      hclspec.Attr(engine.TGI, "string"),
+			engine.LlamaCpp: hclspec.Attr(engine.LlamaCpp, "string"),
 		})),
 		"model_cache":    hclspec.Attr("model_cache", "string"),
 		"ready_timeout":  strDefault("ready_timeout", `"30m"`),
@@ -198,13 +198,13 @@ func DecodeTaskConfig(msgpack []byte) (TaskConfig, error) {
 }
 
 func (tc *TaskConfig) validate() error {
-	if !recipe.Known(tc.Engine) {
-		return fmt.Errorf("engine: unknown engine %q (want one of %s)", tc.Engine, strings.Join(recipe.Engines(), ", "))
+	if !engine.Known(tc.Engine) {
+		return fmt.Errorf("engine: unknown engine %q (want one of %s)", tc.Engine, strings.Join(engine.Engines(), ", "))
 	}
-	if tc.Model == "" && tc.Engine != recipe.Command {
+	if tc.Model == "" && tc.Engine != engine.Command {
 		return fmt.Errorf("model: required for engine %q (a model id such as \"Qwen/Qwen2.5-0.5B-Instruct\" or a local path)", tc.Engine)
 	}
-	if tc.Engine == recipe.Command && tc.Command == "" {
+	if tc.Engine == engine.Command && tc.Command == "" {
 		return errors.New(`command: required for engine "command" (the executable to run)`)
 	}
 	if tc.Port == "" {

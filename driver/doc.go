@@ -1,6 +1,6 @@
 // Package driver is llmgw's Nomad task driver (driver = "llmgw"): it turns
 // a task config (engine, model, args, port, ready, tensor_parallel, env)
-// into an inference engine's command line through package recipe, binds it
+// into an inference engine's command line through package engine, binds it
 // to the GPUs Nomad allocated, runs it under a per-task supervisor (package
 // supervisor) so that it outlives the plugin and the Nomad client, and
 // reports readiness, load progress, exit, logs and stats to Nomad.

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -149,7 +149,7 @@ func isExecutable(p string) error {
 
 // plan is everything StartTask decided before launching.
 type plan struct {
-	cmd            recipe.Cmd
+	cmd            engine.Cmd
 	env            []string
 	gpus           []string
 	tensorParallel int
@@ -195,14 +195,14 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 		}
 		return plan{}, fmt.Errorf("%s: %w; %s", field, err, hint)
 	}
-	pl.cmd, err = recipe.Build(recipe.Input{
+	pl.cmd, err = engine.Build(engine.Input{
 		Engine: tc.Engine, Executable: resolved, Model: tc.Model,
 		Host: pl.host, Port: pl.port, TensorParallel: tp, Args: tc.Args,
 	})
 	if err != nil {
 		return plan{}, err
 	}
-	pl.readyPath = recipe.DefaultReadyPath(tc.Engine)
+	pl.readyPath = engine.DefaultReadyPath(tc.Engine)
 	pl.readySkip = tc.Ready != nil && tc.Ready.Skip
 	pl.readyInterval = int64(conf.ReadyInterval)
 	pl.readyTimeout = int64(conf.ReadyTimeout)

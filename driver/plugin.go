@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/llmgw/llmgw/driver/recipe"
 	"github.com/llmgw/llmgw/driver/supervisor"
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
@@ -166,8 +166,8 @@ func (p *Plugin) fingerprint() *driverpb.FingerprintResponse {
 		"driver.llmgw.version": {Value: &structspb.Attribute_StringVal{StringVal: p.version}},
 	}
 	var found []string
-	for _, e := range recipe.Engines() {
-		if e == recipe.Command {
+	for _, e := range engine.Engines() {
+		if e == engine.Command {
 			continue
 		}
 		if path, err := lookPath(conf.Engines.Executable(e), os.Getenv("PATH")); err == nil {

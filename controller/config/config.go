@@ -36,7 +36,7 @@ import (
 	"github.com/zclconf/go-cty/cty/function"
 
 	"github.com/llmgw/llmgw/controller/render"
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 )
 
 // Defaults of the fields the file may leave out.
@@ -689,8 +689,8 @@ func (p *parser) driver(body hcl.Body, d *Driver) {
 	if eng, a, ok := p.stringMap(c, "engines"); ok {
 		for _, k := range sortedKeys(eng) {
 			switch {
-			case !recipe.Known(k):
-				p.errorf(a.Range, "engines: unknown engine %q (want one of %s)", k, strings.Join(recipe.Engines(), ", "))
+			case !engine.Known(k):
+				p.errorf(a.Range, "engines: unknown engine %q (want one of %s)", k, strings.Join(engine.Engines(), ", "))
 			case eng[k] == "":
 				p.errorf(a.Range, "engines.%s: empty executable", k)
 			}

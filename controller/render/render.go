@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -310,16 +310,16 @@ func plan(in Input, s Settings) (*rendering, error) {
 			return nil, bad("domain %s: value with a comma or '='", dom)
 		}
 	}
-	if !recipe.Known(p.Engine) {
-		return nil, fmt.Errorf("%w: engine %q (want one of %s)", ErrUnsupported, p.Engine, strings.Join(recipe.Engines(), ", "))
+	if !engine.Known(p.Engine) {
+		return nil, fmt.Errorf("%w: engine %q (want one of %s)", ErrUnsupported, p.Engine, strings.Join(engine.Engines(), ", "))
 	}
 	r := &rendering{in: in, s: s, nnodes: want, readyPath: p.Ready}
 	if r.readyPath == "" {
-		r.readyPath = recipe.DefaultReadyPath(p.Engine)
+		r.readyPath = engine.DefaultReadyPath(p.Engine)
 	}
 	if r.nnodes > 1 {
 		switch p.Engine {
-		case recipe.VLLM, recipe.SGLang, recipe.Command:
+		case engine.VLLM, engine.SGLang, engine.Command:
 		default:
 			return nil, fmt.Errorf("%w: engine %q runs on one node, profile %q asks for %d", ErrUnsupported, p.Engine, p.Name, r.nnodes)
 		}
@@ -545,21 +545,21 @@ func (r *rendering) args(rank int) []string {
 		args = []string{}
 	}
 	switch p.Engine {
-	case recipe.VLLM, recipe.SGLang:
+	case engine.VLLM, engine.SGLang:
 		args = append(args, "--served-model-name", m.Name)
-	case recipe.LlamaCpp:
+	case engine.LlamaCpp:
 		args = append(args, "--alias", m.Name)
 	}
 	if r.nnodes > 1 {
 		n, k := strconv.Itoa(r.nnodes), strconv.Itoa(rank)
 		switch p.Engine {
-		case recipe.VLLM:
+		case engine.VLLM:
 			args = append(args, "--nnodes", n, "--node-rank", k,
 				"--master-addr", "${"+EnvLeaderHost+"}", "--master-port", "${"+EnvLeaderPort+"}")
 			if rank > 0 {
 				args = append(args, "--headless")
 			}
-		case recipe.SGLang:
+		case engine.SGLang:
 			args = append(args, "--nnodes", n, "--node-rank", k, "--dist-init-addr", "${"+EnvLeaderAddr+"}")
 		}
 	}

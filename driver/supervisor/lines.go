@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 )
 
 // maxLine bounds one remembered line; longer ones are cut.
@@ -76,7 +76,7 @@ type progressTracker struct {
 }
 
 func (p *progressTracker) line(s string) {
-	pr, ok := recipe.ParseProgress(s)
+	pr, ok := engine.ParseProgress(s)
 	if !ok {
 		return
 	}

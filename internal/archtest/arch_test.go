@@ -169,7 +169,7 @@ func listCmds(t *testing.T) []string {
 // anywhere (facility/ and the controller's decision core per DESIGN.md).
 var pureDirs = []string{
 	"github.com/llmgw/llmgw/facility",
-	"github.com/llmgw/llmgw/driver/recipe",
+	"github.com/llmgw/llmgw/engine",
 	"github.com/llmgw/llmgw/controller/reconcile",
 	"github.com/llmgw/llmgw/controller/observe",
 	"github.com/llmgw/llmgw/controller/render",

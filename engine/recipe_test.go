@@ -1,4 +1,4 @@
-package recipe_test
+package engine_test
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmgw/llmgw/driver/recipe"
+	"github.com/llmgw/llmgw/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -34,7 +34,7 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-func render(c recipe.Cmd) string {
+func render(c engine.Cmd) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "path: %s\n", c.Path)
 	for i, a := range c.Args {
@@ -55,24 +55,24 @@ func render(c recipe.Cmd) string {
 func TestRecipesGolden(t *testing.T) {
 	cases := []struct {
 		name string
-		in   recipe.Input
+		in   engine.Input
 	}{
-		{"vllm", recipe.Input{Engine: "vllm", Executable: "/opt/vllm/bin/vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct",
+		{"vllm", engine.Input{Engine: "vllm", Executable: "/opt/vllm/bin/vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct",
 			Host: "10.0.0.7", Port: 23456, TensorParallel: 2, Args: []string{"--max-model-len", "4096"}}},
-		{"sglang", recipe.Input{Engine: "sglang", Executable: "/usr/bin/python3", Model: "meta-llama/Llama-3.1-8B-Instruct",
+		{"sglang", engine.Input{Engine: "sglang", Executable: "/usr/bin/python3", Model: "meta-llama/Llama-3.1-8B-Instruct",
 			Host: "127.0.0.1", Port: 30000, TensorParallel: 4, Args: []string{"--mem-fraction-static", "0.8"}}},
-		{"sglang_launcher", recipe.Input{Engine: "sglang", Executable: "/opt/sglang/bin/sglang-launch", Model: "/models/llama",
+		{"sglang_launcher", engine.Input{Engine: "sglang", Executable: "/opt/sglang/bin/sglang-launch", Model: "/models/llama",
 			Host: "127.0.0.1", Port: 30000, TensorParallel: 1}},
-		{"tgi", recipe.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "mistralai/Mistral-7B-Instruct-v0.3",
+		{"tgi", engine.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "mistralai/Mistral-7B-Instruct-v0.3",
 			Host: "0.0.0.0", Port: 8080, TensorParallel: 8}},
-		{"llamacpp", recipe.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
+		{"llamacpp", engine.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
 			Host: "127.0.0.1", Port: 8081, TensorParallel: 1, Args: []string{"-c", "8192", "--n-gpu-layers", "99"}}},
-		{"command", recipe.Input{Engine: "command", Executable: "/opt/my engine/serve", Model: "my-model",
+		{"command", engine.Input{Engine: "command", Executable: "/opt/my engine/serve", Model: "my-model",
 			Host: "127.0.0.1", Port: 9000, TensorParallel: 2, Args: []string{"--listen", "it's here"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := recipe.Build(c.in)
+			got, err := engine.Build(c.in)
 			if err != nil {
 				t.Fatalf("Build: %v", err)
 			}
@@ -82,36 +82,36 @@ func TestRecipesGolden(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	ok := recipe.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1}
+	ok := engine.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1}
 	cases := []struct {
 		name   string
-		modify func(*recipe.Input)
+		modify func(*engine.Input)
 		want   string
 	}{
-		{"unknown engine", func(in *recipe.Input) { in.Engine = "triton" }, `engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm)`},
-		{"no model", func(in *recipe.Input) { in.Model = "" }, `model: required for engine "vllm"`},
-		{"no executable", func(in *recipe.Input) { in.Executable = "" }, "command: no executable to run"},
-		{"bad port", func(in *recipe.Input) { in.Port = 70000 }, "port: 70000 is not a TCP port"},
-		{"zero tp", func(in *recipe.Input) { in.TensorParallel = 0 }, "tensor_parallel: must be at least 1, got 0"},
+		{"unknown engine", func(in *engine.Input) { in.Engine = "triton" }, `engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm)`},
+		{"no model", func(in *engine.Input) { in.Model = "" }, `model: required for engine "vllm"`},
+		{"no executable", func(in *engine.Input) { in.Executable = "" }, "command: no executable to run"},
+		{"bad port", func(in *engine.Input) { in.Port = 70000 }, "port: 70000 is not a TCP port"},
+		{"zero tp", func(in *engine.Input) { in.TensorParallel = 0 }, "tensor_parallel: must be at least 1, got 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := ok
 			c.modify(&in)
-			_, err := recipe.Build(in)
+			_, err := engine.Build(in)
 			if err == nil || err.Error() != c.want {
 				t.Fatalf("got error %v, want %q", err, c.want)
 			}
 		})
 	}
-	_, err := recipe.Build(recipe.Input{Engine: "x"})
-	if !errors.Is(err, recipe.ErrUnknownEngine) {
+	_, err := engine.Build(engine.Input{Engine: "x"})
+	if !errors.Is(err, engine.ErrUnknownEngine) {
 		t.Errorf("got %v, want ErrUnknownEngine", err)
 	}
 	// The command engine needs no model.
 	in := ok
 	in.Engine, in.Model = "command", ""
-	if _, err := recipe.Build(in); err != nil {
+	if _, err := engine.Build(in); err != nil {
 		t.Errorf("command engine without model: %v", err)
 	}
 }
@@ -124,37 +124,37 @@ func TestDefaults(t *testing.T) {
 		"llamacpp": {"llama-server", "/health"},
 		"command":  {"", "/health"},
 	}
-	for _, e := range recipe.Engines() {
-		got := [2]string{recipe.DefaultExecutable(e), recipe.DefaultReadyPath(e)}
+	for _, e := range engine.Engines() {
+		got := [2]string{engine.DefaultExecutable(e), engine.DefaultReadyPath(e)}
 		if got != want[e] {
 			t.Errorf("%s: got %v, want %v", e, got, want[e])
 		}
 	}
-	if len(recipe.Engines()) != len(want) {
-		t.Errorf("got engines %v, want %d", recipe.Engines(), len(want))
+	if len(engine.Engines()) != len(want) {
+		t.Errorf("got engines %v, want %d", engine.Engines(), len(want))
 	}
 }
 
 func TestParseProgress(t *testing.T) {
 	cases := []struct {
 		line string
-		want recipe.Progress
+		want engine.Progress
 		ok   bool
 	}{
 		{"Loading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]",
-			recipe.Progress{What: "safetensors checkpoint shards", Percent: 0, Done: 0, Total: 4}, true},
+			engine.Progress{What: "safetensors checkpoint shards", Percent: 0, Done: 0, Total: 4}, true},
 		{"(VllmWorker rank=0 pid=12) Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:03<00:03,  1.6s/it]",
-			recipe.Progress{What: "safetensors checkpoint shards", Percent: 50, Done: 2, Total: 4}, true},
+			engine.Progress{What: "safetensors checkpoint shards", Percent: 50, Done: 2, Total: 4}, true},
 		{"[2025-01-01 10:00:00 TP0] Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:06<00:00,  1.5s/it]",
-			recipe.Progress{What: "safetensors checkpoint shards", Percent: 100, Done: 4, Total: 4}, true},
+			engine.Progress{What: "safetensors checkpoint shards", Percent: 100, Done: 4, Total: 4}, true},
 		{"Loading checkpoint shards:  33%|███▎      | 1/3 [00:01<00:02,  1.10s/it]",
-			recipe.Progress{What: "checkpoint shards", Percent: 33, Done: 1, Total: 3}, true},
-		{"Loading pt checkpoint shards: 25%", recipe.Progress{What: "pt checkpoint shards", Percent: 25}, true},
-		{"INFO: Started server process [42]", recipe.Progress{}, false},
-		{"Loading safetensors checkpoint shards: 250% Completed", recipe.Progress{}, false},
+			engine.Progress{What: "checkpoint shards", Percent: 33, Done: 1, Total: 3}, true},
+		{"Loading pt checkpoint shards: 25%", engine.Progress{What: "pt checkpoint shards", Percent: 25}, true},
+		{"INFO: Started server process [42]", engine.Progress{}, false},
+		{"Loading safetensors checkpoint shards: 250% Completed", engine.Progress{}, false},
 	}
 	for _, c := range cases {
-		got, ok := recipe.ParseProgress(c.line)
+		got, ok := engine.ParseProgress(c.line)
 		if ok != c.ok || got != c.want {
 			t.Errorf("ParseProgress(%q) = %+v, %v; want %+v, %v", c.line, got, ok, c.want, c.ok)
 		}
@@ -165,7 +165,7 @@ func FuzzParseProgress(f *testing.F) {
 	f.Add("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:00<00:00,  1.80it/s]")
 	f.Add("Loading checkpoint shards: 1%|")
 	f.Fuzz(func(t *testing.T, line string) {
-		p, ok := recipe.ParseProgress(line)
+		p, ok := engine.ParseProgress(line)
 		if ok && (p.Percent < 0 || p.Percent > 100) {
 			t.Fatalf("percent %d out of range", p.Percent)
 		}

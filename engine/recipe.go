@@ -1,9 +1,9 @@
-// Package recipe turns an inference engine's name and a task's settings
+// Package engine turns an inference engine's name and a task's settings
 // into the command line that starts the engine: vLLM, SGLang, Hugging Face
 // TGI, llama.cpp's server, or any command. It is pure: no I/O, no
 // environment lookups, no PATH search; the driver resolves executables and
 // hands them in.
-package recipe
+package engine
 
 import (
 	"errors"
