@@ -8,7 +8,7 @@ import (
 )
 
 func TestExecuteExitCodes(t *testing.T) {
-	td := "../plancmd/testdata/"
+	td := "plancmd/testdata/"
 	plan := func(catalog string, extra ...string) []string {
 		return append([]string{"plan", "--fleet", td + "fleet.hcl", "--facility", td + "facility.hcl", "--catalog", td + catalog}, extra...)
 	}
@@ -23,7 +23,7 @@ func TestExecuteExitCodes(t *testing.T) {
 		{"everything placed, json", plan("catalog.hcl", "--json"), 0, `{"placements":[`, ""},
 		{"some replica not placed", plan("catalog-over.hcl"), 2, "UNPLACED", "llmgw: 6 of 12 replicas not placed\n"},
 		{"some replica not placed, json", plan("catalog-over.hcl", "--json"), 2, `"unplaced":[{"replica":"llama-3.1-70b-6"`, "not placed"},
-		{"bad input", plan("catalog-never.hcl"), 1, "", "llmgw: ../plancmd/testdata/catalog-never.hcl:2: profile llama-3.1-405b/b200x8: no node could ever hold it"},
+		{"bad input", plan("catalog-never.hcl"), 1, "", "llmgw: plancmd/testdata/catalog-never.hcl:2: profile llama-3.1-405b/b200x8: no node could ever hold it"},
 		{"missing flag", []string{"plan", "--fleet", td + "fleet.hcl"}, 1, "", `required flag(s) "catalog", "facility" not set`},
 		{"stray argument", append(plan("catalog.hcl"), "extra"), 1, "", `unknown command "extra"`},
 		{"unknown command", []string{"nope"}, 1, "", `unknown command "nope"`},
