@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Tags and tag prefixes of replica services (DESIGN.md, "Names every part
-// shares").
+// Tags and tag prefixes of replica services (docs/architecture.md, "Names
+// every part shares").
 const (
 	// ServiceTag marks a replica's API service.
 	ServiceTag = "llmgw"

@@ -9,7 +9,6 @@
 // configuration Nomad sends into Go structs, and the RecoverableError status
 // detail. Schema builders live in the hclspec subpackage.
 //
-// The wire facts this code follows are collected in the project's shared
-// reference (nomad-plugin-wire.md); the e2e suite checks them against a real
-// Nomad agent.
+// The wire facts this code follows are collected in docs/plugin-wire.md in
+// the repository; the e2e suite checks them against a real Nomad agent.
 package nomadplugin

@@ -14,7 +14,7 @@ import (
 	"github.com/llmgw/llmgw/facility"
 )
 
-// Node meta keys (DESIGN.md: "Names every part shares").
+// Node meta keys (docs/architecture.md, "Names every part shares").
 const (
 	MetaSite      = "llmgw.site"
 	MetaRoom      = "llmgw.room"

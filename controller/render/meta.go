@@ -11,8 +11,9 @@ import (
 	"github.com/llmgw/llmgw/facility"
 )
 
-// Job meta keys (DESIGN.md, "Names every part shares"). Everything the
-// controller needs to rebuild a replica after a restart is in them.
+// Job meta keys (docs/architecture.md, "Names every part shares").
+// Everything the controller needs to rebuild a replica after a restart is in
+// them.
 const (
 	MetaManaged   = "llmgw.managed"    // "true" on every job the controller owns
 	MetaModel     = "llmgw.model"      // catalog model name

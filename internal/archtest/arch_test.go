@@ -166,7 +166,8 @@ func listCmds(t *testing.T) []string {
 
 // pureDirs are packages that must stay pure: no I/O, no logging, no
 // goroutines, no clock, so they can be tested exhaustively and reused
-// anywhere (facility/ and the controller's decision core per DESIGN.md).
+// anywhere (facility/, the engine recipes and the controller's decision
+// core; docs/architecture.md, "Rules the architecture tests enforce").
 var pureDirs = []string{
 	"github.com/llmgw/llmgw/facility",
 	"github.com/llmgw/llmgw/engine",
