@@ -4,12 +4,14 @@ import (
 	plugin "github.com/hashicorp/go-plugin"
 )
 
-// APIVersion is the device and driver plugin API version llmgw implements;
-// Nomad accepts v0.1.0 for both plugin types.
+// APIVersion is the device and driver plugin API version this package
+// implements, the one the Nomad client accepts for both plugin types. List it
+// in PluginInfoResponse.PluginApiVersions; SetConfig then carries it as the
+// negotiated version.
 const APIVersion = "v0.1.0"
 
-// Handshake is the go-plugin handshake a Nomad client performs: app protocol
-// 2 and Nomad's magic cookie, which the client sets in the plugin's
+// Handshake is the go-plugin handshake a Nomad client performs: application
+// protocol 2 and Nomad's magic cookie, which the client sets in the plugin's
 // environment so that the binary refuses to run as a plugin for anyone else.
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  2,
@@ -21,7 +23,7 @@ var Handshake = plugin.HandshakeConfig{
 // client stub; on the wire what matters is that the base service and the
 // device or driver service share one gRPC server.
 const (
-	PluginKeyBase   = "base"
-	PluginKeyDevice = "device"
-	PluginKeyDriver = "driver"
+	PluginKeyBase   = "base"   // the BasePlugin service, which every plugin serves
+	PluginKeyDevice = "device" // the DevicePlugin service
+	PluginKeyDriver = "driver" // the Driver service
 )

@@ -11,7 +11,9 @@ import (
 
 // RecoverableError returns a gRPC error the Nomad client understands as
 // recoverable (it may retry, for example restart the task) or not: status
-// FailedPrecondition carrying a RecoverableError detail.
+// FailedPrecondition with err's message, carrying a
+// structspb.RecoverableError detail. Return it from StartTask or TaskStats.
+// A nil err gives nil.
 func RecoverableError(err error, recoverable bool) error {
 	if err == nil {
 		return nil

@@ -3,6 +3,15 @@
 // that the plugin (decoding what Nomad sends) and the plugintest harness
 // (encoding what Nomad would send) evaluate configuration exactly as the
 // Nomad client does.
+//
+// A schema is a tree of Spec values: Object at the top, Attr and
+// RequiredAttr for attributes with an HCL type expression ("string",
+// "number", "bool", "list(string)", "map(string)", "any"), Default with a
+// Literal for defaults, Block, BlockList, BlockMap and BlockAttrs for nested
+// blocks. The client evaluates a `config {}` block against it and sends the
+// value as cty msgpack; Decode turns those bytes into a Go struct with
+// `codec:"name"` field tags, and EncodeHCL produces them from HCL source, as
+// the client would.
 package hclspec
 
 import (
@@ -18,7 +27,8 @@ import (
 	pb "github.com/llmgw/llmgw/nomadplugin/pb/hclspecpb"
 )
 
-// Spec is the wire message for one schema node.
+// Spec is the wire message for one schema node (hclspecpb.Spec); build it
+// with the functions below.
 type Spec = pb.Spec
 
 // Object groups named specs into one object.

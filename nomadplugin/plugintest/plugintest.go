@@ -4,6 +4,12 @@
 // built from an HCL `config {}` body evaluated against the plugin's own
 // schema and cty-msgpack encoded, then the device or driver RPCs.
 //
+// A plugin's tests build its binary with Build, launch it with Start (or
+// Launch, outside a test), configure it with Configure, then call the RPCs
+// on Instance.Device or Instance.Driver. ReattachConfig and
+// Options.Reattach reconnect to a running plugin as a restarted Nomad client
+// does; Crash kills it as a crash would.
+//
 // It is for tests only; no production binary may link it.
 package plugintest
 
@@ -32,10 +38,10 @@ import (
 
 // Instance is one running plugin process and its gRPC stubs.
 type Instance struct {
-	Base   basepb.BasePluginClient
+	Base   basepb.BasePluginClient     // the BasePlugin service, which every plugin serves
 	Device devicepb.DevicePluginClient // set for device plugins
 	Driver driverpb.DriverClient       // set for driver plugins
-	Info   *basepb.PluginInfoResponse
+	Info   *basepb.PluginInfoResponse  // what PluginInfo answered at launch
 
 	client *plugin.Client
 	logs   *syncBuffer
