@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./internal/demo", "-once", "-bin", bin)
+	cmd := exec.CommandContext(ctx, "go", "run", "./cmd/llmgw-demo", "-once", "-bin", bin)
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
