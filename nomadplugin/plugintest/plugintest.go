@@ -136,7 +136,8 @@ func Launch(bin string, opts Options) (*Instance, error) {
 
 // Configure fetches the plugin's schema, evaluates body (the inside of a
 // `config {}` block) against it with the schema's defaults, encodes it as
-// cty msgpack, and sends SetConfig with Nomad's negotiated API version.
+// cty msgpack, and sends SetConfig with Nomad's negotiated API version and
+// a client port range of 20000–32000, as a Nomad client would.
 func (i *Instance) Configure(ctx context.Context, body string) error {
 	data, err := i.EncodeConfig(ctx, body)
 	if err != nil {
