@@ -1,0 +1,15 @@
+# Problems of every kind, each reported at its line.
+listen = "localhost"
+priority = 50.5
+datacenters = []
+
+driver {
+  ready_timeout  = "soon"
+  check_interval = "5s"
+  check_timeout  = "10s"
+  engines        = { trtllm = "/bin/x" }
+}
+
+reconcile {
+  lost_after = "25h"
+}
