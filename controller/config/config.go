@@ -29,14 +29,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/nomad/api"
-	"github.com/zclconf/go-cty/cty"
-	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
 // Defaults of the fields the file may leave out.
@@ -219,6 +217,70 @@ func Load(path string, env func(string) string) (Config, error) {
 	return Parse(path, src, env)
 }
 
+// The file's schema, for gohcl (internal/hcldecode). Each struct keeps its
+// body, so that Parse knows which attributes were given and where; what
+// the tags cannot say (durations, enums, limits, one field against
+// another, the environment's fallbacks) Parse checks after decoding.
+type (
+	fileHCL struct {
+		Listen          string        `hcl:"listen,optional"`
+		APIToken        string        `hcl:"api_token,optional"`
+		Catalog         string        `hcl:"catalog,optional"`
+		Facility        string        `hcl:"facility,optional"`
+		ServiceProvider string        `hcl:"service_provider,optional"`
+		Datacenters     []string      `hcl:"datacenters,optional"`
+		Priority        float64       `hcl:"priority,optional"`
+		NodeBaseWatts   float64       `hcl:"node_base_watts,optional"`
+		Nomad           *nomadHCL     `hcl:"nomad,block"`
+		Consul          *consulHCL    `hcl:"consul,block"`
+		Driver          *driverHCL    `hcl:"driver,block"`
+		Reconcile       *reconcileHCL `hcl:"reconcile,block"`
+		Body            hcl.Body      `hcl:",body"`
+	}
+	nomadHCL struct {
+		Address    string   `hcl:"address,optional"`
+		Token      string   `hcl:"token,optional"`
+		Region     string   `hcl:"region,optional"`
+		Namespace  string   `hcl:"namespace,optional"`
+		Namespaces []string `hcl:"namespaces,optional"`
+		TLS        *tlsHCL  `hcl:"tls,block"`
+		Body       hcl.Body `hcl:",body"`
+	}
+	tlsHCL struct {
+		CAFile     string    `hcl:"ca_file,optional"`
+		CertFile   string    `hcl:"cert_file,optional"`
+		KeyFile    string    `hcl:"key_file,optional"`
+		ServerName string    `hcl:"server_name,optional"`
+		Insecure   bool      `hcl:"insecure,optional"`
+		DefRange   hcl.Range `hcl:",def_range"`
+		Body       hcl.Body  `hcl:",body"`
+	}
+	consulHCL struct {
+		Address string   `hcl:"address,optional"`
+		Token   string   `hcl:"token,optional"`
+		Body    hcl.Body `hcl:",body"`
+	}
+	driverHCL struct {
+		ReadyInterval string            `hcl:"ready_interval,optional"`
+		ReadyTimeout  string            `hcl:"ready_timeout,optional"`
+		KillTimeout   string            `hcl:"kill_timeout,optional"`
+		ShutdownDelay string            `hcl:"shutdown_delay,optional"`
+		CheckInterval string            `hcl:"check_interval,optional"`
+		CheckTimeout  string            `hcl:"check_timeout,optional"`
+		Env           map[string]string `hcl:"env,optional"`
+		Engines       map[string]string `hcl:"engines,optional"`
+		Body          hcl.Body          `hcl:",body"`
+	}
+	reconcileHCL struct {
+		Interval        string   `hcl:"interval,optional"`
+		PartialDeadline string   `hcl:"partial_deadline,optional"`
+		LostAfter       string   `hcl:"lost_after,optional"`
+		MaxStops        float64  `hcl:"max_stops,optional"`
+		MaxStopFraction float64  `hcl:"max_stop_fraction,optional"`
+		Body            hcl.Body `hcl:",body"`
+	}
+)
+
 // Parse parses a configuration file's contents. filename names it in
 // errors and anchors its relative paths. env looks up environment
 // variables (nil: none). Every problem is an *Error naming filename:line;
@@ -227,40 +289,31 @@ func Parse(filename string, src []byte, env func(string) string) (Config, error)
 	if env == nil {
 		env = func(string) string { return "" }
 	}
-	p := &parser{filename: filename, env: env}
+	ctx := &hcl.EvalContext{Functions: map[string]function.Function{"env": hcldecode.EnvFunc(env)}}
+	var raw fileHCL
+	f, ok := hcldecode.Decode(filename, src, ctx, &raw)
+	p := &parser{File: f, filename: filename, env: env}
+	for _, pr := range f.Problems() {
+		p.errs = append(p.errs, &Error{Filename: pr.Filename, Line: pr.Line, Msg: pr.Msg})
+	}
 	c := Default(filepath.Dir(filename))
 	c.File = filename
-	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
-	if p.diags(diags); f == nil || len(p.errs) > 0 {
-		return Config{}, errors.Join(p.errs...)
+	if ok {
+		p.root(&raw, &c)
 	}
-	p.ctx = &hcl.EvalContext{Functions: map[string]function.Function{"env": envFunc(env)}}
-	p.root(f.Body, &c)
 	if len(p.errs) > 0 {
 		return Config{}, errors.Join(p.errs...)
 	}
 	return c, nil
 }
 
-// envFunc is env("NAME") in the file: the variable's value, "" when unset.
-func envFunc(env func(string) string) function.Function {
-	return function.New(&function.Spec{
-		Params: []function.Parameter{{Name: "name", Type: cty.String}},
-		Type:   function.StaticReturnType(cty.String),
-		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			return cty.StringVal(env(args[0].AsString())), nil
-		},
-	})
-}
-
+// parser checks what Decode decoded and builds the Config.
 type parser struct {
+	*hcldecode.File
 	filename string
 	env      func(string) string
-	ctx      *hcl.EvalContext
 	errs     []error
 }
-
-func (p *parser) line(r hcl.Range) int { return max(r.Start.Line, 1) }
 
 func (p *parser) errorf(r hcl.Range, format string, args ...any) {
 	p.errs = append(p.errs, &Error{Filename: p.filename, Line: p.line(r), Msg: fmt.Sprintf(format, args...)})
@@ -270,151 +323,32 @@ func (p *parser) envErrorf(format string, args ...any) {
 	p.errs = append(p.errs, &Error{Filename: p.filename, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (p *parser) diags(ds hcl.Diagnostics) bool {
-	ok := true
-	for _, d := range ds {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		ok = false
-		line := 1
-		if d.Subject != nil {
-			line = p.line(*d.Subject)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + d.Detail
-		}
-		p.errs = append(p.errs, &Error{Filename: p.filename, Line: line, Msg: msg})
-	}
-	return ok
-}
+func (p *parser) line(r hcl.Range) int { return max(r.Start.Line, 1) }
 
-// content decodes body against schema, refusing unknown attributes and
-// blocks, and a block given twice.
-func (p *parser) content(body hcl.Body, schema *hcl.BodySchema) *hcl.BodyContent {
-	c, ds := body.Content(schema)
-	p.diags(ds)
-	if c == nil {
-		return &hcl.BodyContent{Attributes: hcl.Attributes{}}
-	}
-	seen := map[string]hcl.Range{}
-	for _, b := range c.Blocks {
-		if first, ok := seen[b.Type]; ok {
-			p.errorf(b.DefRange, "duplicate %s block (first at line %d)", b.Type, p.line(first))
-			continue
-		}
-		seen[b.Type] = b.DefRange
-	}
-	return c
-}
-
-// block returns the first block of a type, or nil.
-func block(c *hcl.BodyContent, typ string) *hcl.Block {
-	for _, b := range c.Blocks {
-		if b.Type == typ {
-			return b
-		}
-	}
-	return nil
-}
-
-// value evaluates attribute name to type ty; ok is false when it is absent
-// or bad (reported).
-func (p *parser) value(c *hcl.BodyContent, name string, ty cty.Type) (cty.Value, *hcl.Attribute, bool) {
-	a, ok := c.Attributes[name]
-	if !ok {
-		return cty.NilVal, nil, false
-	}
-	v, ds := a.Expr.Value(p.ctx)
-	if !p.diags(ds) {
-		return cty.NilVal, a, false
-	}
-	if v.IsNull() {
-		p.errorf(a.Range, "%s: must not be null", name)
-		return cty.NilVal, a, false
-	}
-	if !v.IsWhollyKnown() {
-		p.errorf(a.Range, "%s: value not known", name)
-		return cty.NilVal, a, false
-	}
-	out, err := convert.Convert(v, ty)
-	if err != nil {
-		p.errorf(a.Range, "%s: want %s: %v", name, ty.FriendlyName(), err)
-		return cty.NilVal, a, false
-	}
-	if out.ContainsMarked() || !out.IsWhollyKnown() {
-		p.errorf(a.Range, "%s: bad value", name)
-		return cty.NilVal, a, false
-	}
-	if ty.IsMapType() || ty.IsListType() {
-		for it := out.ElementIterator(); it.Next(); {
-			if _, e := it.Element(); e.IsNull() {
-				p.errorf(a.Range, "%s: elements must not be null", name)
-				return cty.NilVal, a, false
-			}
-		}
-	}
-	return out, a, true
-}
-
-func (p *parser) str(c *hcl.BodyContent, name string, dst *string) (*hcl.Attribute, bool) {
-	v, a, ok := p.value(c, name, cty.String)
-	if ok {
-		*dst = v.AsString()
-	}
-	return a, ok
-}
-
-func (p *parser) boolean(c *hcl.BodyContent, name string, dst *bool) bool {
-	v, _, ok := p.value(c, name, cty.Bool)
-	if ok {
-		*dst = v.True()
-	}
-	return ok
-}
-
-func (p *parser) duration(c *hcl.BodyContent, name string, dst *time.Duration, lo time.Duration) {
-	var s string
-	a, ok := p.str(c, name, &s)
+// duration sets *dst from the duration attribute name of body, if given,
+// when it is lo or more.
+func (p *parser) duration(body hcl.Body, name, s string, dst *time.Duration, lo time.Duration) {
+	r, ok := p.Given(body, name)
 	if !ok {
 		return
 	}
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		p.errorf(a.Range, "%s: %q is not a duration (such as \"30s\", \"10m\")", name, s)
+		p.errorf(r, "%s: %q is not a duration (such as \"30s\", \"10m\")", name, s)
 	case d < lo:
-		p.errorf(a.Range, "%s: %s is below the minimum of %s", name, d, lo)
+		p.errorf(r, "%s: %s is below the minimum of %s", name, d, lo)
 	default:
 		*dst = d
 	}
 }
 
-func (p *parser) stringList(c *hcl.BodyContent, name string) ([]string, *hcl.Attribute, bool) {
-	v, a, ok := p.value(c, name, cty.List(cty.String))
-	if !ok {
-		return nil, a, false
+// whole checks a number attribute is a whole number from lo to hi.
+func whole(v float64, lo, hi int) (int, bool) {
+	if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
+		return 0, false
 	}
-	out := []string{}
-	for it := v.ElementIterator(); it.Next(); {
-		_, e := it.Element()
-		out = append(out, e.AsString())
-	}
-	return out, a, true
-}
-
-func (p *parser) stringMap(c *hcl.BodyContent, name string) (map[string]string, *hcl.Attribute, bool) {
-	v, a, ok := p.value(c, name, cty.Map(cty.String))
-	if !ok {
-		return nil, a, false
-	}
-	out := map[string]string{}
-	for it := v.ElementIterator(); it.Next(); {
-		k, e := it.Element()
-		out[k.AsString()] = e.AsString()
-	}
-	return out, a, true
+	return int(v), true
 }
 
 // path resolves a file path against the config file's directory.
@@ -425,101 +359,89 @@ func (p *parser) path(s string) string {
 	return filepath.Join(filepath.Dir(p.filename), s)
 }
 
-var rootSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "listen"}, {Name: "api_token"}, {Name: "catalog"}, {Name: "facility"},
-		{Name: "service_provider"}, {Name: "datacenters"}, {Name: "priority"},
-		{Name: "node_base_watts"},
-	},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "nomad"}, {Type: "consul"}, {Type: "driver"}, {Type: "reconcile"}},
-}
-
-func (p *parser) root(body hcl.Body, c *Config) {
-	ct := p.content(body, rootSchema)
-
-	nomadBody := hcl.EmptyBody()
-	if b := block(ct, "nomad"); b != nil {
-		nomadBody = b.Body
+func (p *parser) root(raw *fileHCL, c *Config) {
+	nomad := raw.Nomad
+	if nomad == nil {
+		nomad = &nomadHCL{}
 	}
-	p.nomad(nomadBody, &c.Nomad)
-	if b := block(ct, "consul"); b != nil {
-		c.Consul = p.consul(b.Body)
+	p.nomad(nomad, raw.Body, &c.Nomad)
+	if raw.Consul != nil {
+		c.Consul = p.consul(raw.Consul)
 	}
-	if b := block(ct, "driver"); b != nil {
-		p.driver(b.Body, &c.Driver)
+	if raw.Driver != nil {
+		p.driver(raw.Driver, &c.Driver)
 	}
-	if b := block(ct, "reconcile"); b != nil {
-		p.reconcile(b.Body, &c.Reconcile)
+	if raw.Reconcile != nil {
+		p.reconcile(raw.Reconcile, &c.Reconcile)
 	}
 
-	if a, ok := p.str(ct, "listen", &c.Listen); ok {
+	b := raw.Body
+	if r, ok := p.Given(b, "listen"); ok {
+		c.Listen = raw.Listen
 		if err := checkListen(c.Listen); err != nil {
-			p.errorf(a.Range, "listen: %v", err)
+			p.errorf(r, "listen: %v", err)
 		}
 	}
-	p.str(ct, "api_token", &c.APIToken)
+	if _, ok := p.Given(b, "api_token"); ok {
+		c.APIToken = raw.APIToken
+	}
 	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"catalog", &c.Catalog}, {"facility", &c.Facility}} {
-		var s string
-		if a, ok := p.str(ct, f.name, &s); ok {
-			if s == "" {
-				p.errorf(a.Range, "%s: must not be empty", f.name)
+		name, val string
+		dst       *string
+	}{{"catalog", raw.Catalog, &c.Catalog}, {"facility", raw.Facility, &c.Facility}} {
+		if r, ok := p.Given(b, f.name); ok {
+			if f.val == "" {
+				p.errorf(r, "%s: must not be empty", f.name)
 				continue
 			}
-			*f.dst = p.path(s)
+			*f.dst = p.path(f.val)
 		}
 	}
-	if a, ok := p.str(ct, "service_provider", &c.ServiceProvider); ok {
+	if r, ok := p.Given(b, "service_provider"); ok {
+		c.ServiceProvider = raw.ServiceProvider
 		switch c.ServiceProvider {
 		case render.ProviderNomad:
 		case render.ProviderConsul:
 			if c.Consul == nil {
-				p.errorf(a.Range, `service_provider: "consul" needs a consul block`)
+				p.errorf(r, `service_provider: "consul" needs a consul block`)
 			}
 		default:
-			p.errorf(a.Range, "service_provider: %q is neither %q nor %q", c.ServiceProvider, render.ProviderNomad, render.ProviderConsul)
+			p.errorf(r, "service_provider: %q is neither %q nor %q", c.ServiceProvider, render.ProviderNomad, render.ProviderConsul)
 		}
 	}
-	if dcs, a, ok := p.stringList(ct, "datacenters"); ok {
-		if len(dcs) == 0 || slices.Contains(dcs, "") {
-			p.errorf(a.Range, "datacenters: want at least one, none empty (\"*\" for all)")
+	if r, ok := p.Given(b, "datacenters"); ok {
+		if dcs := raw.Datacenters; len(dcs) == 0 || slices.Contains(dcs, "") {
+			p.errorf(r, "datacenters: want at least one, none empty (\"*\" for all)")
 		} else {
 			c.Datacenters = dcs
 		}
 	}
-	if v, a, ok := p.value(ct, "priority", cty.Number); ok {
-		n, acc := v.AsBigFloat().Int64()
-		if acc != 0 || n < 1 || n > maxPriority {
-			p.errorf(a.Range, "priority: want a whole number from 1 to %d (Nomad's job_max_priority, 100 unless raised)", maxPriority)
+	if r, ok := p.Given(b, "priority"); ok {
+		if n, ok := whole(raw.Priority, 1, maxPriority); !ok {
+			p.errorf(r, "priority: want a whole number from 1 to %d (Nomad's job_max_priority, 100 unless raised)", maxPriority)
 		} else {
-			c.Priority = int(n)
+			c.Priority = n
 		}
 	}
-	if v, a, ok := p.value(ct, "node_base_watts", cty.Number); ok {
-		w, _ := v.AsBigFloat().Float64()
-		if w < 0 || math.IsInf(w, 0) || math.IsNaN(w) {
-			p.errorf(a.Range, "node_base_watts: must be a number of watts, 0 or more, got %s", v.AsBigFloat().String())
+	if r, ok := p.Given(b, "node_base_watts"); ok {
+		if w := raw.NodeBaseWatts; w < 0 || math.IsInf(w, 0) || math.IsNaN(w) {
+			p.errorf(r, "node_base_watts: must be a number of watts, 0 or more, got %s", strconv.FormatFloat(w, 'g', -1, 64))
 		} else {
 			c.NodeBaseWatts = w
 		}
 	}
 }
 
-var nomadSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "address"}, {Name: "token"}, {Name: "region"}, {Name: "namespace"}, {Name: "namespaces"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "tls"}},
-}
-
-var tlsSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "ca_file"}, {Name: "cert_file"}, {Name: "key_file"}, {Name: "server_name"}, {Name: "insecure"}},
-}
-
-// orEnv sets *dst from the file's attribute, else from the environment.
-func (p *parser) orEnv(c *hcl.BodyContent, name, envVar string, dst *string) (*hcl.Attribute, bool) {
-	if _, present := c.Attributes[name]; present {
-		return p.str(c, name, dst)
+// orEnv sets *dst from attribute name of body when the file has it (and
+// it decoded), else from the environment variable envVar when set. given
+// is the attribute's range when the value came from the file.
+func (p *parser) orEnv(body hcl.Body, name, val, envVar string, dst *string) (given *hcl.Range, ok bool) {
+	if p.Has(body, name) {
+		r, ok := p.Given(body, name)
+		if ok {
+			*dst = val
+		}
+		return &r, ok
 	}
 	if v := p.env(envVar); v != "" {
 		*dst = v
@@ -528,44 +450,45 @@ func (p *parser) orEnv(c *hcl.BodyContent, name, envVar string, dst *string) (*h
 	return nil, false
 }
 
-func (p *parser) nomad(body hcl.Body, n *Nomad) {
-	c := p.content(body, nomadSchema)
-	if a, ok := p.orEnv(c, "address", "NOMAD_ADDR", &n.Address); ok {
+func (p *parser) nomad(raw *nomadHCL, root hcl.Body, n *Nomad) {
+	b := raw.Body
+	if r, ok := p.orEnv(b, "address", raw.Address, "NOMAD_ADDR", &n.Address); ok {
 		if err := checkNomadAddress(n.Address); err != nil {
-			if a != nil {
-				p.errorf(a.Range, "address: %v", err)
+			if r != nil {
+				p.errorf(*r, "address: %v", err)
 			} else {
 				p.envErrorf("NOMAD_ADDR in the environment: %v", err)
 			}
 		}
 	}
-	p.orEnv(c, "token", "NOMAD_TOKEN", &n.Token)
-	p.orEnv(c, "region", "NOMAD_REGION", &n.Region)
-	nsAttr, _ := p.orEnv(c, "namespace", "NOMAD_NAMESPACE", &n.Namespace)
-	p.namespaces(c, nsAttr, n)
+	p.orEnv(b, "token", raw.Token, "NOMAD_TOKEN", &n.Token)
+	p.orEnv(b, "region", raw.Region, "NOMAD_REGION", &n.Region)
+	nsAttr, _ := p.orEnv(b, "namespace", raw.Namespace, "NOMAD_NAMESPACE", &n.Namespace)
+	p.namespaces(raw, nsAttr, n)
 
-	tlsBody := hcl.EmptyBody()
-	if b := block(c, "tls"); b != nil {
-		tlsBody = b.Body
+	t := raw.TLS
+	if t == nil {
+		t = &tlsHCL{}
 	}
-	t := p.content(tlsBody, tlsSchema)
 	for _, f := range []struct {
-		name, env string
-		dst       *string
-		path      bool
+		name, val, env string
+		dst            *string
+		path           bool
 	}{
-		{"ca_file", "NOMAD_CACERT", &n.TLS.CAFile, true},
-		{"cert_file", "NOMAD_CLIENT_CERT", &n.TLS.CertFile, true},
-		{"key_file", "NOMAD_CLIENT_KEY", &n.TLS.KeyFile, true},
-		{"server_name", "NOMAD_TLS_SERVER_NAME", &n.TLS.ServerName, false},
+		{"ca_file", t.CAFile, "NOMAD_CACERT", &n.TLS.CAFile, true},
+		{"cert_file", t.CertFile, "NOMAD_CLIENT_CERT", &n.TLS.CertFile, true},
+		{"key_file", t.KeyFile, "NOMAD_CLIENT_KEY", &n.TLS.KeyFile, true},
+		{"server_name", t.ServerName, "NOMAD_TLS_SERVER_NAME", &n.TLS.ServerName, false},
 	} {
-		a, ok := p.orEnv(t, f.name, f.env, f.dst)
-		if ok && f.path && a != nil {
+		r, ok := p.orEnv(t.Body, f.name, f.val, f.env, f.dst)
+		if ok && f.path && r != nil {
 			*f.dst = p.path(*f.dst)
 		}
 	}
-	if _, present := t.Attributes["insecure"]; present {
-		p.boolean(t, "insecure", &n.TLS.Insecure)
+	if p.Has(t.Body, "insecure") {
+		if _, ok := p.Given(t.Body, "insecure"); ok {
+			n.TLS.Insecure = t.Insecure
+		}
 	} else if v := p.env("NOMAD_SKIP_VERIFY"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -574,9 +497,12 @@ func (p *parser) nomad(body hcl.Body, n *Nomad) {
 		n.TLS.Insecure = b
 	}
 	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
-		r := body.MissingItemRange()
-		if b := block(c, "tls"); b != nil {
-			r = b.DefRange
+		r := hcldecode.Missing(root)
+		switch {
+		case raw.TLS != nil:
+			r = raw.TLS.DefRange
+		case b != nil:
+			r = hcldecode.Missing(b)
 		}
 		p.errorf(r, "nomad tls: cert_file and key_file go together (NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY)")
 	}
@@ -588,30 +514,31 @@ var validNamespace = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
 // namespaces reads nomad.namespaces: "*" alone, or distinct namespace
 // names among which the namespace of the managed jobs (nsAttr, nil when it
 // came from the environment or the default).
-func (p *parser) namespaces(c *hcl.BodyContent, nsAttr *hcl.Attribute, n *Nomad) {
-	list, a, ok := p.stringList(c, "namespaces")
+func (p *parser) namespaces(raw *nomadHCL, nsAttr *hcl.Range, n *Nomad) {
+	r, ok := p.Given(raw.Body, "namespaces")
 	if !ok {
 		return
 	}
+	list := raw.Namespaces
 	if len(list) == 1 && list[0] == AllNamespaces {
 		n.Namespaces = list
 		return
 	}
 	if len(list) == 0 {
-		p.errorf(a.Range, `namespaces: want at least one namespace (["*"] for every namespace)`)
+		p.errorf(r, `namespaces: want at least one namespace (["*"] for every namespace)`)
 		return
 	}
 	seen := map[string]bool{}
 	for _, ns := range list {
 		switch {
 		case ns == AllNamespaces:
-			p.errorf(a.Range, `namespaces: "*" (every namespace) goes alone, not beside names`)
+			p.errorf(r, `namespaces: "*" (every namespace) goes alone, not beside names`)
 			return
 		case !validNamespace.MatchString(ns):
-			p.errorf(a.Range, "namespaces: %q is not a Nomad namespace name (letters, digits and dashes, 1 to 128)", ns)
+			p.errorf(r, "namespaces: %q is not a Nomad namespace name (letters, digits and dashes, 1 to 128)", ns)
 			return
 		case seen[ns]:
-			p.errorf(a.Range, "namespaces: %q is listed twice", ns)
+			p.errorf(r, "namespaces: %q is listed twice", ns)
 			return
 		}
 		seen[ns] = true
@@ -624,108 +551,95 @@ func (p *parser) namespaces(c *hcl.BodyContent, nsAttr *hcl.Attribute, n *Nomad)
 		from := "nomad.namespace"
 		switch {
 		case nsAttr != nil:
-			from += fmt.Sprintf(" (line %d)", p.line(nsAttr.Range))
+			from += fmt.Sprintf(" (line %d)", p.line(*nsAttr))
 		case n.Namespace != "":
 			from += " (from NOMAD_NAMESPACE)"
 		default:
 			from += " (the default)"
 		}
-		p.errorf(a.Range, "namespaces: %s %q is not in the list: the controller must read the allocations of the jobs it manages; add it, or use [\"*\"]", from, own)
+		p.errorf(r, "namespaces: %s %q is not in the list: the controller must read the allocations of the jobs it manages; add it, or use [\"*\"]", from, own)
 		return
 	}
 	n.Namespaces = list
 }
 
-var consulSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "address"}, {Name: "token"}}}
-
-func (p *parser) consul(body hcl.Body) *Consul {
-	c := p.content(body, consulSchema)
+func (p *parser) consul(raw *consulHCL) *Consul {
 	out := &Consul{Address: DefaultConsulAddress}
-	if a, ok := p.orEnv(c, "address", "CONSUL_HTTP_ADDR", &out.Address); ok {
+	if r, ok := p.orEnv(raw.Body, "address", raw.Address, "CONSUL_HTTP_ADDR", &out.Address); ok {
 		if err := checkConsulAddress(out.Address); err != nil {
-			if a != nil {
-				p.errorf(a.Range, "address: %v", err)
+			if r != nil {
+				p.errorf(*r, "address: %v", err)
 			} else {
 				p.envErrorf("CONSUL_HTTP_ADDR in the environment: %v", err)
 			}
 		}
 	}
-	p.orEnv(c, "token", "CONSUL_HTTP_TOKEN", &out.Token)
+	p.orEnv(raw.Body, "token", raw.Token, "CONSUL_HTTP_TOKEN", &out.Token)
 	return out
 }
 
-var driverSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "ready_interval"}, {Name: "ready_timeout"}, {Name: "kill_timeout"}, {Name: "shutdown_delay"},
-		{Name: "check_interval"}, {Name: "check_timeout"}, {Name: "env"}, {Name: "engines"},
-	},
-}
-
-func (p *parser) driver(body hcl.Body, d *Driver) {
-	c := p.content(body, driverSchema)
-	p.duration(c, "ready_interval", &d.ReadyInterval, minReadyInterval)
-	p.duration(c, "ready_timeout", &d.ReadyTimeout, time.Second)
-	p.duration(c, "kill_timeout", &d.KillTimeout, time.Second)
-	p.duration(c, "shutdown_delay", &d.ShutdownDelay, 0)
-	p.duration(c, "check_interval", &d.CheckInterval, minCheckIntervalTimeout)
-	p.duration(c, "check_timeout", &d.CheckTimeout, minCheckIntervalTimeout)
+func (p *parser) driver(raw *driverHCL, d *Driver) {
+	b := raw.Body
+	p.duration(b, "ready_interval", raw.ReadyInterval, &d.ReadyInterval, minReadyInterval)
+	p.duration(b, "ready_timeout", raw.ReadyTimeout, &d.ReadyTimeout, time.Second)
+	p.duration(b, "kill_timeout", raw.KillTimeout, &d.KillTimeout, time.Second)
+	p.duration(b, "shutdown_delay", raw.ShutdownDelay, &d.ShutdownDelay, 0)
+	p.duration(b, "check_interval", raw.CheckInterval, &d.CheckInterval, minCheckIntervalTimeout)
+	p.duration(b, "check_timeout", raw.CheckTimeout, &d.CheckTimeout, minCheckIntervalTimeout)
 	if d.CheckTimeout > d.CheckInterval {
-		a, ok := c.Attributes["check_timeout"]
+		r, ok := p.Given(b, "check_timeout")
 		if !ok {
-			a = c.Attributes["check_interval"]
+			r, ok = p.Given(b, "check_interval")
 		}
-		if a != nil {
-			p.errorf(a.Range, "check_timeout: %s is longer than check_interval %s", d.CheckTimeout, d.CheckInterval)
+		if ok {
+			p.errorf(r, "check_timeout: %s is longer than check_interval %s", d.CheckTimeout, d.CheckInterval)
 		}
 	}
-	if env, a, ok := p.stringMap(c, "env"); ok {
+	if r, ok := p.Given(b, "env"); ok {
+		env := raw.Env
 		for _, k := range sortedKeys(env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(env[k], 0) {
-				p.errorf(a.Range, "env: bad variable %q", k)
+				p.errorf(r, "env: bad variable %q", k)
 			}
 		}
 		d.Env = env
 	}
-	if eng, a, ok := p.stringMap(c, "engines"); ok {
+	if r, ok := p.Given(b, "engines"); ok {
+		eng := raw.Engines
 		for _, k := range sortedKeys(eng) {
 			switch {
 			case !engine.Known(k):
-				p.errorf(a.Range, "engines: unknown engine %q (want one of %s)", k, strings.Join(engine.Engines(), ", "))
+				p.errorf(r, "engines: unknown engine %q (want one of %s)", k, strings.Join(engine.Engines(), ", "))
 			case eng[k] == "":
-				p.errorf(a.Range, "engines.%s: empty executable", k)
+				p.errorf(r, "engines.%s: empty executable", k)
 			}
 		}
 		d.Engines = eng
 	}
 }
 
-var reconcileSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "interval"}, {Name: "partial_deadline"}, {Name: "lost_after"}, {Name: "max_stops"}, {Name: "max_stop_fraction"},
-}}
-
-func (p *parser) reconcile(body hcl.Body, r *Reconcile) {
-	c := p.content(body, reconcileSchema)
-	p.duration(c, "interval", &r.Interval, minReconcileInterval)
-	p.duration(c, "partial_deadline", &r.PartialDeadline, time.Second)
+func (p *parser) reconcile(raw *reconcileHCL, r *Reconcile) {
+	b := raw.Body
+	p.duration(b, "interval", raw.Interval, &r.Interval, minReconcileInterval)
+	p.duration(b, "partial_deadline", raw.PartialDeadline, &r.PartialDeadline, time.Second)
 	var lost time.Duration = -1
-	p.duration(c, "lost_after", &lost, 0)
+	p.duration(b, "lost_after", raw.LostAfter, &lost, 0)
 	if lost > maxLostAfter {
-		p.errorf(c.Attributes["lost_after"].Range, "lost_after: %s is above the maximum of %s", lost, maxLostAfter)
+		at, _ := p.Given(b, "lost_after")
+		p.errorf(at, "lost_after: %s is above the maximum of %s", lost, maxLostAfter)
 	} else if lost >= 0 {
 		r.LostAfter = lost
 	}
-	if v, a, ok := p.value(c, "max_stops", cty.Number); ok {
-		n, acc := v.AsBigFloat().Int64()
-		if acc != 0 || n < 1 || n > maxMaxStops {
-			p.errorf(a.Range, "max_stops: want a whole number from 1 to %d", maxMaxStops)
+	if at, ok := p.Given(b, "max_stops"); ok {
+		if n, ok := whole(raw.MaxStops, 1, maxMaxStops); !ok {
+			p.errorf(at, "max_stops: want a whole number from 1 to %d", maxMaxStops)
 		} else {
-			r.MaxStops = int(n)
+			r.MaxStops = n
 		}
 	}
-	if v, a, ok := p.value(c, "max_stop_fraction", cty.Number); ok {
-		f, _ := v.AsBigFloat().Float64()
-		if !(f > 0 && f <= 1) {
-			p.errorf(a.Range, "max_stop_fraction: want a number above 0 and at most 1 (1 never refuses a reload)")
+	if at, ok := p.Given(b, "max_stop_fraction"); ok {
+		if f := raw.MaxStopFraction; !(f > 0 && f <= 1) {
+			p.errorf(at, "max_stop_fraction: want a number above 0 and at most 1 (1 never refuses a reload)")
 		} else {
 			r.MaxStopFraction = f
 		}

@@ -174,6 +174,7 @@ var pureDirs = []string{
 	"github.com/llmgw/llmgw/controller/reconcile",
 	"github.com/llmgw/llmgw/controller/observe",
 	"github.com/llmgw/llmgw/controller/render",
+	"github.com/llmgw/llmgw/internal/hcldecode",
 }
 
 // impure are imports a pure package may not have (or any package below

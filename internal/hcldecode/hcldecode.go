@@ -1,0 +1,257 @@
+// Package hcldecode is the one way llmgw reads its own HCL files: the
+// controller's configuration (controller/config), the catalog, facility and
+// fleet (facility), and the gateway's configuration (internal/cli/gatewaycmd).
+//
+// A file's schema is a Go struct with gohcl tags
+// (github.com/hashicorp/hcl/v2/gohcl): an attribute is a field tagged
+// `hcl:"name,optional"` (or `hcl:"name"` when required), a block a field
+// tagged `hcl:"name,block"` (a pointer for an optional block, a slice for a
+// repeated one), a block label `hcl:"name,label"`. Every struct that needs
+// to know which attributes were given, or where, carries its body in a field
+// tagged `hcl:",body"`; a block struct may carry its header's range in a
+// field tagged `hcl:",def_range"`. Decode parses and decodes in one step;
+// what gohcl cannot say (durations, enums, ranges, defaults, one field
+// against another) is checked after it, in Go, with Given and Errorf.
+//
+// Decode keeps every problem at its file:line and names the attribute a bad
+// value belongs to ("priority: Unsuitable value type: a number is
+// required"). A name the schema does not have is refused by HCL itself,
+// with a "Did you mean" hint when one is near. A null value is refused
+// ("NAME: must not be null"), whatever the attribute's type, so that null
+// never stands for "not set". Each attribute gets one problem at most: its
+// first.
+//
+// The package is pure: it reads no files and no environment (EnvFunc takes
+// the lookup as a function).
+package hcldecode
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+// Problem is one problem with a file, at a place in it.
+type Problem struct {
+	Filename string
+	Line     int // at least 1
+	Msg      string
+}
+
+func (p Problem) String() string { return fmt.Sprintf("%s:%d: %s", p.Filename, p.Line, p.Msg) }
+
+// File is a decoded file and the problems found in it so far.
+type File struct {
+	filename string
+	problems []Problem
+	// bad holds the attributes (by the byte offset of their start) whose
+	// name or value had a problem: Given reports them absent, so that a
+	// value that failed to decode is not checked again.
+	bad map[int]bool
+}
+
+// Decode parses src (HCL native syntax) as the file filename and decodes
+// it into val, a pointer to a struct with gohcl tags, evaluating
+// expressions in ctx (nil: constants only, no functions). ok is false when
+// the file does not parse, and val is then untouched; otherwise val holds
+// what decoded cleanly, and the File the problems of what did not.
+func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
+	f = &File{filename: filename, bad: map[int]bool{}}
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() || file == nil {
+		f.diagnostics(diags)
+		return f, false
+	}
+	body, _ := file.Body.(*hclsyntax.Body)
+	if body == nil {
+		f.Errorf(hcl.Range{Filename: filename}, "not an HCL native syntax file")
+		return f, false
+	}
+	diags = gohcl.DecodeBody(body, ctx, val)
+	f.decoded(body, ctx, diags)
+	return f, true
+}
+
+// diagnostics adds the errors of diags, each at the start of its subject.
+func (f *File) diagnostics(diags hcl.Diagnostics) {
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError {
+			f.problems = append(f.problems, f.problem(d.Subject, message(d)))
+		}
+	}
+}
+
+func message(d *hcl.Diagnostic) string {
+	detail := d.Detail
+	if d.Summary == "Unsuitable value type" {
+		// gohcl's detail repeats its summary.
+		detail = strings.TrimPrefix(detail, "Unsuitable value: ")
+	}
+	if detail == "" {
+		return d.Summary
+	}
+	return d.Summary + ": " + detail
+}
+
+func (f *File) problem(r *hcl.Range, msg string) Problem {
+	p := Problem{Filename: f.filename, Line: 1, Msg: msg}
+	if r != nil {
+		if r.Filename != "" {
+			p.Filename = r.Filename
+		}
+		p.Line = max(r.Start.Line, 1)
+	}
+	return p
+}
+
+// decoded files the diagnostics of decoding body: each attribute keeps its
+// first problem (a problem with its name before one with its value), a
+// value problem is prefixed with the attribute's name, and a null value is
+// refused. The problems are in the order of the file.
+func (f *File) decoded(body *hclsyntax.Body, ctx *hcl.EvalContext, diags hcl.Diagnostics) {
+	type found struct {
+		at  hcl.Pos
+		msg string
+	}
+	var out []found
+	var errs hcl.Diagnostics
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError {
+			errs = append(errs, d)
+		}
+	}
+	taken := make([]bool, len(errs))
+	// within returns the diagnostics whose subject starts in r, marking
+	// them taken.
+	within := func(r hcl.Range) []*hcl.Diagnostic {
+		var in []*hcl.Diagnostic
+		for i, d := range errs {
+			if !taken[i] && d.Subject != nil && r.ContainsOffset(d.Subject.Start.Byte) {
+				taken[i] = true
+				in = append(in, d)
+			}
+		}
+		return in
+	}
+	var walk func(b *hclsyntax.Body)
+	walk = func(b *hclsyntax.Body) {
+		for _, a := range sortedAttributes(b) {
+			names, values := within(a.NameRange), within(a.Expr.Range())
+			switch {
+			case len(names) > 0:
+				// Unsupported, or given twice: its value is not looked at.
+				f.bad[a.SrcRange.Start.Byte] = true
+				out = append(out, found{names[0].Subject.Start, message(names[0])})
+			case isNull(a, ctx):
+				f.bad[a.SrcRange.Start.Byte] = true
+				out = append(out, found{a.SrcRange.Start, a.Name + ": must not be null"})
+			case len(values) > 0:
+				f.bad[a.SrcRange.Start.Byte] = true
+				out = append(out, found{a.SrcRange.Start, a.Name + ": " + message(values[0])})
+			}
+		}
+		for _, blk := range b.Blocks {
+			// A block refused as a whole (unknown type, a label too many, a
+			// second one of a kind) was not decoded: its contents are not
+			// checked.
+			if header := hcl.RangeBetween(blk.TypeRange, blk.OpenBraceRange); slices.ContainsFunc(errs, func(d *hcl.Diagnostic) bool {
+				return d.Subject != nil && header.ContainsOffset(d.Subject.Start.Byte) && d.Subject.Start.Byte < blk.OpenBraceRange.Start.Byte
+			}) {
+				continue
+			}
+			walk(blk.Body)
+		}
+	}
+	walk(body)
+	for i, d := range errs {
+		if !taken[i] {
+			at := hcl.Pos{Line: 1}
+			if d.Subject != nil {
+				at = d.Subject.Start
+			}
+			out = append(out, found{at, message(d)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b found) int { return cmp.Compare(a.at.Byte, b.at.Byte) })
+	for _, p := range out {
+		f.problems = append(f.problems, Problem{Filename: f.filename, Line: max(p.at.Line, 1), Msg: p.msg})
+	}
+}
+
+func sortedAttributes(b *hclsyntax.Body) []*hclsyntax.Attribute {
+	as := make([]*hclsyntax.Attribute, 0, len(b.Attributes))
+	for _, a := range b.Attributes {
+		as = append(as, a)
+	}
+	slices.SortFunc(as, func(x, y *hclsyntax.Attribute) int { return cmp.Compare(x.SrcRange.Start.Byte, y.SrcRange.Start.Byte) })
+	return as
+}
+
+// isNull reports whether a's value is null (and evaluates without error).
+func isNull(a *hclsyntax.Attribute, ctx *hcl.EvalContext) bool {
+	v, diags := a.Expr.Value(ctx)
+	return !diags.HasErrors() && v.IsNull()
+}
+
+// attribute returns attribute name of body, nil when it has none (or body
+// is not from Decode: nil, for a block not given).
+func attribute(body hcl.Body, name string) *hclsyntax.Attribute {
+	b, _ := body.(*hclsyntax.Body)
+	if b == nil {
+		return nil
+	}
+	return b.Attributes[name]
+}
+
+// Has reports whether body (a decoded struct's `hcl:",body"` field) has
+// attribute name, whatever its value.
+func (f *File) Has(body hcl.Body, name string) bool { return attribute(body, name) != nil }
+
+// Given returns the range of attribute name of body (a decoded struct's
+// `hcl:",body"` field) and true when the attribute is there and its value
+// decoded cleanly: the struct's field holds it, for Go to check further.
+func (f *File) Given(body hcl.Body, name string) (hcl.Range, bool) {
+	a := attribute(body, name)
+	if a == nil || f.bad[a.SrcRange.Start.Byte] {
+		return hcl.Range{}, false
+	}
+	return a.SrcRange, true
+}
+
+// Missing is the range to report something absent from body at: where
+// body starts (the file's first line for the file's own body, or for a
+// block not given).
+func Missing(body hcl.Body) hcl.Range {
+	if body == nil {
+		return hcl.Range{}
+	}
+	return body.MissingItemRange()
+}
+
+// Errorf adds a problem at r.
+func (f *File) Errorf(r hcl.Range, format string, args ...any) {
+	f.problems = append(f.problems, f.problem(&r, fmt.Sprintf(format, args...)))
+}
+
+// Problems returns every problem so far, in the order found: those of
+// decoding in the order of the file, then those added with Errorf.
+func (f *File) Problems() []Problem { return slices.Clone(f.problems) }
+
+// EnvFunc is env("NAME") in a file: the variable's value from lookup, ""
+// when unset.
+func EnvFunc(lookup func(string) string) function.Function {
+	return function.New(&function.Spec{
+		Params: []function.Parameter{{Name: "name", Type: cty.String}},
+		Type:   function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			return cty.StringVal(lookup(args[0].AsString())), nil
+		},
+	})
+}
