@@ -6,15 +6,121 @@ import (
 	"math"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
-// decoder turns HCL into values, collecting every problem as an *Error
-// naming file:line.
+// The files' schemas, for gohcl (internal/hcldecode). A field is one
+// attribute or block: to add one, add a field with its tag here and the
+// check that carries it into the model below (decoding gives the types;
+// the checks give limits, defaults and everything across fields). Each
+// struct keeps its body, so that the checks know what was given and where.
+type (
+	fleetHCL struct {
+		Nodes []nodeHCL `hcl:"node,block"`
+	}
+	nodeHCL struct {
+		Name          string    `hcl:"name,label"`
+		Site          string    `hcl:"site,optional"`
+		Room          string    `hcl:"room,optional"`
+		Row           string    `hcl:"row,optional"`
+		Rack          string    `hcl:"rack,optional"`
+		PDU           string    `hcl:"pdu,optional"`
+		Pool          string    `hcl:"pool,optional"`
+		CPUCores      int       `hcl:"cpu_cores,optional"`
+		MemoryGB      int       `hcl:"memory_gb,optional"`
+		BaseWatts     float64   `hcl:"base_watts,optional"`
+		MeasuredWatts float64   `hcl:"measured_watts,optional"`
+		Fabric        string    `hcl:"fabric,optional"`
+		GPUs          []gpuHCL  `hcl:"gpu,block"`
+		DefRange      hcl.Range `hcl:",def_range"`
+		Body          hcl.Body  `hcl:",body"`
+	}
+	gpuHCL struct {
+		Model      string    `hcl:"model,label"`
+		Count      int       `hcl:"count"`
+		Free       int       `hcl:"free,optional"`
+		PowerLimit float64   `hcl:"power_limit"`
+		Memory     int       `hcl:"memory,optional"`
+		DefRange   hcl.Range `hcl:",def_range"`
+		Body       hcl.Body  `hcl:",body"`
+	}
+
+	facilityHCL struct {
+		Headroom float64     `hcl:"headroom,optional"`
+		Budgets  []budgetHCL `hcl:"budget,block"`
+		Holds    []holdHCL   `hcl:"hold,block"`
+		Body     hcl.Body    `hcl:",body"`
+	}
+	budgetHCL struct {
+		Domain      string    `hcl:"domain,label"`
+		Watts       float64   `hcl:"watts"`
+		DomainRange hcl.Range `hcl:"domain,label_range"`
+		DefRange    hcl.Range `hcl:",def_range"`
+		Body        hcl.Body  `hcl:",body"`
+	}
+	holdHCL struct {
+		Domain      string    `hcl:"domain,label"`
+		Reason      string    `hcl:"reason,optional"`
+		Drain       bool      `hcl:"drain,optional"`
+		DomainRange hcl.Range `hcl:"domain,label_range"`
+		DefRange    hcl.Range `hcl:",def_range"`
+	}
+
+	catalogHCL struct {
+		Models []modelHCL `hcl:"model,block"`
+	}
+	modelHCL struct {
+		Name           string       `hcl:"name,label"`
+		Source         string       `hcl:"source,optional"`
+		Replicas       int          `hcl:"replicas,optional"`
+		MaxSurge       int          `hcl:"max_surge,optional"`
+		MaxUnavailable int          `hcl:"max_unavailable,optional"`
+		Profiles       []profileHCL `hcl:"profile,block"`
+		DefRange       hcl.Range    `hcl:",def_range"`
+		Body           hcl.Body     `hcl:",body"`
+	}
+	profileHCL struct {
+		Name       string            `hcl:"name,label"`
+		Engine     string            `hcl:"engine"`
+		GPU        string            `hcl:"gpu"`
+		GPUs       int               `hcl:"gpus,optional"`
+		Nodes      int               `hcl:"nodes,optional"`
+		Watts      float64           `hcl:"watts,optional"`
+		CPUCores   int               `hcl:"cpu_cores,optional"`
+		MemoryGB   int               `hcl:"memory_gb,optional"`
+		KeepWithin string            `hcl:"keep_within,optional"`
+		Spread     []string          `hcl:"spread,optional"`
+		Fabric     string            `hcl:"fabric,optional"`
+		Pool       string            `hcl:"pool,optional"`
+		Args       []string          `hcl:"args,optional"`
+		Env        map[string]string `hcl:"env,optional"`
+		Ready      string            `hcl:"ready,optional"`
+		Weight     int               `hcl:"weight,optional"`
+		DefRange   hcl.Range         `hcl:",def_range"`
+		Body       hcl.Body          `hcl:",body"`
+	}
+)
+
+// decoder checks what hcldecode decoded, collecting every problem as an
+// *Error naming file:line. Its methods take a body and an attribute name,
+// do nothing when the attribute was not given (or did not decode: that was
+// reported), and set the model's field when the value passes.
 type decoder struct {
+	*hcldecode.File
 	filename string
 	errs     []error
+}
+
+// decode parses and decodes src into raw; ok is false when the file does
+// not parse.
+func decode(filename string, src []byte, raw any) (*decoder, bool) {
+	f, ok := hcldecode.Decode(filename, src, nil, raw)
+	d := &decoder{File: f, filename: filename}
+	for _, p := range f.Problems() {
+		d.errs = append(d.errs, errAt(Pos{Filename: p.Filename, Line: p.Line}, p.Msg))
+	}
+	return d, ok
 }
 
 func (d *decoder) pos(r hcl.Range) Pos {
@@ -22,31 +128,7 @@ func (d *decoder) pos(r hcl.Range) Pos {
 	if fn == "" {
 		fn = d.filename
 	}
-	line := r.Start.Line
-	if line < 1 {
-		line = 1
-	}
-	return Pos{Filename: fn, Line: line}
-}
-
-func (d *decoder) addDiags(diags hcl.Diagnostics) bool {
-	ok := true
-	for _, dg := range diags {
-		if dg.Severity != hcl.DiagError {
-			continue
-		}
-		ok = false
-		p := Pos{Filename: d.filename, Line: 1}
-		if dg.Subject != nil {
-			p = d.pos(*dg.Subject)
-		}
-		msg := dg.Summary
-		if dg.Detail != "" {
-			msg += ": " + dg.Detail
-		}
-		d.errs = append(d.errs, errAt(p, msg))
-	}
-	return ok
+	return Pos{Filename: fn, Line: max(r.Start.Line, 1)}
 }
 
 func (d *decoder) errorf(r hcl.Range, format string, args ...any) {
@@ -55,82 +137,66 @@ func (d *decoder) errorf(r hcl.Range, format string, args ...any) {
 
 func (d *decoder) err() error { return errors.Join(d.errs...) }
 
-func (d *decoder) parse(src []byte) (hcl.Body, bool) {
-	f, diags := hclsyntax.ParseConfig(src, d.filename, hcl.InitialPos)
-	if !d.addDiags(diags) || f == nil {
-		return nil, false
+// set sets *dst to v when attribute name of body was given.
+func set[T any](d *decoder, body hcl.Body, name string, v T, dst *T) bool {
+	if _, ok := d.Given(body, name); !ok {
+		return false
 	}
-	return f.Body, true
+	*dst = v
+	return true
 }
 
-func (d *decoder) content(body hcl.Body, schema *hcl.BodySchema) *hcl.BodyContent {
-	c, diags := body.Content(schema)
-	d.addDiags(diags)
-	if c == nil {
-		c = &hcl.BodyContent{}
-	}
-	return c
-}
-
-// decode decodes attribute name, if present, into dst; it reports whether
-// the attribute was present and decoded.
-func (d *decoder) decode(c *hcl.BodyContent, name string, dst any) bool {
-	a, ok := c.Attributes[name]
+// watts checks a number of watts with checkWatts.
+func (d *decoder) watts(body hcl.Body, name string, v float64, dst *float64, positive bool) bool {
+	r, ok := d.Given(body, name)
 	if !ok {
 		return false
 	}
-	return d.addDiags(gohcl.DecodeExpression(a.Expr, nil, dst))
-}
-
-// finite decodes a number attribute and checks it with checkWatts.
-func (d *decoder) watts(c *hcl.BodyContent, name string, dst *float64, positive bool) bool {
-	var v float64
-	if !d.decode(c, name, &v) {
-		return false
-	}
 	if err := checkWatts(name, v, positive); err != nil {
-		d.errorf(c.Attributes[name].Range, "%v", err)
+		d.errorf(r, "%v", err)
 		return false
 	}
 	*dst = v
 	return true
 }
 
-// intIn decodes a whole-number attribute and checks lo ≤ v ≤ hi.
-func (d *decoder) intIn(c *hcl.BodyContent, name string, dst *int, lo, hi int) bool {
-	var v int
-	if !d.decode(c, name, &v) {
+// intIn checks a whole number: lo ≤ v ≤ hi.
+func (d *decoder) intIn(body hcl.Body, name string, v int, dst *int, lo, hi int) bool {
+	r, ok := d.Given(body, name)
+	if !ok {
 		return false
 	}
 	if err := checkInt(name, v, lo, hi); err != nil {
-		d.errorf(c.Attributes[name].Range, "%v", err)
+		d.errorf(r, "%v", err)
 		return false
 	}
 	*dst = v
 	return true
 }
 
-func (d *decoder) value(c *hcl.BodyContent, name string, dst *string) bool {
-	var v string
-	if !d.decode(c, name, &v) {
+// value checks a location, pool or fabric value with checkValue.
+func (d *decoder) value(body hcl.Body, name, v string, dst *string) bool {
+	r, ok := d.Given(body, name)
+	if !ok {
 		return false
 	}
 	if err := checkValue(v); err != nil {
-		d.errorf(c.Attributes[name].Range, "%s: %v", name, err)
+		d.errorf(r, "%s: %v", name, err)
 		return false
 	}
 	*dst = v
 	return true
 }
 
-func (d *decoder) level(c *hcl.BodyContent, name string, dst *Level) bool {
-	var s string
-	if !d.decode(c, name, &s) {
+// level checks a level name.
+func (d *decoder) level(body hcl.Body, name, v string, dst *Level) bool {
+	r, ok := d.Given(body, name)
+	if !ok {
 		return false
 	}
-	l, err := ParseLevel(s)
+	l, err := ParseLevel(v)
 	if err != nil {
-		d.errorf(c.Attributes[name].Range, "%s: %v", name, err)
+		d.errorf(r, "%s: %v", name, err)
 		return false
 	}
 	*dst = l
@@ -150,62 +216,46 @@ func (d *decoder) validated(err error) {
 	d.errs = append(d.errs, err)
 }
 
-var fleetSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "node", LabelNames: []string{"name"}}}}
-
-var nodeSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "site"}, {Name: "room"}, {Name: "row"}, {Name: "rack"}, {Name: "pdu"},
-		{Name: "pool"}, {Name: "cpu_cores"}, {Name: "memory_gb"},
-		{Name: "base_watts"}, {Name: "measured_watts"}, {Name: "fabric"},
-	},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "gpu", LabelNames: []string{"model"}}},
-}
-
-var gpuSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "count", Required: true}, {Name: "free"},
-		{Name: "power_limit", Required: true}, {Name: "memory"},
-	},
-}
-
 // ParseFleet parses a fleet file (fleet.hcl): node blocks with their
 // location, resources, power and GPUs. Every problem is an *Error naming
 // filename:line; they are joined with errors.Join.
 func ParseFleet(filename string, src []byte) (Fleet, error) {
-	d := &decoder{filename: filename}
-	body, ok := d.parse(src)
+	var raw fleetHCL
+	d, ok := decode(filename, src, &raw)
 	if !ok {
 		return Fleet{}, d.err()
 	}
 	var fleet Fleet
-	for _, b := range d.content(body, fleetSchema).Blocks {
-		n := Node{Name: b.Labels[0], Pool: DefaultPool, Pos: d.pos(b.DefRange)}
-		c := d.content(b.Body, nodeSchema)
+	for _, rn := range raw.Nodes {
+		n := Node{Name: rn.Name, Pool: DefaultPool, Pos: d.pos(rn.DefRange)}
+		b := rn.Body
+		loc := [NumLevels]string{LevelSite: rn.Site, LevelRoom: rn.Room, LevelRow: rn.Row, LevelRack: rn.Rack, LevelPDU: rn.PDU}
 		for _, l := range Levels() {
-			var v string
-			if d.value(c, l.String(), &v) {
-				n.Location.set(l, v)
+			var s string
+			if d.value(b, l.String(), loc[l], &s) {
+				n.Location.set(l, s)
 			}
 		}
-		d.value(c, "pool", &n.Pool)
-		d.value(c, "fabric", &n.Fabric)
-		d.intIn(c, "cpu_cores", &n.CPUCores, 0, maxCPU)
-		d.intIn(c, "memory_gb", &n.MemoryGB, 0, maxMemGB)
-		d.watts(c, "base_watts", &n.BaseWatts, false)
-		d.watts(c, "measured_watts", &n.MeasuredWatts, false)
-		for _, gb := range c.Blocks {
-			g := GPU{Model: gb.Labels[0]}
-			gc := d.content(gb.Body, gpuSchema)
-			okCount := d.intIn(gc, "count", &g.Count, 1, maxCount)
+		d.value(b, "pool", rn.Pool, &n.Pool)
+		d.value(b, "fabric", rn.Fabric, &n.Fabric)
+		d.intIn(b, "cpu_cores", rn.CPUCores, &n.CPUCores, 0, maxCPU)
+		d.intIn(b, "memory_gb", rn.MemoryGB, &n.MemoryGB, 0, maxMemGB)
+		d.watts(b, "base_watts", rn.BaseWatts, &n.BaseWatts, false)
+		d.watts(b, "measured_watts", rn.MeasuredWatts, &n.MeasuredWatts, false)
+		for _, rg := range rn.GPUs {
+			g := GPU{Model: rg.Model}
+			gb := rg.Body
+			okCount := d.intIn(gb, "count", rg.Count, &g.Count, 1, maxCount)
 			g.Free = g.Count
-			if d.decode(gc, "free", &g.Free) && okCount && (g.Free < 0 || g.Free > g.Count) {
-				d.errorf(gc.Attributes["free"].Range, "free must be between 0 and count (%d), got %d", g.Count, g.Free)
+			if set(d, gb, "free", rg.Free, &g.Free) && okCount && (g.Free < 0 || g.Free > g.Count) {
+				r, _ := d.Given(gb, "free")
+				d.errorf(r, "free must be between 0 and count (%d), got %d", g.Count, g.Free)
 				g.Free = 0
 			}
-			d.watts(gc, "power_limit", &g.PowerLimitWatts, true)
-			d.intIn(gc, "memory", &g.MemoryMiB, 0, math.MaxInt32)
+			d.watts(gb, "power_limit", rg.PowerLimit, &g.PowerLimitWatts, true)
+			d.intIn(gb, "memory", rg.Memory, &g.MemoryMiB, 0, math.MaxInt32)
 			if g.Model == "" {
-				d.errorf(gb.DefRange, "gpu block needs a model name")
+				d.errorf(rg.DefRange, "gpu block needs a model name")
 			}
 			n.GPUs = append(n.GPUs, g)
 		}
@@ -221,55 +271,40 @@ func ParseFleet(filename string, src []byte) (Fleet, error) {
 	return fleet, nil
 }
 
-var facilitySchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "headroom"}},
-	Blocks: []hcl.BlockHeaderSchema{
-		{Type: "budget", LabelNames: []string{"domain"}},
-		{Type: "hold", LabelNames: []string{"domain"}},
-	},
-}
-
-var budgetSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "watts", Required: true}}}
-
-var holdSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "reason"}, {Name: "drain"}}}
-
 // ParseFacility parses a facility file (facility.hcl): headroom, budget and
 // hold blocks keyed by domain ("pdu=p01-a"). Every problem is an *Error
 // naming filename:line.
 func ParseFacility(filename string, src []byte) (Facility, error) {
-	d := &decoder{filename: filename}
-	body, ok := d.parse(src)
+	var raw facilityHCL
+	d, ok := decode(filename, src, &raw)
 	if !ok {
 		return Facility{}, d.err()
 	}
 	var fac Facility
-	c := d.content(body, facilitySchema)
-	if d.decode(c, "headroom", &fac.Headroom) {
-		if h := fac.Headroom; math.IsNaN(h) || h < 0 || h >= 1 {
-			d.errorf(c.Attributes["headroom"].Range, "headroom must be at least 0 and less than 1, got %v", h)
-			fac.Headroom = 0
+	if r, ok := d.Given(raw.Body, "headroom"); ok {
+		if h := raw.Headroom; math.IsNaN(h) || h < 0 || h >= 1 {
+			d.errorf(r, "headroom must be at least 0 and less than 1, got %v", h)
+		} else {
+			fac.Headroom = h
 		}
 	}
-	for _, b := range c.Blocks {
-		dom, err := ParseDomain(b.Labels[0])
+	domain := func(typ, label string, at hcl.Range) Domain {
+		dom, err := ParseDomain(label)
 		if err != nil {
-			d.errorf(b.LabelRanges[0], "%s: %v", b.Type, err)
+			d.errorf(at, "%s: %v", typ, err)
 		}
-		switch b.Type {
-		case "budget":
-			bc := d.content(b.Body, budgetSchema)
-			bud := Budget{Domain: dom, Pos: d.pos(b.DefRange)}
-			if !d.watts(bc, "watts", &bud.Watts, true) {
-				bud.Watts = 1 // reported; keep Validate quiet about it
-			}
-			fac.Budgets = append(fac.Budgets, bud)
-		case "hold":
-			hc := d.content(b.Body, holdSchema)
-			h := Hold{Domain: dom, Pos: d.pos(b.DefRange)}
-			d.decode(hc, "reason", &h.Reason)
-			d.decode(hc, "drain", &h.Drain)
-			fac.Holds = append(fac.Holds, h)
+		return dom
+	}
+	for _, rb := range raw.Budgets {
+		bud := Budget{Domain: domain("budget", rb.Domain, rb.DomainRange), Pos: d.pos(rb.DefRange)}
+		if !d.watts(rb.Body, "watts", rb.Watts, &bud.Watts, true) {
+			bud.Watts = 1 // reported; keep Validate quiet about it
 		}
+		fac.Budgets = append(fac.Budgets, bud)
+	}
+	for _, rh := range raw.Holds {
+		// reason and drain need no check beyond their types.
+		fac.Holds = append(fac.Holds, Hold{Domain: domain("hold", rh.Domain, rh.DomainRange), Reason: rh.Reason, Drain: rh.Drain, Pos: d.pos(rh.DefRange)})
 	}
 	if len(d.errs) > 0 {
 		return Facility{}, d.err()
@@ -281,49 +316,33 @@ func ParseFacility(filename string, src []byte) (Facility, error) {
 	return fac, nil
 }
 
-var catalogSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "model", LabelNames: []string{"name"}}}}
-
-var modelSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "source"}, {Name: "replicas"}, {Name: "max_surge"}, {Name: "max_unavailable"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "profile", LabelNames: []string{"name"}}},
-}
-
-var profileSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "engine", Required: true}, {Name: "gpu", Required: true}, {Name: "gpus"},
-		{Name: "nodes"}, {Name: "watts"}, {Name: "cpu_cores"}, {Name: "memory_gb"},
-		{Name: "keep_within"}, {Name: "spread"}, {Name: "fabric"}, {Name: "pool"},
-		{Name: "args"}, {Name: "env"}, {Name: "ready"}, {Name: "weight"},
-	},
-}
-
 // ParseCatalog parses a catalog file (catalog.hcl): model blocks with their
 // profiles in order of preference. Defaults: replicas 1, max_surge 1,
 // max_unavailable 0, gpus 1, nodes 1,
 // spread ["rack", "pdu"], pool "default", weight 1. Every problem is an
 // *Error naming filename:line.
 func ParseCatalog(filename string, src []byte) (Catalog, error) {
-	d := &decoder{filename: filename}
-	body, ok := d.parse(src)
+	var raw catalogHCL
+	d, ok := decode(filename, src, &raw)
 	if !ok {
 		return Catalog{}, d.err()
 	}
 	var cat Catalog
-	for _, mb := range d.content(body, catalogSchema).Blocks {
-		m := Model{Name: mb.Labels[0], Replicas: 1, MaxSurge: 1, Pos: d.pos(mb.DefRange)}
-		mc := d.content(mb.Body, modelSchema)
-		d.decode(mc, "source", &m.Source)
-		d.intIn(mc, "replicas", &m.Replicas, 0, maxCount)
-		d.intIn(mc, "max_surge", &m.MaxSurge, 0, maxCount)
-		d.intIn(mc, "max_unavailable", &m.MaxUnavailable, 0, maxCount)
+	for _, rm := range raw.Models {
+		m := Model{Name: rm.Name, Replicas: 1, MaxSurge: 1, Pos: d.pos(rm.DefRange)}
+		b := rm.Body
+		set(d, b, "source", rm.Source, &m.Source)
+		d.intIn(b, "replicas", rm.Replicas, &m.Replicas, 0, maxCount)
+		d.intIn(b, "max_surge", rm.MaxSurge, &m.MaxSurge, 0, maxCount)
+		d.intIn(b, "max_unavailable", rm.MaxUnavailable, &m.MaxUnavailable, 0, maxCount)
 		if m.MaxSurge == 0 && m.MaxUnavailable == 0 {
-			d.errorf(mb.DefRange, "model %q: max_surge and max_unavailable are both 0: a roll could never make progress", m.Name)
+			d.errorf(rm.DefRange, "model %q: max_surge and max_unavailable are both 0: a roll could never make progress", m.Name)
 		}
-		for _, pb := range mc.Blocks {
-			m.Profiles = append(m.Profiles, d.profile(pb))
+		for i := range rm.Profiles {
+			m.Profiles = append(m.Profiles, d.profile(&rm.Profiles[i]))
 		}
 		if len(m.Profiles) == 0 {
-			d.errorf(mb.DefRange, "model %q: no profile", m.Name)
+			d.errorf(rm.DefRange, "model %q: no profile", m.Name)
 		}
 		cat.Models = append(cat.Models, m)
 	}
@@ -337,43 +356,45 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 	return cat, nil
 }
 
-func (d *decoder) profile(b *hcl.Block) Profile {
+// profile builds a profile from its block: the defaults, then each field
+// the block gives, checked.
+func (d *decoder) profile(rp *profileHCL) Profile {
 	p := Profile{
-		Name: b.Labels[0], GPUs: 1, Nodes: 1, Pool: DefaultPool, Weight: 1,
-		KeepWithin: LevelSite, Spread: DefaultSpread(), Pos: d.pos(b.DefRange),
+		Name: rp.Name, GPUs: 1, Nodes: 1, Pool: DefaultPool, Weight: 1,
+		KeepWithin: LevelSite, Spread: DefaultSpread(), Pos: d.pos(rp.DefRange),
 	}
-	c := d.content(b.Body, profileSchema)
-	d.decode(c, "engine", &p.Engine)
-	if d.decode(c, "gpu", &p.GPU) && p.GPU == "" {
-		d.errorf(c.Attributes["gpu"].Range, "gpu must name a GPU model")
+	b := rp.Body
+	set(d, b, "engine", rp.Engine, &p.Engine)
+	if set(d, b, "gpu", rp.GPU, &p.GPU) && p.GPU == "" {
+		r, _ := d.Given(b, "gpu")
+		d.errorf(r, "gpu must name a GPU model")
 	}
-	d.intIn(c, "gpus", &p.GPUs, 1, maxCount)
-	d.intIn(c, "nodes", &p.Nodes, 1, maxCount)
-	d.watts(c, "watts", &p.Watts, true)
-	d.intIn(c, "cpu_cores", &p.CPUCores, 0, maxCPU)
-	d.intIn(c, "memory_gb", &p.MemoryGB, 0, maxMemGB)
-	if !d.level(c, "keep_within", &p.KeepWithin) {
-		if _, given := c.Attributes["keep_within"]; !given && p.Nodes > 1 {
-			d.errorf(b.DefRange, "profile %q: keep_within is required when nodes > 1", p.Name)
+	d.intIn(b, "gpus", rp.GPUs, &p.GPUs, 1, maxCount)
+	d.intIn(b, "nodes", rp.Nodes, &p.Nodes, 1, maxCount)
+	d.watts(b, "watts", rp.Watts, &p.Watts, true)
+	d.intIn(b, "cpu_cores", rp.CPUCores, &p.CPUCores, 0, maxCPU)
+	d.intIn(b, "memory_gb", rp.MemoryGB, &p.MemoryGB, 0, maxMemGB)
+	if !d.level(b, "keep_within", rp.KeepWithin, &p.KeepWithin) {
+		if !d.Has(b, "keep_within") && p.Nodes > 1 {
+			d.errorf(rp.DefRange, "profile %q: keep_within is required when nodes > 1", p.Name)
 		}
 	}
-	var spread []string
-	if d.decode(c, "spread", &spread) {
-		p.Spread = make([]Level, 0, len(spread))
-		for _, s := range spread {
+	if r, ok := d.Given(b, "spread"); ok {
+		p.Spread = make([]Level, 0, len(rp.Spread))
+		for _, s := range rp.Spread {
 			l, err := ParseLevel(s)
 			if err != nil {
-				d.errorf(c.Attributes["spread"].Range, "spread: %v", err)
+				d.errorf(r, "spread: %v", err)
 				continue
 			}
 			p.Spread = append(p.Spread, l)
 		}
 	}
-	d.value(c, "fabric", &p.Fabric)
-	d.value(c, "pool", &p.Pool)
-	d.decode(c, "args", &p.Args)
-	d.decode(c, "env", &p.Env)
-	d.decode(c, "ready", &p.Ready)
-	d.intIn(c, "weight", &p.Weight, 0, math.MaxInt32)
+	d.value(b, "fabric", rp.Fabric, &p.Fabric)
+	d.value(b, "pool", rp.Pool, &p.Pool)
+	set(d, b, "args", rp.Args, &p.Args)
+	set(d, b, "env", rp.Env, &p.Env)
+	set(d, b, "ready", rp.Ready, &p.Ready)
+	d.intIn(b, "weight", rp.Weight, &p.Weight, 0, math.MaxInt32)
 	return p
 }
