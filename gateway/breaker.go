@@ -40,13 +40,13 @@ type BreakerConfig struct {
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.Failures <= 0 {
-		c.Failures = 5
+		c.Failures = DefaultBreakerFailures
 	}
 	if c.OpenFor <= 0 {
-		c.OpenFor = 5 * time.Second
+		c.OpenFor = DefaultBreakerOpen
 	}
 	if c.MaxOpenFor < c.OpenFor {
-		c.MaxOpenFor = max(time.Minute, c.OpenFor)
+		c.MaxOpenFor = max(DefaultBreakerMaxOpen, c.OpenFor)
 	}
 	return c
 }

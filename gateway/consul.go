@@ -30,7 +30,7 @@ func (s *ConsulSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	log = log.With("discovery", "consul")
 	wait := s.Wait
 	if wait <= 0 {
-		wait = defaultBlockingWait
+		wait = DefaultConsulWait
 	}
 	list := func(ctx context.Context, emit func(catalog)) {
 		var idx uint64
@@ -135,7 +135,7 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 	}
 	interval := r.CheckInterval
 	if interval <= 0 {
-		interval = 10 * time.Second
+		interval = DefaultRegisterCheckInterval
 	}
 	reg := &consulapi.AgentServiceRegistration{
 		ID:      r.ID,

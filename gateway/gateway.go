@@ -23,6 +23,19 @@ const (
 	DefaultHeaderTimeout       = 10 * time.Minute
 )
 
+// Defaults of BreakerConfig, NomadSource, ConsulSource and
+// ConsulRegistration.
+const (
+	DefaultBreakerFailures       = 5
+	DefaultBreakerOpen           = 5 * time.Second
+	DefaultBreakerMaxOpen        = time.Minute
+	DefaultCheckInterval         = 5 * time.Second
+	DefaultCheckTimeout          = 2 * time.Second
+	DefaultCheckParallelism      = 8
+	DefaultConsulWait            = defaultBlockingWait
+	DefaultRegisterCheckInterval = 10 * time.Second
+)
+
 // Source is a discovery source: Run publishes a whole snapshot every time
 // what it knows changes, until ctx ends. publish is not called
 // concurrently and must not block for long.

@@ -67,15 +67,15 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	}
 	interval := s.CheckInterval
 	if interval <= 0 {
-		interval = 5 * time.Second
+		interval = DefaultCheckInterval
 	}
 	checkTimeout := s.CheckTimeout
 	if checkTimeout <= 0 {
-		checkTimeout = 2 * time.Second
+		checkTimeout = DefaultCheckTimeout
 	}
 	parallelism := s.CheckParallelism
 	if parallelism <= 0 {
-		parallelism = 8
+		parallelism = DefaultCheckParallelism
 	}
 	slots := make(chan struct{}, parallelism) // one token per check read in flight
 	list := func(ctx context.Context, emit func(catalog)) {

@@ -23,18 +23,93 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/gateway"
 )
 
-// flags are the command's settings.
+// flags are the command's settings: the flags' defaults, then the
+// configuration file's values, then the flags given.
 type flags struct {
+	config                                                string
 	listen, consul, nomad, namespace, advertise, logLevel string
 	register                                              bool
+	registerTags                                          []string
+	registerCheckInterval, consulWait                     time.Duration
 	maxModelScan, bodyMemory                              int64
-	attempts, breakerFailures                             int
-	breakerOpen, breakerMaxOpen                           time.Duration
-	dialTimeout, headerTimeout, checkInterval             time.Duration
+	attempts, breakerFailures, checkParallelism           int
+	noReplicaRetryAfter, breakerOpen, breakerMaxOpen      time.Duration
+	dialTimeout, headerTimeout                            time.Duration
+	checkInterval, checkTimeout                           time.Duration
+
+	// from says where a setting taken from the file came from, by flag
+	// name: "file:line: attribute".
+	from map[string]string
+}
+
+// where names a setting in an error: the file's line and attribute, or
+// the flag.
+func (f *flags) where(flag string) string {
+	if at, ok := f.from[flag]; ok {
+		return at
+	}
+	return "--" + flag
+}
+
+// resolve reads the configuration file, if any, into the settings the
+// command line left alone.
+func (f *flags) resolve(fl *pflag.FlagSet, env func(string) string) error {
+	if fl.Changed("consul") && f.consul == "" {
+		return errors.New("--consul: empty address")
+	}
+	if f.config == "" {
+		return nil
+	}
+	src, err := os.ReadFile(f.config)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	cf, err := parseConfig(f.config, src, env)
+	if err != nil {
+		return err
+	}
+	f.from, err = cf.apply(fl)
+	return err
+}
+
+// check refuses settings that cannot work, naming each by where it came
+// from.
+func (f *flags) check() error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("%s: %w", f.where("log-level"), err)
+	}
+	if f.maxModelScan <= 0 || f.bodyMemory < f.maxModelScan {
+		return fmt.Errorf("%s %d, %s %d: want 0 < max-model-scan <= body-memory", f.where("max-model-scan"), f.maxModelScan, f.where("body-memory"), f.bodyMemory)
+	}
+	if f.attempts < 1 || f.breakerFailures < 1 || f.breakerOpen <= 0 || f.breakerMaxOpen < f.breakerOpen {
+		return fmt.Errorf("%s and %s must be at least 1, and 0 < %s <= %s", f.where("attempts"), f.where("breaker-failures"), f.where("breaker-open"), f.where("breaker-max-open"))
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"check-timeout", f.checkTimeout}, {"consul-wait", f.consulWait}, {"no-replica-retry-after", f.noReplicaRetryAfter}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: %s: want more than 0", f.where(d.flag), d.v)
+		}
+	}
+	if f.registerCheckInterval < time.Second {
+		return fmt.Errorf("%s: %s: want 1s or more", f.where("register-check-interval"), f.registerCheckInterval)
+	}
+	if f.checkParallelism < 1 {
+		return fmt.Errorf("%s: %d: want at least 1", f.where("check-parallelism"), f.checkParallelism)
+	}
+	if f.advertise != "" {
+		if _, err := registration(f.advertise, &net.TCPAddr{Port: 1}); err != nil {
+			return fmt.Errorf("%s: %w", f.where("advertise"), err)
+		}
+	}
+	return nil
 }
 
 // NewCommand returns the gateway subcommand.
@@ -43,9 +118,15 @@ func NewCommand() *cobra.Command { return newCommand(nil) }
 // newCommand is NewCommand; ready, when not nil, is called with the
 // address served on once listening.
 func newCommand(ready func(addr string)) *cobra.Command {
+	return command(func(ctx context.Context, f flags, stderr io.Writer) error { return run(ctx, f, stderr, ready) })
+}
+
+// command is the command, running serve with the settings resolved
+// (flags, file, defaults) and checked.
+func command(serve func(ctx context.Context, f flags, stderr io.Writer) error) *cobra.Command {
 	var f flags
 	cmd := &cobra.Command{
-		Use:   "gateway --listen :8080 [--consul ADDR | --nomad ADDR]",
+		Use:   "gateway [--config gateway.hcl] [--listen :8080] [--consul ADDR | --nomad ADDR]",
 		Short: "Serve one OpenAI-compatible endpoint over the healthy replicas of every model",
 		Long: `Run the llmgw gateway. It discovers the replica services the controller
 registers (named llmgw-<model>, tagged llmgw and model=<model>) from Consul's
@@ -58,16 +139,26 @@ replica. /v1/models lists the models served, /metrics serves Prometheus text,
 /healthz answers 200 once discovery has synced. With --consul it registers
 itself as llmgw-gateway with an HTTP check on /healthz. Tokens and TLS come
 from the usual environment (CONSUL_HTTP_TOKEN, NOMAD_TOKEN, ...).
-See docs/gateway.md.`,
+
+--config FILE reads the settings from an HCL file: each flag is an
+attribute named like it with "_" for "-" (breaker_max_open = "2m"). A flag
+given on the command line wins over the file, the file over the
+environment (NOMAD_ADDR, NOMAD_NAMESPACE), that over the flag's default;
+--consul or --nomad on the command line picks the source whatever the file
+says. See docs/gateway.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("consul") && f.consul == "" {
-				return errors.New("--consul: empty address")
+			if err := f.resolve(cmd.Flags(), os.Getenv); err != nil {
+				return err
 			}
-			return run(cmd.Context(), f, cmd.ErrOrStderr(), ready)
+			if err := f.check(); err != nil {
+				return err
+			}
+			return serve(cmd.Context(), f, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "read settings from this HCL file (flags given win over it; see docs/gateway.md)")
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve on")
 	fl.StringVar(&f.consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
 	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_ADDR, else http://127.0.0.1:4646)")
@@ -75,31 +166,32 @@ See docs/gateway.md.`,
 	fl.StringVar(&f.namespace, "namespace", "", `Nomad namespace to discover in, "*" for all (default: NOMAD_NAMESPACE, else "default")`)
 	fl.StringVar(&f.advertise, "advertise", "", "HOST:PORT clients and Consul's check reach this gateway at (default: the listen address; its host, when unspecified, left to Consul: the agent's node address)")
 	fl.BoolVar(&f.register, "register", true, "with --consul, register as llmgw-gateway with an HTTP check")
+	fl.StringSliceVar(&f.registerTags, "register-tags", nil, "with --consul, tags of the registration besides llmgw-gateway (comma-separated)")
+	fl.DurationVar(&f.registerCheckInterval, "register-check-interval", gateway.DefaultRegisterCheckInterval, "with --consul, the interval of the registration's HTTP check (its timeout is a fifth of it, at least 1s)")
+	fl.DurationVar(&f.consulWait, "consul-wait", gateway.DefaultConsulWait, "with --consul, the longest one blocking query waits for a change")
 	fl.Int64Var(&f.maxModelScan, "max-model-scan", gateway.DefaultMaxModelScan, `bytes of a request body read, at most, to find "model" (413 past them)`)
 	fl.Int64Var(&f.bodyMemory, "body-memory", gateway.DefaultBodyMemory, "bytes all requests together may hold while finding their model (503 past them)")
 	fl.IntVar(&f.attempts, "attempts", gateway.DefaultAttempts, "replicas one request may be tried on, before the first byte reaches the client")
-	fl.IntVar(&f.breakerFailures, "breaker-failures", 5, "failures or timeouts in a row that open a replica's circuit breaker")
-	fl.DurationVar(&f.breakerOpen, "breaker-open", 5*time.Second, "how long an open breaker waits before its half-open probe")
-	fl.DurationVar(&f.breakerMaxOpen, "breaker-max-open", time.Minute, "the longest open time, which doubles with each failed probe")
+	fl.DurationVar(&f.noReplicaRetryAfter, "no-replica-retry-after", gateway.DefaultNoReplicaRetryAfter, "the Retry-After of a 503 for a model with no healthy replica")
+	fl.IntVar(&f.breakerFailures, "breaker-failures", gateway.DefaultBreakerFailures, "failures or timeouts in a row that open a replica's circuit breaker")
+	fl.DurationVar(&f.breakerOpen, "breaker-open", gateway.DefaultBreakerOpen, "how long an open breaker waits before its half-open probe")
+	fl.DurationVar(&f.breakerMaxOpen, "breaker-max-open", gateway.DefaultBreakerMaxOpen, "the longest open time, which doubles with each failed probe")
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "timeout to connect to a replica")
 	fl.DurationVar(&f.headerTimeout, "response-header-timeout", gateway.DefaultHeaderTimeout, "timeout from sending a request to a replica's response headers (a non-streamed completion sends them when done)")
-	fl.DurationVar(&f.checkInterval, "check-interval", 5*time.Second, "with Nomad, how often allocations' checks are read")
+	fl.DurationVar(&f.checkInterval, "check-interval", gateway.DefaultCheckInterval, "with Nomad, how often allocations' checks are read")
+	fl.DurationVar(&f.checkTimeout, "check-timeout", gateway.DefaultCheckTimeout, "with Nomad, the longest one allocation's check read may take")
+	fl.IntVar(&f.checkParallelism, "check-parallelism", gateway.DefaultCheckParallelism, "with Nomad, the most check reads in flight at once, all services together")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
 
 // run serves until ctx ends. ready, when not nil, receives the address
 // served on once listening (for tests).
+// It takes settings check accepted.
 func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)) error {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	if f.maxModelScan <= 0 || f.bodyMemory < f.maxModelScan {
-		return fmt.Errorf("--max-model-scan %d, --body-memory %d: want 0 < max-model-scan <= body-memory", f.maxModelScan, f.bodyMemory)
-	}
-	if f.attempts < 1 || f.breakerFailures < 1 || f.breakerOpen <= 0 || f.breakerMaxOpen < f.breakerOpen {
-		return errors.New("--attempts and --breaker-failures must be at least 1, and 0 < --breaker-open <= --breaker-max-open")
+		return fmt.Errorf("%s: %w", f.where("log-level"), err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
@@ -114,7 +206,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			return fmt.Errorf("consul client %s: %w", f.consul, err)
 		}
 		consul, where = c, "consul "+f.consul
-		src = &gateway.ConsulSource{Client: c, Logger: log}
+		src = &gateway.ConsulSource{Client: c, Logger: log, Wait: f.consulWait}
 	} else {
 		cfg := nomadapi.DefaultConfig()
 		if f.nomad != "" {
@@ -130,7 +222,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		}
 		defer c.Close()
 		where = "nomad " + cfg.Address
-		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval}
+		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval,
+			CheckTimeout: f.checkTimeout, CheckParallelism: f.checkParallelism}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -144,6 +237,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		BodyMemory:   f.bodyMemory,
 		Attempts:     f.attempts,
 		Breaker:      gateway.BreakerConfig{Failures: f.breakerFailures, OpenFor: f.breakerOpen, MaxOpenFor: f.breakerMaxOpen},
+
+		NoReplicaRetryAfter: f.noReplicaRetryAfter,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -151,10 +246,10 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", f.listen, err)
+		return fmt.Errorf("%s %s: %w", f.where("listen"), f.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where)
+	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where, "config", f.config)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -182,6 +277,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			wg.Wait()
 			return err
 		}
+		r.CheckInterval, r.Tags = f.registerCheckInterval, f.registerTags
 		wg.Go(func() {
 			if err := r.Register(ctx, consul, log); err != nil {
 				log.Warn("consul", "error", err)
@@ -211,7 +307,7 @@ func registration(advertise string, listen net.Addr) (gateway.ConsulRegistration
 	if advertise != "" {
 		host, portStr, err = net.SplitHostPort(advertise)
 		if err != nil {
-			return gateway.ConsulRegistration{}, fmt.Errorf("--advertise %q: want HOST:PORT: %w", advertise, err)
+			return gateway.ConsulRegistration{}, fmt.Errorf("%q: want HOST:PORT: %w", advertise, err)
 		}
 	}
 	port, err := strconv.Atoi(portStr)

@@ -218,3 +218,58 @@ func TestFlags(t *testing.T) {
 		})
 	}
 }
+
+// The command with its settings in a file: the file's consul, tags and
+// check interval reach the registration, and the flag's --listen wins
+// over the file's (which could not be listened on).
+func TestGatewayConfigFile(t *testing.T) {
+	c := consulfake.New()
+	t.Cleanup(c.Close)
+	path := writeConfig(t, `
+listen                  = "256.0.0.1:1"
+consul                  = "`+c.Addr()+`"
+register_tags           = ["edge"]
+register_check_interval = "7s"
+consul_wait             = "1s"
+log_level               = "debug"
+`)
+	addrc := make(chan string, 1)
+	cmd := newCommand(func(a string) { addrc <- a })
+	cmd.SetArgs([]string{"--config", path, "--listen", "127.0.0.1:0"})
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not listen")
+	}
+	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+	var reg consulfake.Service
+	eventually(t, "the gateway registered in consul", func() bool {
+		var ok bool
+		reg, ok = c.Service(registrationID(port))
+		return ok
+	})
+	if diff := cmp.Diff([]string{"llmgw-gateway", "edge"}, reg.Tags); diff != "" || reg.Check == nil || reg.Check.Interval != "7s" {
+		t.Errorf("registration %+v %+v (tags -want +got):\n%s", reg, reg.Check, diff)
+	}
+	if !strings.Contains(stderr.String(), `"config":"`+path+`"`) {
+		t.Errorf("log does not name the config file:\n%s", stderr.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gateway: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not stop")
+	}
+}

@@ -1,0 +1,42 @@
+# gateway.hcl: the llmgw gateway's configuration (llmgw gateway --config gateway.hcl).
+#
+# Every setting is a flag of `llmgw gateway`, named here with "_" for "-"
+# (--breaker-max-open is breaker_max_open). A flag given on the command line
+# wins over this file, the file over the environment (NOMAD_ADDR,
+# NOMAD_NAMESPACE), that over the built-in default; --consul or --nomad on the
+# command line picks the source whatever this file says. Every value below is
+# the default: an empty file works too. env("NAME") reads an environment
+# variable. Tokens and TLS come from the usual environment (NOMAD_TOKEN,
+# CONSUL_HTTP_TOKEN, ...). See docs/gateway.md, "Configuration".
+
+listen = ":8080"
+
+# Discovery: Nomad's service registrations (the default), or Consul's health
+# API with `consul = "127.0.0.1:8500"` instead; not both.
+# nomad   = "http://127.0.0.1:4646" # default: NOMAD_ADDR, else this
+# namespace = "default"             # default: NOMAD_NAMESPACE, else "default"; "*" for all
+check_interval    = "5s" # with Nomad: how often allocations' checks are read
+check_timeout     = "2s" # ...the longest one allocation's check read may take
+check_parallelism = 8    # ...the most check reads in flight at once
+
+# With Consul: the gateway registers itself as llmgw-gateway.
+# advertise = "gw.example:443" # default: the listen address
+register                = true
+register_tags           = []    # besides llmgw-gateway
+register_check_interval = "10s" # its HTTP check on /healthz
+consul_wait             = "5m"  # the longest one blocking query waits
+
+# Requests.
+max_model_scan          = 4194304   # bytes of a body read, at most, to find "model"
+body_memory             = 268435456 # bytes all requests together may hold while scanning
+attempts                = 3         # replicas one request may be tried on
+no_replica_retry_after  = "5s"      # Retry-After of a 503 for a model with no healthy replica
+dial_timeout            = "2s"
+response_header_timeout = "10m"     # keep it above your longest non-streamed generation
+
+# Circuit breakers, one per replica.
+breaker_failures = 5
+breaker_open     = "5s"
+breaker_max_open = "1m"
+
+log_level = "info"
