@@ -253,3 +253,28 @@ func TestDocExampleConfig(t *testing.T) {
 		t.Errorf("settings %+v", got)
 	}
 }
+
+// FuzzParseConfig: parseConfig never panics; every problem it reports
+// names the file and a line.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"", "listen = \":8080\"\n", "consul = \"a:1\"\nnomad = \"http://b:2\"\n",
+		"register_tags = [\"a\", null]\n", "breaker_open = \"soon\"\nattempts = 1.5\n", "nomad {}\n", "log_level = env(\"X\")\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		cf, err := parseConfig("f.hcl", []byte(src), func(string) string { return "" })
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, "f.hcl:") {
+					t.Fatalf("problem %q does not name f.hcl:LINE", line)
+				}
+			}
+			return
+		}
+		for _, s := range cf.settings {
+			if !strings.HasPrefix(s.at, "f.hcl:") || command(nil).Flags().Lookup(s.flag) == nil {
+				t.Fatalf("setting %+v", s)
+			}
+		}
+	})
+}
