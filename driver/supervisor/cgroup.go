@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,9 +18,12 @@ import (
 type cgroup struct {
 	dir string
 	fd  int
+	// missing holds, per controller the engine needs, why it is not
+	// available in the cgroup. The cgroup still serves to find and kill
+	// every process of the engine.
+	missing map[string]error
 	// noMemory says why the memory controller (and so memory.events, the
-	// OOM-kill count) is not available in the cgroup; nil when it is. The
-	// cgroup still serves to find and kill every process of the engine.
+	// OOM-kill count) is not available in the cgroup; nil when it is.
 	noMemory error
 }
 
@@ -27,12 +31,12 @@ type cgroup struct {
 var errNoCgroup2 = errors.New("not a cgroup v2 hierarchy")
 
 // createCgroup makes <parent>/<name> on a cgroup v2 hierarchy, with the
-// memory controller enabled for it where the hierarchy allows, and opens
-// it so that the engine can be cloned straight into it. Where the memory
-// controller cannot be enabled (a hybrid host whose memory controller is
-// bound to cgroup v1) the cgroup is still made: it is what kills every
-// worker of the engine's.
-func createCgroup(parent, name string) (*cgroup, error) {
+// controllers in need (memory always) enabled for it where the hierarchy
+// allows, and opens it so that the engine can be cloned straight into it.
+// Where a controller cannot be enabled (a hybrid host whose memory
+// controller is bound to cgroup v1) the cgroup is still made, and missing
+// says why: it is what kills every worker of the engine's.
+func createCgroup(parent, name string, need []string) (*cgroup, error) {
 	// Look at the file system first: on a host without cgroup v2 at that
 	// path, MkdirAll would leave directories in whatever is there (the
 	// tmpfs of a cgroup v1 host's /sys/fs/cgroup).
@@ -53,12 +57,10 @@ func createCgroup(parent, name string) (*cgroup, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup parent: %w", err)
 	}
-	var noMemory error
-	if !hasController(filepath.Join(parent, "cgroup.subtree_control"), "memory") {
-		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
-			noMemory = fmt.Errorf("enable the memory controller under %s: %w", parent, err)
-		}
+	if !slices.Contains(need, "memory") {
+		need = append([]string{"memory"}, need...)
 	}
+	missing := enableControllers(parent, need)
 	dir := filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("create cgroup: %w", err)
@@ -68,7 +70,13 @@ func createCgroup(parent, name string) (*cgroup, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
 	}
-	return &cgroup{dir: dir, fd: fd, noMemory: noMemory}, nil
+	cg := &cgroup{dir: dir, fd: fd, missing: missing, noMemory: missing["memory"]}
+	if cg.noMemory == nil {
+		// An OOM kill takes the whole engine: a tensor-parallel engine
+		// that lost one worker hangs rather than exits.
+		_ = os.WriteFile(filepath.Join(dir, "memory.oom.group"), []byte("1"), 0o644)
+	}
+	return cg, nil
 }
 
 func hasController(path, c string) bool {

@@ -19,6 +19,21 @@ import (
 // to start (as opposed to the supervisor failing).
 var ErrStart = errors.New("engine did not start")
 
+// LimitsError is Launch's error when the supervisor did not start the
+// engine because its resource limits could not be enforced
+// (Limits.Require). It matches ErrStart and ErrLimits.
+type LimitsError struct {
+	// Unenforced lists each limit with why it could not be written.
+	Unenforced []string
+}
+
+func (e *LimitsError) Error() string {
+	return ErrLimits.Error() + ": " + strings.Join(e.Unenforced, "; ")
+}
+
+// Unwrap makes errors.Is find ErrStart and ErrLimits.
+func (e *LimitsError) Unwrap() []error { return []error{ErrStart, ErrLimits} }
+
 // Launched is a supervisor the driver started.
 type Launched struct {
 	Started Started
@@ -90,6 +105,9 @@ func Launch(exe, stateDir string, spec Spec, timeout time.Duration) (*Launched, 
 			return nil, fmt.Errorf("supervisor exited before reporting the engine's start: %w%s", r.err, logTail(logPath))
 		}
 		if r.s.Error != "" {
+			if len(r.s.Unenforced) > 0 {
+				return nil, &LimitsError{Unenforced: r.s.Unenforced}
+			}
 			return nil, fmt.Errorf("%w: %s", ErrStart, r.s.Error)
 		}
 		return &Launched{Started: r.s, Reaped: reaped}, nil

@@ -42,17 +42,29 @@ const (
 	LogFile     = "supervisor.log"
 )
 
-// SpecVersion is the version of Spec this binary writes and reads.
-const SpecVersion = 1
+// SpecVersion is the version of Spec this binary writes. Version 2 added
+// the engine's groups, resource limits and no_new_privs: a supervisor
+// that reads only version 1 refuses a version 2 spec rather than run the
+// engine without them.
+const SpecVersion = 2
+
+// minSpecVersion is the oldest spec this binary still reads (the spec of
+// a task a driver before version 2 started, read for exec).
+const minSpecVersion = 1
 
 // Spec is what the supervisor runs.
 type Spec struct {
 	Version int `json:"version"`
-	// Path is the engine executable; Args exclude the program name.
-	Path string   `json:"path"`
-	Args []string `json:"args"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
+	// Path is the engine executable: the canonical path the driver
+	// checked against allowed_commands. Argv0 is the program name the
+	// engine sees (the path as configured, which a Python venv's
+	// interpreter needs to find its venv); Path when empty. Args exclude
+	// the program name.
+	Path  string   `json:"path"`
+	Argv0 string   `json:"argv0,omitempty"`
+	Args  []string `json:"args"`
+	Env   []string `json:"env"`
+	Dir   string   `json:"dir"`
 	// Stdout and Stderr are Nomad's log FIFOs (or /dev/null); empty
 	// discards the stream.
 	Stdout string `json:"stdout"`
@@ -63,9 +75,17 @@ type Spec struct {
 	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// CgroupName is the engine's cgroup's directory name.
 	CgroupName string `json:"cgroup_name,omitempty"`
-	// UID and GID, when set, are the user the engine runs as.
-	UID *uint32 `json:"uid,omitempty"`
-	GID *uint32 `json:"gid,omitempty"`
+	// UID and GID, when set, are the user the engine runs as; Groups its
+	// supplementary groups (set, replacing the supervisor's, whenever UID
+	// is).
+	UID    *uint32  `json:"uid,omitempty"`
+	GID    *uint32  `json:"gid,omitempty"`
+	Groups []uint32 `json:"groups,omitempty"`
+	// NoNewPrivs sets no_new_privs for the engine: set-user-ID bits and
+	// file capabilities of what it executes grant nothing.
+	NoNewPrivs bool `json:"no_new_privs,omitempty"`
+	// Limits enforce the task's resources in the engine's cgroup.
+	Limits Limits `json:"limits,omitzero"`
 	// TailLines is how many of the last output lines the exit record
 	// keeps.
 	TailLines int `json:"tail_lines"`
@@ -81,8 +101,14 @@ type Started struct {
 	CgroupError string `json:"cgroup_error,omitempty"`
 	// OOMError says why OOM kills are not detected although the engine
 	// has a cgroup (no memory controller in it).
-	OOMError string    `json:"oom_error,omitempty"`
-	At       time.Time `json:"at"`
+	OOMError string `json:"oom_error,omitempty"`
+	// Limits are the resource limits written into the engine's cgroup
+	// ("memory.max=134217728"); Unenforced those that could not be, each
+	// with the reason. With Limits.Require, a non-empty Unenforced comes
+	// with Error: the engine was not started.
+	Limits     []string  `json:"limits,omitempty"`
+	Unenforced []string  `json:"unenforced,omitempty"`
+	At         time.Time `json:"at"`
 	// Error is set instead of the rest when the engine could not start.
 	Error string `json:"error,omitempty"`
 }
@@ -167,8 +193,8 @@ func ReadSpec(stateDir string) (Spec, error) {
 	if !ok {
 		return Spec{}, fmt.Errorf("no %s in %s", SpecFile, stateDir)
 	}
-	if s.Version != SpecVersion {
-		return Spec{}, fmt.Errorf("%s: version %d, this binary reads version %d", SpecFile, s.Version, SpecVersion)
+	if s.Version < minSpecVersion || s.Version > SpecVersion {
+		return Spec{}, fmt.Errorf("%s: version %d, this binary reads versions %d to %d", SpecFile, s.Version, minSpecVersion, SpecVersion)
 	}
 	return s, nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,7 +58,15 @@ func Main(args []string) int {
 		logger.Printf("read spec: %v", err)
 		return 1
 	}
-	if err := run(spec, stateDir, hs, logger); err != nil {
+	// Its own files go into its working directory, which is the state
+	// dir from here on, by relative paths: renaming a directory above it
+	// (the engine's user may own Nomad's task dir) cannot redirect them.
+	if err := os.Chdir(stateDir); err != nil {
+		report(hs, Started{Error: err.Error()}, logger)
+		logger.Printf("enter the state dir: %v", err)
+		return 1
+	}
+	if err := run(spec, ".", hs, logger); err != nil {
 		logger.Printf("supervisor: %v", err)
 		return 1
 	}
@@ -91,7 +100,7 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	started := Started{Supervisor: self}
 	var cg *cgroup
 	if spec.CgroupParent != "" {
-		cg, err = createCgroup(spec.CgroupParent, spec.CgroupName)
+		cg, err = createCgroup(spec.CgroupParent, spec.CgroupName, spec.Limits.controllers())
 		if err != nil {
 			started.CgroupError = err.Error()
 			logger.Printf("no cgroup for the engine (OOM kills will not be detected): %v", err)
@@ -101,7 +110,31 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 				started.OOMError = cg.noMemory.Error()
 				logger.Printf("the engine's cgroup has no memory controller (OOM kills will not be detected): %v", cg.noMemory)
 			}
+			started.Limits, started.Unenforced = applyLimits(cg.dir, spec.Limits, cg.missing)
 		}
+	}
+	if cg == nil {
+		why := "no cgroup for the engine: " + started.CgroupError
+		if spec.CgroupParent == "" {
+			why = "no cgroup for the engine (cgroup_parent is empty)"
+		}
+		started.Unenforced = spec.Limits.Unenforced(why)
+	}
+	if len(started.Limits) > 0 {
+		logger.Printf("resource limits of %s: %s", cg.dir, strings.Join(started.Limits, ", "))
+	}
+	if len(started.Unenforced) > 0 {
+		logger.Printf("resource limits not enforced: %s", strings.Join(started.Unenforced, "; "))
+	}
+	// Everything is decided before the fork: an engine whose limits are
+	// required never runs without them.
+	if spec.Limits.Require && len(started.Unenforced) > 0 {
+		if cg != nil {
+			_ = cg.remove()
+		}
+		err := fmt.Errorf("%w: %s", ErrLimits, strings.Join(started.Unenforced, "; "))
+		report(hs, Started{Error: err.Error(), Unenforced: started.Unenforced}, logger)
+		return err
 	}
 
 	outR, outW, err := os.Pipe()
@@ -120,11 +153,15 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			attr.UseCgroupFD, attr.CgroupFD = true, cgroupFD
 		}
 		if spec.UID != nil && spec.GID != nil {
-			attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID}
+			attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID, Groups: spec.Groups}
+		}
+		argv0 := spec.Argv0
+		if argv0 == "" {
+			argv0 = spec.Path
 		}
 		return &exec.Cmd{
 			Path:        spec.Path,
-			Args:        append([]string{spec.Path}, spec.Args...),
+			Args:        append([]string{argv0}, spec.Args...),
 			Env:         spec.Env,
 			Dir:         spec.Dir,
 			Stdout:      outW,
@@ -137,17 +174,24 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 		cgroupFD = cg.fd
 	}
 	cmd := newCmd(cgroupFD)
-	err = startLocked(cmd)
-	if err != nil && cg != nil {
+	err = startLocked(cmd, spec.NoNewPrivs)
+	if err != nil && cg != nil && !errors.Is(err, errNoNewPrivs) {
+		_ = cg.remove()
+		if spec.Limits.Require && spec.Limits.Any() {
+			err = fmt.Errorf("%w: start the engine in its cgroup %s: %w", ErrLimits, cg.dir, err)
+			report(hs, Started{Error: err.Error(), Unenforced: spec.Limits.Unenforced(err.Error())}, logger)
+			return err
+		}
 		// Cloning into a cgroup can fail where creating it did not
 		// (delegation rules); run without it rather than not at all.
 		logger.Printf("start engine in cgroup %s: %v; starting it without", cg.dir, err)
 		started.CgroupError = err.Error()
 		started.Cgroup, started.OOMError = "", ""
-		_ = cg.remove()
+		started.Limits = nil
+		started.Unenforced = spec.Limits.Unenforced("the engine could not be started in its cgroup: " + err.Error())
 		cg = nil
 		cmd = newCmd(-1)
-		err = startLocked(cmd)
+		err = startLocked(cmd, spec.NoNewPrivs)
 	}
 	if err != nil {
 		return startFailed(hs, spec, err, logger)
@@ -291,10 +335,21 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 // thread the scheduler gives it, and Go ends a thread when a goroutine
 // locked to it returns. Forking from a thread that never ends makes the
 // signal mean "the supervisor process died", whoever calls Main.
-func startLocked(cmd *exec.Cmd) error {
+//
+// With noNewPrivs the thread sets no_new_privs first, which the engine
+// inherits (the flag is per thread, kept across fork and exec, and never
+// cleared): nothing it executes gains privileges from set-user-ID bits or
+// file capabilities. Only this thread, which starts nothing else, has it.
+func startLocked(cmd *exec.Cmd, noNewPrivs bool) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if noNewPrivs {
+			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				errc <- fmt.Errorf("%w: %w", errNoNewPrivs, err)
+				<-make(chan struct{})
+			}
+		}
 		errc <- cmd.Start()
 		// Never unlock and never return: a locked goroutine that returns
 		// takes its thread with it.
@@ -302,6 +357,12 @@ func startLocked(cmd *exec.Cmd) error {
 	}()
 	return <-errc
 }
+
+// ErrLimits is wrapped by the start error of an engine that was not
+// started because its resource limits could not be enforced.
+var ErrLimits = errors.New("resource limits cannot be enforced")
+
+var errNoNewPrivs = errors.New("set no_new_privs")
 
 func startFailed(hs *os.File, spec Spec, err error, logger *log.Logger) error {
 	err = fmt.Errorf("start %s: %w", spec.Path, err)
@@ -343,7 +404,7 @@ func (e *eventLog) add(msg string, annotations map[string]string) {
 		e.logger.Printf("encode event: %v", err)
 		return
 	}
-	f, err := os.OpenFile(e.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(e.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		e.logger.Printf("record event: %v", err)
 		return
