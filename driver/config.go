@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,9 +32,42 @@ type Config struct {
 	// ExtraEnv is set for every engine; the task's environment wins.
 	ExtraEnv map[string]string `codec:"extra_env"`
 	// CgroupParent is the cgroup v2 directory under which each engine
-	// gets its own cgroup (OOM-kill detection, killing stray workers);
-	// empty disables it.
+	// gets its own cgroup (resource limits, OOM-kill detection, killing
+	// stray workers) when Nomad names no cgroup v2 partition for the
+	// task; empty disables it.
 	CgroupParent string `codec:"cgroup_parent"`
+	// NomadCgroup puts the engine's cgroup in the partition of the
+	// cgroup Nomad names for the task (LinuxResources.cpuset_cgroup on a
+	// cgroup v2 client: nomad.slice/share.slice or reserve.slice), so
+	// that reserved cores are kept as for Nomad's own drivers.
+	NomadCgroup bool `codec:"nomad_cgroup"`
+	// ResourceLimits says what happens when the host cannot enforce a
+	// task's resources: "enforce" refuses the task, "best_effort" starts
+	// it with what can be enforced and a task event naming the rest.
+	ResourceLimits string `codec:"resource_limits"`
+	// CPUHardLimit caps each engine at its cpu share with cpu.max (as
+	// the exec driver's cpu_hard_limit), besides the cpu.weight it
+	// always gets.
+	CPUHardLimit bool `codec:"cpu_hard_limit"`
+
+	// AllowedCommands are the executables (absolute paths or globs)
+	// tasks may run besides each engine's own configured executable;
+	// AllowAnyCommand lifts the check.
+	AllowedCommands []string `codec:"allowed_commands"`
+	AllowAnyCommand bool     `codec:"allow_any_command"`
+	// DefaultUser is who engines run as when the task sets no user;
+	// AllowedUsers (names or globs) are the other users a task's user may
+	// name; no engine runs as uid 0 unless AllowRoot.
+	DefaultUser  string   `codec:"default_user"`
+	AllowedUsers []string `codec:"allowed_users"`
+	AllowRoot    bool     `codec:"allow_root"`
+	// SupplementaryGroups are added to every engine's groups (for a
+	// group-readable model cache).
+	SupplementaryGroups []string `codec:"supplementary_groups"`
+	// EnvDenylist (names or globs) are variables a job may not set in the
+	// engine's environment, unless AllowedEnv names them.
+	EnvDenylist []string `codec:"env_denylist"`
+	AllowedEnv  []string `codec:"allowed_env"`
 }
 
 // Engines holds the executable of each engine.
@@ -69,7 +104,32 @@ const (
 	DefaultReadyInterval = time.Second
 	DefaultStopTimeout   = 30 * time.Second
 	DefaultCgroupParent  = "/sys/fs/cgroup/llmgw.slice"
+	DefaultUser          = "nobody"
 )
+
+// resource_limits values.
+const (
+	LimitsEnforce    = "enforce"
+	LimitsBestEffort = "best_effort"
+)
+
+// DefaultEnvDenylist is env_denylist's default: variables that make an
+// allowed executable load or run code the job chose, which would make
+// allowed_commands meaningless. Why each is there is in docs/driver.md.
+var DefaultEnvDenylist = []string{
+	"LD_*",            // the dynamic loader: LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, …
+	"GCONV_PATH",      // glibc loads iconv modules from it
+	"BASH_ENV", "ENV", // shells source the file they name
+	"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", // Python imports from there
+}
+
+func listLiteral(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
 
 func strDefault(name, lit string) *hclspec.Spec {
 	return hclspec.Default(hclspec.Attr(name, "string"), hclspec.Literal(lit))
@@ -85,12 +145,24 @@ func ConfigSpec() *hclspec.Spec {
 			engine.TGI:      hclspec.Attr(engine.TGI, "string"),
 			engine.LlamaCpp: hclspec.Attr(engine.LlamaCpp, "string"),
 		})),
-		"model_cache":    hclspec.Attr("model_cache", "string"),
-		"ready_timeout":  strDefault("ready_timeout", `"30m"`),
-		"ready_interval": strDefault("ready_interval", `"1s"`),
-		"stop_timeout":   strDefault("stop_timeout", `"30s"`),
-		"extra_env":      hclspec.Attr("extra_env", "map(string)"),
-		"cgroup_parent":  strDefault("cgroup_parent", `"`+DefaultCgroupParent+`"`),
+		"model_cache":     hclspec.Attr("model_cache", "string"),
+		"ready_timeout":   strDefault("ready_timeout", `"30m"`),
+		"ready_interval":  strDefault("ready_interval", `"1s"`),
+		"stop_timeout":    strDefault("stop_timeout", `"30s"`),
+		"extra_env":       hclspec.Attr("extra_env", "map(string)"),
+		"cgroup_parent":   strDefault("cgroup_parent", `"`+DefaultCgroupParent+`"`),
+		"nomad_cgroup":    hclspec.Default(hclspec.Attr("nomad_cgroup", "bool"), hclspec.Literal("true")),
+		"resource_limits": strDefault("resource_limits", `"`+LimitsEnforce+`"`),
+		"cpu_hard_limit":  hclspec.Attr("cpu_hard_limit", "bool"),
+
+		"allowed_commands":     hclspec.Attr("allowed_commands", "list(string)"),
+		"allow_any_command":    hclspec.Attr("allow_any_command", "bool"),
+		"default_user":         strDefault("default_user", `"`+DefaultUser+`"`),
+		"allowed_users":        hclspec.Attr("allowed_users", "list(string)"),
+		"allow_root":           hclspec.Attr("allow_root", "bool"),
+		"supplementary_groups": hclspec.Attr("supplementary_groups", "list(string)"),
+		"env_denylist":         hclspec.Default(hclspec.Attr("env_denylist", "list(string)"), hclspec.Literal(listLiteral(DefaultEnvDenylist))),
+		"allowed_env":          hclspec.Attr("allowed_env", "list(string)"),
 	})
 }
 
@@ -125,7 +197,7 @@ func (c *Config) validate() error {
 	if err := checkEnv("extra_env", c.ExtraEnv); err != nil {
 		return err
 	}
-	return nil
+	return c.validatePolicy()
 }
 
 // DefaultConfig is what a plugin uses before SetConfig: the schema's
@@ -136,6 +208,11 @@ func DefaultConfig() Config {
 		ReadyInterval: DefaultReadyInterval,
 		StopTimeout:   DefaultStopTimeout,
 		CgroupParent:  DefaultCgroupParent,
+		NomadCgroup:   true,
+
+		ResourceLimits: LimitsEnforce,
+		DefaultUser:    DefaultUser,
+		EnvDenylist:    slices.Clone(DefaultEnvDenylist),
 	}
 }
 

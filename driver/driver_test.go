@@ -24,12 +24,20 @@ import (
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
-// The plugin config every test uses: no cgroup (not every test machine
-// has a writable cgroup v2 hierarchy), quick readiness probes.
+// The plugin config the life-cycle tests use: no cgroup (not every test
+// machine has a writable cgroup v2 hierarchy, so resources are best
+// effort), quick readiness probes, and engines that run the test's own
+// commands (fake-engine, /bin/sh) as the test's user, root included. The
+// default policy (allowed_commands, default_user, env_denylist,
+// resource_limits) has tests of its own in policy_test.go.
 const pluginBody = `
-cgroup_parent  = ""
-ready_interval = "100ms"
-stop_timeout   = "2s"
+cgroup_parent     = ""
+resource_limits   = "best_effort"
+allow_any_command = true
+default_user      = "root"
+allow_root        = true
+ready_interval    = "100ms"
+stop_timeout      = "2s"
 `
 
 func vllmTask(extra string) string {

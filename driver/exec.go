@@ -33,6 +33,11 @@ func (p *Plugin) execCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 	if h.exited() {
 		return nil, status.Errorf(codes.FailedPrecondition, "exec in task %s: %v", h.id, errNotRunning)
 	}
+	// The state dir must still be the driver's: an engine that could
+	// write a spec.json of its own would choose the exec's user.
+	if err := checkStateDir(h.st.StateDir, h.cfg.GetAllocDir()); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "exec in task %s: %v", h.id, err)
+	}
 	spec, err := supervisor.ReadSpec(h.st.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("exec in task %s: %w", h.id, err)
@@ -52,8 +57,14 @@ func (p *Plugin) execCommand(h *taskHandle, argv []string) (*exec.Cmd, error) {
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if spec.UID != nil && spec.GID != nil {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID}
+	// The engine's credentials, from the handle Nomad keeps (a driver
+	// before default_user kept them only in the spec).
+	uid, gid, groups := h.st.UID, h.st.GID, h.st.Groups
+	if uid == nil && h.st.User == "" {
+		uid, gid, groups = spec.UID, spec.GID, spec.Groups
+	}
+	if uid != nil && gid != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: *uid, Gid: *gid, Groups: groups}
 	}
 	return cmd, nil
 }

@@ -53,6 +53,17 @@ type driverState struct {
 	Cgroup         string        `json:"cgroup,omitempty"`
 	CgroupError    string        `json:"cgroup_error,omitempty"`
 	OOMError       string        `json:"oom_error,omitempty"`
+	// User is who the engine runs as; UID, GID and Groups its
+	// credentials (unset when the driver does not run as root), which
+	// exec uses.
+	User   string   `json:"user,omitempty"`
+	UID    *uint32  `json:"uid,omitempty"`
+	GID    *uint32  `json:"gid,omitempty"`
+	Groups []uint32 `json:"groups,omitempty"`
+	// Limits are the resource limits in the engine's cgroup; Unenforced
+	// those the host could not enforce (resource_limits = "best_effort").
+	Limits     []string `json:"limits,omitempty"`
+	Unenforced []string `json:"unenforced,omitempty"`
 }
 
 // Files the driver itself keeps in a task's state dir, beside the
@@ -700,6 +711,18 @@ func (h *taskHandle) status() (*driverpb.TaskStatus, map[string]string) {
 		attrs["oom_detection"] = "unavailable: " + h.st.CgroupError
 	default:
 		attrs["oom_detection"] = "disabled"
+	}
+	if h.st.User != "" {
+		attrs["user"] = h.st.User
+	}
+	switch {
+	case len(h.st.Unenforced) > 0:
+		attrs["resource_limits"] = "not enforced: " + strings.Join(h.st.Unenforced, "; ")
+		if len(h.st.Limits) > 0 {
+			attrs["resource_limits"] += "; enforced: " + strings.Join(h.st.Limits, ", ")
+		}
+	case len(h.st.Limits) > 0:
+		attrs["resource_limits"] = strings.Join(h.st.Limits, ", ") + " (" + h.st.Cgroup + ")"
 	}
 	if h.failure != "" {
 		attrs["failure"] = h.failure

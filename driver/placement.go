@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/llmgw/llmgw/driver/supervisor"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
@@ -159,7 +158,14 @@ type plan struct {
 	readySkip      bool
 	readyInterval  int64 // nanoseconds
 	readyTimeout   int64 // nanoseconds
-	uid, gid       *uint32
+	// exe is the canonical path of the executable (checked against
+	// allowed_commands; what the supervisor executes); cmd.Path is the
+	// path as found, the engine's argv[0].
+	exe          string
+	user         engineUser
+	userEnv      map[string]string
+	limits       supervisor.Limits
+	cgroupParent string
 }
 
 // makePlan resolves a decoded task config against what Nomad allocated and
@@ -176,9 +182,13 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 	if err != nil {
 		return plan{}, err
 	}
-	exe, field := tc.Command, "command"
-	if exe == "" {
-		exe, field = conf.Engines.Executable(tc.Engine), "engines."+tc.Engine
+	taskDir := filepath.Join(task.GetAllocDir(), task.GetName())
+	pl.user, err = resolveUser(conf, task.GetUser())
+	if err != nil {
+		return plan{}, err
+	}
+	if err := checkEnvPolicy(conf, task.GetEnv(), tc.Env, os.LookupEnv); err != nil {
+		return plan{}, err
 	}
 	pathEnv := os.Getenv("PATH")
 	if v, ok := task.GetEnv()["PATH"]; ok {
@@ -187,14 +197,26 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 	if v, ok := tc.Env["PATH"]; ok {
 		pathEnv = v
 	}
-	resolved, err := lookPath(exe, pathEnv)
+	resolved, exe, err := resolveCommand(conf, tc, taskDir, pathEnv)
 	if err != nil {
-		hint := fmt.Sprintf("set command in the task config or engines { %s = ... } in the plugin config", tc.Engine)
-		if field == "command" {
-			hint = "check the task config's command"
-		}
-		return plan{}, fmt.Errorf("%s: %w; %s", field, err, hint)
+		return plan{}, err
 	}
+	pl.exe = exe
+	field := "engines." + tc.Engine
+	if tc.Command != "" {
+		field = "command"
+	}
+	if err := checkAccess(exe, pl.user, accessX); err != nil {
+		return plan{}, fmt.Errorf("%s: %w (engines run as default_user, or the task's user where allowed_users lets it)", field, err)
+	}
+	if _, err := os.Stat(taskDir); err == nil {
+		if err := checkAccess(taskDir, pl.user, accessX); err != nil {
+			return plan{}, fmt.Errorf("user: %w (the engine runs in the task dir: Nomad's data_dir and alloc dir must be traversable by the engine's user)", err)
+		}
+	}
+	pl.userEnv = userEnv(conf, task.GetEnv(), tc.Env, pl.user, taskDir, os.LookupEnv)
+	pl.limits = limitsFor(conf, task.GetResources())
+	pl.cgroupParent = cgroupParentFor(conf, task.GetResources())
 	pl.cmd, err = engine.Build(engine.Input{
 		Engine: tc.Engine, Executable: resolved, Model: tc.Model,
 		Host: pl.host, Port: pl.port, TensorParallel: tp, Args: tc.Args,
@@ -218,23 +240,17 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 		}
 	}
 	pl.env = engineEnv(conf, task, tc, pl)
-	if u := task.GetUser(); u != "" {
-		uid, gid, err := lookupUser(u)
-		if err != nil {
-			return plan{}, fmt.Errorf("user: %w", err)
-		}
-		pl.uid, pl.gid = &uid, &gid
-	}
 	return pl, nil
 }
 
 // engineEnv layers the engine's environment: the plugin's extra_env, the
 // task environment Nomad built (host variables, NOMAD_*, device variables),
-// the task config's env, the model cache, then what the driver decides:
-// the recipe's variables and the GPUs.
+// the task config's env, the engine user's HOME, USER and LOGNAME (where
+// neither the operator nor the job set them), the model cache, then what
+// the driver decides: the recipe's variables and the GPUs.
 func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) []string {
 	env := map[string]string{}
-	for _, m := range []map[string]string{conf.ExtraEnv, task.GetEnv(), tc.Env} {
+	for _, m := range []map[string]string{conf.ExtraEnv, task.GetEnv(), tc.Env, pl.userEnv} {
 		for k, v := range m {
 			env[k] = v
 		}
@@ -261,22 +277,6 @@ func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) [
 	}
 	sort.Strings(out)
 	return out
-}
-
-func lookupUser(name string) (uid, gid uint32, err error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return 0, 0, fmt.Errorf("look up %q: %w", name, err)
-	}
-	id, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("uid of %q: %w", name, err)
-	}
-	g, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("gid of %q: %w", name, err)
-	}
-	return uint32(id), uint32(g), nil
 }
 
 // errNotRunning is returned when an operation needs a running engine.

@@ -263,17 +263,22 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		return nil, status.Errorf(codes.AlreadyExists, "task %q is already started", cfg.GetId())
 	}
 	log := p.log.With("task_id", cfg.GetId(), "alloc_id", cfg.GetAllocId(), "task", cfg.GetName())
+	emit := p.emitter(cfg)
+	// refuse reports why the task does not start, as a task event and
+	// as StartTask's (non-recoverable) error. Nothing was started.
+	refuse := func(err error) (*driverpb.StartTaskResponse, error) {
+		log.Error("not starting the task", "error", err)
+		emit(time.Time{}, "Not started: "+err.Error(), nil)
+		return nil, nomadplugin.RecoverableError(err, false)
+	}
 	tc, err := DecodeTaskConfig(cfg.GetMsgpackDriverConfig())
 	if err != nil {
-		log.Error("bad task config", "error", err)
-		return nil, nomadplugin.RecoverableError(err, false)
+		return refuse(err)
 	}
 	conf := p.config()
 	pl, err := makePlan(conf, cfg, tc)
 	if err != nil {
-		err = fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
-		log.Error("cannot start task", "error", err)
-		return nil, nomadplugin.RecoverableError(err, false)
+		return refuse(fmt.Errorf("%w: %w", ErrBadTaskConfig, err))
 	}
 	stateDir, err := stateDirFor(cfg)
 	if err != nil {
@@ -282,14 +287,19 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, nomadplugin.RecoverableError(fmt.Errorf("create state dir: %w", err), true)
 	}
+	if err := protectPrivateDir(stateDir, pl.user); err != nil {
+		return nil, nomadplugin.RecoverableError(err, true)
+	}
+	uid, gid, groups := pl.user.credentials()
 	spec := supervisor.Spec{
-		Path: pl.cmd.Path, Args: pl.cmd.Args, Env: pl.env,
+		Path: pl.exe, Argv0: pl.cmd.Path, Args: pl.cmd.Args, Env: pl.env,
 		Dir:    filepath.Join(cfg.GetAllocDir(), cfg.GetName()),
 		Stdout: cfg.GetStdoutPath(), Stderr: cfg.GetStderrPath(),
-		TailLines: tailLines, UID: pl.uid, GID: pl.gid,
+		TailLines: tailLines, UID: uid, GID: gid, Groups: groups,
+		NoNewPrivs: true, Limits: pl.limits,
 	}
-	if conf.CgroupParent != "" {
-		spec.CgroupParent = conf.CgroupParent
+	if pl.cgroupParent != "" {
+		spec.CgroupParent = pl.cgroupParent
 		spec.CgroupName = cgroupName(cfg.GetId())
 	}
 	if _, err := os.Stat(spec.Dir); err != nil {
@@ -297,6 +307,11 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	started := p.now().UTC()
 	l, err := supervisor.Launch(p.exe, stateDir, spec, supervisorStartTimeout)
+	var lerr *supervisor.LimitsError
+	if errors.As(err, &lerr) {
+		return refuse(fmt.Errorf("resources: this host cannot enforce the task's resources: %s (set resource_limits = %q in the plugin config to start engines without the limits the host cannot enforce)",
+			strings.Join(lerr.Unenforced, "; "), LimitsBestEffort))
+	}
 	if err != nil {
 		log.Error("engine did not start", "error", err)
 		return nil, nomadplugin.RecoverableError(fmt.Errorf("start %s: %w", tc.Engine, err), true)
@@ -316,12 +331,13 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		StartedAt:     started,
 		Cgroup:        l.Started.Cgroup, CgroupError: l.Started.CgroupError,
 		OOMError: l.Started.OOMError,
+		User:     pl.user.Name, UID: uid, GID: gid, Groups: groups,
+		Limits: l.Started.Limits, Unenforced: l.Started.Unenforced,
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("encode driver state: %w", err)
 	}
-	emit := p.emitter(cfg)
 	h := newHandle(cfg.GetId(), cfg, st, log, emit, l.Reaped)
 	h.gpu, h.now = p.gpu, p.now
 	p.mu.Lock()
@@ -337,8 +353,12 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	emit(time.Time{}, fmt.Sprintf("Started %s on %s: %s", tc.Engine, gpuText, st.Command), map[string]string{
 		"engine": tc.Engine, "command": st.Command, "gpus": strings.Join(pl.gpus, ","),
 		"tensor_parallel": fmt.Sprint(pl.tensorParallel), "pid": fmt.Sprint(st.Engine.Pid),
-		"url": h.url(),
+		"url": h.url(), "user": pl.user.String(), "executable": pl.exe,
+		"resource_limits": strings.Join(st.Limits, ", "),
 	})
+	if len(st.Unenforced) > 0 {
+		emit(time.Time{}, fmt.Sprintf("Resources not enforced (resource_limits = %q): %s", conf.ResourceLimits, strings.Join(st.Unenforced, "; ")), nil)
+	}
 	h.start(p.ctx)
 
 	return &driverpb.StartTaskResponse{

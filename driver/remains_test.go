@@ -112,7 +112,7 @@ func TestSupervisorSIGKILLLeavesNothing(t *testing.T) {
 }
 
 func supervisorSIGKILL(t *testing.T, cgParent string) {
-	p := startPlugin(t, fmt.Sprintf("cgroup_parent = %q\nready_interval = \"100ms\"\nstop_timeout = \"2s\"\n", cgParent))
+	p := startPlugin(t, strings.Replace(pluginBody, `cgroup_parent     = ""`, fmt.Sprintf("cgroup_parent = %q", cgParent), 1))
 	script := "sleep 3600 & echo $! > worker.pid; "
 	if cgParent != "" {
 		script += "setsid sh -c 'echo $$ > escaped.pid; exec sleep 3600' & "

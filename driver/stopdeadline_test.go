@@ -89,6 +89,9 @@ func TestReadinessKillDeadlineSurvivesRestart(t *testing.T) {
 	t0 := clock.t
 	conf := DefaultConfig()
 	conf.CgroupParent = ""
+	conf.ResourceLimits = LimitsBestEffort
+	conf.AllowAnyCommand = true
+	conf.DefaultUser, conf.AllowRoot = "root", true
 	conf.StopTimeout = time.Hour
 	newPlugin := func() *Plugin {
 		p := New(context.Background(), hclog.NewNullLogger(), "test", sup)
