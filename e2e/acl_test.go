@@ -44,7 +44,7 @@ func TestControllerWithACLs(t *testing.T) {
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k2", "p2"}} {
-		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, ""))
+		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, engine, ""))
 	}
 	c := nomadtest.StartACL(t, clients...)
 	mgmt := c.API // the management token, for the test's own reads

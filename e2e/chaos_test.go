@@ -144,7 +144,7 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		events[name] = ev
-		co := gpuClient(name, rack, "p"+strings.TrimPrefix(rack, "k"), plugins, fmt.Sprintf("      events_file = %q\n", ev))
+		co := gpuClient(name, rack, "p"+strings.TrimPrefix(rack, "k"), plugins, engine, fmt.Sprintf("      events_file = %q\n", ev))
 		co.Plugins["nomad-device-nvml"] = "\n    health_recovery = \"20s\"" + co.Plugins["nomad-device-nvml"]
 		clients = append(clients, co)
 	}

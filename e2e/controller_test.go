@@ -39,7 +39,7 @@ func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, 
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k1", "p1"}, {"k2", "p2"}, {"k2", "p2"}} {
-		co := gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, "")
+		co := gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, engine, "")
 		co.Consul = consul[co.Name]
 		clients = append(clients, co)
 	}
@@ -48,8 +48,9 @@ func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, 
 
 // gpuClient is a client in rack and pdu (site lab, room a, row r1) with 4
 // mock H200s drawing 200 W each (mockExtra is added to their mock block),
-// the llmgw driver (ready_timeout 2m) and the plugins in plugins.
-func gpuClient(name, rack, pdu, plugins, mockExtra string) nomadtest.ClientOptions {
+// the llmgw driver (ready_timeout 2m, engine allowed) and the plugins in
+// plugins.
+func gpuClient(name, rack, pdu, plugins, engine, mockExtra string) nomadtest.ClientOptions {
 	return nomadtest.ClientOptions{
 		Name:      name,
 		PluginDir: plugins,
@@ -66,7 +67,7 @@ func gpuClient(name, rack, pdu, plugins, mockExtra string) nomadtest.ClientOptio
       power_watts = 200
 %s    }`, name, mockExtra),
 			"nomad-driver-llmgw": `
-    ready_timeout = "2m"`,
+    ready_timeout = "2m"` + driverPolicy(engine),
 		},
 	}
 }

@@ -42,7 +42,7 @@ func benchCluster(b *testing.B) (*nomadtest.Cluster, string, string) {
       system = "dgxh200"
       seed   = "bench-1"
     }`,
-			"nomad-driver-llmgw": ``,
+			"nomad-driver-llmgw": driverPolicy(engine),
 		},
 	})
 	return c, engine, plugins

@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -45,7 +46,7 @@ func TestDriverInRealNomad(t *testing.T) {
       seed   = "gpu-1"
     }`,
 			"nomad-driver-llmgw": `
-    ready_interval = "250ms"`,
+    ready_interval = "250ms"` + driverPolicy(engine),
 		},
 	})
 	client := c.Clients[0]
@@ -126,6 +127,13 @@ func TestDriverInRealNomad(t *testing.T) {
 
 	engineRef := enginePid(t, client, alloc)
 	t.Logf("engine pid %d", engineRef.Pid)
+	// The default policy: the engine runs as nobody, with no_new_privs.
+	if uid, nnp := procStatusField(t, engineRef.Pid, "Uid"), procStatusField(t, engineRef.Pid, "NoNewPrivs"); !strings.HasPrefix(uid, "65534 ") || nnp != "1" {
+		t.Errorf("engine Uid %q NoNewPrivs %q, want nobody (65534) and 1", uid, nnp)
+	}
+	if out := allocExec(t, nomad, client, alloc.ID, "id", "-u"); strings.TrimSpace(out) != "65534" {
+		t.Errorf("alloc exec id -u printed %q, want 65534 (the engine's user)", out)
+	}
 
 	// Restart the client agent on the same data dir: the engine keeps
 	// running and the task is recovered, not restarted.
@@ -191,6 +199,47 @@ func TestDriverInRealNomad(t *testing.T) {
 			return false, err.Error()
 		}
 		return a.ClientStatus == api.AllocClientStatusComplete, "allocation " + a.ClientStatus
+	})
+
+	// A command outside allowed_commands is refused before anything
+	// starts: the allocation fails, with the driver's event and the start
+	// error naming the plugin options that would allow it.
+	refused := &api.Job{
+		ID: ptr("refused"), Name: ptr("refused"), Type: ptr("service"), Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name:             ptr("g"),
+			Networks:         []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}},
+			RestartPolicy:    &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)},
+			Tasks: []*api.Task{{
+				Name: "engine", Driver: "llmgw",
+				Config: map[string]any{
+					"engine": "command", "command": "/bin/sh", "args": []string{"-c", "sleep 600"}, "port": "http",
+				},
+				Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(64)},
+			}},
+		}},
+	}
+	if _, _, err := c.API.Jobs().Register(refused, nil); err != nil {
+		t.Fatalf("register job: %v", err)
+	}
+	const want = `command: "/bin/sh"`
+	nomadtest.Eventually(t, 90*time.Second, func() (bool, string) {
+		stubs, _, err := c.API.Jobs().Allocations("refused", true, nil)
+		if err != nil || len(stubs) == 0 {
+			return false, fmt.Sprintf("no allocation yet (%v)", err)
+		}
+		ts := stubs[0].TaskStates["engine"]
+		if stubs[0].ClientStatus != api.AllocClientStatusFailed || ts == nil {
+			return false, "allocation " + stubs[0].ClientStatus + ": " + taskEvents(ts)
+		}
+		for _, e := range []string{"Not started: bad llmgw task config: " + want, "allow_any_command = true"} {
+			if !hasEvent(ts, e) {
+				t.Fatalf("refused allocation has no event %q: %s", e, taskEvents(ts))
+			}
+		}
+		t.Logf("refused: %s", taskEvents(ts))
+		return true, ""
 	})
 }
 
@@ -264,4 +313,23 @@ func enginePid(t *testing.T, client *nomadtest.Agent, alloc *api.Allocation) pro
 		t.Fatal(err)
 	}
 	return st.Engine
+}
+
+// driverPolicy is what the e2e adds to the llmgw driver's client config,
+// as an operator would (see localnomad.DriverPolicy).
+func driverPolicy(engine string) string { return localnomad.DriverPolicy(engine) }
+
+// procStatusField is one field of /proc/<pid>/status, blanks squeezed.
+func procStatusField(t *testing.T, pid int, field string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == field {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return ""
 }

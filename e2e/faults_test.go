@@ -24,7 +24,7 @@ func sameRackClients(t *testing.T, n int) (*nomadtest.Cluster, string) {
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i := range n {
-		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), "k1", "p1", plugins, ""))
+		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), "k1", "p1", plugins, engine, ""))
 	}
 	return nomadtest.Start(t, clients...), engine
 }

@@ -119,7 +119,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
       seed   = %q
     }`, name),
 				"nomad-driver-llmgw": `
-    ready_timeout = "5m"`,
+    ready_timeout = "5m"` + localnomad.DriverPolicy(engine),
 			},
 		})
 		if err != nil {

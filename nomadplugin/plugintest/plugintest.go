@@ -263,6 +263,11 @@ func Build(t testing.TB, pkg string) string {
 		if err != nil {
 			t.Fatalf("temp dir: %v", err)
 		}
+		// Readable by everyone, so that a plugin may run what was built
+		// here as another user (the llmgw driver runs engines as nobody).
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatalf("temp dir: %v", err)
+		}
 		buildDir = d
 	}
 	out := filepath.Join(buildDir, name)

@@ -104,6 +104,11 @@ func NewWithOptions(bin, root string, o Options) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Traversable, as a Nomad data_dir must be for tasks that run as
+		// another user (the llmgw driver's engines run as nobody).
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, err
+		}
 		root = d
 	}
 	c := &Cluster{Root: root, bin: bin, acl: o.ACL}
@@ -199,6 +204,15 @@ func (c *Cluster) AddClient(co ClientOptions) (*Agent, error) {
 	}
 	a, err := newAgent(c.bin, c.Root, co.Name)
 	if err != nil {
+		return nil, err
+	}
+	// Nomad makes its data_dir 0700; tasks that run as another user (the
+	// llmgw driver's engines run as nobody) need to traverse it to their
+	// task dirs, so it is made 0711 first, as an operator does.
+	if err := os.MkdirAll(filepath.Join(a.Dir, "data"), 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(filepath.Join(a.Dir, "data"), 0o711); err != nil {
 		return nil, err
 	}
 	a.config = clientConfig(a, c.Server, co, i)
