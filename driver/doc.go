@@ -38,6 +38,19 @@
 // session, the engine's process group and its cgroup (supervisor.Cleanup)
 // and removes the cgroup. docs/driver.md has the table of cases.
 //
+// # Policy
+//
+// StartTask checks a task against the plugin's policy before it launches
+// anything (policy.go): its executable, made canonical, must be its
+// engine's own or match allowed_commands (unless allow_any_command); it
+// runs as default_user or an allowed task user, never root without
+// allow_root; the job may not set env_denylist variables; and its
+// resources become cgroup v2 limits that the supervisor writes before it
+// forks the engine, refusing (resource_limits = "enforce") when the host
+// cannot enforce them. Each refusal is a "Not started: …" task event and
+// a non-recoverable error naming the field and the option that would
+// allow it.
+//
 // # Events
 //
 // Task events go to every TaskEvents stream: "Started <engine> on GPUs …:

@@ -34,7 +34,7 @@ plugin "nomad-driver-llmgw" {
     # client's PATH: vllm, python3 (run as `python3 -m
     # sglang.launch_server`; any other program is taken to be a launcher
     # accepting launch_server's arguments), text-generation-launcher,
-    # llama-server. A task's `command` overrides these.
+    # llama-server. A task's `command` overrides these when allowed (below).
     engines {
       vllm     = "/opt/vllm/bin/vllm"              # example, not a default
       sglang   = "/opt/sglang/bin/python3"         # example, not a default
@@ -59,9 +59,43 @@ plugin "nomad-driver-llmgw" {
       # VLLM_USAGE_STATS_SERVER = ""   # example
     }
 
-    # cgroup v2 directory under which each engine gets its own cgroup, so
-    # that OOM kills are detected and stray workers are killed with the
-    # engine. "" disables it. Needs a unified (v2) cgroup hierarchy.
+    # Each engine runs in a cgroup v2 of its own that enforces the task's
+    # resources (cpu -> cpu.weight, cores -> cpuset.cpus, memory ->
+    # memory.max, memory_max -> memory.max with memory.low = memory), and
+    # detects OOM kills. It goes in Nomad's partition of the task's cgroup
+    # (nomad.slice/share.slice or reserve.slice) on a cgroup v2 client
+    # (nomad_cgroup), else under cgroup_parent ("" disables that).
+    nomad_cgroup  = true
     cgroup_parent = "/sys/fs/cgroup/llmgw.slice"
+    # "enforce": a task whose resources the host cannot enforce (cgroup v1,
+    # a missing controller) is refused. "best_effort": it starts, with an
+    # event naming what is not enforced.
+    resource_limits = "enforce"
+    # Also cap cpu with cpu.max (otherwise cpu is a weight).
+    cpu_hard_limit = false
+
+    # Which executables tasks may run. Each engine's own (the engines block
+    # above, or its default on the client's PATH) is allowed for that
+    # engine; a task's `command` elsewhere must match allowed_commands
+    # (absolute paths or globs; symlinks are resolved before comparing).
+    allowed_commands  = []   # e.g. ["/opt/vllm-*/bin/vllm", "/opt/llmgw/bin/fake-engine"]
+    allow_any_command = false
+
+    # Who engines run as: default_user, or the task's `user` where
+    # allowed_users names it; never root unless allow_root. A dedicated
+    # user (useradd --system --create-home --home-dir /var/lib/llmgw llmgw)
+    # is better than nobody. Nomad's data_dir must be traversable by it
+    # (chmod 0711 <data_dir>).
+    default_user  = "nobody"
+    allowed_users = []
+    allow_root    = false
+    # Added to every engine's groups: the group of a shared model cache
+    # (install -d -o llmgw -g llmgw-models -m 2775 /var/lib/llmgw/models).
+    supplementary_groups = []   # e.g. ["llmgw-models"]
+
+    # Variables a job may not set in the engine's environment (the client's
+    # own values pass), unless allowed_env names them.
+    env_denylist = ["LD_*", "GCONV_PATH", "BASH_ENV", "ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE"]
+    allowed_env  = []
   }
 }

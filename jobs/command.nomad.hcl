@@ -1,6 +1,8 @@
 # Any server: the command runs verbatim with LLMGW_HOST, LLMGW_PORT,
 # LLMGW_MODEL and LLMGW_TENSOR_PARALLEL in its environment. Here the fake
-# engine that ships with llmgw (bin/fake-engine), which reads them.
+# engine that ships with llmgw (bin/fake-engine), which reads them. The
+# client's plugin config must allow the command:
+# allowed_commands = ["/opt/llmgw/bin/fake-engine"].
 job "fake" {
   group "engine" {
     network {

@@ -10,8 +10,8 @@ job "qwen-llamacpp" {
 
       config {
         engine  = "llamacpp"
-        model   = "/var/lib/llmgw/models/qwen2.5-0.5b-instruct-q4_k_m.gguf"
-        command = "/opt/llama.cpp/bin/llama-server" # optional: else engines.llamacpp or PATH
+        model   = "/var/lib/llmgw/models/qwen2.5-0.5b-instruct-q4_k_m.gguf" # readable by the engine's user
+        command = "/opt/llama.cpp/bin/llama-server" # optional: else engines.llamacpp or PATH; must be engines.llamacpp or in allowed_commands
         args    = ["-c", "8192", "--n-gpu-layers", "99"]
         port    = "http"
         ready {
