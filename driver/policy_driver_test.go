@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
@@ -269,5 +272,53 @@ ready_interval   = "100ms"
 	}
 	if got := insp.GetDriver().GetAttributes()["resource_limits"]; !strings.HasPrefix(got, "not enforced: cpu.weight=17") {
 		t.Errorf("inspect resource_limits %q", got)
+	}
+}
+
+// TestEngineCgroupInNomadPartition: when Nomad names a cgroup v2 path for
+// the task (a cgroup v2 client: nomad.slice/share.slice/<alloc>.<task>.scope),
+// the engine's cgroup goes in that partition, named for the invocation,
+// not under cgroup_parent; it is removed when the engine exits. Skipped
+// where no cgroup v2 hierarchy is writable.
+func TestEngineCgroupInNomadPartition(t *testing.T) {
+	parent, why := writableCgroup(t)
+	if parent == "" {
+		t.Skipf("no writable cgroup v2 hierarchy here: %s", why)
+	}
+	share := filepath.Join(parent, "share.slice")
+	if err := os.Mkdir(share, 0o755); err != nil {
+		t.Fatalf("create a stand-in for Nomad's share partition: %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(share) })
+	p := startPlugin(t, pluginBody)
+	tk := newTask(t, taskOpts{noGPU: true, body: `
+engine  = "command"
+command = "/bin/sh"
+args    = ["-c", "exec sleep 3600"]
+port    = "%PORT%"
+ready { skip = true }
+`})
+	tk.cfg.Resources.LinuxResources = &driverpb.LinuxResources{
+		CpusetCgroup: filepath.Join(share, tk.cfg.GetAllocId()+"."+tk.cfg.GetName()+".scope"),
+	}
+	h := p.start(t, tk)
+	var st struct {
+		Cgroup string `json:"cgroup"`
+	}
+	if err := json.Unmarshal(h.GetDriverState(), &st); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(share, strings.ReplaceAll(tk.cfg.GetId(), "/", ".")+".scope")
+	if st.Cgroup != want {
+		t.Fatalf("engine cgroup %q, want %q (in Nomad's partition, one per invocation)", st.Cgroup, want)
+	}
+	if _, err := p.Driver.StopTask(ctxT(t, 30*time.Second), &driverpb.StopTaskRequest{TaskId: tk.cfg.GetId(), Timeout: durationpb.New(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Driver.DestroyTask(ctxT(t, 30*time.Second), &driverpb.DestroyTaskRequest{TaskId: tk.cfg.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(want); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("engine cgroup after destroy: %v", err)
 	}
 }
