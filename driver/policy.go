@@ -38,6 +38,14 @@ func (c *Config) validatePolicy() error {
 	if c.CgroupParent == "" && !c.NomadCgroup && c.ResourceLimits == LimitsEnforce {
 		return fmt.Errorf(`cgroup_parent: "" (and nomad_cgroup = false) gives engines no cgroup, so resource_limits = %q would refuse every task; set cgroup_parent, or resource_limits = %q`, LimitsEnforce, LimitsBestEffort)
 	}
+	for _, e := range engine.Engines() {
+		// An executable is a bare name (looked up on PATH) or absolute: a
+		// relative path would mean one file to the check and another
+		// from the task dir the engine starts in.
+		if x := c.Engines.Executable(e); strings.Contains(x, "/") && !filepath.IsAbs(x) {
+			return fmt.Errorf("engines.%s: %q is a relative path (give an absolute path, or a bare name looked up on PATH)", e, x)
+		}
+	}
 	for i, p := range c.AllowedCommands {
 		field := fmt.Sprintf("allowed_commands[%d]", i)
 		if !filepath.IsAbs(p) {

@@ -59,6 +59,7 @@ func TestBadPolicyConfig(t *testing.T) {
 		`env_denylist = ["LD_[*"]`:                                `env_denylist[0]: "LD_[*" is not a variable name or glob`,
 		`allowed_env = ["A=B"]`:                                   `allowed_env[0]`,
 		`allowed_users = [""]`:                                    `allowed_users[0]`,
+		`engines { vllm = "bin/vllm" }`:                           `engines.vllm: "bin/vllm" is a relative path`,
 		"default_user = \"\"":                                     `default_user: must name a user`,
 		"resource_limits = \"best_effort\"\ncgroup_parent = \"\"": "",
 	} {
