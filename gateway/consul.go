@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
 // ConsulSource discovers replicas in Consul: the catalog's services tagged
@@ -33,61 +36,66 @@ func (s *ConsulSource) Run(ctx context.Context, publish func(Snapshot)) error {
 		wait = DefaultConsulWait
 	}
 	list := func(ctx context.Context, emit func(catalog)) {
-		var idx uint64
-		var bo backoff
-		for ctx.Err() == nil {
-			start := time.Now()
-			q := (&consulapi.QueryOptions{WaitIndex: idx, WaitTime: wait}).WithContext(ctx)
-			svcs, meta, err := s.Client.Catalog().Services(q)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("list services", "error", err)
+		w := blockingquery.Watch[map[string][]string]{
+			Wait:      wait,
+			Backoff:   discoveryBackoff(),
+			Unchanged: true,
+			Fetch: consulFetch(func(q *consulapi.QueryOptions) (map[string][]string, *consulapi.QueryMeta, error) {
+				return s.Client.Catalog().Services(q)
+			}),
+			OnAnswer: func(svcs map[string][]string, _ uint64) {
+				cat := catalog{}
+				for name, tags := range svcs {
+					if slices.Contains(tags, ServiceTag) {
+						cat[name] = modelsFromTags(tags)
+					}
 				}
-				bo.wait(ctx)
-				continue
-			}
-			bo.reset()
-			cat := catalog{}
-			for name, tags := range svcs {
-				if slices.Contains(tags, ServiceTag) {
-					cat[name] = modelsFromTags(tags)
-				}
-			}
-			emit(cat)
-			prev := idx
-			idx = nextIndex(idx, meta.LastIndex)
-			sleep(ctx, gap(start, prev, idx))
+				emit(cat)
+			},
+			OnError: func(err error, _ time.Duration) { log.Warn("list services", "error", err) },
 		}
+		w.Run(ctx)
 	}
 	watch := func(ctx context.Context, name string, emit func([]Instance, bool)) {
-		var idx uint64
-		var bo backoff
-		for ctx.Err() == nil {
-			start := time.Now()
-			q := (&consulapi.QueryOptions{WaitIndex: idx, WaitTime: wait}).WithContext(ctx)
-			entries, meta, err := s.Client.Health().Service(name, ServiceTag, true, q)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("health of service", "service", name, "error", err)
-					emit(nil, false)
+		w := blockingquery.Watch[[]*consulapi.ServiceEntry]{
+			Wait:      wait,
+			Backoff:   discoveryBackoff(),
+			Unchanged: true,
+			Fetch: consulFetch(func(q *consulapi.QueryOptions) ([]*consulapi.ServiceEntry, *consulapi.QueryMeta, error) {
+				return s.Client.Health().Service(name, ServiceTag, true, q)
+			}),
+			OnAnswer: func(entries []*consulapi.ServiceEntry, _ uint64) {
+				insts := make([]Instance, 0, len(entries))
+				for _, e := range entries {
+					if in, ok := consulInstance(e); ok {
+						insts = append(insts, in)
+					}
 				}
-				bo.wait(ctx)
-				continue
-			}
-			bo.reset()
-			insts := make([]Instance, 0, len(entries))
-			for _, e := range entries {
-				if in, ok := consulInstance(e); ok {
-					insts = append(insts, in)
-				}
-			}
-			emit(insts, true)
-			prev := idx
-			idx = nextIndex(idx, meta.LastIndex)
-			sleep(ctx, gap(start, prev, idx))
+				emit(insts, true)
+			},
+			OnError: func(err error, _ time.Duration) {
+				log.Warn("health of service", "service", name, "error", err)
+				emit(nil, false)
+			},
 		}
+		w.Run(ctx)
 	}
 	return runDiscovery(ctx, log, list, watch, publish)
+}
+
+// consulFetch makes a blocking query's Fetch of a consul/api call: call
+// gets query options with the query's WaitIndex, WaitTime and context.
+func consulFetch[T any](call func(q *consulapi.QueryOptions) (T, *consulapi.QueryMeta, error)) blockingquery.Fetch[T] {
+	return func(ctx context.Context, q blockingquery.Query) (T, uint64, error) {
+		v, meta, err := call((&consulapi.QueryOptions{WaitIndex: q.Index, WaitTime: q.Wait}).WithContext(ctx))
+		if err != nil {
+			return v, 0, err
+		}
+		if meta == nil {
+			return v, 0, errors.New("consul answered without query meta")
+		}
+		return v, meta.LastIndex, nil
+	}
 }
 
 // consulInstance reads one health entry: the service's address, else the
@@ -152,7 +160,7 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 			DeregisterCriticalServiceAfter: time.Minute.String(),
 		},
 	}
-	var bo backoff
+	bo := discoveryBackoff()
 	registered := false
 	for {
 		err := c.Agent().ServiceRegisterOpts(reg, consulapi.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
@@ -164,7 +172,7 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 			break
 		}
 		log.Warn("register in consul", "service", GatewayServiceName, "id", r.ID, "error", err)
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			break
 		}
 	}

@@ -7,17 +7,15 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
-// Discovery timing shared by the Consul and Nomad sources.
-const (
-	defaultBlockingWait = 5 * time.Minute
-	// minQueryGap spaces blocking queries that came back without a change,
-	// so a registry that answers at once cannot make a loop spin.
-	minQueryGap  = 50 * time.Millisecond
-	backoffFirst = 500 * time.Millisecond
-	backoffMost  = 30 * time.Second
-)
+// discoveryBackoff spaces the Consul and Nomad sources' queries, and the
+// Consul registration's tries, after failures: 500ms doubling to 30s.
+func discoveryBackoff() blockingquery.Backoff {
+	return blockingquery.Backoff{First: 500 * time.Millisecond, Max: 30 * time.Second}
+}
 
 // catalog maps a watched service's key to the models its tags name.
 type catalog map[string][]string
@@ -156,50 +154,4 @@ func merge(cat catalog, watchers map[string]*watcher) Snapshot {
 		}
 	}
 	return s
-}
-
-// backoff sleeps before the next try after a failure: doubling from
-// backoffFirst to backoffMost. It returns false when ctx ended.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) wait(ctx context.Context) bool {
-	b.d = min(max(2*b.d, backoffFirst), backoffMost)
-	return sleep(ctx, b.d)
-}
-
-func (b *backoff) reset() { b.d = 0 }
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// nextIndex is the index for the next blocking query after one answered
-// got, as Consul and Nomad ask clients to do: an index that went backwards
-// (a registry restored or a leader change) starts over with a plain read,
-// and 0 is never waited on.
-func nextIndex(prev, got uint64) uint64 {
-	switch {
-	case got < prev:
-		return 0
-	case got == 0:
-		return 1
-	}
-	return got
-}
-
-// gap returns how long to wait before the next query after one that
-// started at start and answered index got for prev: nothing when the index
-// moved, else what remains of minQueryGap.
-func gap(start time.Time, prev, got uint64) time.Duration {
-	if got != prev {
-		return 0
-	}
-	return minQueryGap - time.Since(start)
 }

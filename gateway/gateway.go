@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
 // Defaults of Options.
@@ -32,7 +34,7 @@ const (
 	DefaultCheckInterval         = 5 * time.Second
 	DefaultCheckTimeout          = 2 * time.Second
 	DefaultCheckParallelism      = 8
-	DefaultConsulWait            = defaultBlockingWait
+	DefaultConsulWait            = blockingquery.DefaultWait
 	DefaultRegisterCheckInterval = 10 * time.Second
 )
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
 // Nomad check statuses (Nomad's structs.CheckSuccess and friends).
@@ -79,33 +81,27 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	}
 	slots := make(chan struct{}, parallelism) // one token per check read in flight
 	list := func(ctx context.Context, emit func(catalog)) {
-		var idx uint64
-		var bo backoff
-		for ctx.Err() == nil {
-			start := time.Now()
-			q := (&nomadapi.QueryOptions{Namespace: ns, WaitIndex: idx, WaitTime: defaultBlockingWait}).WithContext(ctx)
-			stubs, meta, err := s.Client.Services().List(q)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("list services", "error", err)
-				}
-				bo.wait(ctx)
-				continue
-			}
-			bo.reset()
-			cat := catalog{}
-			for _, nsStubs := range stubs {
-				for _, svc := range nsStubs.Services {
-					if slices.Contains(svc.Tags, ServiceTag) {
-						cat[nsStubs.Namespace+"/"+svc.ServiceName] = modelsFromTags(svc.Tags)
+		w := blockingquery.Watch[[]*nomadapi.ServiceRegistrationListStub]{
+			Backoff:   discoveryBackoff(),
+			Unchanged: true,
+			Fetch: blockingquery.Nomad(func(q *nomadapi.QueryOptions) ([]*nomadapi.ServiceRegistrationListStub, *nomadapi.QueryMeta, error) {
+				q.Namespace = ns
+				return s.Client.Services().List(q)
+			}),
+			OnAnswer: func(stubs []*nomadapi.ServiceRegistrationListStub, _ uint64) {
+				cat := catalog{}
+				for _, nsStubs := range stubs {
+					for _, svc := range nsStubs.Services {
+						if slices.Contains(svc.Tags, ServiceTag) {
+							cat[nsStubs.Namespace+"/"+svc.ServiceName] = modelsFromTags(svc.Tags)
+						}
 					}
 				}
-			}
-			emit(cat)
-			prev := idx
-			idx = nextIndex(idx, meta.LastIndex)
-			sleep(ctx, gap(start, prev, idx))
+				emit(cat)
+			},
+			OnError: func(err error, _ time.Duration) { log.Warn("list services", "error", err) },
 		}
+		w.Run(ctx)
 	}
 	watch := func(ctx context.Context, key string, emit func([]Instance, bool)) {
 		svcNS, name, _ := strings.Cut(key, "/")
@@ -121,34 +117,28 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 			ok   bool
 		}
 		fetches := make(chan fetch)
-		wg.Go(func() {
-			var idx uint64
-			var bo backoff
-			for ctx.Err() == nil {
-				start := time.Now()
-				q := (&nomadapi.QueryOptions{Namespace: svcNS, WaitIndex: idx, WaitTime: interval}).WithContext(ctx)
-				regs, meta, err := s.Client.Services().Get(name, q)
-				if err != nil {
-					if ctx.Err() == nil {
-						log.Warn("registrations of service", "service", name, "namespace", svcNS, "error", err)
-						select {
-						case fetches <- fetch{}:
-						case <-ctx.Done():
-						}
-					}
-					bo.wait(ctx)
-					continue
-				}
-				bo.reset()
-				select {
-				case fetches <- fetch{regs: regs, ok: true}:
-				case <-ctx.Done():
-					return
-				}
-				prev := idx
-				idx = nextIndex(idx, meta.LastIndex)
-				sleep(ctx, gap(start, prev, idx))
+		send := func(f fetch) {
+			select {
+			case fetches <- f:
+			case <-ctx.Done():
 			}
+		}
+		wg.Go(func() {
+			w := blockingquery.Watch[[]*nomadapi.ServiceRegistration]{
+				Wait:      interval,
+				Backoff:   discoveryBackoff(),
+				Unchanged: true, // every answer rereads the checks
+				Fetch: blockingquery.Nomad(func(q *nomadapi.QueryOptions) ([]*nomadapi.ServiceRegistration, *nomadapi.QueryMeta, error) {
+					q.Namespace = svcNS
+					return s.Client.Services().Get(name, q)
+				}),
+				OnAnswer: func(regs []*nomadapi.ServiceRegistration, _ uint64) { send(fetch{regs: regs, ok: true}) },
+				OnError: func(err error, _ time.Duration) {
+					log.Warn("registrations of service", "service", name, "namespace", svcNS, "error", err)
+					send(fetch{})
+				},
+			}
+			w.Run(ctx)
 		})
 
 		// Only this goroutine touches the maps; reads report on results.
