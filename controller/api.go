@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controller/ui"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
 
@@ -49,16 +50,8 @@ type APIError struct {
 	Hint string `json:"hint,omitempty"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
 func writeErr(w http.ResponseWriter, status int, msg, hint string) {
-	writeJSON(w, status, APIError{Error: msg, Hint: hint})
+	httpjson.WriteIndented(w, status, APIError{Error: msg, Hint: hint})
 }
 
 func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -82,7 +75,7 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		body["config_error"] = err.Error()
 	}
-	writeJSON(w, status, body)
+	httpjson.WriteIndented(w, status, body)
 }
 
 func (c *Controller) currentView() View {
@@ -102,7 +95,7 @@ func (c *Controller) listReplicas(w http.ResponseWriter, r *http.Request) {
 			out = append(out, rv)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
 // ReplicaDetail is one replica with its explanation.
@@ -149,7 +142,7 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 	if found.JobID != "" && found.State != "serving" && found.State != "starting" {
 		d.Nomad = c.nomadReasons(r.Context(), found.JobID)
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpjson.WriteIndented(w, http.StatusOK, d)
 }
 
 // nomadReasons reads why Nomad could not place a job's groups.
@@ -195,7 +188,7 @@ func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 	} else {
 		out = append(out, v.Nodes...)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
 // FacilityView is the facility's budgets, holds and draw.
@@ -209,7 +202,7 @@ func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {
 	c.mu.RLock()
 	hr := c.facility.Headroom
 	c.mu.RUnlock()
-	writeJSON(w, http.StatusOK, FacilityView{Headroom: hr, Domains: append([]DomainView{}, v.Domains...)})
+	httpjson.WriteIndented(w, http.StatusOK, FacilityView{Headroom: hr, Domains: append([]DomainView{}, v.Domains...)})
 }
 
 // CatalogView is the catalog in force and the state of the last reload.
@@ -228,7 +221,7 @@ func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		cv.Error = err.Error()
 	}
-	writeJSON(w, http.StatusOK, cv)
+	httpjson.WriteIndented(w, http.StatusOK, cv)
 }
 
 // HoldRequest is the body of PUT /v1/facility/holds/{domain}.
@@ -261,7 +254,7 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("hold set", "domain", h.Domain, "reason", h.Reason, "drain", h.Drain)
 	c.kick()
-	writeJSON(w, http.StatusOK, h)
+	httpjson.WriteIndented(w, http.StatusOK, h)
 }
 
 func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +284,7 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("hold released", "domain", d.String())
 	c.kick()
-	writeJSON(w, http.StatusOK, map[string]string{"released": d.String()})
+	httpjson.WriteIndented(w, http.StatusOK, map[string]string{"released": d.String()})
 }
 
 // ReloadRequest is the body of POST /v1/reload.
@@ -330,7 +323,7 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 	c.mu.RLock()
 	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
 	c.mu.RUnlock()
-	writeJSON(w, http.StatusOK, cv)
+	httpjson.WriteIndented(w, http.StatusOK, cv)
 }
 
 // LabelsRequest is the body of PUT /v1/nodes/{node}/labels: location
@@ -395,7 +388,7 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset)
-	writeJSON(w, http.StatusOK, map[string]any{"node": name, "set": req.Set, "unset": req.Unset})
+	httpjson.WriteIndented(w, http.StatusOK, map[string]any{"node": name, "set": req.Set, "unset": req.Unset})
 }
 
 func (c *Controller) nodeID(name string) (string, []string) {

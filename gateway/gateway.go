@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/internal/blockingquery"
+	"github.com/llmgw/llmgw/internal/httpjson"
 )
 
 // Defaults of Options.
@@ -268,7 +269,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	for _, m := range t.served {
 		list.Data = append(list.Data, card{ID: m, Object: "model", Created: g.started, OwnedBy: "llmgw", Replicas: len(t.pools[m].eps)})
 	}
-	writeJSON(w, http.StatusOK, list)
+	httpjson.Write(w, http.StatusOK, list)
 }
 
 // health answers /healthz: 200 once discovery has published, 503 before.

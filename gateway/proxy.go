@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmgw/llmgw/internal/httpjson"
 )
 
 // ReplicaHeader names the replica that answered, on every proxied response.
@@ -331,17 +332,5 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 	if param != "" {
 		e.Error.Param = &param
 	}
-	writeJSON(w, status, e)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	httpjson.Write(w, status, e)
 }
