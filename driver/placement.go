@@ -132,6 +132,8 @@ func lookPath(name, pathEnv string) (string, error) {
 	return "", fmt.Errorf("executable %q not found on PATH (%s)", name, pathEnv)
 }
 
+// isExecutable says why p cannot be run: it does not exist, is a
+// directory, or has no execute bit (the rule exec.LookPath applies).
 func isExecutable(p string) error {
 	fi, err := os.Stat(p)
 	if err != nil {

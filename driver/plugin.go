@@ -64,8 +64,21 @@ type Plugin struct {
 	gpu    *gpuMeter
 }
 
-// New returns the driver. exe is the path of the plugin binary itself;
-// background work lives as long as ctx.
+// LeanSupervisor returns the lean supervisor installed beside the driver
+// binary self (llmgw-supervisor, whose process holds ~2 MiB instead of the
+// driver's gRPC and NVML code), or why it cannot be run there: then the
+// driver supervises tasks with self, re-executed in supervisor mode.
+func LeanSupervisor(self string) (string, error) {
+	p := filepath.Join(filepath.Dir(self), "llmgw-supervisor")
+	if err := isExecutable(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// New returns the driver. exe is what each task's supervisor runs: the
+// lean supervisor (LeanSupervisor) or the plugin binary itself; background
+// work lives as long as ctx.
 func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe, now: time.Now,

@@ -14,7 +14,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/supervisor"
@@ -38,22 +37,15 @@ func main() {
 		log.Error("cannot find own executable (needed to start task supervisors)", "error", err)
 		os.Exit(1)
 	}
-	// The lean supervisor beside this binary, when installed: each task's
-	// supervisor then holds ~2 MiB instead of this binary's gRPC and NVML
-	// code.
-	if lean := filepath.Join(filepath.Dir(exe), "llmgw-supervisor"); isExecutable(lean) {
+	// The lean supervisor beside this binary, when installed.
+	if lean, err := driver.LeanSupervisor(exe); err == nil {
 		exe = lean
 	} else {
-		log.Info("llmgw-supervisor not installed beside the driver; tasks are supervised by the driver binary itself", "looked_for", lean)
+		log.Info("llmgw-supervisor not installed beside the driver; tasks are supervised by the driver binary itself", "reason", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := driver.New(ctx, log, version.Version, exe)
 	defer p.Close()
 	nomadplugin.ServeDriver(p, p, log)
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
