@@ -1,11 +1,8 @@
 package driver
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -142,34 +139,6 @@ func (u usage) proto() *driverpb.TaskResourceUsage {
 	}
 }
 
-var (
-	bootOnce sync.Once
-	bootAt   time.Time
-	bootErr  error
-)
-
-// bootTime reads btime from /proc/stat: process start times count from it.
-func bootTime() (time.Time, error) {
-	bootOnce.Do(func() {
-		f, err := os.Open(procfs.Root + "/stat")
-		if err != nil {
-			bootErr = fmt.Errorf("read boot time: %w", err)
-			return
-		}
-		defer f.Close() //nolint:errcheck // read only
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "btime "); ok {
-				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err != nil {
-					bootErr = fmt.Errorf("parse btime %q: %w", v, err)
-					return
-				}
-				bootAt = time.Unix(n, 0)
-				return
-			}
-		}
-		bootErr = fmt.Errorf("no btime line in %s/stat", procfs.Root)
-	})
-	return bootAt, bootErr
-}
+// bootTime is when the system booted, read once: process start times
+// count from it.
+var bootTime = sync.OnceValues(procfs.BootTime)

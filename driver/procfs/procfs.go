@@ -1,15 +1,21 @@
-// Package procfs reads what the driver needs about processes from Linux's
-// /proc: identity (pid plus start time, which survives PID reuse checks),
-// liveness, process groups and trees, and CPU and memory use.
+// Package procfs is what the driver knows about processes, read from
+// Linux's /proc with github.com/prometheus/procfs: identity (pid plus start
+// time, which survives PID reuse checks), liveness, process groups and
+// trees, and CPU and memory use. The library parses the files; this package
+// keeps what it has no counterpart for: Ref and its liveness check, the
+// process tree walk, and the mapping of a vanished process (no pid
+// directory, or ESRCH while it is reaped) to ErrNoProcess.
 package procfs
 
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"io/fs"
+	"sync"
+	"syscall"
+	"time"
+
+	prom "github.com/prometheus/procfs"
 )
 
 // TicksPerSecond is USER_HZ, the unit of the CPU times in /proc/<pid>/stat;
@@ -36,81 +42,97 @@ type Stat struct {
 	RSSPages int64
 }
 
-// Root is the proc file system's mount point; tests may point it elsewhere.
-var Root = "/proc"
+// FS is one proc file system.
+type FS struct {
+	fs   prom.FS
+	root string
+}
+
+// NewFS opens the proc file system mounted at root.
+func NewFS(root string) (FS, error) {
+	f, err := prom.NewFS(root)
+	if err != nil {
+		return FS{}, fmt.Errorf("proc file system at %s: %w", root, err)
+	}
+	return FS{fs: f, root: root}, nil
+}
+
+// system is /proc, opened once.
+var system = sync.OnceValues(func() (FS, error) { return NewFS(prom.DefaultMountPoint) })
 
 // ReadStat reads /proc/<pid>/stat.
 func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile(filepath.Join(Root, strconv.Itoa(pid), "stat"))
+	f, err := system()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, errESRCH) {
+		return Stat{}, err
+	}
+	return f.ReadStat(pid)
+}
+
+// All reads the stat of every process in /proc; see FS.All.
+func All() ([]Stat, error) {
+	f, err := system()
+	if err != nil {
+		return nil, err
+	}
+	return f.All()
+}
+
+// BootTime is when the system booted (btime in /proc/stat): process start
+// times count from it.
+func BootTime() (time.Time, error) {
+	f, err := system()
+	if err != nil {
+		return time.Time{}, err
+	}
+	st, err := f.fs.Stat()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read boot time from %s/stat: %w", f.root, err)
+	}
+	return time.Unix(int64(st.BootTime), 0), nil
+}
+
+// ReadStat reads <root>/<pid>/stat. A pid that names no process, or one
+// that is being reaped, is ErrNoProcess.
+func (f FS) ReadStat(pid int) (Stat, error) {
+	p, err := f.fs.Proc(pid)
+	var ps prom.ProcStat
+	if err == nil {
+		ps, err = p.Stat()
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return Stat{}, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 		}
 		return Stat{}, fmt.Errorf("read stat of pid %d: %w", pid, err)
 	}
-	return ParseStat(string(b))
+	if len(ps.State) != 1 {
+		return Stat{}, fmt.Errorf("stat of pid %d: state %q", pid, ps.State)
+	}
+	return Stat{
+		Pid: ps.PID, Comm: ps.Comm, State: ps.State[0],
+		PPid: ps.PPID, Pgrp: ps.PGRP, Session: ps.Session,
+		UTime: uint64(ps.UTime), STime: uint64(ps.STime),
+		StartTime: ps.Starttime, RSSPages: int64(ps.RSS),
+	}, nil
 }
 
-// ParseStat parses the contents of a /proc/<pid>/stat file. The command
-// name may hold spaces and parentheses, so fields are counted from the last
-// closing parenthesis.
-func ParseStat(s string) (Stat, error) {
-	open := strings.IndexByte(s, '(')
-	closing := strings.LastIndexByte(s, ')')
-	if open < 0 || closing < open {
-		return Stat{}, fmt.Errorf("parse stat: no command name in %q", truncate(s))
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(s[:open]))
+// All reads the stat of every process. Processes that end while it reads
+// are skipped.
+func (f FS) All() ([]Stat, error) {
+	procs, err := f.fs.AllProcs()
 	if err != nil {
-		return Stat{}, fmt.Errorf("parse stat: pid: %w", err)
+		return nil, fmt.Errorf("list %s: %w", f.root, err)
 	}
-	// Fields after the command: 3 state, 4 ppid, 5 pgrp, 6 session, …,
-	// 14 utime, 15 stime, …, 22 starttime, 23 vsize, 24 rss.
-	f := strings.Fields(s[closing+1:])
-	if len(f) < 22 {
-		return Stat{}, fmt.Errorf("parse stat: %d fields after the command name, want at least 22", len(f))
-	}
-	field := func(n int) string { return f[n-3] }
-	st := Stat{Pid: pid, Comm: s[open+1 : closing]}
-	if len(field(3)) != 1 {
-		return Stat{}, fmt.Errorf("parse stat: state %q", field(3))
-	}
-	st.State = field(3)[0]
-	ints := []struct {
-		n   int
-		dst *int
-	}{{4, &st.PPid}, {5, &st.Pgrp}, {6, &st.Session}}
-	for _, x := range ints {
-		v, err := strconv.Atoi(field(x.n))
+	out := make([]Stat, 0, len(procs))
+	for _, p := range procs {
+		st, err := f.ReadStat(p.PID)
 		if err != nil {
-			return Stat{}, fmt.Errorf("parse stat: field %d: %w", x.n, err)
+			continue
 		}
-		*x.dst = v
+		out = append(out, st)
 	}
-	uints := []struct {
-		n   int
-		dst *uint64
-	}{{14, &st.UTime}, {15, &st.STime}, {22, &st.StartTime}}
-	for _, x := range uints {
-		v, err := strconv.ParseUint(field(x.n), 10, 64)
-		if err != nil {
-			return Stat{}, fmt.Errorf("parse stat: field %d: %w", x.n, err)
-		}
-		*x.dst = v
-	}
-	rss, err := strconv.ParseInt(field(24), 10, 64)
-	if err != nil {
-		return Stat{}, fmt.Errorf("parse stat: field 24: %w", err)
-	}
-	st.RSSPages = rss
-	return st, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
+	return out, nil
 }
 
 // StartTime returns the start time of pid (field 22 of its stat file).
@@ -148,28 +170,6 @@ func (r Ref) Alive() bool {
 		return false
 	}
 	return st.StartTime == r.StartTime && st.State != 'Z' && st.State != 'X'
-}
-
-// All reads the stat of every process. Processes that end while it reads
-// are skipped.
-func All() ([]Stat, error) {
-	entries, err := os.ReadDir(Root)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", Root, err)
-	}
-	out := make([]Stat, 0, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := ReadStat(pid)
-		if err != nil {
-			continue
-		}
-		out = append(out, st)
-	}
-	return out, nil
 }
 
 // Tree returns the processes of a task: root, every descendant of root,
