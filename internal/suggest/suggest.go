@@ -6,10 +6,14 @@ package suggest
 import (
 	"slices"
 	"strings"
+
+	"github.com/agext/levenshtein"
 )
 
 // Hint returns "did you mean a, b, c?" with up to three of names nearest
-// to s by edit distance (ties by name), or "" when none is near enough.
+// to s by edit distance (Levenshtein, in characters; ties by name), or ""
+// when none is near enough: within 3 edits, or half of s's length when
+// that is more.
 func Hint(s string, names []string) string {
 	type cand struct {
 		name string
@@ -17,7 +21,7 @@ func Hint(s string, names []string) string {
 	}
 	cs := make([]cand, 0, len(names))
 	for _, n := range names {
-		cs = append(cs, cand{n, Distance(s, n)})
+		cs = append(cs, cand{n, levenshtein.Distance(s, n, nil)})
 	}
 	slices.SortFunc(cs, func(a, b cand) int {
 		if a.d != b.d {
@@ -35,25 +39,4 @@ func Hint(s string, names []string) string {
 		return ""
 	}
 	return "did you mean " + strings.Join(out, ", ") + "?"
-}
-
-// Distance is the Levenshtein distance between a and b, in bytes.
-func Distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

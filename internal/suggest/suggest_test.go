@@ -13,7 +13,14 @@ func TestHint(t *testing.T) {
 			t.Errorf("Hint(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	if d := Distance("kitten", "sitting"); d != 3 {
-		t.Errorf("Distance(kitten, sitting) = %d, want 3", d)
+	// kitten → sitting is 3 edits, the threshold for a 6-letter name;
+	// one more is past it.
+	for _, tc := range []struct{ in, name, want string }{
+		{"kitten", "sitting", "did you mean sitting?"},
+		{"kitten", "sittings", ""},
+	} {
+		if got := Hint(tc.in, []string{tc.name}); got != tc.want {
+			t.Errorf("Hint(%q, [%q]) = %q, want %q", tc.in, tc.name, got, tc.want)
+		}
 	}
 }
