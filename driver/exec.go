@@ -112,17 +112,8 @@ func (p *Plugin) ExecTask(ctx context.Context, req *driverpb.ExecTaskRequest) (*
 	if err := cmd.Start(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "exec %q: %v", req.GetCommand()[0], err)
 	}
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		_ = cmd.Wait()
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-waited
-		return nil, status.Errorf(codes.DeadlineExceeded, "exec %q: %v (killed)", req.GetCommand()[0], ctx.Err())
+	if err := waitOrKill(ctx, cmd); err != nil {
+		return nil, status.Errorf(codes.DeadlineExceeded, "exec %q: %v (killed)", req.GetCommand()[0], err)
 	}
 	return &driverpb.ExecTaskResponse{
 		Stdout: stdout.Bytes(),
@@ -262,17 +253,8 @@ func (p *Plugin) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		}
 	}()
 
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		_ = cmd.Wait()
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-waited
-		return ctx.Err()
+	if err := waitOrKill(ctx, cmd); err != nil {
+		return err
 	}
 	drained := make(chan struct{})
 	go func() {
@@ -286,4 +268,22 @@ func (p *Plugin) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		<-drained
 	}
 	return send(&driverpb.ExecTaskStreamingResponse{Exited: true, Result: exitResultOf(cmd.ProcessState)})
+}
+
+// waitOrKill waits for cmd to exit. When ctx ends first it kills cmd's
+// process group, waits for it, and returns ctx's error.
+func waitOrKill(ctx context.Context, cmd *exec.Cmd) error {
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		_ = cmd.Wait()
+	}()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-waited
+		return ctx.Err()
+	}
 }
