@@ -202,8 +202,8 @@ func TestGatewayOverRealConsul(t *testing.T) {
 	// While the replicas serve, their registrations stay as they are and
 	// the gateway keeps listing all of them: watched for longer than a
 	// Nomad client's 30s sync with its agent (which removes services it
-	// does not own), and until the controller has everything serving (the
-	// deployments' 30s min_healthy_time), before the catalog changes.
+	// does not own), and until the controller has everything serving
+	// (every replica's check passing), before the catalog changes.
 	first := consulRegistrations(t, cons)
 	watched, dips, polls := time.Now(), 0, 0
 	nomadtest.Eventually(t, 3*time.Minute, func() (bool, string) {

@@ -133,8 +133,19 @@ func freeAddr(t *testing.T) string {
 // waits for it to end; the test's cleanup stops it too.
 func runController(t *testing.T, cfg config.Config, name string) (*controller.Controller, string, func()) {
 	t.Helper()
+	return runControllerWith(t, cfg, name, nil)
+}
+
+// runControllerWith is runController with mod (when not nil) changing the
+// controller's options first.
+func runControllerWith(t *testing.T, cfg config.Config, name string, mod func(*controller.Options)) (*controller.Controller, string, func()) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second})
+	opts := controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second}
+	if mod != nil {
+		mod(&opts)
+	}
+	c, err := controller.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

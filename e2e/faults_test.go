@@ -1,14 +1,22 @@
 package e2e
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
@@ -286,4 +294,155 @@ func TestControllerNodeLossWaitsForLostAfter(t *testing.T) {
 	if acted.Before(disconnectedAt.Add(lostAfter - time.Second)) {
 		t.Errorf("the controller re-registered the replica at %s, before lost_after had passed since %s", acted.Format(time.RFC3339Nano), disconnectedAt.Format(time.RFC3339))
 	}
+}
+
+// holdFirstRegistration is a transport that runs before once, ahead of
+// the first job registration (PUT /v1/jobs) it carries; err is what
+// before returned.
+type holdFirstRegistration struct {
+	base   http.RoundTripper
+	before func() error
+
+	once sync.Once
+	mu   sync.Mutex
+	err  error
+}
+
+func (h *holdFirstRegistration) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && r.URL.Path == "/v1/jobs" {
+		h.once.Do(func() {
+			err := h.before()
+			h.mu.Lock()
+			h.err = err
+			h.mu.Unlock()
+		})
+	}
+	return h.base.RoundTrip(r)
+}
+
+func (h *holdFirstRegistration) failed() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// When Nomad cannot place a job the controller placed (every GPU of the
+// node turned unhealthy between the decision and the registration), the
+// replica is pending and its detail carries Nomad's own reasons, read from
+// the job's evaluations. This is the real-Nomad side of the controller's
+// TestNomadReasonsInExplain, whose fake reports the metric this test finds
+// Nomad 2.0.5 computing: one node evaluated, filtered for missing devices.
+func TestControllerNomadReasonsInExplain(t *testing.T) {
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
+	engine := plugintest.Build(t, fakeEnginePkg)
+	events := filepath.Join(t.TempDir(), "gpu-1.events")
+	if err := os.WriteFile(events, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := nomadtest.Start(t, gpuClient("gpu-1", "k1", "p1", plugins, engine, fmt.Sprintf("      events_file = %q\n", events)))
+	nodeID := c.NodeID("gpu-1")
+	unhealthy := func() (bad, all int, err error) {
+		n, _, err := c.API.Nodes().Info(nodeID, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		g := h200Group(n)
+		if g == nil {
+			return 0, 0, errors.New("no H200 group yet")
+		}
+		for _, in := range g.Instances {
+			if !in.Healthy {
+				bad++
+			}
+		}
+		return bad, len(g.Instances), nil
+	}
+	var gpus []string
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		n, _, err := c.API.Nodes().Info(nodeID, nil)
+		if err != nil || h200Group(n) == nil {
+			return false, "waiting for the GPUs"
+		}
+		gpus = nil
+		for _, in := range h200Group(n).Instances {
+			gpus = append(gpus, in.ID)
+		}
+		return true, ""
+	})
+
+	// The controller's first registration waits until Nomad shows every
+	// GPU unhealthy (a fatal XID each): its decision, made before, is
+	// stale when Nomad evaluates the job.
+	hold := &holdFirstRegistration{base: http.DefaultTransport, before: func() error {
+		var lines strings.Builder
+		for _, g := range gpus {
+			lines.WriteString(g + " xid 79\n")
+		}
+		f, err := os.OpenFile(events, os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = f.WriteString(lines.String())
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			return err
+		}
+		// Within the controller's write deadline (30s): the Nomad client
+		// batches node updates for 5-10s.
+		deadline := time.Now().Add(25 * time.Second)
+		for time.Now().Before(deadline) {
+			if bad, all, err := unhealthy(); err == nil && bad == all {
+				return nil
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		bad, all, err := unhealthy()
+		if err != nil {
+			return fmt.Errorf("after 25s the node does not read: %w", err)
+		}
+		return fmt.Errorf("after 25s Nomad shows %d of %d GPUs unhealthy", bad, all)
+	}}
+	client, err := api.NewClient(&api.Config{Address: c.Server.Addr(), HttpClient: &http.Client{Transport: hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	cfg := controllerFiles(t, c.Server.Addr(), engine, oneBeta, `headroom = 0`)
+	_, base, _ := runControllerWith(t, cfg, "ctl-1", func(o *controller.Options) {
+		o.Nomad = client
+		o.LockTTL = time.Minute // the held write must end inside the lease
+	})
+
+	want := []controller.NomadReason{{Group: render.GroupName(0), NodesEvaluated: 1, NodesFiltered: 1,
+		ConstraintFiltered: map[string]int{"missing devices": 1}}}
+	var d controller.ReplicaDetail
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		if err := hold.failed(); err != nil {
+			t.Fatalf("holding the registration: %v", err)
+		}
+		resp, err := http.Get(base + "/v1/replicas/beta-0")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		d = controller.ReplicaDetail{}
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
+			return false, fmt.Sprintf("GET beta-0: %s %v", resp.Status, err)
+		}
+		return d.JobID != "" && d.Nomad != nil, fmt.Sprintf("beta-0 is %s (job %q), Nomad's reasons %+v", d.State, d.JobID, d.Nomad)
+	})
+	if d.State != "pending" {
+		t.Errorf("beta-0 is %s, want pending", d.State)
+	}
+	if diff := cmp.Diff(want, d.Nomad); diff != "" {
+		t.Errorf("Nomad's reasons in beta-0's detail (-want +got):\n%s", diff)
+	}
+	allocs, _, err := c.API.Jobs().Allocations(d.JobID, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(allocs) != 0 {
+		t.Errorf("Nomad placed %d allocations of %s on unhealthy GPUs", len(allocs), d.JobID)
+	}
+	t.Logf("beta-0 (%s) %s; Nomad's reasons %+v", d.JobID, d.State, d.Nomad)
 }

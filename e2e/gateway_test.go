@@ -135,8 +135,8 @@ func TestGatewayOverRealNomad(t *testing.T) {
 		t.Errorf("unknown model: %d %s, want 404 {error: {message, type invalid_request_error, param model, code model_not_found}}", r.status, r.body)
 	}
 
-	// The controller gets everything serving (the deployments' 30s
-	// min_healthy_time) before the catalog changes under it.
+	// The controller gets everything serving (every replica's check
+	// passing) before the catalog changes under it.
 	waitServing(t, base, 2*time.Minute)
 
 	// alpha drops to one replica: the controller stops alpha-1's job, and
