@@ -186,18 +186,20 @@ func TestAdoptsMultiNodeReplicaFromAllShardsInAnyOrder(t *testing.T) {
 	e.serveAll()
 	beta := bySlot(e.liveJobs())["beta-0"][0]
 
-	// Shard 1's allocation fails and Nomad replaces it on the same node.
+	// Shard 1's allocation fails and Nomad's rescheduler replaces it on
+	// the same node (the node its group is pinned to).
 	var failed string
 	for _, a := range e.fake.Allocations(beta.ID) {
 		if a.TaskGroup == render.GroupName(1) {
 			failed = a.ID
 		}
 	}
-	e.fake.AutoReschedule(true)
 	if err := e.fake.SetAllocStatus(failed, api.AllocClientStatusFailed, false); err != nil {
 		t.Fatal(err)
 	}
-	e.fake.AutoReschedule(false)
+	if _, err := e.fake.Reschedule(failed); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(e.fake.Allocations(beta.ID)); n != 3 {
 		t.Fatalf("beta has %d allocations, want 3 (two shards, one replaced)", n)
 	}
@@ -610,9 +612,13 @@ budget "pdu=p2" { watts = 1000 }
 
 // When Nomad cannot place a job the facility placed (its GPUs went
 // unhealthy between the decision and the registration), the replica's
-// explain carries Nomad's own reasons.
+// explain carries Nomad's own reasons. The fake does not compute them:
+// it reports the metric set here, which is what Nomad 2.0.5 reports for
+// this case (e2e TestControllerNomadReasonsInExplain).
 func TestNomadReasonsInExplain(t *testing.T) {
 	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
+	e.fake.SetPlacementFailureMetric(api.AllocationMetric{NodesEvaluated: 1, NodesFiltered: 1,
+		ConstraintFiltered: map[string]int{"missing devices": 1}})
 	e.fake.Hook(func(r *http.Request) {
 		if r.Method == http.MethodPut && r.URL.Path == "/v1/jobs" {
 			for i := range 2 {

@@ -16,7 +16,7 @@ import (
 // (desired stop) and cannot place it anywhere else (the group is pinned to
 // its node). The next pass places the replica again, off that node, and
 // the new allocation serves once its check passes: not after
-// partial_deadline.
+// partial_deadline. On a real Nomad: e2e TestControllerNodeLossReplacesReplica.
 func TestNodeDownReplacesReplicaAtOnce(t *testing.T) {
 	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
 	e.holdLock()
@@ -54,7 +54,8 @@ func TestNodeDownReplacesReplicaAtOnce(t *testing.T) {
 // A node that stops answering is "down" for lost_after before its shards
 // count as failed: until then the replica is left where it is and the API
 // says why; once lost_after passes (the controller wakes itself for it),
-// the replica is placed elsewhere.
+// the replica is placed elsewhere. On a real Nomad: e2e
+// TestControllerNodeLossWaitsForLostAfter.
 func TestNodeDownWaitsForLostAfter(t *testing.T) {
 	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
 	e.cfg.Reconcile.LostAfter = time.Minute
@@ -119,7 +120,9 @@ func TestStartOnTruncatedCatalogHoldsStops(t *testing.T) {
 }
 
 // A replica whose GPU turns unhealthy is moved off it, new copy first: the
-// old job keeps serving until the new one does, then it is stopped.
+// old job keeps serving until the new one does, then it is stopped. On a
+// real Nomad: e2e TestDeviceHealthInRealNomad (the GPU shows unhealthy),
+// TestChaos's gpu-fail (the replica moves off it).
 func TestUnhealthyGPUMovesReplicaNewCopyFirst(t *testing.T) {
 	e := newEnv(t, []nodeDef{{"a1", "r1", "p1", 2}, {"a2", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
 	e.holdLock()

@@ -424,13 +424,31 @@ func (e *env) caughtUp(c *Controller) (bool, string) {
 			!strings.HasPrefix(a.JobID, render.JobIDPrefix) {
 			continue
 		}
-		healthy := a.DeploymentStatus != nil && a.DeploymentStatus.Healthy != nil && *a.DeploymentStatus.Healthy
+		healthy, err := checksPassing(e.api, a.ID)
+		if err != nil {
+			return false, err.Error()
+		}
 		chk, ok := snap.checks[a.ID]
 		if !ok || chk.Passing != healthy {
 			return false, fmt.Sprintf("alloc %s checks: controller read %+v, fake healthy=%v", a.ID, chk, healthy)
 		}
 	}
 	return true, ""
+}
+
+// checksPassing reads an allocation's service checks as the controller
+// does and reports whether there is at least one and all pass.
+func checksPassing(client *api.Client, allocID string) (bool, error) {
+	st, err := client.Allocations().Checks(allocID, nil)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range st {
+		if r.Status != "success" {
+			return false, nil
+		}
+	}
+	return len(st) > 0, nil
 }
 
 // pass waits until the controller has observed everything in Nomad, then

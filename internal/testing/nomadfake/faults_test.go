@@ -57,7 +57,7 @@ func TestFailNextAfterApplyAndRetryIsIdempotent(t *testing.T) {
 	if _, _, err := c.Jobs().EnforceRegister(gpuJob("m-0", 1, 1), 0, nil); err == nil || !strings.Contains(err.Error(), "job already exists") {
 		t.Fatalf("retry: %v, want job already exists", err)
 	}
-	if got := len(jobAllocs(t, c, "m-0")); got != 1 {
+	if got := len(s.Allocations("m-0")); got != 1 {
 		t.Errorf("%d allocations, want 1", got)
 	}
 }

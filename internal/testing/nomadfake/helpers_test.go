@@ -20,24 +20,26 @@ func newFake(t *testing.T, opts ...nomadfake.Option) (*nomadfake.Server, *api.Cl
 	return s, s.Client(t)
 }
 
-// gpuJob is a service job shaped like the controller's: one group of count
-// shards, each with gpus H200s, driver llmgw, managed meta.
-func gpuJob(id string, count int, gpus uint64, constraints ...*api.Constraint) *api.Job {
+// gpuJob is gpuJobOn node n1.
+func gpuJob(id string, count int, gpus uint64) *api.Job { return gpuJobOn(id, "n1", count, gpus) }
+
+// gpuJobOn is a service job shaped like the controller's: one group of
+// count allocations pinned to node, each with gpus H200s, driver llmgw,
+// managed meta, a nomad service with a check.
+func gpuJobOn(id, node string, count int, gpus uint64) *api.Job {
 	j := api.NewServiceJob(id, id, "global", 50)
-	j.Datacenters = []string{"dc1"}
 	j.SetMeta("llmgw.managed", "true")
 	j.SetMeta("llmgw.replica", id)
 	tg := api.NewTaskGroup("engine", count)
-	tg.Networks = []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http", To: -1}}}}
+	tg.Constrain(api.NewConstraint("${node.unique.name}", "=", node))
+	tg.Services = []*api.Service{{Name: id, Provider: "nomad", PortLabel: "http",
+		Checks: []api.ServiceCheck{{Name: "ready", Type: "http", Path: "/health"}}}}
 	task := api.NewTask("engine", "llmgw")
 	task.Config = map[string]any{"engine": "vllm", "model": "m"}
 	if gpus > 0 {
 		task.Resources = &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu/" + h200, Count: new(gpus)}}}
 	}
 	tg.AddTask(task)
-	for _, c := range constraints {
-		tg.Constrain(c)
-	}
 	j.AddTaskGroup(tg)
 	return j
 }
@@ -84,21 +86,25 @@ func mustRegister(t *testing.T, c *api.Client, j *api.Job) *api.JobRegisterRespo
 	return resp
 }
 
-func jobAllocs(t *testing.T, c *api.Client, id string) []*api.AllocationListStub {
-	t.Helper()
-	as, _, err := c.Jobs().Allocations(id, true, nil)
-	if err != nil {
-		t.Fatalf("allocations of %s: %v", id, err)
-	}
-	return as
-}
-
-func liveAllocs(as []*api.AllocationListStub) []*api.AllocationListStub {
-	var out []*api.AllocationListStub
+// live lists the allocations the scheduler wants running that the client
+// has not ended.
+func live(as []*api.Allocation) []*api.Allocation {
+	var out []*api.Allocation
 	for _, a := range as {
 		if a.DesiredStatus == api.AllocDesiredStatusRun &&
 			(a.ClientStatus == api.AllocClientStatusPending || a.ClientStatus == api.AllocClientStatusRunning) {
 			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// devicesOf lists the device IDs an allocation holds.
+func devicesOf(a *api.Allocation) []string {
+	var out []string
+	for _, tr := range a.AllocatedResources.Tasks {
+		for _, d := range tr.Devices {
+			out = append(out, d.DeviceIDs...)
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -20,9 +21,6 @@ const (
 	jobStatusDead    = "dead"
 )
 
-// registerEnforceIndexErrPrefix is Nomad's structs.RegisterEnforceIndexErrPrefix.
-const registerEnforceIndexErrPrefix = api.RegisterEnforceIndexErrPrefix
-
 type jobRecord struct {
 	// job is the current version. The fake updates its Status and
 	// ModifyIndex in place; everything else changes only with a new version.
@@ -30,6 +28,9 @@ type jobRecord struct {
 	// snap is an immutable copy of the current version, which allocations
 	// placed from it point at.
 	snap *api.Job
+	// unplaced: the last evaluation left a group slot without an
+	// allocation (Nomad would hold a blocked evaluation for it).
+	unplaced bool
 }
 
 func (j *jobRecord) key() nsKey { return nsKey{*j.job.Namespace, *j.job.ID} }
@@ -46,18 +47,19 @@ func cloneJob(j *api.Job) *api.Job {
 	return &out
 }
 
-// enforceIndex is Nomad's (*structs.Job).EnforceIndex.
+// enforceIndex is Nomad's (*structs.Job).EnforceIndex, with its texts.
 func enforceIndex(existing *api.Job, index uint64) *httpError {
+	const prefix = api.RegisterEnforceIndexErrPrefix
 	if existing != nil {
 		if index == 0 {
-			return errorf(http.StatusInternalServerError, "%s 0: job already exists", registerEnforceIndexErrPrefix)
+			return errorf(http.StatusInternalServerError, "%s 0: job already exists", prefix)
 		}
 		if index != *existing.JobModifyIndex {
 			return errorf(http.StatusInternalServerError, "%s %d: job exists with conflicting job modify index: %d",
-				registerEnforceIndexErrPrefix, index, *existing.JobModifyIndex)
+				prefix, index, *existing.JobModifyIndex)
 		}
 	} else if index != 0 {
-		return errorf(http.StatusInternalServerError, "%s %d: job does not exist", registerEnforceIndexErrPrefix, index)
+		return errorf(http.StatusInternalServerError, "%s %d: job does not exist", prefix, index)
 	}
 	return nil
 }
@@ -65,10 +67,7 @@ func enforceIndex(existing *api.Job, index uint64) *httpError {
 // specChanged is Nomad's (*structs.Job).SpecChanged: everything but the
 // server-set fields is compared.
 func specChanged(old, updated *api.Job) bool {
-	if old == nil {
-		return true
-	}
-	return !bytes.Equal(specJSON(old), specJSON(updated))
+	return old == nil || !bytes.Equal(specJSON(old), specJSON(updated))
 }
 
 func specJSON(j *api.Job) []byte {
@@ -92,44 +91,23 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleJob(w http.ResponseWriter, r *http.Request, rest string) {
-	suffix := func(sfx string) (string, bool) {
-		if strings.HasSuffix(rest, sfx) {
-			return strings.TrimSuffix(rest, sfx), true
-		}
-		return "", false
-	}
-	if id, ok := suffix("/allocations"); ok {
-		s.jobAllocations(w, r, id)
-		return
-	}
-	if id, ok := suffix("/evaluations"); ok {
+	if id, ok := strings.CutSuffix(rest, "/evaluations"); ok {
 		s.jobEvaluations(w, r, id)
 		return
 	}
-	if id, ok := suffix("/evaluate"); ok {
-		s.jobEvaluate(w, r, id)
+	if strings.Contains(rest, "/") {
+		notFaked(w, r)
 		return
-	}
-	if id, ok := suffix("/summary"); ok {
-		s.jobSummary(w, r, id)
-		return
-	}
-	for _, sfx := range []string{"/periodic/force", "/plan", "/dispatch", "/versions", "/revert",
-		"/deployments", "/deployment", "/stable", "/scale", "/services", "/submission", "/actions", "/action", "/tag"} {
-		if strings.HasSuffix(rest, sfx) {
-			notFaked(w, r)
-			return
-		}
 	}
 	switch r.Method {
 	case http.MethodGet:
 		s.jobInfo(w, r, rest)
 	case http.MethodPut, http.MethodPost:
 		s.jobRegister(w, r, rest)
-	case http.MethodDelete:
-		s.jobDeregister(w, r, rest)
 	default:
-		methodNotAllowed(w)
+		// DELETE (deregister, purge) included: the controller stops a job
+		// by registering it with Stop set.
+		notFaked(w, r)
 	}
 }
 
@@ -168,7 +146,7 @@ func (s *Server) jobRegister(w http.ResponseWriter, r *http.Request, urlID strin
 	}
 	writeJSON(w, http.StatusOK, res.Index, map[string]any{
 		"EvalID":          res.EvalID,
-		"EvalCreateIndex": res.EvalCreateIndex,
+		"EvalCreateIndex": res.Index,
 		"JobModifyIndex":  res.JobModifyIndex,
 		"Warnings":        "",
 		"Index":           res.Index,
@@ -177,8 +155,9 @@ func (s *Server) jobRegister(w http.ResponseWriter, r *http.Request, urlID strin
 	})
 }
 
-// prepareJob does what Nomad's HTTP agent and admission controllers do to a
-// submitted job: namespace, Canonicalize, server defaults, validation.
+// prepareJob does what Nomad's HTTP agent does to a submitted job
+// (namespace, Canonicalize, the servers' node pool and datacenter
+// defaults), then checks what the fake can place.
 func prepareJob(job *api.Job, ns string) *httpError {
 	if ns == "" && job.Namespace != nil && *job.Namespace != "" {
 		ns = *job.Namespace
@@ -197,9 +176,60 @@ func prepareJob(job *api.Job, ns string) *httpError {
 	return validateJob(job)
 }
 
+// validateJob keeps Nomad's validation errors the controller could meet,
+// and refuses, with 501, what the fake cannot place: jobs other than
+// service jobs, and groups not pinned to one node.
+func validateJob(j *api.Job) *httpError {
+	if *j.Type != api.JobTypeService {
+		return errorf(http.StatusNotImplemented, "nomadfake: job type %q is not faked", *j.Type)
+	}
+	var errs []string
+	if *j.ID == "" {
+		errs = append(errs, "Missing job ID")
+	} else if strings.Contains(*j.ID, " ") {
+		errs = append(errs, "Job ID contains a space")
+	}
+	if len(j.TaskGroups) == 0 {
+		errs = append(errs, "Missing job task groups")
+	}
+	seen := map[string]bool{}
+	for _, tg := range j.TaskGroups {
+		name := *tg.Name
+		if seen[name] {
+			errs = append(errs, fmt.Sprintf("Job task group %q redefined", name))
+		}
+		seen[name] = true
+		if *tg.Count < 0 {
+			errs = append(errs, fmt.Sprintf("Task group %q count can't be negative", name))
+		}
+		if len(tg.Tasks) == 0 {
+			errs = append(errs, fmt.Sprintf("Missing tasks for task group %q", name))
+		}
+		for _, t := range tg.Tasks {
+			if t.Driver == "" {
+				errs = append(errs, fmt.Sprintf("Task %q: Missing task driver", t.Name))
+			}
+		}
+		if pinnedNode(tg) == "" {
+			return errorf(http.StatusNotImplemented,
+				"nomadfake: group %q is not pinned to a node by a ${node.unique.name} = constraint: the fake does not schedule", name)
+		}
+	}
+	if len(errs) > 0 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d error(s) occurred:\n", len(errs))
+		for _, e := range errs {
+			fmt.Fprintf(&b, "\t* %s\n", e)
+		}
+		b.WriteString("\n")
+		return errorf(http.StatusInternalServerError, "%s", b.String())
+	}
+	return nil
+}
+
 type registerResult struct {
-	EvalID                                 string
-	EvalCreateIndex, JobModifyIndex, Index uint64
+	EvalID                string
+	JobModifyIndex, Index uint64
 }
 
 // registerLocked is Job.Register after validation: the EnforceIndex check,
@@ -217,7 +247,7 @@ func (s *Server) registerLocked(job *api.Job, enforce bool, jobModifyIndex uint6
 		}
 	}
 	idx := s.nextIndexLocked()
-	res := registerResult{EvalCreateIndex: idx, JobModifyIndex: idx, Index: idx}
+	res := registerResult{JobModifyIndex: idx, Index: idx}
 	if specChanged(existing, job) {
 		job.Status, job.StatusDescription = new(""), new("")
 		job.Stable = new(false)
@@ -230,17 +260,21 @@ func (s *Server) registerLocked(job *api.Job, enforce bool, jobModifyIndex uint6
 			job.CreateIndex = new(idx)
 			job.Version = new(uint64(0))
 		}
-		rec = &jobRecord{job: job, snap: cloneJob(job)}
-		s.jobs[key] = rec
+		if rec == nil {
+			rec = &jobRecord{}
+			s.jobs[key] = rec
+		}
+		rec.job, rec.snap = job, cloneJob(job)
 		s.touchLocked(idx, tableJobs)
 	} else {
 		// Nomad answers with the existing job's ModifyIndex here.
 		res.JobModifyIndex = *existing.ModifyIndex
 	}
-	eval := s.newEvalLocked(rec.job, evalTriggerJobRegister, idx)
-	res.EvalID = eval.ID
-	s.evaluateLocked(rec, eval, idx)
-	s.unblockLocked(idx)
+	trigger := "job-register"
+	if *rec.job.Stop {
+		trigger = "job-deregister"
+	}
+	res.EvalID = s.evaluateLocked(rec, trigger, idx).ID
 	s.notifyLocked()
 	return res, nil
 }
@@ -265,71 +299,6 @@ func (s *Server) RegisterJob(job *api.Job) (string, error) {
 	return res.EvalID, nil
 }
 
-func (s *Server) jobDeregister(w http.ResponseWriter, r *http.Request, id string) {
-	q := r.URL.Query()
-	purge := false
-	if v := q.Get("purge"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, errorf(http.StatusInternalServerError, "Failed to parse value of %q (%v) as a bool: %v", "purge", v, err))
-			return
-		}
-		purge = b
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := nsKey{namespace(r), id}
-	rec := s.jobs[key]
-	if rec == nil {
-		// Nomad deregisters a missing job as a no-op.
-		writeJSON(w, http.StatusOK, 0, map[string]any{"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "Index": 0})
-		return
-	}
-	idx := s.nextIndexLocked()
-	if purge {
-		delete(s.jobs, key)
-	} else {
-		job := cloneJob(rec.job)
-		job.Stop = new(true)
-		job.Version = new(*job.Version + 1)
-		job.ModifyIndex, job.JobModifyIndex = new(idx), new(idx)
-		job.SubmitTime = new(s.nowNano())
-		job.Stable = new(false)
-		rec.job, rec.snap = job, cloneJob(job)
-	}
-	s.touchLocked(idx, tableJobs)
-	eval := s.newEvalLocked(rec.job, evalTriggerJobDeregister, idx)
-	eval.Type = api.JobTypeService // as Nomad does, whatever the job's type
-	s.evaluateLocked(rec, eval, idx)
-	s.unblockLocked(idx)
-	s.notifyLocked()
-	writeJSON(w, http.StatusOK, idx, map[string]any{
-		"EvalID": eval.ID, "EvalCreateIndex": idx, "JobModifyIndex": idx, "Index": idx,
-	})
-}
-
-func (s *Server) jobEvaluate(w http.ResponseWriter, r *http.Request, id string) {
-	if r.Method != http.MethodPut && r.Method != http.MethodPost {
-		methodNotAllowed(w)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec := s.jobs[nsKey{namespace(r), id}]
-	if rec == nil {
-		writeError(w, errorf(http.StatusInternalServerError, "job not found"))
-		return
-	}
-	idx := s.nextIndexLocked()
-	eval := s.newEvalLocked(rec.job, evalTriggerJobRegister, idx)
-	s.evaluateLocked(rec, eval, idx)
-	s.unblockLocked(idx)
-	s.notifyLocked()
-	writeJSON(w, http.StatusOK, idx, map[string]any{
-		"EvalID": eval.ID, "EvalCreateIndex": idx, "JobModifyIndex": *rec.job.JobModifyIndex, "Index": idx,
-	})
-}
-
 func (s *Server) jobInfo(w http.ResponseWriter, r *http.Request, id string) {
 	ns := namespace(r)
 	s.query(w, r, func() (any, uint64, *httpError) {
@@ -348,10 +317,9 @@ func (s *Server) jobList(w http.ResponseWriter, r *http.Request) {
 	s.query(w, r, func() (any, uint64, *httpError) {
 		out := []*api.JobListStub{}
 		for k, rec := range s.jobs {
-			if !nsMatches(ns, k.ns) || !strings.HasPrefix(k.id, prefix) {
-				continue
+			if nsMatches(ns, k.ns) && strings.HasPrefix(k.id, prefix) {
+				out = append(out, jobStub(rec.job, withMeta))
 			}
-			out = append(out, s.jobStubLocked(rec, withMeta))
 		}
 		sort.Slice(out, func(i, j int) bool {
 			if out[i].Namespace != out[j].Namespace {
@@ -363,8 +331,8 @@ func (s *Server) jobList(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) jobStubLocked(rec *jobRecord, withMeta bool) *api.JobListStub {
-	j := rec.job
+// jobStub is Nomad's job list stub, without the job summary.
+func jobStub(j *api.Job, withMeta bool) *api.JobListStub {
 	st := &api.JobListStub{
 		ID:                *j.ID,
 		ParentID:          *j.ParentID,
@@ -373,12 +341,9 @@ func (s *Server) jobStubLocked(rec *jobRecord, withMeta bool) *api.JobListStub {
 		Datacenters:       slices.Clone(j.Datacenters),
 		Type:              *j.Type,
 		Priority:          *j.Priority,
-		Periodic:          j.IsPeriodic(),
-		ParameterizedJob:  j.IsParameterized(),
 		Stop:              *j.Stop,
 		Status:            *j.Status,
 		StatusDescription: *j.StatusDescription,
-		JobSummary:        s.jobSummaryLocked(rec),
 		CreateIndex:       *j.CreateIndex,
 		ModifyIndex:       *j.ModifyIndex,
 		JobModifyIndex:    *j.JobModifyIndex,
@@ -390,141 +355,44 @@ func (s *Server) jobStubLocked(rec *jobRecord, withMeta bool) *api.JobListStub {
 	return st
 }
 
-func (s *Server) jobSummaryLocked(rec *jobRecord) *api.JobSummary {
-	j := rec.job
-	sum := &api.JobSummary{
-		JobID:       *j.ID,
-		Namespace:   *j.Namespace,
-		Summary:     map[string]api.TaskGroupSummary{},
-		CreateIndex: *j.CreateIndex,
-		ModifyIndex: *j.ModifyIndex,
-	}
-	for _, tg := range j.TaskGroups {
-		sum.Summary[*tg.Name] = api.TaskGroupSummary{}
-	}
-	for _, a := range s.jobAllocsLocked(rec, false) {
-		tg := sum.Summary[a.TaskGroup]
-		switch a.ClientStatus {
-		case api.AllocClientStatusPending:
-			tg.Starting++
-		case api.AllocClientStatusRunning:
-			tg.Running++
-		case api.AllocClientStatusComplete:
-			tg.Complete++
-		case api.AllocClientStatusFailed:
-			tg.Failed++
-		case api.AllocClientStatusLost:
-			tg.Lost++
-		case api.AllocClientStatusUnknown:
-			tg.Unknown++
-		}
-		sum.Summary[a.TaskGroup] = tg
-	}
-	for _, e := range s.evalsByJob[rec.key()] {
-		if e.Status == api.EvalStatusBlocked {
-			for tg, n := range e.QueuedAllocations {
-				g := sum.Summary[tg]
-				g.Queued += n
-				sum.Summary[tg] = g
-			}
-		}
-	}
-	return sum
-}
-
-func (s *Server) jobSummary(w http.ResponseWriter, r *http.Request, id string) {
-	ns := namespace(r)
-	s.query(w, r, func() (any, uint64, *httpError) {
-		rec := s.jobs[nsKey{ns, id}]
-		if rec == nil {
-			return nil, s.tableIndexLocked(tableJobs), errorf(http.StatusNotFound, "job not found")
-		}
-		return s.jobSummaryLocked(rec), max(s.tableIndexLocked(tableAlloc), *rec.job.ModifyIndex), nil
-	})
-}
-
-// jobAllocsLocked lists a job's allocations; unless all, only those of the
-// job's current incarnation (same CreateIndex), as Nomad's AllocsByJob.
-func (s *Server) jobAllocsLocked(rec *jobRecord, all bool) []*api.Allocation {
-	var out []*api.Allocation
-	for _, a := range s.allocsByJob[rec.key()] {
-		if !all && *a.Job.CreateIndex != *rec.job.CreateIndex {
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-func sortAllocs(as []*api.Allocation) {
-	sort.Slice(as, func(i, j int) bool {
-		if as[i].CreateIndex != as[j].CreateIndex {
-			return as[i].CreateIndex < as[j].CreateIndex
-		}
-		return as[i].Name < as[j].Name
-	})
-}
-
-func (s *Server) jobAllocations(w http.ResponseWriter, r *http.Request, id string) {
-	ns := namespace(r)
-	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
-	s.query(w, r, func() (any, uint64, *httpError) {
-		out := []*api.AllocationListStub{}
-		rec := s.jobs[nsKey{ns, id}]
-		allocs := s.allocsByJob[nsKey{ns, id}]
-		if rec != nil {
-			allocs = s.jobAllocsLocked(rec, all)
-		}
-		for _, a := range allocs {
-			out = append(out, allocStub(a, false))
-		}
-		return out, s.tableIndexLocked(tableAlloc), nil
-	})
-}
-
 func (s *Server) jobEvaluations(w http.ResponseWriter, r *http.Request, id string) {
-	ns := namespace(r)
+	key := nsKey{namespace(r), id}
 	s.query(w, r, func() (any, uint64, *httpError) {
-		out := []*api.Evaluation{}
-		for _, e := range s.evals {
-			if e.JobID == id && nsMatches(ns, e.Namespace) {
-				out = append(out, e)
-			}
-		}
-		sortEvals(out)
+		out := append([]*api.Evaluation{}, s.evalsByJob[key]...)
 		return out, s.tableIndexLocked(tableEvals), nil
 	})
 }
 
-// jobStatusLocked is Nomad's getJobStatus, without deployments.
-func (s *Server) jobStatusLocked(rec *jobRecord) string {
-	j := rec.job
-	for _, a := range s.jobAllocsLocked(rec, false) {
-		if !allocTerminal(a) {
-			return jobStatusRunning
-		}
+// newEvalLocked records a complete evaluation of rec's current version.
+func (s *Server) newEvalLocked(rec *jobRecord, trigger string, idx uint64) *api.Evaluation {
+	job, now := rec.job, s.nowNano()
+	e := &api.Evaluation{
+		ID: newID(), Priority: *job.Priority, Type: *job.Type, TriggeredBy: trigger,
+		Namespace: *job.Namespace, JobID: *job.ID, JobModifyIndex: *job.JobModifyIndex,
+		Status: api.EvalStatusComplete, CreateIndex: idx, ModifyIndex: idx, CreateTime: now, ModifyTime: now,
 	}
-	hasEval := false
-	for _, e := range s.evalsByJob[rec.key()] {
-		if e.Status == api.EvalStatusBlocked || e.Status == api.EvalStatusPending {
-			return jobStatusPending
-		}
-		hasEval = true
-	}
-	if hasEval || *j.Stop {
-		return jobStatusDead
-	}
-	return jobStatusPending
+	k := rec.key()
+	s.evalsByJob[k] = append(s.evalsByJob[k], e)
+	s.touchLocked(idx, tableEvals)
+	return e
 }
 
-// refreshJobStatusLocked recomputes the status of the job with key k and
-// bumps its ModifyIndex when it changed, as Nomad's setJobStatus does.
+// refreshJobStatusLocked sets the job's status as Nomad's getJobStatus
+// would with this fake's evaluations: running with a live allocation,
+// pending while a slot is unplaced (Nomad: a blocked evaluation), dead
+// otherwise. A change bumps its ModifyIndex.
 func (s *Server) refreshJobStatusLocked(k nsKey, idx uint64) {
 	rec := s.jobs[k]
 	if rec == nil {
 		return
 	}
-	st := s.jobStatusLocked(rec)
+	st := jobStatusDead
+	switch {
+	case slices.ContainsFunc(s.allocsByJob[k], func(a *allocRecord) bool { return a.live() }):
+		st = jobStatusRunning
+	case rec.unplaced && !*rec.job.Stop:
+		st = jobStatusPending
+	}
 	if st == *rec.job.Status {
 		return
 	}

@@ -110,7 +110,7 @@ func TestConcurrentCreateOnlyRegistrationOneWins(t *testing.T) {
 	if wins != 1 {
 		t.Fatalf("%d registrations won, want exactly 1", wins)
 	}
-	if got := len(jobAllocs(t, c, "m-0")); got != 1 {
+	if got := len(s.Allocations("m-0")); got != 1 {
 		t.Errorf("%d allocations, want 1: a lost race must not place", got)
 	}
 }
@@ -130,8 +130,8 @@ func TestJobListPrefixAndMeta(t *testing.T) {
 		if st.Meta["llmgw.managed"] != "true" || st.Meta["llmgw.replica"] != st.ID {
 			t.Errorf("%s: meta %v, want the job meta with meta=true", st.ID, st.Meta)
 		}
-		if st.JobSummary == nil || st.Namespace != "default" {
-			t.Errorf("%s: summary %v namespace %q", st.ID, st.JobSummary, st.Namespace)
+		if st.Namespace != "default" || st.Status != "dead" {
+			t.Errorf("%s: namespace %q status %q, want default and dead (no allocation)", st.ID, st.Namespace, st.Status)
 		}
 	}
 	if diff := cmp.Diff([]string{"a-1", "a-2"}, ids); diff != "" {
@@ -157,92 +157,63 @@ func TestJobInfoNotFound(t *testing.T) {
 	}
 }
 
-func TestDeregisterStopsAndPurgeRemoves(t *testing.T) {
-	s, c := newFake(t)
+// The controller stops a job by registering it with Stop set: its
+// allocations stop (complete at once, there is no client to wait for) and
+// the job is dead. Nomad's DELETE is not faked.
+func TestStopByRegisterStopsAllocations(t *testing.T) {
+	s, c := newFake(t, nomadfake.WithAutoRun(true))
 	gpuNode(s, "n1", 8, nil)
 	mustRegister(t, c, gpuJob("m-0", 2, 1))
-	mustRegister(t, c, gpuJob("m-1", 1, 1))
-
-	evalID, wm, err := c.Jobs().Deregister("m-0", false, nil)
-	if err != nil || evalID == "" || wm.LastIndex == 0 {
-		t.Fatalf("deregister: eval %q index %d err %v", evalID, wm.LastIndex, err)
-	}
 	info, _, err := c.Jobs().Info("m-0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if *info.Status != "running" {
+		t.Fatalf("job status %q, want running", *info.Status)
+	}
+	info.Stop = new(true)
+	if _, _, err := c.Jobs().EnforceRegister(info, *info.JobModifyIndex, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, _, _ = c.Jobs().Info("m-0", nil)
 	if !*info.Stop || *info.Status != "dead" || *info.Version != 1 {
 		t.Errorf("stopped job: Stop %v Status %q Version %d; want true, dead, 1", *info.Stop, *info.Status, *info.Version)
 	}
-	for _, a := range jobAllocs(t, c, "m-0") {
+	for _, a := range s.Allocations("m-0") {
 		if a.DesiredStatus != "stop" || a.ClientStatus != "complete" {
 			t.Errorf("alloc %s: desired %s client %s, want stop/complete", a.Name, a.DesiredStatus, a.ClientStatus)
 		}
 	}
-	ev, _, err := c.Evaluations().Info(evalID, nil)
-	if err != nil || ev.TriggeredBy != "job-deregister" || ev.Status != "complete" {
-		t.Fatalf("deregister eval %+v err %v", ev, err)
-	}
-
-	if _, _, err := c.Jobs().Deregister("m-1", true, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.Jobs().Info("m-1", nil); statusCode(err) != 404 {
-		t.Errorf("purged job info: %v, want 404", err)
-	}
-	as := jobAllocs(t, c, "m-1")
-	if len(as) != 1 || as[0].DesiredStatus != "stop" {
-		t.Errorf("purged job's allocations %+v: want one stopped, still listed", as)
-	}
-	// Deregistering a missing job is a no-op, as in Nomad.
-	if id, _, err := c.Jobs().Deregister("ghost", true, nil); err != nil || id != "" {
-		t.Errorf("deregister missing job: eval %q err %v", id, err)
+	if _, _, err := c.Jobs().Deregister("m-0", true, nil); statusCode(err) != 501 {
+		t.Errorf("DELETE: %v, want 501 (not faked)", err)
 	}
 }
 
-func TestJobUpdateReplacesOrUpdatesInPlace(t *testing.T) {
+// Every new version replaces the job's live allocations; the same spec
+// again makes no version and keeps them.
+func TestNewVersionReplacesAllocations(t *testing.T) {
 	s, c := newFake(t, nomadfake.WithAutoRun(true))
 	gpuNode(s, "n1", 8, nil)
+	gpuNode(s, "n2", 8, nil)
 	mustRegister(t, c, gpuJob("m-0", 1, 2))
-	orig := jobAllocs(t, c, "m-0")
-	if len(orig) != 1 || orig[0].ClientStatus != "running" || orig[0].JobVersion != 0 {
+	orig := s.Allocations("m-0")
+	if len(orig) != 1 || orig[0].ClientStatus != "running" || orig[0].NodeName != "n1" {
 		t.Fatalf("initial allocations %+v", orig)
 	}
-
-	// Count only: in place, plus one new allocation.
-	mustRegister(t, c, gpuJob("m-0", 2, 2))
-	as := jobAllocs(t, c, "m-0")
-	live := liveAllocs(as)
-	if len(as) != 2 || len(live) != 2 {
-		t.Fatalf("after scale-up: %d allocations, %d live; want 2 and 2", len(as), len(live))
-	}
-	for _, a := range live {
-		if a.JobVersion != 1 {
-			t.Errorf("%s at version %d, want 1 (in-place update)", a.Name, a.JobVersion)
-		}
+	mustRegister(t, c, gpuJob("m-0", 1, 2))
+	if as := s.Allocations("m-0"); len(as) != 1 || as[0].ModifyIndex != orig[0].ModifyIndex {
+		t.Fatalf("unchanged spec touched the allocations: %+v", as)
 	}
 
-	// A task change is destructive: new allocations replace the old ones.
-	j := gpuJob("m-0", 2, 2)
-	j.TaskGroups[0].Tasks[0].Config["args"] = []string{"--max-model-len=8192"}
-	mustRegister(t, c, j)
-	as = jobAllocs(t, c, "m-0")
-	live = liveAllocs(as)
-	if len(live) != 2 {
-		t.Fatalf("%d live allocations after a destructive update, want 2", len(live))
+	mustRegister(t, c, gpuJobOn("m-0", "n2", 1, 2))
+	as := s.Allocations("m-0")
+	if len(as) != 2 {
+		t.Fatalf("%d allocations after the update, want the old and its replacement", len(as))
 	}
-	for _, a := range as {
-		switch {
-		case a.JobVersion == 2:
-			full, _, err := c.Allocations().Info(a.ID, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if full.PreviousAllocation == "" {
-				t.Errorf("%s replaces nothing, want PreviousAllocation", a.Name)
-			}
-		case a.DesiredStatus != "stop" || a.DesiredDescription != "alloc is being updated due to job update":
-			t.Errorf("old %s v%d: desired %s %q", a.Name, a.JobVersion, a.DesiredStatus, a.DesiredDescription)
-		}
+	if old := as[0]; old.ID != orig[0].ID || old.DesiredStatus != "stop" || old.ClientStatus != "complete" {
+		t.Errorf("old allocation %s: desired %s client %s, want stop/complete", old.ID, old.DesiredStatus, old.ClientStatus)
+	}
+	if repl := as[1]; repl.NodeName != "n2" || *repl.Job.Version != 1 || repl.DesiredStatus != "run" {
+		t.Errorf("replacement on %s at version %d desired %s, want n2, 1, run", repl.NodeName, *repl.Job.Version, repl.DesiredStatus)
 	}
 }

@@ -6,34 +6,20 @@ import (
 	"maps"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
 
-// DefaultDrivers are the task drivers a node offers when NodeSpec.Drivers
-// is nil.
-var DefaultDrivers = []string{"llmgw", "raw_exec", "exec", "docker", "mock_driver"}
-
-// NodeSpec describes a client node for AddNode. Zero fields take defaults:
-// a generated ID, name "node-<n>", datacenter "dc1", pool "default",
-// status "ready", eligibility "eligible", DefaultDrivers.
+// NodeSpec describes a client node for AddNode: a ready, eligible node in
+// datacenter dc1 and node pool default. A zero ID is generated, a zero
+// Name is "node-<n>".
 type NodeSpec struct {
-	ID, Name, Datacenter, NodePool, NodeClass string
-	// Status is "ready", "down", "initializing" or "disconnected".
-	Status string
-	// Eligibility is "eligible" or "ineligible".
-	Eligibility string
-	// Drain starts the node draining (and so ineligible).
-	Drain bool
+	ID, Name string
 	// Meta is the client's static meta {} block; dynamic metadata set
 	// through /v1/client/metadata overrides it.
-	Meta       map[string]string
-	Attributes map[string]string
-	Drivers    []string
-	Devices    []DeviceGroup
+	Meta    map[string]string
+	Devices []DeviceGroup
 }
 
 // DeviceGroup is one fingerprinted device group of a node.
@@ -67,16 +53,10 @@ func NvidiaGPUs(name string, powerLimitW, memoryMiB int64, ids ...string) Device
 }
 
 type nodeRecord struct {
-	node     *api.Node
-	static   map[string]string
-	dynamic  map[string]*string
-	power    map[string]float64
-	nextPort int
-	// used and free (healthy instances not used) cache usedDevicesLocked
-	// until usedDirty.
-	used      map[string]bool
-	free      int
-	usedDirty bool
+	node    *api.Node
+	static  map[string]string
+	dynamic map[string]*string
+	power   map[string]float64
 }
 
 // recomputeMeta is the client's merge: static meta, overridden by dynamic
@@ -96,52 +76,25 @@ func (nr *nodeRecord) recomputeMeta() {
 	nr.node.Meta = m
 }
 
-// AddNode registers a client node and returns its ID. Blocked evaluations
-// are retried against it.
+// AddNode registers a client node and returns its ID. It panics on a
+// duplicate ID or name.
 func (s *Server) AddNode(spec NodeSpec) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if spec.ID == "" {
 		spec.ID = newID()
 	}
-	if _, dup := s.nodes[spec.ID]; dup {
-		panic(fmt.Sprintf("nomadfake: node %q added twice", spec.ID))
-	}
 	if spec.Name == "" {
 		spec.Name = fmt.Sprintf("node-%d", len(s.nodes)+1)
 	}
-	if spec.Datacenter == "" {
-		spec.Datacenter = "dc1"
+	if _, dup := s.nodes[spec.ID]; dup {
+		panic(fmt.Sprintf("nomadfake: node %q added twice", spec.ID))
 	}
-	if spec.NodePool == "" {
-		spec.NodePool = "default"
-	}
-	if spec.Status == "" {
-		spec.Status = api.NodeStatusReady
-	}
-	if spec.Eligibility == "" {
-		spec.Eligibility = api.NodeSchedulingEligible
-	}
-	if spec.Drivers == nil {
-		spec.Drivers = DefaultDrivers
+	if _, dup := s.byName[spec.Name]; dup {
+		panic(fmt.Sprintf("nomadfake: two nodes named %q", spec.Name))
 	}
 	idx := s.nextIndexLocked()
 	now := s.now()
-	attrs := map[string]string{
-		"kernel.name":               "linux",
-		"os.name":                   "ubuntu",
-		"cpu.arch":                  "amd64",
-		"nomad.version":             "2.0.5",
-		"unique.hostname":           spec.Name,
-		"unique.network.ip-address": "127.0.0.1",
-	}
-	drivers := map[string]*api.DriverInfo{}
-	for _, d := range spec.Drivers {
-		attrs["driver."+d] = "1"
-		drivers[d] = &api.DriverInfo{Attributes: map[string]string{}, Detected: true, Healthy: true,
-			HealthDescription: "Healthy", UpdateTime: now}
-	}
-	maps.Copy(attrs, spec.Attributes)
 	var devs []*api.NodeDeviceResource
 	for _, g := range spec.Devices {
 		d := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Attributes: g.Attributes}
@@ -152,60 +105,30 @@ func (s *Server) AddNode(spec NodeSpec) string {
 	}
 	n := &api.Node{
 		ID:         spec.ID,
-		Datacenter: spec.Datacenter,
+		Datacenter: "dc1",
 		Name:       spec.Name,
 		HTTPAddr:   "127.0.0.1:4646",
-		Attributes: attrs,
+		Attributes: map[string]string{"nomad.version": "2.0.5", "unique.hostname": spec.Name},
 		NodeResources: &api.NodeResources{
-			Cpu:            api.NodeCpuResources{CpuShares: 64000, TotalCpuCores: 32},
-			Memory:         api.NodeMemoryResources{MemoryMB: 512 * 1024},
-			Disk:           api.NodeDiskResources{DiskMB: 1 << 20},
-			Devices:        devs,
-			MinDynamicPort: 20000,
-			MaxDynamicPort: 32000,
+			Cpu:     api.NodeCpuResources{CpuShares: 64000, TotalCpuCores: 32},
+			Memory:  api.NodeMemoryResources{MemoryMB: 512 * 1024},
+			Devices: devs,
 		},
 		ReservedResources:     &api.NodeReservedResources{},
-		NodeClass:             spec.NodeClass,
-		NodePool:              spec.NodePool,
-		SchedulingEligibility: spec.Eligibility,
-		Status:                spec.Status,
+		NodePool:              "default",
+		SchedulingEligibility: api.NodeSchedulingEligible,
+		Status:                api.NodeStatusReady,
 		StatusUpdatedAt:       now.Unix(),
-		Drivers:               drivers,
 		CreateIndex:           idx,
 		ModifyIndex:           idx,
 	}
-	nr := &nodeRecord{node: n, static: maps.Clone(spec.Meta), dynamic: map[string]*string{},
-		power: map[string]float64{}, nextPort: 20000}
+	nr := &nodeRecord{node: n, static: maps.Clone(spec.Meta), dynamic: map[string]*string{}, power: map[string]float64{}}
 	nr.recomputeMeta()
-	if spec.Drain {
-		s.startDrainLocked(nr, &api.DrainSpec{Deadline: time.Hour}, nil)
-	}
 	s.nodes[n.ID] = nr
-	s.nodeOrder = append(s.nodeOrder, nr)
-	sort.SliceStable(s.nodeOrder, func(i, j int) bool {
-		a, b := s.nodeOrder[i].node, s.nodeOrder[j].node
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		return a.ID < b.ID
-	})
+	s.byName[n.Name] = nr
 	s.touchLocked(idx, tableNodes)
-	s.capacityChanged = true
-	s.unblockLocked(idx)
 	s.notifyLocked()
 	return n.ID
-}
-
-func (s *Server) startDrainLocked(nr *nodeRecord, spec *api.DrainSpec, meta map[string]string) {
-	now := s.now()
-	ds := &api.DrainStrategy{DrainSpec: *spec, StartedAt: now}
-	if spec.Deadline > 0 {
-		ds.ForceDeadline = now.Add(spec.Deadline)
-	}
-	nr.node.DrainStrategy = ds
-	nr.node.Drain = true
-	nr.node.SchedulingEligibility = api.NodeSchedulingIneligible
-	nr.node.LastDrain = &api.DrainMetadata{StartedAt: now, UpdatedAt: now, Status: api.DrainStatusDraining, Meta: meta}
 }
 
 // modifyNodeLocked starts a write to a node.
@@ -213,13 +136,15 @@ func (s *Server) modifyNodeLocked(nr *nodeRecord) uint64 {
 	idx := s.nextIndexLocked()
 	nr.node.ModifyIndex = idx
 	s.touchLocked(idx, tableNodes)
-	s.capacityChanged = true
 	return idx
 }
 
-// SetNodeStatus changes a node's status. A node going down loses its live
-// allocations (ClientStatus lost, DesiredStatus stop), as Nomad's heartbeat
-// expiry does; with AutoReschedule they are replaced at once.
+// SetNodeStatus changes a node's status: "ready", "down", "initializing"
+// or "disconnected". A node going down loses its live allocations
+// (ClientStatus lost, DesiredStatus stop), as Nomad's heartbeat expiry
+// does; nothing replaces them (the controller's groups are pinned to the
+// node). A disconnected node keeps its allocations as they are (Nomad
+// shows them "unknown").
 func (s *Server) SetNodeStatus(nodeID, status string) error {
 	switch status {
 	case api.NodeStatusReady, api.NodeStatusDown, api.NodeStatusInit, api.NodeStatusDisconnected:
@@ -235,24 +160,20 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 	idx := s.modifyNodeLocked(nr)
 	nr.node.Status = status
 	nr.node.StatusUpdatedAt = s.now().Unix()
-	var lost []*api.Allocation
 	if status == api.NodeStatusDown {
 		for _, a := range s.allocsByNode[nodeID] {
-			if !allocTerminal(a) {
-				s.capacityChanged = true
-				s.setClientStatusLocked(a, api.AllocClientStatusLost, false)
-				s.modifyAllocLocked(a, idx)
-				lost = append(lost, a)
+			if a.live() {
+				s.setClientStatusLocked(a, api.AllocClientStatusLost, false, idx)
+				s.refreshJobStatusLocked(nsKey{a.Namespace, a.JobID}, idx)
 			}
 		}
 	}
-	s.afterAllocChangeLocked(lost, idx)
 	s.notifyLocked()
 	return nil
 }
 
 // SetDeviceHealth marks one device instance healthy or not, as a device
-// plugin's fingerprint would.
+// plugin's fingerprint would. Allocations holding it keep it.
 func (s *Server) SetDeviceHealth(nodeID, deviceID string, healthy bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -265,14 +186,12 @@ func (s *Server) SetDeviceHealth(nodeID, deviceID string, healthy bool) error {
 			if in.ID != deviceID {
 				continue
 			}
-			idx := s.modifyNodeLocked(nr)
+			s.modifyNodeLocked(nr)
 			in.Healthy = healthy
-			nr.usedDirty = true
 			in.HealthDescription = ""
 			if !healthy {
 				in.HealthDescription = "unhealthy (set by nomadfake)"
 			}
-			s.unblockLocked(idx)
 			s.notifyLocked()
 			return nil
 		}
@@ -314,49 +233,29 @@ func (s *Server) Node(nodeID string) *api.Node {
 	return &out
 }
 
-func nodeStub(n *api.Node, resources, os bool) *api.NodeListStub {
-	host := n.HTTPAddr
-	if i := strings.LastIndexByte(host, ':'); i >= 0 {
-		host = host[:i]
-	}
-	st := &api.NodeListStub{
+// nodeStub is Nomad's node list stub (without ?resources or ?os).
+func nodeStub(n *api.Node) *api.NodeListStub {
+	host, _, _ := strings.Cut(n.HTTPAddr, ":")
+	return &api.NodeListStub{
 		Address:               host,
 		ID:                    n.ID,
 		Datacenter:            n.Datacenter,
 		Name:                  n.Name,
-		NodeClass:             n.NodeClass,
 		NodePool:              n.NodePool,
 		Version:               n.Attributes["nomad.version"],
 		Drain:                 n.DrainStrategy != nil,
 		SchedulingEligibility: n.SchedulingEligibility,
 		Status:                n.Status,
-		StatusDescription:     n.StatusDescription,
-		Drivers:               n.Drivers,
-		LastDrain:             n.LastDrain,
 		CreateIndex:           n.CreateIndex,
 		ModifyIndex:           n.ModifyIndex,
 	}
-	if resources {
-		st.NodeResources = n.NodeResources
-		st.ReservedResources = n.ReservedResources
-	}
-	if os {
-		st.Attributes = map[string]string{"os.name": n.Attributes["os.name"]}
-	}
-	return st
 }
 
 func (s *Server) handleNodeList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	prefix := q.Get("prefix")
-	resources, _ := strconv.ParseBool(q.Get("resources"))
-	os, _ := strconv.ParseBool(q.Get("os"))
 	s.query(w, r, func() (any, uint64, *httpError) {
 		out := []*api.NodeListStub{}
 		for _, nr := range s.nodes {
-			if strings.HasPrefix(nr.node.ID, prefix) {
-				out = append(out, nodeStub(nr.node, resources, os))
-			}
+			out = append(out, nodeStub(nr.node))
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 		return out, s.tableIndexLocked(tableNodes), nil
@@ -364,20 +263,8 @@ func (s *Server) handleNodeList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleNode(w http.ResponseWriter, r *http.Request, rest string) {
-	if id, ok := strings.CutSuffix(rest, "/allocations"); ok {
-		s.nodeAllocations(w, r, id)
-		return
-	}
-	if id, ok := strings.CutSuffix(rest, "/drain"); ok {
-		s.nodeDrain(w, r, id)
-		return
-	}
-	if id, ok := strings.CutSuffix(rest, "/eligibility"); ok {
-		s.nodeEligibility(w, r, id)
-		return
-	}
 	if strings.Contains(rest, "/") {
-		notFaked(w, r)
+		notFaked(w, r) // allocations, drain, eligibility, purge
 		return
 	}
 	s.query(w, r, func() (any, uint64, *httpError) {
@@ -387,74 +274,6 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request, rest string)
 		}
 		return nr.node, nr.node.ModifyIndex, nil
 	})
-}
-
-func (s *Server) nodeDrain(w http.ResponseWriter, r *http.Request, id string) {
-	if r.Method != http.MethodPut && r.Method != http.MethodPost {
-		methodNotAllowed(w)
-		return
-	}
-	var req api.NodeUpdateDrainRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nr := s.nodes[id]
-	if nr == nil {
-		writeError(w, errorf(http.StatusInternalServerError, "node not found"))
-		return
-	}
-	idx := s.modifyNodeLocked(nr)
-	if req.DrainSpec != nil {
-		s.startDrainLocked(nr, req.DrainSpec, req.Meta)
-	} else {
-		nr.node.DrainStrategy = nil
-		nr.node.Drain = false
-		if nr.node.LastDrain != nil && nr.node.LastDrain.Status == api.DrainStatusDraining {
-			nr.node.LastDrain.Status = api.DrainStatusCanceled
-			nr.node.LastDrain.UpdatedAt = s.now()
-		}
-		if req.MarkEligible {
-			nr.node.SchedulingEligibility = api.NodeSchedulingEligible
-		}
-		s.unblockLocked(idx)
-	}
-	s.notifyLocked()
-	writeJSON(w, http.StatusOK, idx, map[string]any{"NodeModifyIndex": idx, "EvalIDs": []string{}, "EvalCreateIndex": 0, "Index": idx})
-}
-
-func (s *Server) nodeEligibility(w http.ResponseWriter, r *http.Request, id string) {
-	if r.Method != http.MethodPut && r.Method != http.MethodPost {
-		methodNotAllowed(w)
-		return
-	}
-	var req api.NodeUpdateEligibilityRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if req.Eligibility != api.NodeSchedulingEligible && req.Eligibility != api.NodeSchedulingIneligible {
-		writeError(w, errorf(http.StatusBadRequest, "invalid scheduling eligibility %q", req.Eligibility))
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nr := s.nodes[id]
-	if nr == nil {
-		writeError(w, errorf(http.StatusInternalServerError, "node not found"))
-		return
-	}
-	if nr.node.DrainStrategy != nil && req.Eligibility == api.NodeSchedulingEligible {
-		writeError(w, errorf(http.StatusInternalServerError, "can not set node's scheduling eligibility to eligible while it is draining"))
-		return
-	}
-	idx := s.modifyNodeLocked(nr)
-	nr.node.SchedulingEligibility = req.Eligibility
-	s.unblockLocked(idx)
-	s.notifyLocked()
-	writeJSON(w, http.StatusOK, idx, map[string]any{"NodeModifyIndex": idx, "EvalIDs": []string{}, "EvalCreateIndex": 0, "Index": idx})
 }
 
 // clientNodeLocked finds the node a client endpoint is forwarded to, with
@@ -473,17 +292,10 @@ func (s *Server) clientNodeLocked(id string, unknownCode int) (*nodeRecord, *htt
 	return nr, nil
 }
 
+// handleNodeMeta answers POST /v1/client/metadata (the read, GET, is not
+// faked).
 func (s *Server) handleNodeMeta(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
-	case http.MethodGet:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		nr, err := s.clientNodeLocked(r.URL.Query().Get("node_id"), http.StatusInternalServerError)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeClientJSON(w, nodeMetaResponse(nr))
 	case http.MethodPost:
 		var req api.NodeMetaApplyRequest
 		if err := decodeBody(r, &req); err != nil {
@@ -515,13 +327,12 @@ func (s *Server) handleNodeMeta(w http.ResponseWriter, r *http.Request) {
 			}
 			nr.dynamic[k] = new(*v)
 		}
-		idx := s.modifyNodeLocked(nr)
+		s.modifyNodeLocked(nr)
 		nr.recomputeMeta()
-		s.unblockLocked(idx)
 		s.notifyLocked()
 		writeClientJSON(w, nodeMetaResponse(nr))
 	default:
-		methodNotAllowed(w)
+		notFaked(w, r)
 	}
 }
 

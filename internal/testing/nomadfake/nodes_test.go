@@ -32,21 +32,12 @@ func TestDynamicNodeMetaWinsOverStatic(t *testing.T) {
 		t.Errorf("node info meta (-want +got):\n%s", diff)
 	}
 
-	// The new rack is what placement sees.
-	mustRegister(t, c, gpuJob("m-0", 1, 1, api.NewConstraint("${meta.llmgw.rack}", "=", "r07")))
-	if as := jobAllocs(t, c, "m-0"); len(as) != 1 || as[0].NodeID != id {
-		t.Errorf("placement against dynamic meta: %+v", as)
-	}
-
 	// nil unsets: a dynamic-only key goes; a static key is masked, and the
 	// mask is remembered as a nil dynamic value.
-	if _, err := c.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{
+	resp, err = c.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{
 		NodeID: id,
 		Meta:   map[string]*string{"llmgw.row": nil, "llmgw.pdu": nil},
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
-	read, err := c.Nodes().Meta().Read(id, nil)
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,14 +46,17 @@ func TestDynamicNodeMetaWinsOverStatic(t *testing.T) {
 		Dynamic: map[string]*string{"llmgw.rack": new("r07"), "llmgw.pdu": nil},
 		Static:  map[string]string{"llmgw.rack": "r01", "llmgw.pdu": "p1"},
 	}
-	if diff := cmp.Diff(want, read); diff != "" {
-		t.Errorf("meta read (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, resp); diff != "" {
+		t.Errorf("meta after unsetting (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.Meta, s.Node(id).Meta); diff != "" {
+		t.Errorf("node meta after unsetting (-want +got):\n%s", diff)
 	}
 
 	if _, err := c.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: map[string]*string{"bad key": new("x")}}, nil); statusCode(err) != 400 {
 		t.Errorf("invalid key: %v, want 400", err)
 	}
-	if _, err := c.Nodes().Meta().Read("no-such-node", nil); err == nil {
+	if _, err := c.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: "no-such-node", Meta: map[string]*string{"k": new("v")}}, nil); err == nil {
 		t.Error("meta of an unknown node: no error")
 	}
 }
@@ -109,7 +103,7 @@ func TestClientStatsPowerDraw(t *testing.T) {
 func TestNodeInfoAndListShape(t *testing.T) {
 	s, c := newFake(t)
 	id := s.AddNode(nomadfake.NodeSpec{
-		ID: "11111111-2222-3333-4444-555555555555", Name: "gpu-a", Datacenter: "dc1", NodePool: "gpu", NodeClass: "h200",
+		ID: "11111111-2222-3333-4444-555555555555", Name: "gpu-a",
 		Meta:    map[string]string{"llmgw.rack": "r01"},
 		Devices: []nomadfake.DeviceGroup{nomadfake.NvidiaGPUs(h200, 700, 143771, "GPU-a", "GPU-b")},
 	})
@@ -124,29 +118,17 @@ func TestNodeInfoAndListShape(t *testing.T) {
 	if dev.ID() != "nvidia/gpu/"+h200 || len(dev.Instances) != 2 || *dev.Attributes["power_limit"].IntVal != 700 || dev.Attributes["power_limit"].Unit != "W" {
 		t.Errorf("device group %+v", dev)
 	}
-	if n.NodePool != "gpu" || n.NodeClass != "h200" || n.Meta["llmgw.rack"] != "r01" || !n.Drivers["llmgw"].Healthy {
+	if n.NodePool != "default" || n.Status != "ready" || n.SchedulingEligibility != "eligible" || n.Meta["llmgw.rack"] != "r01" {
 		t.Errorf("node %+v", n)
 	}
 	list, _, err := c.Nodes().List(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Address != "127.0.0.1" || list[0].NodeResources != nil || list[0].Version != "2.0.5" {
-		t.Errorf("stub %+v: want address, version and no resources without resources=true", list[0])
+	if len(list) != 1 || list[0].Address != "127.0.0.1" || list[0].NodeResources != nil || list[0].Version != "2.0.5" || list[0].ModifyIndex != n.ModifyIndex {
+		t.Errorf("stub %+v: want address, version, modify index and no resources", list[0])
 	}
-	// A job in another pool does not land here; pool "all" does.
-	mustRegister(t, c, gpuJob("m-0", 1, 1))
-	if len(jobAllocs(t, c, "m-0")) != 0 {
-		t.Error("default-pool job placed on a gpu-pool node")
-	}
-	j := gpuJob("m-1", 1, 1)
-	j.NodePool = new("gpu")
-	mustRegister(t, c, j)
-	if len(jobAllocs(t, c, "m-1")) != 1 {
-		t.Error("gpu-pool job not placed")
-	}
-	allocs, _, err := c.Nodes().Allocations(id, nil)
-	if err != nil || len(allocs) != 1 || allocs[0].Job == nil {
-		t.Errorf("node allocations %+v err %v", allocs, err)
+	if _, err := c.Nodes().ToggleEligibility(id, false, nil); statusCode(err) != 501 {
+		t.Errorf("eligibility: %v, want 501 (not faked)", err)
 	}
 }

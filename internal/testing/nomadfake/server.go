@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,22 +49,16 @@ const (
 type Option func(*Server)
 
 // WithClock makes the fake read time from now: lock TTLs and delays,
-// CreateTime/ModifyTime stamps, task events. Call Tick after moving it.
+// CreateTime/ModifyTime and submit-time stamps, node status times. Call
+// Tick after moving it.
 func WithClock(now func() time.Time) Option {
 	return func(s *Server) { s.now = now }
 }
 
-// WithAutoRun makes every new allocation running and healthy at once,
-// as if its client had started it. See also AutoRun.
+// WithAutoRun makes every new allocation running with passing checks at
+// once, as if its client had started it. See also AutoRun.
 func WithAutoRun(on bool) Option {
 	return func(s *Server) { s.autoRun = on }
-}
-
-// WithReschedule makes an allocation that fails or is lost trigger an
-// evaluation of its job at once (Nomad's reschedule and node-update
-// evaluations, without their delays). See also AutoReschedule.
-func WithReschedule(on bool) Option {
-	return func(s *Server) { s.reschedule = on }
 }
 
 // Request is one request the fake served, for assertions.
@@ -99,33 +92,28 @@ type Server struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	mu         sync.Mutex
-	index      uint64
-	tables     map[string]uint64
-	changed    chan struct{}
-	autoRun    bool
-	reschedule bool
+	mu      sync.Mutex
+	index   uint64
+	tables  map[string]uint64
+	changed chan struct{}
+	autoRun bool
+	// failMetric is what FailedTGAllocs reports for a group the fake
+	// could not place (SetPlacementFailureMetric).
+	failMetric api.AllocationMetric
 	hooks      []func(*http.Request)
 	faults     []*fault
 	reqs       []*Request
 
 	jobs   map[nsKey]*jobRecord
-	allocs map[string]*api.Allocation
-	evals  map[string]*api.Evaluation
+	allocs map[string]*allocRecord
 	nodes  map[string]*nodeRecord
+	byName map[string]*nodeRecord // nodes by name, for placement
 	vars   map[nsKey]*varRecord
 
 	// Indexes, append-only, in creation order.
-	allocsByJob  map[nsKey][]*api.Allocation
-	allocsByNode map[string][]*api.Allocation
+	allocsByJob  map[nsKey][]*allocRecord
+	allocsByNode map[string][]*allocRecord
 	evalsByJob   map[nsKey][]*api.Evaluation
-	blocked      map[string]*api.Evaluation
-	// capacityChanged: something since the last unblock may let a blocked
-	// evaluation place.
-	capacityChanged bool
-	// nodeOrder is every node, by name then ID: the scheduler's order.
-	nodeOrder []*nodeRecord
-	regexps   map[string]*regexp.Regexp
 }
 
 // New starts a fake Nomad server on a loopback port.
@@ -139,16 +127,14 @@ func New(opts ...Option) *Server {
 		tables:  map[string]uint64{},
 		changed: make(chan struct{}),
 		jobs:    map[nsKey]*jobRecord{},
-		allocs:  map[string]*api.Allocation{},
-		evals:   map[string]*api.Evaluation{},
+		allocs:  map[string]*allocRecord{},
 		nodes:   map[string]*nodeRecord{},
+		byName:  map[string]*nodeRecord{},
 		vars:    map[nsKey]*varRecord{},
 
-		allocsByJob:  map[nsKey][]*api.Allocation{},
-		allocsByNode: map[string][]*api.Allocation{},
+		allocsByJob:  map[nsKey][]*allocRecord{},
+		allocsByNode: map[string][]*allocRecord{},
 		evalsByJob:   map[nsKey][]*api.Evaluation{},
-		blocked:      map[string]*api.Evaluation{},
-		regexps:      map[string]*regexp.Regexp{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -194,11 +180,15 @@ func (s *Server) AutoRun(on bool) {
 	s.autoRun = on
 }
 
-// AutoReschedule switches WithReschedule on or off.
-func (s *Server) AutoReschedule(on bool) {
+// SetPlacementFailureMetric sets the AllocationMetric an evaluation
+// reports in FailedTGAllocs for each group the fake could not place (all
+// zero until set). The fake does not compute Nomad's feasibility counters:
+// a test that needs them says what Nomad would report, and a real-Nomad
+// e2e checks that Nomad does.
+func (s *Server) SetPlacementFailureMetric(m api.AllocationMetric) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.reschedule = on
+	s.failMetric = m
 }
 
 // Hook adds f, called with every request before the fake handles it (after
@@ -590,12 +580,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleJob(w, r, strings.TrimPrefix(p, "/v1/job/"))
 	case p == "/v1/allocations":
 		s.handleAllocList(w, r)
-	case strings.HasPrefix(p, "/v1/allocation/"):
-		s.handleAlloc(w, r, strings.TrimPrefix(p, "/v1/allocation/"))
-	case p == "/v1/evaluations":
-		s.handleEvalList(w, r)
-	case strings.HasPrefix(p, "/v1/evaluation/"):
-		s.handleEval(w, r, strings.TrimPrefix(p, "/v1/evaluation/"))
 	case p == "/v1/nodes":
 		s.handleNodeList(w, r)
 	case strings.HasPrefix(p, "/v1/node/"):
@@ -610,12 +594,6 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleVarList(w, r)
 	case strings.HasPrefix(p, "/v1/var/"):
 		s.handleVar(w, r, strings.TrimPrefix(p, "/v1/var/"))
-	case p == "/v1/status/leader":
-		if r.Method != http.MethodGet {
-			methodNotAllowed(w)
-			return
-		}
-		writeClientJSON(w, "127.0.0.1:4647")
 	default:
 		notFaked(w, r)
 	}
