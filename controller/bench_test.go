@@ -72,23 +72,24 @@ model "m%d" {
 
 // BenchmarkAdoption measures a controller start over 5,000 jobs with
 // 10,000 allocations: from New to its first pass done (which must do
-// nothing), with the time until every Nomad list was loaded (synced).
+// nothing), with the time until every Nomad list, and the checks of the
+// serving allocations, were loaded (synced).
 func BenchmarkAdoption(b *testing.B) {
 	e := bigEnv(b, 5000, 2)
 	e.holdLock()
 	ctx := context.Background()
 	var synced, total time.Duration
-	var lists [3]time.Duration // nodes, allocations, jobs: until each list was loaded
+	var lists [4]time.Duration // nodes, allocations, jobs, checks: until each was loaded
 	n := 0
 	for b.Loop() {
 		start := time.Now()
 		c := e.start(fmt.Sprintf("ctl-%d", n))
 		n++
 		tick := time.NewTicker(time.Millisecond)
-		var seen [3]bool
+		var seen [4]bool
 		for {
 			c.mu.RLock()
-			now := [3]bool{c.snap.nodesSynced, c.snap.allocSynced, c.snap.jobsSynced}
+			now := [4]bool{c.snap.nodesSynced, c.snap.allocSynced, c.snap.jobsSynced, c.snap.checksSynced}
 			c.mu.RUnlock()
 			for i := range now {
 				if now[i] && !seen[i] {
@@ -96,7 +97,7 @@ func BenchmarkAdoption(b *testing.B) {
 					lists[i] += time.Since(start)
 				}
 			}
-			if now == [3]bool{true, true, true} {
+			if now == [4]bool{true, true, true, true} {
 				break
 			}
 			<-tick.C
@@ -114,7 +115,7 @@ func BenchmarkAdoption(b *testing.B) {
 		c.stop()
 		b.StartTimer()
 	}
-	for i, what := range []string{"nodes", "allocs", "jobs"} {
+	for i, what := range []string{"nodes", "allocs", "jobs", "checks"} {
 		b.ReportMetric(float64(lists[i].Milliseconds())/float64(n), "ms-"+what)
 	}
 	b.ReportMetric(float64(synced.Milliseconds())/float64(n), "ms-synced")
