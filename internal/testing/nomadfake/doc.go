@@ -150,7 +150,8 @@
 //     evaluation carries FailedTGAllocs: TestNomadReasonsInExplain, whose
 //     metric is set with SetPlacementFailureMetric; e2e
 //     TestControllerNomadReasonsInExplain (the same metric from Nomad, no
-//     allocation).
+//     allocation), TestControllerWithACLs (an exhausted node in the
+//     explain).
 //   - A new version replaces the live allocations; every evaluation fills
 //     empty slots: TestNodeDownReplacesReplicaAtOnce,
 //     TestNodeDownWaitsForLostAfter; e2e
