@@ -15,6 +15,8 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llmgw/llmgw/internal/nvmlseam"
+
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
@@ -66,7 +68,7 @@ type eventHealth struct {
 // from NVML events, publishes fingerprints when anything changes, and
 // answers stats and reservations. Run drives it.
 type Manager struct {
-	lib  nvml.Interface
+	lib  nvmlseam.Lib
 	cfg  Config
 	log  hclog.Logger
 	mock bool
@@ -97,7 +99,7 @@ type Manager struct {
 }
 
 // NewManager prepares a manager; nothing touches NVML until Run.
-func NewManager(lib nvml.Interface, cfg Config, log hclog.Logger, mock bool) *Manager {
+func NewManager(lib nvmlseam.Lib, cfg Config, log hclog.Logger, mock bool) *Manager {
 	m := &Manager{
 		lib:        lib,
 		initNVML:   lib.Init,
@@ -682,7 +684,7 @@ func (m *Manager) handleEvent(ev nvml.EventData) {
 // read. The handle itself is then compared with the handles of the last
 // scan (NVML's handles are fixed for the life of the library), and the
 // GPU's PCI bus id and index are asked in case they still answer.
-func (m *Manager) eventGPU(dev nvml.Device) (string, bool) {
+func (m *Manager) eventGPU(dev nvmlseam.Device) (string, bool) {
 	if dev == nil {
 		return "", false
 	}
@@ -702,7 +704,7 @@ func (m *Manager) eventGPU(dev nvml.Device) (string, bool) {
 		}
 	}
 	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
-		if bus := busID(pci.BusId[:]); bus != "" {
+		if bus := nvmlseam.BusID(pci); bus != "" {
 			for _, g := range gpus {
 				if strings.EqualFold(g.PCIBusID, bus) {
 					return g.board(), true
@@ -722,7 +724,7 @@ func (m *Manager) eventGPU(dev nvml.Device) (string, bool) {
 
 // sameHandle reports whether a and b are one NVML device handle. Handles
 // of a type that cannot be compared, and empty ones, name nothing.
-func sameHandle(a, b nvml.Device) bool {
+func sameHandle(a, b nvmlseam.Device) bool {
 	if a == nil || b == nil {
 		return false
 	}

@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
@@ -29,7 +29,7 @@ type Plugin struct {
 	ctx     context.Context // the plugin process's lifetime
 	log     hclog.Logger
 	version string
-	newNVML func() nvml.Interface
+	newNVML func() nvmlseam.Lib
 
 	mu     sync.Mutex
 	mgr    *Manager
@@ -39,7 +39,7 @@ type Plugin struct {
 
 // NewPlugin returns a plugin whose background work lives as long as ctx.
 // newNVML opens the real NVML library; mock mode does not call it.
-func NewPlugin(ctx context.Context, log hclog.Logger, version string, newNVML func() nvml.Interface) *Plugin {
+func NewPlugin(ctx context.Context, log hclog.Logger, version string, newNVML func() nvmlseam.Lib) *Plugin {
 	return &Plugin{ctx: ctx, log: log, version: version, newNVML: newNVML}
 }
 
@@ -66,7 +66,7 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 		p.log.Error("rejecting configuration", "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	var lib nvml.Interface
+	var lib nvmlseam.Lib
 	var mn *MockNVML
 	mock := cfg.Mock != nil
 	if mock {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 )
 
 // GPU is one schedulable device: a whole GPU, or a MIG instance of one.
@@ -27,8 +28,8 @@ type GPU struct {
 	// carries its parent's).
 	Traces Traces
 
-	dev    nvml.Device // the handle for stats
-	parent nvml.Device // the parent's handle, for a MIG instance
+	dev    nvmlseam.Device // the handle for stats
+	parent nvmlseam.Device // the parent's handle, for a MIG instance
 }
 
 // Attrs are the per-device attributes that feed the group's attributes.
@@ -101,7 +102,7 @@ func goneRet(ret nvml.Return) bool {
 
 // readTraces asks NVML for a whole GPU's traces; any query that fails
 // leaves its field at "nothing known".
-func readTraces(dev nvml.Device) Traces {
+func readTraces(dev nvmlseam.Device) Traces {
 	var t Traces
 	if _, _, pending, failed, ret := dev.GetRemappedRows(); ret == nvml.SUCCESS {
 		t.RemapPending, t.RemapFailed = pending, failed
@@ -137,7 +138,7 @@ func fieldUint(f nvml.FieldValue) (uint64, bool) {
 // that it is reported unhealthy rather than disappearing. A GPU that fails
 // without a known UUID (a MIG-enabled one: only its instances are offered)
 // but still gives NVML its UUID is in unlisted, with the error.
-func scan(lib nvml.Interface, known map[int]string) ([]GPU, map[string]error, error) {
+func scan(lib nvmlseam.Lib, known map[int]string) ([]GPU, map[string]error, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, nil, nvmlErrorf(ret, "nvml device count: %s", nvml.ErrorString(ret))
@@ -172,7 +173,7 @@ func scan(lib nvml.Interface, known map[int]string) ([]GPU, map[string]error, er
 
 // describe reads one GPU, and its MIG instances when MIG is on. With MIG on,
 // only the instances are returned: the parent is not schedulable.
-func describe(dev nvml.Device, index int, driver string) ([]GPU, error) {
+func describe(dev nvmlseam.Device, index int, driver string) ([]GPU, error) {
 	uuid, ret := dev.GetUUID()
 	if ret != nvml.SUCCESS {
 		return nil, nvmlErrorf(ret, "NVML: device %d uuid: %s", index, nvml.ErrorString(ret))
@@ -190,7 +191,7 @@ func describe(dev nvml.Device, index int, driver string) ([]GPU, error) {
 		g.Minor = minor
 	}
 	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
-		g.PCIBusID = busID(pci.BusId[:])
+		g.PCIBusID = nvmlseam.BusID(pci)
 	}
 	a := Attrs{MemoryMiB: int64(mem.Total >> 20), DriverVersion: driver}
 	if mw, ret := dev.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
@@ -284,18 +285,6 @@ func describeMIG(parent GPU) ([]GPU, error) {
 		})
 	}
 	return out, nil
-}
-
-// busID turns NVML's NUL-padded C string into a Go string.
-func busID(b []int8) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		sb.WriteByte(byte(c))
-	}
-	return strings.TrimSpace(sb.String())
 }
 
 // pcieLaneMBps is the usable one-direction bandwidth of one PCIe lane.

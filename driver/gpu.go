@@ -12,6 +12,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 )
 
 // GPU memory per process. Nomad's driver protocol has no GPU field in
@@ -21,38 +22,21 @@ import (
 // operator looks: InspectTask attributes, the "Ready after" event (what
 // loading took), and an event when it later moves by a good margin.
 
-// nvmlLib is what the driver uses of NVML; nvml.Interface (the real
-// library and go-nvml's mocks) satisfies it.
-type nvmlLib interface {
-	Init() nvml.Return
-	Shutdown() nvml.Return
-	DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return)
-	DeviceGetHandleByIndex(index int) (nvml.Device, nvml.Return)
-}
-
 // gpuMeter opens NVML on first use. Without the library (no NVIDIA driver
 // on the host) it logs that once and reports nothing.
 type gpuMeter struct {
-	open func() nvmlLib
+	open func() nvmlseam.Lib
 	log  hclog.Logger
 
 	once   sync.Once
 	mu     sync.RWMutex // Shutdown unloads the library: no call may be in flight
-	lib    nvmlLib      // nil when unavailable or closed
+	lib    nvmlseam.Lib // nil when unavailable or closed
 	why    string       // why lib is nil
 	closed bool
 }
 
-func newGPUMeter(log hclog.Logger, open func() nvmlLib) *gpuMeter {
+func newGPUMeter(log hclog.Logger, open func() nvmlseam.Lib) *gpuMeter {
 	return &gpuMeter{open: open, log: log}
-}
-
-// nvmlError renders an NVML return code without needing the library.
-func nvmlError(ret nvml.Return) string {
-	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-		return "NVML library (libnvidia-ml.so.1) not found"
-	}
-	return ret.Error()
 }
 
 func (g *gpuMeter) init() {
@@ -63,9 +47,9 @@ func (g *gpuMeter) init() {
 		defer g.mu.Unlock()
 		if ret != nvml.SUCCESS {
 			if !g.closed {
-				g.why = "unavailable: " + nvmlError(ret)
+				g.why = "unavailable: " + nvmlseam.Explain(ret)
 			}
-			g.log.Info("GPU memory per process will not be reported: NVML is unavailable", "error", nvmlError(ret))
+			g.log.Info("GPU memory per process will not be reported: NVML is unavailable", "error", nvmlseam.Explain(ret))
 			return
 		}
 		if g.closed {
@@ -137,27 +121,19 @@ const notAvailable = ^uint64(0)
 // measureGPUs asks NVML for the compute processes on each GPU and sums the
 // memory of those in pids. A GPU that cannot be read is listed with its
 // error and counts nothing.
-func measureGPUs(lib nvmlLib, gpus []string, pids map[int]bool) gpuUsage {
+func measureGPUs(lib nvmlseam.Lib, gpus []string, pids map[int]bool) gpuUsage {
 	var u gpuUsage
 	for _, id := range gpus {
 		m := gpuMem{ID: id}
-		var (
-			dev nvml.Device
-			ret nvml.Return
-		)
-		if n, err := strconv.Atoi(id); err == nil {
-			dev, ret = lib.DeviceGetHandleByIndex(n)
-		} else {
-			dev, ret = lib.DeviceGetHandleByUUID(id)
-		}
+		dev, ret := nvmlseam.DeviceByID(lib, id)
 		if ret != nvml.SUCCESS {
-			m.Err = "find device: " + nvmlError(ret)
+			m.Err = "find device: " + nvmlseam.Explain(ret)
 			u.GPUs = append(u.GPUs, m)
 			continue
 		}
 		procs, ret := dev.GetComputeRunningProcesses()
 		if ret != nvml.SUCCESS {
-			m.Err = "list compute processes: " + nvmlError(ret)
+			m.Err = "list compute processes: " + nvmlseam.Explain(ret)
 			u.GPUs = append(u.GPUs, m)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 )
 
 const gib = 1 << 30
@@ -112,7 +113,7 @@ func TestGPUMeterWithoutNVML(t *testing.T) {
 		inits.Add(1)
 		return nvml.ERROR_LIBRARY_NOT_FOUND
 	}
-	g := newGPUMeter(hclog.New(&hclog.LoggerOptions{Output: &logBuf}), func() nvmlLib { return lib })
+	g := newGPUMeter(hclog.New(&hclog.LoggerOptions{Output: &logBuf}), func() nvmlseam.Lib { return lib })
 	for range 3 {
 		_, ok, why := g.measure(uuids[:1], map[int]bool{1: true})
 		if ok || !strings.Contains(why, "libnvidia-ml.so.1) not found") {
@@ -130,7 +131,7 @@ func TestGPUMeterWithoutNVML(t *testing.T) {
 // TestGPUMeterRealLibrary runs go-nvml's real loader: where no NVIDIA
 // driver is installed Init must fail cleanly, not panic.
 func TestGPUMeterRealLibrary(t *testing.T) {
-	g := newGPUMeter(hclog.NewNullLogger(), func() nvmlLib { return nvml.New() })
+	g := newGPUMeter(hclog.NewNullLogger(), nvmlseam.Open)
 	defer g.close()
 	_, ok, why := g.measure([]string{"GPU-00000000-0000-0000-0000-000000000000"}, map[int]bool{})
 	if !ok && !strings.HasPrefix(why, "unavailable: ") {
@@ -146,7 +147,7 @@ func TestGPUMeterClose(t *testing.T) {
 		shutdowns.Add(1)
 		return nvml.SUCCESS
 	}
-	g := newGPUMeter(hclog.NewNullLogger(), func() nvmlLib { return lib })
+	g := newGPUMeter(hclog.NewNullLogger(), func() nvmlseam.Lib { return lib })
 	if _, ok, why := g.measure(uuids[:1], nil); !ok {
 		t.Fatalf("measure: %s", why)
 	}
@@ -202,7 +203,7 @@ func TestHandleGPUMemory(t *testing.T) {
 		StateDir: t.TempDir(), Engine: self, GPUs: uuids[:2],
 		Host: "127.0.0.1", Port: 1, StartedAt: time.Now().Add(-93 * time.Second),
 	}, hclog.NewNullLogger(), func(_ time.Time, msg string, _ map[string]string) { events = append(events, msg) }, nil)
-	h.gpu = newGPUMeter(hclog.NewNullLogger(), func() nvmlLib { return lib })
+	h.gpu = newGPUMeter(hclog.NewNullLogger(), func() nvmlseam.Lib { return lib })
 
 	a := h.gpuAttributes()
 	want := map[string]string{
@@ -229,7 +230,7 @@ func TestHandleGPUMemory(t *testing.T) {
 	}
 	lib.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
 	h.st.GPUs = uuids[:1]
-	h.gpu = newGPUMeter(hclog.NewNullLogger(), func() nvmlLib { return lib })
+	h.gpu = newGPUMeter(hclog.NewNullLogger(), func() nvmlseam.Lib { return lib })
 	if got := h.gpuAttributes()["gpu_stats"]; !strings.HasPrefix(got, "unavailable: NVML library") {
 		t.Errorf("without NVML: gpu_stats %q", got)
 	}

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver/supervisor"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
@@ -86,7 +86,7 @@ func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	p.events = newBroker(func(ev *driverpb.DriverTaskEvent) {
 		log.Warn("task event dropped: no room in a subscriber's queue", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
 	})
-	p.gpu = newGPUMeter(log, func() nvmlLib { return nvml.New() })
+	p.gpu = newGPUMeter(log, nvmlseam.Open)
 	// Open NVML now, so that the first Ready event does not wait for it.
 	go p.gpu.init()
 	return p

@@ -8,9 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/llmgw/llmgw/devices"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/internal/version"
 	"github.com/llmgw/llmgw/nomadplugin"
 )
@@ -23,6 +22,6 @@ func main() {
 	log := nomadplugin.NewLogger("nomad-device-nvml")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := devices.NewPlugin(ctx, log, version.Version, func() nvml.Interface { return nvml.New() })
+	p := devices.NewPlugin(ctx, log, version.Version, nvmlseam.Open)
 	nomadplugin.ServeDevice(p, p, log)
 }
