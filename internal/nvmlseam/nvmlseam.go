@@ -1,7 +1,11 @@
 // Package nvmlseam is llmgw's one way into NVIDIA's NVML, shared by the
 // device plugin (devices/) and the task driver (driver/): the library and
 // device interfaces they program against (Lib, Device), the real library
-// behind them (Open), and the helpers both need to name a device.
+// behind them (Open), the helpers both need to name a device, and the one
+// rule that binds allocated devices to CUDA (Topology, Binding): whole GPUs
+// as CUDA indices in PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, MIG
+// instances by UUID. The device plugin's Reserve and the driver both bind
+// through it, so they cannot disagree on the rule.
 //
 // go-nvml's real binding (nvml.New) and its mocks
 // (github.com/NVIDIA/go-nvml/pkg/nvml/mock, and the DGX systems under
