@@ -84,20 +84,22 @@ model_cache = "/var/lib/llmgw/models"`))
 
 func TestAllocatedGPUs(t *testing.T) {
 	cases := []struct {
-		name           string
-		deviceEnv, env map[string]string
-		want           []string
+		name      string
+		deviceEnv map[string]string
+		want      []string
+		from      string
 	}{
-		{"cuda from device env", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}, nil, []string{"GPU-a", "GPU-b"}},
-		{"nvidia plugin only", map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-x, GPU-y"}, nil, []string{"GPU-x", "GPU-y"}},
-		{"task env fallback", nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-z"}, []string{"GPU-z"}},
-		{"device env wins over host env", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a"}, map[string]string{"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, []string{"GPU-a"}},
-		{"all names nothing", nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, nil},
-		{"none", nil, nil, nil},
+		{"nomad-device-nvml", map[string]string{"CUDA_VISIBLE_DEVICES": "1,0", "NVIDIA_VISIBLE_DEVICES": "GPU-b,GPU-a", "LLMGW_GPU_UUIDS": "GPU-b,GPU-a"},
+			[]string{"GPU-b", "GPU-a"}, "LLMGW_GPU_UUIDS"},
+		{"nvidia plugin only", map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-x, GPU-y"}, []string{"GPU-x", "GPU-y"}, "NVIDIA_VISIBLE_DEVICES"},
+		{"older nomad-device-nvml", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a"}, []string{"GPU-a"}, "CUDA_VISIBLE_DEVICES"},
+		{"all names nothing", map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, nil, ""},
+		{"none", nil, nil, ""},
 	}
 	for _, c := range cases {
-		if diff := cmp.Diff(c.want, allocatedGPUs(c.deviceEnv, c.env)); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		got, from := allocatedGPUs(c.deviceEnv)
+		if diff := cmp.Diff(c.want, got); diff != "" || from != c.from {
+			t.Errorf("%s: from %q, want %q (-want +got):\n%s", c.name, from, c.from, diff)
 		}
 	}
 }

@@ -128,7 +128,7 @@ env  = { LLMGW_TEST = "yes" }`),
 	st := decodeState(t, h)
 	id := tk.cfg.GetId()
 
-	started := p.events.wait(t, id, "Started vllm on GPUs GPU-aaaa,GPU-bbbb (tensor parallel 2)", 10*time.Second)
+	started := p.events.wait(t, id, "Started vllm on GPUs GPU-aaaa,GPU-bbbb (tensor parallel 2) as CUDA_VISIBLE_DEVICES=0,1: ", 10*time.Second)
 	if !strings.Contains(started.GetMessage(), "serve Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port "+strconv.Itoa(tk.port)+" --tensor-parallel-size 2") {
 		t.Errorf("started event does not show the command line: %q", started.GetMessage())
 	}
@@ -143,7 +143,7 @@ env  = { LLMGW_TEST = "yes" }`),
 		t.Fatal(err)
 	}
 	attrs := insp.GetDriver().GetAttributes()
-	if insp.GetTask().GetState() != driverpb.TaskState_RUNNING || attrs["ready"] != "true" || attrs["gpus"] != "GPU-aaaa,GPU-bbbb" {
+	if insp.GetTask().GetState() != driverpb.TaskState_RUNNING || attrs["ready"] != "true" || attrs["gpus"] != "GPU-aaaa,GPU-bbbb" || attrs["cuda_visible_devices"] != "0,1" {
 		t.Errorf("inspect: state %v attrs %v", insp.GetTask().GetState(), attrs)
 	}
 
@@ -172,13 +172,13 @@ env  = { LLMGW_TEST = "yes" }`),
 
 	// Exec runs in the task dir with the task's environment.
 	ex, err := p.Driver.ExecTask(ctxT(t, 10*time.Second), &driverpb.ExecTaskRequest{
-		TaskId: id, Command: []string{"/bin/sh", "-c", "echo $LLMGW_TEST $CUDA_VISIBLE_DEVICES; pwd; echo oops >&2; exit 3"},
+		TaskId: id, Command: []string{"/bin/sh", "-c", "echo $LLMGW_TEST $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $LLMGW_GPU_UUIDS; pwd; echo oops >&2; exit 3"},
 		Timeout: durationpb.New(5 * time.Second),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantOut := "yes GPU-aaaa,GPU-bbbb\n" + filepath.Join(tk.cfg.GetAllocDir(), tk.cfg.GetName()) + "\n"
+	wantOut := "yes 0,1 PCI_BUS_ID GPU-aaaa,GPU-bbbb\n" + filepath.Join(tk.cfg.GetAllocDir(), tk.cfg.GetName()) + "\n"
 	if string(ex.GetStdout()) != wantOut || string(ex.GetStderr()) != "oops\n" || ex.GetResult().GetExitCode() != 3 {
 		t.Errorf("exec: stdout %q stderr %q result %v; want %q, oops, 3", ex.GetStdout(), ex.GetStderr(), ex.GetResult(), wantOut)
 	}
@@ -419,6 +419,8 @@ port = "http"`, nil, `model: required for engine "vllm"`},
 		{"tensor parallel above GPUs", vllmTask(`tensor_parallel = 4`), []string{"GPU-1", "GPU-2"},
 			"tensor_parallel: 4 is more than the 2 GPUs allocated to the task (GPU-1,GPU-2)"},
 		{"tensor parallel without GPUs", vllmTask(`tensor_parallel = 2`), []string{}, "tensor_parallel: 2 needs 2 GPUs but the task was allocated none"},
+		{"two MIG instances", vllmTask(""), []string{"MIG-a", "MIG-b"},
+			"device: the task's device request allocated 2 MIG instances (MIG-a, MIG-b); an engine process can use exactly one MIG instance"},
 		{"port label not in the group", `engine = "vllm"
 model = "m"
 command = "%ENGINE%"
@@ -549,15 +551,18 @@ func TestStartTaskTwiceAndUnknownTasks(t *testing.T) {
 // environment.
 func TestCommandEngine(t *testing.T) {
 	p := startPlugin(t, pluginBody)
+	// The task config's CUDA_VISIBLE_DEVICES does not give it a GPU.
 	tk := newTask(t, taskOpts{noGPU: true, body: `
 engine  = "command"
 model   = "my-model"
 command = "%ENGINE%"
 args    = ["serve"]
 port    = "%PORT%"
+env     = { CUDA_VISIBLE_DEVICES = "0" }
 `})
 	h := p.start(t, tk)
 	st := decodeState(t, h)
+	p.events.wait(t, tk.cfg.GetId(), `Ignored CUDA_VISIBLE_DEVICES="0" from the task config's env: an engine's GPUs come only from its device request; this task has none`, 20*time.Second)
 	p.events.wait(t, tk.cfg.GetId(), "Ready after", 20*time.Second)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(st.Engine.Pid) + "/environ")
 	if err != nil {

@@ -82,6 +82,18 @@ func (g *gpuMeter) measure(gpus []string, pids map[int]bool) (u gpuUsage, ok boo
 	return measureGPUs(g.lib, gpus, pids), true, ""
 }
 
+// topology reads the host's GPU topology from NVML, opening it if need
+// be; the error says why when NVML is unavailable.
+func (g *gpuMeter) topology() (nvmlseam.Topology, error) {
+	g.init()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.lib == nil {
+		return nvmlseam.Topology{}, fmt.Errorf("NVML %s", g.why)
+	}
+	return nvmlseam.ReadTopology(g.lib)
+}
+
 // close shuts NVML down (once no measurement is in flight).
 func (g *gpuMeter) close() {
 	g.mu.Lock()

@@ -41,6 +41,7 @@ type driverState struct {
 	Model          string        `json:"model"`
 	Command        string        `json:"command"`
 	GPUs           []string      `json:"gpus"`
+	CUDAVisible    []string      `json:"cuda_visible_devices,omitempty"` // the engine's CUDA_VISIBLE_DEVICES entries
 	TensorParallel int           `json:"tensor_parallel"`
 	Host           string        `json:"host"`
 	Port           int           `json:"port"`
@@ -686,17 +687,18 @@ func (h *taskHandle) status() (*driverpb.TaskStatus, map[string]string) {
 		ts.Result = h.result
 	}
 	attrs := map[string]string{
-		"engine":          h.st.EngineName,
-		"model":           h.st.Model,
-		"command":         h.st.Command,
-		"url":             h.url(),
-		"ready":           strconv.FormatBool(h.ready),
-		"ready_path":      h.st.ReadyPath,
-		"gpus":            strings.Join(h.st.GPUs, ","),
-		"tensor_parallel": strconv.Itoa(h.st.TensorParallel),
-		"engine_pid":      strconv.Itoa(h.st.Engine.Pid),
-		"supervisor_pid":  strconv.Itoa(h.st.Supervisor.Pid),
-		"state_dir":       h.st.StateDir,
+		"engine":               h.st.EngineName,
+		"model":                h.st.Model,
+		"command":              h.st.Command,
+		"url":                  h.url(),
+		"ready":                strconv.FormatBool(h.ready),
+		"ready_path":           h.st.ReadyPath,
+		"gpus":                 strings.Join(h.st.GPUs, ","),
+		"cuda_visible_devices": strings.Join(h.st.CUDAVisible, ","),
+		"tensor_parallel":      strconv.Itoa(h.st.TensorParallel),
+		"engine_pid":           strconv.Itoa(h.st.Engine.Pid),
+		"supervisor_pid":       strconv.Itoa(h.st.Supervisor.Pid),
+		"state_dir":            h.st.StateDir,
 	}
 	if h.ready {
 		attrs["ready_at"] = h.readyAt.Format(time.RFC3339Nano)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -267,11 +268,23 @@ func newTask(t *testing.T, o taskOpts) *task {
 		o.gpus = []string{"GPU-0"}
 	}
 	if len(o.gpus) > 0 {
-		v := strings.Join(o.gpus, ",")
-		cfg.DeviceEnv["CUDA_VISIBLE_DEVICES"] = v
-		cfg.DeviceEnv["NVIDIA_VISIBLE_DEVICES"] = v
-		cfg.Env["CUDA_VISIBLE_DEVICES"] = v
-		cfg.Env["NVIDIA_VISIBLE_DEVICES"] = v
+		// As nomad-device-nvml's Reserve would on a host whose whole GPUs
+		// are these, in this PCI bus order; Nomad copies the device
+		// environment into the task's.
+		var boards []nvmlseam.Board
+		for i, id := range o.gpus {
+			if !nvmlseam.IsMIG(id) {
+				boards = append(boards, nvmlseam.Board{UUID: id, BusID: fmt.Sprintf("00000000:%02X:00.0", 0x10+i)})
+			}
+		}
+		bind, err := nvmlseam.NewTopology(boards).Bind(o.gpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range bind.Env() {
+			cfg.DeviceEnv[k] = v
+			cfg.Env[k] = v
+		}
 	}
 	if !o.noLog {
 		tk.stdout = newFIFO(t, filepath.Join(logs, "."+name+".stdout.fifo"))

@@ -11,45 +11,12 @@ import (
 
 	"github.com/llmgw/llmgw/driver/supervisor"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
-// Environment variables the driver reads and sets.
-const (
-	envCUDA   = "CUDA_VISIBLE_DEVICES"
-	envNVIDIA = "NVIDIA_VISIBLE_DEVICES"
-	envHFHome = "HF_HOME"
-)
-
-// allocatedGPUs returns the ids of the GPUs Nomad allocated to the task:
-// CUDA_VISIBLE_DEVICES from the device environment (what nomad-device-nvml
-// sets), else NVIDIA_VISIBLE_DEVICES (what Nomad's own NVIDIA plugin sets),
-// looking in the task environment only when the device environment has
-// neither. "all", "none" and "void" name no specific GPU and are ignored.
-func allocatedGPUs(deviceEnv, env map[string]string) []string {
-	for _, m := range []map[string]string{deviceEnv, env} {
-		for _, k := range []string{envCUDA, envNVIDIA} {
-			v, ok := m[k]
-			if !ok {
-				continue
-			}
-			switch strings.TrimSpace(v) {
-			case "all", "none", "void":
-				continue
-			}
-			var ids []string
-			for _, id := range strings.Split(v, ",") {
-				if id = strings.TrimSpace(id); id != "" {
-					ids = append(ids, id)
-				}
-			}
-			if len(ids) > 0 {
-				return ids
-			}
-		}
-	}
-	return nil
-}
+// envHFHome is the model cache variable the driver sets when unset.
+const envHFHome = "HF_HOME"
 
 // tensorParallel resolves tensor_parallel against the allocated GPUs.
 func tensorParallel(want int, gpus []string) (int, error) {
@@ -152,7 +119,9 @@ func isExecutable(p string) error {
 type plan struct {
 	cmd            engine.Cmd
 	env            []string
-	gpus           []string
+	gpus           []string // the allocated devices' UUIDs, in CUDA's order
+	gpu            gpuPlan
+	notes          []string // task events: what the driver ignored or changed
 	tensorParallel int
 	host           string
 	port           int
@@ -171,10 +140,15 @@ type plan struct {
 }
 
 // makePlan resolves a decoded task config against what Nomad allocated and
-// the plugin's configuration.
-func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, error) {
+// the plugin's configuration. topo reads the host's GPU topology from the
+// driver's NVML (nil, or an error, when it has none).
+func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func() (nvmlseam.Topology, error)) (plan, error) {
 	var pl plan
-	pl.gpus = allocatedGPUs(task.GetDeviceEnv(), task.GetEnv())
+	gp, err := planGPUs(task.GetDeviceEnv(), tc.Engine, topo)
+	if err != nil {
+		return plan{}, err
+	}
+	pl.gpu, pl.gpus, pl.notes = gp, gp.bind.UUIDs, gp.notes
 	tp, err := tensorParallel(tc.TensorParallel, pl.gpus)
 	if err != nil {
 		return plan{}, err
@@ -241,7 +215,9 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 			pl.readyTimeout = int64(r.Timeout)
 		}
 	}
-	pl.env = engineEnv(conf, task, tc, pl)
+	var notes []string
+	pl.env, notes = engineEnv(conf, task, tc, pl)
+	pl.notes = append(pl.notes, notes...)
 	return pl, nil
 }
 
@@ -249,8 +225,10 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig) (plan, erro
 // task environment Nomad built (host variables, NOMAD_*, device variables),
 // the task config's env, the engine user's HOME, USER and LOGNAME (where
 // neither the operator nor the job set them), the model cache, then what
-// the driver decides: the recipe's variables and the GPUs.
-func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) []string {
+// the driver decides: the recipe's variables and the GPUs (gpuEnv). It
+// returns an event for each GPU variable a layer set that the driver
+// overrode.
+func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) ([]string, []string) {
 	env := map[string]string{}
 	for _, m := range []map[string]string{conf.ExtraEnv, task.GetEnv(), tc.Env, pl.userEnv} {
 		for k, v := range m {
@@ -263,22 +241,25 @@ func engineEnv(conf Config, task *driverpb.TaskConfig, tc TaskConfig, pl plan) [
 	for k, v := range pl.cmd.Env {
 		env[k] = v
 	}
-	switch {
-	case len(pl.gpus) > 0:
-		env[envCUDA] = strings.Join(pl.gpus, ",")
-	default:
-		// No GPU was allocated: hide every GPU unless the task config
-		// names some itself.
-		if _, ok := tc.Env[envCUDA]; !ok {
-			env[envCUDA] = ""
+	// The task environment holds the device plugin's variables too (Nomad
+	// copies them in); only what it adds beyond them is the task's own.
+	own := map[string]string{}
+	for k, v := range task.GetEnv() {
+		if dv, ok := task.GetDeviceEnv()[k]; !ok || dv != v {
+			own[k] = v
 		}
 	}
+	notes := gpuEnv(env, pl.gpu, []envLayer{
+		{"the plugin's extra_env", conf.ExtraEnv},
+		{"the task environment (the job's env block or the client's host environment)", own},
+		{"the task config's env", tc.Env},
+	})
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
 	}
 	sort.Strings(out)
-	return out
+	return out, notes
 }
 
 // errNotRunning is returned when an operation needs a running engine.

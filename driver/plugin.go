@@ -289,7 +289,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		return refuse(err)
 	}
 	conf := p.config()
-	pl, err := makePlan(conf, cfg, tc)
+	pl, err := makePlan(conf, cfg, tc, p.gpu.topology)
 	if err != nil {
 		return refuse(fmt.Errorf("%w: %w", ErrBadTaskConfig, err))
 	}
@@ -318,6 +318,10 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	if _, err := os.Stat(spec.Dir); err != nil {
 		spec.Dir = stateDir
 	}
+	for _, n := range pl.notes {
+		log.Warn("GPU binding", "note", n)
+		emit(time.Time{}, n, map[string]string{"gpus": strings.Join(pl.gpus, ","), "cuda_visible_devices": strings.Join(pl.gpu.bind.Visible, ",")})
+	}
 	started := p.now().UTC()
 	l, err := supervisor.Launch(p.exe, stateDir, spec, supervisorStartTimeout)
 	var lerr *supervisor.LimitsError
@@ -334,7 +338,7 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		StateDir:   stateDir,
 		Supervisor: l.Started.Supervisor, Engine: l.Started.Engine,
 		EngineName: tc.Engine, Model: tc.Model, Command: pl.cmd.String(),
-		GPUs: pl.gpus, TensorParallel: pl.tensorParallel,
+		GPUs: pl.gpus, CUDAVisible: pl.gpu.bind.Visible, TensorParallel: pl.tensorParallel,
 		Host: pl.host, Port: pl.port,
 		ReadyPath:     pl.readyPath,
 		ReadySkip:     pl.readySkip,
@@ -357,14 +361,18 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	p.tasks[cfg.GetId()] = h
 	p.mu.Unlock()
 
+	visible := strings.Join(pl.gpu.bind.Visible, ",")
 	gpuText := "no GPU"
 	if len(pl.gpus) > 0 {
 		gpuText = fmt.Sprintf("GPUs %s (tensor parallel %d)", strings.Join(pl.gpus, ","), pl.tensorParallel)
+		if visible != strings.Join(pl.gpus, ",") {
+			gpuText += " as CUDA_VISIBLE_DEVICES=" + visible
+		}
 	}
 	log.Info("engine started", "engine", tc.Engine, "pid", st.Engine.Pid, "supervisor_pid", st.Supervisor.Pid,
-		"gpus", strings.Join(pl.gpus, ","), "command", st.Command)
+		"gpus", strings.Join(pl.gpus, ","), "cuda_visible_devices", visible, "gpu_numbering", pl.gpu.source, "command", st.Command)
 	emit(time.Time{}, fmt.Sprintf("Started %s on %s: %s", tc.Engine, gpuText, st.Command), map[string]string{
-		"engine": tc.Engine, "command": st.Command, "gpus": strings.Join(pl.gpus, ","),
+		"engine": tc.Engine, "command": st.Command, "gpus": strings.Join(pl.gpus, ","), "cuda_visible_devices": visible,
 		"tensor_parallel": fmt.Sprint(pl.tensorParallel), "pid": fmt.Sprint(st.Engine.Pid),
 		"url": h.url(), "user": pl.user.String(), "executable": pl.exe,
 		"resource_limits": strings.Join(st.Limits, ", "),
