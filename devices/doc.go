@@ -33,9 +33,12 @@
 //
 // # Reservation
 //
-// Reserve sets CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES to the
-// reserved UUIDs in NVML index order, so a plain process (not only a
-// container with NVIDIA's runtime) is bound to its GPUs, and lists
-// /dev/nvidiaN of each GPU plus /dev/nvidiactl, /dev/nvidia-uvm and
-// /dev/nvidia-uvm-tools where they exist on the host (none in mock mode).
+// Reserve binds a plain process (not only a container with NVIDIA's
+// runtime) to its devices: CUDA_VISIBLE_DEVICES holds whole GPUs' CUDA
+// indices in PCI bus order (with CUDA_DEVICE_ORDER=PCI_BUS_ID) or MIG
+// instances' UUIDs, and NVIDIA_VISIBLE_DEVICES and LLMGW_GPU_UUIDS the
+// UUIDs, as internal/nvmlseam's Binding computes them from the topology
+// read at each scan. It lists /dev/nvidiaN of each GPU plus
+// /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools where they
+// exist on the host (none in mock mode).
 package devices

@@ -3,6 +3,7 @@ package devices_test
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +92,16 @@ func TestGPUStatsAndReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.GetContainerRes().GetEnvs()["CUDA_VISIBLE_DEVICES"]; got != first {
-		t.Errorf("CUDA_VISIBLE_DEVICES = %q, want %q", got, first)
+	envs := res.GetContainerRes().GetEnvs()
+	t.Logf("reserve %s: %v", first, envs)
+	if envs["LLMGW_GPU_UUIDS"] != first || envs["NVIDIA_VISIBLE_DEVICES"] != first || envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+		t.Errorf("reserve %s: %v; want its UUID in LLMGW_GPU_UUIDS and NVIDIA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER=PCI_BUS_ID", first, envs)
+	}
+	// A whole GPU is a CUDA index, unless the host has MIG on or a GPU
+	// NVML cannot describe; a MIG instance is its UUID.
+	cvd := envs["CUDA_VISIBLE_DEVICES"]
+	if n, err := strconv.Atoi(cvd); (err != nil || n < 0 || n > 63) && cvd != first {
+		t.Errorf("CUDA_VISIBLE_DEVICES = %q, want a CUDA index or %s", cvd, first)
 	}
 	var paths []string
 	for _, d := range res.GetContainerRes().GetDevices() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,6 +93,10 @@ type Manager struct {
 	// offered there when it last answered NVML; see goneNow.
 	boardAt map[int]string
 	events  map[string]eventHealth
+	// topo is how CUDA numbers this host's GPUs, read at each scan for
+	// Reserve; topoErr is why it could not be read.
+	topo    nvmlseam.Topology
+	topoErr error
 	seq     uint64 // the last mark's seq
 	fp      *devicepb.FingerprintResponse
 	changed chan struct{}
@@ -256,6 +261,7 @@ func (m *Manager) refresh() {
 	m.mu.Unlock()
 
 	gpus, unlisted, err := scan(m.lib, known)
+	topo, topoErr := nvmlseam.ReadTopology(m.lib)
 	if err != nil {
 		// NVML cannot even count devices: keep reporting the ones we had,
 		// unhealthy with the reason, rather than dropping them.
@@ -340,6 +346,11 @@ func (m *Manager) refresh() {
 		}
 	}
 	m.gpus = gpus
+	if topoErr == nil && topo.IndexMismatch() != m.topo.IndexMismatch() && topo.IndexMismatch() != "" {
+		m.log.Warn("NVML's device index differs from CUDA's PCI bus order on this host; CUDA_VISIBLE_DEVICES follows PCI order, engines that read it as NVML indices (vLLM's own NVML queries) would look at other GPUs",
+			"first", topo.IndexMismatch())
+	}
+	m.topo, m.topoErr = topo, topoErr
 	fp := m.fingerprintLocked()
 	m.mu.Unlock()
 	m.publish(fp)
@@ -892,12 +903,19 @@ type Reservation struct {
 }
 
 // Reserve returns the environment and device nodes for the given devices.
+// The environment binds a plain process to them (nvmlseam.Binding): whole
+// GPUs as CUDA indices in PCI bus order with CUDA_DEVICE_ORDER=PCI_BUS_ID,
+// MIG instances by UUID, and the UUIDs in NVIDIA_VISIBLE_DEVICES and
+// LLMGW_GPU_UUIDS. Several MIG instances are all listed, for a task that
+// runs one process per instance; llmgw's driver refuses more than one for
+// its single engine process.
 func (m *Manager) Reserve(ids []string) (Reservation, error) {
 	m.mu.Lock()
 	byID := make(map[string]GPU, len(m.gpus))
 	for _, g := range m.gpus {
 		byID[g.UUID] = g
 	}
+	topo, topoErr := m.topo, m.topoErr
 	m.mu.Unlock()
 	var unknown []string
 	var picked []GPU
@@ -927,9 +945,13 @@ func (m *Manager) Reserve(ids []string) (Reservation, error) {
 	sortGPUs(picked)
 	uuids := make([]string, len(picked))
 	var devs []string
+	var groups []string
 	minors := map[int]bool{}
 	for i, g := range picked {
 		uuids[i] = g.UUID
+		if grp := Vendor + "/" + DeviceType + "/" + g.Group; !slices.Contains(groups, grp) {
+			groups = append(groups, grp)
+		}
 		if g.Minor >= 0 && !minors[g.Minor] {
 			minors[g.Minor] = true
 			if p := fmt.Sprintf("/dev/nvidia%d", g.Minor); m.devExists(p) {
@@ -942,9 +964,20 @@ func (m *Manager) Reserve(ids []string) (Reservation, error) {
 			devs = append(devs, p)
 		}
 	}
-	list := strings.Join(uuids, ",")
-	return Reservation{
-		Envs:    map[string]string{"CUDA_VISIBLE_DEVICES": list, "NVIDIA_VISIBLE_DEVICES": list},
-		Devices: devs,
-	}, nil
+	bind, err := topo.Bind(uuids)
+	if topoErr != nil {
+		err = topoErr
+	}
+	if err != nil {
+		// The scan knows these devices but NVML's numbering could not be
+		// read: UUIDs bind a process as surely, only some engines refuse
+		// them.
+		bind = nvmlseam.UUIDBinding(uuids, err.Error())
+	}
+	if bind.ByUUID != "" && bind.MIG == 0 {
+		m.log.Info("reserving whole GPUs by UUID rather than CUDA index", "devices", strings.Join(uuids, ","), "why", bind.ByUUID)
+	}
+	envs := bind.Env()
+	envs[nvmlseam.EnvGroup] = strings.Join(groups, ",")
+	return Reservation{Envs: envs, Devices: devs}, nil
 }

@@ -311,13 +311,107 @@ func TestReserve(t *testing.T) {
 			t.Fatal(err)
 		}
 		list := g[2].UUID + "," + g[5].UUID
-		want := Reservation{Envs: map[string]string{"CUDA_VISIBLE_DEVICES": list, "NVIDIA_VISIBLE_DEVICES": list}}
+		want := Reservation{Envs: map[string]string{
+			"CUDA_VISIBLE_DEVICES": "2,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+			"NVIDIA_VISIBLE_DEVICES": list, "LLMGW_GPU_UUIDS": list, "LLMGW_GPU_GROUP": "nvidia/gpu/NVIDIA H200",
+		}}
 		if diff := cmp.Diff(want, res); diff != "" {
 			t.Fatalf("(-want +got):\n%s", diff)
 		}
 		_, err = mgr.Reserve([]string{g[0].UUID, "GPU-nope"})
 		if err == nil || !strings.Contains(err.Error(), "unknown device: GPU-nope") {
 			t.Fatalf("got %v, want unknown device error", err)
+		}
+	})
+}
+
+// TestReserveNumbersByPCIBus: CUDA's index (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+// is the GPU's rank by PCI bus id among every GPU NVML lists, ignored ones
+// included, whatever NVML's own index.
+func TestReserveNumbersByPCIBus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMock(t, MockConfig{System: "dgxh200", Seed: "n1"})
+		g := m.GPUs()
+		// NVML index 0 sits on the highest bus; the others keep theirs.
+		g[0].PciBusID = "00000000:F0:00.0"
+		cfg := testConfig()
+		cfg.IgnoredGPUIDs = []string{g[1].UUID}
+		mgr, stop := startManager(t, m, cfg)
+		defer stop()
+		synctest.Wait()
+		res, err := mgr.Reserve([]string{g[0].UUID, g[3].UUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Bus order: 1 2 3 4 5 6 7 0, so GPU 3 is CUDA 2 and GPU 0 is CUDA 7.
+		if got := res.Envs["CUDA_VISIBLE_DEVICES"]; got != "2,7" {
+			t.Errorf("CUDA_VISIBLE_DEVICES = %q, want 2,7", got)
+		}
+		if got, want := res.Envs["LLMGW_GPU_UUIDS"], g[3].UUID+","+g[0].UUID; got != want {
+			t.Errorf("LLMGW_GPU_UUIDS = %q, want %q (CUDA's order)", got, want)
+		}
+	})
+}
+
+// TestReserveMIG: MIG instances go by UUID, all of them (a plain process
+// per instance may use them); and on a host with a MIG-enabled GPU the
+// whole GPUs go by UUID too.
+func TestReserveMIG(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMock(t, MockConfig{System: "dgxh200", MIG: map[string][]string{"0": {"3g.71gb", "3g.71gb"}}})
+		mgr, stop := startManager(t, m, testConfig())
+		defer stop()
+		synctest.Wait()
+		mig0, _ := m.GPUs()[0].MIG[0].GetUUID()
+		mig1, _ := m.GPUs()[0].MIG[1].GetUUID()
+		res, err := mgr.Reserve([]string{mig1, mig0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			"CUDA_VISIBLE_DEVICES": mig0 + "," + mig1, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+			"NVIDIA_VISIBLE_DEVICES": mig0 + "," + mig1, "LLMGW_GPU_UUIDS": mig0 + "," + mig1,
+			"LLMGW_GPU_GROUP": "nvidia/gpu/NVIDIA H200 MIG 3g.71gb",
+		}
+		if diff := cmp.Diff(want, res.Envs); diff != "" {
+			t.Errorf("two MIG instances (-want +got):\n%s", diff)
+		}
+		whole := m.GPUs()[4].UUID
+		res, err = mgr.Reserve([]string{whole})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Envs["CUDA_VISIBLE_DEVICES"]; got != whole {
+			t.Errorf("whole GPU beside a MIG-enabled one: CUDA_VISIBLE_DEVICES = %q, want its UUID", got)
+		}
+	})
+}
+
+// TestReserveWhileAGPUIsLost: with a GPU not answering NVML, CUDA may not
+// count it, so indices past it could name the wrong GPU: whole GPUs go by
+// UUID until it answers again.
+func TestReserveWhileAGPUIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMock(t, MockConfig{System: "dgxh200"})
+		mgr, stop := startManager(t, m, testConfig())
+		defer stop()
+		synctest.Wait()
+		g := m.GPUs()
+		g[2].Update(func(g *MockGPU) { g.Err = nvml.ERROR_GPU_IS_LOST })
+		time.Sleep(time.Minute) // the next scan
+		synctest.Wait()
+		res, err := mgr.Reserve([]string{g[5].UUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Envs["CUDA_VISIBLE_DEVICES"]; got != g[5].UUID {
+			t.Errorf("CUDA_VISIBLE_DEVICES = %q while GPU 2 is lost, want GPU 5's UUID", got)
+		}
+		g[2].Update(func(g *MockGPU) { g.Err = nvml.SUCCESS })
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if res, _ := mgr.Reserve([]string{g[5].UUID}); res.Envs["CUDA_VISIBLE_DEVICES"] != "5" {
+			t.Errorf("CUDA_VISIBLE_DEVICES = %q once GPU 2 is back, want 5", res.Envs["CUDA_VISIBLE_DEVICES"])
 		}
 	})
 }

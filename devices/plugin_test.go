@@ -308,8 +308,13 @@ func TestReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fingerprint lists devices in NVML index order, which the mock's
+	// PCI buses follow: device 3 is CUDA index 3.
 	list := devs[3].GetID() + "," + devs[6].GetID()
-	want := map[string]string{"CUDA_VISIBLE_DEVICES": list, "NVIDIA_VISIBLE_DEVICES": list}
+	want := map[string]string{
+		"CUDA_VISIBLE_DEVICES": "3,6", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+		"NVIDIA_VISIBLE_DEVICES": list, "LLMGW_GPU_UUIDS": list, "LLMGW_GPU_GROUP": "nvidia/gpu/NVIDIA B200",
+	}
 	if diff := cmp.Diff(want, res.GetContainerRes().GetEnvs()); diff != "" {
 		t.Errorf("envs (-want +got):\n%s", diff)
 	}

@@ -35,7 +35,8 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"gpu-1  rack=r01-k01",
 		"8/8 healthy NVIDIA H200, power_limit 700 W each",
-		"printed: CUDA_VISIBLE_DEVICES=GPU-",
+		"printed: CUDA_VISIBLE_DEVICES=",
+		" LLMGW_GPU_UUIDS=GPU-",
 		"replicas: 5 serving, 0 starting",
 		"llama-3.1-8b-1",
 		"llmgw API: http://127.0.0.1:",

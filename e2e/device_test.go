@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +77,16 @@ func TestDevicePluginInRealNomad(t *testing.T) {
 		t.Errorf("power_limit = %+v, want 700 W", got)
 	}
 
-	// A raw_exec task asking for 2 GPUs sees exactly its 2 UUIDs.
+	// A raw_exec task asking for 2 GPUs is bound to exactly those 2:
+	// CUDA_VISIBLE_DEVICES holds their places in the node's PCI bus order
+	// (as Nomad lists the devices' localities), with CUDA_DEVICE_ORDER to
+	// match, and the UUIDs ride in NVIDIA_VISIBLE_DEVICES and
+	// LLMGW_GPU_UUIDS.
+	node, _, err := c.API.Nodes().Info(nodeID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pciOrder := gpusByPCIBus(t, h200Group(node))
 	job := &api.Job{
 		ID:          ptr("gpu-env"),
 		Name:        ptr("gpu-env"),
@@ -90,7 +101,7 @@ func TestDevicePluginInRealNomad(t *testing.T) {
 				Driver: "raw_exec",
 				Config: map[string]any{
 					"command": "/bin/sh",
-					"args":    []string{"-c", `echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"`},
+					"args":    []string{"-c", `echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $NVIDIA_VISIBLE_DEVICES $LLMGW_GPU_UUIDS"`},
 				},
 				Resources: &api.Resources{
 					CPU: ptr(100), MemoryMB: ptr(64),
@@ -129,12 +140,7 @@ func TestDevicePluginInRealNomad(t *testing.T) {
 		t.Fatalf("task logs: %v", err)
 	}
 	line := strings.TrimSpace(out)
-	seen := strings.Split(strings.TrimPrefix(line, "CUDA_VISIBLE_DEVICES="), ",")
-	sort.Strings(seen)
-	sort.Strings(assigned)
-	if !strings.HasPrefix(line, "CUDA_VISIBLE_DEVICES=") || strings.Join(seen, ",") != strings.Join(assigned, ",") {
-		t.Fatalf("task printed %q; Nomad assigned %v", line, assigned)
-	}
+	checkBinding(t, line, assigned, pciOrder)
 	t.Logf("task saw %s", line)
 
 	// Device stats through the client stats API show power in W.
@@ -153,6 +159,60 @@ func TestDevicePluginInRealNomad(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// gpusByPCIBus lists a device group's GPU UUIDs in PCI bus order, from the
+// localities Nomad records: the order CUDA numbers them in under
+// CUDA_DEVICE_ORDER=PCI_BUS_ID.
+func gpusByPCIBus(t *testing.T, g *api.NodeDeviceResource) []string {
+	t.Helper()
+	if g == nil {
+		t.Fatal("no GPU device group on the node")
+	}
+	type gpu struct{ id, bus string }
+	var gs []gpu
+	for _, in := range g.Instances {
+		if in.Locality == nil || in.Locality.PciBusID == "" {
+			t.Fatalf("device %s has no PCI bus id in Nomad's node record", in.ID)
+		}
+		gs = append(gs, gpu{in.ID, strings.ToLower(in.Locality.PciBusID)})
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i].bus < gs[j].bus })
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.id
+	}
+	return out
+}
+
+// checkBinding checks a task's printed "CUDA_VISIBLE_DEVICES
+// CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES LLMGW_GPU_UUIDS" against what
+// Nomad assigned: the UUIDs are exactly the assigned devices, and each
+// CUDA index is that UUID's place in pciOrder.
+func checkBinding(t *testing.T, line string, assigned, pciOrder []string) {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) != 4 {
+		t.Fatalf("task printed %q; want CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NVIDIA_VISIBLE_DEVICES and LLMGW_GPU_UUIDS", line)
+	}
+	visible, order, nvidia, uuids := strings.Split(f[0], ","), f[1], f[2], strings.Split(f[3], ",")
+	if order != "PCI_BUS_ID" || nvidia != f[3] {
+		t.Errorf("CUDA_DEVICE_ORDER=%s NVIDIA_VISIBLE_DEVICES=%s; want PCI_BUS_ID and the UUIDs %s", order, nvidia, f[3])
+	}
+	got, want := append([]string(nil), uuids...), append([]string(nil), assigned...)
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("LLMGW_GPU_UUIDS=%s; Nomad assigned %v", f[3], assigned)
+	}
+	if len(visible) != len(uuids) {
+		t.Fatalf("CUDA_VISIBLE_DEVICES=%s has %d entries for %d GPUs", f[0], len(visible), len(uuids))
+	}
+	for i, u := range uuids {
+		if want := strconv.Itoa(slices.Index(pciOrder, u)); visible[i] != want {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%s: entry %d is %s, but %s is CUDA device %s in PCI bus order %v", f[0], i, visible[i], u, want, pciOrder)
+		}
+	}
 }
 
 // devicePower reads /v1/client/stats through the server (as the controller

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +52,22 @@ func TestDriverInRealNomad(t *testing.T) {
 	})
 	client := c.Clients[0]
 
+	// The node's GPUs in PCI bus order: the fake engine resolves
+	// CUDA_VISIBLE_DEVICES against them as CUDA would, so what it reports
+	// seeing is checked against the allocation below.
+	var pciOrder []string
+	nomadtest.Eventually(t, 60*time.Second, func() (bool, string) {
+		node, _, err := c.API.Nodes().Info(c.NodeID("gpu-1"), nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		if g := h200Group(node); g == nil || len(g.Instances) != 8 {
+			return false, "the node's 8 GPUs are not fingerprinted yet"
+		}
+		pciOrder = gpusByPCIBus(t, h200Group(node))
+		return true, ""
+	})
+
 	const killTimeout = 10 * time.Second
 	job := &api.Job{
 		ID:          ptr("llm"),
@@ -69,7 +86,7 @@ func TestDriverInRealNomad(t *testing.T) {
 					"engine":  "vllm",
 					"model":   "Qwen/Qwen2.5-0.5B-Instruct",
 					"command": engine,
-					"args":    []string{"--load-seconds", "2", "--load-shards", "4", "--expect-gpus", "2"},
+					"args":    []string{"--load-seconds", "2", "--load-shards", "4", "--expect-gpus", "2", "--host-gpus", strings.Join(pciOrder, ",")},
 					"port":    "http",
 					"ready":   []map[string]any{{"timeout": "2m"}},
 				},
@@ -119,11 +136,27 @@ func TestDriverInRealNomad(t *testing.T) {
 		return strings.Contains(out+errOut, "Loading safetensors checkpoint shards"), "engine output not in the logs yet"
 	})
 
-	// nomad alloc exec, with the task's GPUs in its environment.
-	execOut := allocExec(t, nomad, client, alloc.ID, "sh", "-c", "echo gpus=$CUDA_VISIBLE_DEVICES")
-	if !strings.Contains(execOut, "gpus=GPU-") || strings.Count(execOut, "GPU-") != 2 {
-		t.Errorf("alloc exec printed %q, want the two allocated GPUs", execOut)
+	// The engine saw exactly its two allocated GPUs: it resolved its
+	// CUDA_VISIBLE_DEVICES (indices, under CUDA_DEVICE_ORDER=PCI_BUS_ID)
+	// against the node's GPUs and printed the UUIDs it got.
+	var assigned []string
+	for _, d := range alloc.AllocatedResources.Tasks["engine"].Devices {
+		assigned = append(assigned, d.DeviceIDs...)
 	}
+	if len(assigned) != 2 {
+		t.Fatalf("Nomad assigned %d devices, want 2: %v", len(assigned), assigned)
+	}
+	inOrder := slices.Clone(assigned)
+	slices.SortFunc(inOrder, func(a, b string) int { return slices.Index(pciOrder, a) - slices.Index(pciOrder, b) })
+	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, _ := c.Logs(alloc, "engine", "stdout")
+		return strings.Contains(out, " gpus="+strings.Join(inOrder, ",")+" "),
+			fmt.Sprintf("the engine's startup line does not show gpus=%s yet: %q", strings.Join(inOrder, ","), firstLine(out))
+	})
+
+	// nomad alloc exec, with the task's GPUs in its environment.
+	execOut := allocExec(t, nomad, client, alloc.ID, "sh", "-c", `echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $NVIDIA_VISIBLE_DEVICES $LLMGW_GPU_UUIDS"`)
+	checkBinding(t, strings.TrimSpace(execOut), assigned, pciOrder)
 
 	engineRef := enginePid(t, client, alloc)
 	t.Logf("engine pid %d", engineRef.Pid)
@@ -332,4 +365,9 @@ func procStatusField(t *testing.T, pid int, field string) string {
 		}
 	}
 	return ""
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

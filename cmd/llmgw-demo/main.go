@@ -233,7 +233,7 @@ func runGPUJob(ctx context.Context, c *localnomad.Cluster) error {
 			ReschedulePolicy: &api.ReschedulePolicy{Attempts: num(0), Unlimited: new(bool)},
 			Tasks: []*api.Task{{
 				Name: "show", Driver: "raw_exec",
-				Config: map[string]any{"command": "/bin/sh", "args": []string{"-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"}},
+				Config: map[string]any{"command": "/bin/sh", "args": []string{"-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES LLMGW_GPU_UUIDS=$LLMGW_GPU_UUIDS"}},
 				Resources: &api.Resources{CPU: num(100), MemoryMB: num(64),
 					Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &count}}},
 			}},

@@ -51,9 +51,14 @@ type Config struct {
 	CrashPanic bool
 	// IgnoreSIGTERM makes SIGTERM a no-op; SIGINT still shuts down.
 	IgnoreSIGTERM bool
-	// ExpectGPUs, when 0 or more, is the exact number of entries
-	// CUDA_VISIBLE_DEVICES must hold. -1 when not given.
+	// ExpectGPUs, when 0 or more, is the exact number of GPUs the engine
+	// must see through CUDA_VISIBLE_DEVICES. -1 when not given.
 	ExpectGPUs int
+	// HostGPUs are the host's GPU UUIDs in PCI bus order, the order CUDA
+	// numbers them in under CUDA_DEVICE_ORDER=PCI_BUS_ID (--host-gpus).
+	// With them, CUDA_VISIBLE_DEVICES is resolved as CUDA would (see
+	// ResolveGPUs); without, its entries are taken as they are.
+	HostGPUs []string
 
 	// Ignored holds the arguments fake-engine does not know, in order.
 	Ignored []string
@@ -177,6 +182,17 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 			c.IgnoreSIGTERM, err = boolValue(name, val, hasVal)
 		case "--expect-gpus":
 			c.ExpectGPUs, err = intValue(name, value, 0, 1<<16)
+		case "--host-gpus":
+			var v string
+			if v, err = value(); err == nil {
+				c.HostGPUs = VisibleGPUs(v)
+				for _, g := range c.HostGPUs {
+					if !strings.HasPrefix(g, "GPU-") {
+						err = fmt.Errorf("%w: --host-gpus %q: want GPU UUIDs (GPU-...), comma-separated", ErrUsage, v)
+						break
+					}
+				}
+			}
 		default:
 			c.Ignored = append(c.Ignored, arg)
 			if !hasVal && i+1 < len(args) && !isFlag(args[i+1]) {
@@ -325,7 +341,9 @@ Fake-engine flags:
   --exit-code N           code to exit with (default 1); alone, exit at once
   --crash-panic           write a Python traceback to stderr before exiting
   --ignore-sigterm        keep running on SIGTERM (SIGINT still stops)
-  --expect-gpus N         exit 3 unless CUDA_VISIBLE_DEVICES holds exactly N entries
+  --expect-gpus N         exit 3 unless the engine sees exactly N GPUs through CUDA_VISIBLE_DEVICES
+  --host-gpus UUID,...    the host's GPUs in PCI bus order: resolve CUDA_VISIBLE_DEVICES as CUDA
+                          does (indices need CUDA_DEVICE_ORDER=PCI_BUS_ID) and report UUIDs
 
 Seconds are numbers (2.5) or durations (2500ms). Other flags are ignored.
 `

@@ -2,6 +2,7 @@ package fakeengine
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,7 +50,7 @@ func TestCheckGPUs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{ExpectGPUs: tt.expect, TensorParallel: tt.tp}
-			err := CheckGPUs(cfg, tt.cvd, tt.set)
+			err := CheckGPUs(cfg, tt.cvd, tt.set, VisibleGPUs(tt.cvd))
 			if tt.wantOK {
 				if err != nil {
 					t.Errorf("CheckGPUs = %v, want nil", err)
@@ -58,6 +59,49 @@ func TestCheckGPUs(t *testing.T) {
 			}
 			if !errors.Is(err, ErrGPUs) {
 				t.Errorf("CheckGPUs = %v, want ErrGPUs", err)
+			}
+		})
+	}
+}
+
+func TestResolveGPUs(t *testing.T) {
+	host := Config{HostGPUs: []string{"GPU-aa11", "GPU-bb22", "GPU-cc33", "GPU-cc44"}}
+	tests := []struct {
+		name    string
+		cfg     Config
+		cvd     string
+		unset   bool
+		order   string
+		want    []string
+		wantErr string
+	}{
+		{name: "no host table: entries as given", cvd: "3,GPU-x", want: []string{"3", "GPU-x"}},
+		{name: "indices in PCI order", cfg: host, cvd: "2,0", order: "PCI_BUS_ID", want: []string{"GPU-cc33", "GPU-aa11"}},
+		{name: "indices without PCI_BUS_ID", cfg: host, cvd: "1", order: "", wantErr: `CUDA_DEVICE_ORDER="": CUDA would number the GPUs fastest first`},
+		{name: "indices fastest first", cfg: host, cvd: "1", order: "FASTEST_FIRST", wantErr: "holds indices"},
+		{name: "UUIDs need no order", cfg: host, cvd: "GPU-bb22,GPU-aa11", want: []string{"GPU-bb22", "GPU-aa11"}},
+		{name: "unique UUID prefix", cfg: host, cvd: "GPU-bb", want: []string{"GPU-bb22"}},
+		{name: "ambiguous prefix ends the list", cfg: host, cvd: "GPU-aa11,GPU-cc,GPU-bb22", want: []string{"GPU-aa11"}},
+		{name: "out of range ends the list", cfg: host, cvd: "0,9,1", order: "PCI_BUS_ID", want: []string{"GPU-aa11"}},
+		{name: "repeat ends the list", cfg: host, cvd: "1,1,2", order: "PCI_BUS_ID", want: []string{"GPU-bb22"}},
+		{name: "one MIG instance", cfg: host, cvd: "MIG-1,MIG-2", want: []string{"MIG-1"}},
+		{name: "unset: every GPU", cfg: host, unset: true, want: host.HostGPUs},
+		{name: "empty: none", cfg: host, cvd: "", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveGPUs(tt.cfg, tt.cvd, !tt.unset, tt.order)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrGPUs) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("ResolveGPUs = %v, want ErrGPUs containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -19,7 +19,7 @@ const (
 	ExitOK    = 0
 	ExitError = 1 // could not listen or serve
 	ExitUsage = 2 // bad command line
-	ExitGPUs  = 3 // CUDA_VISIBLE_DEVICES does not match
+	ExitGPUs  = 3 // CUDA_VISIBLE_DEVICES does not give the GPUs asked for
 )
 
 // shutdownGrace is how long a graceful shutdown waits for requests before
@@ -57,7 +57,11 @@ func Run(ctx context.Context, o Options) int {
 		return ExitOK
 	}
 	cvd, cvdSet := lookup("CUDA_VISIBLE_DEVICES")
-	if err := CheckGPUs(cfg, cvd, cvdSet); err != nil {
+	visible, err := ResolveGPUs(cfg, cvd, cvdSet, getenv("CUDA_DEVICE_ORDER"))
+	if err == nil {
+		err = CheckGPUs(cfg, cvd, cvdSet, visible)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "ERROR fake-engine: %v\n", err)
 		return ExitGPUs
 	}
@@ -75,8 +79,8 @@ func Run(ctx context.Context, o Options) int {
 		host, port = h, p
 	}
 	gpus := "unset"
-	if cvdSet {
-		gpus = strings.Join(VisibleGPUs(cvd), ",")
+	if cvdSet || cfg.HostGPUs != nil {
+		gpus = strings.Join(visible, ",")
 		if gpus == "" {
 			gpus = "none"
 		}

@@ -233,6 +233,25 @@ func TestRunStartup(t *testing.T) {
 			wantStderr: "ERROR fake-engine: GPU check failed: --expect-gpus 1 but CUDA_VISIBLE_DEVICES is not set\n",
 		},
 		{
+			name:       "host GPUs: indices resolved to UUIDs",
+			args:       "serve m --exit-code 0 --expect-gpus 2 --host-gpus GPU-a0,GPU-b1,GPU-c2",
+			env:        lookupEnv("CUDA_VISIBLE_DEVICES", "2,0", "CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+			wantStdout: "fake-engine: serving model=m served_model_name=m host=127.0.0.1 port=8000 tensor_parallel=0 gpus=GPU-c2,GPU-a0 load_seconds=0\n",
+		},
+		{
+			name:       "host GPUs: indices without PCI_BUS_ID",
+			args:       "serve m --host-gpus GPU-a0,GPU-b1",
+			env:        lookupEnv("CUDA_VISIBLE_DEVICES", "1"),
+			wantCode:   ExitGPUs,
+			wantStderr: "ERROR fake-engine: GPU check failed: CUDA_VISIBLE_DEVICES=\"1\" holds indices but CUDA_DEVICE_ORDER=\"\": CUDA would number the GPUs fastest first, not by PCI bus as --host-gpus lists them\n",
+		},
+		{
+			name:       "host GPUs: a bad list",
+			args:       "serve m --host-gpus 0,1",
+			wantCode:   ExitUsage,
+			wantStderr: "fake-engine: usage: --host-gpus \"0,1\": want GPU UUIDs (GPU-...), comma-separated\nRun 'fake-engine --help' for usage.\n",
+		},
+		{
 			name:       "tensor parallel above the GPUs",
 			args:       "serve m --tensor-parallel-size 4",
 			env:        lookupEnv("CUDA_VISIBLE_DEVICES", "0,1"),
