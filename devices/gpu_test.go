@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 )
 
@@ -20,9 +22,17 @@ func needGPU(t *testing.T) {
 	if os.Getenv("LLMGW_TEST_GPU") == "" {
 		t.Skip("skipping real-NVML test: set LLMGW_TEST_GPU=1 on a machine with an NVIDIA GPU (make test-gpu)")
 	}
+	lib := nvmlseam.Open()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		t.Skipf("skipping real-NVML test: LLMGW_TEST_GPU is set but NVML does not start on this machine: %s", nvmlseam.Explain(ret))
+	}
+	defer func() { _ = lib.Shutdown() }()
+	if n, ret := lib.DeviceGetCount(); ret != nvml.SUCCESS || n == 0 {
+		t.Skipf("skipping real-NVML test: LLMGW_TEST_GPU is set but NVML lists no GPU (%d, %s)", n, nvmlseam.Explain(ret))
+	}
 }
 
-func TestGPUFingerprint(t *testing.T) {
+func TestGPUTierFingerprint(t *testing.T) {
 	needGPU(t)
 	inst := start(t, ``)
 	fp, _ := firstFingerprint(t, inst)
@@ -57,7 +67,7 @@ func TestGPUFingerprint(t *testing.T) {
 	}
 }
 
-func TestGPUStatsAndReserve(t *testing.T) {
+func TestGPUTierStatsAndReserve(t *testing.T) {
 	needGPU(t)
 	inst := start(t, ``)
 	fp, _ := firstFingerprint(t, inst)
@@ -74,17 +84,31 @@ func TestGPUStatsAndReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Plausible, not exact: bounds any data centre or workstation GPU
+	// meets, so that a unit slip (mW for W, bytes for MiB, a sentinel
+	// value) fails.
 	for _, g := range resp.GetGroups() {
 		for id, s := range g.GetInstanceStats() {
 			attrs := s.GetStats().GetAttributes()
 			p := attrs["power_draw"]
-			if p == nil || p.GetUnit() != "W" || p.GetFloatNumeratorVal().GetValue() <= 0 {
-				t.Errorf("%s: power_draw %v, want a positive value in W", id, p)
+			draw, limit := p.GetFloatNumeratorVal().GetValue(), p.GetFloatDenominatorVal().GetValue()
+			if p == nil || p.GetUnit() != "W" || draw <= 0 || draw > 2000 {
+				t.Errorf("%s: power_draw %v, want 0 to 2000 W", id, p)
 			}
-			t.Logf("%s: power %.1f/%.0f W, temperature %d C, memory %d/%d MiB", id,
-				p.GetFloatNumeratorVal().GetValue(), p.GetFloatDenominatorVal().GetValue(),
-				attrs["temperature"].GetIntNumeratorVal().GetValue(),
-				attrs["memory"].GetIntNumeratorVal().GetValue(), attrs["memory"].GetIntDenominatorVal().GetValue())
+			if limit != 0 && (limit < 10 || limit > 2000 || draw > 1.5*limit) {
+				t.Errorf("%s: power draw %.1f W of a %.0f W limit, want a 10 to 2000 W limit and the draw within 1.5 times it", id, draw, limit)
+			}
+			temp := attrs["temperature"]
+			if c := temp.GetIntNumeratorVal().GetValue(); temp == nil || temp.GetUnit() != "C" || c < 5 || c > 110 {
+				t.Errorf("%s: temperature %v, want 5 to 110 C", id, temp)
+			}
+			mem := attrs["memory"]
+			used, total := mem.GetIntNumeratorVal().GetValue(), mem.GetIntDenominatorVal().GetValue()
+			if mem == nil || mem.GetUnit() != "MiB" || total < 1024 || total > 1<<20 || used < 0 || used > total {
+				t.Errorf("%s: memory %d of %d MiB, want a total of 1 GiB to 1 TiB and use within it", id, used, total)
+			}
+			t.Logf("%s: power %.1f/%.0f W, temperature %d C, memory %d/%d MiB", id, draw, limit,
+				temp.GetIntNumeratorVal().GetValue(), used, total)
 		}
 	}
 	first := fp.GetDeviceGroup()[0].GetDevices()[0].GetID()
@@ -97,8 +121,9 @@ func TestGPUStatsAndReserve(t *testing.T) {
 	if envs["LLMGW_GPU_UUIDS"] != first || envs["NVIDIA_VISIBLE_DEVICES"] != first || envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
 		t.Errorf("reserve %s: %v; want its UUID in LLMGW_GPU_UUIDS and NVIDIA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER=PCI_BUS_ID", first, envs)
 	}
-	// A whole GPU is a CUDA index, unless the host has MIG on or a GPU
-	// NVML cannot describe; a MIG instance is its UUID.
+	// A whole GPU is a CUDA index (the driver's GPU test checks with CUDA
+	// itself that it is the right one), unless the host has MIG on or a
+	// GPU NVML cannot describe; a MIG instance is its UUID.
 	cvd := envs["CUDA_VISIBLE_DEVICES"]
 	if n, err := strconv.Atoi(cvd); (err != nil || n < 0 || n > 63) && cvd != first {
 		t.Errorf("CUDA_VISIBLE_DEVICES = %q, want a CUDA index or %s", cvd, first)

@@ -198,8 +198,11 @@ type taskOpts struct {
 	body  string   // the task's config {} body; %PORT% and %ENGINE% are replaced
 	gpus  []string // put in the device env as nomad-device-nvml does; one by default
 	noGPU bool     // allocate no GPU at all
-	label string   // port label; "http" by default
-	noLog bool     // no FIFOs
+	// deviceEnv, when set, is the device environment as a device plugin
+	// returned it (the GPU tier's real Reserve); gpus is then unused.
+	deviceEnv map[string]string
+	label     string // port label; "http" by default
+	noLog     bool   // no FIFOs
 }
 
 var taskSeq struct {
@@ -264,7 +267,11 @@ func newTask(t *testing.T, o taskOpts) *task {
 			{Label: "metrics", Value: int32(freePort(t)), HostIp: "127.0.0.1"},
 		}},
 	}
-	if len(o.gpus) == 0 && !o.noGPU {
+	for k, v := range o.deviceEnv {
+		cfg.DeviceEnv[k] = v
+		cfg.Env[k] = v
+	}
+	if len(o.gpus) == 0 && !o.noGPU && o.deviceEnv == nil {
 		o.gpus = []string{"GPU-0"}
 	}
 	if len(o.gpus) > 0 {
