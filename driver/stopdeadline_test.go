@@ -111,6 +111,8 @@ func TestReadinessKillDeadlineSurvivesRestart(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close() // nothing answers there: the engine never becomes ready
+	// The engine says when it ignores SIGTERM; the test sends none before.
+	trapped := filepath.Join(allocDir, name, "trapped")
 	cfg := &driverpb.TaskConfig{
 		Id: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee/engine/0000cafe", Name: name,
 		AllocId: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", AllocDir: allocDir,
@@ -118,7 +120,7 @@ func TestReadinessKillDeadlineSurvivesRestart(t *testing.T) {
 		MsgpackDriverConfig: encode(t, TaskConfigSpec(), `
 engine  = "command"
 command = "/bin/sh"
-args    = ["-c", "trap '' TERM; echo up; while :; do sleep 1; done"]
+args    = ["-c", "trap '' TERM; : > `+trapped+`; while :; do sleep 1; done"]
 port    = "http"
 ready {
   timeout  = "1m"
@@ -147,6 +149,7 @@ ready {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pollUntil(t, "engine ignoring SIGTERM", func() bool { _, err := os.Stat(trapped); return err == nil })
 	clock.set(t0.Add(2 * time.Minute))
 	pollUntil(t, "readiness timeout noticed", func() bool {
 		_, attrs := h1.status()
