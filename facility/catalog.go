@@ -30,7 +30,15 @@ type Model struct {
 	// may take out of service before their new copy serves, when there is
 	// no room to surge; default 0 (new copy first, always).
 	MaxUnavailable int
-	Pos            Pos
+	// Priority orders the models when the budgets cannot give every one
+	// what it wants (0–100, higher first; the parser's default is
+	// DefaultPriority): see Autoscale and docs/controller.md, "Autoscaling".
+	Priority int
+	// Autoscale, when set, lets the replica count follow demand between its
+	// Min and Max; Replicas is then Min (the parser sets it), the count a
+	// model starts at. Nil: Replicas is a fixed count.
+	Autoscale *Autoscale `json:",omitempty"`
+	Pos       Pos
 }
 
 // Profile is one way to run a replica of a model.
@@ -147,6 +155,14 @@ func (c Catalog) Validate() error {
 		}
 		if err := checkInt("replicas", m.Replicas, 0, maxCount); err != nil {
 			bad("%v", err)
+		}
+		if err := checkInt("priority", m.Priority, 0, MaxPriority); err != nil {
+			bad("%v", err)
+		}
+		if a := m.Autoscale; a != nil {
+			for _, msg := range a.validate() {
+				errs = append(errs, errAt(a.Pos, fmt.Sprintf("model %q: autoscale: %s", m.Name, msg)))
+			}
 		}
 		if len(m.Profiles) == 0 {
 			bad("no profile")

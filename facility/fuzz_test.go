@@ -59,6 +59,8 @@ func FuzzParseCatalog(f *testing.F) {
 	addSeeds(f, "../jobs/examples/catalog.hcl")
 	f.Add([]byte(okProfile))
 	f.Add([]byte("model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    nodes = 2\n    keep_within = \"cage\"\n    spread = [\"rack\", \"rack\"]\n  }\n}\n"))
+	addSeeds(f, "testdata/catalog-autoscale.hcl")
+	f.Add([]byte("model \"m\" {\n  autoscale {\n    min = 0\n    max = 2\n    target { ttft_p90 = \"1s\" }\n    idle_after = \"11m\"\n  }\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n"))
 	f.Add([]byte("model \"m\" {\n  replicas = -1\n  profile \"p\" {\n    engine = var.x\n    env = { A = 1 }\n  }\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		cat, err := ParseCatalog("fuzz.hcl", src)

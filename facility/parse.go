@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -71,14 +72,36 @@ type (
 		Models []modelHCL `hcl:"model,block"`
 	}
 	modelHCL struct {
-		Name           string       `hcl:"name,label"`
-		Source         string       `hcl:"source,optional"`
-		Replicas       int          `hcl:"replicas,optional"`
-		MaxSurge       int          `hcl:"max_surge,optional"`
-		MaxUnavailable int          `hcl:"max_unavailable,optional"`
-		Profiles       []profileHCL `hcl:"profile,block"`
-		DefRange       hcl.Range    `hcl:",def_range"`
-		Body           hcl.Body     `hcl:",body"`
+		Name           string        `hcl:"name,label"`
+		Source         string        `hcl:"source,optional"`
+		Replicas       int           `hcl:"replicas,optional"`
+		MaxSurge       int           `hcl:"max_surge,optional"`
+		MaxUnavailable int           `hcl:"max_unavailable,optional"`
+		Priority       int           `hcl:"priority,optional"`
+		Autoscale      *autoscaleHCL `hcl:"autoscale,block"`
+		Profiles       []profileHCL  `hcl:"profile,block"`
+		DefRange       hcl.Range     `hcl:",def_range"`
+		Body           hcl.Body      `hcl:",body"`
+	}
+	autoscaleHCL struct {
+		Min            int        `hcl:"min,optional"`
+		Max            int        `hcl:"max"`
+		Target         *targetHCL `hcl:"target,block"`
+		UpWindow       string     `hcl:"up_window,optional"`
+		DownWindow     string     `hcl:"down_window,optional"`
+		MaxStep        int        `hcl:"max_step,optional"`
+		PanicThreshold float64    `hcl:"panic_threshold,optional"`
+		IdleAfter      string     `hcl:"idle_after,optional"`
+		DefRange       hcl.Range  `hcl:",def_range"`
+		Body           hcl.Body   `hcl:",body"`
+	}
+	targetHCL struct {
+		Outstanding float64   `hcl:"outstanding_per_replica,optional"`
+		Waiting     float64   `hcl:"waiting_per_replica,optional"`
+		KVCache     float64   `hcl:"kv_cache_use,optional"`
+		TTFT        string    `hcl:"ttft_p90,optional"`
+		DefRange    hcl.Range `hcl:",def_range"`
+		Body        hcl.Body  `hcl:",body"`
 	}
 	profileHCL struct {
 		Name       string            `hcl:"name,label"`
@@ -318,7 +341,7 @@ func ParseFacility(filename string, src []byte) (Facility, error) {
 
 // ParseCatalog parses a catalog file (catalog.hcl): model blocks with their
 // profiles in order of preference. Defaults: replicas 1, max_surge 1,
-// max_unavailable 0, gpus 1, nodes 1,
+// max_unavailable 0, priority 50, gpus 1, nodes 1,
 // spread ["rack", "pdu"], pool "default", weight 1. Every problem is an
 // *Error naming filename:line.
 func ParseCatalog(filename string, src []byte) (Catalog, error) {
@@ -329,10 +352,22 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 	}
 	var cat Catalog
 	for _, rm := range raw.Models {
-		m := Model{Name: rm.Name, Replicas: 1, MaxSurge: 1, Pos: d.pos(rm.DefRange)}
+		m := Model{Name: rm.Name, Replicas: 1, MaxSurge: 1, Priority: DefaultPriority, Pos: d.pos(rm.DefRange)}
 		b := rm.Body
 		set(d, b, "source", rm.Source, &m.Source)
 		d.intIn(b, "replicas", rm.Replicas, &m.Replicas, 0, maxCount)
+		d.intIn(b, "priority", rm.Priority, &m.Priority, 0, MaxPriority)
+		if rm.Autoscale != nil {
+			if d.Has(b, "replicas") {
+				r, ok := d.Given(b, "replicas")
+				if !ok {
+					r = rm.DefRange // its value was bad: reported there
+				}
+				d.errorf(r, "model %q: replicas and autoscale are both given: replicas is a fixed count, autoscale a range (min, max); give one", m.Name)
+			}
+			a := d.autoscale(rm.Autoscale)
+			m.Autoscale, m.Replicas = &a, a.Min
+		}
 		d.intIn(b, "max_surge", rm.MaxSurge, &m.MaxSurge, 0, maxCount)
 		d.intIn(b, "max_unavailable", rm.MaxUnavailable, &m.MaxUnavailable, 0, maxCount)
 		if m.MaxSurge == 0 && m.MaxUnavailable == 0 {
@@ -397,4 +432,121 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	set(d, b, "ready", rp.Ready, &p.Ready)
 	d.intIn(b, "weight", rp.Weight, &p.Weight, 0, math.MaxInt32)
 	return p
+}
+
+// duration checks a duration attribute ("30s", "10m"): lo ≤ v ≤ hi.
+func (d *decoder) duration(body hcl.Body, name, v string, dst *time.Duration, lo, hi time.Duration) bool {
+	r, ok := d.Given(body, name)
+	if !ok {
+		return false
+	}
+	dur, err := time.ParseDuration(v)
+	if err != nil {
+		d.errorf(r, "%s: %q is not a duration (such as \"30s\", \"10m\")", name, v)
+		return false
+	}
+	if err := checkDuration(name, dur, lo, hi); err != nil {
+		d.errorf(r, "%v", err)
+		return false
+	}
+	*dst = dur
+	return true
+}
+
+// autoscale builds a model's policy from its autoscale block: the
+// defaults, then each field given, checked, each problem at its line.
+func (d *decoder) autoscale(ra *autoscaleHCL) Autoscale {
+	a := DefaultAutoscale()
+	a.Pos = d.pos(ra.DefRange)
+	b := ra.Body
+	at := func(name string) hcl.Range { r, _ := d.Given(b, name); return r }
+	okMin := d.intIn(b, "min", ra.Min, &a.Min, 0, maxCount)
+	okMax := d.intIn(b, "max", ra.Max, &a.Max, 1, maxCount)
+	if okMax && (okMin || !d.Has(b, "min")) && a.Min > a.Max {
+		r := at("min")
+		if !okMin {
+			r = at("max")
+		}
+		d.errorf(r, "autoscale: min (%d) is above max (%d)", a.Min, a.Max)
+	}
+	d.target(ra, &a)
+	okUp := d.duration(b, "up_window", ra.UpWindow, &a.UpWindow, minUpWindow, maxUpWindow)
+	okDown := d.duration(b, "down_window", ra.DownWindow, &a.DownWindow, minDownWindow, maxDownWindow)
+	if (okUp || !d.Has(b, "up_window")) && (okDown || !d.Has(b, "down_window")) && a.DownWindow < a.UpWindow {
+		r := at("down_window")
+		if !okDown {
+			r = at("up_window")
+		}
+		d.errorf(r, "autoscale: down_window (%s) is shorter than up_window (%s)", fmtDuration(a.DownWindow), fmtDuration(a.UpWindow))
+	}
+	d.intIn(b, "max_step", ra.MaxStep, &a.MaxStep, 1, maxCount)
+	if r, ok := d.Given(b, "panic_threshold"); ok {
+		if err := checkPanic(ra.PanicThreshold); err != nil {
+			d.errorf(r, "%v", err)
+		} else {
+			a.PanicThreshold = ra.PanicThreshold
+		}
+	}
+	if r, ok := d.Given(b, "idle_after"); ok {
+		if a.Min > 0 {
+			d.errorf(r, "autoscale: idle_after is only for min = 0 (scale to zero); min is %d", a.Min)
+		} else if d.duration(b, "idle_after", ra.IdleAfter, &a.IdleAfter, minDownWindow, maxIdleAfter) && a.IdleAfter < a.DownWindow {
+			d.errorf(r, "autoscale: idle_after (%s) is shorter than down_window (%s): a model goes to zero no sooner than down_window after its last scale up",
+				fmtDuration(a.IdleAfter), fmtDuration(a.DownWindow))
+		}
+	} else {
+		a.IdleAfter = max(a.IdleAfter, a.DownWindow)
+	}
+	return a
+}
+
+// target reads an autoscale block's target block: exactly one kind.
+func (d *decoder) target(ra *autoscaleHCL, a *Autoscale) {
+	rt := ra.Target
+	if rt == nil {
+		d.errorf(ra.DefRange, "autoscale: a target block is required, with one of %s", targetNameList)
+		return
+	}
+	b := rt.Body
+	var given []TargetKind
+	for _, k := range TargetKinds() {
+		if d.Has(b, k.String()) {
+			given = append(given, k)
+		}
+	}
+	switch len(given) {
+	case 0:
+		d.errorf(rt.DefRange, "autoscale: target needs one of %s", targetNameList)
+		return
+	case 1:
+	default:
+		d.errorf(rt.DefRange, "autoscale: target gives %s and %s: give one", given[0], given[1])
+		return
+	}
+	k := given[0]
+	r, ok := d.Given(b, k.String())
+	if !ok {
+		return // its value did not decode: reported
+	}
+	t := Target{Kind: k}
+	switch k {
+	case TargetOutstanding:
+		t.Value = rt.Outstanding
+	case TargetWaiting:
+		t.Value = rt.Waiting
+	case TargetKVCache:
+		t.Value = rt.KVCache
+	case TargetTTFT:
+		dur, err := time.ParseDuration(rt.TTFT)
+		if err != nil {
+			d.errorf(r, "ttft_p90: %q is not a duration (such as \"800ms\")", rt.TTFT)
+			return
+		}
+		t.Value = dur.Seconds()
+	}
+	if err := t.check(); err != nil {
+		d.errorf(r, "autoscale: %v", err)
+		return
+	}
+	a.Target = t
 }

@@ -128,7 +128,7 @@ func TestParseCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Catalog{Models: []Model{{
-		Name: "llama-3.1-70b", Source: "meta-llama/Llama-3.1-70B-Instruct", Replicas: 4, MaxSurge: 1, Pos: Pos{"catalog.hcl", 1},
+		Name: "llama-3.1-70b", Source: "meta-llama/Llama-3.1-70B-Instruct", Replicas: 4, MaxSurge: 1, Priority: DefaultPriority, Pos: Pos{"catalog.hcl", 1},
 		Profiles: []Profile{
 			{
 				Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 2, Watts: 2600,
