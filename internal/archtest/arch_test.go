@@ -172,6 +172,7 @@ var pureDirs = []string{
 	"github.com/llmgw/llmgw/facility",
 	"github.com/llmgw/llmgw/engine",
 	"github.com/llmgw/llmgw/controller/reconcile",
+	"github.com/llmgw/llmgw/controller/autoscale",
 	"github.com/llmgw/llmgw/controller/observe",
 	"github.com/llmgw/llmgw/controller/render",
 	"github.com/llmgw/llmgw/internal/hcldecode",
