@@ -849,6 +849,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 		}
 	}
 	conflict := false
+	created := map[string]bool{}
 	for _, a := range res.Actions {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -858,6 +859,12 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			// it: the rest of its placements may be over a budget. The next
 			// pass plans again from what Nomad holds.
 			c.log.Info("placement deferred to the next pass after a conflict", "action", a.String())
+			continue
+		}
+		if a.Kind == reconcile.Stop && a.Yields != "" && !created[a.Yields] {
+			// It makes room for a higher priority's new copy, which was
+			// not registered: it keeps serving.
+			c.log.Info("stop skipped: the create it makes room for was not done", "action", a.String(), "for", a.Yields)
 			continue
 		}
 		err := c.execute(ctx, fenced, a, nodeInfo)
@@ -874,6 +881,9 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			continue
 		}
 		c.metrics.actions.WithLabelValues(a.Kind.String()).Inc()
+		if a.Kind == reconcile.Create {
+			created[a.Replica] = true
+		}
 	}
 	c.saveDecisions(res)
 	c.pruneDecisions(in.Catalog)
@@ -927,7 +937,7 @@ func (c *Controller) pruneDecisions(cat facility.Catalog) {
 	}
 	var keep []string
 	for _, m := range cat.Models {
-		for i := 0; i < m.Replicas; i++ {
+		for i := 0; i < m.SlotLimit(); i++ {
 			keep = append(keep, facility.ReplicaID(m.Name, i))
 		}
 	}

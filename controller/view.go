@@ -114,10 +114,13 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
 	c.metrics.replicas.Reset()
 	counts := map[[2]string]int{}
 	for _, m := range in.Catalog.Models {
-		for i := 0; i < m.Replicas; i++ {
+		for i := 0; i < m.SlotLimit(); i++ {
 			slot := facility.ReplicaID(m.Name, i)
 			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced", Waiting: res.Waits[slot]}
 			jobs := bySlot[slot]
+			if _, tried := res.Decisions[slot]; m.Autoscale != nil && len(jobs) == 0 && !tried {
+				continue // an autoscaled model's slot it does not want
+			}
 			sort.Slice(jobs, func(a, b int) bool {
 				if jobs[a].State != jobs[b].State {
 					return jobs[a].State < jobs[b].State

@@ -88,6 +88,12 @@ type Input struct {
 	// job until its garbage collection, and a create-only registration of
 	// that job's ID would be refused until then.
 	Gens map[string]int
+	// Want holds, by model, the replica count the autoscaler wants for a
+	// model with an autoscale policy (controller/autoscale). A model with
+	// a policy and no entry keeps the slots it has, within its min and
+	// max: counts never move on missing data. Models with a fixed
+	// replicas count ignore it.
+	Want map[string]Want
 }
 
 // Kind is what an action does.
@@ -130,6 +136,10 @@ type Action struct {
 	// Catalog marks a Stop whose cause is the catalog itself (its model or
 	// slot left it): what a bad reload would do in bulk.
 	Catalog bool
+	// Yields, on a Stop, names the slot of a model of higher priority
+	// whose Create, earlier in the same pass, this stop makes room for: the
+	// stop is for that create only, and is skipped when it was not done.
+	Yields string
 }
 
 func (a Action) String() string {
@@ -157,13 +167,27 @@ type Result struct {
 	Waits map[string]string
 	// DeferredStops counts the stops left for later passes by MaxStops.
 	DeferredStops int
+	// Scale holds, by autoscaled model, what it wanted, had and got, and
+	// why not more; empty when no model of the catalog autoscales.
+	Scale map[string]Scale
 }
 
 // Plan decides one pass. It fails only on input the planner refuses (an
 // invalid facility, jobs on nodes it does not know are tolerated: their
 // shards are left out of the accounting).
+//
+// When a model of the catalog autoscales, Plan also decides the counts:
+// autoscaled models above what they want stop the slots whose loss keeps
+// their spread (before anything is placed, so their watts are free for
+// this pass); after every existing slot is planned, the floors — fixed
+// models' missing slots, autoscaled models' min — are placed by priority,
+// then each priority's autoscaled models grow towards what they want,
+// sharing what the budgets leave in proportion to what each lacks, before
+// a lower priority gets anything. A model that fits nowhere may take the
+// place of replicas of a lower priority model above that model's floor:
+// its Create comes first, the victims' Stops after it (Action.Yields).
 func Plan(in Input) (Result, error) {
-	res := Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}}
+	res := Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}, Scale: map[string]Scale{}}
 	models := map[string]facility.Model{}
 	for _, m := range in.Catalog.Models {
 		models[m.Name] = m
@@ -188,12 +212,25 @@ func Plan(in Input) (Result, error) {
 		case slotIndex(j.Replica, j.Model) < 0:
 			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
 			continue
-		case slotIndex(j.Replica, j.Model) >= m.Replicas:
-			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)))
+		case slotIndex(j.Replica, j.Model) >= m.SlotLimit():
+			why := fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)
+			if m.Autoscale != nil {
+				why = fmt.Sprintf("model %s has autoscale max = %d", j.Model, m.Autoscale.Max)
+			}
+			res.Actions = append(res.Actions, catalogStop(j, why))
 			continue
 		}
 		bySlot[j.Replica] = append(bySlot[j.Replica], j)
 		live = append(live, j)
+	}
+
+	// 1b. With autoscaling: scale downs, before anything is placed.
+	var alloc *allocator
+	if autoscaling(in.Catalog) {
+		alloc = newAllocator(in, &res, bySlot)
+		var stops []Action
+		stops, live = alloc.scaleDown(live)
+		res.Actions = append(res.Actions, stops...)
 	}
 
 	// 2. Everything that keeps running counts before anything is placed.
@@ -224,9 +261,19 @@ func Plan(in Input) (Result, error) {
 		for _, p := range m.Profiles {
 			profiles[p.Name] = p
 		}
-		roll := newRollState(m, profiles, bySlot, draining)
-		for i := 0; i < m.Replicas; i++ {
-			slot := facility.ReplicaID(m.Name, i)
+		slots := make([]string, m.Replicas)
+		for i := range slots {
+			slots[i] = facility.ReplicaID(m.Name, i)
+		}
+		if alloc != nil {
+			slots = alloc.slotsOf(m)
+		}
+		roll := newRollState(m, profiles, slots, bySlot, draining)
+		for _, slot := range slots {
+			if alloc != nil && len(bySlot[slot]) == 0 {
+				alloc.deferSlot(m, slot) // placed by priority, with the floors
+				continue
+			}
 			acts, placed, commit := planSlot(in, m, profiles, slot, bySlot[slot], draining, planner, roll)
 			if roll.wait != "" {
 				res.Waits[slot] = roll.wait
@@ -242,6 +289,13 @@ func Plan(in Input) (Result, error) {
 					return Result{}, fmt.Errorf("commit %s: %w", slot, err)
 				}
 			}
+		}
+	}
+
+	// 4. With autoscaling: the floors and the growth, by priority.
+	if alloc != nil {
+		if err := alloc.grow(planner); err != nil {
+			return Result{}, err
 		}
 	}
 	res.Actions, res.DeferredStops = capStops(res.Actions, in.MaxStops)
@@ -282,14 +336,14 @@ type rollState struct {
 	wait        string // why the slot being planned waits; read and reset by Plan
 }
 
-func newRollState(m facility.Model, profiles map[string]facility.Profile, bySlot map[string][]Job, draining map[string]bool) *rollState {
+func newRollState(m facility.Model, profiles map[string]facility.Profile, slots []string, bySlot map[string][]Job, draining map[string]bool) *rollState {
 	r := &rollState{maxSurge: m.MaxSurge, maxUnavailable: m.MaxUnavailable}
 	if r.maxSurge == 0 && r.maxUnavailable == 0 {
 		r.maxSurge = 1 // a Model built in code, not parsed: the parser's default
 	}
-	for i := 0; i < m.Replicas; i++ {
+	for _, slot := range slots {
 		var old, fresh, serving bool
-		for _, j := range bySlot[facility.ReplicaID(m.Name, i)] {
+		for _, j := range bySlot[slot] {
 			p, ok := profiles[j.Profile]
 			current := ok && facility.ProfileFingerprint(m, p) == j.FP
 			switch {

@@ -1,0 +1,66 @@
+package facility
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrNotRunning: Remove was given a replica the planner does not account for.
+var ErrNotRunning = errors.New("replica not accounted for")
+
+// Remove takes a replica out of the planner's accounting, as if it had
+// stopped: its shards' draw leaves their nodes and domains, its spread
+// counts shrink, and what its shards hold (GPUs, CPU cores, memory, as
+// the shards name them) is free again for the next decision. A node's
+// measured draw does not shrink with it: max(measured, base + Σ shards)
+// frees only what the measurement does not cover. It returns the replica
+// removed, which Commit of a Decision with its shards puts back. A replica
+// given to NewPlanner or Add gives back what its shards name too: the
+// fleet's free counts left it out.
+func (p *Planner) Remove(id string) (Replica, error) {
+	i := slices.IndexFunc(p.running, func(r Replica) bool { return r.ID == id })
+	if i < 0 {
+		return Replica{}, fmt.Errorf("remove %s: %w", id, ErrNotRunning)
+	}
+	r := p.running[i]
+	idx, err := p.shardNodes(r)
+	if err != nil {
+		return Replica{}, err
+	}
+	for k, s := range r.Shards {
+		n := &p.nodes[idx[k]]
+		if s.GPUs > 0 {
+			if g := n.gpu(p.gpuID(s.GPU)); g != nil {
+				g.free += s.GPUs
+			}
+		}
+		n.cpu += s.CPUCores
+		n.mem += s.MemoryGB
+		p.addDraw(idx[k], -s.Watts)
+	}
+	p.uncount(r.Model, idx)
+	p.running = slices.Delete(p.running, i, i+1)
+	return r, nil
+}
+
+// Restore puts back a replica Remove took out, taking its resources again.
+func (p *Planner) Restore(r Replica) error {
+	return p.Commit(Decision{Replica: r.ID, Model: r.Model, Profile: r.Profile, Placed: true, Shards: slices.Clone(r.Shards)})
+}
+
+// uncount takes one replica of model out of every domain its nodes are in.
+func (p *Planner) uncount(model string, nodes []int32) {
+	cs := p.countsOf(model)
+	for _, l := range Levels() {
+		for i, n := range nodes {
+			d := p.cells[p.nodes[n].cell].dom[l]
+			if d < 0 || slices.ContainsFunc(nodes[:i], func(m int32) bool { return p.cells[p.nodes[m].cell].dom[l] == d }) {
+				continue
+			}
+			if cs[d] > 0 {
+				cs[d]--
+			}
+		}
+	}
+}
