@@ -92,11 +92,10 @@ type Decision struct {
 	Want    int
 	Rule    Rule
 	Reason  string
-	// Needed is the replicas the up window's mean needs (unrounded), and
-	// NeededDown the most any time in the down window needed (rounded up);
-	// both -1 when unknown.
-	Needed     float64
-	NeededDown int
+	// Needed is the replicas the up window's mean needs, and NeededDown
+	// the most any time in the down window needed (both unrounded); -1
+	// when unknown.
+	Needed, NeededDown float64
 }
 
 // Changes reports whether the decision moves the count.
@@ -112,12 +111,18 @@ type Config struct {
 	// window then reads as not covered, which only delays a scale down).
 	// 0: DefaultMaxSamples.
 	MaxSamples int
+	// DownMargin is the share of the count a scale down leaves unused at
+	// the down window's most: it goes to ceil(most ÷ (1 − DownMargin)),
+	// so that the next rise of a few percent does not undo it. 0:
+	// DefaultDownMargin; at most 0.5.
+	DownMargin float64
 }
 
 // The defaults of Config.
 const (
 	DefaultMaxAge     = time.Minute
 	DefaultMaxSamples = 20000
+	DefaultDownMargin = 0.1
 )
 
 // point is one Sample as kept: its values, and which were fresh when taken.
@@ -168,6 +173,10 @@ func New(cfg Config) *Scaler {
 	if cfg.MaxSamples <= 0 {
 		cfg.MaxSamples = DefaultMaxSamples
 	}
+	if !(cfg.DownMargin > 0) {
+		cfg.DownMargin = DefaultDownMargin
+	}
+	cfg.DownMargin = min(cfg.DownMargin, 0.5)
 	return &Scaler{cfg: cfg}
 }
 
@@ -367,15 +376,13 @@ func (s *Scaler) Decide(p facility.Autoscale, now time.Time, current int) Decisi
 		}
 	}
 
-	needDown, covered := s.downNeed(p, now)
-	d.NeededDown = needDown
-	if covered {
-		needDown = min(max(needDown, floor), p.Max)
-	}
+	most, covered := s.downNeed(p, now)
+	d.NeededDown = most
+	needDown := min(max(roundUp(most/(1-s.cfg.DownMargin)), floor), p.Max)
 	if !covered || needDown >= current {
 		if covered {
-			return set(current, RuleHold, "holds at %d: %.1f replicas needed over up_window %s by %s, %d at most over down_window %s",
-				current, meanUp, fmtDur(p.UpWindow), tgt, needDown, fmtDur(p.DownWindow))
+			return set(current, RuleHold, "holds at %d: %.1f replicas needed over up_window %s by %s, %.1f at most over down_window %s",
+				current, meanUp, fmtDur(p.UpWindow), tgt, most, fmtDur(p.DownWindow))
 		}
 		if roundUp(meanUp) >= current {
 			return set(current, RuleHold, "holds at %d: %.1f replicas needed over up_window %s by %s", current, meanUp, fmtDur(p.UpWindow), tgt)
@@ -394,10 +401,10 @@ func (s *Scaler) Decide(p facility.Autoscale, now time.Time, current int) Decisi
 	want := max(needDown, current-p.MaxStep)
 	step := ""
 	if want > needDown {
-		step = fmt.Sprintf(" (needs %d; max_step %d)", needDown, p.MaxStep)
+		step = fmt.Sprintf("; needs %d, max_step %d", needDown, p.MaxStep)
 	}
-	return set(want, RuleDown, "down %d→%d: at most %d replicas needed at any time in down_window %s by %s%s",
-		current, want, needDown, fmtDur(p.DownWindow), tgt, step)
+	return set(want, RuleDown, "down %d→%d: at most %.1f replicas needed at any time in down_window %s by %s (%d with a %g %% margin%s)",
+		current, want, most, fmtDur(p.DownWindow), tgt, needDown, 100*s.cfg.DownMargin, step)
 }
 
 // wake decides for a model at zero.
@@ -497,9 +504,9 @@ func (s *Scaler) lastNeeded(t facility.Target) (float64, bool) {
 }
 
 // downNeed is the most replicas needed at any time of the down window —
-// each time's up-window mean, rounded up — and whether fresh readings
-// cover the whole window.
-func (s *Scaler) downNeed(p facility.Autoscale, now time.Time) (int, bool) {
+// each time's up-window mean — and whether fresh readings cover the whole
+// window.
+func (s *Scaler) downNeed(p facility.Autoscale, now time.Time) (float64, bool) {
 	from := now.Add(-p.DownWindow)
 	type fv struct {
 		at time.Time
@@ -515,7 +522,7 @@ func (s *Scaler) downNeed(p facility.Autoscale, now time.Time) (int, bool) {
 			vs = append(vs, fv{pt.at, v})
 		}
 	}
-	most := -1
+	most := -1.0
 	sum, lo := 0.0, 0
 	for hi := range vs {
 		sum += vs[hi].v
@@ -524,7 +531,7 @@ func (s *Scaler) downNeed(p facility.Autoscale, now time.Time) (int, bool) {
 			lo++
 		}
 		if !vs[hi].at.Before(from) {
-			most = max(most, roundUp(sum/float64(hi-lo+1)))
+			most = max(most, sum/float64(hi-lo+1))
 		}
 	}
 	return most, s.covered(p.Target, from, now)

@@ -117,13 +117,15 @@ func TestDownByTheMostOverTheDownWindow(t *testing.T) {
 	// window still holds a time that needed 6.
 	fall := now
 	now = run(s, now, fall.Add(9*time.Minute), constant(16))
-	expect(t, s.Decide(p, now, 6), 6, RuleHold, "6 at most over down_window 10m")
+	expect(t, s.Decide(p, now, 6), 6, RuleHold, "6.0 at most over down_window 10m")
 	now = run(s, now, fall.Add(10*time.Minute+time.Minute), constant(16))
-	expect(t, s.Decide(p, now, 6), 4, RuleDown, "down 6→4: at most 2 replicas needed at any time in down_window 10m by outstanding_per_replica = 8 (needs 2; max_step 2)")
+	expect(t, s.Decide(p, now, 6), 4, RuleDown, "down 6→4: at most 2.0 replicas needed at any time in down_window 10m by outstanding_per_replica = 8 (3 with a 10 % margin; needs 3, max_step 2)")
 	// The next step waits an up window after the change.
 	expect(t, s.Decide(p, now, 4), 4, RuleWait, "the count changed 0s ago")
 	now = run(s, now, now.Add(30*time.Second), constant(16))
-	expect(t, s.Decide(p, now, 4), 2, RuleDown, "down 4→2")
+	expect(t, s.Decide(p, now, 4), 3, RuleDown, "down 4→3")
+	now = run(s, now, now.Add(30*time.Second), constant(16))
+	expect(t, s.Decide(p, now, 3), 3, RuleHold, "holds at 3")
 }
 
 // A short dip inside the down window never scales down: the window's most
@@ -380,13 +382,22 @@ func TestDownNeedIsTheMostOfUpWindowMeans(t *testing.T) {
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(15*time.Minute), constant(8))
-	s.Observe(busy(now, 8*7)) // one round of 7 replicas: a mean of (6×1 + 7) / 7 = 1.9
+	s.Observe(busy(now, 8*7)) // one round of 7 replicas: with the 5 before it in the up window, a mean of (5×1 + 7) / 6 = 2
 	now = run(s, now.Add(tick), now.Add(3*time.Minute), constant(8))
 	d := s.Decide(p, now, 4)
 	if d.NeededDown != 2 {
-		t.Errorf("needed down %d, want 2 (%s)", d.NeededDown, d.Reason)
+		t.Errorf("needed down %v, want 2 (%s)", d.NeededDown, d.Reason)
 	}
-	expect(t, d, 2, RuleDown, "down 4→2")
+	// 2 ÷ 0.9 with the margin: 3.
+	expect(t, d, 3, RuleDown, "down 4→3: at most 2.0 replicas needed at any time in down_window 10m by outstanding_per_replica = 8 (3 with a 10 % margin)")
+	s = New(Config{DownMargin: 0.01})
+	now = run(s, t0, t0.Add(15*time.Minute), constant(8))
+	s.Observe(busy(now, 8*7))
+	now = run(s, now.Add(tick), now.Add(3*time.Minute), constant(8))
+	expect(t, s.Decide(p, now, 4), 3, RuleDown, "down 4→3: at most 2.0")
+	s = New(Config{DownMargin: 0.01})
+	now = run(s, t0, t0.Add(15*time.Minute), constant(8))
+	expect(t, s.Decide(p, now, 4), 2, RuleDown, "down 4→2: at most 1.0 replicas needed at any time in down_window 10m by outstanding_per_replica = 8 (2 with a 1 % margin)")
 }
 
 func TestReadingsAreBounded(t *testing.T) {

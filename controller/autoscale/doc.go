@@ -30,8 +30,10 @@
 //     reaches PanicThreshold × the count now, the count jumps straight to
 //     it, MaxStep or not.
 //   - Down: the most replicas needed at any time in the down window (each
-//     time's own up-window mean), Knative's and the HPA's stable window; at
-//     most MaxStep fewer than now. Only when the whole down window has fresh
+//     time's own up-window mean), Knative's and the HPA's stable window,
+//     with a margin (Config.DownMargin, 10 %) so that the count is not
+//     taken down to a value the next small rise undoes; at most MaxStep
+//     fewer than now. Only when the whole down window has fresh
 //     readings (a restarted controller waits one down window), and never
 //     sooner than DownWindow after the count last went up: no up-down-up
 //     inside the down window.
