@@ -90,9 +90,10 @@ type Input struct {
 	Gens map[string]int
 	// Want holds, by model, the replica count the autoscaler wants for a
 	// model with an autoscale policy (controller/autoscale). A model with
-	// a policy and no entry keeps the slots it has, within its min and
-	// max: counts never move on missing data. Models with a fixed
-	// replicas count ignore it.
+	// a policy and no entry keeps the slots it has (at least one), within
+	// its min and max: counts never move on missing data, and a model
+	// with min 0 is not left at zero with nothing to wake it. Models with
+	// a fixed replicas count ignore it.
 	Want map[string]Want
 }
 

@@ -107,10 +107,14 @@ func newAllocator(in Input, res *Result, bySlot map[string][]Job) *allocator {
 				s.Reason += fmt.Sprintf(" (within autoscale min %d, max %d: %d)", p.Min, p.Max, s.Want)
 			}
 		} else {
-			s.Want = p.Clamp(had)
+			// No decision (the controller does not feed the autoscaler):
+			// the model keeps what it has, and at least one replica, so
+			// that a model with min 0 is not left at zero with nothing to
+			// wake it.
+			s.Want = p.Clamp(max(had, 1))
 			s.Reason = fmt.Sprintf("no autoscaler decision: keeps its %d slots", had)
 			if s.Want != had {
-				s.Reason += fmt.Sprintf(", within autoscale min %d, max %d: %d", p.Min, p.Max, s.Want)
+				s.Reason += fmt.Sprintf(", at least 1, within autoscale min %d, max %d: %d", p.Min, p.Max, s.Want)
 			}
 		}
 		a.scale[m.Name] = s

@@ -123,6 +123,22 @@ func TestScaleUpAndDownFollowWant(t *testing.T) {
 	}
 }
 
+func TestNoWantKeepsAtLeastOne(t *testing.T) {
+	w := newWorld()
+	w.cat.Models = []facility.Model{autoModel("m", 0, 8, 50)}
+	res := w.planWant(t, nil, 0)
+	if diff := cmp.Diff([]string{"create m-0"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if s := res.Scale["m"]; s.Want != 1 || !strings.Contains(s.Reason, "no autoscaler decision: keeps its 0 slots, at least 1") {
+		t.Errorf("scale %+v", s)
+	}
+	// With a decision, zero is zero.
+	if res := w.planWant(t, map[string]int{"m": 0}, 0); len(res.Actions) != 0 {
+		t.Errorf("want 0: %v", kinds(res.Actions))
+	}
+}
+
 func TestNoWantStartsAtMin(t *testing.T) {
 	w := newWorld()
 	w.cat.Models = []facility.Model{autoModel("m", 2, 8, 50)}
