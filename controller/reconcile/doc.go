@@ -33,4 +33,20 @@
 // Everything that still runs counts in the budgets and spread before
 // anything new is placed, and a placement is committed to the planner before
 // the next one is decided, so one pass never over-commits a budget.
+//
+// # Autoscaled models
+//
+// A model with an autoscale policy has the slots its jobs hold, any index
+// below its max, rather than 0 … N-1; its count is what Input.Want asks,
+// within its min and max (scale.go). With any such model in the catalog a
+// pass stops, first, the slots a scale down gives up (those that serve
+// least, then those whose loss keeps the spread widest); plans every
+// existing slot as above; then places the floors (fixed models' missing
+// slots, autoscaled models' min) by priority, and then each priority's
+// growth, shared in proportion to what each model lacks. A model that fits
+// nowhere may take the place of a lower priority's replicas above that
+// model's floor: its Create comes first, their Stops after it, naming it
+// (Action.Yields). Result.Scale says, per model, what it wanted, had and
+// got, and what stopped it. Without an autoscaled model a pass is as
+// before, and priorities play no part.
 package reconcile

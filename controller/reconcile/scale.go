@@ -295,12 +295,10 @@ func (a *allocator) grow(planner *facility.Planner) error {
 	for _, m := range order {
 		if slots := a.deferred[m.Name]; len(slots) > 0 {
 			for _, slot := range slots {
-				ok, err := a.placeOne(m, slot, "missing")
-				if err != nil {
+				// Each is tried, as without autoscaling: each gets its
+				// decision, for explain.
+				if _, err := a.placeOne(m, slot, "missing"); err != nil {
 					return err
-				}
-				if !ok {
-					break // the rest would fail alike
 				}
 			}
 			continue
