@@ -150,6 +150,9 @@ func Build(in Input) (Cmd, error) {
 		return Cmd{}, fmt.Errorf("tensor_parallel: must be at least 1, got %d", in.TensorParallel)
 	}
 	args, env := r.build(in)
+	// The flags that turn the engine's /metrics on, before the task's own
+	// (both engines that need one take a repeat of it).
+	args = append(args, metricsByEngine[in.Engine].Enable...)
 	args = append(args, in.Args...)
 	return Cmd{Path: in.Executable, Args: args, Env: env}, nil
 }
