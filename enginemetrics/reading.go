@@ -58,6 +58,11 @@ func histogramDelta(prev, cur Histogram) (Histogram, bool) {
 	if cur.Count < prev.Count || cur.Sum < prev.Sum {
 		return cur, true
 	}
+	if prev.Count == 0 {
+		// Nothing observed before (a family declared without series has
+		// no buckets either): all of cur is new.
+		return cur, false
+	}
 	d := Histogram{Count: cur.Count - prev.Count, Sum: cur.Sum - prev.Sum}
 	if len(prev.Buckets) != len(cur.Buckets) || cur.Buckets == nil {
 		return d, false

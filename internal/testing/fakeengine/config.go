@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,23 @@ type Config struct {
 	// EmbeddingDim is the length of /v1/embeddings vectors when a request
 	// gives no dimensions.
 	EmbeddingDim int
+
+	// Engine is the engine whose /metrics fake-engine serves, with its real
+	// names (vllm, sglang, tgi, llamacpp): --engine, else the engine whose
+	// spelling of the model flag the command line used (--model-path:
+	// sglang, --model-id: tgi, -m: llamacpp; vLLM's otherwise).
+	Engine string
+	// MetricsEnabled is SGLang's --enable-metrics or llama.cpp's --metrics:
+	// as impersonated, those two serve /metrics only with it.
+	MetricsEnabled bool
+	// MaxRunning bounds the requests generating at once, as an engine's
+	// batch does (vLLM's --max-num-seqs, SGLang's --max-running-requests,
+	// TGI's --max-batch-size, llama.cpp's --parallel slots); the rest wait.
+	// 0: no bound.
+	MaxRunning int
+	// KVCacheTokens is the size of the simulated KV cache in tokens: a
+	// running request holds its prompt and what it has generated.
+	KVCacheTokens int
 
 	// Crash makes the engine exit with ExitCode once CrashAfter has passed
 	// since start. Set by --crash-after or --exit-code.
@@ -92,6 +110,8 @@ func Defaults() Config {
 		TokensPerSecond: 50,
 		MaxTokens:       16,
 		EmbeddingDim:    16,
+		Engine:          EngineVLLM,
+		KVCacheTokens:   16384,
 		ExitCode:        1,
 		ExpectGPUs:      -1,
 	}
@@ -105,7 +125,7 @@ func Defaults() Config {
 // LLMGW_MODEL for what the flags leave unset.
 func Parse(args []string, getenv func(string) string) (Config, error) {
 	c := Defaults()
-	var hostSet, portSet, crashSet, exitSet bool
+	var hostSet, portSet, crashSet, exitSet, engineSet bool
 	var positional []string
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
@@ -135,6 +155,20 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 			c.Help = true
 		case "--model", "--model-path", "--model-id", "-m":
 			c.Model, err = value()
+			if e := engineByModelFlag[name]; e != "" && !engineSet {
+				c.Engine = e
+			}
+		case "--engine":
+			if c.Engine, err = value(); err == nil && !slices.Contains(Engines, c.Engine) {
+				err = fmt.Errorf("%w: --engine %q: want one of %s", ErrUsage, c.Engine, strings.Join(Engines, ", "))
+			}
+			engineSet = true
+		case "--enable-metrics", "--metrics":
+			c.MetricsEnabled, err = boolValue(name, val, hasVal)
+		case "--max-num-seqs", "--max-running-requests", "--max-batch-size", "--parallel", "-np":
+			c.MaxRunning, err = intValue(name, value, 1, 1<<20)
+		case "--kv-cache-tokens":
+			c.KVCacheTokens, err = intValue(name, value, 1, 1<<30)
 		case "--served-model-name":
 			var v string
 			if v, err = value(); err == nil {
@@ -243,6 +277,22 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// The engines fake-engine impersonates, as llmgw's engine package names
+// them.
+const (
+	EngineVLLM     = "vllm"
+	EngineSGLang   = "sglang"
+	EngineTGI      = "tgi"
+	EngineLlamaCpp = "llamacpp"
+)
+
+// Engines lists the engines --engine takes.
+var Engines = []string{EngineLlamaCpp, EngineSGLang, EngineTGI, EngineVLLM}
+
+// engineByModelFlag is the engine each model flag's spelling belongs to
+// (vLLM's --model and positional MODEL are the default).
+var engineByModelFlag = map[string]string{"--model-path": EngineSGLang, "--model-id": EngineTGI, "-m": EngineLlamaCpp}
+
 // isFlag reports whether arg is spelled as a flag: a dash and more, and not
 // a negative number.
 func isFlag(arg string) bool {
@@ -330,6 +380,9 @@ Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
   --port P                                       listen port, 0 for any (else LLMGW_PORT, else 8000)
   --tensor-parallel-size, -tp, --tp, --tp-size, --num-shard N
   --max-model-len, --context-length, --ctx-size, --max-total-tokens N  (default 4096)
+  --max-num-seqs, --max-running-requests, --max-batch-size, --parallel, -np N
+                                                 requests generating at once; the rest wait
+  --enable-metrics, --metrics                    SGLang's and llama.cpp's switch for /metrics
 
 Fake-engine flags:
   --load-seconds S        /health answers 503 for S seconds, logging load progress (default 0)
@@ -337,6 +390,9 @@ Fake-engine flags:
   --tokens-per-second R   generation pace, 0 for none (default 50)
   --max-tokens N          completion length when a request gives none (default 16)
   --embedding-dim N       embedding length when a request gives none (default 16)
+  --engine NAME           serve /metrics with NAME's metric names: vllm, sglang, tgi, llamacpp
+                          (default: the engine whose model flag was used, else vllm)
+  --kv-cache-tokens N     size of the simulated KV cache (default 16384)
   --crash-after S         exit with --exit-code S seconds after start
   --exit-code N           code to exit with (default 1); alone, exit at once
   --crash-panic           write a Python traceback to stderr before exiting

@@ -56,6 +56,7 @@ func TestParse(t *testing.T) {
 			args: "--model-path meta/llama --tp-size 8 --host 127.0.0.2 --port 30000 --context-length 8192 --served-model-name llama",
 			want: with(func(c *Config) {
 				c.Model, c.TensorParallel, c.Host, c.Port, c.MaxModelLen, c.ServedNames = "meta/llama", 8, "127.0.0.2", 30000, 8192, []string{"llama"}
+				c.Engine = EngineSGLang
 			}),
 		},
 		{
@@ -63,6 +64,7 @@ func TestParse(t *testing.T) {
 			args: "--model-id bigscience/bloom --num-shard 2 --hostname 127.0.0.3 --port 8080 --max-total-tokens 1024",
 			want: with(func(c *Config) {
 				c.Model, c.TensorParallel, c.Host, c.Port, c.MaxModelLen = "bigscience/bloom", 2, "127.0.0.3", 8080, 1024
+				c.Engine = EngineTGI
 			}),
 		},
 		{
@@ -71,12 +73,25 @@ func TestParse(t *testing.T) {
 			want: with(func(c *Config) {
 				c.Model, c.ServedNames, c.Port, c.MaxModelLen = "/models/q4.gguf", []string{"tiny"}, 8081, 512
 				c.Ignored = []string{"-ngl", "99"}
+				c.Engine = EngineLlamaCpp
 			}),
 		},
 		{
 			name: "sglang --tp",
 			args: "--model-path m --tp 2",
-			want: with(func(c *Config) { c.Model, c.TensorParallel = "m", 2 }),
+			want: with(func(c *Config) { c.Model, c.TensorParallel, c.Engine = "m", 2, EngineSGLang }),
+		},
+		{
+			name: "metrics switches, batch bounds and an explicit engine",
+			args: "--model-path m --enable-metrics --max-running-requests 4 --kv-cache-tokens 100 --engine tgi",
+			want: with(func(c *Config) {
+				c.Model, c.Engine, c.MetricsEnabled, c.MaxRunning, c.KVCacheTokens = "m", EngineTGI, true, 4, 100
+			}),
+		},
+		{
+			name: "--engine before the model flag wins too",
+			args: "--engine vllm -m x.gguf --metrics -np 2",
+			want: with(func(c *Config) { c.Model, c.MetricsEnabled, c.MaxRunning = "x.gguf", true, 2 }),
 		},
 		{
 			name: "fake-engine flags",
@@ -162,6 +177,9 @@ func TestParseErrors(t *testing.T) {
 		{"serve m --ignore-sigterm=maybe", nil, "--ignore-sigterm"},
 		{"serve m --host=", nil, "empty --host"},
 		{"serve m", env("LLMGW_PORT", "eighty"), "LLMGW_PORT"},
+		{"serve m --engine triton", nil, `--engine "triton": want one of llamacpp, sglang, tgi, vllm`},
+		{"serve m --max-num-seqs 0", nil, "--max-num-seqs"},
+		{"serve m --kv-cache-tokens x", nil, "--kv-cache-tokens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {

@@ -10,7 +10,8 @@
 // /v1/models, /v1/chat/completions, /v1/completions (whole or streamed as
 // server-sent events, paced at a set number of tokens per second, with
 // deterministic text) and /v1/embeddings (deterministic unit vectors) answer
-// in OpenAI's shapes; /metrics serves Prometheus text. Flags make it crash
+// in OpenAI's shapes; /metrics serves Prometheus text under the names of
+// the engine it impersonates, moving with its load. Flags make it crash
 // after a delay with a chosen exit code, ignore SIGTERM, or refuse to start
 // unless CUDA_VISIBLE_DEVICES holds the GPUs asked for.
 //

@@ -28,6 +28,9 @@ type Server struct {
 	seq     atomic.Uint64
 	m       *metrics
 	mux     *http.ServeMux
+	// slots holds a token per running request when they are bounded
+	// (Config.MaxRunning); nil otherwise.
+	slots chan struct{}
 }
 
 // NewServer returns a server for cfg that writes its access log to stdout
@@ -35,7 +38,10 @@ type Server struct {
 // use, one Write per line. It is not ready until Load has run.
 func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	s := &Server{cfg: cfg, stdout: stdout, stderr: stderr, created: time.Now().Unix()}
-	s.m = newMetrics(cfg.ModelID(), s.ready.Load)
+	s.m = newMetrics(cfg, s.ready.Load)
+	if cfg.MaxRunning > 0 {
+		s.slots = make(chan struct{}, cfg.MaxRunning)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.gated(s.models))
@@ -307,22 +313,65 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 }
 
 // generate writes a completion at the configured pace, whole or as
-// server-sent events.
+// server-sent events. It waits for a free slot first (with --max-num-seqs
+// and its spellings), counted as waiting; while it generates it is
+// running and holds its prompt and the tokens so far in the KV cache.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
+	arrived := time.Now()
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
 	s.m.promptTokens.Add(float64(p.promptTokens))
 	ctx := r.Context()
+	e := s.m.engine
+	if e.requested != nil {
+		e.requested()
+	}
+	release, ok := s.admit(ctx)
+	if !ok {
+		return
+	}
+	defer release()
+	if e.prompt != nil {
+		e.prompt(p.promptTokens, p.stream)
+	}
+	l := s.m.load
+	held := int64(p.promptTokens)
+	l.held.Add(held)
+	l.reserved.Add(int64(p.promptTokens + len(p.tokens)))
+	defer func() {
+		l.held.Add(-held)
+		l.reserved.Add(-int64(p.promptTokens + len(p.tokens)))
+	}()
+	// produce waits for token i (from 1) and counts it.
+	produce := func(i int, start time.Time) bool {
+		if s.wait(ctx, start, i) != nil {
+			return false
+		}
+		s.m.genTokens.Inc()
+		l.held.Add(1)
+		held++
+		if e.token != nil {
+			e.token(p.stream)
+		}
+		if i == 1 && e.firstTok != nil {
+			e.firstTok(time.Since(arrived), p.stream)
+		}
+		return true
+	}
 	start := time.Now()
 	u := usage{PromptTokens: p.promptTokens, CompletionTokens: len(p.tokens), TotalTokens: p.promptTokens + len(p.tokens)}
 	chat := p.object == "chat.completion"
 	created := start.Unix()
 
 	if !p.stream {
-		if s.wait(ctx, start, len(p.tokens)) != nil {
-			return
+		for i := range p.tokens {
+			if !produce(i+1, start) {
+				return
+			}
 		}
-		s.m.genTokens.Add(float64(len(p.tokens)))
+		if e.finished != nil {
+			e.finished(len(p.tokens))
+		}
 		text := strings.Join(p.tokens, "")
 		finish := p.finish
 		if chat {
@@ -363,13 +412,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		}
 	}
 	for i, tok := range p.tokens {
-		if s.wait(ctx, start, i+1) != nil {
+		if !produce(i+1, start) {
 			return
 		}
-		s.m.genTokens.Inc()
 		if sse.event(chunk(&tok, "", nil)) != nil {
 			return
 		}
+	}
+	if e.finished != nil {
+		e.finished(len(p.tokens))
 	}
 	finish := p.finish
 	var final any
@@ -394,6 +445,30 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		}
 	}
 	_ = sse.done()
+}
+
+// admit waits for a free slot when the running requests are bounded,
+// counted as waiting meanwhile, and then counts the request as running
+// until release. ok is false when ctx ended first.
+func (s *Server) admit(ctx context.Context) (release func(), ok bool) {
+	l := s.m.load
+	if s.slots != nil {
+		l.waiting.Add(1)
+		select {
+		case s.slots <- struct{}{}:
+			l.waiting.Add(-1)
+		case <-ctx.Done():
+			l.waiting.Add(-1)
+			return nil, false
+		}
+	}
+	l.running.Add(1)
+	return func() {
+		l.running.Add(-1)
+		if s.slots != nil {
+			<-s.slots
+		}
+	}, true
 }
 
 // wait blocks until the n-th token is due, n/rate after start, or ctx ends.
@@ -440,6 +515,11 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
+	release, ok := s.admit(r.Context())
+	if !ok {
+		return
+	}
+	defer release()
 	resp := embeddingResponse{Object: "list", Model: s.cfg.ModelID()}
 	for i, x := range in {
 		v := Embedding(s.cfg.ModelID(), x.text, dim)
