@@ -126,6 +126,9 @@ type taskHandle struct {
 	evOffset    int64
 	oomDetect   string
 
+	// engineStats is the engine's latest metrics (enginestats.go).
+	engineStats engineStats
+
 	done    chan struct{} // closed once result is set
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when run returns

@@ -509,6 +509,7 @@ func (p *Plugin) InspectTask(_ context.Context, req *driverpb.InspectTaskRequest
 	}
 	ts, attrs := h.status()
 	maps.Copy(attrs, h.gpuAttributes())
+	maps.Copy(attrs, h.engineMetricsAttributes())
 	return &driverpb.InspectTaskResponse{Task: ts, Driver: &driverpb.TaskDriverStatus{Attributes: attrs}}, nil
 }
 

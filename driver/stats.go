@@ -19,7 +19,9 @@ const defaultStatsInterval = time.Second
 
 // TaskStats implements Driver: CPU and memory of the engine's process
 // tree (the engine, its descendants and its process group), one sample at
-// once and then one per interval, until the task exits.
+// once and then one per interval, until the task exits. After each sample
+// it reads the engine's metrics (enginestats.go), which TaskStats has no
+// field for, within the interval.
 func (p *Plugin) TaskStats(req *driverpb.TaskStatsRequest, stream driverpb.Driver_TaskStatsServer) error {
 	h, err := p.task(req.GetTaskId())
 	if err != nil {
@@ -42,6 +44,7 @@ func (p *Plugin) TaskStats(req *driverpb.TaskStatsRequest, stream driverpb.Drive
 		} else if err := stream.Send(&driverpb.TaskStatsResponse{Stats: st}); err != nil {
 			return err
 		}
+		h.scrapeEngineMetrics(stream.Context(), metricsTimeout(interval))
 		select {
 		case <-stream.Context().Done():
 			return nil
