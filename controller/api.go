@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -83,6 +84,13 @@ func (c *Controller) currentView() View {
 	defer c.mu.RUnlock()
 	v := c.view
 	v.Leader = c.leader
+	// The engine readings are newer than the pass that built the view.
+	v.Replicas = slices.Clone(v.Replicas)
+	for i := range v.Replicas {
+		if m, ok := c.engineObs[v.Replicas[i].JobID]; ok && v.Replicas[i].JobID != "" {
+			v.Replicas[i].Engine = &m
+		}
+	}
 	return v
 }
 

@@ -41,6 +41,11 @@ type Options struct {
 	LockTTL time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// EngineMetricsInterval is how often the serving replicas' engines'
+	// metrics are read (engines.go); default 10s.
+	EngineMetricsInterval time.Duration
+	// EngineClient reads them; nil: a direct client (no proxy).
+	EngineClient *http.Client
 }
 
 // Controller is one llmgw controller process.
@@ -100,6 +105,9 @@ type Controller struct {
 	leader   bool
 	view     View
 	saved    map[string]string // replica -> last saved decision, to write only changes
+	// engineObs is what the last round of engine scrapes read, by replica
+	// job ID (engines.go).
+	engineObs map[string]EngineMetrics
 }
 
 type snapshot struct {
@@ -129,6 +137,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.EngineMetricsInterval <= 0 {
+		opts.EngineMetricsInterval = defaultEngineMetricsInterval
 	}
 	if opts.PowerInterval <= 0 {
 		opts.PowerInterval = 30 * time.Second
@@ -313,6 +324,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(c.watchJobs)
 	run(c.pollPower)
 	run(c.watchHealth)
+	run(c.watchEngineMetrics)
 	run(c.leadLoop)
 	run(c.viewLoop)
 	wg.Wait()

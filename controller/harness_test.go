@@ -291,6 +291,9 @@ func (e *env) startAt(name, url string, tp *tap, mods ...func(*Options)) *ctl {
 		Config: e.cfg, Nomad: client, Identity: name, Now: e.clock.Now,
 		Logger:        slog.New(slog.NewTextHandler(logWriter{e.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		PowerInterval: time.Hour, LockTTL: testLockTTL,
+		// Engines are not scraped unless a test asks (engines_test.go):
+		// nomadfake's allocations have loopback addresses nothing serves.
+		EngineMetricsInterval: time.Hour,
 	}
 	for _, m := range mods {
 		m(&opts)

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmgw/llmgw/enginemetrics"
 )
 
 // metrics are the controller's Prometheus metrics, on its own registry
@@ -24,6 +26,8 @@ type metrics struct {
 	deferredStops    prometheus.Counter
 	reconcileSeconds prometheus.Histogram
 	adopted          *prometheus.GaugeVec
+	engineGauges     map[string]*prometheus.GaugeVec // by enginemetrics field
+	engineErrors     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -81,5 +85,52 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.leader, m.reloadFailed, m.replicas, m.domainCap, m.domainDraw, m.domainMeasured,
 		m.placements, m.rejections, m.actions, m.actionErrors, m.casConflicts, m.leaseLost, m.fencedWrites, m.deferredStops, m.reconcileSeconds, m.adopted)
+	m.engineGauges = map[string]*prometheus.GaugeVec{}
+	for field, help := range engineGaugeHelp {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmgw_engine_" + field, Help: help}, []string{"model", "replica"})
+		m.engineGauges[field] = g
+		m.reg.MustRegister(g)
+	}
+	m.engineErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_engine_scrape_errors_total", Help: "Scrapes of a serving replica's engine metrics that failed, by model.",
+	}, []string{"model"})
+	m.reg.MustRegister(m.engineErrors)
 	return m
+}
+
+// engineGaugeHelp are the llmgw_engine_* gauges, one series per serving
+// replica, from the last reading of its engine's metrics; a series is
+// absent while the value is unknown (not exported by the engine, not in
+// the scrape, or no rate yet).
+var engineGaugeHelp = map[string]string{
+	"requests_waiting":  "Requests the replica's engine has queued.",
+	"requests_running":  "Requests the replica's engine is generating for.",
+	"kv_cache_usage":    "Fraction (0-1) of the replica's engine's KV cache in use.",
+	"tokens_per_second": "Tokens the replica's engine generated per second between its last two scrapes.",
+	"ttft_p90_seconds":  "90th percentile time to first token of the requests that got their first token between the engine's last two scrapes (estimated from its histogram buckets).",
+}
+
+// setEngines replaces the llmgw_engine_* series with a scrape round's.
+func (m *metrics) setEngines(targets []engineTarget, obs []EngineMetrics) {
+	for _, g := range m.engineGauges {
+		g.Reset()
+	}
+	for i, t := range targets {
+		o := obs[i]
+		if o.Error != "" {
+			m.engineErrors.WithLabelValues(t.model).Inc()
+		}
+		if o.Reading == nil || o.Error != "" {
+			continue
+		}
+		r := o.Reading
+		for field, v := range map[string]enginemetrics.Value{
+			"requests_waiting": r.RequestsWaiting, "requests_running": r.RequestsRunning, "kv_cache_usage": r.KVCacheUsage,
+			"tokens_per_second": r.TokensPerSecond, "ttft_p90_seconds": r.TTFT.P90,
+		} {
+			if x, ok := v.Get(); ok {
+				m.engineGauges[field].WithLabelValues(t.model, t.replica).Set(x)
+			}
+		}
+	}
 }

@@ -42,6 +42,10 @@ type ReplicaView struct {
 	// Jobs lists every job of the slot when there is more than one.
 	Jobs  []string  `json:"jobs,omitempty"`
 	Since time.Time `json:"since,omitzero"`
+	// Engine is what the controller last read from the serving job's
+	// engine metrics; absent while the replica does not serve, or its
+	// engine has no known metrics.
+	Engine *EngineMetrics `json:"engine,omitempty"`
 }
 
 // NodeView is one Nomad node as placement sees it.

@@ -96,8 +96,15 @@ func (c *ctl) replicasCmd() *cobra.Command {
 	var model string
 	cmd := &cobra.Command{
 		Use:   "replicas [--model M]",
-		Short: "List every replica slot: model, profile, state, domain, nodes, age",
-		Args:  args(cobra.NoArgs),
+		Short: "List every replica slot: model, profile, state, domain, nodes, age, engine load",
+		Long: `List every replica slot: model, profile, state, domain, nodes and age,
+and for a serving replica its engine's load as the controller last read it
+from the engine's /metrics: requests waiting and running, KV-cache use, tokens
+per second and the 90th percentile time to first token over the interval
+between the controller's last two scrapes. "-" is unknown (the engine does not
+export it, or nothing to measure yet); "error" means the last scrape failed
+(--json has the error and the last good reading).`,
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := c.client()
 			if err != nil {
@@ -121,13 +128,14 @@ func (c *ctl) replicasCmd() *cobra.Command {
 				return printJSON(cmd, raw)
 			}
 			now := c.opts.Now()
-			t := newTable("REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE")
+			t := newTable("REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE", "WAIT", "RUN", "KV", "TOK/S", "TTFT-P90")
 			for _, r := range reps {
 				state := r.State
 				if len(r.Jobs) > 1 {
 					state += fmt.Sprintf(" (%d jobs)", len(r.Jobs))
 				}
-				t.row(r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now))
+				t.row(append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
+					engineLoad(r.Engine)...)...)
 			}
 			return write(cmd.OutOrStdout(), t.bytes())
 		},

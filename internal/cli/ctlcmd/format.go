@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -51,6 +53,27 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// engineLoad is the WAIT, RUN, KV, TOK/S and TTFT-P90 cells of a
+// replica: "-" where unknown, "error" when the last scrape failed.
+func engineLoad(m *controller.EngineMetrics) []string {
+	switch {
+	case m == nil || (m.Reading == nil && m.Error == ""):
+		return []string{"-", "-", "-", "-", "-"}
+	case m.Error != "":
+		return []string{"error", "-", "-", "-", "-"}
+	}
+	r := m.Reading
+	num := func(v enginemetrics.Value, format string, scale float64) string {
+		x, ok := v.Get()
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf(format, x*scale)
+	}
+	return []string{num(r.RequestsWaiting, "%.0f", 1), num(r.RequestsRunning, "%.0f", 1), num(r.KVCacheUsage, "%.0f%%", 100),
+		num(r.TokensPerSecond, "%.0f", 1), num(r.TTFT.P90, "%.2fs", 1)}
 }
 
 // kW writes watts as kilowatts with one decimal.

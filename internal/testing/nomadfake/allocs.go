@@ -74,6 +74,23 @@ func (s *Server) createAllocLocked(rec *jobRecord, eval *api.Evaluation, tg *api
 		}
 		ar.Tasks[t.Name] = tr
 	}
+	// The group's ports, on loopback: reserved ones as asked, dynamic ones
+	// numbered from 20000 across the fake (so that a test can dial an
+	// allocation's address, as the controller reads engine metrics).
+	for _, nw := range tg.Networks {
+		for _, p := range nw.ReservedPorts {
+			ar.Shared.Ports = append(ar.Shared.Ports, api.PortMapping{Label: p.Label, Value: p.Value, To: p.To, HostIP: "127.0.0.1"})
+		}
+		for _, p := range nw.DynamicPorts {
+			v := 20000 + s.ports
+			s.ports++
+			to := p.To
+			if to <= 0 {
+				to = v
+			}
+			ar.Shared.Ports = append(ar.Shared.Ports, api.PortMapping{Label: p.Label, Value: v, To: to, HostIP: "127.0.0.1"})
+		}
+	}
 	now := s.nowNano()
 	a := &allocRecord{Allocation: &api.Allocation{
 		ID:                 newID(),

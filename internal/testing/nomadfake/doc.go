@@ -55,7 +55,9 @@
 //     with "*"; stubs carry no JobSummary), GET /v1/job/<id>, GET
 //     /v1/job/<id>/evaluations.
 //   - GET /v1/allocations (?namespace with "*", ?resources=true adds
-//     AllocatedResources; allocations carry no task states).
+//     AllocatedResources, whose Shared.Ports hold the group's ports on
+//     127.0.0.1, dynamic ones numbered from 20000; allocations carry no
+//     task states).
 //   - GET /v1/nodes (stubs without Meta, as Nomad's), GET /v1/node/<id>.
 //   - POST /v1/client/metadata (body NodeMetaApplyRequest, ?node_id wins
 //     over its NodeID): the client's merge, static meta overridden by

@@ -31,6 +31,7 @@ func gpuJobOn(id, node string, count int, gpus uint64) *api.Job {
 	j.SetMeta("llmgw.managed", "true")
 	j.SetMeta("llmgw.replica", id)
 	tg := api.NewTaskGroup("engine", count)
+	tg.Networks = []*api.NetworkResource{{Mode: "host", DynamicPorts: []api.Port{{Label: "http"}}}}
 	tg.Constrain(api.NewConstraint("${node.unique.name}", "=", node))
 	tg.Services = []*api.Service{{Name: id, Provider: "nomad", PortLabel: "http",
 		Checks: []api.ServiceCheck{{Name: "ready", Type: "http", Path: "/health"}}}}

@@ -134,6 +134,9 @@ func TestAllocLifecycleAndChecks(t *testing.T) {
 	if len(stubs) != 1 || stubs[0].ClientStatus != "running" || stubs[0].AllocatedResources == nil {
 		t.Fatalf("stubs %+v, want one running, with resources", stubs)
 	}
+	if ports := stubs[0].AllocatedResources.Shared.Ports; len(ports) != 1 || ports[0].Label != "http" || ports[0].HostIP != "127.0.0.1" || ports[0].Value < 20000 {
+		t.Errorf("ports %+v, want the group's http port on 127.0.0.1", ports)
+	}
 	info, _, _ := c.Jobs().Info("m-0", nil)
 	if *info.Status != "running" {
 		t.Errorf("job status %q, want running", *info.Status)

@@ -97,6 +97,7 @@ type Server struct {
 	tables  map[string]uint64
 	changed chan struct{}
 	autoRun bool
+	ports   int // dynamic ports handed out (allocs.go)
 	// failMetric is what FailedTGAllocs reports for a group the fake
 	// could not place (SetPlacementFailureMetric).
 	failMetric api.AllocationMetric

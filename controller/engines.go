@@ -1,0 +1,194 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/enginemetrics"
+)
+
+// Engine metrics. Every Options.EngineMetricsInterval the controller
+// scrapes the engine of each serving replica (its shard-0 allocation, whose
+// service check passes: the shard that serves HTTP) on the allocation's
+// http port, with the names of the engine its profile runs, and keeps per
+// replica job the last reading and the last error (enginemetrics: requests
+// waiting and running, KV-cache use, time to first token and tokens per
+// second over the interval between two scrapes). They are in the read API
+// (GET /v1/replicas, "engine"), in llmgw ctl replicas, and as llmgw_engine_*
+// gauges; the autoscaler (issue 14) is to read them from EngineMetrics.
+// Scrapes run at most engineReaders at a time, each within
+// enginemetrics.DefaultTimeout; rates are measured by the wall clock, not
+// Options.Now, since the engines count in real time.
+const (
+	defaultEngineMetricsInterval = 10 * time.Second
+	engineReaders                = 8
+)
+
+// EngineMetrics is what the controller last read from a replica's engine.
+type EngineMetrics struct {
+	// AllocID is the allocation read (the replica's shard 0), URL where.
+	AllocID string `json:"alloc_id"`
+	URL     string `json:"url"`
+	Engine  string `json:"engine"`
+	// Reading is the last good scrape; nil before the first.
+	Reading *enginemetrics.Reading `json:"reading,omitempty"`
+	// Error is why the last scrape failed (then Reading, if any, is
+	// older: see its At); empty after a good one.
+	Error   string    `json:"error,omitempty"`
+	ErrorAt time.Time `json:"error_at,omitzero"`
+}
+
+// engineTarget is one replica engine to scrape.
+type engineTarget struct {
+	allocID, jobID, replica, model, engine, url string
+	names                                       engine.Metrics
+}
+
+// engineTargets lists the engines of serving replicas: running shard-0
+// allocations of managed jobs whose check passes, whose profile's engine
+// has known metrics and which have an http port.
+func (c *Controller) engineTargets() []engineTarget {
+	c.mu.RLock()
+	jobs, allocs, checks, cat := c.snap.jobs, c.snap.allocs, c.snap.checks, c.catalog
+	c.mu.RUnlock()
+	engineOf := map[[2]string]string{} // model, profile -> engine
+	for _, m := range cat.Models {
+		for _, p := range m.Profiles {
+			engineOf[[2]string{m.Name, p.Name}] = p.Engine
+		}
+	}
+	type jobInfo struct{ model, profile, replica string }
+	info := map[string]jobInfo{} // namespace/job ID
+	for _, j := range jobs {
+		if j.Meta[render.MetaManaged] == "true" {
+			info[j.Namespace+"/"+j.ID] = jobInfo{j.Meta[render.MetaModel], j.Meta[render.MetaProfile], j.Meta[render.MetaReplica]}
+		}
+	}
+	var out []engineTarget
+	for _, a := range allocs {
+		if a.TaskGroup != observe.CheckedGroup || !observe.Live(a) || a.ClientStatus != api.AllocClientStatusRunning || !checks[a.ID].Passing {
+			continue
+		}
+		ns := a.Namespace
+		if ns == "" {
+			ns = api.DefaultNamespace
+		}
+		ji, ok := info[ns+"/"+a.JobID]
+		if !ok {
+			continue
+		}
+		eng := engineOf[[2]string{ji.model, ji.profile}]
+		names, ok := engine.MetricsOf(eng)
+		if !ok || !names.Known() {
+			continue
+		}
+		addr, ok := httpAddr(a)
+		if !ok {
+			continue
+		}
+		out = append(out, engineTarget{allocID: a.ID, jobID: a.JobID, replica: ji.replica, model: ji.model,
+			engine: eng, url: "http://" + addr, names: names})
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].allocID < out[k].allocID })
+	return out
+}
+
+// httpAddr is the host:port of an allocation's http port.
+func httpAddr(a *api.AllocationListStub) (string, bool) {
+	if a.AllocatedResources == nil {
+		return "", false
+	}
+	for _, p := range a.AllocatedResources.Shared.Ports {
+		if p.Label == render.PortHTTP && p.HostIP != "" && p.Value > 0 {
+			return net.JoinHostPort(p.HostIP, strconv.Itoa(p.Value)), true
+		}
+	}
+	return "", false
+}
+
+// watchEngineMetrics scrapes the serving replicas' engines until ctx ends.
+func (c *Controller) watchEngineMetrics(ctx context.Context) {
+	client := c.opts.EngineClient
+	if client == nil {
+		client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}
+	}
+	trackers := map[string]*enginemetrics.Tracker{} // by allocation
+	tick := time.NewTicker(c.opts.EngineMetricsInterval)
+	defer tick.Stop()
+	for {
+		// The first round one interval after the start: by then the
+		// allocation and check watches have read Nomad.
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		targets := c.engineTargets()
+		out := make([]EngineMetrics, len(targets))
+		c.mu.RLock()
+		for i, t := range targets {
+			out[i] = c.engineObs[t.jobID] // keeps the last reading across an error
+			if out[i].AllocID != t.allocID {
+				out[i] = EngineMetrics{}
+			}
+		}
+		c.mu.RUnlock()
+		keep := map[string]bool{}
+		for _, t := range targets {
+			keep[t.allocID] = true
+			if trackers[t.allocID] == nil {
+				trackers[t.allocID] = &enginemetrics.Tracker{}
+			}
+		}
+		for id := range trackers {
+			if !keep[id] {
+				delete(trackers, id)
+			}
+		}
+		forEach(ctx, len(targets), engineReaders, func(i int) {
+			t := targets[i]
+			m := out[i]
+			m.AllocID, m.URL, m.Engine = t.allocID, t.url+t.names.Path, t.engine
+			s, err := enginemetrics.Scrape(ctx, client, t.url, t.names, time.Now)
+			if err != nil {
+				m.Error, m.ErrorAt = oneLine(err.Error()), time.Now()
+			} else {
+				r := trackers[t.allocID].Observe(s)
+				m.Reading, m.Error, m.ErrorAt = &r, "", time.Time{}
+			}
+			out[i] = m
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		obs := make(map[string]EngineMetrics, len(targets))
+		for i, t := range targets {
+			obs[t.jobID] = out[i]
+		}
+		c.mu.Lock()
+		c.engineObs = obs
+		c.mu.Unlock()
+		c.metrics.setEngines(targets, out)
+	}
+}
+
+// EngineMetrics returns what the controller last read from each serving
+// replica's engine, by replica job ID.
+func (c *Controller) EngineMetrics() map[string]EngineMetrics {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make(map[string]EngineMetrics, len(c.engineObs))
+	for k, v := range c.engineObs {
+		out[k] = v
+	}
+	return out
+}
