@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -34,6 +35,13 @@ func rackClients(t *testing.T) (*nomadtest.Cluster, string) {
 // name (nodeRack's keys) to its agent's host:port.
 func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, string) {
 	t.Helper()
+	return rackClientsWith(t, consul, "")
+}
+
+// rackClientsWith is rackClientsOn with agentExtra added to every client's
+// agent configuration.
+func rackClientsWith(t *testing.T, consul map[string]string, agentExtra string) (*nomadtest.Cluster, string) {
+	t.Helper()
 	nomadtest.Bin(t)
 	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
 	engine := plugintest.Build(t, fakeEnginePkg)
@@ -41,6 +49,7 @@ func rackClientsOn(t *testing.T, consul map[string]string) (*nomadtest.Cluster, 
 	for i, loc := range []struct{ rack, pdu string }{{"k1", "p1"}, {"k1", "p1"}, {"k2", "p2"}, {"k2", "p2"}} {
 		co := gpuClient(fmt.Sprintf("gpu-%d", i+1), loc.rack, loc.pdu, plugins, engine, "")
 		co.Consul = consul[co.Name]
+		co.AgentExtra = agentExtra
 		clients = append(clients, co)
 	}
 	return nomadtest.Start(t, clients...), engine
@@ -141,7 +150,8 @@ func runController(t *testing.T, cfg config.Config, name string) (*controller.Co
 func runControllerWith(t *testing.T, cfg config.Config, name string, mod func(*controller.Options)) (*controller.Controller, string, func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second}
+	opts := controller.Options{Config: cfg, Logger: log, Identity: name, PowerInterval: 2 * time.Second, LockTTL: 10 * time.Second,
+		EngineMetricsInterval: 2 * time.Second}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -251,9 +261,25 @@ model %[1]q {
 	return b.String()
 }
 
+// TestControllerPlacesCatalogInRealNomad places two models' replicas
+// spread over racks, then reads their engines' metrics through the
+// controller's API: every serving replica's fake-engine, run by the driver
+// as vLLM with one batch slot, reports its load, and requests sent to one
+// show up as running and waiting, then as tokens per second and a time to
+// first token, in GET /v1/replicas and llmgw_engine_* metrics.
 func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
-	c, engine := rackClients(t)
-	cfg := controllerFiles(t, c.Server.Addr(), engine, twoModels(2), `headroom = 0`)
+	// Nomad (since 1.10.2) asks drivers for task stats only when its
+	// allocation metrics are published; then the driver reads the
+	// engines' metrics on those ticks too.
+	c, engine := rackClientsWith(t, nil, `telemetry {
+  publish_allocation_metrics = true
+  collection_interval        = "1s"
+}`)
+	catalog := strings.ReplaceAll(twoModels(2), `args   = ["--load-seconds", "1"]`, `args   = ["--load-seconds", "1", "--max-num-seqs", "1"]`)
+	if !strings.Contains(catalog, "--max-num-seqs") {
+		t.Fatalf("catalog lacks the batch bound:\n%s", catalog)
+	}
+	cfg := controllerFiles(t, c.Server.Addr(), engine, catalog, `headroom = 0`)
 	_, base, _ := runController(t, cfg, "ctl-1")
 	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
 		rs := getReplicas(t, base)
@@ -288,4 +314,115 @@ func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
 		t.Errorf("Nomad has %d jobs, want 4", len(jobs))
 	}
 	t.Logf("replicas: %+v", rs)
+
+	// Every serving replica's engine is read: vLLM's names, a rate once
+	// two reads were made.
+	var target string
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		var notYet []string
+		for _, r := range getEngines(t, base) {
+			if r.Engine == nil || r.Engine.Reading == nil || !r.Engine.Reading.TokensPerSecond.Known || r.Engine.Engine != "vllm" {
+				notYet = append(notYet, fmt.Sprintf("%s=%+v", r.ID, r.Engine))
+				continue
+			}
+			if r.ID == "beta-0" {
+				target = strings.TrimSuffix(r.Engine.URL, "/metrics")
+			}
+		}
+		return len(notYet) == 0 && target != "", "engines not read yet: " + strings.Join(notYet, " ")
+	})
+	// Three requests of 150 tokens at fake-engine's 50 tokens a second,
+	// one at a time: beta-0's engine has one running and others waiting.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range 3 {
+		wg.Go(func() {
+			resp, err := http.Post(target+"/v1/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"prompt":"load %d","max_tokens":150}`, i)))
+			if err != nil {
+				t.Errorf("completion: %v", err)
+				return
+			}
+			_ = resp.Body.Close()
+		})
+	}
+	seen := map[string]bool{}
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		for _, r := range getEngines(t, base) {
+			if r.ID != "beta-0" || r.Engine == nil || r.Engine.Reading == nil {
+				continue
+			}
+			rd := r.Engine.Reading
+			if w, _ := rd.RequestsWaiting.Get(); rd.RequestsRunning.String() == "1" && w >= 1 {
+				seen["queue"] = true
+			}
+			if tps, _ := rd.TokensPerSecond.Get(); tps > 0 {
+				seen["tokens"] = true
+			}
+			if rd.TTFT.P90.Known {
+				seen["ttft"] = true
+			}
+			return seen["queue"] && seen["tokens"] && seen["ttft"], fmt.Sprintf("seen %v; last reading %+v", seen, *rd)
+		}
+		return false, "beta-0 not read"
+	})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `llmgw_engine_requests_running{model="beta",replica="beta-0"}`) {
+		t.Errorf("no llmgw_engine_requests_running for beta-0 in the controller's metrics")
+	}
+	// The driver reads the same endpoint on Nomad's task stats ticks, and
+	// says so in the task's events.
+	for _, r := range rs {
+		a := serviceAlloc(t, c, r.JobID)
+		nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+			info, _, err := c.API.Allocations().Info(a, nil)
+			if err != nil {
+				return false, err.Error()
+			}
+			ts := info.TaskStates["engine"]
+			return ts != nil && hasEvent(ts, "Engine metrics read from /metrics"), r.ID + ": " + taskEvents(ts)
+		})
+	}
+}
+
+// serviceAlloc is the running allocation of a replica job's shard 0.
+func serviceAlloc(t *testing.T, c *nomadtest.Cluster, jobID string) string {
+	t.Helper()
+	stubs, _, err := c.API.Jobs().Allocations(jobID, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stubs {
+		if s.ClientStatus == "running" && s.TaskGroup == render.GroupName(0) {
+			return s.ID
+		}
+	}
+	t.Fatalf("job %s has no running shard-0 allocation: %+v", jobID, stubs)
+	return ""
+}
+
+// getEngines reads GET /v1/replicas with each replica's engine metrics.
+func getEngines(t *testing.T, base string) []struct {
+	ID     string                    `json:"id"`
+	Engine *controller.EngineMetrics `json:"engine"`
+} {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []struct {
+		ID     string                    `json:"id"`
+		Engine *controller.EngineMetrics `json:"engine"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -99,3 +99,13 @@ plugin "nomad-driver-llmgw" {
     allowed_env  = []
   }
 }
+
+# Nomad (1.10.2 and later) asks drivers for task stats only when it
+# publishes allocation metrics: without this, `nomad alloc status -stats`
+# has no CPU or memory figures for llmgw tasks and the driver reads no
+# engine metrics (docs/driver.md, "Engine metrics"; the controller reads
+# them either way). Not a default: Nomad's is false.
+telemetry {
+  publish_allocation_metrics = true
+  collection_interval        = "1s"
+}

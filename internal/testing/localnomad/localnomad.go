@@ -42,6 +42,9 @@ type ClientOptions struct {
 	NoRawExec bool
 	// Extra is appended inside the client block.
 	Extra string
+	// AgentExtra is appended at the top level of the agent's
+	// configuration (a telemetry block, say).
+	AgentExtra string
 	// Consul is the host:port of a Consul agent's HTTP API (ConsulAgent's
 	// HostPort) the client registers consul-provider services in; empty
 	// for none.
@@ -297,8 +300,9 @@ consul {
   auto_advertise   = false
 }
 %s
+%s
 `, co.Name, filepath.Join(a.Dir, "data"), pluginDir, a.HTTP, a.RPC, a.Serf, a.HTTP, a.RPC, a.Serf,
-		srv.RPC, minPort, minPort+999, meta.String(), co.Extra, consulAddr, plugins.String())
+		srv.RPC, minPort, minPort+999, meta.String(), co.Extra, consulAddr, plugins.String(), co.AgentExtra)
 }
 
 func newAgent(bin, root, name string) (*Agent, error) {
