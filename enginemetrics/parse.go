@@ -21,12 +21,51 @@ import (
 // Sample.Missing, not an error; text that is not the exposition format is
 // an error naming the line.
 func Parse(r io.Reader, names engine.Metrics, at time.Time) (Sample, error) {
+	fams, err := families(r)
+	if err != nil {
+		return Sample{}, err
+	}
+	return fromFamilies(fams, names, at), nil
+}
+
+// ParseAny is Parse for an engine not known beforehand (the gateway knows
+// a replica's model, not its engine): the engine is the one whose names
+// the text has most of, among those engine.MetricsOf knows; "" when the
+// text has none of any engine's (then the Sample lists every quantity as
+// missing).
+func ParseAny(r io.Reader, at time.Time) (string, Sample, error) {
+	fams, err := families(r)
+	if err != nil {
+		return "", Sample{}, err
+	}
+	best, bestN := "", 0
+	for _, e := range engine.Engines() {
+		names, _ := engine.MetricsOf(e)
+		n := 0
+		for _, m := range []engine.Metric{names.RequestsWaiting, names.RequestsRunning, names.KVCacheUsage, names.TimeToFirstToken, names.GeneratedTokens} {
+			if m.Name != "" && fams[m.Name] != nil {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = e, n
+		}
+	}
+	if best == "" {
+		s := Sample{At: at, Missing: Quantities()}
+		return "", s, nil
+	}
+	names, _ := engine.MetricsOf(best)
+	return best, fromFamilies(fams, names, at), nil
+}
+
+func families(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return Sample{}, fmt.Errorf("parse metrics: %w", err)
+		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
-	return fromFamilies(fams, names, at), nil
+	return fams, nil
 }
 
 func fromFamilies(fams map[string]*dto.MetricFamily, names engine.Metrics, at time.Time) Sample {

@@ -320,3 +320,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseAny finds each engine from its exposition alone.
+func TestParseAny(t *testing.T) {
+	for file, want := range map[string]string{
+		"vllm.txt": engine.VLLM, "vllm_dp2.txt": engine.VLLM, "sglang.txt": engine.SGLang,
+		"tgi.txt": engine.TGI, "llamacpp.txt": engine.LlamaCpp,
+	} {
+		e, s, err := enginemetrics.ParseAny(bytes.NewReader(readFile(t, file)), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e != want || !s.Running.Known || len(s.Missing) > 0 {
+			t.Errorf("%s: engine %q running %v missing %v; want %s", file, e, s.Running, s.Missing, want)
+		}
+	}
+	e, s, err := enginemetrics.ParseAny(strings.NewReader("# TYPE up gauge\nup 1\n"), t0)
+	if err != nil || e != "" || len(s.Missing) != len(enginemetrics.Quantities()) || s.Running.Known {
+		t.Errorf("no engine's names: %q %+v %v", e, s, err)
+	}
+	if _, _, err := enginemetrics.ParseAny(strings.NewReader("{"), t0); err == nil {
+		t.Error("garbage parsed")
+	}
+}

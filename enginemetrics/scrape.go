@@ -34,6 +34,34 @@ func Scrape(ctx context.Context, client *http.Client, base string, names engine.
 	if !names.Known() {
 		return Sample{}, errors.New("no metrics are known for this engine")
 	}
+	body, at, err := fetch(ctx, client, strings.TrimSuffix(base, "/")+names.Path, now)
+	if err != nil {
+		return Sample{}, err
+	}
+	s, err := Parse(bytes.NewReader(body), names, at)
+	if err != nil {
+		return Sample{}, fmt.Errorf("scrape %s%s: %w", strings.TrimSuffix(base, "/"), names.Path, err)
+	}
+	return s, nil
+}
+
+// ScrapeAny is Scrape for an engine not known beforehand: it reads
+// base+path and finds the engine as ParseAny does.
+func ScrapeAny(ctx context.Context, client *http.Client, base, path string, now func() time.Time) (string, Sample, error) {
+	url := strings.TrimSuffix(base, "/") + path
+	body, at, err := fetch(ctx, client, url, now)
+	if err != nil {
+		return "", Sample{}, err
+	}
+	e, s, err := ParseAny(bytes.NewReader(body), at)
+	if err != nil {
+		return "", Sample{}, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return e, s, nil
+}
+
+// fetch GETs url and returns its body and when it was read.
+func fetch(ctx context.Context, client *http.Client, url string, now func() time.Time) ([]byte, time.Time, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
@@ -42,33 +70,28 @@ func Scrape(ctx context.Context, client *http.Client, base string, names engine.
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	url := strings.TrimSuffix(base, "/") + names.Path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return Sample{}, fmt.Errorf("scrape %s: %w", url, err)
+		return nil, time.Time{}, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	req.Header.Set("Accept", accept)
 	resp, err := client.Do(req)
 	if err != nil {
-		return Sample{}, fmt.Errorf("scrape: %w", err)
+		return nil, time.Time{}, fmt.Errorf("scrape: %w", err)
 	}
 	defer resp.Body.Close() //nolint:errcheck // read only
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
 	if err != nil {
-		return Sample{}, fmt.Errorf("scrape %s: read body: %w", url, err)
+		return nil, time.Time{}, fmt.Errorf("scrape %s: read body: %w", url, err)
 	}
 	at := now()
 	if resp.StatusCode != http.StatusOK {
-		return Sample{}, fmt.Errorf("scrape %s: %s: %s", url, resp.Status, firstLine(body))
+		return nil, time.Time{}, fmt.Errorf("scrape %s: %s: %s", url, resp.Status, firstLine(body))
 	}
 	if len(body) > MaxBody {
-		return Sample{}, fmt.Errorf("scrape %s: body over %d bytes", url, MaxBody)
+		return nil, time.Time{}, fmt.Errorf("scrape %s: body over %d bytes", url, MaxBody)
 	}
-	s, err := Parse(bytes.NewReader(body), names, at)
-	if err != nil {
-		return Sample{}, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	return s, nil
+	return body, at, nil
 }
 
 // firstLine is the start of a body, for an error message.

@@ -81,3 +81,22 @@ func TestScrapeErrors(t *testing.T) {
 		t.Error("an engine without metrics scraped")
 	}
 }
+
+func TestScrapeAny(t *testing.T) {
+	body := readFile(t, "tgi.txt")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	e, s, err := enginemetrics.ScrapeAny(context.Background(), srv.Client(), srv.URL, "/metrics", nil)
+	if err != nil || e != engine.TGI || s.Waiting != k(4) {
+		t.Errorf("got %q %+v %v", e, s, err)
+	}
+	if _, _, err := enginemetrics.ScrapeAny(context.Background(), srv.Client(), srv.URL, "/nope", nil); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("404: %v", err)
+	}
+}

@@ -80,6 +80,13 @@ type Options struct {
 	// NoReplicaRetryAfter is the Retry-After sent with a 503 for a model
 	// that has no healthy replica at all.
 	NoReplicaRetryAfter time.Duration
+	// EngineMetricsInterval is how often Run reads each replica engine's
+	// metrics, to weigh replicas by the load other gateways put on them
+	// too (engineload.go); DefaultEngineMetricsInterval when 0, never
+	// when negative.
+	EngineMetricsInterval time.Duration
+	// EngineClient reads them; a direct client (no proxy) by default.
+	EngineClient *http.Client
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -95,6 +102,9 @@ type Gateway struct {
 	noReplica time.Duration
 	bud       budget
 	started   int64
+
+	engineEvery  time.Duration // 0: engines are not read
+	engineClient *http.Client
 
 	updMu  sync.Mutex
 	tbl    atomic.Pointer[table]
@@ -137,6 +147,16 @@ func New(o Options) *Gateway {
 	}
 	if g.noReplica <= 0 {
 		g.noReplica = DefaultNoReplicaRetryAfter
+	}
+	switch {
+	case o.EngineMetricsInterval == 0:
+		g.engineEvery = DefaultEngineMetricsInterval
+	case o.EngineMetricsInterval > 0:
+		g.engineEvery = o.EngineMetricsInterval
+	}
+	g.engineClient = o.EngineClient
+	if g.engineClient == nil {
+		g.engineClient = defaultEngineClient()
 	}
 	g.started = g.now().Unix()
 	g.tbl.Store(emptyTable())
@@ -183,8 +203,15 @@ func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 // Handler serves the OpenAI routes, /v1/models and /healthz.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
-// Run runs the discovery source until ctx ends.
+// Run runs the discovery source, and reads the replicas' engine metrics,
+// until ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
+	if g.engineEvery > 0 {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { g.pollEngines(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+	}
 	if g.src == nil {
 		<-ctx.Done()
 		return nil
@@ -210,6 +237,7 @@ func (g *Gateway) Update(s Snapshot) {
 		}
 		ep.gone.Store(true)
 		g.m.breaker.Delete(breakerLabels(ep.inst))
+		g.m.engineLoad.Delete(breakerLabels(ep.inst))
 	}
 	// After the deletions: a new registration may have the labels of one
 	// that went.

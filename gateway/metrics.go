@@ -19,6 +19,7 @@ type metrics struct {
 	transitions *prometheus.CounterVec
 	endpoints   *prometheus.GaugeVec
 	inFlight    prometheus.Gauge
+	engineLoad  *prometheus.GaugeVec
 }
 
 // latencyBuckets run from 250 µs to about 4 minutes: a proxied embedding
@@ -66,9 +67,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmgw_gateway_requests_in_flight",
 			Help: "Requests being proxied now.",
 		}),
+		engineLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgw_gateway_engine_requests",
+			Help: "Requests a replica's engine held (waiting plus running, from all gateways) at its last metrics read; absent while unread.",
+		}, []string{"model", "replica", "endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight)
+		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight, m.engineLoad)
 	}
 	return m
 }

@@ -18,8 +18,11 @@ type endpoint struct {
 // epState is the part of an endpoint that survives a change of its tags.
 type epState struct {
 	outstanding atomic.Int64
-	br          *breaker
-	gone        atomic.Bool // left discovery: its metrics are deleted
+	// others are the requests the replica's engine held beyond this
+	// gateway's at its last read (engineload.go): other gateways' load.
+	others atomic.Int64
+	br     *breaker
+	gone   atomic.Bool // left discovery: its metrics are deleted
 }
 
 // pool is one model's endpoints.
@@ -89,8 +92,9 @@ func (ep *endpoint) withInstance(in Instance) *endpoint {
 
 // pick chooses the endpoint for the next attempt: among those not in
 // tried whose breaker lets a request through at now, the one with the
-// fewest requests in flight per unit of weight (weight 0 only when no
-// other can take it). It takes the breaker's permission; probe says the
+// fewest requests per unit of weight — this gateway's in flight plus the
+// others' its engine last reported (weight 0 only when no other can take
+// it). It takes the breaker's permission; probe says the
 // request is its half-open probe.
 func (p *pool) pick(tried []*epState, now time.Time) (ep *endpoint, probe bool) {
 	n := len(p.eps)
@@ -109,7 +113,7 @@ func (p *pool) pick(tried []*epState, now time.Time) (ep *endpoint, probe bool) 
 			if slices.Contains(tried, e.epState) || !e.br.available(now) {
 				continue
 			}
-			out, w := e.outstanding.Load(), int64(e.inst.Weight)
+			out, w := e.outstanding.Load()+e.others.Load(), int64(e.inst.Weight)
 			if best == nil || better(out, w, bestOut, bestW) {
 				best, bestOut, bestW = e, out, w
 			}

@@ -34,6 +34,10 @@ no_replica_retry_after  = "5s"      # Retry-After of a 503 for a model with no h
 dial_timeout            = "2s"
 response_header_timeout = "10m"     # keep it above your longest non-streamed generation
 
+# Replica engines' /metrics, read to weigh replicas by every gateway's load
+# (requests waiting and running), not this gateway's alone; "0s" turns it off.
+engine_metrics_interval = "5s"
+
 # Circuit breakers, one per replica.
 breaker_failures = 5
 breaker_open     = "5s"

@@ -42,6 +42,7 @@ type fileHCL struct {
 	CheckInterval         duration `hcl:"check_interval,optional"`
 	CheckTimeout          duration `hcl:"check_timeout,optional"`
 	CheckParallelism      int      `hcl:"check_parallelism,optional"`
+	EngineMetricsInterval duration `hcl:"engine_metrics_interval,optional"`
 	LogLevel              string   `hcl:"log_level,optional"`
 	Body                  hcl.Body `hcl:",body"`
 }

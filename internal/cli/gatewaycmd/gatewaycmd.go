@@ -41,6 +41,7 @@ type flags struct {
 	noReplicaRetryAfter, breakerOpen, breakerMaxOpen      time.Duration
 	dialTimeout, headerTimeout                            time.Duration
 	checkInterval, checkTimeout                           time.Duration
+	engineMetricsInterval                                 time.Duration
 
 	// from says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -100,6 +101,9 @@ func (f *flags) check() error {
 	}
 	if f.registerCheckInterval < time.Second {
 		return fmt.Errorf("%s: %s: want 1s or more", f.where("register-check-interval"), f.registerCheckInterval)
+	}
+	if f.engineMetricsInterval < 0 {
+		return fmt.Errorf("%s: %s: want 0 (off) or more", f.where("engine-metrics-interval"), f.engineMetricsInterval)
 	}
 	if f.checkParallelism < 1 {
 		return fmt.Errorf("%s: %d: want at least 1", f.where("check-parallelism"), f.checkParallelism)
@@ -181,8 +185,18 @@ says. See docs/gateway.md.`,
 	fl.DurationVar(&f.checkInterval, "check-interval", gateway.DefaultCheckInterval, "with Nomad, how often allocations' checks are read")
 	fl.DurationVar(&f.checkTimeout, "check-timeout", gateway.DefaultCheckTimeout, "with Nomad, the longest one allocation's check read may take")
 	fl.IntVar(&f.checkParallelism, "check-parallelism", gateway.DefaultCheckParallelism, "with Nomad, the most check reads in flight at once, all services together")
+	fl.DurationVar(&f.engineMetricsInterval, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each replica engine's /metrics is read, to weigh replicas by every gateway's load (0: off)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
+}
+
+// engineInterval is --engine-metrics-interval as gateway.Options takes
+// it: 0 (off) is negative there.
+func engineInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // run serves until ctx ends. ready, when not nil, receives the address
@@ -238,7 +252,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		Attempts:     f.attempts,
 		Breaker:      gateway.BreakerConfig{Failures: f.breakerFailures, OpenFor: f.breakerOpen, MaxOpenFor: f.breakerMaxOpen},
 
-		NoReplicaRetryAfter: f.noReplicaRetryAfter,
+		NoReplicaRetryAfter:   f.noReplicaRetryAfter,
+		EngineMetricsInterval: engineInterval(f.engineMetricsInterval),
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
