@@ -2,9 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +28,7 @@ const (
 	DefaultNoReplicaRetryAfter = 5 * time.Second
 	DefaultDialTimeout         = 2 * time.Second
 	DefaultHeaderTimeout       = 10 * time.Minute
+	DefaultDemandWindow        = 30 * time.Second
 )
 
 // Defaults of BreakerConfig, NomadSource, ConsulSource and
@@ -59,7 +64,11 @@ func (s StaticSource) Run(ctx context.Context, publish func(Snapshot)) error {
 
 // Options configure a Gateway. Only Source is required.
 type Options struct {
-	Source     Source
+	Source Source
+	// Models, when set, publishes the controller's model list: the models
+	// known even with no replica registered, and which of them may be at
+	// zero (their requests are held, see Hold).
+	Models     ModelSource
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Transport sends requests to replicas; NewTransport's by default.
@@ -78,7 +87,8 @@ type Options struct {
 	Attempts int
 	Breaker  BreakerConfig
 	// NoReplicaRetryAfter is the Retry-After sent with a 503 for a model
-	// that has no healthy replica at all.
+	// that has no healthy replica at all, and for a held request past its
+	// deadline or the queue's bound.
 	NoReplicaRetryAfter time.Duration
 	// EngineMetricsInterval is how often Run reads each replica engine's
 	// metrics, to weigh replicas by the load other gateways put on them
@@ -87,6 +97,12 @@ type Options struct {
 	EngineMetricsInterval time.Duration
 	// EngineClient reads them; a direct client (no proxy) by default.
 	EngineClient *http.Client
+	// Hold is how requests for a model at zero wait for a replica; its
+	// zero value holds none.
+	Hold HoldConfig
+	// DemandWindow is the span the demand's arrival rate and TTFT p90 are
+	// over; DefaultDemandWindow when 0.
+	DemandWindow time.Duration
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -100,13 +116,23 @@ type Gateway struct {
 	attempts  int
 	brCfg     BreakerConfig
 	noReplica time.Duration
+	hold      HoldConfig
+	span      time.Duration // the demand window
 	bud       budget
-	started   int64
+	started   time.Time
+	models    ModelSource
+	heldAll   atomic.Int64 // requests held, all models
+
+	updMu      sync.Mutex
+	snap       Snapshot  // the last one discovery published
+	list       ModelList // the last model list
+	listErr    string    // why the model list could not be read last, if it could not
+	listSynced bool      // the model source answered or failed at least once
+	discovered bool      // discovery published at least once
 
 	engineEvery  time.Duration // 0: engines are not read
 	engineClient *http.Client
 
-	updMu  sync.Mutex
 	tbl    atomic.Pointer[table]
 	synced atomic.Bool
 	mux    *http.ServeMux
@@ -125,6 +151,9 @@ func New(o Options) *Gateway {
 		attempts:  o.Attempts,
 		brCfg:     o.Breaker.withDefaults(),
 		noReplica: o.NoReplicaRetryAfter,
+		hold:      o.Hold.withDefaults(),
+		span:      o.DemandWindow,
+		models:    o.Models,
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -158,13 +187,20 @@ func New(o Options) *Gateway {
 	if g.engineClient == nil {
 		g.engineClient = defaultEngineClient()
 	}
-	g.started = g.now().Unix()
+	if g.span <= 0 {
+		g.span = DefaultDemandWindow
+	}
+	g.started = g.now()
 	g.tbl.Store(emptyTable())
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(demandCollector{g})
+	}
 	mux := http.NewServeMux()
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
 		mux.HandleFunc(p, g.proxy)
 	}
-	mux.HandleFunc("/v1/models", g.models)
+	mux.HandleFunc("/v1/models", g.modelsList)
+	mux.HandleFunc(DemandPath, g.demand)
 	mux.HandleFunc("/healthz", g.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "Unknown request URL: "+r.Method+" "+r.URL.Path)
@@ -200,26 +236,36 @@ func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 	}
 }
 
-// Handler serves the OpenAI routes, /v1/models and /healthz.
+// Handler serves the OpenAI routes, /v1/models, the demand (DemandPath)
+// and /healthz.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
-// Run runs the discovery source, and reads the replicas' engine metrics,
-// until ctx ends.
+// Run runs the discovery source, the model source if any, and reads the
+// replicas' engine metrics, until ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
 	if g.engineEvery > 0 {
-		ctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
 		wg.Go(func() { g.pollEngines(ctx) })
-		defer func() { cancel(); wg.Wait() }()
 	}
+	var modelsErr error
+	if g.models != nil {
+		wg.Go(func() { modelsErr = g.models.Run(ctx, g.UpdateModels) })
+	}
+	var err error
 	if g.src == nil {
 		<-ctx.Done()
-		return nil
+	} else {
+		err = g.src.Run(ctx, g.Update)
 	}
-	return g.src.Run(ctx, g.Update)
+	cancel()
+	wg.Wait()
+	return errors.Join(err, modelsErr)
 }
 
-// Synced reports whether discovery has published at least once.
+// Synced reports whether discovery has published at least once and the
+// model source, if any, has answered or failed once.
 func (g *Gateway) Synced() bool { return g.synced.Load() }
 
 // Update replaces what the gateway routes to. Endpoints that stay keep
@@ -227,10 +273,53 @@ func (g *Gateway) Synced() bool { return g.synced.Load() }
 func (g *Gateway) Update(s Snapshot) {
 	g.updMu.Lock()
 	defer g.updMu.Unlock()
+	g.snap = s
+	g.rebuildLocked(true)
+}
+
+// UpdateModels replaces the model list (err nil), or records why it could
+// not be read (err set: the last list stands).
+func (g *Gateway) UpdateModels(l ModelList, err error) {
+	if err == nil {
+		if err = l.check(); err != nil {
+			err = fmt.Errorf("model list: %w", err)
+			g.log.Warn("model list refused", "error", err)
+		}
+	}
+	g.updMu.Lock()
+	defer g.updMu.Unlock()
+	g.listSynced = true
+	if err != nil {
+		g.listErr = err.Error()
+		g.rebuildLocked(false)
+		return
+	}
+	g.listErr = ""
+	g.list = l
+	g.rebuildLocked(false)
+}
+
+// rebuildLocked builds the table from the last snapshot and model list;
+// discovered says discovery has published.
+func (g *Gateway) rebuildLocked(discovered bool) {
 	old := g.tbl.Load()
-	t, gone := buildTable(old, s, g.newEndpoint)
+	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint)
 	g.tbl.Store(t)
-	g.synced.Store(true)
+	if discovered {
+		g.discovered = true
+	}
+	g.synced.Store(g.discovered && (g.models == nil || g.listSynced))
+	for m, ms := range old.models {
+		if t.models[m] == nil {
+			if n := ms.q.gone(); n > 0 {
+				g.heldAll.Add(-int64(n))
+				g.log.Info("held requests answered 404: their model left the catalog", "model", m, "requests", n)
+			}
+		}
+	}
+	for _, ms := range t.models {
+		g.drainModel(ms)
+	}
 	for _, ep := range gone {
 		if _, still := t.byID[ep.inst.ID]; !still {
 			g.log.Info("replica gone", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address)
@@ -247,12 +336,14 @@ func (g *Gateway) Update(s Snapshot) {
 		}
 		g.m.breaker.With(breakerLabels(ep.inst)).Set(float64(ep.br.State()))
 	}
-	for m := range old.known {
-		if !t.known[m] {
+	for m := range old.models {
+		if t.models[m] == nil {
 			g.m.endpoints.DeleteLabelValues(m)
+			g.m.holdSeconds.DeleteLabelValues(m)
+			g.m.held.DeletePartialMatch(prometheus.Labels{"model": m})
 		}
 	}
-	for m := range t.known {
+	for m := range t.models {
 		n := 0
 		if p := t.pools[m]; p != nil {
 			n = len(p.eps)
@@ -260,6 +351,8 @@ func (g *Gateway) Update(s Snapshot) {
 		g.m.endpoints.WithLabelValues(m).Set(float64(n))
 	}
 }
+
+func (g *Gateway) newModel(name string) *modelState { return newModelState(name, g.span) }
 
 func (g *Gateway) newEndpoint(in Instance) *endpoint {
 	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: &epState{}}
@@ -276,26 +369,65 @@ func (g *Gateway) newEndpoint(in Instance) *endpoint {
 	return ep
 }
 
-// models answers /v1/models: every model with at least one healthy replica.
-func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+// Model states, in /v1/models and the demand.
+const (
+	StateServing      = "serving"        // at least one healthy replica
+	StateScaledToZero = "scaled_to_zero" // none, and the controller wants none
+	StateWaking       = "waking"         // none healthy yet; requests held for it wait for one
+	StateUnavailable  = "no_healthy_replica"
+)
+
+// state is a known model's state in t.
+func (t *table) state(model string) string {
+	if t.pools[model] != nil {
+		return StateServing
+	}
+	lm, ok := t.listed[model]
+	switch {
+	case !ok || !lm.Holdable():
+		return StateUnavailable
+	case lm.Replicas == 0:
+		return StateScaledToZero
+	}
+	return StateWaking
+}
+
+// modelCard is one model of /v1/models: OpenAI's model object, with the
+// replicas serving it and llmgw's state of it.
+type modelCard struct {
+	ID       string `json:"id"`
+	Object   string `json:"object"`
+	Created  int64  `json:"created"`
+	OwnedBy  string `json:"owned_by"`
+	Replicas int    `json:"replicas"`
+	Llmgw    struct {
+		State string `json:"state"`
+	} `json:"llmgw"`
+}
+
+// modelsList answers /v1/models: every model with at least one healthy
+// replica, and those that may be at zero (scaled to zero, or waking).
+func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		methodNotAllowed(w, http.MethodGet)
 		return
 	}
 	t := g.tbl.Load()
-	type card struct {
-		ID       string `json:"id"`
-		Object   string `json:"object"`
-		Created  int64  `json:"created"`
-		OwnedBy  string `json:"owned_by"`
-		Replicas int    `json:"replicas"`
-	}
 	list := struct {
-		Object string `json:"object"`
-		Data   []card `json:"data"`
-	}{Object: "list", Data: []card{}}
-	for _, m := range t.served {
-		list.Data = append(list.Data, card{ID: m, Object: "model", Created: g.started, OwnedBy: "llmgw", Replicas: len(t.pools[m].eps)})
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{Object: "list", Data: []modelCard{}}
+	for _, m := range slices.Sorted(maps.Keys(t.models)) {
+		st := t.state(m)
+		if st == StateUnavailable {
+			continue
+		}
+		c := modelCard{ID: m, Object: "model", Created: g.started.Unix(), OwnedBy: "llmgw"}
+		if p := t.pools[m]; p != nil {
+			c.Replicas = len(p.eps)
+		}
+		c.Llmgw.State = st
+		list.Data = append(list.Data, c)
 	}
 	httpjson.Write(w, http.StatusOK, list)
 }

@@ -20,6 +20,8 @@ type metrics struct {
 	endpoints   *prometheus.GaugeVec
 	inFlight    prometheus.Gauge
 	engineLoad  *prometheus.GaugeVec
+	held        *prometheus.CounterVec
+	holdSeconds *prometheus.HistogramVec
 }
 
 // latencyBuckets run from 250 µs to about 4 minutes: a proxied embedding
@@ -65,15 +67,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"model"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmgw_gateway_requests_in_flight",
-			Help: "Requests being proxied now.",
+			Help: "Requests being proxied or held now.",
 		}),
 		engineLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "llmgw_gateway_engine_requests",
 			Help: "Requests a replica's engine held (waiting plus running, from all gateways) at its last metrics read; absent while unread.",
 		}, []string{"model", "replica", "endpoint"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_held_total",
+			Help: "Requests held for a model with no serving replica, by outcome: released (a replica took it), timeout and full (answered 503), cancelled (the client went away), gone (the model left the catalog: 404).",
+		}, []string{"model", "outcome"}),
+		holdSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_gateway_hold_seconds",
+			Help:    "Time a held request waited, from its arrival to its release to a replica.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight, m.engineLoad)
+		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight,
+			m.engineLoad, m.held, m.holdSeconds)
 	}
 	return m
 }

@@ -32,26 +32,46 @@ type pool struct {
 	next  atomic.Uint32 // rotates where ties start
 }
 
-// table is one routing snapshot; it is replaced whole, never changed.
+// table is one routing snapshot; it is replaced whole, never changed
+// (the model states and endpoints it points to carry over to the next).
 type table struct {
-	known  map[string]bool // models in the catalog
+	// models are the known models: in the registry's catalog or in the
+	// model list.
+	models map[string]*modelState
+	listed map[string]ListedModel // the model list's entries
 	pools  map[string]*pool
 	served []string // models with at least one endpoint, sorted
 	byID   map[string]*endpoint
 }
 
 func emptyTable() *table {
-	return &table{known: map[string]bool{}, pools: map[string]*pool{}, byID: map[string]*endpoint{}}
+	return &table{models: map[string]*modelState{}, listed: map[string]ListedModel{}, pools: map[string]*pool{},
+		byID: map[string]*endpoint{}}
 }
 
-// buildTable makes the table for snap, carrying over the endpoints of old
-// whose ID and address are unchanged. newEndpoint makes the others. It
-// returns the endpoints of old that are gone.
-func buildTable(old *table, snap Snapshot, newEndpoint func(Instance) *endpoint) (*table, []*endpoint) {
+// buildTable makes the table for snap and the model list, carrying over
+// the model states of old for the models still known and the endpoints of
+// old whose ID and address are unchanged. newModel and newEndpoint make
+// the others. It returns the endpoints of old that are gone.
+func buildTable(old *table, snap Snapshot, list ModelList, newModel func(string) *modelState, newEndpoint func(Instance) *endpoint) (*table, []*endpoint) {
 	snap = snap.normalize()
 	t := emptyTable()
+	known := func(m string) {
+		if t.models[m] != nil {
+			return
+		}
+		if ms := old.models[m]; ms != nil {
+			t.models[m] = ms
+		} else {
+			t.models[m] = newModel(m)
+		}
+	}
 	for _, m := range snap.Models {
-		t.known[m] = true
+		known(m)
+	}
+	for _, lm := range list.Models {
+		t.listed[lm.Name] = lm
+		known(lm.Name)
 	}
 	for _, in := range snap.Instances {
 		if _, dup := t.byID[in.ID]; dup {

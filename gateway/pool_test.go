@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,22 +72,33 @@ func TestBuildTableKeepsState(t *testing.T) {
 		{ID: "2", Model: "m", Address: "h:2", Weight: 1},
 		{ID: "3", Model: "n", Address: "h:3", Weight: 1},
 	}}
-	t1, gone := buildTable(emptyTable(), s1, mk)
+	mkModel := func(m string) *modelState { return newModelState(m, time.Minute) }
+	t1, gone := buildTable(emptyTable(), s1, ModelList{Models: []ListedModel{{Name: "zero"}}}, mkModel, mk)
 	if len(gone) != 0 {
 		t.Fatalf("gone from empty: %d", len(gone))
 	}
 	if diff := cmp.Diff([]string{"m", "n"}, t1.served); diff != "" {
 		t.Errorf("served (-want +got):\n%s", diff)
 	}
-	if !t1.known["idle"] || t1.pools["idle"] != nil {
-		t.Errorf("idle: known %v, pool %v", t1.known["idle"], t1.pools["idle"])
+	if t1.models["idle"] == nil || t1.pools["idle"] != nil {
+		t.Errorf("idle: known %v, pool %v", t1.models["idle"] != nil, t1.pools["idle"])
 	}
+	if t1.models["zero"] == nil || t1.pools["zero"] != nil || !t1.listed["zero"].Holdable() {
+		t.Errorf("zero, only in the model list: known %v, pool %v, listed %+v", t1.models["zero"] != nil, t1.pools["zero"], t1.listed["zero"])
+	}
+	t1.models["m"].arrivals.Add(5)
 	t1.byID["1"].outstanding.Add(3)
 	s2 := Snapshot{Instances: []Instance{
 		{ID: "1", Model: "m", Address: "h:1", Weight: 4}, // weight changed
 		{ID: "2", Model: "m", Address: "h:9", Weight: 1}, // moved
 	}}
-	t2, gone := buildTable(t1, s2, mk)
+	t2, gone := buildTable(t1, s2, ModelList{}, mkModel, mk)
+	if t2.models["m"] != t1.models["m"] || t2.models["m"].arrivals.Load() != 5 {
+		t.Error("model m, still known, lost its state")
+	}
+	if t2.models["zero"] != nil || t2.models["idle"] != nil || t2.models["n"] != nil {
+		t.Errorf("models no longer known are still there: %v", slices.Sorted(maps.Keys(t2.models)))
+	}
 	if got := t2.byID["1"]; got.epState != t1.byID["1"].epState || got.inst.Weight != 4 || got.outstanding.Load() != 3 {
 		t.Errorf("endpoint 1 lost its state or missed its new weight: %+v", got.inst)
 	}

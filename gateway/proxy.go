@@ -55,20 +55,28 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	defer body.release()
 
 	t := g.tbl.Load()
-	p := t.pools[model]
-	if p == nil {
-		if t.known[model] {
-			setRetryAfter(w.Header(), g.noReplica)
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model",
-				fmt.Sprintf("The model `%s` has no healthy replica now; retry later.", model))
-			g.m.request(model, http.StatusServiceUnavailable)
-			return
-		}
+	ms := t.models[model]
+	if ms == nil {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
 			fmt.Sprintf("The model `%s` does not exist.", model))
 		g.m.request("", http.StatusNotFound)
 		return
 	}
+	ms.arrive(start)
+	defer ms.outstanding.Add(-1)
+	p := t.pools[model]
+	if p == nil || ms.q.n.Load() > 0 {
+		// No replica, or requests held before this one: it waits its turn.
+		var done func()
+		var ok bool
+		if p, done, ok = g.holdFor(w, r, t, ms, start); !ok {
+			return
+		}
+		if done != nil {
+			defer done()
+		}
+	}
+	dispatched := g.now()
 
 	var (
 		tried    []*epState
@@ -87,7 +95,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			case lastResp != nil:
 				// Every replica tried answered "cannot serve": pass the
 				// last answer on.
-				g.finish(w, r, model, start, lastEp, lastResp)
+				g.finish(w, r, ms, start, dispatched, lastEp, lastResp)
 			case r.Context().Err() != nil:
 				g.m.request(model, statusClientClosed)
 			default:
@@ -145,7 +153,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			ep.br.success(probe)
 			g.m.attempts.WithLabelValues(model, "ok").Inc()
 		}
-		broken := g.finish(w, r, model, start, ep, resp)
+		broken := g.finish(w, r, ms, start, dispatched, ep, resp)
 		ep.outstanding.Add(-1)
 		if broken {
 			// The replica failed mid-response: the client must not take
@@ -210,8 +218,12 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 
 // finish sends resp to the client, flushing as it goes for event streams
 // and bodies of unknown length. It reports whether the replica failed
-// mid-response (the caller aborts the client's connection).
-func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, model string, start time.Time, ep *endpoint, resp *http.Response) (broken bool) {
+// mid-response (the caller aborts the client's connection). start is the
+// request's arrival, dispatched when it was first sent to a replica
+// (later than start by any hold): a 2xx answer's time to first byte from
+// then is the model's TTFT sample.
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response) (broken bool) {
+	model := ms.name
 	defer func() { _ = resp.Body.Close() }()
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -257,7 +269,7 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, model string, s
 			}
 			if first {
 				first = false
-				g.m.ttfb.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+				g.firstByte(ms, start, dispatched, code)
 			}
 		}
 		if errors.Is(rerr, io.EOF) {
@@ -273,9 +285,18 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, model string, s
 		}
 	}
 	if first {
-		g.m.ttfb.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+		g.firstByte(ms, start, dispatched, code)
 	}
 	return false
+}
+
+// firstByte records a response's first byte to the client.
+func (g *Gateway) firstByte(ms *modelState, start, dispatched time.Time, code int) {
+	now := g.now()
+	g.m.ttfb.WithLabelValues(ms.name).Observe(now.Sub(start).Seconds())
+	if code >= 200 && code < 300 {
+		ms.win.ttft(now, now.Sub(dispatched))
+	}
 }
 
 // discard reads a little of an unwanted response, so its connection can
