@@ -38,6 +38,21 @@ response_header_timeout = "10m"     # keep it above your longest non-streamed ge
 # (requests waiting and running), not this gateway's alone; "0s" turns it off.
 engine_metrics_interval = "5s"
 
+# Scale to zero. The controller writes the catalog's models into a Nomad
+# variable; a model that may be at zero (min 0) is known and listed in
+# /v1/models with no replica, and its requests are held until a replica is
+# ready, then sent in arrival order, at most wake_burst at once per replica.
+hold_timeout    = "2m"           # the longest a request is held (then 503); "0s": none
+hold_per_model  = 256            # the most held for one model (then 503)
+hold_total      = 4096           # ...for all models together
+wake_burst      = 16             # held requests in flight at once per ready replica
+models_variable = "llmgw/models" # "": read no model list
+# models_namespace = "default"             # default: namespace, "default" when that is "*"
+# models_nomad     = "http://127.0.0.1:4646" # with consul: the Nomad to read the list from
+
+# Demand (GET /llmgw/v1/demand): the span of its arrival rate and TTFT p90.
+demand_window = "30s"
+
 # Circuit breakers, one per replica.
 breaker_failures = 5
 breaker_open     = "5s"

@@ -43,6 +43,14 @@ type fileHCL struct {
 	CheckTimeout          duration `hcl:"check_timeout,optional"`
 	CheckParallelism      int      `hcl:"check_parallelism,optional"`
 	EngineMetricsInterval duration `hcl:"engine_metrics_interval,optional"`
+	HoldTimeout           duration `hcl:"hold_timeout,optional"`
+	HoldPerModel          int      `hcl:"hold_per_model,optional"`
+	HoldTotal             int      `hcl:"hold_total,optional"`
+	WakeBurst             int      `hcl:"wake_burst,optional"`
+	DemandWindow          duration `hcl:"demand_window,optional"`
+	ModelsVariable        string   `hcl:"models_variable,optional"`
+	ModelsNamespace       string   `hcl:"models_namespace,optional"`
+	ModelsNomad           string   `hcl:"models_nomad,optional"`
 	LogLevel              string   `hcl:"log_level,optional"`
 	Body                  hcl.Body `hcl:",body"`
 }

@@ -88,6 +88,14 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 		{"check_interval", `"15s"`, "15s"},
 		{"check_timeout", `"4s"`, "4s"},
 		{"check_parallelism", `16`, "16"},
+		{"hold_timeout", `"5m"`, "5m"},
+		{"hold_per_model", `10`, "10"},
+		{"hold_total", `100`, "100"},
+		{"wake_burst", `4`, "4"},
+		{"demand_window", `"1m"`, "1m"},
+		{"models_variable", `"ops/llmgw-models"`, "ops/llmgw-models"},
+		{"models_namespace", `"ml"`, "ml"},
+		{"models_nomad", `"http://10.0.0.2:4646"`, "http://10.0.0.2:4646"},
 		{"log_level", `"debug"`, "debug"},
 	} {
 		t.Run(tt.attr, func(t *testing.T) {
@@ -186,6 +194,12 @@ func TestConfigErrors(t *testing.T) {
 		{"check timeout", "\ncheck_timeout = \"0s\"\n", nil, []string{"gateway.hcl:2: check_timeout: 0s: want more than 0"}},
 		{"register check interval", "register_check_interval = \"100ms\"\n", nil, []string{"gateway.hcl:1: register_check_interval: 100ms: want 1s or more"}},
 		{"advertise", "advertise = \"gw.example\"\n", nil, []string{`gateway.hcl:1: advertise: "gw.example": want HOST:PORT`}},
+		{"hold timeout", "hold_timeout = \"-1s\"\n", nil, []string{"gateway.hcl:1: hold_timeout: -1s: want 0 (hold nothing) or more"}},
+		{"hold per model", "\nhold_per_model = 0\n", nil, []string{"gateway.hcl:2: hold_per_model: 0: want at least 1"}},
+		{"wake burst", "wake_burst = -3\n", nil, []string{"gateway.hcl:1: wake_burst: -3: want at least 1"}},
+		{"demand window", "demand_window = \"100ms\"\n", nil, []string{"gateway.hcl:1: demand_window: 100ms: want 1s to 1h"}},
+		{"models variable", "models_variable = \"llmgw/models!\"\n", nil, []string{`gateway.hcl:1: models_variable: "llmgw/models!": a Nomad variable path is`}},
+		{"models namespace", "models_namespace = \"*\"\n", nil, []string{`gateway.hcl:1: models_namespace: the model list is one variable in one namespace, not "*"`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -227,6 +241,8 @@ func TestNewFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--check-parallelism", "0"}, {"--check-timeout", "0s"}, {"--consul-wait", "-1s"},
 		{"--no-replica-retry-after", "0s"}, {"--register-check-interval", "10ms"},
+		{"--hold-timeout", "-1s"}, {"--hold-per-model", "0"}, {"--hold-total", "0"}, {"--wake-burst", "0"},
+		{"--demand-window", "2h"}, {"--models-variable", "a b"}, {"--models-namespace", "*"},
 	} {
 		if _, err := settingsOf(t, args...); err == nil || !strings.HasPrefix(err.Error(), args[0]+": ") {
 			t.Errorf("%v: %v, want an error naming %s", args, err, args[0])

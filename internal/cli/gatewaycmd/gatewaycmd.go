@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,9 @@ type flags struct {
 	dialTimeout, headerTimeout                            time.Duration
 	checkInterval, checkTimeout                           time.Duration
 	engineMetricsInterval                                 time.Duration
+	holdTimeout, demandWindow                             time.Duration
+	holdPerModel, holdTotal, wakeBurst                    int
+	modelsVariable, modelsNamespace, modelsNomad          string
 
 	// from says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -108,6 +112,26 @@ func (f *flags) check() error {
 	if f.checkParallelism < 1 {
 		return fmt.Errorf("%s: %d: want at least 1", f.where("check-parallelism"), f.checkParallelism)
 	}
+	if f.holdTimeout < 0 {
+		return fmt.Errorf("%s: %s: want 0 (hold nothing) or more", f.where("hold-timeout"), f.holdTimeout)
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"hold-per-model", f.holdPerModel}, {"hold-total", f.holdTotal}, {"wake-burst", f.wakeBurst}} {
+		if n.v < 1 {
+			return fmt.Errorf("%s: %d: want at least 1", f.where(n.flag), n.v)
+		}
+	}
+	if f.demandWindow < time.Second || f.demandWindow > time.Hour {
+		return fmt.Errorf("%s: %s: want 1s to 1h", f.where("demand-window"), f.demandWindow)
+	}
+	if f.modelsVariable != "" && !validVariablePath(f.modelsVariable) {
+		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.where("models-variable"), f.modelsVariable)
+	}
+	if f.modelsNamespace == "*" {
+		return fmt.Errorf("%s: the model list is one variable in one namespace, not %q", f.where("models-namespace"), f.modelsNamespace)
+	}
 	if f.advertise != "" {
 		if _, err := registration(f.advertise, &net.TCPAddr{Port: 1}); err != nil {
 			return fmt.Errorf("%s: %w", f.where("advertise"), err)
@@ -139,8 +163,19 @@ registrations and their allocations' checks (--nomad, the default, with
 NOMAD_ADDR or http://127.0.0.1:4646), and routes /v1/chat/completions,
 /v1/completions and /v1/embeddings by the body's "model" to the replica with
 the fewest requests in flight per unit of weight, behind a circuit breaker per
-replica. /v1/models lists the models served, /metrics serves Prometheus text,
-/healthz answers 200 once discovery has synced. With --consul it registers
+replica. /v1/models lists the models served, /llmgw/v1/demand each model's
+demand (outstanding, held, arrivals, TTFT) for the controller, /metrics
+serves Prometheus text, /healthz answers 200 once discovery has synced.
+
+The controller writes the catalog's models into the Nomad variable
+llmgw/models (--models-variable), read from the Nomad discovered from (or
+--models-nomad): a model that may be at zero is listed with no replica, and
+its requests are held (--hold-timeout, bounded by --hold-per-model and
+--hold-total) until a replica is ready, then sent in arrival order, at most
+--wake-burst at once per replica; past the deadline or the bound, 503 with
+Retry-After.
+
+With --consul it registers
 itself as llmgw-gateway with an HTTP check on /healthz. Tokens and TLS come
 from the usual environment (CONSUL_HTTP_TOKEN, NOMAD_TOKEN, ...).
 
@@ -186,6 +221,14 @@ says. See docs/gateway.md.`,
 	fl.DurationVar(&f.checkTimeout, "check-timeout", gateway.DefaultCheckTimeout, "with Nomad, the longest one allocation's check read may take")
 	fl.IntVar(&f.checkParallelism, "check-parallelism", gateway.DefaultCheckParallelism, "with Nomad, the most check reads in flight at once, all services together")
 	fl.DurationVar(&f.engineMetricsInterval, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each replica engine's /metrics is read, to weigh replicas by every gateway's load (0: off)")
+	fl.DurationVar(&f.holdTimeout, "hold-timeout", gateway.DefaultHoldTimeout, "the longest a request for a model at zero is held for a replica (0: not held, 503 at once)")
+	fl.IntVar(&f.holdPerModel, "hold-per-model", gateway.DefaultHoldPerModel, "the most requests held for one model (503 past it)")
+	fl.IntVar(&f.holdTotal, "hold-total", gateway.DefaultHoldTotal, "the most requests held for all models together (503 past it)")
+	fl.IntVar(&f.wakeBurst, "wake-burst", gateway.DefaultWakeBurst, "held requests in flight at once per ready replica while a model wakes")
+	fl.DurationVar(&f.demandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gateway.DemandPath+")")
+	fl.StringVar(&f.modelsVariable, "models-variable", gateway.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
+	fl.StringVar(&f.modelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
+	fl.StringVar(&f.modelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
@@ -197,6 +240,21 @@ func engineInterval(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// validVariablePath reports whether p is a path Nomad accepts for a
+// variable.
+func validVariablePath(p string) bool {
+	if len(p) < 1 || len(p) > 128 {
+		return false
+	}
+	for _, c := range p {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_~/", c)
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // run serves until ctx ends. ready, when not nil, receives the address
@@ -211,6 +269,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 
 	var src gateway.Source
 	var consul *consulapi.Client
+	var nomad *nomadapi.Client // the one discovered from
 	var where string
 	if f.consul != "" {
 		cfg := consulapi.DefaultConfig()
@@ -235,9 +294,14 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			return fmt.Errorf("nomad client %s: %w", cfg.Address, err)
 		}
 		defer c.Close()
-		where = "nomad " + cfg.Address
+		nomad, where = c, "nomad "+cfg.Address
 		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval,
 			CheckTimeout: f.checkTimeout, CheckParallelism: f.checkParallelism}
+	}
+
+	models, modelsFrom, err := modelSource(f, nomad, log)
+	if err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
@@ -254,6 +318,9 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 
 		NoReplicaRetryAfter:   f.noReplicaRetryAfter,
 		EngineMetricsInterval: engineInterval(f.engineMetricsInterval),
+		Models:                models,
+		Hold:                  gateway.HoldConfig{Timeout: f.holdTimeout, PerModel: f.holdPerModel, Total: f.holdTotal, Burst: f.wakeBurst},
+		DemandWindow:          f.demandWindow,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -264,7 +331,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		return fmt.Errorf("%s %s: %w", f.where("listen"), f.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where, "config", f.config)
+	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where, "models", modelsFrom, "config", f.config)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -308,6 +375,40 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	default:
 	}
 	return err
+}
+
+// modelSource is where the model list is read from: --models-variable in
+// the Nomad of --models-nomad, else the one discovered from (nil with
+// --consul), in --models-namespace, else the discovery namespace. from
+// says which, for the log.
+func modelSource(f flags, discovered *nomadapi.Client, log *slog.Logger) (gateway.ModelSource, string, error) {
+	if f.modelsVariable == "" {
+		return nil, "none (--models-variable is empty)", nil
+	}
+	c := discovered
+	cfg := nomadapi.DefaultConfig()
+	if f.modelsNomad != "" {
+		cfg.Address = f.modelsNomad
+		var err error
+		if c, err = nomadapi.NewClient(cfg); err != nil {
+			return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.where("models-nomad"), f.modelsNomad, err)
+		}
+	}
+	if c == nil {
+		return nil, "none (with --consul, --models-nomad names the Nomad to read it from)", nil
+	}
+	ns := f.modelsNamespace
+	if ns == "" && discovered != nil && f.modelsNomad == "" {
+		ns = f.namespace
+	}
+	if ns == "" {
+		ns = cfg.Namespace
+	}
+	if ns == "" || ns == "*" {
+		ns = nomadapi.DefaultNamespace
+	}
+	from := fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.modelsVariable, ns)
+	return &gateway.NomadModels{Client: c, Logger: log, Namespace: ns, Path: f.modelsVariable}, from, nil
 }
 
 // registration is how the gateway registers itself: at --advertise, else

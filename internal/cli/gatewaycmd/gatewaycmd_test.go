@@ -3,6 +3,7 @@ package gatewaycmd
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,11 +14,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 const waitFor = 20 * time.Second
@@ -262,6 +265,115 @@ log_level               = "debug"
 	}
 	if !strings.Contains(stderr.String(), `"config":"`+path+`"`) {
 		t.Errorf("log does not name the config file:\n%s", stderr.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("gateway: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not stop")
+	}
+}
+
+// With --consul and --models-nomad, the model list comes from that Nomad's
+// variable (at --models-variable in --models-namespace): a model at zero is
+// listed, its request held until a replica registers in Consul, and the
+// demand endpoint and /metrics show it held.
+func TestGatewayModelListFromNomad(t *testing.T) {
+	const model = "qwen-7b"
+	nf := nomadfake.New()
+	t.Cleanup(nf.Close)
+	items, err := gateway.ModelList{Models: []gateway.ListedModel{{Name: model}}}.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nf.Client(t).Variables().Update(&nomadapi.Variable{Namespace: "ml", Path: "ops/models", Items: items},
+		&nomadapi.WriteOptions{Namespace: "ml"}); err != nil {
+		t.Fatal(err)
+	}
+	c := consulfake.New()
+	t.Cleanup(c.Close)
+
+	addrc := make(chan string, 1)
+	cmd := newCommand(func(a string) { addrc <- a })
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--register=false", "--models-nomad", nf.URL(),
+		"--models-namespace", "ml", "--models-variable", "ops/models", "--hold-timeout", "1h", "--consul-wait", "2s"})
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not listen")
+	}
+	base := "http://" + addr
+	get := func(path string) string {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	eventually(t, "the model listed at zero", func() bool {
+		return strings.Contains(get("/v1/models"), `"id":"`+model+`","object":"model","created":`) &&
+			strings.Contains(get("/v1/models"), `"llmgw":{"state":"scaled_to_zero"}`)
+	})
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		answer <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader))
+	}()
+	var d gateway.Demand
+	eventually(t, "the request held", func() bool {
+		d, err = gateway.DemandClient{}.Read(context.Background(), base)
+		return err == nil && len(d.Models) == 1 && d.Models[0].Queued == 1
+	})
+	if m := d.Models[0]; m.Model != model || m.Outstanding != 1 || m.ArrivalsTotal != 1 || m.State != gateway.StateScaledToZero {
+		t.Errorf("demand %+v", m)
+	}
+	if !strings.Contains(get("/metrics"), `llmgw_gateway_queued_requests{model="`+model+`"} 1`) {
+		t.Error("/metrics lacks the held request")
+	}
+
+	cfg := fakeengine.Defaults()
+	cfg.Model, cfg.TokensPerSecond = model, 0
+	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
+	fe.Load(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &http.Server{Handler: fe.Handler(), ReadHeaderTimeout: time.Second}
+	go func() { _ = engine.Serve(ln) }()
+	t.Cleanup(func() { _ = engine.Close() })
+	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
+		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
+	select {
+	case got := <-answer:
+		if got != "200 "+model+"-0" {
+			t.Errorf("held request: %s, want 200 from %s-0", got, model)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the held request was not answered after the replica registered")
+	}
+	if !strings.Contains(stderr.String(), `"models":"nomad `+nf.URL()+` variable ops/models (namespace ml)"`) {
+		t.Errorf("the log does not say where the model list is read:\n%s", stderr.String())
 	}
 	cancel()
 	select {
