@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/gateway"
 )
 
 // Options wire a controller.
@@ -108,6 +109,9 @@ type Controller struct {
 	// engineObs is what the last round of engine scrapes read, by replica
 	// job ID (engines.go).
 	engineObs map[string]EngineMetrics
+	// savedModels is the model list last written (its item), to write
+	// only changes.
+	savedModels string
 }
 
 type snapshot struct {
@@ -899,7 +903,54 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	}
 	c.saveDecisions(res)
 	c.pruneDecisions(in.Catalog)
+	c.saveModels(in.Catalog, res.Scale)
 	return errors.Join(errs...)
+}
+
+// saveModels writes the catalog's model list for the gateways
+// (gateway.ModelsVariable) when it differs from the last one written: the
+// models a gateway knows with no replica registered, and which may be at
+// zero (their requests are held).
+func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile.Scale) {
+	items, err := modelList(cat, scale).Items()
+	if err != nil {
+		c.log.Warn("model list for the gateways", "error", err)
+		return
+	}
+	c.mu.RLock()
+	same := c.savedModels == items[modelsItem]
+	c.mu.RUnlock()
+	if same {
+		return
+	}
+	if err := c.store.SaveModels(items); err != nil {
+		c.log.Warn("save the model list for the gateways", "error", err)
+		return
+	}
+	c.mu.Lock()
+	c.savedModels = items[modelsItem]
+	c.mu.Unlock()
+}
+
+// modelsItem is the model list variable's item (gateway.ModelList.Items).
+const modelsItem = "models"
+
+// modelList is the catalog as the gateways read it: each model with the
+// fewest replicas it may have (a fixed model's replicas, an autoscaled
+// one's min) and the count it has now (a fixed model's replicas, an
+// autoscaled one's slots after the pass, scale's Has; its min when the
+// pass planned none).
+func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gateway.ModelList {
+	l := gateway.ModelList{Models: []gateway.ListedModel{}}
+	for _, m := range cat.Models {
+		lm := gateway.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas}
+		if s, ok := scale[m.Name]; ok && m.Autoscale != nil {
+			lm.Replicas = s.Has
+		}
+		l.Models = append(l.Models, lm)
+	}
+	sort.Slice(l.Models, func(i, j int) bool { return l.Models[i].Name < l.Models[j].Name })
+	return l
 }
 
 // guardStops holds back the catalog's stops when they go past

@@ -40,6 +40,12 @@ namespace "default" {
     path "llmgw/decisions/*" {
       capabilities = ["read", "write", "destroy"]
     }
+    # The model list for the gateways (gateway.ModelsVariable): written
+    # after a pass when the catalog's models or counts changed (PUT
+    # /v1/var/llmgw/models). Gateways read it with a token of their own.
+    path "llmgw/models" {
+      capabilities = ["write"]
+    }
     # The leader lock: acquire, renew and release are writes
     # (PUT /v1/var/llmgw/leader?lock-acquire|lock-renew|lock-release); a lock
     # held by another controller answers 409 without read.

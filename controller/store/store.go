@@ -1,8 +1,10 @@
 // Package store keeps the controller's durable state in Nomad Variables
 // under llmgw/: holds set at run time (llmgw/holds) and each replica's last
 // placement decision with its rejections (llmgw/decisions/<replica>), so
-// that holds and explanations survive a controller restart. Nothing else is
-// stored: jobs and allocations are read from Nomad itself.
+// that holds and explanations survive a controller restart. It also writes
+// the catalog's model list for the gateways (llmgw/models, read by
+// gateway.NomadModels). Nothing else is stored: jobs and allocations are
+// read from Nomad itself.
 //
 // Writes to the holds are check-and-set on the variable's modify index, so
 // two controllers (or an operator's CLI racing the leader) never lose each
@@ -27,6 +29,9 @@ const (
 	HoldsPath     = "llmgw/holds"
 	DecisionsPath = "llmgw/decisions/"
 	LeaderPath    = "llmgw/leader"
+	// ModelsPath is gateway.ModelsVariable: the models the gateways know,
+	// with their min and wanted counts.
+	ModelsPath = "llmgw/models"
 )
 
 // Variables is the part of the Nomad API the store uses; *api.Variables
@@ -182,6 +187,17 @@ func (s *Store) SaveDecision(replica string, decision any) error {
 	_, _, err = s.vars.Update(&api.Variable{Namespace: s.namespace, Path: DecisionPath(replica), Items: api.VariableItems{"decision": string(data)}}, wo)
 	if err != nil {
 		return fmt.Errorf("write decision of %s: %w", replica, err)
+	}
+	return nil
+}
+
+// SaveModels writes the gateways' model list (gateway.ModelList.Items).
+// The latest write wins; it is not check-and-set.
+func (s *Store) SaveModels(items map[string]string) error {
+	wo, cancel := s.wo()
+	defer cancel()
+	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: ModelsPath, Items: items}, wo); err != nil {
+		return fmt.Errorf("write %s: %w", ModelsPath, err)
 	}
 	return nil
 }

@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/gateway"
+)
+
+// Each pass writes the catalog's model list for the gateways when it
+// changed, and only then: a model with replicas = 0 is in it at zero.
+func TestPassWritesTheGatewaysModelList(t *testing.T) {
+	if store.ModelsPath != gateway.ModelsVariable {
+		t.Fatalf("store.ModelsPath %q, gateway.ModelsVariable %q: the controller writes where the gateway does not read", store.ModelsPath, gateway.ModelsVariable)
+	}
+	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	read := func() (gateway.ModelList, uint64) {
+		t.Helper()
+		v, _, err := e.api.Variables().Peek(gateway.ModelsVariable, nil)
+		if err != nil || v == nil {
+			t.Fatalf("read %s: %v %v", gateway.ModelsVariable, v, err)
+		}
+		l, err := gateway.ParseModelList(v.Items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, v.ModifyIndex
+	}
+	e.pass(c)
+	l, index := read()
+	want := gateway.ModelList{Models: []gateway.ListedModel{{Name: "alpha", Min: 3, Replicas: 3}, {Name: "beta", Min: 1, Replicas: 1}}}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("model list (-want +got):\n%s", diff)
+	}
+	e.pass(c)
+	if _, again := read(); again != index {
+		t.Errorf("an unchanged list was written again (index %d, then %d)", index, again)
+	}
+
+	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 1", "replicas = 0", 1))
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(c)
+	l, _ = read()
+	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 0}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("model list with beta at zero (-want +got):\n%s", diff)
+	}
+	if !l.Models[1].Holdable() {
+		t.Error("beta at zero is not holdable")
+	}
+
+	// An autoscaled model: its min, and the slots the pass gave it (with
+	// no autoscaler decision, at least one).
+	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 1", `autoscale {
+    min = 0
+    max = 4
+    target { outstanding_per_replica = 8 }
+  }`, 1))
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(c)
+	l, _ = read()
+	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 1}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("model list with beta autoscaled (-want +got):\n%s", diff)
+	}
+}
+
+// modelList takes an autoscaled model's count from the pass's Scale.
+func TestModelListOfAutoscaledModels(t *testing.T) {
+	cat := facility.Catalog{Models: []facility.Model{
+		{Name: "fixed", Replicas: 2},
+		{Name: "asleep", Autoscale: &facility.Autoscale{Min: 0, Max: 4}},
+		{Name: "busy", Replicas: 1, Autoscale: &facility.Autoscale{Min: 1, Max: 8}},
+	}}
+	got := modelList(cat, map[string]reconcile.Scale{"asleep": {Want: 0, Has: 0}, "busy": {Want: 6, Has: 4}})
+	want := gateway.ModelList{Models: []gateway.ListedModel{
+		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
