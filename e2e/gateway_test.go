@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -41,7 +43,7 @@ func TestGatewayOverRealNomad(t *testing.T) {
 	cfg := controllerFiles(t, c.Server.Addr(), engine, alphaBeta(2, 1, gatewayLoad), `headroom = 0`)
 	ctl, base, _ := runController(t, cfg, "ctl-1")
 
-	gp := startGatewayBinary(t, bin, "--nomad", c.Server.Addr(), "--check-interval", "1s")
+	gp := startGatewayBinary(t, bin, "--nomad", c.Server.Addr(), "--check-interval", "1s", "--hold-timeout", wakeHold.String())
 	gw := gp.url
 
 	// While the replicas load, the gateway lists no more replicas of a model
@@ -192,8 +194,189 @@ func TestGatewayOverRealNomad(t *testing.T) {
 		t.Errorf("requests for alpha after beta left went to %v, want alpha-0", got)
 	}
 
+	scaleToZero(t, gw, setCatalog)
+	gatewayAsNomadJob(t, c.API, bin)
+
 	// SIGTERM stops it cleanly.
 	gp.stop(t)
+}
+
+// wakeHold is how long the gateway under test holds a request for a model
+// at zero: past a placement, the engine's load and a check interval.
+const wakeHold = 3 * time.Minute
+
+// scaleToZero: beta comes back at zero replicas (min 0). The controller's
+// model list says so; the gateway lists beta as scaled to zero, holds a
+// request for it (seen held in its demand), and answers it once the
+// catalog asks for a replica of beta (as the autoscaler will) and that
+// replica registers and its check passes.
+func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
+	t.Helper()
+	setCatalog(strings.Replace(alphaBeta(1, 9, gatewayLoad), "replicas = 9", "replicas = 0", 1))
+	changed := time.Now()
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		got := gwModelStates(t, gw)
+		return got["beta"] == "scaled_to_zero" && got["alpha"] == "serving", fmt.Sprintf("/v1/models states %v, want alpha serving, beta scaled_to_zero", got)
+	})
+	t.Logf("beta was listed scaled_to_zero %s after the catalog put it at zero", time.Since(changed).Round(100*time.Millisecond))
+
+	type held struct {
+		r   gwResponse
+		err error
+		at  time.Time
+	}
+	answer := make(chan held, 1)
+	sent := time.Now()
+	go func() {
+		client := http.Client{Timeout: wakeHold + time.Minute}
+		resp, err := client.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("beta", false)))
+		if err != nil {
+			answer <- held{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answer <- held{r: gwResponse{resp.StatusCode, resp.Header, b}, err: err, at: time.Now()}
+	}()
+	var md gateway.ModelDemand
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		d, err := gateway.DemandClient{}.Read(context.Background(), gw)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range d.Models {
+			if m.Model == "beta" {
+				md = m
+			}
+		}
+		return md.Queued == 1, fmt.Sprintf("beta's demand %+v, want 1 queued", md)
+	})
+	if md.Outstanding != 1 || md.ArrivalsTotal < 1 || md.State != "scaled_to_zero" || md.Listed == nil || md.Listed.Min != 0 {
+		t.Errorf("beta's demand while held: %+v", md)
+	}
+	select {
+	case h := <-answer:
+		t.Fatalf("the request for beta at zero was answered before beta had a replica: %d %s (%v)", h.r.status, h.r.body, h.err)
+	default:
+	}
+
+	setCatalog(alphaBeta(1, 1, gatewayLoad))
+	woken := time.Now()
+	var h held
+	select {
+	case h = <-answer:
+	case <-time.After(wakeHold + time.Minute):
+		t.Fatalf("the held request for beta got no answer in %s", wakeHold+time.Minute)
+	}
+	if h.err != nil || h.r.status != http.StatusOK || h.r.header.Get(replicaHeader) != "beta-0" {
+		t.Fatalf("the held request for beta: %d from %q: %s (%v); want 200 from beta-0", h.r.status, h.r.header.Get(replicaHeader), h.r.body, h.err)
+	}
+	t.Logf("the request held for beta was answered by beta-0 %s after the catalog woke it (held %s in all; the engine loads %ds)",
+		h.at.Sub(woken).Round(100*time.Millisecond), h.at.Sub(sent).Round(100*time.Millisecond), gatewayLoad)
+	if h.at.Sub(woken) < gatewayLoad*time.Second {
+		t.Errorf("answered %s after the wake, sooner than beta's engine can load (%ds)", h.at.Sub(woken), gatewayLoad)
+	}
+	if got := gwModels(t, gw); !maps.Equal(got, map[string]int{"alpha": 1, "beta": 1}) {
+		t.Errorf("the gateway lists %v, want alpha: 1, beta: 1", got)
+	}
+	metrics := gwGet(t, gw+"/metrics")
+	if !strings.Contains(metrics, `llmgw_gateway_held_total{model="beta",outcome="released"} 1`) {
+		t.Errorf("/metrics does not count beta's held request as released")
+	}
+}
+
+// gatewayAsNomadJob runs jobs/gateway.nomad.hcl in the Nomad (raw_exec,
+// this build's llmgw binary), then finds it as the controller will, by
+// its llmgw-gateway registration (gateway.NomadGateways), and reads its
+// demand (gateway.DemandClient): it routes the same models.
+func gatewayAsNomadJob(t *testing.T, client *api.Client, bin string) {
+	t.Helper()
+	src, err := os.ReadFile("../jobs/gateway.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, portStr, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
+	job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{
+		JobHCL:       string(src),
+		Variables:    fmt.Sprintf("llmgw_bin = %q\nnomad_addr = %q\nport = %s\n", bin, client.Address(), portStr),
+		Canonicalize: true,
+	})
+	if err != nil {
+		t.Fatalf("parse jobs/gateway.nomad.hcl: %v", err)
+	}
+	if _, _, err := client.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("register jobs/gateway.nomad.hcl: %v", err)
+	}
+	t.Cleanup(func() { _, _, _ = client.Jobs().Deregister(*job.ID, true, nil) })
+	registered := time.Now()
+	var url string
+	var d gateway.Demand
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		gws, err := gateway.NomadGateways(context.Background(), client, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		url = ""
+		for _, u := range gws {
+			if strings.HasSuffix(u, ":"+portStr) {
+				url = u
+			}
+		}
+		if url == "" {
+			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, portStr)
+		}
+		d, err = gateway.DemandClient{}.Read(context.Background(), url)
+		if err != nil {
+			return false, err.Error()
+		}
+		states := map[string]string{}
+		for _, m := range d.Models {
+			states[m.Model] = m.State
+		}
+		return maps.Equal(states, map[string]string{"alpha": "serving", "beta": "serving"}), fmt.Sprintf("%s: demand states %v", url, states)
+	})
+	t.Logf("the gateway job registered as %s at %s and served its demand %s after it was submitted", gateway.GatewayServiceName, url,
+		time.Since(registered).Round(100*time.Millisecond))
+	if got := chatReplicas(t, url, "beta", 2); !slices.Equal(got, []string{"beta-0"}) {
+		t.Errorf("requests for beta through the gateway job went to %v, want beta-0", got)
+	}
+	if d.WindowSeconds <= 0 || d.SampledAt.IsZero() {
+		t.Errorf("demand %+v", d)
+	}
+}
+
+// gwGet returns the body of a GET that must answer 200.
+func gwGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b)
+}
+
+// gwModelStates returns the llmgw state of each model /v1/models lists.
+func gwModelStates(t *testing.T, gw string) map[string]string {
+	t.Helper()
+	var list struct {
+		Data []struct {
+			ID    string `json:"id"`
+			Llmgw struct {
+				State string `json:"state"`
+			} `json:"llmgw"`
+		} `json:"data"`
+	}
+	getJSON(t, gw+"/v1/models", &list)
+	out := map[string]string{}
+	for _, m := range list.Data {
+		out[m.ID] = m.Llmgw.State
+	}
+	return out
 }
 
 // gatewayProc is the llmgw gateway binary under test.
@@ -287,7 +470,8 @@ func chatBody(model string, stream bool) string {
 	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello from the e2e test"}],"max_tokens":4,"stream":%t}`, model, stream)
 }
 
-// gwModels returns the gateway's /v1/models: replicas by model.
+// gwModels returns the gateway's /v1/models: replicas by model, of the
+// models served (those listed at zero or waking are left out).
 func gwModels(t *testing.T, gw string) map[string]int {
 	t.Helper()
 	var list struct {
@@ -297,6 +481,9 @@ func gwModels(t *testing.T, gw string) map[string]int {
 			Object   string `json:"object"`
 			OwnedBy  string `json:"owned_by"`
 			Replicas int    `json:"replicas"`
+			Llmgw    struct {
+				State string `json:"state"`
+			} `json:"llmgw"`
 		} `json:"data"`
 	}
 	getJSON(t, gw+"/v1/models", &list)
@@ -305,10 +492,14 @@ func gwModels(t *testing.T, gw string) map[string]int {
 	}
 	out := map[string]int{}
 	for _, m := range list.Data {
-		if m.Object != "model" || m.OwnedBy != "llmgw" || m.Replicas < 1 {
-			t.Fatalf("/v1/models: entry %+v, want object model, owned_by llmgw, replicas >= 1", m)
+		serving := m.Llmgw.State == "serving"
+		if m.Object != "model" || m.OwnedBy != "llmgw" || serving != (m.Replicas >= 1) ||
+			(!serving && m.Llmgw.State != "scaled_to_zero" && m.Llmgw.State != "waking") {
+			t.Fatalf("/v1/models: entry %+v, want object model, owned_by llmgw, serving with replicas >= 1 or scaled_to_zero or waking with none", m)
 		}
-		out[m.ID] = m.Replicas
+		if serving {
+			out[m.ID] = m.Replicas
+		}
 	}
 	return out
 }

@@ -15,6 +15,28 @@
 // last answer through registry errors. A model in the catalog with no
 // healthy replica is answered 503 with Retry-After; a model not in it 404.
 //
+// # Scale to zero
+//
+// A ModelSource (NomadModels: the controller's Nomad Variable
+// ModelsVariable) publishes the catalog's models with their min and wanted
+// counts (ModelList), so a model with no replica registered is still known.
+// A request for a listed model that may be at zero (ListedModel.Holdable)
+// with no serving replica is held (Gateway.holdFor) in that model's queue,
+// bounded per model and in all (HoldConfig), until its own deadline: 503
+// with Retry-After past it or past a bound. When discovery reports a
+// replica ready the queue drains in arrival order, at most HoldConfig.Burst
+// released requests in flight per replica, the next released as one
+// finishes; requests arriving while some are held queue behind them.
+//
+// # Demand
+//
+// Each known model's modelState counts its outstanding requests (held
+// ones included), its arrivals (on arrival: a counter, and over a window
+// of ten slots) and its TTFT (dispatch to the first byte of a 2xx answer,
+// in log-spaced buckets per slot). Gateway.Demand, served at DemandPath,
+// is what the controller reads (DemandClient; gateways found by
+// NomadGateways or ConsulGateways).
+//
 // # A request
 //
 // The body is read only until its top-level "model" member is found
@@ -73,5 +95,7 @@
 // to the first byte written, retries included), _request_duration_seconds,
 // _upstream_attempts_total{model,outcome}, _breaker_state{model,replica,
 // endpoint} (0 closed, 1 half-open, 2 open), _breaker_transitions_total,
-// _endpoints{model}, _requests_in_flight.
+// _endpoints{model}, _requests_in_flight, _outstanding_requests{model},
+// _queued_requests{model}, _arrivals_total{model}, _held_total{model,
+// outcome}, _hold_seconds{model}.
 package gateway
