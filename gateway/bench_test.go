@@ -3,7 +3,9 @@
 package gateway
 
 import (
+	"context"
 	"io"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,4 +53,68 @@ func BenchmarkProxy(b *testing.B) {
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// BenchmarkHoldWake is a request held for a model at zero until its
+// replica becomes ready: wake-ns/op is the time from the discovery update
+// that makes the replica ready (Gateway.Update) to the client having the
+// whole answer — what a held request pays once there is a replica, against
+// BenchmarkProxy/gateway's whole request to a replica that was there. Each
+// iteration holds one request (the loop is bounded by -benchtime).
+func BenchmarkHoldWake(b *testing.B) {
+	r := startReplica(b, "m", "a", nil)
+	tg := startGateway(b, Options{Hold: HoldConfig{Timeout: time.Minute}})
+	tg.UpdateModels(zeroList(ListedModel{Name: "m"}), nil)
+	ready := Snapshot{Instances: []Instance{r.instance()}}
+	body := chat("m")
+	var wake, update time.Duration
+	for b.Loop() {
+		tg.Update(Snapshot{})
+		ch := tg.postAsync(context.Background(), body)
+		deadline := time.Now().Add(waitFor)
+		for tg.queued("m") != 1 {
+			if time.Now().After(deadline) {
+				b.Fatalf("the request was not held within %s", waitFor)
+			}
+			runtime.Gosched()
+		}
+		t0 := time.Now()
+		tg.Update(ready)
+		update += time.Since(t0)
+		a := <-ch
+		wake += time.Since(t0)
+		if a.status != 200 {
+			b.Fatalf("held request: %d %s", a.status, a.body)
+		}
+	}
+	b.ReportMetric(float64(wake.Nanoseconds())/float64(b.N), "wake-ns/op")
+	b.ReportMetric(float64(update.Nanoseconds())/float64(b.N), "update-ns/op")
+}
+
+// BenchmarkModelAccounting is what the demand adds to every proxied
+// request: counting its arrival (counter, outstanding, the window's slot)
+// and its TTFT sample. parallel is the same from every CPU on one model,
+// the contended case (one lock per model).
+func BenchmarkModelAccounting(b *testing.B) {
+	ms := newModelState("m", DefaultDemandWindow)
+	now := time.Now()
+	one := func() {
+		ms.arrive(now)
+		ms.win.ttft(now, 420*time.Millisecond)
+		ms.outstanding.Add(-1)
+	}
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			one()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				one()
+			}
+		})
+	})
 }
