@@ -16,8 +16,8 @@ import (
 // Config is the plugin's configuration: the `config {}` block of
 // `plugin "nomad-driver-llmgw"` in the Nomad client's agent configuration.
 type Config struct {
-	// Engines maps engine names to executables; empty entries fall back
-	// to the recipe's default looked up on PATH.
+	// Engines maps engine names to executables; absent or empty entries
+	// fall back to the engine's default looked up on PATH.
 	Engines Engines `codec:"engines"`
 	// ModelCache becomes HF_HOME for engines whose task environment does
 	// not set it, so that every engine on the node shares downloads.
@@ -70,32 +70,30 @@ type Config struct {
 	AllowedEnv  []string `codec:"allowed_env"`
 }
 
-// Engines holds the executable of each engine.
-type Engines struct {
-	VLLM     string `codec:"vllm"`
-	SGLang   string `codec:"sglang"`
-	TGI      string `codec:"tgi"`
-	LlamaCpp string `codec:"llamacpp"`
-}
+// Engines holds the executable of each engine that has a default one
+// (every engine but command), by engine name: the plugin config's
+// engines block, whose attributes are the engine descriptors' names.
+type Engines map[string]string
 
 // Executable returns the configured executable for engine, or the
-// recipe's default.
+// engine's default.
 func (e Engines) Executable(name string) string {
-	var v string
-	switch name {
-	case engine.VLLM:
-		v = e.VLLM
-	case engine.SGLang:
-		v = e.SGLang
-	case engine.TGI:
-		v = e.TGI
-	case engine.LlamaCpp:
-		v = e.LlamaCpp
+	if v := e[name]; v != "" {
+		return v
 	}
-	if v == "" {
-		v = engine.DefaultExecutable(name)
+	return engine.DefaultExecutable(name)
+}
+
+// enginesSpec is the engines block: one string attribute per engine with
+// a default executable.
+func enginesSpec() *hclspec.Spec {
+	attrs := map[string]*hclspec.Spec{}
+	for _, d := range engine.Descriptors() {
+		if d.DefaultExecutable != "" {
+			attrs[d.Name] = hclspec.Attr(d.Name, "string")
+		}
 	}
-	return v
+	return hclspec.Object(attrs)
 }
 
 // Defaults of the plugin configuration.
@@ -139,12 +137,7 @@ func strDefault(name, lit string) *hclspec.Spec {
 // against.
 func ConfigSpec() *hclspec.Spec {
 	return hclspec.Object(map[string]*hclspec.Spec{
-		"engines": hclspec.Block("engines", false, hclspec.Object(map[string]*hclspec.Spec{
-			engine.VLLM:     hclspec.Attr(engine.VLLM, "string"),
-			engine.SGLang:   hclspec.Attr(engine.SGLang, "string"),
-			engine.TGI:      hclspec.Attr(engine.TGI, "string"),
-			engine.LlamaCpp: hclspec.Attr(engine.LlamaCpp, "string"),
-		})),
+		"engines":         hclspec.Block("engines", false, enginesSpec()),
 		"model_cache":     hclspec.Attr("model_cache", "string"),
 		"ready_timeout":   strDefault("ready_timeout", `"30m"`),
 		"ready_interval":  strDefault("ready_interval", `"1s"`),
@@ -275,14 +268,15 @@ func DecodeTaskConfig(msgpack []byte) (TaskConfig, error) {
 }
 
 func (tc *TaskConfig) validate() error {
-	if !engine.Known(tc.Engine) {
+	d, ok := engine.Lookup(tc.Engine)
+	if !ok {
 		return fmt.Errorf("engine: unknown engine %q (want one of %s)", tc.Engine, strings.Join(engine.Engines(), ", "))
 	}
-	if tc.Model == "" && tc.Engine != engine.Command {
+	if tc.Model == "" && !d.Model.Optional {
 		return fmt.Errorf("model: required for engine %q (a model id such as \"Qwen/Qwen2.5-0.5B-Instruct\" or a local path)", tc.Engine)
 	}
-	if tc.Engine == engine.Command && tc.Command == "" {
-		return errors.New(`command: required for engine "command" (the executable to run)`)
+	if d.DefaultExecutable == "" && tc.Command == "" {
+		return fmt.Errorf("command: required for engine %q (the executable to run)", tc.Engine)
 	}
 	if tc.Port == "" {
 		return errors.New("port: required (the label of a port in the group's network block)")

@@ -179,9 +179,10 @@ func (p *Plugin) fingerprint() *driverpb.FingerprintResponse {
 		"driver.llmgw.version": {Value: &structspb.Attribute_StringVal{StringVal: p.version}},
 	}
 	var found []string
-	for _, e := range engine.Engines() {
-		if e == engine.Command {
-			continue
+	for _, d := range engine.Descriptors() {
+		e := d.Name
+		if d.DefaultExecutable == "" {
+			continue // needs a task's command: nothing to find
 		}
 		if path, err := lookPath(conf.Engines.Executable(e), os.Getenv("PATH")); err == nil {
 			found = append(found, e)
@@ -305,7 +306,8 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 	}
 	uid, gid, groups := pl.user.credentials()
 	spec := supervisor.Spec{
-		Path: pl.exe, Argv0: pl.cmd.Path, Args: pl.cmd.Args, Env: pl.env,
+		Engine: tc.Engine,
+		Path:   pl.exe, Argv0: pl.cmd.Path, Args: pl.cmd.Args, Env: pl.env,
 		Dir:    filepath.Join(cfg.GetAllocDir(), cfg.GetName()),
 		Stdout: cfg.GetStdoutPath(), Stderr: cfg.GetStderrPath(),
 		TailLines: tailLines, UID: uid, GID: gid, Groups: groups,

@@ -222,10 +222,11 @@ func resolveCommand(conf Config, tc TaskConfig, taskDir, pathEnv string) (argv0,
 		return argv0, exe, nil
 	}
 	var own string
-	if tc.Engine != engine.Command {
-		// The engine's own executable, found as the fingerprint finds it:
-		// on the plugin's PATH, never the task's.
-		if p, err := lookPath(conf.Engines.Executable(tc.Engine), os.Getenv("PATH")); err == nil {
+	if ownExe := conf.Engines.Executable(tc.Engine); ownExe != "" {
+		// The engine's own executable (the command engine has none),
+		// found as the fingerprint finds it: on the plugin's PATH, never
+		// the task's.
+		if p, err := lookPath(ownExe, os.Getenv("PATH")); err == nil {
 			own, _ = canonical(p)
 		}
 		if own != "" && own == exe {

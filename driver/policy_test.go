@@ -111,8 +111,10 @@ func TestResolveCommand(t *testing.T) {
 	}
 	t.Setenv("PATH", bin+":/usr/bin:/bin") // the plugin's own PATH
 	base := DefaultConfig()
-	base.Engines.VLLM = filepath.Join(bin, "engine")
-	base.Engines.SGLang = "python3" // found on the plugin's PATH: bin/python3
+	base.Engines = Engines{
+		"vllm":   filepath.Join(bin, "engine"),
+		"sglang": "python3", // found on the plugin's PATH: bin/python3
+	}
 	cases := []struct {
 		name     string
 		conf     func(*Config)
@@ -146,7 +148,7 @@ func TestResolveCommand(t *testing.T) {
 			conf: func(c *Config) { c.AllowedCommands = []string{bin + "/link"} },
 			tc:   TaskConfig{Engine: "command", Command: bin + "/engine"}, wantExe: bin + "/engine", wantArg0: bin + "/engine"},
 		{name: "the engine's name found on a PATH the task chose",
-			conf:    func(c *Config) { c.Engines.VLLM = "engine" },
+			conf:    func(c *Config) { c.Engines = Engines{"vllm": "engine", "sglang": "python3"} },
 			tc:      TaskConfig{Engine: "vllm"},
 			pathEnv: dir + "/evil", err: `engines.vllm: "engine" (` + dir + `/evil/engine) is not an allowed executable (engines.vllm: ` + bin + `/engine; allowed_commands is empty)`},
 		{name: "allow_any_command", conf: func(c *Config) { c.AllowAnyCommand = true },

@@ -260,6 +260,7 @@ func Job(in Input) (*api.Job, error) {
 type rendering struct {
 	in        Input
 	s         Settings
+	engine    *engine.Descriptor
 	nnodes    int
 	fabric    string // the shards' common fabric; "" none or single-node
 	readyPath string
@@ -310,17 +311,16 @@ func plan(in Input, s Settings) (*rendering, error) {
 			return nil, bad("domain %s: value with a comma or '='", dom)
 		}
 	}
-	if !engine.Known(p.Engine) {
+	desc, ok := engine.Lookup(p.Engine)
+	if !ok {
 		return nil, fmt.Errorf("%w: engine %q (want one of %s)", ErrUnsupported, p.Engine, strings.Join(engine.Engines(), ", "))
 	}
-	r := &rendering{in: in, s: s, nnodes: want, readyPath: p.Ready}
+	r := &rendering{in: in, s: s, engine: desc, nnodes: want, readyPath: p.Ready}
 	if r.readyPath == "" {
-		r.readyPath = engine.DefaultReadyPath(p.Engine)
+		r.readyPath = desc.ReadyPath
 	}
 	if r.nnodes > 1 {
-		switch p.Engine {
-		case engine.VLLM, engine.SGLang, engine.Command:
-		default:
+		if desc.MultiNode == nil {
 			return nil, fmt.Errorf("%w: engine %q runs on one node, profile %q asks for %d", ErrUnsupported, p.Engine, p.Name, r.nnodes)
 		}
 		for i, sh := range d.Shards {
@@ -462,7 +462,7 @@ func (r *rendering) task(rank int) *api.Task {
 		}},
 		"tensor_parallel": p.GPUs,
 	}
-	if rank > 0 {
+	if rank > 0 && r.engine.MultiNode.Headless {
 		// Ranks above 0 of a multi-node replica serve no HTTP (vLLM's
 		// --headless workers, SGLang's non-zero ranks): the driver counts
 		// them ready once they run. Shard 0 serves, and its readiness (and
@@ -544,24 +544,13 @@ func (r *rendering) args(rank int) []string {
 	if args == nil {
 		args = []string{}
 	}
-	switch p.Engine {
-	case engine.VLLM, engine.SGLang:
-		args = append(args, "--served-model-name", m.Name)
-	case engine.LlamaCpp:
-		args = append(args, "--alias", m.Name)
+	if f := r.engine.ServedNameFlag; f != "" {
+		args = append(args, f, m.Name)
 	}
-	if r.nnodes > 1 {
-		n, k := strconv.Itoa(r.nnodes), strconv.Itoa(rank)
-		switch p.Engine {
-		case engine.VLLM:
-			args = append(args, "--nnodes", n, "--node-rank", k,
-				"--master-addr", "${"+EnvLeaderHost+"}", "--master-port", "${"+EnvLeaderPort+"}")
-			if rank > 0 {
-				args = append(args, "--headless")
-			}
-		case engine.SGLang:
-			args = append(args, "--nnodes", n, "--node-rank", k, "--dist-init-addr", "${"+EnvLeaderAddr+"}")
-		}
+	if r.nnodes > 1 && r.engine.MultiNode.Args != nil {
+		args = append(args, r.engine.MultiNode.Args(r.nnodes, rank, engine.Leader{
+			Host: "${" + EnvLeaderHost + "}", Port: "${" + EnvLeaderPort + "}", Addr: "${" + EnvLeaderAddr + "}",
+		})...)
 	}
 	return args
 }

@@ -70,13 +70,14 @@ func (t *tail) get() []string {
 // reached (0, 25, 50, 75, 100 %), however many workers print the same bar:
 // Nomad keeps only a task's last few events.
 type progressTracker struct {
+	engine string // whose progress lines (see engine.ParseProgressFor)
 	mu     sync.Mutex
 	last   int // last quarter reported, -1 for none
 	report func(msg string, annotations map[string]string)
 }
 
 func (p *progressTracker) line(s string) {
-	pr, ok := engine.ParseProgress(s)
+	pr, ok := engine.ParseProgressFor(p.engine, s)
 	if !ok {
 		return
 	}

@@ -55,6 +55,9 @@ const minSpecVersion = 1
 // Spec is what the supervisor runs.
 type Spec struct {
 	Version int `json:"version"`
+	// Engine names the engine's descriptor (its load-progress lines);
+	// empty reads the checkpoint-shard lines vLLM and SGLang print.
+	Engine string `json:"engine,omitempty"`
 	// Path is the engine executable: the canonical path the driver
 	// checked against allowed_commands. Argv0 is the program name the
 	// engine sees (the path as configured, which a Python venv's

@@ -236,7 +236,7 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	}()
 
 	events := &eventLog{path: filepath.Join(stateDir, EventsFile), logger: logger}
-	progress := &progressTracker{last: -1, report: events.add}
+	progress := &progressTracker{engine: spec.Engine, last: -1, report: events.add}
 	errTail := &tail{n: spec.TailLines}
 	outTail := &tail{n: spec.TailLines}
 	problems := func(err error) { logger.Printf("logs: %v", err) }

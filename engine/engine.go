@@ -1,0 +1,305 @@
+// Package engine is the one home of every inference engine llmgw runs:
+// vLLM, SGLang, Hugging Face TGI, llama.cpp's server, or any command. Each
+// engine is one Descriptor, in a file of its own (vllm.go, sglang.go,
+// tgi.go, llamacpp.go, command.go), holding what the driver, the renderer,
+// the docs and the tests need to know about it: its executable, how it
+// takes the model, its address, served-name, parallel and multi-node
+// flags, its readiness path, its load-progress lines and its metrics.
+// Adding an engine is adding one such file (and its golden testdata).
+//
+// The package is pure: no I/O, no environment lookups, no PATH search; the
+// driver resolves executables and hands them in.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Engine names as task configs and catalogs spell them.
+const (
+	VLLM     = "vllm"
+	SGLang   = "sglang"
+	TGI      = "tgi"
+	LlamaCpp = "llamacpp"
+	Command  = "command"
+)
+
+// ErrUnknownEngine is returned for an engine name no descriptor knows.
+var ErrUnknownEngine = errors.New("unknown engine")
+
+// Descriptor is everything llmgw knows about one engine. Flag fields hold
+// the engine's own spelling; "" means the engine has no such flag.
+type Descriptor struct {
+	// Name is how task configs and catalogs name the engine.
+	Name string
+	// Pinned names the engine version the flags below were read from, and
+	// where (for docs and error messages).
+	Pinned Pinned
+	// DefaultExecutable is looked up on PATH when neither the task nor the
+	// plugin config names one; "" for an engine that needs an explicit
+	// command (and has no entry in the plugin's engines block).
+	DefaultExecutable string
+
+	// Model is how the engine takes the model.
+	Model ModelArg
+	// HostFlag and PortFlag take the address the engine serves on.
+	HostFlag, PortFlag string
+	// ServedNameFlag takes the name the engine answers to in requests and
+	// /v1/models.
+	ServedNameFlag string
+	// Parallel holds the engine's parallelism flags.
+	Parallel ParallelFlags
+	// MultiNode is how one replica spans several nodes; nil when the engine
+	// runs on one node only.
+	MultiNode *MultiNode
+
+	// ReadyPath is the HTTP path that answers 2xx once the engine serves.
+	ReadyPath string
+	// Progress recognises the engine's load-progress log lines.
+	Progress func(line string) (Progress, bool)
+	// Metrics is where and under which names the engine exports its
+	// Prometheus metrics (metrics.go), read from its source at the pinned
+	// version (docs/engines/<engine>.md cites file and line).
+	Metrics Metrics
+
+	// prefix returns the arguments before the model (vLLM's "serve" verb,
+	// SGLang's "-m sglang.launch_server" under a Python interpreter), given
+	// the resolved executable.
+	prefix func(exe string) []string
+	// env returns variables the engine gets from the recipe.
+	env func(in Input) map[string]string
+}
+
+// Pinned is the engine version a descriptor was written against.
+type Pinned struct {
+	Version string // a release tag ("v3.3.7")
+	Commit  string // the tag's commit
+	// Notes is where the facts were collected (docs/driver.md cites them).
+	Notes string
+}
+
+// ModelArg is how an engine takes its model.
+type ModelArg struct {
+	// Flag precedes the model on the command line.
+	Flag string
+	// Positional: the model is an argument of its own right after the
+	// prefix (vLLM's `serve MODEL`). With neither Flag nor Positional the
+	// model is not on the command line at all (the command engine reads
+	// it from its environment).
+	Positional bool
+	// Optional: the engine may run without a model (the command engine).
+	Optional bool
+}
+
+// ParallelFlags are an engine's parallelism flags, each taking a count.
+type ParallelFlags struct {
+	Tensor, Pipeline, Data, Expert string
+}
+
+// MultiNode describes how an engine spans nodes.
+type MultiNode struct {
+	// Args returns the flags of the shard of rank rank (0 is the leader)
+	// of a replica of nodes shards, given the leader's rendezvous address.
+	// Nil for an engine that reads its position from the environment only
+	// (the command engine).
+	Args func(nodes, rank int, leader Leader) []string
+	// Headless: ranks above 0 serve no HTTP, so nothing probes them.
+	Headless bool
+}
+
+// Leader is the rendezvous address of a multi-node replica's rank 0, as
+// strings: they may be interpolations the task's environment resolves
+// (${LLMGW_LEADER_HOST}).
+type Leader struct {
+	Host, Port, Addr string
+}
+
+var registry = map[string]*Descriptor{}
+
+// register adds d to the registry; each engine's file calls it once, from
+// init.
+func register(d *Descriptor) {
+	if d.Name == "" || registry[d.Name] != nil {
+		panic("engine: descriptor registered twice or without a name: " + d.Name)
+	}
+	if d.Progress == nil {
+		d.Progress = func(string) (Progress, bool) { return Progress{}, false }
+	}
+	registry[d.Name] = d
+}
+
+// Lookup returns the descriptor of the engine named name.
+func Lookup(name string) (*Descriptor, bool) {
+	d, ok := registry[name]
+	return d, ok
+}
+
+// Descriptors returns every descriptor, sorted by name.
+func Descriptors() []*Descriptor {
+	out := make([]*Descriptor, 0, len(registry))
+	for _, name := range Engines() {
+		out = append(out, registry[name])
+	}
+	return out
+}
+
+// Engines lists the engine names, sorted.
+func Engines() []string {
+	out := make([]string, 0, len(registry))
+	for k := range registry {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Known reports whether engine has a descriptor.
+func Known(engine string) bool {
+	_, ok := registry[engine]
+	return ok
+}
+
+// Unknown is the error for an engine name no descriptor knows.
+func Unknown(name string) error {
+	return fmt.Errorf("%w %q (want one of %s)", ErrUnknownEngine, name, strings.Join(Engines(), ", "))
+}
+
+// DefaultExecutable is the executable name looked up on PATH for engine
+// when nothing else names one; empty for the command engine, which needs
+// an explicit command, and for an unknown engine.
+func DefaultExecutable(engine string) string {
+	if d, ok := registry[engine]; ok {
+		return d.DefaultExecutable
+	}
+	return ""
+}
+
+// DefaultReadyPath is the HTTP path that answers 2xx once engine serves.
+func DefaultReadyPath(engine string) string {
+	if d, ok := registry[engine]; ok {
+		return d.ReadyPath
+	}
+	return ""
+}
+
+// ParseProgressFor recognises load progress in one log line of engine's,
+// with that engine's parser (the shared checkpoint-shard one for an
+// unknown or empty engine name).
+func ParseProgressFor(engine, line string) (Progress, bool) {
+	if d, ok := registry[engine]; ok {
+		return d.Progress(line)
+	}
+	return ParseProgress(line)
+}
+
+// Input is what a recipe needs.
+type Input struct {
+	Engine string
+	// Executable is the resolved program to run.
+	Executable string
+	// Model is a model id (for example a Hugging Face repository) or a
+	// local path.
+	Model string
+	// Host and Port are the address the engine must serve on.
+	Host string
+	Port int
+	// TensorParallel is the number of GPUs one model replica spans (≥ 1).
+	TensorParallel int
+	// Args are appended after the recipe's own arguments.
+	Args []string
+}
+
+// Cmd is a command line ready to run.
+type Cmd struct {
+	Path string
+	// Args excludes the program name.
+	Args []string
+	// Env holds variables the recipe sets for the engine.
+	Env map[string]string
+}
+
+// Build returns the command line for in. Errors name the field at fault.
+func Build(in Input) (Cmd, error) {
+	d, ok := registry[in.Engine]
+	if !ok {
+		return Cmd{}, fmt.Errorf("engine: %w", Unknown(in.Engine))
+	}
+	if in.Executable == "" {
+		return Cmd{}, errors.New("command: no executable to run")
+	}
+	if in.Model == "" && !d.Model.Optional {
+		return Cmd{}, fmt.Errorf("model: required for engine %q", in.Engine)
+	}
+	if in.Host == "" {
+		return Cmd{}, errors.New("port: no host address to serve on")
+	}
+	if in.Port <= 0 || in.Port > 65535 {
+		return Cmd{}, fmt.Errorf("port: %d is not a TCP port", in.Port)
+	}
+	if in.TensorParallel < 1 {
+		return Cmd{}, fmt.Errorf("tensor_parallel: must be at least 1, got %d", in.TensorParallel)
+	}
+	var args []string
+	if d.prefix != nil {
+		args = append(args, d.prefix(in.Executable)...)
+	}
+	switch {
+	case d.Model.Positional:
+		args = append(args, in.Model)
+	case d.Model.Flag != "":
+		args = append(args, d.Model.Flag, in.Model)
+	}
+	args = appendFlag(args, d.HostFlag, in.Host)
+	args = appendFlag(args, d.PortFlag, strconv.Itoa(in.Port))
+	args = appendFlag(args, d.Parallel.Tensor, strconv.Itoa(in.TensorParallel))
+	var env map[string]string
+	if d.env != nil {
+		env = d.env(in)
+	}
+	// The flags that turn the engine's /metrics on, before the task's own
+	// (both engines that need one take a repeat of it).
+	args = append(args, d.Metrics.Enable...)
+	args = append(args, in.Args...)
+	return Cmd{Path: in.Executable, Args: args, Env: env}, nil
+}
+
+// appendFlag appends flag and value when the engine has the flag.
+func appendFlag(args []string, flag, value string) []string {
+	if flag == "" {
+		return args
+	}
+	return append(args, flag, value)
+}
+
+// String renders the command line with shell-style quoting where needed,
+// for events and logs.
+func (c Cmd) String() string {
+	parts := make([]string, 0, len(c.Args)+1)
+	parts = append(parts, quote(c.Path))
+	for _, a := range c.Args {
+		parts = append(parts, quote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func quote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	if strings.IndexFunc(s, needsQuote) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func needsQuote(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("-_./:=,@+", r)
+}
