@@ -219,6 +219,23 @@ type TaskConfig struct {
 	Ready          *ReadyConfig      `codec:"ready"`
 	TensorParallel int               `codec:"tensor_parallel"`
 	Env            map[string]string `codec:"env"`
+
+	// The replica's layout beyond tensor_parallel, replica-wide; 0 is the
+	// engine's default (1 once tensor_parallel is given).
+	PipelineParallel int `codec:"pipeline_parallel"`
+	DataParallel     int `codec:"data_parallel"`
+	ExpertParallel   int `codec:"expert_parallel"`
+	// ServedModelName is the name the engine answers to, passed with the
+	// engine's served-name flag (llmgw's controller sets the catalog's
+	// model name).
+	ServedModelName string `codec:"served_model_name"`
+	// Nodes, NodeRank and LeaderAddr place the task in a multi-node
+	// replica: its shard count, its rank (0 the leader) and the leader's
+	// rendezvous address, host:port (llmgw's controller renders
+	// "${LLMGW_LEADER_ADDR}").
+	Nodes      int    `codec:"nodes"`
+	NodeRank   int    `codec:"node_rank"`
+	LeaderAddr string `codec:"leader_addr"`
 }
 
 // ReadyConfig is the readiness probe of a task.
@@ -246,8 +263,15 @@ func TaskConfigSpec() *hclspec.Spec {
 			"timeout":  hclspec.Attr("timeout", "string"),
 			"skip":     hclspec.Attr("skip", "bool"),
 		})),
-		"tensor_parallel": hclspec.Attr("tensor_parallel", "number"),
-		"env":             hclspec.Attr("env", "map(string)"),
+		"tensor_parallel":   hclspec.Attr("tensor_parallel", "number"),
+		"pipeline_parallel": hclspec.Attr("pipeline_parallel", "number"),
+		"data_parallel":     hclspec.Attr("data_parallel", "number"),
+		"expert_parallel":   hclspec.Attr("expert_parallel", "number"),
+		"served_model_name": hclspec.Attr("served_model_name", "string"),
+		"nodes":             hclspec.Attr("nodes", "number"),
+		"node_rank":         hclspec.Attr("node_rank", "number"),
+		"leader_addr":       hclspec.Attr("leader_addr", "string"),
+		"env":               hclspec.Attr("env", "map(string)"),
 	})
 }
 
@@ -283,6 +307,26 @@ func (tc *TaskConfig) validate() error {
 	}
 	if tc.TensorParallel < 0 {
 		return fmt.Errorf("tensor_parallel: must be 0 (one per allocated GPU) or more, got %d", tc.TensorParallel)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"pipeline_parallel", tc.PipelineParallel}, {"data_parallel", tc.DataParallel}, {"expert_parallel", tc.ExpertParallel}, {"nodes", tc.Nodes}} {
+		if f.v < 0 {
+			return fmt.Errorf("%s: must be 0 (the default) or more, got %d", f.name, f.v)
+		}
+	}
+	if err := d.CheckFields(engine.Layout{Pipeline: tc.PipelineParallel, Data: tc.DataParallel, Expert: tc.ExpertParallel}, max(tc.Nodes, 1)); err != nil {
+		return err
+	}
+	if n := max(tc.Nodes, 1); tc.NodeRank < 0 || tc.NodeRank >= n {
+		return fmt.Errorf("node_rank: %d is not a rank of a replica of %d nodes", tc.NodeRank, n)
+	}
+	if tc.Nodes > 1 && d.MultiNode.Args != nil && tc.LeaderAddr == "" {
+		return fmt.Errorf("leader_addr: required with nodes = %d (the leader's host:port)", tc.Nodes)
+	}
+	if err := d.CheckArgs(tc.Args, tc.ServedModelName != ""); err != nil {
+		return err
 	}
 	if r := tc.Ready; r != nil {
 		if r.Path != "" && !strings.HasPrefix(r.Path, "/") {

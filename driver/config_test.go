@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
@@ -104,21 +105,37 @@ func TestAllocatedGPUs(t *testing.T) {
 	}
 }
 
-func TestTensorParallel(t *testing.T) {
+func TestResolveLayout(t *testing.T) {
 	two := []string{"a", "b"}
+	eight := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
 	for _, c := range []struct {
-		want int
+		tc   TaskConfig
 		gpus []string
-		got  int
+		want engine.Layout
 		err  string
 	}{
-		{0, two, 2, ""}, {0, nil, 1, ""}, {1, two, 1, ""}, {2, two, 2, ""}, {1, nil, 1, ""},
-		{3, two, 0, "tensor_parallel: 3 is more than the 2 GPUs"},
-		{2, nil, 0, "tensor_parallel: 2 needs 2 GPUs but the task was allocated none"},
+		{TaskConfig{Engine: "vllm"}, two, engine.Layout{Tensor: 2, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "vllm"}, nil, engine.Layout{Tensor: 1, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "vllm", TensorParallel: 1}, two, engine.Layout{Tensor: 1, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "vllm", TensorParallel: 2}, two, engine.Layout{Tensor: 2, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "vllm", TensorParallel: 1}, nil, engine.Layout{Tensor: 1, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "vllm", TensorParallel: 3}, two, engine.Layout{}, "tensor_parallel: 3 is more than the 2 GPUs"},
+		{TaskConfig{Engine: "vllm", TensorParallel: 2}, nil, engine.Layout{}, "tensor_parallel: 2 needs 2 GPUs but the task was allocated none"},
+		// A shard of a multi-node replica holds its share of the layout.
+		{TaskConfig{Engine: "vllm", TensorParallel: 8, PipelineParallel: 2, Nodes: 2}, eight, engine.Layout{Tensor: 8, Pipeline: 2}, ""},
+		{TaskConfig{Engine: "vllm", Nodes: 2}, eight, engine.Layout{Tensor: 8, Pipeline: 2}, ""},
+		{TaskConfig{Engine: "sglang", TensorParallel: 16, Nodes: 2}, eight, engine.Layout{Tensor: 16, Pipeline: 1}, ""},
+		{TaskConfig{Engine: "sglang", Nodes: 2}, eight, engine.Layout{Tensor: 16}, ""},
+		{TaskConfig{Engine: "sglang", TensorParallel: 16, Nodes: 2}, two, engine.Layout{},
+			"the layout (tensor 16, pipeline 1, data 1) over 2 node(s): 8 GPUs a node is more than the 2 GPUs allocated"},
+		{TaskConfig{Engine: "vllm", TensorParallel: 4, DataParallel: 2}, two, engine.Layout{},
+			"the layout (tensor 4, pipeline 1, data 2) over 1 node(s): 8 GPUs a node is more than the 2 GPUs"},
+		{TaskConfig{Engine: "llamacpp"}, two, engine.Layout{Tensor: 2}, ""},
 	} {
-		got, err := tensorParallel(c.want, c.gpus)
-		if got != c.got || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("tensorParallel(%d, %v) = %d, %v; want %d, %q", c.want, c.gpus, got, err, c.got, c.err)
+		d, _ := engine.Lookup(c.tc.Engine)
+		got, err := resolveLayout(d, c.tc, c.gpus)
+		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("resolveLayout(%+v, %v) = %+v, %v; want %+v, %q", c.tc, c.gpus, got, err, c.want, c.err)
 		}
 	}
 }

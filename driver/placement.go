@@ -18,20 +18,33 @@ import (
 // envHFHome is the model cache variable the driver sets when unset.
 const envHFHome = "HF_HOME"
 
-// tensorParallel resolves tensor_parallel against the allocated GPUs.
-func tensorParallel(want int, gpus []string) (int, error) {
-	n := len(gpus)
-	switch {
-	case want == 0 && n == 0:
-		return 1, nil
-	case want == 0:
-		return n, nil
-	case want > n && n == 0 && want > 1:
-		return 0, fmt.Errorf(`tensor_parallel: %d needs %d GPUs but the task was allocated none (request them with device "nvidia/gpu" { count = %d })`, want, want, want)
-	case want > n && n > 0:
-		return 0, fmt.Errorf("tensor_parallel: %d is more than the %d GPUs allocated to the task (%s)", want, n, strings.Join(gpus, ","))
+// resolveLayout fills the task's layout with the engine's defaults for
+// the allocated GPUs (tensor_parallel = 0: one per allocated GPU, 1 with
+// none) and checks that one node's share of it fits in them. Giving
+// tensor_parallel leaves pipeline_parallel at 1 unless it is given too; a
+// layout may use fewer GPUs than were allocated.
+func resolveLayout(d *engine.Descriptor, tc TaskConfig, gpus []string) (engine.Layout, error) {
+	given := engine.Layout{Tensor: tc.TensorParallel, Pipeline: tc.PipelineParallel, Data: tc.DataParallel, Expert: tc.ExpertParallel}
+	if given.Tensor > 0 && given.Pipeline == 0 {
+		given.Pipeline = 1
 	}
-	return want, nil
+	nodes := max(tc.Nodes, 1)
+	n := len(gpus)
+	l := d.Defaults(given, engine.Shape{GPUs: max(n, 1), Nodes: nodes, Args: tc.Args})
+	need := d.PerNode(l, nodes, tc.Args)
+	what := fmt.Sprintf("tensor_parallel: %d", l.Tensor)
+	if world := d.World(l, tc.Args); world != l.Tensor || nodes > 1 {
+		what = fmt.Sprintf("the layout (tensor %d, pipeline %d, data %d) over %d node(s): %d GPUs a node", l.Tensor, max(l.Pipeline, 1), max(l.Data, 1), nodes, need)
+	}
+	switch {
+	case need > n && n == 0 && need > 1:
+		return engine.Layout{}, fmt.Errorf(`%s needs %d GPUs but the task was allocated none (request them with device "nvidia/gpu" { count = %d })`, what, need, need)
+	case need > n && n > 0:
+		return engine.Layout{}, fmt.Errorf("%s is more than the %d GPUs allocated to the task (%s)", what, n, strings.Join(gpus, ","))
+	case d.World(l, tc.Args)%nodes != 0:
+		return engine.Layout{}, fmt.Errorf("%s does not split evenly over nodes = %d", what, nodes)
+	}
+	return l, nil
 }
 
 // resolvePort finds the host address and port of the group network port
@@ -123,6 +136,7 @@ type plan struct {
 	gpu            gpuPlan
 	notes          []string // task events: what the driver ignored or changed
 	tensorParallel int
+	layout         engine.Layout
 	host           string
 	port           int
 	readyPath      string
@@ -144,16 +158,20 @@ type plan struct {
 // driver's NVML (nil, or an error, when it has none).
 func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func() (nvmlseam.Topology, error)) (plan, error) {
 	var pl plan
+	d, ok := engine.Lookup(tc.Engine)
+	if !ok {
+		return plan{}, fmt.Errorf("engine: %w", engine.Unknown(tc.Engine))
+	}
 	gp, err := planGPUs(task.GetDeviceEnv(), tc.Engine, topo)
 	if err != nil {
 		return plan{}, err
 	}
 	pl.gpu, pl.gpus, pl.notes = gp, gp.bind.UUIDs, gp.notes
-	tp, err := tensorParallel(tc.TensorParallel, pl.gpus)
+	lay, err := resolveLayout(d, tc, pl.gpus)
 	if err != nil {
 		return plan{}, err
 	}
-	pl.tensorParallel = tp
+	pl.layout, pl.tensorParallel = lay, lay.Tensor
 	pl.host, pl.port, err = resolvePort(task.GetResources(), tc.Port)
 	if err != nil {
 		return plan{}, err
@@ -195,7 +213,10 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func()
 	pl.cgroupParent = cgroupParentFor(conf, task.GetResources())
 	pl.cmd, err = engine.Build(engine.Input{
 		Engine: tc.Engine, Executable: resolved, Model: tc.Model,
-		Host: pl.host, Port: pl.port, TensorParallel: tp, Args: tc.Args,
+		Host: pl.host, Port: pl.port, Layout: lay, GPUs: len(pl.gpus),
+		ServedName: tc.ServedModelName,
+		Nodes:      tc.Nodes, Rank: tc.NodeRank, Leader: tc.LeaderAddr,
+		Args: tc.Args,
 	})
 	if err != nil {
 		return plan{}, err

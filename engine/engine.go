@@ -66,6 +66,36 @@ type Descriptor struct {
 	// version (docs/engines/<engine>.md cites file and line).
 	Metrics Metrics
 
+	// layout holds the engine's parallelism rules.
+	layout layoutRules
+	// layoutEnv: the engine is told its layout through the environment
+	// (the command engine), so it has every kind of parallelism.
+	layoutEnv bool
+
+	// HostMustBeIP: the engine takes only an IP literal as its host.
+	HostMustBeIP bool
+	hostWhy      string
+	// expertSwitch: Parallel.Expert is a switch (no count), given when
+	// Layout.Expert > 1.
+	expertSwitch bool
+
+	// Flag spelling, for CheckArgs: aliases maps another spelling of a
+	// flag to the one the descriptor uses; underscores: the engine reads
+	// --a_b as --a-b; abbrev: the engine takes an unambiguous prefix of a
+	// long flag for the flag (argparse's allow_abbrev); noRepeats: the
+	// engine rejects a flag given twice, except those in repeatable;
+	// owns: flags llmgw sets (or keeps unset) beyond the fields above.
+	aliases     map[string]string
+	underscores bool
+	abbrev      bool
+	noRepeats   bool
+	repeatable  []string
+	owns        []string
+	ownsWhy     map[string]string
+	// defaults returns flags (each with its values) the recipe adds unless
+	// the task's args set them.
+	defaults func(in Input) [][]string
+
 	// prefix returns the arguments before the model (vLLM's "serve" verb,
 	// SGLang's "-m sglang.launch_server" under a Python interpreter), given
 	// the resolved executable.
@@ -103,10 +133,13 @@ type ParallelFlags struct {
 // MultiNode describes how an engine spans nodes.
 type MultiNode struct {
 	// Args returns the flags of the shard of rank rank (0 is the leader)
-	// of a replica of nodes shards, given the leader's rendezvous address.
-	// Nil for an engine that reads its position from the environment only
-	// (the command engine).
-	Args func(nodes, rank int, leader Leader) []string
+	// of a replica of nodes shards laid out as l, given the leader's
+	// rendezvous address. Nil for an engine that reads its position from
+	// the environment only (the command engine).
+	Args func(nodes, rank int, l Layout, leader Leader) []string
+	// Flags are every flag Args may return: llmgw's to set, never a
+	// task's args'.
+	Flags []string
 	// Headless: ranks above 0 serve no HTTP, so nothing probes them.
 	Headless bool
 }
@@ -202,14 +235,26 @@ type Input struct {
 	// Executable is the resolved program to run.
 	Executable string
 	// Model is a model id (for example a Hugging Face repository) or a
-	// local path.
+	// local path; for an engine that loads one local file (Model.File),
+	// the file's resolved path.
 	Model string
 	// Host and Port are the address the engine must serve on.
 	Host string
 	Port int
-	// TensorParallel is the number of GPUs one model replica spans (≥ 1).
-	TensorParallel int
-	// Args are appended after the recipe's own arguments.
+	// Layout is the replica's parallelism, resolved: Tensor ≥ 1 (see
+	// Descriptor.Resolve and Defaults).
+	Layout Layout
+	// GPUs is how many GPUs the process was given (0: none).
+	GPUs int
+	// ServedName, when set, is the name the engine answers to.
+	ServedName string
+	// Nodes is the replica's shard count (0 or 1: one node); Rank is this
+	// shard's, 0 the leader; Leader is the leader's rendezvous address,
+	// host:port, which ranks of a multi-node replica need.
+	Nodes, Rank int
+	Leader      string
+	// Args are appended after the recipe's own arguments. They may not set
+	// a flag the recipe sets (CheckArgs).
 	Args []string
 }
 
@@ -237,12 +282,30 @@ func Build(in Input) (Cmd, error) {
 	if in.Host == "" {
 		return Cmd{}, errors.New("port: no host address to serve on")
 	}
+	if d.HostMustBeIP && !isIPLiteral(in.Host) {
+		return Cmd{}, fmt.Errorf("port: engine %q needs an IP address to serve on, got %q%s", in.Engine, in.Host, d.hostWhy)
+	}
 	if in.Port <= 0 || in.Port > 65535 {
 		return Cmd{}, fmt.Errorf("port: %d is not a TCP port", in.Port)
 	}
-	if in.TensorParallel < 1 {
-		return Cmd{}, fmt.Errorf("tensor_parallel: must be at least 1, got %d", in.TensorParallel)
+	if in.Layout.Tensor < 1 {
+		return Cmd{}, fmt.Errorf("tensor_parallel: must be at least 1, got %d", in.Layout.Tensor)
 	}
+	nodes := one(in.Nodes)
+	if err := d.CheckFields(Layout{Pipeline: in.Layout.Pipeline, Data: in.Layout.Data, Expert: in.Layout.Expert}, nodes); err != nil {
+		return Cmd{}, err
+	}
+	if in.Rank < 0 || in.Rank >= nodes {
+		return Cmd{}, fmt.Errorf("node_rank: %d is not a rank of a replica of %d nodes", in.Rank, nodes)
+	}
+	var leader Leader
+	if nodes > 1 && d.MultiNode.Args != nil {
+		var err error
+		if leader, err = splitLeader(in.Leader); err != nil {
+			return Cmd{}, err
+		}
+	}
+
 	var args []string
 	if d.prefix != nil {
 		args = append(args, d.prefix(in.Executable)...)
@@ -255,7 +318,37 @@ func Build(in Input) (Cmd, error) {
 	}
 	args = appendFlag(args, d.HostFlag, in.Host)
 	args = appendFlag(args, d.PortFlag, strconv.Itoa(in.Port))
-	args = appendFlag(args, d.Parallel.Tensor, strconv.Itoa(in.TensorParallel))
+	args = appendFlag(args, d.Parallel.Tensor, strconv.Itoa(in.Layout.Tensor))
+	if in.Layout.Pipeline > 1 {
+		args = appendFlag(args, d.Parallel.Pipeline, strconv.Itoa(in.Layout.Pipeline))
+	}
+	if in.Layout.Data > 1 {
+		args = appendFlag(args, d.Parallel.Data, strconv.Itoa(in.Layout.Data))
+	}
+	if in.Layout.Expert > 1 && d.Parallel.Expert != "" {
+		if d.expertSwitch {
+			args = append(args, d.Parallel.Expert)
+		} else {
+			args = append(args, d.Parallel.Expert, strconv.Itoa(in.Layout.Expert))
+		}
+	}
+	if in.ServedName != "" {
+		args = appendFlag(args, d.ServedNameFlag, in.ServedName)
+	}
+	if nodes > 1 && d.MultiNode.Args != nil {
+		args = append(args, d.MultiNode.Args(nodes, in.Rank, in.Layout, leader)...)
+	}
+	if err := d.CheckArgs(in.Args, in.ServedName != ""); err != nil {
+		return Cmd{}, err
+	}
+	if d.defaults != nil {
+		given := d.flagSet(in.Args)
+		for _, def := range d.defaults(in) {
+			if !given[d.canon(def[0])] {
+				args = append(args, def...)
+			}
+		}
+	}
 	var env map[string]string
 	if d.env != nil {
 		env = d.env(in)
@@ -265,6 +358,41 @@ func Build(in Input) (Cmd, error) {
 	args = append(args, d.Metrics.Enable...)
 	args = append(args, in.Args...)
 	return Cmd{Path: in.Executable, Args: args, Env: env}, nil
+}
+
+// splitLeader splits host:port ([v6]:port) into the leader's parts.
+func splitLeader(addr string) (Leader, error) {
+	i := strings.LastIndexByte(addr, ':')
+	if i <= 0 || i == len(addr)-1 {
+		return Leader{}, fmt.Errorf("leader_addr: %q is not host:port", addr)
+	}
+	host, port := addr[:i], addr[i+1:]
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return Leader{}, fmt.Errorf("leader_addr: %q: port %q is not a TCP port", addr, port)
+	}
+	return Leader{Host: host, Port: port, Addr: addr}, nil
+}
+
+// isIPLiteral reports whether s is an IPv4 dotted quad or looks like an
+// IPv6 address (hex digits, colons and dots, at least two colons).
+func isIPLiteral(s string) bool {
+	if strings.Count(s, ":") >= 2 {
+		return strings.Trim(s, "0123456789abcdefABCDEF:.") == ""
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 255 || p == "" || (len(p) > 1 && p[0] == '0') {
+			return false
+		}
+	}
+	return true
 }
 
 // appendFlag appends flag and value when the engine has the flag.

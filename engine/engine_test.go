@@ -58,17 +58,33 @@ func TestRecipesGolden(t *testing.T) {
 		in   engine.Input
 	}{
 		{"vllm", engine.Input{Engine: "vllm", Executable: "/opt/vllm/bin/vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct",
-			Host: "10.0.0.7", Port: 23456, TensorParallel: 2, Args: []string{"--max-model-len", "4096"}}},
+			Host: "10.0.0.7", Port: 23456, Layout: engine.Layout{Tensor: 2}, GPUs: 2, Args: []string{"--max-model-len", "4096"}}},
+		{"vllm_served_name", engine.Input{Engine: "vllm", Executable: "vllm", Model: "Qwen/Qwen2.5-72B-Instruct",
+			Host: "10.0.0.7", Port: 8000, Layout: engine.Layout{Tensor: 2, Data: 2, Expert: 4}, GPUs: 4, ServedName: "qwen-72b"}},
+		{"vllm_2nodes_rank0", engine.Input{Engine: "vllm", Executable: "vllm", Model: "meta-llama/Llama-3.1-405B-Instruct",
+			Host: "10.0.0.7", Port: 8000, Layout: engine.Layout{Tensor: 8, Pipeline: 2}, GPUs: 8, ServedName: "llama-405b",
+			Nodes: 2, Rank: 0, Leader: "10.0.0.7:24001"}},
+		{"vllm_2nodes_rank1", engine.Input{Engine: "vllm", Executable: "vllm", Model: "meta-llama/Llama-3.1-405B-Instruct",
+			Host: "10.0.0.8", Port: 8000, Layout: engine.Layout{Tensor: 8, Pipeline: 2}, GPUs: 8, ServedName: "llama-405b",
+			Nodes: 2, Rank: 1, Leader: "10.0.0.7:24001"}},
+		{"vllm_dp_2nodes_rank1", engine.Input{Engine: "vllm", Executable: "vllm", Model: "deepseek-ai/DeepSeek-V3",
+			Host: "10.0.0.8", Port: 8000, Layout: engine.Layout{Tensor: 4, Data: 4, Expert: 16}, GPUs: 8, ServedName: "deepseek-v3",
+			Nodes: 2, Rank: 1, Leader: "10.0.0.7:24001"}},
 		{"sglang", engine.Input{Engine: "sglang", Executable: "/usr/bin/python3", Model: "meta-llama/Llama-3.1-8B-Instruct",
-			Host: "127.0.0.1", Port: 30000, TensorParallel: 4, Args: []string{"--mem-fraction-static", "0.8"}}},
+			Host: "127.0.0.1", Port: 30000, Layout: engine.Layout{Tensor: 4}, GPUs: 4, Args: []string{"--mem-fraction-static", "0.8"}}},
 		{"sglang_launcher", engine.Input{Engine: "sglang", Executable: "/opt/sglang/bin/sglang-launch", Model: "/models/llama",
-			Host: "127.0.0.1", Port: 30000, TensorParallel: 1}},
+			Host: "127.0.0.1", Port: 30000, Layout: engine.Layout{Tensor: 1}, GPUs: 1}},
+		{"sglang_2nodes_rank1", engine.Input{Engine: "sglang", Executable: "python3", Model: "deepseek-ai/DeepSeek-V3",
+			Host: "10.0.0.8", Port: 30000, Layout: engine.Layout{Tensor: 16, Expert: 16}, GPUs: 8, ServedName: "deepseek-v3",
+			Nodes: 2, Rank: 1, Leader: "10.0.0.7:24001", Args: []string{"--trust-remote-code"}}},
 		{"tgi", engine.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "mistralai/Mistral-7B-Instruct-v0.3",
-			Host: "0.0.0.0", Port: 8080, TensorParallel: 8}},
+			Host: "0.0.0.0", Port: 8080, Layout: engine.Layout{Tensor: 8}, GPUs: 8, ServedName: "mistral",
+			Args: []string{"--cors-allow-origin", "a", "--cors-allow-origin", "b"}}},
 		{"llamacpp", engine.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
-			Host: "127.0.0.1", Port: 8081, TensorParallel: 1, Args: []string{"-c", "8192", "--n-gpu-layers", "99"}}},
+			Host: "127.0.0.1", Port: 8081, Layout: engine.Layout{Tensor: 1}, GPUs: 1, ServedName: "qwen", Args: []string{"-c", "8192"}}},
 		{"command", engine.Input{Engine: "command", Executable: "/opt/my engine/serve", Model: "my-model",
-			Host: "127.0.0.1", Port: 9000, TensorParallel: 2, Args: []string{"--listen", "it's here"}}},
+			Host: "127.0.0.1", Port: 9000, Layout: engine.Layout{Tensor: 2, Pipeline: 2}, GPUs: 2, Nodes: 2, Rank: 1,
+			Leader: "10.0.0.7:1", Args: []string{"--listen", "it's here"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,7 +98,7 @@ func TestRecipesGolden(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	ok := engine.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1}
+	ok := engine.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, Layout: engine.Layout{Tensor: 1}}
 	cases := []struct {
 		name   string
 		modify func(*engine.Input)
@@ -92,14 +108,45 @@ func TestBuildErrors(t *testing.T) {
 		{"no model", func(in *engine.Input) { in.Model = "" }, `model: required for engine "vllm"`},
 		{"no executable", func(in *engine.Input) { in.Executable = "" }, "command: no executable to run"},
 		{"bad port", func(in *engine.Input) { in.Port = 70000 }, "port: 70000 is not a TCP port"},
-		{"zero tp", func(in *engine.Input) { in.TensorParallel = 0 }, "tensor_parallel: must be at least 1, got 0"},
+		{"zero tp", func(in *engine.Input) { in.Layout.Tensor = 0 }, "tensor_parallel: must be at least 1, got 0"},
+		{"owned flag", func(in *engine.Input) { in.Args = []string{"--max-model-len", "8", "-tp", "2"} },
+			"args[2]: -tp is set by llmgw from tensor_parallel: set that instead"},
+		{"owned flag by prefix", func(in *engine.Input) { in.Args = []string{"--tensor-parallel", "2"} },
+			"args[0]: --tensor-parallel is set by llmgw from tensor_parallel: set that instead"},
+		{"owned flag with underscores", func(in *engine.Input) { in.Args = []string{"--pipeline_parallel_size=2"} },
+			"args[0]: --pipeline_parallel_size=2 is set by llmgw from pipeline_parallel: set that instead"},
+		{"owned model flag", func(in *engine.Input) { in.Args = []string{"--model", "other"} },
+			"args[0]: --model is set by llmgw: the model is serve's positional argument"},
+		{"owned multi-node flag", func(in *engine.Input) { in.Args = []string{"--headless"} },
+			"args[0]: --headless is set by llmgw from the replica's nodes and rank"},
+		{"served name owned when given", func(in *engine.Input) {
+			in.ServedName = "x"
+			in.Args = []string{"--served-model-name", "y"}
+		}, "args[0]: --served-model-name is set by llmgw to the model's name"},
+		{"rank out of range", func(in *engine.Input) { in.Nodes, in.Rank, in.Leader = 2, 2, "h:1" }, "node_rank: 2 is not a rank of a replica of 2 nodes"},
+		{"no leader", func(in *engine.Input) { in.Nodes, in.Rank = 2, 1 }, `leader_addr: "" is not host:port`},
+		{"bad leader port", func(in *engine.Input) { in.Nodes, in.Rank, in.Leader = 2, 1, "h:x" }, `leader_addr: "h:x": port "x" is not a TCP port`},
+		{"tgi port by short flag", func(in *engine.Input) {
+			in.Engine = "tgi"
+			in.Args = []string{"-p", "80"}
+		}, "args[0]: -p is set by llmgw to the task's port"},
+		{"tgi nodes", func(in *engine.Input) { in.Engine, in.Nodes, in.Leader = "tgi", 2, "h:1" },
+			`nodes: engine "tgi" runs on one node (text-generation-launcher v3.3.7), got 2`},
+		{"tgi pipeline", func(in *engine.Input) { in.Engine, in.Layout.Pipeline = "tgi", 2 },
+			`pipeline_parallel: engine "tgi" has no pipeline parallelism (text-generation-launcher v3.3.7) (leave it out), got 2`},
+		{"llamacpp nodes", func(in *engine.Input) { in.Engine, in.Nodes, in.Leader = "llamacpp", 2, "h:1" },
+			`nodes: engine "llamacpp" runs on one node (llama-server b4747), got 2`},
+		{"sglang owned alias", func(in *engine.Input) {
+			in.Engine = "sglang"
+			in.Args = []string{"--tp", "16"}
+		}, "args[0]: --tp is set by llmgw from tensor_parallel: set that instead"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := ok
 			c.modify(&in)
 			_, err := engine.Build(in)
-			if err == nil || err.Error() != c.want {
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 				t.Fatalf("got error %v, want %q", err, c.want)
 			}
 		})
@@ -113,6 +160,17 @@ func TestBuildErrors(t *testing.T) {
 	in.Engine, in.Model = "command", ""
 	if _, err := engine.Build(in); err != nil {
 		t.Errorf("command engine without model: %v", err)
+	}
+	// Engines whose parser keeps the last of a repeated flag take repeats.
+	in = ok
+	in.Args = []string{"--max-model-len", "8", "--max-model-len", "9"}
+	if _, err := engine.Build(in); err != nil {
+		t.Errorf("vllm with a repeated flag: %v", err)
+	}
+	// Without served_model_name, the served-name flag is the task's.
+	in.Args = []string{"--served-model-name", "qwen"}
+	if _, err := engine.Build(in); err != nil {
+		t.Errorf("vllm with its own served name: %v", err)
 	}
 }
 

@@ -72,7 +72,7 @@ func TestMetricsEnableFlagsInContract(t *testing.T) {
 				t.Errorf("%s: %s takes %s values, want a switch", e, flag, a)
 			}
 		}
-		cmd, err := engine.Build(engine.Input{Engine: e, Executable: "/bin/" + e, Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1})
+		cmd, err := engine.Build(engine.Input{Engine: e, Executable: "/bin/" + e, Model: "m", Host: "127.0.0.1", Port: 8000, Layout: engine.Layout{Tensor: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,15 +1,43 @@
 package engine
 
 import (
+	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// SGLang: `python3 -m sglang.launch_server --model-path MODEL ...`.
+// SGLang: `python3 -m sglang.launch_server --model-path MODEL --host H
+// --port P --tp-size T ...`.
+//
+// Facts from SGLang v0.5.18 (tag commit
+// 71de97b264b04dcd514cf904003028aefe9775c8; /work/notes/engines/sglang.md,
+// flag table engine/testdata/contract/sglang.txt; paths under python/):
+//   - argparse with allow_abbrev (--tp is --tp-size by prefix; --pp is
+//     ambiguous), no '_' to '-' rewriting, the last of a repeated flag
+//     wins. Aliases: --model, --tensor-parallel-size,
+//     --pipeline-parallel-size, --data-parallel-size,
+//     --expert-parallel-size and --ep, --nccl-init-addr
+//     (sglang/srt/server_args.py:492-499, 1000-1049, 2338-2346).
+//   - --tp-size is the whole model-parallel world of one replica, over all
+//     its nodes ("The tp_size is the world size", server_args.py:6559,
+//     6572); each node takes tp / nnodes of it
+//     (sglang/srt/entrypoints/engine.py:1825-1858). Plain data
+//     parallelism starts --dp-size such tensor × pipeline groups
+//     (sglang/srt/managers/data_parallel_controller.py:388-390): GPUs = dp
+//     × tp × pp. With --enable-dp-attention the data-parallel ranks are
+//     carved out of the tensor world (tp divisible by dp,
+//     server_args.py:6559-6565): GPUs = tp × pp. Expert parallelism lives
+//     inside the tensor world too (server_args.py:6573-6585).
+//   - Several nodes: every node runs the same totals with --nnodes N
+//     --node-rank i --dist-init-addr HEAD:PORT; only rank 0 serves the API
+//     (engine.py:1150-1177).
 func init() {
 	register(&Descriptor{
-		Name:              SGLang,
+		Name: SGLang,
+		Pinned: Pinned{Version: "v0.5.18", Commit: "71de97b264b04dcd514cf904003028aefe9775c8",
+			Notes: "/work/notes/engines/sglang.md"},
 		DefaultExecutable: "python3",
 		// A Python interpreter runs the launcher module; anything else is
 		// taken to be a launcher (a wrapper script or a venv entry point)
@@ -24,13 +52,42 @@ func init() {
 		HostFlag:       "--host",
 		PortFlag:       "--port",
 		ServedNameFlag: "--served-model-name",
-		Parallel:       ParallelFlags{Tensor: "--tp-size"},
+		Parallel: ParallelFlags{
+			Tensor: "--tp-size", Pipeline: "--pp-size", Data: "--dp-size", Expert: "--ep-size",
+		},
+		layout: layoutRules{
+			defaults: func(l Layout, s Shape) Layout {
+				world := s.total()
+				if !dpAttention(s.Args) {
+					world /= one(l.Data)
+				}
+				if l.Tensor == 0 {
+					l.Tensor = max(world/one(l.Pipeline), 1)
+				}
+				return l
+			},
+			world: func(l Layout, args []string) int {
+				if dpAttention(args) {
+					return one(l.Tensor) * one(l.Pipeline)
+				}
+				return product(l)
+			},
+			check: checkSGLangLayout,
+			why:   "SGLang's --tp-size is the tensor world of one replica over all its nodes, and plain --dp-size runs that many such groups: sglang/srt/server_args.py:6559, sglang/srt/managers/data_parallel_controller.py:388-390 at v0.5.18",
+		},
 		MultiNode: &MultiNode{
 			Headless: true,
-			Args: func(nodes, rank int, leader Leader) []string {
+			Flags:    []string{"--nnodes", "--node-rank", "--dist-init-addr"},
+			Args: func(nodes, rank int, _ Layout, leader Leader) []string {
 				return []string{"--nnodes", strconv.Itoa(nodes), "--node-rank", strconv.Itoa(rank), "--dist-init-addr", leader.Addr}
 			},
 		},
+		aliases: map[string]string{
+			"--model": "--model-path", "--tensor-parallel-size": "--tp-size", "--pipeline-parallel-size": "--pp-size",
+			"--data-parallel-size": "--dp-size", "--expert-parallel-size": "--ep-size", "--ep": "--ep-size",
+			"--nccl-init-addr": "--dist-init-addr",
+		},
+		abbrev:    true,
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
 		// SGLang v0.5.18: python/sglang/srt/observability/metrics_collector.py.
@@ -49,4 +106,29 @@ func init() {
 			GeneratedTokens:  Metric{Name: "sglang:generation_tokens_total", Type: Counter},
 		},
 	})
+}
+
+// dpAttention reports whether args turn on SGLang's data-parallel
+// attention.
+func dpAttention(args []string) bool {
+	return slices.Contains(args, "--enable-dp-attention")
+}
+
+func checkSGLangLayout(l Layout, s Shape) error {
+	tp := one(l.Tensor)
+	if l.Expert > 1 && (l.Expert > tp || tp%l.Expert != 0) {
+		return fmt.Errorf("%s: SGLang's expert parallelism lives inside the tensor world "+
+			"(sglang/srt/server_args.py:6573-6585 at v0.5.18), so %s (%d) must divide %s (%d)",
+			FieldExpert, FieldExpert, l.Expert, FieldTensor, tp)
+	}
+	if l.Data > 1 && dpAttention(s.Args) && tp%l.Data != 0 {
+		return fmt.Errorf("%s: with --enable-dp-attention SGLang carves the data-parallel ranks out of the tensor world "+
+			"(sglang/srt/server_args.py:6559-6565 at v0.5.18), so %s (%d) must divide %s (%d)",
+			FieldData, FieldData, l.Data, FieldTensor, tp)
+	}
+	if l.Data > 1 && !dpAttention(s.Args) && one(s.Nodes) > 1 {
+		return fmt.Errorf("%s: llmgw runs SGLang's plain data parallelism on one node only (nodes = %d); "+
+			"use --enable-dp-attention in args, or one replica per data-parallel rank", FieldData, s.Nodes)
+	}
+	return nil
 }

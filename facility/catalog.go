@@ -48,6 +48,11 @@ type Profile struct {
 	GPU    string // GPU model, such as "NVIDIA H200"
 	GPUs   int    // per node (per shard)
 	Nodes  int    // shards; > 1 is a multi-node replica, one shard per node
+	// TensorParallel, PipelineParallel, DataParallel and ExpertParallel
+	// are the replica's layout, replica-wide (all nodes together); 0 is
+	// the engine's default (engine.Descriptor.Resolve). Validate checks
+	// they add up to Nodes × GPUs as the engine counts them.
+	TensorParallel, PipelineParallel, DataParallel, ExpertParallel int
 	// Watts is the declared draw of one shard; 0 derives it as GPUs × the
 	// node's GPU power limit.
 	Watts    float64
@@ -96,7 +101,8 @@ func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i
 // ProfileFingerprint returns a short, stable fingerprint of what a replica's
 // jobs are rendered from: the model's name and source, and the profile's
 // name, engine, gpu, gpus, nodes, cpu_cores, memory_gb, fabric, pool, args,
-// env and ready. The controller keeps it in job meta llmgw.profile_fp and
+// env and ready; and, when set, the profile's
+// tensor_parallel, pipeline_parallel, data_parallel and expert_parallel. The controller keeps it in job meta llmgw.profile_fp and
 // replaces a replica whose fingerprint no longer matches. Fields that only
 // steer placement or traffic (replicas, watts, keep_within, spread, weight)
 // are left out, so changing them moves nothing that runs.
@@ -119,6 +125,17 @@ func ProfileFingerprint(m Model, p Profile) string {
 	put("fabric", p.Fabric)
 	put("pool", p.pool())
 	put("ready", p.Ready)
+	// Added after the first fingerprints: only when set, so that a
+	// profile that does not use them keeps its fingerprint.
+	for _, f := range []struct {
+		k string
+		v int
+	}{{"tensor_parallel", p.TensorParallel}, {"pipeline_parallel", p.PipelineParallel},
+		{"data_parallel", p.DataParallel}, {"expert_parallel", p.ExpertParallel}} {
+		if f.v != 0 {
+			put(f.k, strconv.Itoa(f.v))
+		}
+	}
 	put("args", strconv.Itoa(len(p.Args)))
 	for _, a := range p.Args {
 		put("arg", a)
@@ -171,6 +188,11 @@ func (c Catalog) Validate() error {
 		for _, p := range m.Profiles {
 			if err := p.validate(m.Name); err != nil {
 				errs = append(errs, err)
+			}
+			if strings.TrimSpace(p.Engine) != "" {
+				if err := p.checkEngine(m); err != nil {
+					errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: %v", m.Name, p.Name, err)))
+				}
 			}
 			if q, dup := profiles[p.Name]; dup {
 				errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: duplicate (first at %s)", m.Name, p.Name, q)))

@@ -120,8 +120,13 @@ type (
 		Env        map[string]string `hcl:"env,optional"`
 		Ready      string            `hcl:"ready,optional"`
 		Weight     int               `hcl:"weight,optional"`
-		DefRange   hcl.Range         `hcl:",def_range"`
-		Body       hcl.Body          `hcl:",body"`
+		// The layout (catalog.go's Profile.TensorParallel and friends).
+		TensorParallel   int       `hcl:"tensor_parallel,optional"`
+		PipelineParallel int       `hcl:"pipeline_parallel,optional"`
+		DataParallel     int       `hcl:"data_parallel,optional"`
+		ExpertParallel   int       `hcl:"expert_parallel,optional"`
+		DefRange         hcl.Range `hcl:",def_range"`
+		Body             hcl.Body  `hcl:",body"`
 	}
 )
 
@@ -431,6 +436,10 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	set(d, b, "env", rp.Env, &p.Env)
 	set(d, b, "ready", rp.Ready, &p.Ready)
 	d.intIn(b, "weight", rp.Weight, &p.Weight, 0, math.MaxInt32)
+	d.intIn(b, "tensor_parallel", rp.TensorParallel, &p.TensorParallel, 1, maxCount)
+	d.intIn(b, "pipeline_parallel", rp.PipelineParallel, &p.PipelineParallel, 1, maxCount)
+	d.intIn(b, "data_parallel", rp.DataParallel, &p.DataParallel, 1, maxCount)
+	d.intIn(b, "expert_parallel", rp.ExpertParallel, &p.ExpertParallel, 1, maxCount)
 	return p
 }
 

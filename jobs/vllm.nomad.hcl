@@ -27,8 +27,9 @@ job "qwen-vllm" {
       config {
         engine = "vllm"
         model  = "Qwen/Qwen2.5-0.5B-Instruct"
-        args   = ["--max-model-len", "4096", "--served-model-name", "qwen"]
+        args   = ["--max-model-len", "4096"]
         port   = "http"
+        served_model_name = "qwen" # --served-model-name
         ready {
           path     = "/health"
           interval = "1s"

@@ -44,7 +44,7 @@ const (
 // change to this package changes what runs (not only how the job reads), so
 // that the controller can roll jobs rendered by an older version even though
 // their profile fingerprint did not change.
-const RenderVersion = 1
+const RenderVersion = 2
 
 // ErrNotManaged is returned by ParseMeta for a job the controller does not
 // own (no llmgw.managed = "true").

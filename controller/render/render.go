@@ -261,6 +261,7 @@ type rendering struct {
 	in        Input
 	s         Settings
 	engine    *engine.Descriptor
+	layout    engine.Layout // the profile's, resolved
 	nnodes    int
 	fabric    string // the shards' common fabric; "" none or single-node
 	readyPath string
@@ -319,10 +320,19 @@ func plan(in Input, s Settings) (*rendering, error) {
 	if r.readyPath == "" {
 		r.readyPath = desc.ReadyPath
 	}
+	if r.nnodes > 1 && desc.MultiNode == nil {
+		return nil, fmt.Errorf("%w: engine %q runs on one node, profile %q asks for nodes = %d", ErrUnsupported, p.Engine, p.Name, r.nnodes)
+	}
+	// The catalog's Validate checked the same; a profile that did not come
+	// through it is checked here, naming the field.
+	var err error
+	if r.layout, err = p.ResolvedLayout(); err != nil {
+		return nil, bad("profile %q: %v", p.Name, err)
+	}
+	if err := desc.CheckArgs(p.Args, desc.ServedNameFlag != ""); err != nil {
+		return nil, bad("profile %q: %v", p.Name, err)
+	}
 	if r.nnodes > 1 {
-		if desc.MultiNode == nil {
-			return nil, fmt.Errorf("%w: engine %q runs on one node, profile %q asks for %d", ErrUnsupported, p.Engine, p.Name, r.nnodes)
-		}
 		for i, sh := range d.Shards {
 			n, ok := in.Nodes[sh.Node]
 			if !ok {
@@ -460,7 +470,24 @@ func (r *rendering) task(rank int) *api.Task {
 			"interval": formatDuration(s.ReadyInterval),
 			"timeout":  formatDuration(s.ReadyTimeout),
 		}},
-		"tensor_parallel": p.GPUs,
+		"tensor_parallel": r.layout.Tensor,
+	}
+	for k, v := range map[string]int{
+		"pipeline_parallel": r.layout.Pipeline, "data_parallel": r.layout.Data, "expert_parallel": r.layout.Expert,
+	} {
+		if v > 1 {
+			cfg[k] = v
+		}
+	}
+	if r.engine.ServedNameFlag != "" {
+		cfg["served_model_name"] = m.Name
+	}
+	if r.nnodes > 1 {
+		cfg["nodes"] = r.nnodes
+		cfg["node_rank"] = rank
+		if r.engine.MultiNode.Args != nil {
+			cfg["leader_addr"] = "${" + EnvLeaderAddr + "}"
+		}
 	}
 	if rank > 0 && r.engine.MultiNode.Headless {
 		// Ranks above 0 of a multi-node replica serve no HTTP (vLLM's
@@ -534,23 +561,14 @@ func (r *rendering) task(rank int) *api.Task {
 	}
 }
 
-// args are the profile's arguments followed by llmgw's own: the name the
-// engine answers to and, for a multi-node replica, its rank and leader.
-// The driver puts them after the engine recipe's arguments; engines take
-// the last of a repeated flag, so llmgw's come last and win.
-func (r *rendering) args(rank int) []string {
-	m, p := r.in.Model, r.in.Profile
-	args := slices.Clone(p.Args)
+// args are the profile's arguments. The engine's own flags (the model,
+// address, served name, layout and multi-node flags) are the driver's to
+// render from the task config (engine.Build), once each: a profile's args
+// may not set them (the catalog refuses them, naming args[i]).
+func (r *rendering) args(int) []string {
+	args := slices.Clone(r.in.Profile.Args)
 	if args == nil {
 		args = []string{}
-	}
-	if f := r.engine.ServedNameFlag; f != "" {
-		args = append(args, f, m.Name)
-	}
-	if r.nnodes > 1 && r.engine.MultiNode.Args != nil {
-		args = append(args, r.engine.MultiNode.Args(r.nnodes, rank, engine.Leader{
-			Host: "${" + EnvLeaderHost + "}", Port: "${" + EnvLeaderPort + "}", Addr: "${" + EnvLeaderAddr + "}",
-		})...)
 	}
 	return args
 }

@@ -83,7 +83,8 @@ var (
 		Profiles: []facility.Profile{{
 			Name: "h200x16", Engine: "sglang", GPU: "NVIDIA H200", GPUs: 8, Nodes: 2,
 			CPUCores: 64, MemoryGB: 1024, KeepWithin: facility.LevelRack, Fabric: "ib-ndr",
-			Args: []string{"--tp", "16", "--trust-remote-code"}, Ready: "/health",
+			TensorParallel: 16, ExpertParallel: 16,
+			Args: []string{"--trust-remote-code"}, Ready: "/health",
 		}},
 	}
 	llama405b = facility.Model{
@@ -91,15 +92,15 @@ var (
 		Profiles: []facility.Profile{{
 			Name: "h200x32", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 8, Nodes: 4,
 			CPUCores: 64, MemoryGB: 1024, KeepWithin: facility.LevelRow, Fabric: "ib-ndr",
-			Args: []string{"--tensor-parallel-size", "8", "--pipeline-parallel-size", "4"},
+			TensorParallel: 8, PipelineParallel: 4,
 		}},
 	}
 	qwen72b = facility.Model{
 		Name: "qwen2.5-72b", Source: "Qwen/Qwen2.5-72B-Instruct", Replicas: 3,
 		Profiles: []facility.Profile{{
 			Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 1,
-			CPUCores: 16, MemoryGB: 256,
-			Args:  []string{"--tensor-parallel-size", "4", "--max-model-len", "32768", "--served-model-name", "ignored"},
+			CPUCores: 16, MemoryGB: 256, TensorParallel: 4,
+			Args:  []string{"--max-model-len", "32768"},
 			Env:   map[string]string{"VLLM_USE_V1": "1", "HF_HUB_OFFLINE": "0"},
 			Ready: "/v1/models",
 		}},
@@ -259,15 +260,22 @@ func TestJobInvariants(t *testing.T) {
 				if task.Driver != "llmgw" {
 					t.Errorf("driver %q", task.Driver)
 				}
-				if got, want := task.Config["tensor_parallel"], p.GPUs; got != want {
+				lay, err := p.ResolvedLayout()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := task.Config["tensor_parallel"], lay.Tensor; got != want {
 					t.Errorf("tensor_parallel = %v, want %v", got, want)
+				}
+				if multi && (task.Config["nodes"] != len(d.Shards) || task.Config["node_rank"] != i) {
+					t.Errorf("nodes = %v, node_rank = %v, want %d, %d", task.Config["nodes"], task.Config["node_rank"], len(d.Shards), i)
 				}
 				if got, want := task.Config["model"], in.Model.Source; got != want {
 					t.Errorf("model = %v, want %v", got, want)
 				}
 				args := task.Config["args"].([]string)
-				if !hasPrefix(args, p.Args) {
-					t.Errorf("args %q do not start with the profile's %q", args, p.Args)
+				if !slices.Equal(args, p.Args) && (len(args) > 0 || len(p.Args) > 0) {
+					t.Errorf("args %q are not the profile's %q", args, p.Args)
 				}
 				if got, want := *task.Resources.Devices[0].Count, uint64(p.GPUs); got != want {
 					t.Errorf("device count %d, want %d", got, want)
@@ -313,22 +321,17 @@ func hasConstraint(cs []*api.Constraint, l, op, r string) bool {
 	return false
 }
 
-func hasPrefix(s, prefix []string) bool {
-	return len(s) >= len(prefix) && slices.Equal(s[:len(prefix)], prefix)
-}
-
-func TestServedNameFlagComesLast(t *testing.T) {
+// The catalog's model name reaches the engine as served_model_name where
+// the engine has a served-name flag (the driver renders it), and as
+// LLMGW_SERVED_MODEL_NAME for every engine; args stay the profile's.
+func TestServedName(t *testing.T) {
 	for _, tc := range []struct {
 		engine string
-		want   []string
+		want   any
 	}{
-		{"vllm", []string{"--served-model-name", "m"}},
-		{"sglang", []string{"--served-model-name", "m"}},
-		{"llamacpp", []string{"--alias", "m"}},
-		{"tgi", nil},
-		{"command", nil},
+		{"vllm", "m"}, {"sglang", "m"}, {"llamacpp", "m"}, {"tgi", nil}, {"command", nil},
 	} {
-		m := facility.Model{Name: "m", Source: "org/m", Profiles: []facility.Profile{{
+		m := facility.Model{Name: "m", Source: "/models/m.gguf", Profiles: []facility.Profile{{
 			Name: "p", Engine: tc.engine, GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Args: []string{"--x", "1"},
 		}}}
 		job, err := Job(input(m, 0, nil, nil, "n1"))
@@ -336,13 +339,38 @@ func TestServedNameFlagComesLast(t *testing.T) {
 			t.Fatalf("%s: %v", tc.engine, err)
 		}
 		task := job.TaskGroups[0].Tasks[0]
-		got := task.Config["args"].([]string)
-		want := append([]string{"--x", "1"}, tc.want...)
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := cmp.Diff([]string{"--x", "1"}, task.Config["args"]); diff != "" {
 			t.Errorf("%s args (-want +got):\n%s", tc.engine, diff)
+		}
+		if got := task.Config["served_model_name"]; got != tc.want {
+			t.Errorf("%s: served_model_name = %v, want %v", tc.engine, got, tc.want)
 		}
 		if got := task.Env[EnvServedName]; got != "m" {
 			t.Errorf("%s: %s = %q, want m", tc.engine, EnvServedName, got)
+		}
+	}
+}
+
+// What the catalog refuses, render refuses too, for input that did not
+// come through it.
+func TestJobRefusesWhatTheCatalogWould(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*facility.Model)
+		want string
+	}{
+		{"layout short of the GPUs", func(m *facility.Model) { m.Profiles[0].TensorParallel = 8 },
+			"tensor_parallel: tensor_parallel × pipeline_parallel × data_parallel = 8 × 1 × 1 = 8 GPUs, but nodes × gpus = 2 × 8 = 16 GPUs"},
+		{"args set the tensor size", func(m *facility.Model) { m.Profiles[0].Args = []string{"--tp-size", "16"} },
+			"args[0]: --tp-size is set by llmgw from tensor_parallel"},
+		{"tgi on two nodes", func(m *facility.Model) { m.Profiles[0].Engine = "tgi" }, `engine "tgi" runs on one node`},
+	} {
+		m := deepseek
+		m.Profiles = []facility.Profile{deepseek.Profiles[0]}
+		tc.edit(&m)
+		_, err := Job(input(m, 0, scope("site=ams1", "rack=r01-k01"), fabricNodes("ib-ndr-1", "a", "b"), "a", "b"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
 }

@@ -2,7 +2,11 @@
 #
 # Profiles are in order of preference: a replica takes the first that fits.
 # Omitted: replicas = 1, gpus = 1, nodes = 1, spread = ["rack", "pdu"],
-# pool = "default", weight = 1, watts = gpus x the node's GPU power limit.
+# pool = "default", weight = 1, watts = gpus x the node's GPU power limit,
+# and the layout (tensor_parallel, pipeline_parallel, data_parallel,
+# expert_parallel) the engine's default for nodes x gpus (docs/driver.md).
+# llmgw sets the engine's model, address, parallelism and multi-node flags
+# itself: args carry the rest.
 
 model "llama-3.1-70b" {
   source   = "meta-llama/Llama-3.1-70B-Instruct"
@@ -16,7 +20,7 @@ model "llama-3.1-70b" {
     cpu_cores = 16
     memory_gb = 256
     spread    = ["rack", "pdu"]
-    args      = ["--tensor-parallel-size", "4", "--max-model-len", "32768"]
+    args      = ["--max-model-len", "32768"]
   }
 
   # When no node has 4 GPUs free, take a whole node.
@@ -26,7 +30,7 @@ model "llama-3.1-70b" {
     gpus      = 8
     cpu_cores = 32
     memory_gb = 512
-    args      = ["--tensor-parallel-size", "8", "--max-model-len", "32768"]
+    args      = ["--max-model-len", "32768"]
   }
 }
 
@@ -57,7 +61,6 @@ model "gpt-oss-120b" {
     memory_gb = 192
     spread    = ["row", "rack"]
     weight    = 2
-    args      = ["--tp", "2"]
   }
 }
 
@@ -72,13 +75,13 @@ model "qwen2.5-72b" {
     cpu_cores = 16
     memory_gb = 256
     weight    = 4
-    args      = ["--tensor-parallel-size", "4"]
     env       = { VLLM_USE_V1 = "1" }
   }
 }
 
 # DeepSeek-V3 (671B, FP8) on two nodes: one shard per node, both in one rack,
-# on one InfiniBand fabric.
+# on one InfiniBand fabric. SGLang's tensor parallelism spans both nodes
+# (--tp-size 16, its default for 2 x 8 GPUs), with experts over all 16.
 model "deepseek-v3" {
   source   = "deepseek-ai/DeepSeek-V3"
   replicas = 12
@@ -95,8 +98,11 @@ model "deepseek-v3" {
     spread      = ["row", "rack"]
     fabric      = "ib-ndr"
     weight      = 8
-    args        = ["--tp", "16", "--trust-remote-code"]
+    args        = ["--trust-remote-code"]
     ready       = "/health"
+
+    tensor_parallel = 16
+    expert_parallel = 16
   }
 }
 
@@ -117,6 +123,8 @@ model "llama-3.1-405b" {
     spread      = ["row", "rack"]
     fabric      = "ib-ndr"
     weight      = 8
-    args        = ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+
+    tensor_parallel   = 8 # inside a node (vLLM's default: gpus)
+    pipeline_parallel = 2 # over the nodes (vLLM's default: nodes)
   }
 }

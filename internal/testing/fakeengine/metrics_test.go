@@ -153,7 +153,7 @@ func TestMetricsSwitches(t *testing.T) {
 // fake-engine serves the metrics of the engine whose command line it got.
 func TestEngineInferredFromCommandLine(t *testing.T) {
 	for _, e := range []string{engine.VLLM, engine.SGLang, engine.TGI, engine.LlamaCpp} {
-		cmd, err := engine.Build(engine.Input{Engine: e, Executable: "/bin/fake-engine", Model: "m", Host: "127.0.0.1", Port: 8000, TensorParallel: 1})
+		cmd, err := engine.Build(engine.Input{Engine: e, Executable: "/bin/fake-engine", Model: "m", Host: "127.0.0.1", Port: 8000, Layout: engine.Layout{Tensor: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 # Every profile shape the catalog allows, one model each: what
 # BenchmarkParseValidateRender parses, validates and renders. The layout
-# is stated in args (the catalog before tensor_parallel & co.).
+# is stated with tensor_parallel & co. (before they existed, the same
+# shapes stated it in args: see docs/perf.md).
 model "vllm-1" {
   source = "Qwen/Qwen2.5-0.5B-Instruct"
   profile "p" {
@@ -17,7 +18,8 @@ model "vllm-tp4" {
     gpus      = 4
     cpu_cores = 16
     memory_gb = 256
-    args      = ["--tensor-parallel-size", "4", "--max-model-len", "32768"]
+    tensor_parallel = 4
+    args      = ["--max-model-len", "32768"]
     env       = { VLLM_USE_V1 = "1" }
   }
 }
@@ -30,7 +32,8 @@ model "vllm-pp2x8" {
     nodes       = 2
     keep_within = "rack"
     fabric      = "ib-ndr"
-    args        = ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+    tensor_parallel   = 8
+    pipeline_parallel = 2
   }
 }
 model "vllm-tp8pp4" {
@@ -41,7 +44,8 @@ model "vllm-tp8pp4" {
     gpus        = 8
     nodes       = 4
     keep_within = "row"
-    args        = ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "4"]
+    tensor_parallel   = 8
+    pipeline_parallel = 4
   }
 }
 model "sglang-2" {
@@ -50,7 +54,7 @@ model "sglang-2" {
     engine = "sglang"
     gpu    = "NVIDIA H200"
     gpus   = 2
-    args   = ["--tp", "2"]
+    tensor_parallel = 2
   }
 }
 model "sglang-tp16" {
@@ -62,7 +66,8 @@ model "sglang-tp16" {
     nodes       = 2
     keep_within = "rack"
     fabric      = "ib-ndr"
-    args        = ["--tp", "16", "--trust-remote-code"]
+    tensor_parallel = 16
+    args        = ["--trust-remote-code"]
   }
 }
 model "tgi-4" {

@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// isFlagToken reports whether an argument is spelled as a flag: a dash
+// followed by something that does not start a number.
+func isFlagToken(a string) bool {
+	if len(a) < 2 || a[0] != '-' {
+		return false
+	}
+	c := a[1]
+	return c != '.' && (c < '0' || c > '9')
+}
+
+// canon returns the descriptor's spelling of a flag token: the part before
+// '=', underscores read as dashes where the engine does so, aliases
+// resolved.
+func (d *Descriptor) canon(tok string) string {
+	name, _, _ := strings.Cut(tok, "=")
+	if d.underscores && strings.HasPrefix(name, "--") {
+		name = "--" + strings.ReplaceAll(name[2:], "_", "-")
+	}
+	if c, ok := d.aliases[name]; ok {
+		return c
+	}
+	return name
+}
+
+// flagSet is the set of flags (descriptor spelling) among args.
+func (d *Descriptor) flagSet(args []string) map[string]bool {
+	set := map[string]bool{}
+	for _, a := range args {
+		if isFlagToken(a) {
+			set[d.canon(a)] = true
+		}
+	}
+	return set
+}
+
+// Owned returns the flags llmgw sets itself for the engine, in the
+// descriptor's spelling: the model, address and parallelism flags, the
+// multi-node flags, and the served-name flag when servedName. A task's or
+// a profile's args may not give them (CheckArgs).
+func (d *Descriptor) Owned(servedName bool) []string {
+	var out []string
+	add := func(fs ...string) {
+		for _, f := range fs {
+			if f != "" && !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	add(d.Model.Flag, d.HostFlag, d.PortFlag)
+	add(d.Parallel.Tensor, d.Parallel.Pipeline, d.Parallel.Data, d.Parallel.Expert)
+	if servedName {
+		add(d.ServedNameFlag)
+	}
+	if d.MultiNode != nil {
+		add(d.MultiNode.Flags...)
+	}
+	add(d.owns...)
+	return out
+}
+
+// ownedFlag returns the owned flag a token sets, if any: the flag itself,
+// an alias of it, or (for an engine that takes unambiguous prefixes) a
+// prefix of one, which the engine would take for it or reject as
+// ambiguous.
+func (d *Descriptor) ownedFlag(tok string, owned []string) (string, bool) {
+	f := d.canon(tok)
+	if slices.Contains(owned, f) {
+		return f, true
+	}
+	if !d.abbrev || !strings.HasPrefix(f, "--") || len(f) < 3 {
+		return "", false
+	}
+	for _, o := range owned {
+		if strings.HasPrefix(o, f) {
+			return o, true
+		}
+		for alias, c := range d.aliases {
+			if c == o && strings.HasPrefix(alias, "--") && strings.HasPrefix(alias, f) {
+				return o, true
+			}
+		}
+	}
+	return "", false
+}
+
+// CheckArgs reports an argument of a task's (or a catalog profile's) args
+// that would fight llmgw or that the engine would reject for a reason
+// llmgw can see: a flag llmgw sets itself (Owned: llmgw derives them from
+// the model, the address and the layout, so args may not change them;
+// servedName says whether the served-name flag is llmgw's), and, for an
+// engine whose parser rejects a repeated flag, a flag given twice. Errors
+// name args[i].
+func (d *Descriptor) CheckArgs(args []string, servedName bool) error {
+	owned := d.Owned(servedName)
+	seen := map[string]int{}
+	for i, a := range args {
+		if !isFlagToken(a) {
+			continue
+		}
+		if f, ok := d.ownedFlag(a, owned); ok {
+			return fmt.Errorf("args[%d]: %s is set by llmgw%s", i, a, d.ownedHint(f))
+		}
+		f := d.canon(a)
+		if j, dup := seen[f]; dup && d.noRepeats && !slices.Contains(d.repeatable, f) {
+			return fmt.Errorf("args[%d]: %s repeats args[%d] (%s): engine %q%s rejects a flag given twice", i, a, j, args[j], d.Name, d.pinnedAt())
+		}
+		seen[f] = i
+	}
+	return nil
+}
+
+// ownedHint says where llmgw takes an owned flag's value from.
+func (d *Descriptor) ownedHint(f string) string {
+	switch f {
+	case d.Parallel.Tensor:
+		return " from tensor_parallel: set that instead"
+	case d.Parallel.Pipeline:
+		return " from pipeline_parallel: set that instead"
+	case d.Parallel.Data:
+		return " from data_parallel: set that instead"
+	case d.Parallel.Expert:
+		return " from expert_parallel: set that instead"
+	case d.HostFlag, d.PortFlag:
+		return " to the task's port"
+	case d.Model.Flag:
+		return " from the model (the task's model, the catalog's source)"
+	case d.ServedNameFlag:
+		return " to the model's name (the task's served_model_name, the catalog's model name)"
+	}
+	if d.MultiNode != nil && slices.Contains(d.MultiNode.Flags, f) {
+		return " from the replica's nodes and rank"
+	}
+	if d.ownsWhy != nil {
+		if why, ok := d.ownsWhy[f]; ok {
+			return ": " + why
+		}
+	}
+	return ""
+}

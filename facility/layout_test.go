@@ -1,0 +1,103 @@
+package facility
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/llmgw/llmgw/engine"
+)
+
+func TestParseCatalogLayout(t *testing.T) {
+	src := `model "ds" {
+  source = "deepseek-ai/DeepSeek-V3"
+  profile "p" {
+    engine            = "vllm"
+    gpu               = "H"
+    gpus              = 8
+    nodes             = 2
+    keep_within       = "rack"
+    tensor_parallel   = 4
+    data_parallel     = 4
+    expert_parallel   = 16
+  }
+}
+`
+	cat, err := ParseCatalog("c.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cat.Models[0].Profiles[0]
+	if got, want := p.Layout(), (engine.Layout{Tensor: 4, Data: 4, Expert: 16}); got != want {
+		t.Errorf("layout %+v, want %+v", got, want)
+	}
+	l, err := p.ResolvedLayout()
+	if err != nil || l != (engine.Layout{Tensor: 4, Pipeline: 1, Data: 4, Expert: 16}) {
+		t.Errorf("resolved layout %+v, %v", l, err)
+	}
+}
+
+// A layout that does not add up, an engine that cannot do what the profile
+// asks, and args that set llmgw's flags are errors at the profile's line,
+// naming the field and the numbers.
+func TestParseCatalogLayoutErrors(t *testing.T) {
+	profile := func(body string) string {
+		return "model \"m\" {\n  source = \"org/m\"\n  profile \"p\" {\n    gpu = \"H\"\n" + body + "  }\n}\n"
+	}
+	tests := []struct {
+		name, src, want string
+	}{
+		{"unknown engine", profile("    engine = \"triton\"\n"),
+			`f.hcl:3: profile m/p: engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm)`},
+		{"vllm layout short of the GPUs", profile("    engine = \"vllm\"\n    gpus = 8\n    nodes = 2\n    keep_within = \"rack\"\n    tensor_parallel = 8\n    pipeline_parallel = 1\n"),
+			"f.hcl:3: profile m/p: tensor_parallel, pipeline_parallel: tensor_parallel × pipeline_parallel × data_parallel = 8 × 1 × 1 = 8 GPUs, but nodes × gpus = 2 × 8 = 16 GPUs"},
+		{"sglang tensor of one node", profile("    engine = \"sglang\"\n    gpus = 8\n    nodes = 2\n    keep_within = \"rack\"\n    tensor_parallel = 8\n"),
+			"f.hcl:3: profile m/p: tensor_parallel: tensor_parallel × pipeline_parallel × data_parallel = 8 × 1 × 1 = 8 GPUs, but nodes × gpus = 2 × 8 = 16 GPUs"},
+		{"tgi on two nodes", profile("    engine = \"tgi\"\n    nodes = 2\n    keep_within = \"rack\"\n"),
+			`f.hcl:3: profile m/p: nodes: engine "tgi" runs on one node (text-generation-launcher v3.3.7), got 2`},
+		{"llamacpp on two nodes", profile("    engine = \"llamacpp\"\n    nodes = 2\n    keep_within = \"rack\"\n"),
+			`f.hcl:3: profile m/p: nodes: engine "llamacpp" runs on one node (llama-server b4747), got 2`},
+		{"llamacpp tensor parallel", profile("    engine = \"llamacpp\"\n    tensor_parallel = 1\n"),
+			`f.hcl:3: profile m/p: tensor_parallel: engine "llamacpp" has no tensor parallelism`},
+		{"tgi pipeline", profile("    engine = \"tgi\"\n    pipeline_parallel = 2\n"),
+			`f.hcl:3: profile m/p: pipeline_parallel: engine "tgi" has no pipeline parallelism`},
+		{"args set the tensor size", profile("    engine = \"vllm\"\n    gpus = 2\n    args = [\"--max-model-len\", \"4096\", \"--tensor-parallel-size\", \"2\"]\n"),
+			"f.hcl:3: profile m/p: args[2]: --tensor-parallel-size is set by llmgw from tensor_parallel: set that instead"},
+		{"args set the served name", profile("    engine = \"sglang\"\n    args = [\"--served-model-name\", \"x\"]\n"),
+			"f.hcl:3: profile m/p: args[0]: --served-model-name is set by llmgw to the model's name"},
+		{"zero tensor parallel", profile("    engine = \"vllm\"\n    tensor_parallel = 0\n"),
+			"f.hcl:6: tensor_parallel must be between 1 and 65536, got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseCatalog("f.hcl", []byte(tt.src))
+			if err == nil {
+				t.Fatalf("got no error, want %q", tt.want)
+			}
+			checkErrorLines(t, "f.hcl", err)
+			if !containsLine(err.Error(), tt.want) {
+				t.Errorf("got error:\n%v\nwant a line starting %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestFingerprintLayout(t *testing.T) {
+	m := Model{Name: "m", Source: "org/m"}
+	p := Profile{Name: "p", Engine: "vllm", GPU: "H", GPUs: 8, Nodes: 1}
+	base := ProfileFingerprint(m, p)
+	var seen []string
+	for _, q := range []func(*Profile, *Model){
+		func(p *Profile, _ *Model) { p.TensorParallel = 8 },
+		func(p *Profile, _ *Model) { p.PipelineParallel = 2 },
+		func(p *Profile, _ *Model) { p.DataParallel = 2 },
+		func(p *Profile, _ *Model) { p.ExpertParallel = 8 },
+	} {
+		pp, mm := p, m
+		q(&pp, &mm)
+		got := ProfileFingerprint(mm, pp)
+		if got == base || slices.Contains(seen, got) {
+			t.Errorf("%+v %+v: fingerprint %s, want a new one", pp, mm, got)
+		}
+		seen = append(seen, got)
+	}
+}
