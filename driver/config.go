@@ -229,6 +229,10 @@ type TaskConfig struct {
 	// engine's served-name flag (llmgw's controller sets the catalog's
 	// model name).
 	ServedModelName string `codec:"served_model_name"`
+	// ModelFile is, for an engine that loads one local file (llama.cpp),
+	// the file within model: a Hugging Face repository in the model cache,
+	// or an absolute directory.
+	ModelFile string `codec:"model_file"`
 	// Nodes, NodeRank and LeaderAddr place the task in a multi-node
 	// replica: its shard count, its rank (0 the leader) and the leader's
 	// rendezvous address, host:port (llmgw's controller renders
@@ -268,6 +272,7 @@ func TaskConfigSpec() *hclspec.Spec {
 		"data_parallel":     hclspec.Attr("data_parallel", "number"),
 		"expert_parallel":   hclspec.Attr("expert_parallel", "number"),
 		"served_model_name": hclspec.Attr("served_model_name", "string"),
+		"model_file":        hclspec.Attr("model_file", "string"),
 		"nodes":             hclspec.Attr("nodes", "number"),
 		"node_rank":         hclspec.Attr("node_rank", "number"),
 		"leader_addr":       hclspec.Attr("leader_addr", "string"),
@@ -324,6 +329,14 @@ func (tc *TaskConfig) validate() error {
 	}
 	if tc.Nodes > 1 && d.MultiNode.Args != nil && tc.LeaderAddr == "" {
 		return fmt.Errorf("leader_addr: required with nodes = %d (the leader's host:port)", tc.Nodes)
+	}
+	if tc.ModelFile != "" {
+		if !d.Model.File {
+			return fmt.Errorf("model_file: engine %q loads a model id or path (model), not one file", tc.Engine)
+		}
+		if path.IsAbs(tc.ModelFile) || path.Clean(tc.ModelFile) != tc.ModelFile || tc.ModelFile == ".." || strings.HasPrefix(tc.ModelFile, "../") {
+			return fmt.Errorf("model_file: %q must be a clean relative path within model", tc.ModelFile)
+		}
 	}
 	if err := d.CheckArgs(tc.Args, tc.ServedModelName != ""); err != nil {
 		return err

@@ -211,8 +211,21 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func()
 	pl.userEnv = userEnv(conf, task.GetEnv(), tc.Env, pl.user, taskDir, os.LookupEnv)
 	pl.limits = limitsFor(conf, task.GetResources())
 	pl.cgroupParent = cgroupParentFor(conf, task.GetResources())
+	model := tc.Model
+	if d.Model.File {
+		if model, err = resolveModelFile(tc.Model, tc.ModelFile, modelCacheDir(conf, task, tc)); err != nil {
+			return plan{}, err
+		}
+		field := "model_file"
+		if tc.ModelFile == "" {
+			field = "model"
+		}
+		if err := checkAccess(model, pl.user, accessR); err != nil {
+			return plan{}, fmt.Errorf("%s: %w (engines run as default_user, or the task's user where allowed_users lets it: the model cache must be readable by it)", field, err)
+		}
+	}
 	pl.cmd, err = engine.Build(engine.Input{
-		Engine: tc.Engine, Executable: resolved, Model: tc.Model,
+		Engine: tc.Engine, Executable: resolved, Model: model,
 		Host: pl.host, Port: pl.port, Layout: lay, GPUs: len(pl.gpus),
 		ServedName: tc.ServedModelName,
 		Nodes:      tc.Nodes, Rank: tc.NodeRank, Leader: tc.LeaderAddr,

@@ -123,6 +123,10 @@ type ModelArg struct {
 	Positional bool
 	// Optional: the engine may run without a model (the command engine).
 	Optional bool
+	// File: the engine loads one local file, which the driver finds in
+	// its model cache from the catalog's source and file (llama.cpp's
+	// GGUF), instead of fetching a model id itself.
+	File bool
 }
 
 // ParallelFlags are an engine's parallelism flags, each taking a count.
@@ -341,8 +345,15 @@ func Build(in Input) (Cmd, error) {
 	if err := d.CheckArgs(in.Args, in.ServedName != ""); err != nil {
 		return Cmd{}, err
 	}
+	// Defaults the task's args may set themselves: the flags that turn the
+	// engine's /metrics on, then the descriptor's own (llama.cpp's -ngl).
+	given := d.flagSet(in.Args)
+	for _, f := range d.Metrics.Enable {
+		if !given[d.canon(f)] {
+			args = append(args, f)
+		}
+	}
 	if d.defaults != nil {
-		given := d.flagSet(in.Args)
 		for _, def := range d.defaults(in) {
 			if !given[d.canon(def[0])] {
 				args = append(args, def...)
@@ -353,9 +364,6 @@ func Build(in Input) (Cmd, error) {
 	if d.env != nil {
 		env = d.env(in)
 	}
-	// The flags that turn the engine's /metrics on, before the task's own
-	// (both engines that need one take a repeat of it).
-	args = append(args, d.Metrics.Enable...)
 	args = append(args, in.Args...)
 	return Cmd{Path: in.Executable, Args: args, Env: env}, nil
 }

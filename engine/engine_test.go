@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -82,6 +83,10 @@ func TestRecipesGolden(t *testing.T) {
 			Args: []string{"--cors-allow-origin", "a", "--cors-allow-origin", "b"}}},
 		{"llamacpp", engine.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
 			Host: "127.0.0.1", Port: 8081, Layout: engine.Layout{Tensor: 1}, GPUs: 1, ServedName: "qwen", Args: []string{"-c", "8192"}}},
+		{"llamacpp_ngl", engine.Input{Engine: "llamacpp", Executable: "/usr/local/bin/llama-server", Model: "/models/qwen2.5-0.5b-q4_k_m.gguf",
+			Host: "127.0.0.1", Port: 8081, Layout: engine.Layout{Tensor: 2}, GPUs: 2, Args: []string{"-c", "8192", "--n_gpu_layers", "20"}}},
+		{"llamacpp_cpu", engine.Input{Engine: "llamacpp", Executable: "llama-server", Model: "/models/tiny.gguf",
+			Host: "127.0.0.1", Port: 8081, Layout: engine.Layout{Tensor: 1}}},
 		{"command", engine.Input{Engine: "command", Executable: "/opt/my engine/serve", Model: "my-model",
 			Host: "127.0.0.1", Port: 9000, Layout: engine.Layout{Tensor: 2, Pipeline: 2}, GPUs: 2, Nodes: 2, Rank: 1,
 			Leader: "10.0.0.7:1", Args: []string{"--listen", "it's here"}}},
@@ -126,10 +131,16 @@ func TestBuildErrors(t *testing.T) {
 		{"rank out of range", func(in *engine.Input) { in.Nodes, in.Rank, in.Leader = 2, 2, "h:1" }, "node_rank: 2 is not a rank of a replica of 2 nodes"},
 		{"no leader", func(in *engine.Input) { in.Nodes, in.Rank = 2, 1 }, `leader_addr: "" is not host:port`},
 		{"bad leader port", func(in *engine.Input) { in.Nodes, in.Rank, in.Leader = 2, 1, "h:x" }, `leader_addr: "h:x": port "x" is not a TCP port`},
+		{"tgi repeat", func(in *engine.Input) {
+			in.Engine = "tgi"
+			in.Args = []string{"--max-total-tokens", "8", "--max-total-tokens=9"}
+		}, `args[2]: --max-total-tokens=9 repeats args[0] (--max-total-tokens): engine "tgi" (text-generation-launcher v3.3.7) rejects a flag given twice`},
 		{"tgi port by short flag", func(in *engine.Input) {
 			in.Engine = "tgi"
 			in.Args = []string{"-p", "80"}
 		}, "args[0]: -p is set by llmgw to the task's port"},
+		{"tgi host name", func(in *engine.Input) { in.Engine, in.Host = "tgi", "localhost" },
+			`port: engine "tgi" needs an IP address to serve on, got "localhost"`},
 		{"tgi nodes", func(in *engine.Input) { in.Engine, in.Nodes, in.Leader = "tgi", 2, "h:1" },
 			`nodes: engine "tgi" runs on one node (text-generation-launcher v3.3.7), got 2`},
 		{"tgi pipeline", func(in *engine.Input) { in.Engine, in.Layout.Pipeline = "tgi", 2 },
@@ -228,4 +239,27 @@ func FuzzParseProgress(f *testing.F) {
 			t.Fatalf("percent %d out of range", p.Percent)
 		}
 	})
+}
+
+// TGI reads every option it lacks on the command line from an environment
+// variable named after it, and the names are generic (PORT, HOSTNAME; the
+// TGI image sets PORT=80). The command line wins, so every setting llmgw
+// owns is always on it, whatever the layout.
+func TestTGIPassesWhatItsEnvironmentCouldSet(t *testing.T) {
+	for _, tp := range []int{1, 4} {
+		cmd, err := engine.Build(engine.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "org/m",
+			Host: "10.0.0.7", Port: 8080, Layout: engine.Layout{Tensor: tp}, GPUs: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range [][2]string{{"--model-id", "org/m"}, {"--hostname", "10.0.0.7"}, {"--port", "8080"}, {"--num-shard", fmt.Sprint(tp)}} {
+			i := slices.Index(cmd.Args, want[0])
+			if i < 0 || i+1 >= len(cmd.Args) || cmd.Args[i+1] != want[1] {
+				t.Errorf("tp %d: %s lacks %s %s (TGI would read it from %s)", tp, cmd, want[0], want[1], strings.ToUpper(strings.ReplaceAll(want[0][2:], "-", "_")))
+			}
+		}
+		if len(cmd.Env) != 0 {
+			t.Errorf("tgi recipe sets environment %v", cmd.Env)
+		}
+	}
 }

@@ -115,6 +115,10 @@ func TestDescriptorsComplete(t *testing.T) {
 		if d.HostFlag == "" || d.PortFlag == "" || d.Parallel.Tensor == "" && d.Name != engine.LlamaCpp {
 			t.Errorf("%s: no host, port or tensor flag", d.Name)
 		}
+		m := d.Metrics
+		if m.Path == "" || m.RequestsWaiting.Name == "" || m.RequestsRunning.Name == "" || m.KVCacheUsage.Name == "" || m.GeneratedTokens.Name == "" {
+			t.Errorf("%s: metrics incomplete: %+v", d.Name, m)
+		}
 		for _, f := range d.Owned(true) {
 			if !strings.HasPrefix(f, "-") {
 				t.Errorf("%s: owned flag %q", d.Name, f)

@@ -31,8 +31,15 @@ import (
 //     server_args.py:6559-6565): GPUs = tp × pp. Expert parallelism lives
 //     inside the tensor world too (server_args.py:6573-6585).
 //   - Several nodes: every node runs the same totals with --nnodes N
-//     --node-rank i --dist-init-addr HEAD:PORT; only rank 0 serves the API
-//     (engine.py:1150-1177).
+//     --node-rank i --dist-init-addr HEAD:PORT. Ranks above 0 run no API
+//     server but a health server on --host:--port answering /health once
+//     their schedulers are ready (engine.py:1150-1177,
+//     sglang/srt/utils/common.py:3273-3313), so every rank is probed.
+//   - Node 0 listens only once every scheduler is ready, answers /health
+//     503 until its warm-up request passed, then 200
+//     (sglang/srt/entrypoints/http_server.py:654-670, 2300-2313).
+//   - /metrics only with --enable-metrics (server_args.py:1547), which the
+//     recipe gives.
 func init() {
 	register(&Descriptor{
 		Name: SGLang,
@@ -76,8 +83,7 @@ func init() {
 			why:   "SGLang's --tp-size is the tensor world of one replica over all its nodes, and plain --dp-size runs that many such groups: sglang/srt/server_args.py:6559, sglang/srt/managers/data_parallel_controller.py:388-390 at v0.5.18",
 		},
 		MultiNode: &MultiNode{
-			Headless: true,
-			Flags:    []string{"--nnodes", "--node-rank", "--dist-init-addr"},
+			Flags: []string{"--nnodes", "--node-rank", "--dist-init-addr"},
 			Args: func(nodes, rank int, _ Layout, leader Leader) []string {
 				return []string{"--nnodes", strconv.Itoa(nodes), "--node-rank", strconv.Itoa(rank), "--dist-init-addr", leader.Addr}
 			},
@@ -90,12 +96,10 @@ func init() {
 		abbrev:    true,
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
-		// SGLang v0.5.18: python/sglang/srt/observability/metrics_collector.py.
-		// /metrics exists only with --enable-metrics (server_args.py:1547).
-		// Scheduler gauges come from attention-TP rank 0 of each DP group
-		// and pipeline stage (metrics_collector.py:1081-1084), labelled
-		// tp_rank, pp_rank, dp_rank: the first stage's count each request
-		// once.
+		// sglang/srt/observability/metrics_collector.py. Scheduler gauges
+		// come from attention-TP rank 0 of each DP group and pipeline stage
+		// (metrics_collector.py:1081-1084), labelled tp_rank, pp_rank,
+		// dp_rank: the first stage's count each request once.
 		Metrics: Metrics{
 			Path:             "/metrics",
 			Enable:           []string{"--enable-metrics"},

@@ -36,6 +36,13 @@ import (
 //     --data-parallel-start-rank k (serve.py:227-255). llmgw renders that
 //     when data_parallel > 1 on several nodes, with whole data-parallel
 //     ranks on each node.
+//   - The port listens only once the engine is ready; /health answers 200
+//     then (vllm/entrypoints/serve/instrumentator/health.py:22-33).
+//   - Load progress: tqdm "Loading safetensors checkpoint shards:  50%
+//     Completed | 1/2 [...]" on rank 0 (model_loader/weight_utils.py:625).
+//   - /metrics on the API port; counters are scraped with _total
+//     (vllm/v1/metrics/loggers.py:494-963). vllm:gpu_cache_usage_perc is
+//     gone; vllm:kv_cache_usage_perc is a 0–1 fraction.
 func init() {
 	register(&Descriptor{
 		Name: VLLM,
@@ -78,9 +85,9 @@ func init() {
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
-		// vLLM v0.28.0: vllm/v1/metrics/loggers.py. Every engine metric
-		// carries model_name and engine (the engine core's index; one series
-		// per data-parallel engine). Counters are exposed with _total.
+		// vllm/v1/metrics/loggers.py: every engine metric carries
+		// model_name and engine (the engine core's index; one series per
+		// data-parallel engine).
 		Metrics: Metrics{
 			Path:             "/metrics",
 			RequestsWaiting:  Metric{Name: "vllm:num_requests_waiting", Type: Gauge},

@@ -17,8 +17,13 @@ type Catalog struct {
 
 // Model is one served model and its replicas.
 type Model struct {
-	Name     string
-	Source   string // what the engine loads, such as "meta-llama/Llama-3.1-70B-Instruct"
+	Name   string
+	Source string // what the engine loads, such as "meta-llama/Llama-3.1-70B-Instruct"
+	// File is, for an engine that loads one local file (llama.cpp), the
+	// file within Source (a hub repository the driver's model cache holds,
+	// or a local directory): "qwen2.5-0.5b-instruct-q4_k_m.gguf". Empty
+	// when Source is the file's absolute path.
+	File     string
 	Replicas int
 	// Profiles in order of preference: a replica takes the first that fits.
 	Profiles []Profile
@@ -101,7 +106,7 @@ func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i
 // ProfileFingerprint returns a short, stable fingerprint of what a replica's
 // jobs are rendered from: the model's name and source, and the profile's
 // name, engine, gpu, gpus, nodes, cpu_cores, memory_gb, fabric, pool, args,
-// env and ready; and, when set, the profile's
+// env and ready; and, when set, the model's file and the profile's
 // tensor_parallel, pipeline_parallel, data_parallel and expert_parallel. The controller keeps it in job meta llmgw.profile_fp and
 // replaces a replica whose fingerprint no longer matches. Fields that only
 // steer placement or traffic (replicas, watts, keep_within, spread, weight)
@@ -135,6 +140,9 @@ func ProfileFingerprint(m Model, p Profile) string {
 		if f.v != 0 {
 			put(f.k, strconv.Itoa(f.v))
 		}
+	}
+	if m.File != "" {
+		put("file", m.File)
 	}
 	put("args", strconv.Itoa(len(p.Args)))
 	for _, a := range p.Args {

@@ -2,6 +2,8 @@ package facility
 
 import (
 	"fmt"
+	"path"
+	"strings"
 
 	"github.com/llmgw/llmgw/engine"
 )
@@ -24,7 +26,7 @@ func (p Profile) ResolvedLayout() (engine.Layout, error) {
 // checkEngine checks what the profile asks of its engine: a known
 // engine, a layout that spans exactly nodes × gpus as the engine counts
 // GPUs, no nodes > 1 for an engine that runs on one node, args that leave
-// llmgw's flags alone.
+// llmgw's flags alone, and a model file for an engine that loads one.
 // Errors name the field.
 func (p Profile) checkEngine(m Model) error {
 	d, ok := engine.Lookup(p.Engine)
@@ -39,6 +41,27 @@ func (p Profile) checkEngine(m Model) error {
 	}
 	if err := d.CheckArgs(p.Args, d.ServedNameFlag != ""); err != nil {
 		return err
+	}
+	if d.Model.File {
+		if err := checkModelFile(m); err != nil {
+			return fmt.Errorf("engine %q loads one local file: %w", p.Engine, err)
+		}
+	}
+	return nil
+}
+
+// checkModelFile checks source and file for an engine that loads a local
+// file: source is the file's absolute path, or file names a file within
+// source (a hub repository in the model cache, or a local directory).
+func checkModelFile(m Model) error {
+	if m.File == "" {
+		if !path.IsAbs(m.Source) {
+			return fmt.Errorf("model %q needs file (the file within source %q, such as \"model-q4_k_m.gguf\"), or a source that is the file's absolute path", m.Name, m.Source)
+		}
+		return nil
+	}
+	if path.IsAbs(m.File) || path.Clean(m.File) != m.File || m.File == "." || strings.HasPrefix(m.File, "../") || m.File == ".." {
+		return fmt.Errorf("file: %q must be a clean relative path within source", m.File)
 	}
 	return nil
 }

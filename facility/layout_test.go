@@ -21,6 +21,14 @@ func TestParseCatalogLayout(t *testing.T) {
     expert_parallel   = 16
   }
 }
+model "q" {
+  source = "Qwen/Qwen2.5-0.5B-Instruct-GGUF"
+  file   = "qwen2.5-0.5b-instruct-q4_k_m.gguf"
+  profile "p" {
+    engine = "llamacpp"
+    gpu    = "H"
+  }
+}
 `
 	cat, err := ParseCatalog("c.hcl", []byte(src))
 	if err != nil {
@@ -33,6 +41,9 @@ func TestParseCatalogLayout(t *testing.T) {
 	l, err := p.ResolvedLayout()
 	if err != nil || l != (engine.Layout{Tensor: 4, Pipeline: 1, Data: 4, Expert: 16}) {
 		t.Errorf("resolved layout %+v, %v", l, err)
+	}
+	if got := cat.Models[1].File; got != "qwen2.5-0.5b-instruct-q4_k_m.gguf" {
+		t.Errorf("file %q", got)
 	}
 }
 
@@ -58,14 +69,20 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 			`f.hcl:3: profile m/p: nodes: engine "llamacpp" runs on one node (llama-server b4747), got 2`},
 		{"llamacpp tensor parallel", profile("    engine = \"llamacpp\"\n    tensor_parallel = 1\n"),
 			`f.hcl:3: profile m/p: tensor_parallel: engine "llamacpp" has no tensor parallelism`},
+		{"llamacpp without a file", profile("    engine = \"llamacpp\"\n"),
+			`f.hcl:3: profile m/p: engine "llamacpp" loads one local file: model "m" needs file`},
 		{"tgi pipeline", profile("    engine = \"tgi\"\n    pipeline_parallel = 2\n"),
 			`f.hcl:3: profile m/p: pipeline_parallel: engine "tgi" has no pipeline parallelism`},
 		{"args set the tensor size", profile("    engine = \"vllm\"\n    gpus = 2\n    args = [\"--max-model-len\", \"4096\", \"--tensor-parallel-size\", \"2\"]\n"),
 			"f.hcl:3: profile m/p: args[2]: --tensor-parallel-size is set by llmgw from tensor_parallel: set that instead"},
 		{"args set the served name", profile("    engine = \"sglang\"\n    args = [\"--served-model-name\", \"x\"]\n"),
 			"f.hcl:3: profile m/p: args[0]: --served-model-name is set by llmgw to the model's name"},
+		{"tgi args repeat a flag", profile("    engine = \"tgi\"\n    args = [\"--max-total-tokens\", \"8\", \"--max-total-tokens\", \"9\"]\n"),
+			`f.hcl:3: profile m/p: args[2]: --max-total-tokens repeats args[0] (--max-total-tokens): engine "tgi" (text-generation-launcher v3.3.7) rejects a flag given twice`},
 		{"zero tensor parallel", profile("    engine = \"vllm\"\n    tensor_parallel = 0\n"),
 			"f.hcl:6: tensor_parallel must be between 1 and 65536, got 0"},
+		{"file escapes the source", "model \"m\" {\n  source = \"org/m\"\n  file = \"../x.gguf\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"llamacpp\"\n  }\n}\n",
+			`f.hcl:4: profile m/p: engine "llamacpp" loads one local file: file: "../x.gguf" must be a clean relative path within source`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +96,10 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 			}
 		})
 	}
+	// A llama.cpp source that is the file's absolute path needs no file.
+	if _, err := ParseCatalog("f.hcl", []byte("model \"m\" {\n  source = \"/models/m.gguf\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"llamacpp\"\n  }\n}\n")); err != nil {
+		t.Errorf("absolute GGUF source: %v", err)
+	}
 }
 
 func TestFingerprintLayout(t *testing.T) {
@@ -91,6 +112,7 @@ func TestFingerprintLayout(t *testing.T) {
 		func(p *Profile, _ *Model) { p.PipelineParallel = 2 },
 		func(p *Profile, _ *Model) { p.DataParallel = 2 },
 		func(p *Profile, _ *Model) { p.ExpertParallel = 8 },
+		func(_ *Profile, m *Model) { m.File = "x.gguf" },
 	} {
 		pp, mm := p, m
 		q(&pp, &mm)

@@ -74,6 +74,7 @@ type (
 	modelHCL struct {
 		Name           string        `hcl:"name,label"`
 		Source         string        `hcl:"source,optional"`
+		File           string        `hcl:"file,optional"`
 		Replicas       int           `hcl:"replicas,optional"`
 		MaxSurge       int           `hcl:"max_surge,optional"`
 		MaxUnavailable int           `hcl:"max_unavailable,optional"`
@@ -360,6 +361,7 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 		m := Model{Name: rm.Name, Replicas: 1, MaxSurge: 1, Priority: DefaultPriority, Pos: d.pos(rm.DefRange)}
 		b := rm.Body
 		set(d, b, "source", rm.Source, &m.Source)
+		set(d, b, "file", rm.File, &m.File)
 		d.intIn(b, "replicas", rm.Replicas, &m.Replicas, 0, maxCount)
 		d.intIn(b, "priority", rm.Priority, &m.Priority, 0, MaxPriority)
 		if rm.Autoscale != nil {

@@ -1,4 +1,8 @@
-# llama.cpp's server with a local GGUF file on one GPU.
+# llama.cpp's server with a GGUF file from the driver's model cache on one
+# GPU: <model_cache>/hub/models--Qwen--Qwen2.5-0.5B-Instruct-GGUF/snapshots/*/
+# qwen2.5-0.5b-instruct-q4_k_m.gguf, as `hf download` leaves it with HF_HOME =
+# model_cache (or an absolute path in model, without model_file). The driver
+# adds -ngl 999 (every layer on the GPU) and --metrics.
 job "qwen-llamacpp" {
   group "engine" {
     network {
@@ -10,9 +14,10 @@ job "qwen-llamacpp" {
 
       config {
         engine  = "llamacpp"
-        model   = "/var/lib/llmgw/models/qwen2.5-0.5b-instruct-q4_k_m.gguf" # readable by the engine's user
+        model   = "Qwen/Qwen2.5-0.5B-Instruct-GGUF"                # in the model cache, readable by the engine's user
+        model_file = "qwen2.5-0.5b-instruct-q4_k_m.gguf"
         command = "/opt/llama.cpp/bin/llama-server" # optional: else engines.llamacpp or PATH; must be engines.llamacpp or in allowed_commands
-        args    = ["-c", "8192", "--n-gpu-layers", "99"]
+        args    = ["-c", "8192"]
         port    = "http"
         ready {
           timeout = "5m"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -332,6 +333,9 @@ func plan(in Input, s Settings) (*rendering, error) {
 	if err := desc.CheckArgs(p.Args, desc.ServedNameFlag != ""); err != nil {
 		return nil, bad("profile %q: %v", p.Name, err)
 	}
+	if desc.Model.File && m.File == "" && !path.IsAbs(m.Source) {
+		return nil, bad("model %q: engine %q loads one local file: give the model a file, or a source that is the file's absolute path", m.Name, p.Engine)
+	}
 	if r.nnodes > 1 {
 		for i, sh := range d.Shards {
 			n, ok := in.Nodes[sh.Node]
@@ -478,6 +482,9 @@ func (r *rendering) task(rank int) *api.Task {
 		if v > 1 {
 			cfg[k] = v
 		}
+	}
+	if m.File != "" {
+		cfg["model_file"] = m.File
 	}
 	if r.engine.ServedNameFlag != "" {
 		cfg["served_model_name"] = m.Name
