@@ -21,7 +21,7 @@ func isFlagToken(a string) bool {
 // resolved.
 func (d *Descriptor) canon(tok string) string {
 	name, _, _ := strings.Cut(tok, "=")
-	if d.underscores && strings.HasPrefix(name, "--") {
+	if d.underscores && strings.HasPrefix(name, "--") && strings.IndexByte(name, '_') >= 0 {
 		name = "--" + strings.ReplaceAll(name[2:], "_", "-")
 	}
 	if c, ok := d.aliases[name]; ok {
@@ -44,8 +44,17 @@ func (d *Descriptor) flagSet(args []string) map[string]bool {
 // Owned returns the flags llmgw sets itself for the engine, in the
 // descriptor's spelling: the model, address and parallelism flags, the
 // multi-node flags, and the served-name flag when servedName. A task's or
-// a profile's args may not give them (CheckArgs).
+// a profile's args may not give them (CheckArgs). The slice is shared:
+// callers must not change it.
 func (d *Descriptor) Owned(servedName bool) []string {
+	if servedName {
+		return d.ownedServed
+	}
+	return d.owned
+}
+
+// ownedFlags computes what Owned returns, once, when d is registered.
+func (d *Descriptor) ownedFlags(servedName bool) []string {
 	var out []string
 	add := func(fs ...string) {
 		for _, f := range fs {
@@ -68,27 +77,43 @@ func (d *Descriptor) Owned(servedName bool) []string {
 
 // ownedFlag returns the owned flag a token sets, if any: the flag itself,
 // an alias of it, or (for an engine that takes unambiguous prefixes) a
-// prefix of one, which the engine would take for it or reject as
-// ambiguous.
-func (d *Descriptor) ownedFlag(tok string, owned []string) (string, bool) {
+// prefix of one of their long spellings, which the engine would take for
+// it or reject as ambiguous.
+func (d *Descriptor) ownedFlag(tok string, servedName bool) (string, bool) {
 	f := d.canon(tok)
-	if slices.Contains(owned, f) {
+	if slices.Contains(d.Owned(servedName), f) {
 		return f, true
 	}
 	if !d.abbrev || !strings.HasPrefix(f, "--") || len(f) < 3 {
 		return "", false
 	}
-	for _, o := range owned {
-		if strings.HasPrefix(o, f) {
-			return o, true
-		}
-		for alias, c := range d.aliases {
-			if c == o && strings.HasPrefix(alias, "--") && strings.HasPrefix(alias, f) {
-				return o, true
-			}
+	for _, sp := range d.ownedLong {
+		if (servedName || sp.flag != d.ServedNameFlag) && strings.HasPrefix(sp.spelling, f) {
+			return sp.flag, true
 		}
 	}
 	return "", false
+}
+
+// spelling is one long spelling of an owned flag.
+type spelling struct{ spelling, flag string }
+
+// ownedSpellings lists the long spellings of every owned flag (its own and
+// its aliases'), once, when d is registered.
+func (d *Descriptor) ownedSpellings() []spelling {
+	var out []spelling
+	for _, f := range d.ownedFlags(true) {
+		if strings.HasPrefix(f, "--") {
+			out = append(out, spelling{f, f})
+		}
+	}
+	for alias, f := range d.aliases {
+		if strings.HasPrefix(alias, "--") && slices.Contains(d.ownedFlags(true), f) {
+			out = append(out, spelling{alias, f})
+		}
+	}
+	slices.SortFunc(out, func(a, b spelling) int { return strings.Compare(a.spelling, b.spelling) })
+	return out
 }
 
 // CheckArgs reports an argument of a task's (or a catalog profile's) args
@@ -99,17 +124,22 @@ func (d *Descriptor) ownedFlag(tok string, owned []string) (string, bool) {
 // engine whose parser rejects a repeated flag, a flag given twice. Errors
 // name args[i].
 func (d *Descriptor) CheckArgs(args []string, servedName bool) error {
-	owned := d.Owned(servedName)
-	seen := map[string]int{}
+	var seen map[string]int // for an engine that rejects repeats
+	if d.noRepeats {
+		seen = map[string]int{}
+	}
 	for i, a := range args {
 		if !isFlagToken(a) {
 			continue
 		}
-		if f, ok := d.ownedFlag(a, owned); ok {
+		if f, ok := d.ownedFlag(a, servedName); ok {
 			return fmt.Errorf("args[%d]: %s is set by llmgw%s", i, a, d.ownedHint(f))
 		}
+		if seen == nil {
+			continue
+		}
 		f := d.canon(a)
-		if j, dup := seen[f]; dup && d.noRepeats && !slices.Contains(d.repeatable, f) {
+		if j, dup := seen[f]; dup && !slices.Contains(d.repeatable, f) {
 			return fmt.Errorf("args[%d]: %s repeats args[%d] (%s): engine %q%s rejects a flag given twice", i, a, j, args[j], d.Name, d.pinnedAt())
 		}
 		seen[f] = i

@@ -92,6 +92,10 @@ type Descriptor struct {
 	repeatable  []string
 	owns        []string
 	ownsWhy     map[string]string
+	// owned and ownedServed are what Owned returns, and ownedLong the
+	// long spellings of those flags, computed by register.
+	owned, ownedServed []string
+	ownedLong          []spelling
 	// defaults returns flags (each with its values) the recipe adds unless
 	// the task's args set them.
 	defaults func(in Input) [][]string
@@ -166,6 +170,8 @@ func register(d *Descriptor) {
 	if d.Progress == nil {
 		d.Progress = func(string) (Progress, bool) { return Progress{}, false }
 	}
+	d.owned, d.ownedServed = d.ownedFlags(false), d.ownedFlags(true)
+	d.ownedLong = d.ownedSpellings()
 	registry[d.Name] = d
 }
 

@@ -52,22 +52,25 @@
 // # The task
 //
 // One task, "engine", driver "llmgw", with the driver's task config: engine,
-// model (the catalog's source), command (only when Settings.Commands names
-// one for the engine), args, port = "http", ready { path interval timeout },
-// tensor_parallel = profile.gpus (GPUs per node: the driver refuses more
-// than it was given; the profile's args carry any wider parallelism, such
-// as SGLang's --tp 16 over two nodes of 8), and env (Settings.Env, then the
-// profile's env over it).
+// model (the catalog's source), model_file (the model's file, for an engine
+// that loads one local file: llama.cpp), command (only when
+// Settings.Commands names one for the engine), args (the profile's, as
+// they are), port = "http", ready { path interval timeout }, env
+// (Settings.Env, then the profile's env over it), and the replica's layout
+// resolved by its engine's descriptor (facility.Profile.ResolvedLayout):
+// tensor_parallel always, pipeline_parallel, data_parallel and
+// expert_parallel when above 1. They are replica-wide: SGLang's
+// tensor_parallel = 16 over two nodes of 8, vLLM's 8 × pipeline 2. The
+// driver renders each engine's own flags from them (engine.Build), once:
+// the profile's args may not set them.
 //
-// args are the profile's args followed by llmgw's own, which come last so
-// that they win (the engines' argument parsers take the last of a repeated
-// flag): the name the engine answers to, so that requests for the catalog's
-// model name reach it — vLLM and SGLang --served-model-name <model>,
-// llama.cpp --alias <model>. TGI has no such flag in the versions we
-// target; its OpenAI-compatible routes ignore the request's model field, so
-// the gateway's routing by name works without one (its /v1/models lists the
-// source id). A `command` engine gets LLMGW_SERVED_MODEL_NAME in its
-// environment, as every engine does.
+// served_model_name = the catalog's model name for engines with a
+// served-name flag (vLLM and SGLang --served-model-name, llama.cpp
+// --alias), so that requests for the model's name reach it. TGI has no
+// such flag at the pinned version; its OpenAI-compatible routes ignore the
+// request's model field, so the gateway's routing by name works without
+// one (its /v1/models lists the source id). Every engine gets
+// LLMGW_SERVED_MODEL_NAME in its environment.
 //
 // Resources: cores = cpu_cores (whole cores, as the facility counts them;
 // cpu = 1000 MHz when the profile asks for none), memory = memory_gb × 1024
@@ -101,14 +104,22 @@
 // other shards have a template (env = true, change_mode = "restart")
 // reading that service from the same provider (nomadService, or Consul's
 // service), which sets the three LLMGW_LEADER_* variables; template env
-// overrides the task's env block. The engine arguments refer to them by
-// interpolation, so both engines' launchers are expressible:
+// overrides the task's env block. Each shard's task config has nodes = N,
+// node_rank = R and leader_addr = "${LLMGW_LEADER_ADDR}", which Nomad
+// interpolates, and from which the driver renders the engine's multi-node
+// flags (the descriptor's MultiNode):
 //
-//	SGLang: --nnodes N --node-rank R --dist-init-addr ${LLMGW_LEADER_ADDR}
-//	vLLM:   --nnodes N --node-rank R --master-addr ${LLMGW_LEADER_HOST}
-//	        --master-port ${LLMGW_LEADER_PORT}, and --headless for R > 0
+//	SGLang: --nnodes N --node-rank R --dist-init-addr HOST:PORT
+//	vLLM:   --nnodes N --node-rank R --master-addr HOST --master-port PORT,
+//	        and --headless for R > 0; with data_parallel > 1 instead
+//	        --data-parallel-size-local D/N --data-parallel-address HOST
+//	        --data-parallel-rpc-port PORT, and --headless
+//	        --data-parallel-start-rank R×D/N for R > 0
 //
-// A command engine reads the same variables from its environment.
+// A command engine reads the same variables from its environment. Ranks
+// above 0 are probed for readiness where they serve HTTP (SGLang's health
+// server) and get ready { skip = true } where they serve none (vLLM's
+// headless ranks, the command engine's).
 //
 // Nomad has no ordering between groups, and a service template does not
 // block on an empty service list (consul-template renders it empty), so a

@@ -476,12 +476,14 @@ func (r *rendering) task(rank int) *api.Task {
 		}},
 		"tensor_parallel": r.layout.Tensor,
 	}
-	for k, v := range map[string]int{
-		"pipeline_parallel": r.layout.Pipeline, "data_parallel": r.layout.Data, "expert_parallel": r.layout.Expert,
-	} {
-		if v > 1 {
-			cfg[k] = v
-		}
+	if l := r.layout; l.Pipeline > 1 {
+		cfg["pipeline_parallel"] = l.Pipeline
+	}
+	if l := r.layout; l.Data > 1 {
+		cfg["data_parallel"] = l.Data
+	}
+	if l := r.layout; l.Expert > 1 {
+		cfg["expert_parallel"] = l.Expert
 	}
 	if m.File != "" {
 		cfg["model_file"] = m.File
