@@ -697,9 +697,21 @@ func TestControllerMultiNodeReplicaStaysInOneRack(t *testing.T) {
 	if err != nil {
 		t.Logf("shard 1's stderr: %v", err)
 	}
-	wantArgs := regexp.MustCompile(`--nnodes 2 --node-rank 1 --master-addr ` + regexp.QuoteMeta(host) + ` --master-port ` + port + ` --headless`)
+	// The replica-wide layout (vLLM's default for 2 nodes × 2 GPUs: tensor
+	// inside a node, pipeline over the two), then the rank and the leader:
+	// fake-engine lists the flags it does not know on stderr, and reports
+	// the tensor size and served name it read on stdout.
+	wantArgs := regexp.MustCompile(`--pipeline-parallel-size 2 --nnodes 2 --node-rank 1 --master-addr ` +
+		regexp.QuoteMeta(host) + ` --master-port ` + port + ` --headless`)
 	if !wantArgs.MatchString(stderr) {
-		t.Errorf("shard 1's engine was not started with the leader's address %s; stderr:\n%s", dist, stderr)
+		t.Errorf("shard 1's engine was not started with the layout and the leader's address %s; stderr:\n%s", dist, stderr)
+	}
+	stdout, err := c.Logs(wa, render.TaskName, "stdout")
+	if err != nil {
+		t.Logf("shard 1's stdout: %v", err)
+	}
+	if !strings.Contains(stdout, "served_model_name=mn ") || !strings.Contains(stdout, "tensor_parallel=2 ") {
+		t.Errorf("shard 1's engine did not get --served-model-name mn --tensor-parallel-size 2; stdout:\n%s", stdout)
 	}
 	t.Logf("mn-0 (%s) on %v; shard 1 on %s found the leader at %s", r.JobID, r.Nodes, worker.NodeName, dist)
 }
