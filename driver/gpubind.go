@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/internal/nvmlseam"
 )
 
@@ -52,7 +53,7 @@ func allocatedGPUs(deviceEnv map[string]string) (ids []string, from string) {
 
 // planGPUs works out the engine's GPU binding. topo reads the host's
 // topology from the driver's NVML (an error when NVML is unavailable).
-func planGPUs(deviceEnv map[string]string, engine string, topo func() (nvmlseam.Topology, error)) (gpuPlan, error) {
+func planGPUs(deviceEnv map[string]string, engineName string, topo func() (nvmlseam.Topology, error)) (gpuPlan, error) {
 	var p gpuPlan
 	ids, from := allocatedGPUs(deviceEnv)
 	p.group = deviceEnv[nvmlseam.EnvGroup]
@@ -109,8 +110,8 @@ func planGPUs(deviceEnv map[string]string, engine string, topo func() (nvmlseam.
 			}
 		}
 	}
-	if p.bind.MIG > 0 && engine == "vllm" {
-		p.notes = append(p.notes, "MIG: vLLM releases crash on a MIG UUID in CUDA_VISIBLE_DEVICES (vllm-project/vllm#41848; the fix, PR #46132, is open); see docs/driver.md for the engines known to run on MIG")
+	if d, ok := engine.Lookup(engineName); ok && p.bind.MIG > 0 && d.MIGWarning != "" {
+		p.notes = append(p.notes, "MIG: "+d.MIGWarning+"; see docs/driver.md for the engines known to run on MIG")
 	}
 	return p, nil
 }

@@ -57,6 +57,10 @@ type Descriptor struct {
 	// runs on one node only.
 	MultiNode *MultiNode
 
+	// MIGWarning, when set, is the task event the driver adds when it
+	// starts the engine on a MIG instance: what is known to break.
+	MIGWarning string
+
 	// ReadyPath is the HTTP path that answers 2xx once the engine serves.
 	ReadyPath string
 	// Progress recognises the engine's load-progress log lines.

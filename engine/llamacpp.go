@@ -16,7 +16,7 @@ const GPULayersAll = "999"
 // --metrics ...`.
 //
 // Facts from llama.cpp b4747 (commit
-// c5d91a74006c49376590ef2b67420bc7ce206397; /work/notes/engines/llamacpp.md,
+// c5d91a74006c49376590ef2b67420bc7ce206397; docs/engines/llamacpp.md,
 // flag table engine/testdata/contract/llamacpp.txt):
 //   - -m takes a local GGUF file and uses no network (common/arg.cpp:
 //     1752-1762); a hub id there is just a missing file, which llama-server
@@ -49,7 +49,7 @@ func init() {
 	register(&Descriptor{
 		Name: LlamaCpp,
 		Pinned: Pinned{Version: "b4747", Commit: "c5d91a74006c49376590ef2b67420bc7ce206397",
-			Notes: "/work/notes/engines/llamacpp.md"},
+			Notes: "docs/engines/llamacpp.md"},
 		DefaultExecutable: "llama-server",
 		Model:             ModelArg{Flag: "-m", File: true},
 		HostFlag:          "--host",

@@ -12,7 +12,7 @@ import (
 // --port P --tp-size T ...`.
 //
 // Facts from SGLang v0.5.18 (tag commit
-// 71de97b264b04dcd514cf904003028aefe9775c8; /work/notes/engines/sglang.md,
+// 71de97b264b04dcd514cf904003028aefe9775c8; docs/engines/sglang.md,
 // flag table engine/testdata/contract/sglang.txt; paths under python/):
 //   - argparse with allow_abbrev (--tp is --tp-size by prefix; --pp is
 //     ambiguous), no '_' to '-' rewriting, the last of a repeated flag
@@ -44,7 +44,7 @@ func init() {
 	register(&Descriptor{
 		Name: SGLang,
 		Pinned: Pinned{Version: "v0.5.18", Commit: "71de97b264b04dcd514cf904003028aefe9775c8",
-			Notes: "/work/notes/engines/sglang.md"},
+			Notes: "docs/engines/sglang.md"},
 		DefaultExecutable: "python3",
 		// A Python interpreter runs the launcher module; anything else is
 		// taken to be a launcher (a wrapper script or a venv entry point)

@@ -9,7 +9,7 @@ import (
 //
 // Facts from vLLM v0.28.0 (tag commit
 // 2cf0a6915ce544dc493a0990f2ea38d81601128a, read at its merge-base with
-// main, 53e211d2923192ea1f7442de93d59cfbb150e089; /work/notes/engines/vllm.md,
+// main, 53e211d2923192ea1f7442de93d59cfbb150e089; docs/engines/vllm.md,
 // flag table engine/testdata/contract/vllm.txt):
 //   - The model is serve's positional (vllm/entrypoints/openai/cli_args.py:
 //     373-378); a --model in args is moved into the positional slot and
@@ -47,7 +47,7 @@ func init() {
 	register(&Descriptor{
 		Name: VLLM,
 		Pinned: Pinned{Version: "v0.28.0", Commit: "2cf0a6915ce544dc493a0990f2ea38d81601128a",
-			Notes: "/work/notes/engines/vllm.md"},
+			Notes: "docs/engines/vllm.md"},
 		DefaultExecutable: "vllm",
 		prefix:            func(string) []string { return []string{"serve"} },
 		Model:             ModelArg{Positional: true},
@@ -83,8 +83,10 @@ func init() {
 			"--model": "the model is serve's positional argument, from the model (the catalog's source)",
 			"--uds":   "vLLM would ignore --host and --port, which readiness probes",
 		},
-		ReadyPath: "/health",
-		Progress:  ParseProgress,
+		// docs/engines/vllm.md, "CUDA_VISIBLE_DEVICES".
+		MIGWarning: "vLLM releases crash on a MIG UUID in CUDA_VISIBLE_DEVICES (vllm-project/vllm#41848; the fix, PR #46132, is open)",
+		ReadyPath:  "/health",
+		Progress:   ParseProgress,
 		// vllm/v1/metrics/loggers.py: every engine metric carries
 		// model_name and engine (the engine core's index; one series per
 		// data-parallel engine).
