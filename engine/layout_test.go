@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -122,6 +123,37 @@ func TestDescriptorsComplete(t *testing.T) {
 		for _, f := range d.Owned(true) {
 			if !strings.HasPrefix(f, "-") {
 				t.Errorf("%s: owned flag %q", d.Name, f)
+			}
+		}
+	}
+}
+
+// docs/driver.md describes every descriptor: its name, pinned version and
+// commit, and its metric names, so that a changed descriptor cannot leave
+// the docs behind.
+func TestDriverDocsFollowTheDescriptors(t *testing.T) {
+	b, err := os.ReadFile("../docs/driver.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, d := range engine.Descriptors() {
+		want := []string{"`" + d.Name + "`"}
+		if d.Pinned.Version != "" {
+			want = append(want, d.Pinned.Version, d.Pinned.Commit[:12])
+		}
+		m := d.Metrics
+		for _, x := range []engine.Metric{m.RequestsWaiting, m.RequestsRunning, m.KVCacheUsage, m.TimeToFirstToken, m.GeneratedTokens} {
+			if x.Name != "" {
+				want = append(want, "`"+x.Name+"`")
+			}
+			if x.Per != "" {
+				want = append(want, "`"+x.Per+"`")
+			}
+		}
+		for _, w := range want {
+			if !strings.Contains(doc, w) {
+				t.Errorf("docs/driver.md does not mention %s of engine %s", w, d.Name)
 			}
 		}
 	}
