@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,9 +111,11 @@ args    = ["--max-running-requests", "1", "--tokens-per-second", "20"]
 // InspectTask says so.
 func TestEngineMetricsUnreadable(t *testing.T) {
 	p := startPlugin(t, pluginBody)
+	model := filepath.Join(t.TempDir(), "tiny.gguf") // llama.cpp's model is a file that must be there
+	writeFile(t, model, "GGUF")
 	tk := newTask(t, taskOpts{body: `
 engine  = "llamacpp"
-model   = "/models/tiny.gguf"
+model   = "` + model + `"
 command = "%ENGINE%"
 port    = "%PORT%"
 args    = ["--metrics=false"]
