@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -119,7 +121,7 @@ func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
 		m.wire(g)
 		m.devices = append(m.devices, g)
 	}
-	for _, key := range sortedKeys(cfg.MIG) {
+	for _, key := range slices.Sorted(maps.Keys(cfg.MIG)) {
 		idx, err := strconv.Atoi(key)
 		if err != nil || idx < 0 || idx >= n {
 			return nil, fmt.Errorf("mock.mig: key %q is not the index of one of the %d mock GPUs", key, n)
@@ -417,13 +419,4 @@ func MIGProfileName(info nvml.GpuInstanceProfileInfo) string {
 		name += "+me.all"
 	}
 	return name
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/user"
@@ -312,12 +313,12 @@ func checkEnvPolicy(conf Config, taskEnv, cfgEnv map[string]string, hostEnv func
 	hint := func(k string) string {
 		return fmt.Sprintf("set allowed_env = [%q] in the plugin config to allow it", k)
 	}
-	for _, k := range sortedKeys(cfgEnv) {
+	for _, k := range slices.Sorted(maps.Keys(cfgEnv)) {
 		if denied(k) {
 			return fmt.Errorf("env.%s: denied by env_denylist (%s)", k, hint(k))
 		}
 	}
-	for _, k := range sortedKeys(taskEnv) {
+	for _, k := range slices.Sorted(maps.Keys(taskEnv)) {
 		if !denied(k) {
 			continue
 		}
@@ -327,15 +328,6 @@ func checkEnvPolicy(conf Config, taskEnv, cfgEnv map[string]string, hostEnv func
 		return fmt.Errorf("task environment %s: denied by env_denylist; the job sets it (its env block or a template), the client's environment does not (%s)", k, hint(k))
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // userEnv is what the driver sets for a non-root engine: HOME (the user's

@@ -597,7 +597,7 @@ func (p *parser) driver(raw *driverHCL, d *Driver) {
 	}
 	if r, ok := p.Given(b, "env"); ok {
 		env := raw.Env
-		for _, k := range sortedKeys(env) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
 			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(env[k], 0) {
 				p.errorf(r, "env: bad variable %q", k)
 			}
@@ -606,7 +606,7 @@ func (p *parser) driver(raw *driverHCL, d *Driver) {
 	}
 	if r, ok := p.Given(b, "engines"); ok {
 		eng := raw.Engines
-		for _, k := range sortedKeys(eng) {
+		for _, k := range slices.Sorted(maps.Keys(eng)) {
 			switch {
 			case !engine.Known(k):
 				p.errorf(r, "engines: unknown engine %q (want one of %s)", k, strings.Join(engine.Engines(), ", "))
@@ -693,15 +693,6 @@ func checkConsulAddress(s string) error {
 		return fmt.Errorf("%q is not host:port", s)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // RenderSettings returns the settings of every job the controller renders.
