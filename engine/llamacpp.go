@@ -17,7 +17,7 @@ const GPULayersAll = "999"
 //
 // Facts from llama.cpp b4747 (commit
 // c5d91a74006c49376590ef2b67420bc7ce206397; docs/engines/llamacpp.md,
-// flag table engine/testdata/contract/llamacpp.txt):
+// flag table engine/contract/llamacpp.txt):
 //   - -m takes a local GGUF file and uses no network (common/arg.cpp:
 //     1752-1762); a hub id there is just a missing file, which llama-server
 //     reports only after binding its port, then dies of SIGABRT. So the

@@ -1,14 +1,11 @@
 package engine_test
 
 import (
-	"bufio"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/engine/contract"
 )
 
 func TestMetricsOf(t *testing.T) {
@@ -55,21 +52,24 @@ func TestMetricsOf(t *testing.T) {
 
 // TestMetricsEnableFlagsInContract checks that each flag turning an
 // engine's /metrics on is a switch of that engine's parser at the pinned
-// version (the contract files in testdata/contract list every flag with
-// its arity), and that the recipe passes it.
+// version (engine/contract lists every flag with its arity), and that the
+// recipe passes it.
 func TestMetricsEnableFlagsInContract(t *testing.T) {
 	for _, e := range engine.Engines() {
 		m, _ := engine.MetricsOf(e)
 		if len(m.Enable) == 0 {
 			continue
 		}
-		arity := contractArity(t, e)
+		c, err := contract.Load(e)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, flag := range m.Enable {
-			a, ok := arity[flag]
-			if !ok {
-				t.Errorf("%s: %s is not a flag of the pinned version (testdata/contract/%s.txt)", e, flag, e)
-			} else if a != "0" {
-				t.Errorf("%s: %s takes %s values, want a switch", e, flag, a)
+			f := c.Flag(flag)
+			if f == nil {
+				t.Errorf("%s: %s is not a flag of the pinned version (engine/contract/%s)", e, flag, c.File)
+			} else if f.Arity != "0" {
+				t.Errorf("%s: %s takes %s values, want a switch", e, flag, f.Arity)
 			}
 		}
 		cmd, err := engine.Build(engine.Input{Engine: e, Executable: "/bin/" + e, Model: "m", Host: "127.0.0.1", Port: 8000, Layout: engine.Layout{Tensor: 1}})
@@ -82,32 +82,4 @@ func TestMetricsEnableFlagsInContract(t *testing.T) {
 			}
 		}
 	}
-}
-
-// contractArity reads flag -> arity from testdata/contract/<engine>.txt
-// (tab-separated: flag, arity, …; # comments).
-func contractArity(t *testing.T, e string) map[string]string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "contract", e+".txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Split(line, "\t")
-		if len(fields) >= 2 {
-			out[fields[0]] = fields[1]
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

@@ -13,7 +13,7 @@ import (
 //
 // Facts from SGLang v0.5.18 (tag commit
 // 71de97b264b04dcd514cf904003028aefe9775c8; docs/engines/sglang.md,
-// flag table engine/testdata/contract/sglang.txt; paths under python/):
+// flag table engine/contract/sglang.txt; paths under python/):
 //   - argparse with allow_abbrev (--tp is --tp-size by prefix; --pp is
 //     ambiguous), no '_' to '-' rewriting, the last of a repeated flag
 //     wins. Aliases: --model, --tensor-parallel-size,

@@ -9,7 +9,7 @@ import (
 // --model-id MODEL --hostname IP --port P --num-shard N ...`.
 //
 // Facts from TGI v3.3.7 (commit dfb3fbe78e0d1d69251bd33065591c61bafdfaa8;
-// docs/engines/tgi.md, flag table engine/testdata/contract/tgi.txt):
+// docs/engines/tgi.md, flag table engine/contract/tgi.txt):
 //   - The launcher's clap parser rejects any flag given twice ("the
 //     argument '--port <PORT>' cannot be used multiple times", exit 2)
 //     except --cors-allow-origin and --cuda-graphs, which append

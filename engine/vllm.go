@@ -10,7 +10,7 @@ import (
 // Facts from vLLM v0.28.0 (tag commit
 // 2cf0a6915ce544dc493a0990f2ea38d81601128a, read at its merge-base with
 // main, 53e211d2923192ea1f7442de93d59cfbb150e089; docs/engines/vllm.md,
-// flag table engine/testdata/contract/vllm.txt):
+// flag table engine/contract/vllm.txt):
 //   - The model is serve's positional (vllm/entrypoints/openai/cli_args.py:
 //     373-378); a --model in args is moved into the positional slot and
 //     then clashes with ours (vllm/utils/argparse_utils.py:251-283), so it
