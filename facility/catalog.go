@@ -173,6 +173,14 @@ func (c Catalog) Validate() error {
 		if err := checkName("model", m.Name); err != nil {
 			errs = append(errs, errAt(m.Pos, err.Error()))
 		}
+		// The name is the served name and the source the model argument on
+		// the engine's command line, where a leading '-' reads as a flag.
+		if strings.HasPrefix(m.Name, "-") {
+			bad("name starts with '-': engines would read --served-model-name %s as a flag", m.Name)
+		}
+		if strings.HasPrefix(m.Source, "-") {
+			bad("source %q starts with '-': engines would read it as a flag (write a path as ./%s)", m.Source, m.Source)
+		}
 		if p, dup := models[m.Name]; dup {
 			bad("duplicate model (first at %s)", p)
 		} else {

@@ -211,6 +211,8 @@ func TestParseErrors(t *testing.T) {
 		{"catalog: spread level twice", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    spread = [\"rack\", \"rack\"]\n  }\n}\n", "f.hcl:2: profile m/p: spread lists rack twice"},
 		{"catalog: no profile", "catalog", "model \"m\" {\n}\n", `f.hcl:1: model "m": no profile`},
 		{"catalog: duplicate model", "catalog", okProfile + okProfile, `f.hcl:8: model "m": duplicate model (first at f.hcl:1)`},
+		{"catalog: name like a flag", "catalog", strings.Replace(okProfile, `model "m"`, `model "-m"`, 1), `f.hcl:1: model "-m": name starts with '-': engines would read --served-model-name -m as a flag`},
+		{"catalog: source like a flag", "catalog", strings.Replace(okProfile, "{\n", "{\n  source = \"-x\"\n", 1), `f.hcl:1: model "m": source "-x" starts with '-': engines would read it as a flag (write a path as ./-x)`},
 		{"catalog: duplicate profile", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:6: profile m/p: duplicate (first at f.hcl:2)"},
 		{"catalog: args not a list", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    args = 3\n  }\n}\n", "f.hcl:5: args: Unsuitable value type: list of string required"},
 		{"fleet: unknown attribute, with a hint", "fleet", "node \"n1\" {\n  rak = \"x\"\n}\n", `f.hcl:2: Unsupported argument: An argument named "rak" is not expected here. Did you mean "rack"?`},
