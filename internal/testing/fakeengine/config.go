@@ -372,6 +372,7 @@ const Usage = `fake-engine: an OpenAI-compatible stand-in for inference engines.
 
 Usage:
   fake-engine serve MODEL [--host H] [--port P] [--tensor-parallel-size N] [flags]
+  fake-engine --strict ENGINE[@VERSION] ENGINE-ARGS...
 
 Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
   MODEL, --model, --model-path, --model-id, -m   model id or path (else LLMGW_MODEL)
@@ -402,4 +403,10 @@ Fake-engine flags:
                           does (indices need CUDA_DEVICE_ORDER=PCI_BUS_ID) and report UUIDs
 
 Seconds are numbers (2.5) or durations (2500ms). Other flags are ignored.
+FAKE_ENGINE_FLAGS adds fake-engine flags from the environment.
+
+Strict mode (--strict first, or FAKE_ENGINE_STRICT=ENGINE[@VERSION]) checks the
+command line as the engine's own parser at its pinned version would (vllm, sglang,
+tgi, llamacpp; engine/contract) and fails as it would, with its message and exit
+status. fake-engine flags then go in FAKE_ENGINE_FLAGS only.
 `

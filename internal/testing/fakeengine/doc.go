@@ -15,6 +15,10 @@
 // after a delay with a chosen exit code, ignore SIGTERM, or refuse to start
 // unless CUDA_VISIBLE_DEVICES holds the GPUs asked for.
 //
+// In strict mode (--strict vllm@v0.28.0, or FAKE_ENGINE_STRICT) it first
+// walks the command line with the engine's contract (engine/contract) and
+// refuses what that engine's parser would, with its message and exit status.
+//
 // Run is the whole program; cmd/fake-engine only wires the process to it.
 // docs/fake-engine.md is the operator's page.
 package fakeengine

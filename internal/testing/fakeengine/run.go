@@ -47,7 +47,12 @@ func Run(ctx context.Context, o Options) int {
 	}
 	getenv := func(k string) string { v, _ := lookup(k); return v }
 
-	cfg, err := Parse(o.Args, getenv)
+	strict, cfg, err := parseStrict(o.Args, getenv)
+	if e, ok := asContractError(err); ok {
+		// What the real engine prints and exits with.
+		fmt.Fprint(stderr, e.Stderr)
+		return e.Status
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fake-engine: %v\nRun 'fake-engine --help' for usage.\n", err)
 		return ExitUsage
@@ -85,8 +90,12 @@ func Run(ctx context.Context, o Options) int {
 			gpus = "none"
 		}
 	}
-	fmt.Fprintf(stdout, "fake-engine: serving model=%s served_model_name=%s host=%s port=%s tensor_parallel=%d gpus=%s load_seconds=%g\n",
-		logValue(cfg.Model), logValue(strings.Join(cfg.names(), ",")), host, port, cfg.TensorParallel, gpus, cfg.LoadTime.Seconds())
+	strictNote := ""
+	if strict != nil {
+		strictNote = " strict=" + strict.Spec()
+	}
+	fmt.Fprintf(stdout, "fake-engine: serving model=%s served_model_name=%s host=%s port=%s tensor_parallel=%d gpus=%s load_seconds=%g%s\n",
+		logValue(cfg.Model), logValue(strings.Join(cfg.names(), ",")), host, port, cfg.TensorParallel, gpus, cfg.LoadTime.Seconds(), strictNote)
 	if len(cfg.Ignored) > 0 {
 		fmt.Fprintf(stderr, "WARNING fake-engine: ignoring arguments: %s\n", strings.Join(cfg.Ignored, " "))
 	}
