@@ -51,9 +51,9 @@ func contractSpecs() []string {
 // would refuse them it returns the *contract.Error, whose Stderr and Status
 // are what the engine would print and exit with. Otherwise it returns the
 // command line as the engine understood it, spelled for Parse: positionals
-// first, then each flag by its main name with its values attached
-// (--flag=value), the repeats the engine drops dropped (a "last" flag keeps
-// its last occurrence only).
+// first, then each flag by its main name and its values (attached,
+// --flag=value, where a value could read as a flag), without the repeats the
+// engine drops (a "last" flag keeps its last occurrence only).
 func strictArgs(c *contract.Contract, args []string) ([]string, error) {
 	p, err := c.Walk(args)
 	if err != nil {
@@ -71,6 +71,10 @@ func strictArgs(c *contract.Contract, args []string) ([]string, error) {
 		switch {
 		case len(o.Values) == 0:
 			out = append(out, o.Flag.Name)
+		case len(o.Values) == 1 && !strings.HasPrefix(o.Values[0], "-"):
+			// Spelled as given, so that the warning for flags fake-engine
+			// ignores shows them as the engine got them.
+			out = append(out, o.Flag.Name, o.Values[0])
 		case o.Flag.Arity.Max() == 2:
 			// Two values make one argument (llama.cpp's --lora-scaled FILE
 			// SCALE), which fake-engine only lists as ignored.
