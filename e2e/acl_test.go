@@ -109,7 +109,7 @@ model "beta" {
     gpus   = 1
     watts  = 250
     spread = ["rack"]
-    args   = ["--load-seconds", "1"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 `, n)

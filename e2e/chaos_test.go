@@ -45,7 +45,7 @@ model "beta" {
     gpus   = 1
     watts  = 250
     spread = ["rack"]
-    args   = ["--load-seconds", "1"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 model "gamma" {
@@ -58,7 +58,7 @@ model "gamma" {
     nodes       = 2
     keep_within = "rack"
     watts       = 300
-    args        = ["--load-seconds", "1"]
+    env         = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 `

@@ -241,7 +241,7 @@ model "gamma" {
     gpus   = 1
     watts  = 1000
     spread = ["rack"]
-    args   = ["--load-seconds", "1"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 `
@@ -610,7 +610,7 @@ model "mn" {
     nodes       = 2
     keep_within = "rack"
     watts       = 500
-    args        = ["--load-seconds", "1"]
+    env         = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 `

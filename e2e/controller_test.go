@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
@@ -108,12 +110,14 @@ driver {
   check_interval = "2s"
   check_timeout  = "1s"
   engines        = { vllm = %q }
+  # fake-engine checks every command line as vLLM's parser would.
+  env            = { FAKE_ENGINE_STRICT = %q }
 }
 reconcile {
   interval         = "5s"
   partial_deadline = "1m"
 }
-`, addr, freeAddr(t), engine)+strings.Join(extra, "\n"))
+`, addr, freeAddr(t), engine, strictVLLM)+strings.Join(extra, "\n"))
 	cfg, err := config.Load(filepath.Join(dir, "llmgw.hcl"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +257,7 @@ model %[1]q {
     gpus   = %[4]d
     watts  = %[5]d
     spread = ["rack"]
-    args   = ["--load-seconds", "%[6]d"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds %[6]d" }
   }
 }
 `, m.name, m.profile, m.replicas, m.gpus, m.watts, loadSeconds)
@@ -275,7 +279,9 @@ func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
   publish_allocation_metrics = true
   collection_interval        = "1s"
 }`)
-	catalog := strings.ReplaceAll(twoModels(2), `args   = ["--load-seconds", "1"]`, `args   = ["--load-seconds", "1", "--max-num-seqs", "1"]`)
+	catalog := strings.ReplaceAll(twoModels(2), `env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }`,
+		`env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
+    args   = ["--max-num-seqs", "1"]`)
 	if !strings.Contains(catalog, "--max-num-seqs") {
 		t.Fatalf("catalog lacks the batch bound:\n%s", catalog)
 	}
@@ -312,6 +318,9 @@ func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
 	}
 	if len(jobs) != 4 {
 		t.Errorf("Nomad has %d jobs, want 4", len(jobs))
+	}
+	for _, j := range jobs {
+		assertStrictEngine(t, c, j.ID)
 	}
 	t.Logf("replicas: %+v", rs)
 
@@ -425,4 +434,32 @@ func getEngines(t *testing.T, base string) []struct {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// assertStrictEngine checks that a running allocation of job started its
+// fake-engine in strict mode, so that the command line the driver built
+// passed the engine's contract.
+func assertStrictEngine(t *testing.T, c *nomadtest.Cluster, job string) {
+	t.Helper()
+	nomadtest.Eventually(t, 30*time.Second, func() (bool, string) {
+		stubs, _, err := c.API.Jobs().Allocations(job, false, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, st := range stubs {
+			if st.ClientStatus != api.AllocClientStatusRunning {
+				continue
+			}
+			a, _, err := c.API.Allocations().Info(st.ID, nil)
+			if err != nil {
+				return false, err.Error()
+			}
+			out, _ := c.Logs(a, "engine", "stdout")
+			if strings.Contains(out, " strict="+strictVLLM+"\n") {
+				return true, ""
+			}
+			return false, fmt.Sprintf("job %s: no strict=%s in the engine's startup line yet: %q", job, strictVLLM, out)
+		}
+		return false, "job " + job + ": no running allocation"
+	})
 }

@@ -39,6 +39,7 @@ func TestDemo(t *testing.T) {
 		" LLMGW_GPU_UUIDS=GPU-",
 		"replicas: 5 serving, 0 starting",
 		"llama-3.1-8b-1",
+		"fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=" + strictVLLM + ")",
 		"llmgw API: http://127.0.0.1:",
 		"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas)",
 		`POST /v1/chat/completions {"model":"llama-3.1-8b"}: through the gateway: 200 from replica llama-3.1-8b-`,

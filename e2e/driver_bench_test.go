@@ -49,8 +49,9 @@ func benchCluster(b *testing.B) (*nomadtest.Cluster, string, string) {
 }
 
 // engineTask is one task running `fake-engine serve bench --host H --port
-// P --tensor-parallel-size 1 <extra>` on one GPU, through llmgw's vllm
-// recipe or through raw_exec with the same command line.
+// P --tensor-parallel-size 1` in strict mode (fake-engine's flags extra in
+// FAKE_ENGINE_FLAGS) on one GPU, through llmgw's vllm recipe or through
+// raw_exec with the same command line.
 func engineTask(driver, engine string, extra []string, ready map[string]any) *api.Task {
 	t := &api.Task{
 		Name:   "engine",
@@ -61,19 +62,24 @@ func engineTask(driver, engine string, extra []string, ready map[string]any) *ap
 		},
 		KillTimeout: ptr(5 * time.Second),
 	}
+	// fake-engine runs in strict mode for either driver; its own flags
+	// (extra) go in the environment.
+	flags := strings.Join(extra, " ")
 	switch driver {
 	case "llmgw":
 		cfg := map[string]any{
-			"engine": "vllm", "model": "bench", "command": engine, "args": extra, "port": "http",
+			"engine": "vllm", "model": "bench", "command": engine, "port": "http",
+			"env": map[string]string{"FAKE_ENGINE_STRICT": strictVLLM, "FAKE_ENGINE_FLAGS": flags},
 		}
 		if ready != nil {
 			cfg["ready"] = []map[string]any{ready}
 		}
 		t.Config = cfg
 	default:
-		args := append([]string{"serve", "bench", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}",
-			"--tensor-parallel-size", "1"}, extra...)
+		args := []string{"--strict", strictVLLM, "serve", "bench", "--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}",
+			"--tensor-parallel-size", "1"}
 		t.Config = map[string]any{"command": engine, "args": args}
+		t.Env = map[string]string{"FAKE_ENGINE_FLAGS": flags}
 	}
 	return t
 }

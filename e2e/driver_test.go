@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/engine/contract"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -28,6 +29,19 @@ const (
 	driverPkg     = "github.com/llmgw/llmgw/cmd/nomad-driver-llmgw"
 	fakeEnginePkg = "github.com/llmgw/llmgw/cmd/fake-engine"
 )
+
+// strictVLLM is fake-engine's strict mode when it stands in for vLLM: the
+// contract llmgw pins (engine/contract/vllm.txt), so that every command line
+// the driver builds in these tests must pass vLLM's parser.
+var strictVLLM = pinnedSpec("vllm")
+
+func pinnedSpec(engine string) string {
+	c, err := contract.Load(engine)
+	if err != nil {
+		panic(err)
+	}
+	return c.Spec()
+}
 
 // TestDriverInRealNomad runs a vLLM-shaped task (the fake engine) on two
 // mock GPUs through the llmgw driver in a real Nomad: it becomes running
@@ -86,9 +100,13 @@ func TestDriverInRealNomad(t *testing.T) {
 					"engine":  "vllm",
 					"model":   "Qwen/Qwen2.5-0.5B-Instruct",
 					"command": engine,
-					"args":    []string{"--load-seconds", "2", "--load-shards", "4", "--expect-gpus", "2", "--host-gpus", strings.Join(pciOrder, ",")},
-					"port":    "http",
-					"ready":   []map[string]any{{"timeout": "2m"}},
+					"args":    []string{"--max-model-len", "4096"},
+					"env": map[string]string{
+						"FAKE_ENGINE_STRICT": strictVLLM,
+						"FAKE_ENGINE_FLAGS":  "--load-seconds 2 --load-shards 4 --expect-gpus 2 --host-gpus " + strings.Join(pciOrder, ","),
+					},
+					"port":  "http",
+					"ready": []map[string]any{{"timeout": "2m"}},
 				},
 				Resources: &api.Resources{
 					CPU: ptr(100), MemoryMB: ptr(128),
@@ -135,6 +153,11 @@ func TestDriverInRealNomad(t *testing.T) {
 		errOut, _ := c.Logs(alloc, "engine", "stderr")
 		return strings.Contains(out+errOut, "Loading safetensors checkpoint shards"), "engine output not in the logs yet"
 	})
+	// fake-engine ran in strict mode: vLLM's parser would take the command
+	// line the driver built.
+	if out, _ := c.Logs(alloc, "engine", "stdout"); !strings.Contains(out, " strict="+strictVLLM+"\n") {
+		t.Errorf("engine startup line lacks strict=%s:\n%s", strictVLLM, out)
+	}
 
 	// The engine saw exactly its two allocated GPUs: it resolved its
 	// CUDA_VISIBLE_DEVICES (indices, under CUDA_DEVICE_ORDER=PCI_BUS_ID)

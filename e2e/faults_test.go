@@ -47,7 +47,7 @@ model "beta" {
     gpu    = "NVIDIA H200"
     gpus   = 1
     watts  = 250
-    args   = ["--load-seconds", "1"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
   }
 }
 `

@@ -35,6 +35,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/engine/contract"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 )
@@ -303,6 +304,13 @@ func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine str
 		return "", nil, nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// fake-engine stands in for vLLM in strict mode: it refuses any command
+	// line vLLM's parser at the pinned version would.
+	vllm, err := contract.Load("vllm")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	strict := vllm.Spec()
 	cfg := filepath.Join(c.Root, "llmgw.hcl")
 	body := fmt.Sprintf(`nomad { address = %q }
 listen   = %q
@@ -315,9 +323,10 @@ driver {
   check_interval = "2s"
   check_timeout  = "1s"
   engines        = { vllm = %q }
+  env            = { FAKE_ENGINE_STRICT = %q }
 }
 reconcile { interval = "10s" }
-`, c.Server.Addr(), addr, filepath.Join(repo, "jobs/examples/demo/catalog.hcl"), filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engine)
+`, c.Server.Addr(), addr, filepath.Join(repo, "jobs/examples/demo/catalog.hcl"), filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engine, strict)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, nil, err
 	}
@@ -326,6 +335,7 @@ reconcile { interval = "10s" }
 		return "", nil, nil, err
 	}
 	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
+	fmt.Printf("Engines: fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=%s): every command line is checked against vLLM's parser.\n", strict)
 	return "http://" + addr, stop, exited, nil
 }
 
