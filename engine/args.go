@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/llmgw/llmgw/engine/contract"
 )
 
 // isFlagToken reports whether an argument is spelled as a flag: a dash
@@ -174,4 +177,43 @@ func (d *Descriptor) ownedHint(f string) string {
 		}
 	}
 	return ""
+}
+
+// CheckContract reports an argument of args that the engine's own parser,
+// at the version llmgw pins (engine/contract), would reject: a flag that
+// version does not know, a value missing, a flag repeated where its parser
+// forbids it. It builds the command line llmgw would run for in (with args
+// as in.Args) and walks it as the engine's parser would; the error names
+// args[i] and quotes the parser's message. An engine with no contract
+// (command) passes.
+func CheckContract(in Input) error {
+	d, ok := registry[in.Engine]
+	if !ok {
+		return fmt.Errorf("engine: %w", Unknown(in.Engine))
+	}
+	if d.Pinned.Version == "" {
+		return nil
+	}
+	c, err := contract.Lookup(d.Name + "@" + d.Pinned.Version)
+	if err != nil {
+		return fmt.Errorf("engine %q: %w", d.Name, err)
+	}
+	cmd, err := Build(in)
+	if err != nil {
+		return err
+	}
+	err = c.Check(cmd.Args)
+	var ce *contract.Error
+	if err == nil || !errors.As(err, &ce) {
+		return err
+	}
+	// Name the argument of args at fault: the last occurrence of the token
+	// the parser stopped at (a repeat is the second one).
+	for i := len(in.Args) - 1; i >= 0; i-- {
+		a := in.Args[i]
+		if a == ce.Arg || strings.HasPrefix(a, ce.Arg+"=") || (ce.Arg != "" && strings.HasPrefix(ce.Arg, a+"=")) {
+			return fmt.Errorf("args[%d]: %s: engine %q%s would refuse it: %s", i, a, d.Name, d.pinnedAt(), ce.Message)
+		}
+	}
+	return fmt.Errorf("args: engine %q%s would refuse the command line: %s", d.Name, d.pinnedAt(), ce.Message)
 }

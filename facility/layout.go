@@ -1,6 +1,7 @@
 package facility
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -36,7 +37,8 @@ func (p Profile) checkEngine(m Model) error {
 	if p.GPUs < 1 || p.Nodes < 1 {
 		return nil // reported on their own
 	}
-	if _, err := p.ResolvedLayout(); err != nil {
+	layout, err := p.ResolvedLayout()
+	if err != nil {
 		return err
 	}
 	if err := d.CheckArgs(p.Args, d.ServedNameFlag != ""); err != nil {
@@ -47,7 +49,24 @@ func (p Profile) checkEngine(m Model) error {
 			return fmt.Errorf("engine %q loads one local file: %w", p.Engine, err)
 		}
 	}
-	return nil
+	// The command line the leader would run, walked by the engine's own
+	// parser at its pinned version: a flag that version does not know, or
+	// one missing its value, is refused here rather than at start.
+	in := engine.Input{
+		Engine: p.Engine, Executable: d.Name, Model: cmp.Or(m.Source, m.Name),
+		Host: "127.0.0.1", Port: 8000, Layout: layout, GPUs: p.GPUs,
+		Nodes: max(p.Nodes, 1), Args: p.Args,
+	}
+	if d.Model.File {
+		in.Model = path.Join("/model-cache", m.Source, m.File)
+	}
+	if d.ServedNameFlag != "" {
+		in.ServedName = m.Name
+	}
+	if in.Nodes > 1 {
+		in.Leader = "127.0.0.1:8001"
+	}
+	return engine.CheckContract(in)
 }
 
 // checkModelFile checks source and file for an engine that loads a local
