@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,8 +167,14 @@ func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 			t.Errorf("request %d: %d %s", i, a.status, a.body)
 		}
 	}
-	if diff := cmp.Diff([]string{"u0", "u1", "u2", "u3", "u4", "u5", "u6"}, order); diff != "" {
-		t.Errorf("order at the replica (-arrival +replica):\n%s", diff)
+	// The burst's two are released together and race to the replica, so
+	// their order there is either; every later one is let in alone, by an
+	// answer, and arrives in arrival order.
+	if first := []string{order[0], order[1]}; !slices.Contains(first, "u0") || !slices.Contains(first, "u1") {
+		t.Errorf("the burst at the replica: %v, want u0 and u1", first)
+	}
+	if diff := cmp.Diff([]string{"u2", "u3", "u4", "u5", "u6"}, order[2:]); diff != "" {
+		t.Errorf("order at the replica after the burst (-arrival +replica):\n%s", diff)
 	}
 	if got := rep.most.Load(); got != 2 {
 		t.Errorf("the replica had %d requests at once, want the burst, 2", got)
