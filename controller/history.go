@@ -38,7 +38,9 @@ type HistoryPoint struct {
 
 // HistoryView is GET /v1/models/{model}/history.
 type HistoryView struct {
-	Model    string         `json:"model"`
+	Model string `json:"model"`
+	// At is the controller's time of the answer: the end of the span.
+	At       time.Time      `json:"at"`
 	Interval float64        `json:"interval_seconds"`
 	Span     float64        `json:"span_seconds"`
 	Points   []HistoryPoint `json:"points"`
@@ -114,15 +116,16 @@ func (c *Controller) recordHistory(at time.Time, signals map[string]ModelSignals
 // when the model has none (it does not autoscale, or no round ran yet).
 func (c *Controller) History(model string) (HistoryView, bool) {
 	interval := c.cfg.AutoscaleSettings().Interval
+	now := c.now()
 	c.scaleMu.Lock()
 	r := c.history[model]
 	var pts []HistoryPoint
 	if r != nil {
-		pts = r.since(c.now().Add(-HistorySpan))
+		pts = r.since(now.Add(-HistorySpan))
 	}
 	c.scaleMu.Unlock()
 	if pts == nil {
 		pts = []HistoryPoint{}
 	}
-	return HistoryView{Model: model, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, r != nil
+	return HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, r != nil
 }

@@ -559,3 +559,8 @@ func (c *Controller) Signals() SignalsView {
 
 // finite reports whether v is a usable reading.
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// ReadSignals runs one round of the autoscaler's signals now, whether or
+// not this controller leads: for tests and tools that drive a controller
+// by hand, as Pass does.
+func (c *Controller) ReadSignals(ctx context.Context) { c.signalRound(ctx, c.newSignalState()) }
