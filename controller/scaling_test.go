@@ -2,19 +2,24 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/httpjson"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // The autoscaler wired into the controller, over the Nomad fake. Signal
@@ -406,5 +411,107 @@ func TestPinSurvivesRestart(t *testing.T) {
 	call(t, http.MethodGet, c2.url+"/v1/models/chat", "", nil, &mv)
 	if mv.Wanted != 3 || mv.Pin == nil || mv.Pin.Replicas != 3 {
 		t.Errorf("after a restart: wanted %d, pin %+v; want the pin's 3", mv.Wanted, mv.Pin)
+	}
+}
+
+// A scale down drains through the gateway before the engine stops: the
+// victim's job is stopped as every stop is, and Nomad deregisters its
+// service first and keeps it running for the group's shutdown_delay. A
+// real gateway discovery (gateway.NomadSource) over the fake, which
+// models that order (nomadfake.WithShutdownDelay; e2e asserts it of a
+// real Nomad), drops the victim while its allocation still runs; the
+// allocation ends only once the shutdown_delay has passed.
+func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
+	e := newEnv(t, sixNodes, chatCatalog, `headroom = 0`, nomadfake.WithShutdownDelay(true))
+	e.cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second}
+	gw := newFakeGateway(t)
+	e.holdLock()
+	c := e.start("ctl", func(o *Options) {
+		o.Gateways = func(context.Context) ([]string, error) { return []string{gw.srv.URL}, nil }
+	})
+	s := &scaleEnv{env: e, gw: gw, c: c, st: c.newSignalState()}
+
+	// The gateway's own discovery, over the same Nomad.
+	var mu sync.Mutex
+	var snap gateway.Snapshot
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		src := &gateway.NomadSource{Client: e.api, CheckInterval: 50 * time.Millisecond}
+		_ = src.Run(ctx, func(sn gateway.Snapshot) {
+			mu.Lock()
+			snap = sn
+			mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	routed := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, in := range snap.Instances {
+			out = append(out, in.Replica)
+		}
+		sort.Strings(out)
+		return out
+	}
+
+	s.settleServing()
+	s.gw.set("chat", 12) // three replicas
+	s.rounds(6)
+	s.pass(c)
+	s.scaled()
+	s.serveAll()
+	s.pass(c)
+	waitFor(t, "the gateway to route to chat's three replicas", func() (bool, string) {
+		got := routed()
+		return slices.Equal(got, []string{"chat-0", "chat-1", "chat-2"}), fmt.Sprint(got)
+	})
+
+	// Demand falls to one replica's worth: after the down window, down to
+	// the min of 2.
+	s.gw.set("chat", 4)
+	s.rounds(70) // the down window, and the up window before it
+	if n := s.pass(c); n != 1 {
+		t.Fatalf("the scale down sent %d job writes, want one stop", n)
+	}
+	mv := s.model("chat")
+	if mv.Decision == nil || mv.Decision.Rule != "down" || len(mv.Stopped) != 1 {
+		t.Fatalf("decision %+v, stopped %v", mv.Decision, mv.Stopped)
+	}
+	victim := mv.Stopped[0]
+	var victimJob string
+	for _, a := range e.fake.Allocations("") {
+		if a.DesiredStatus == api.AllocDesiredStatusStop && strings.HasPrefix(a.JobID, "llmgw-"+victim+"-") {
+			victimJob = a.JobID
+		}
+	}
+	if victimJob == "" {
+		t.Fatalf("no stopped allocation of %s", victim)
+	}
+	waitFor(t, "the gateway to stop routing to "+victim, func() (bool, string) {
+		got := routed()
+		return len(got) == 2 && !slices.Contains(got, victim), fmt.Sprint(got)
+	})
+	for _, a := range e.fake.Allocations(victimJob) {
+		if a.DesiredStatus != api.AllocDesiredStatusStop || a.ClientStatus != api.AllocClientStatusRunning {
+			t.Errorf("%s's allocation once the gateway dropped it: desired %s, client %s; want it stopping and still running (draining)",
+				victim, a.DesiredStatus, a.ClientStatus)
+		}
+	}
+	group := e.fake.Allocations(victimJob)[0].Job.TaskGroups[0]
+	if group.ShutdownDelay == nil || *group.ShutdownDelay != e.cfg.Driver.ShutdownDelay || len(group.Services) == 0 {
+		t.Fatalf("the victim's group: shutdown_delay %v, services %d; want the configured %s and its service", group.ShutdownDelay, len(group.Services), e.cfg.Driver.ShutdownDelay)
+	}
+	e.clock.Advance(*group.ShutdownDelay)
+	e.fake.Tick()
+	for _, a := range e.fake.Allocations(victimJob) {
+		if a.ClientStatus != api.AllocClientStatusComplete {
+			t.Errorf("%s's allocation after shutdown_delay: client %s, want complete", victim, a.ClientStatus)
+		}
 	}
 }
