@@ -350,6 +350,31 @@ func engineSignals(model string, jobs []string, replicaOf map[string]string, obs
 	}
 }
 
+// engineSources reports the engine reads of the autoscaled models' serving
+// replicas: one entry for each replica whose last read failed or is stale,
+// else one saying they answer. A replica not read yet (it has just begun
+// to serve) is no failure; its model's engine signals are missing
+// meanwhile all the same.
+func engineSources(models []facility.Model, serving map[string][]string, replicaOf map[string]string, obs map[string]EngineMetrics, wall, at time.Time) []SourceView {
+	var out []SourceView
+	for _, m := range models {
+		for _, id := range serving[m.Name] {
+			o, ok := obs[id]
+			switch {
+			case ok && o.Error != "":
+				out = append(out, SourceView{Source: SourceEngines, Name: replicaOf[id], Error: o.Error, At: at})
+			case ok && o.Reading != nil && wall.Sub(o.Reading.At) > engineMaxAge:
+				out = append(out, SourceView{Source: SourceEngines, Name: replicaOf[id], At: at,
+					Error: fmt.Sprintf("last read %s ago (at most %s counts)", wall.Sub(o.Reading.At).Round(time.Second), engineMaxAge)})
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, SourceView{Source: SourceEngines, Name: "serving replicas", OK: true, At: at})
+	}
+	return out
+}
+
 func unknownWhy(r *enginemetrics.Reading, field string) string {
 	for _, f := range r.Absent {
 		if f == field {
@@ -466,7 +491,6 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 	for _, r := range view.Replicas {
 		replicaOf[r.JobID] = r.ID
 	}
-	engineOK := true
 	signals := make(map[string]ModelSignals, len(models))
 	for _, m := range models {
 		s := ModelSignals{At: at, Serving: len(serving[m.Name])}
@@ -474,9 +498,6 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 			gw.fill(m.Name, &s)
 		}
 		engineSignals(m.Name, serving[m.Name], replicaOf, obs, wall, &s)
-		if s.Waiting.Value == nil && len(serving[m.Name]) > 0 || s.KVCache.Value == nil && len(serving[m.Name]) > 0 {
-			engineOK = false
-		}
 		for name, r := range prom {
 			if fromProm[name] {
 				*s.byName(name) = r.forModel(m.Name)
@@ -484,8 +505,7 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 		}
 		signals[m.Name] = s
 	}
-	sources = append(sources, SourceView{Source: SourceEngines, Name: "serving replicas' engine metrics", OK: engineOK, At: at,
-		Error: map[bool]string{false: "some serving replica's engine has no fresh reading: see each model's waiting and kv_cache_use"}[engineOK]})
+	sources = append(sources, engineSources(models, serving, replicaOf, obs, wall, at)...)
 
 	c.scaleMu.Lock()
 	for _, m := range models {
