@@ -60,7 +60,7 @@ model "chat" {
     gpu    = "NVIDIA H200"
     gpus   = 1
     watts  = 1000
-    args   = ["--load-seconds", "%[1]d", "--tokens-per-second", "%[2]d"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds %[1]d --tokens-per-second %[2]d" }
   }
 }
 model "nap" {
@@ -79,7 +79,7 @@ model "nap" {
     gpu    = "NVIDIA H200"
     gpus   = 1
     watts  = 50
-    args   = ["--load-seconds", "%[1]d"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds %[1]d" }
   }
 }
 `, autoscaleLoad, autoscaleTPS)
@@ -105,6 +105,8 @@ driver {
   check_interval = "1s"
   check_timeout  = "1s"
   engines        = { vllm = %q }
+  # fake-engine checks every command line as vLLM's parser would.
+  env            = { FAKE_ENGINE_STRICT = %q }
 }
 reconcile {
   interval         = "5s"
@@ -114,7 +116,7 @@ autoscale {
   interval = "1s"
   timeout  = "2s"
 }
-`, addr, freeAddr(t), engine),
+`, addr, freeAddr(t), engine, strictVLLM),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
