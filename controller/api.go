@@ -38,6 +38,12 @@ func (c *Controller) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/facility/holds/{domain}", c.auth(c.deleteHold))
 	mux.HandleFunc("PUT /v1/nodes/{node}/labels", c.auth(c.putLabels))
 	mux.HandleFunc("POST /v1/reload", c.auth(c.postReload))
+	mux.HandleFunc("GET /v1/models", c.listModels)
+	mux.HandleFunc("GET /v1/models/{model}", c.getModel)
+	mux.HandleFunc("GET /v1/models/{model}/history", c.getHistory)
+	mux.HandleFunc("PUT /v1/models/{model}/pin", c.auth(c.putPin))
+	mux.HandleFunc("DELETE /v1/models/{model}/pin", c.auth(c.deletePin))
+	mux.HandleFunc("GET /v1/signals", c.getSignals)
 	// The web console: static files; it calls the API above like llmgw ctl.
 	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
@@ -113,6 +119,20 @@ type ReplicaDetail struct {
 	// Nomad is Nomad's own reason when it could not place the replica's
 	// job: the failed-allocation metrics of its latest evaluation.
 	Nomad []NomadReason `json:"nomad,omitempty"`
+	// Scale is, for a replica of an autoscaled model, the model's count
+	// at the last pass and why.
+	Scale *ModelScale `json:"scale,omitempty"`
+}
+
+// ModelScale is an autoscaled model's count at the last pass, and why.
+type ModelScale struct {
+	// Explain: "wants 6, has 4: pdu=p3 would draw 17.6 kW of 17.3 kW; …".
+	Explain string `json:"explain"`
+	// Reason is why it wants what it wants (the autoscaler's reason, or
+	// the pin's).
+	Reason   string         `json:"reason"`
+	Decision *ScaleDecision `json:"decision,omitempty"`
+	Pin      *store.Pin     `json:"pin,omitempty"`
 }
 
 // NomadReason is Nomad's placement failure for one task group.
@@ -149,6 +169,11 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 	}
 	if found.JobID != "" && found.State != "serving" && found.State != "starting" {
 		d.Nomad = c.nomadReasons(r.Context(), found.JobID)
+	}
+	for _, m := range c.models() {
+		if m.Name == found.Model && m.Autoscale {
+			d.Scale = &ModelScale{Explain: m.Explain, Reason: m.Reason, Decision: m.Decision, Pin: m.Pin}
+		}
 	}
 	httpjson.WriteIndented(w, http.StatusOK, d)
 }

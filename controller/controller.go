@@ -15,6 +15,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/controller/autoscale"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
@@ -47,6 +48,12 @@ type Options struct {
 	EngineMetricsInterval time.Duration
 	// EngineClient reads them; nil: a direct client (no proxy).
 	EngineClient *http.Client
+	// Gateways lists the gateways whose demand the autoscaler reads
+	// (signals.go); nil: autoscale.gateways, else the llmgw-gateway
+	// services of the service provider's catalog.
+	Gateways GatewayFinder
+	// ReadDemand reads one gateway's demand; nil: gateway.DemandClient.
+	ReadDemand DemandReader
 }
 
 // Controller is one llmgw controller process.
@@ -109,6 +116,19 @@ type Controller struct {
 	// engineObs is what the last round of engine scrapes read, by replica
 	// job ID (engines.go).
 	engineObs map[string]EngineMetrics
+	// signals and sources are the last round of the autoscaler's signals
+	// (signals.go), taken at signalsAt; lastScale is each model's last
+	// change of count carried out (scaling.go).
+	signals   map[string]ModelSignals
+	sources   []SourceView
+	signalsAt time.Time
+	lastScale map[string]*ScaleEvent
+
+	// scaleMu guards the autoscaler's state: one Scaler per autoscaled
+	// model, and each model's history (history.go).
+	scaleMu sync.Mutex
+	scalers map[string]*autoscale.Scaler
+	history map[string]*ring
 	// savedModels is the model list last written (its item), to write
 	// only changes.
 	savedModels string
@@ -180,6 +200,9 @@ func New(opts Options) (*Controller, error) {
 		metrics:       newMetrics(),
 		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
 		saved:         map[string]string{},
+		lastScale:     map[string]*ScaleEvent{},
+		scalers:       map[string]*autoscale.Scaler{},
+		history:       map[string]*ring{},
 	}
 	if opts.Config.ServiceProvider == render.ProviderConsul {
 		cc := consulapi.DefaultNonPooledConfig()
@@ -243,7 +266,7 @@ func (c *Controller) reload(confirm bool) error {
 func (c *Controller) checkStops(cat facility.Catalog, fac facility.Facility) error {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	in, _, _, err := c.inputFor(cat, fac)
+	in, _, _, _, err := c.inputFor(cat, fac)
 	if err != nil {
 		return nil
 	}
@@ -329,6 +352,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(c.pollPower)
 	run(c.watchHealth)
 	run(c.watchEngineMetrics)
+	run(c.watchSignals)
 	run(c.leadLoop)
 	run(c.viewLoop)
 	wg.Wait()
@@ -773,7 +797,7 @@ func (c *Controller) viewLoop(ctx context.Context) {
 func (c *Controller) refreshView() error {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	in, _, _, err := c.input()
+	in, _, _, info, err := c.input()
 	if err != nil {
 		return err
 	}
@@ -781,7 +805,7 @@ func (c *Controller) refreshView() error {
 	if err != nil {
 		return err
 	}
-	c.updateView(in, res)
+	c.updateView(in, res, info)
 	return nil
 }
 
@@ -830,7 +854,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	if behind {
 		return ErrBehind
 	}
-	in, orphans, nodeInfo, err := c.input()
+	in, orphans, nodeInfo, info, err := c.input()
 	if err != nil {
 		return err
 	}
@@ -843,7 +867,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 		c.metrics.deferredStops.Add(float64(res.DeferredStops))
 		c.log.Info("stops left for the next pass by reconcile.max_stops", "deferred", res.DeferredStops, "max_stops", in.MaxStops)
 	}
-	c.updateView(in, res)
+	c.updateView(in, res, info)
 	var errs []error
 	if in.MaxStops > 0 {
 		// Orphans' stops count against max_stops too, after the plan's.
@@ -866,6 +890,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	}
 	conflict := false
 	created := map[string]bool{}
+	done := map[string]bool{} // slots whose action was carried out
 	for _, a := range res.Actions {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -897,9 +922,14 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			continue
 		}
 		c.metrics.actions.WithLabelValues(a.Kind.String()).Inc()
+		done[a.Replica] = true
 		if a.Kind == reconcile.Create {
 			created[a.Replica] = true
 		}
+	}
+	c.scaleEvents(res, info, done, in.Now)
+	if info.expired {
+		c.dropExpiredPins(in.Now)
 	}
 	c.saveDecisions(res)
 	c.pruneDecisions(in.Catalog)
@@ -1068,7 +1098,7 @@ func (c *Controller) resolveUnsure(ctx context.Context) error {
 }
 
 // input assembles one pass's view of the world.
-func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, error) {
+func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
 	c.mu.RLock()
 	cat, fac := c.catalog, c.facility
 	c.mu.RUnlock()
@@ -1076,17 +1106,18 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 }
 
 // inputFor is input with the given catalog and facility file in place of
-// the ones in force (a reload's dry run).
-func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, error) {
+// the ones in force (a reload's dry run). With autoscaled models in the
+// catalog it also decides their counts (scaling.go).
+func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
 	c.mu.RLock()
 	snap := c.snap
 	c.mu.RUnlock()
 	if !snap.synced() {
-		return reconcile.Input{}, nil, nil, ErrNotSynced
+		return reconcile.Input{}, nil, nil, scaleInfo{}, ErrNotSynced
 	}
 	holds, err := c.store.Holds()
 	if err != nil {
-		return reconcile.Input{}, nil, nil, fmt.Errorf("read holds: %w", err)
+		return reconcile.Input{}, nil, nil, scaleInfo{}, fmt.Errorf("read holds: %w", err)
 	}
 	fac = withHolds(fac, holds)
 	nodes := make([]*api.Node, 0, len(snap.nodes))
@@ -1102,11 +1133,44 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reco
 	c.setWake(observe.NextLost(snap.nodes, c.cfg.Reconcile.LostAfter, now))
 	fleet := observe.Fleet(nodes, snap.allocs, snap.power, c.cfg.NodeBaseWatts)
 	fleet = observe.ReservePending(fleet, jobs, snap.allocs)
-	return reconcile.Input{
+	in := reconcile.Input{
 		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
 		MaxStops: c.cfg.Reconcile.MaxStops,
-	}, orphans, info, nil
+	}
+	var si scaleInfo
+	if autoscales(cat) {
+		pins, err := c.store.Pins()
+		if err != nil {
+			// A pin that cannot be read is not dropped in silence: nothing
+			// is decided on a partial view.
+			return reconcile.Input{}, nil, nil, scaleInfo{}, fmt.Errorf("read pins: %w", err)
+		}
+		in.Want, si = c.decideCounts(cat, jobs, pins, now)
+	}
+	return in, orphans, info, si, nil
+}
+
+// autoscales reports whether any model of the catalog autoscales.
+func autoscales(cat facility.Catalog) bool {
+	for _, m := range cat.Models {
+		if m.Autoscale != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// dropExpiredPins removes the pins that have expired from Nomad.
+func (c *Controller) dropExpiredPins(now time.Time) {
+	gone, err := c.store.DropExpiredPins(now)
+	if err != nil {
+		c.log.Warn("remove expired pins", "error", err)
+		return
+	}
+	for _, p := range gone {
+		c.log.Info("pin expired; the autoscaler decides again", "model", p.Model, "replicas", p.Replicas, "until", p.Until)
+	}
 }
 
 // setWake arms the next pass for t (zero: none).

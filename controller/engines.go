@@ -24,7 +24,7 @@ import (
 // waiting and running, KV-cache use, time to first token and tokens per
 // second over the interval between two scrapes). They are in the read API
 // (GET /v1/replicas, "engine"), in llmgw ctl replicas, and as llmgw_engine_*
-// gauges; the autoscaler (issue 14) is to read them from EngineMetrics.
+// gauges; the autoscaler reads them from EngineMetrics (signals.go).
 // Scrapes run at most engineReaders at a time, each within
 // enginemetrics.DefaultTimeout; rates are measured by the wall clock, not
 // Options.Now, since the engines count in real time.

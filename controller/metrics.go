@@ -28,6 +28,10 @@ type metrics struct {
 	adopted          *prometheus.GaugeVec
 	engineGauges     map[string]*prometheus.GaugeVec // by enginemetrics field
 	engineErrors     *prometheus.CounterVec
+	modelDesired     *prometheus.GaugeVec
+	modelServing     *prometheus.GaugeVec
+	scaleEvents      *prometheus.CounterVec
+	modelSignal      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -95,7 +99,42 @@ func newMetrics() *metrics {
 		Name: "llmgw_engine_scrape_errors_total", Help: "Scrapes of a serving replica's engine metrics that failed, by model.",
 	}, []string{"model"})
 	m.reg.MustRegister(m.engineErrors)
+	m.modelDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgw_model_replicas_desired", Help: "Replicas the model is to have: its fixed replicas, or the count the last pass asked for (the autoscaler's or a pin's, within min and max).",
+	}, []string{"model"})
+	m.modelServing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgw_model_replicas_serving", Help: "The model's replicas serving at the last pass.",
+	}, []string{"model"})
+	m.scaleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_scale_events_total", Help: "Changes of an autoscaled model's count carried out, by the rule that asked for them (up, panic, down, wake, idle, min, max), pin, or yield (slots taken by a model of higher priority).",
+	}, []string{"model", "reason"})
+	m.modelSignal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgw_model_signal", Help: "The last reading of an autoscaled model's signal (outstanding, queued, arrivals per second, ttft_p90 seconds, waiting, kv_cache_use 0-1); absent while it is missing.",
+	}, []string{"model", "signal"})
+	m.reg.MustRegister(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal)
 	return m
+}
+
+// setSignals replaces the llmgw_model_signal series with a round's.
+func (m *metrics) setSignals(signals map[string]ModelSignals) {
+	m.modelSignal.Reset()
+	for model, s := range signals {
+		for _, name := range []string{SignalOutstanding, SignalQueued, SignalArrivals, SignalTTFT, SignalWaiting, SignalKVCache} {
+			if v := s.byName(name).Value; v != nil {
+				m.modelSignal.WithLabelValues(model, name).Set(*v)
+			}
+		}
+	}
+}
+
+// setModels replaces the per-model replica gauges with a pass's.
+func (m *metrics) setModels(models []ModelView) {
+	m.modelDesired.Reset()
+	m.modelServing.Reset()
+	for _, mv := range models {
+		m.modelDesired.WithLabelValues(mv.Name).Set(float64(mv.Wanted))
+		m.modelServing.WithLabelValues(mv.Name).Set(float64(mv.Serving))
+	}
 }
 
 // engineGaugeHelp are the llmgw_engine_* gauges, one series per serving

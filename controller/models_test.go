@@ -58,8 +58,9 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 		t.Error("beta at zero is not holdable")
 	}
 
-	// An autoscaled model: its min, and the slots the pass gave it (with
-	// no autoscaler decision, at least one).
+	// An autoscaled model: its min, and the slots the pass gave it: beta
+	// was at zero, and with no signal (no gateway here) the autoscaler
+	// holds it there — counts never move on missing data.
 	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 1", `autoscale {
     min = 0
     max = 4
@@ -70,7 +71,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	}
 	e.pass(c)
 	l, _ = read()
-	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 1}
+	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 0}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("model list with beta autoscaled (-want +got):\n%s", diff)
 	}

@@ -19,6 +19,7 @@ type View struct {
 	Replicas []ReplicaView `json:"replicas"`
 	Nodes    []NodeView    `json:"nodes"`
 	Domains  []DomainView  `json:"domains"`
+	Models   []ModelView   `json:"models"`
 }
 
 // ReplicaView is one replica slot and the job (or jobs, during a roll or a
@@ -109,8 +110,17 @@ func explainOf(d facility.Decision, at time.Time) Explain {
 }
 
 // updateView rebuilds the read API's view and the gauges from a pass.
-func (c *Controller) updateView(in reconcile.Input, res reconcile.Result) {
+func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info scaleInfo) {
 	v := View{At: in.Now}
+	c.mu.RLock()
+	last := make(map[string]*ScaleEvent, len(c.lastScale))
+	for k, e := range c.lastScale {
+		cp := *e
+		last[k] = &cp
+	}
+	c.mu.RUnlock()
+	v.Models = modelViews(in, res, info, last)
+	c.metrics.setModels(v.Models)
 	bySlot := map[string][]reconcile.Job{}
 	for _, j := range in.Jobs {
 		bySlot[j.Replica] = append(bySlot[j.Replica], j)

@@ -22,7 +22,9 @@ namespace "default" {
   #             place, for explain (GET /v1/job/<id>/evaluations); the
   #             allocations of its jobs (GET /v1/allocations) and their service
   #             check results (GET /v1/client/allocation/<id>/checks, checked
-  #             in the allocation's namespace).
+  #             in the allocation's namespace); the llmgw-gateway
+  #             registrations the autoscaler reads demand from
+  #             (GET /v1/service/llmgw-gateway).
   # submit-job: register, update and stop its jobs (PUT /v1/jobs, a stop is a
   #             check-and-set re-registration with Stop set, not a DELETE).
   capabilities = ["list-jobs", "read-job", "submit-job"]
@@ -31,6 +33,11 @@ namespace "default" {
     # Run-time holds (PUT/DELETE /v1/facility/holds/...): read, then a
     # check-and-set write.
     path "llmgw/holds" {
+      capabilities = ["read", "write"]
+    }
+    # Pins of autoscaled models' counts (PUT/DELETE /v1/models/<m>/pin): read
+    # each pass, then check-and-set writes; the leader removes expired ones.
+    path "llmgw/pins" {
       capabilities = ["read", "write"]
     }
     # Each replica's last decision: written every pass that changes it, read

@@ -96,6 +96,65 @@ type Config struct {
 
 	Driver    Driver
 	Reconcile Reconcile
+	// Autoscale is how the controller reads the autoscaler's signals; nil
+	// when the file has no autoscale block (DefaultAutoscale applies).
+	Autoscale *Autoscale `json:",omitempty"`
+}
+
+// Autoscale is where the controller reads the signals of the catalog's
+// autoscaled models from (docs/controller.md, "Signals").
+type Autoscale struct {
+	// Interval is how often the signals are read.
+	Interval time.Duration
+	// Timeout bounds each read (a gateway's demand, the discovery of the
+	// gateways, a Prometheus query).
+	Timeout time.Duration
+	// Gateways are the base URLs of the gateways to read demand from; empty:
+	// the gateways registered as llmgw-gateway in the service catalog of
+	// service_provider (Nomad's, in nomad.namespace, or Consul's).
+	Gateways []string
+	// Prometheus, when set, reads the signals it has a query for from a
+	// Prometheus server instead of the gateways and engines.
+	Prometheus *Prometheus `json:",omitempty"`
+}
+
+// Prometheus is an optional signal source: one instant PromQL query per
+// signal, each answering a vector with one sample per model.
+type Prometheus struct {
+	// Address is the server's base URL (its /api/v1/query is queried).
+	Address string
+	// ModelLabel is the label that names the model in each query's result.
+	ModelLabel string
+	// Queries holds the PromQL query of each signal it replaces, by
+	// signal: the names in PrometheusSignals.
+	Queries map[string]string
+}
+
+// PrometheusSignals are the signals a prometheus block may give a query
+// for, as its attributes name them.
+var PrometheusSignals = []string{"outstanding", "queued", "arrivals", "ttft_p90", "waiting", "kv_cache_use"}
+
+// Defaults of the autoscale block.
+const (
+	DefaultAutoscaleInterval = 5 * time.Second
+	DefaultAutoscaleTimeout  = 5 * time.Second
+	DefaultModelLabel        = "model"
+	minAutoscaleInterval     = time.Second
+	maxAutoscaleInterval     = time.Minute
+	minAutoscaleTimeout      = 100 * time.Millisecond
+)
+
+// DefaultAutoscale is the autoscale block's defaults.
+func DefaultAutoscale() Autoscale {
+	return Autoscale{Interval: DefaultAutoscaleInterval, Timeout: DefaultAutoscaleTimeout}
+}
+
+// AutoscaleSettings returns the autoscale block, or its defaults.
+func (c Config) AutoscaleSettings() Autoscale {
+	if c.Autoscale == nil {
+		return DefaultAutoscale()
+	}
+	return *c.Autoscale
 }
 
 // Nomad is how the controller reaches Nomad; rendered jobs go into its
@@ -235,6 +294,7 @@ type (
 		Consul          *consulHCL    `hcl:"consul,block"`
 		Driver          *driverHCL    `hcl:"driver,block"`
 		Reconcile       *reconcileHCL `hcl:"reconcile,block"`
+		Autoscale       *autoscaleHCL `hcl:"autoscale,block"`
 		Body            hcl.Body      `hcl:",body"`
 	}
 	nomadHCL struct {
@@ -270,6 +330,25 @@ type (
 		Env           map[string]string `hcl:"env,optional"`
 		Engines       map[string]string `hcl:"engines,optional"`
 		Body          hcl.Body          `hcl:",body"`
+	}
+	autoscaleHCL struct {
+		Interval   string         `hcl:"interval,optional"`
+		Timeout    string         `hcl:"timeout,optional"`
+		Gateways   []string       `hcl:"gateways,optional"`
+		Prometheus *prometheusHCL `hcl:"prometheus,block"`
+		Body       hcl.Body       `hcl:",body"`
+	}
+	prometheusHCL struct {
+		Address     string    `hcl:"address,optional"`
+		ModelLabel  string    `hcl:"model_label,optional"`
+		Outstanding string    `hcl:"outstanding,optional"`
+		Queued      string    `hcl:"queued,optional"`
+		Arrivals    string    `hcl:"arrivals,optional"`
+		TTFTP90     string    `hcl:"ttft_p90,optional"`
+		Waiting     string    `hcl:"waiting,optional"`
+		KVCacheUse  string    `hcl:"kv_cache_use,optional"`
+		DefRange    hcl.Range `hcl:",def_range"`
+		Body        hcl.Body  `hcl:",body"`
 	}
 	reconcileHCL struct {
 		Interval        string   `hcl:"interval,optional"`
@@ -373,6 +452,11 @@ func (p *parser) root(raw *fileHCL, c *Config) {
 	}
 	if raw.Reconcile != nil {
 		p.reconcile(raw.Reconcile, &c.Reconcile)
+	}
+	if raw.Autoscale != nil {
+		a := DefaultAutoscale()
+		p.autoscale(raw.Autoscale, &a)
+		c.Autoscale = &a
 	}
 
 	b := raw.Body
@@ -644,6 +728,94 @@ func (p *parser) reconcile(raw *reconcileHCL, r *Reconcile) {
 			r.MaxStopFraction = f
 		}
 	}
+}
+
+func (p *parser) autoscale(raw *autoscaleHCL, a *Autoscale) {
+	b := raw.Body
+	p.duration(b, "interval", raw.Interval, &a.Interval, minAutoscaleInterval)
+	if a.Interval > maxAutoscaleInterval {
+		at, _ := p.Given(b, "interval")
+		p.errorf(at, "interval: %s is above the maximum of %s (the scaler counts a reading older than a minute as stale)", a.Interval, maxAutoscaleInterval)
+	}
+	p.duration(b, "timeout", raw.Timeout, &a.Timeout, minAutoscaleTimeout)
+	if a.Timeout > maxAutoscaleInterval {
+		at, _ := p.Given(b, "timeout")
+		p.errorf(at, "timeout: %s is above the maximum of %s", a.Timeout, maxAutoscaleInterval)
+	}
+	if at, ok := p.Given(b, "gateways"); ok {
+		seen := map[string]bool{}
+		for _, g := range raw.Gateways {
+			if err := checkHTTPURL(g); err != nil {
+				p.errorf(at, "gateways: %v", err)
+				continue
+			}
+			if seen[g] {
+				p.errorf(at, "gateways: %q is listed twice", g)
+			}
+			seen[g] = true
+		}
+		if len(raw.Gateways) == 0 {
+			p.errorf(at, "gateways: want at least one URL, or leave it out to discover the llmgw-gateway services")
+		}
+		a.Gateways = raw.Gateways
+	}
+	if raw.Prometheus != nil {
+		a.Prometheus = p.prometheus(raw.Prometheus)
+	}
+}
+
+func (p *parser) prometheus(raw *prometheusHCL) *Prometheus {
+	b := raw.Body
+	out := &Prometheus{ModelLabel: DefaultModelLabel, Queries: map[string]string{}}
+	if at, ok := p.Given(b, "address"); ok {
+		if err := checkHTTPURL(raw.Address); err != nil {
+			p.errorf(at, "address: %v", err)
+		}
+		out.Address = raw.Address
+	} else {
+		p.errorf(raw.DefRange, "prometheus: address is required (the server's base URL, such as \"http://prometheus:9090\")")
+	}
+	if at, ok := p.Given(b, "model_label"); ok {
+		if !validLabel.MatchString(raw.ModelLabel) {
+			p.errorf(at, "model_label: %q is not a Prometheus label name", raw.ModelLabel)
+		}
+		out.ModelLabel = raw.ModelLabel
+	}
+	for i, q := range []string{raw.Outstanding, raw.Queued, raw.Arrivals, raw.TTFTP90, raw.Waiting, raw.KVCacheUse} {
+		name := PrometheusSignals[i]
+		at, ok := p.Given(b, name)
+		if !ok {
+			continue
+		}
+		if strings.TrimSpace(q) == "" {
+			p.errorf(at, "%s: empty query", name)
+			continue
+		}
+		out.Queries[name] = q
+	}
+	if len(out.Queries) == 0 {
+		p.errorf(raw.DefRange, "prometheus: give a query for at least one signal (%s)", strings.Join(PrometheusSignals, ", "))
+	}
+	return out
+}
+
+// validLabel is Prometheus's rule for label names.
+var validLabel = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// checkHTTPURL checks an http:// or https:// base URL with a host.
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a URL", s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want http:// or https://", s)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", s)
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%q: want a base URL, without a query or fragment", s)
+	}
+	return nil
 }
 
 func checkListen(s string) error {

@@ -67,6 +67,7 @@ type allocator struct {
 	loc      map[string]facility.Location
 	scale    map[string]*Scale
 	short    map[string]facility.Decision // the failed decision that stopped a model's growth
+	noSlot   map[string]bool              // models whose growth found no free slot below max
 	planner  *facility.Planner
 }
 
@@ -75,7 +76,7 @@ func newAllocator(in Input, res *Result, bySlot map[string][]Job) *allocator {
 		in: in, res: res, models: in.Catalog.Models, index: map[string]int{}, bySlot: bySlot,
 		allSlots: map[string]bool{}, slots: map[string][]string{}, created: map[string]bool{},
 		deferred: map[string][]string{}, loc: map[string]facility.Location{}, scale: map[string]*Scale{},
-		short: map[string]facility.Decision{},
+		short: map[string]facility.Decision{}, noSlot: map[string]bool{},
 	}
 	for i, m := range a.models {
 		a.index[m.Name] = i
@@ -308,7 +309,11 @@ func (a *allocator) grow(planner *facility.Planner) error {
 			continue
 		}
 		for a.has(m) < min(s.Want, m.Autoscale.Min) {
-			ok, err := a.placeOne(m, a.nextSlot(m), fmt.Sprintf("autoscale min %d", m.Autoscale.Min))
+			slot, free := a.nextSlot(m)
+			if !free {
+				break
+			}
+			ok, err := a.placeOne(m, slot, fmt.Sprintf("autoscale min %d", m.Autoscale.Min))
 			if err != nil {
 				return err
 			}
@@ -373,7 +378,12 @@ func (a *allocator) share(tier []facility.Model) error {
 			return nil
 		}
 		s := a.scale[next.m.Name]
-		ok, err := a.placeOne(next.m, a.nextSlot(next.m), fmt.Sprintf("scale up %d→%d: %s", s.Had, s.Want, s.Reason))
+		slot, free := a.nextSlot(next.m)
+		if !free {
+			next.blocked = true
+			continue
+		}
+		ok, err := a.placeOne(next.m, slot, fmt.Sprintf("scale up %d→%d: %s", s.Had, s.Want, s.Reason))
 		if err != nil {
 			return err
 		}
@@ -386,14 +396,20 @@ func (a *allocator) share(tier []facility.Model) error {
 	return nil
 }
 
-// nextSlot is the lowest slot index of the model that no job holds.
-func (a *allocator) nextSlot(m facility.Model) string {
-	for i := 0; ; i++ {
+// nextSlot is the lowest slot index of the model, below its slot limit
+// (autoscale max), that no job holds. free is false when every one is
+// held: a slot whose job this pass stops (a scale down, a yield) is free
+// only once that job is gone, so a model that has just yielded its place
+// grows back in a later pass, never past its max.
+func (a *allocator) nextSlot(m facility.Model) (slot string, free bool) {
+	for i := 0; i < m.SlotLimit(); i++ {
 		slot := facility.ReplicaID(m.Name, i)
 		if !a.allSlots[slot] && !a.created[slot] {
-			return slot
+			return slot, true
 		}
 	}
+	a.noSlot[m.Name] = true
+	return "", false
 }
 
 // placeOne places one new slot of m, taking a lower priority's replicas
@@ -683,6 +699,9 @@ func binding(d facility.Decision) (facility.Rejection, bool) {
 // placement ran into, and, for a budget, who holds the rest of it.
 func (a *allocator) shortReason(m facility.Model) string {
 	d, ok := a.short[m.Name]
+	if !ok && a.noSlot[m.Name] {
+		return fmt.Sprintf("every slot below autoscale max %d still has a job (one this pass stops is free once it has gone)", m.SlotLimit())
+	}
 	if !ok {
 		return "no placement was tried"
 	}

@@ -450,3 +450,47 @@ func TestTakingGivesBackWhatItDoesNotNeed(t *testing.T) {
 		t.Errorf("big: %q", s.Explain())
 	}
 }
+
+// A model whose replica yields its place grows back in a later pass, into
+// the slot it gave up, never into a slot past its max in the same pass.
+func TestYieldedModelGrowsBackWithinItsMax(t *testing.T) {
+	w := newWorld()
+	small := facility.Node{Name: "n-small", Location: facility.Location{Site: "s", Room: "a", Row: "r2", Rack: "r2-k2", PDU: "p-r2-k2"},
+		CPUCores: 128, MemoryGB: 2048, BaseWatts: 1000, GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 1, Free: 1, PowerLimitWatts: 700, MemoryMiB: 143771}}}
+	w.nodes = w.nodes[:2]
+	high := autoModel("high", 1, 2, 80)
+	high.Profiles[0].GPUs = 8
+	low := autoModel("low", 0, 1, 20)
+	low.Profiles[0].GPUs = 1
+	w.cat.Models = []facility.Model{high, low}
+	// high-0 fills one node, low-0 is on the other; then a node with one
+	// GPU joins.
+	w.apply(w.planWant(t, map[string]int{"high": 1, "low": 1}, 0).Actions)
+	w.serveAll()
+	if got := w.slotsOf("low"); len(got) != 1 {
+		t.Fatalf("low: %v", got)
+	}
+	w.nodes = append(w.nodes, small)
+
+	// high wants a second 8-GPU replica: only low-0's node can hold it.
+	res := w.planWant(t, map[string]int{"high": 2, "low": 1}, 0)
+	if diff := cmp.Diff([]string{"create high-1", "stop low-0"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("actions (-want +got):\n%s", diff)
+	}
+	if _, tried := res.Decisions["low-1"]; tried {
+		t.Errorf("low-1, past low's max of 1, was tried: %+v", res.Decisions["low-1"])
+	}
+	if s := res.Scale["low"]; s.Has != 0 || !strings.Contains(s.Short, "every slot below autoscale max 1 still has a job") {
+		t.Errorf("low: has %d, %q", s.Has, s.Explain())
+	}
+	w.apply(res.Actions)
+	w.serveAll()
+	// Next pass: low-0 again, a new generation, on the small node.
+	res = w.planWant(t, map[string]int{"high": 2, "low": 1}, 0)
+	if diff := cmp.Diff([]string{"create low-0"}, kinds(res.Actions)); diff != "" {
+		t.Fatalf("the next pass (-want +got):\n%s", diff)
+	}
+	if d := res.Actions[0].Decision; d.Shards[0].Node != "n-small" {
+		t.Errorf("low-0 placed on %s", d.Shards[0].Node)
+	}
+}

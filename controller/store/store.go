@@ -1,14 +1,15 @@
 // Package store keeps the controller's durable state in Nomad Variables
-// under llmgw/: holds set at run time (llmgw/holds) and each replica's last
-// placement decision with its rejections (llmgw/decisions/<replica>), so
-// that holds and explanations survive a controller restart. It also writes
-// the catalog's model list for the gateways (llmgw/models, read by
-// gateway.NomadModels). Nothing else is stored: jobs and allocations are
+// under llmgw/: holds set at run time (llmgw/holds), the replica counts
+// pinned by operators over the autoscaler (llmgw/pins) and each replica's
+// last placement decision with its rejections (llmgw/decisions/<replica>),
+// so that holds, pins and explanations survive a controller restart. It
+// also writes the catalog's model list for the gateways (llmgw/models, read
+// by gateway.NomadModels). Nothing else is stored: jobs and allocations are
 // read from Nomad itself.
 //
-// Writes to the holds are check-and-set on the variable's modify index, so
-// two controllers (or an operator's CLI racing the leader) never lose each
-// other's holds.
+// Writes to the holds and the pins are check-and-set on the variable's
+// modify index, so two controllers (or an operator's CLI racing the
+// leader) never lose each other's holds or pins.
 package store
 
 import (
@@ -16,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ import (
 const (
 	Prefix        = "llmgw/"
 	HoldsPath     = "llmgw/holds"
+	PinsPath      = "llmgw/pins"
 	DecisionsPath = "llmgw/decisions/"
 	LeaderPath    = "llmgw/leader"
 	// ModelsPath is gateway.ModelsVariable: the models the gateways know,
@@ -82,77 +85,142 @@ var ErrConflict = errors.New("variable changed concurrently")
 
 // Holds returns the run-time holds, sorted by domain.
 func (s *Store) Holds() ([]Hold, error) {
-	v, err := s.peek(HoldsPath)
-	if err != nil || v == nil {
-		return nil, err
-	}
-	return decodeHolds(v)
-}
-
-func decodeHolds(v *api.Variable) ([]Hold, error) {
-	raw := v.Items["holds"]
-	if raw == "" {
-		return nil, nil
-	}
-	var hs []Hold
-	if err := json.Unmarshal([]byte(raw), &hs); err != nil {
-		return nil, fmt.Errorf("variable %s: %w", HoldsPath, err)
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Domain < hs[j].Domain })
-	return hs, nil
+	hs, err := readList[Hold](s, HoldsPath, "holds")
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Domain < hs[j].Domain })
+	return hs, err
 }
 
 // SetHold adds or replaces the hold on h.Domain.
 func (s *Store) SetHold(h Hold) error {
-	return s.updateHolds(func(hs []Hold) []Hold {
-		out := hs[:0]
-		for _, x := range hs {
-			if x.Domain != h.Domain {
-				out = append(out, x)
-			}
-		}
-		return append(out, h)
+	return updateList(s, HoldsPath, "holds", holdKey, func(hs []Hold) []Hold {
+		return append(slices.DeleteFunc(hs, func(x Hold) bool { return x.Domain == h.Domain }), h)
 	})
 }
 
 // ReleaseHold removes the hold on domain; it reports whether there was one.
 func (s *Store) ReleaseHold(domain string) (bool, error) {
 	found := false
-	err := s.updateHolds(func(hs []Hold) []Hold {
-		out := hs[:0]
-		for _, x := range hs {
-			if x.Domain == domain {
-				found = true
-				continue
-			}
-			out = append(out, x)
-		}
-		return out
+	err := updateList(s, HoldsPath, "holds", holdKey, func(hs []Hold) []Hold {
+		return slices.DeleteFunc(hs, func(x Hold) bool {
+			found = found || x.Domain == domain
+			return x.Domain == domain
+		})
 	})
 	return found, err
 }
 
-// updateHolds applies f with check-and-set, retrying a few times when
-// another writer got there first.
-func (s *Store) updateHolds(f func([]Hold) []Hold) error {
+func holdKey(h Hold) string { return h.Domain }
+
+// Pin is a replica count an operator set for an autoscaled model (llmgw
+// ctl scale): it overrides the autoscaler's decision until Until.
+type Pin struct {
+	Model    string    `json:"model"`
+	Replicas int       `json:"replicas"`
+	Until    time.Time `json:"until"`
+	Reason   string    `json:"reason,omitempty"`
+	SetAt    time.Time `json:"set_at"`
+	SetBy    string    `json:"set_by,omitempty"`
+}
+
+// Active reports whether the pin is in force at now.
+func (p Pin) Active(now time.Time) bool { return now.Before(p.Until) }
+
+// Pins returns the pins, expired ones included, sorted by model.
+func (s *Store) Pins() ([]Pin, error) {
+	ps, err := readList[Pin](s, PinsPath, "pins")
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Model < ps[j].Model })
+	return ps, err
+}
+
+// SetPin adds or replaces the pin of p.Model.
+func (s *Store) SetPin(p Pin) error {
+	return updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
+		return append(slices.DeleteFunc(ps, func(x Pin) bool { return x.Model == p.Model }), p)
+	})
+}
+
+// ReleasePin removes the pin of model; it reports whether there was one.
+func (s *Store) ReleasePin(model string) (bool, error) {
+	found := false
+	err := updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
+		return slices.DeleteFunc(ps, func(x Pin) bool {
+			found = found || x.Model == model
+			return x.Model == model
+		})
+	})
+	return found, err
+}
+
+// DropExpiredPins removes the pins that have expired at now, and returns
+// them; it writes nothing when none has.
+func (s *Store) DropExpiredPins(now time.Time) ([]Pin, error) {
+	ps, err := s.Pins()
+	if err != nil || !slices.ContainsFunc(ps, func(p Pin) bool { return !p.Active(now) }) {
+		return nil, err
+	}
+	var gone []Pin
+	err = updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
+		gone = gone[:0]
+		return slices.DeleteFunc(ps, func(p Pin) bool {
+			if !p.Active(now) {
+				gone = append(gone, p)
+				return true
+			}
+			return false
+		})
+	})
+	return gone, err
+}
+
+func pinKey(p Pin) string { return p.Model }
+
+// readList reads the JSON list in item of the variable at path, sorted by
+// its key; nil when the variable does not exist.
+func readList[T any](s *Store, path, item string) ([]T, error) {
+	v, err := s.peek(path)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return decodeList[T](v, path, item)
+}
+
+func decodeList[T any](v *api.Variable, path, item string) ([]T, error) {
+	raw := v.Items[item]
+	if raw == "" {
+		return nil, nil
+	}
+	var out []T
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return nil, fmt.Errorf("variable %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// updateList applies f to the list in item of the variable at path with
+// check-and-set, retrying a few times when another writer got there first.
+// The list is written sorted by key.
+func updateList[T any](s *Store, path, item string, key func(T) string, f func([]T) []T) error {
 	for attempt := 0; attempt < 5; attempt++ {
-		v, err := s.peek(HoldsPath)
+		v, err := s.peek(path)
 		if err != nil {
 			return err
 		}
-		var hs []Hold
+		var list []T
 		if v != nil {
-			if hs, err = decodeHolds(v); err != nil {
+			if list, err = decodeList[T](v, path, item); err != nil {
 				return err
 			}
 		}
-		hs = f(hs)
-		sort.Slice(hs, func(i, j int) bool { return hs[i].Domain < hs[j].Domain })
-		data, err := json.Marshal(hs)
+		list = f(list)
+		sort.SliceStable(list, func(i, j int) bool { return key(list[i]) < key(list[j]) })
+		if list == nil {
+			list = []T{}
+		}
+		data, err := json.Marshal(list)
 		if err != nil {
 			return err
 		}
-		nv := &api.Variable{Namespace: s.namespace, Path: HoldsPath, Items: api.VariableItems{"holds": string(data)}}
+		nv := &api.Variable{Namespace: s.namespace, Path: path, Items: api.VariableItems{item: string(data)}}
 		if v == nil {
 			wo, cancel := s.wo()
 			_, _, err = s.vars.CheckedCreate(nv, wo)
@@ -168,11 +236,11 @@ func (s *Store) updateHolds(f func([]Hold) []Hold) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("write %s: %w", HoldsPath, err)
+			return fmt.Errorf("write %s: %w", path, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("write %s: %w", HoldsPath, ErrConflict)
+	return fmt.Errorf("write %s: %w", path, ErrConflict)
 }
 
 // SaveDecision stores a replica's explanation (any JSON-encodable value).

@@ -1,8 +1,17 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
+	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 func TestDecisionPathIsAValidVariablePath(t *testing.T) {
@@ -22,5 +31,87 @@ func TestDecisionPathIsAValidVariablePath(t *testing.T) {
 	}
 	if DecisionPath("a.b") == DecisionPath("a~2eb") {
 		t.Error("escaping is not reversible: two replicas share a path")
+	}
+}
+
+// Pins are kept per model in one variable, check-and-set: a second pin of
+// a model replaces the first, releases and expiries remove only theirs,
+// and two writers racing lose nothing.
+func TestPins(t *testing.T) {
+	fake := nomadfake.New()
+	t.Cleanup(fake.Close)
+	s := New(fake.Client(t).Variables(), "")
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	if ps, err := s.Pins(); err != nil || ps != nil {
+		t.Fatalf("Pins before any: %v, %v", ps, err)
+	}
+	for _, p := range []Pin{
+		{Model: "beta", Replicas: 2, Until: t0.Add(time.Hour), SetAt: t0, SetBy: "ann"},
+		{Model: "alpha", Replicas: 3, Until: t0.Add(time.Minute), SetAt: t0},
+		{Model: "beta", Replicas: 4, Until: t0.Add(2 * time.Hour), SetAt: t0, Reason: "launch"},
+	} {
+		if err := s.SetPin(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, err := s.Pins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Pin{
+		{Model: "alpha", Replicas: 3, Until: t0.Add(time.Minute), SetAt: t0},
+		{Model: "beta", Replicas: 4, Until: t0.Add(2 * time.Hour), SetAt: t0, Reason: "launch"},
+	}
+	if diff := cmp.Diff(want, ps); diff != "" {
+		t.Errorf("pins (-want +got):\n%s", diff)
+	}
+	if !ps[0].Active(t0) || ps[0].Active(t0.Add(time.Minute)) {
+		t.Error("a pin is active before its Until and not from it on")
+	}
+
+	gone, err := s.DropExpiredPins(t0.Add(30 * time.Second))
+	if err != nil || len(gone) != 0 {
+		t.Fatalf("DropExpiredPins before any expired: %v, %v", gone, err)
+	}
+	gone, err = s.DropExpiredPins(t0.Add(time.Minute))
+	if err != nil || len(gone) != 1 || gone[0].Model != "alpha" {
+		t.Fatalf("DropExpiredPins after alpha's: %v, %v; want alpha's", gone, err)
+	}
+	if found, err := s.ReleasePin("alpha"); err != nil || found {
+		t.Errorf("ReleasePin(alpha) after it expired: %v, %v; want not found", found, err)
+	}
+	if found, err := s.ReleasePin("beta"); err != nil || !found {
+		t.Errorf("ReleasePin(beta): %v, %v; want found", found, err)
+	}
+	if ps, err := s.Pins(); err != nil || len(ps) != 0 {
+		t.Errorf("pins after both went: %v, %v", ps, err)
+	}
+
+	// Writers racing: every pin lands.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = s.SetPin(Pin{Model: fmt.Sprintf("m%d", i), Replicas: i, Until: t0.Add(time.Hour)})
+		})
+	}
+	wg.Wait()
+	ps, _ = s.Pins()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, ErrConflict) {
+			t.Errorf("SetPin m%d: %v", i, err)
+		}
+	}
+	landed := 0
+	for i, err := range errs {
+		if err == nil {
+			landed++
+			if !slices.ContainsFunc(ps, func(p Pin) bool { return p.Model == fmt.Sprintf("m%d", i) }) {
+				t.Errorf("m%d's pin was acknowledged and lost: %v", i, ps)
+			}
+		}
+	}
+	if landed != len(ps) {
+		t.Errorf("%d pins acknowledged, %d stored", landed, len(ps))
 	}
 }

@@ -276,3 +276,32 @@ func TestConsoleHoldsARackInTheBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "replicas.png")
 }
+
+// The Models view: every model's counts, signals and decision, and each
+// autoscaled model's last hour drawn from the controller's history.
+func TestConsoleShowsModels(t *testing.T) {
+	ctx := browser(t)
+	e := ctltest.Start(t, ctltest.Options{Autoscale: true})
+	dir := ctltest.Artifacts(t)
+	step(t, ctx, "open the Models view",
+		chromedp.Navigate(e.URL+"/ui/#models"),
+		chromedp.WaitVisible(chromedp.CSS(`#models tr[data-model="delta"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#demand-delta g.series[data-series="outstanding"] polyline`)),
+		chromedp.WaitVisible(chromedp.CSS(`#replicas-delta g.series[data-series="wanted"] polyline`)),
+	)
+	if got := text(t, ctx, `#models tr[data-model="delta"]`); !strings.Contains(got, "2 serving / 2 wanted") || !strings.Contains(got, "1–3") ||
+		!strings.Contains(got, "hold") || !strings.Contains(got, "missing") {
+		t.Errorf("delta's row = %q, want its counts, bounds, decision and a missing engine signal", got)
+	}
+	if got := text(t, ctx, `#models tr[data-model="alpha"]`); !strings.Contains(got, "3 serving / 3 wanted") || !strings.Contains(got, "fixed") {
+		t.Errorf("alpha's row = %q", got)
+	}
+	if got := text(t, ctx, `section.model-card[data-model="delta"] .explain-line`); got != "wants 2, has 2" {
+		t.Errorf("delta's count line = %q", got)
+	}
+	pts, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#demand-delta g.series[data-series="outstanding"] polyline').getAttribute('points')`))
+	if err != nil || pts == "" {
+		t.Errorf("delta's outstanding line: %q, %v", pts, err)
+	}
+	screenshot(t, ctx, dir, "models.png")
+}

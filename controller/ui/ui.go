@@ -5,7 +5,7 @@
 //
 // The page reads and writes the controller's own JSON API (../v1/…), with
 // the API token, when one is needed for writes, typed into the page and
-// kept in the browser tab's sessionStorage. It has three views:
+// kept in the browser tab's sessionStorage. It has four views:
 //
 //   - Facility: rows and racks as a picture, each rack a bar of committed
 //     and measured draw against its budget, held domains marked, the
@@ -14,6 +14,10 @@
 //   - Nodes: location, GPUs, power and holds of every node; set a node's
 //     location labels, hold or release any domain.
 //   - Replicas: every replica slot, each with its placement explanation.
+//   - Models: every model's counts, signals and last decision, and for
+//     each autoscaled model its demand and replica counts over the last
+//     hour (the controller's in-memory history, GET
+//     /v1/models/{model}/history), drawn as inline SVG.
 package ui
 
 import (

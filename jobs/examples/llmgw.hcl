@@ -65,3 +65,17 @@ reconcile {
   interval         = "30s" # a full pass at least this often
   partial_deadline = "10m" # a replica partly placed this long is placed anew
 }
+
+# Where the autoscaler reads the signals of the catalog's autoscaled models
+# (docs/controller.md, "Signals"). Without the block: every 5s, each read
+# within 5s, the gateways found as llmgw-gateway in service_provider's catalog.
+# autoscale {
+#   interval = "5s"
+#   timeout  = "5s"
+#   gateways = ["http://10.0.0.5:8080"]   # gateways in no catalog
+#   prometheus {                           # optional: a query per signal it replaces
+#     address     = "http://prometheus:9090"
+#     model_label = "model"
+#     waiting     = "sum by (model) (llmgw_engine_requests_waiting)"
+#   }
+# }

@@ -13,3 +13,13 @@ driver {
 reconcile {
   lost_after = "25h"
 }
+
+autoscale {
+  interval = "2m"
+  timeout  = "10ms"
+  gateways = ["gw:8080", "http://a:1", "http://a:1"]
+  prometheus {
+    model_label = "served-model"
+    waiting     = "  "
+  }
+}

@@ -48,3 +48,19 @@ reconcile {
   max_stops         = 4
   max_stop_fraction = 0.25
 }
+
+autoscale {
+  interval = "2s"
+  timeout  = "1500ms"
+  gateways = ["http://10.0.0.5:8080", "https://gw.example"]
+  prometheus {
+    address      = "http://prometheus.example:9090"
+    model_label  = "served_model"
+    outstanding  = "sum by (served_model) (llmgw_gateway_outstanding_requests)"
+    queued       = "sum by (served_model) (llmgw_gateway_queued_requests)"
+    arrivals     = "sum by (served_model) (rate(llmgw_gateway_arrivals_total[1m]))"
+    ttft_p90     = "max by (served_model) (llmgw_engine_ttft_p90_seconds)"
+    waiting      = "sum by (served_model) (llmgw_engine_requests_waiting)"
+    kv_cache_use = "avg by (served_model) (llmgw_engine_kv_cache_usage)"
+  }
+}

@@ -1,7 +1,8 @@
 // llmgw console: plain JavaScript over the controller's JSON API. No build
 // step, no dependencies. Everything shown comes from GET /v1/nodes,
-// /v1/facility, /v1/replicas, /v1/replicas/{id}, /v1/catalog and /healthz;
-// the picture's racks and rows are derived from the nodes' locations.
+// /v1/facility, /v1/replicas, /v1/replicas/{id}, /v1/catalog, /v1/models,
+// /v1/models/{model}/history and /healthz; the picture's racks and rows are
+// derived from the nodes' locations.
 'use strict';
 
 const API = '../v1/';
@@ -15,6 +16,8 @@ const state = {
   facility: { headroom: 0, domains: [] },
   replicas: [],
   catalog: { models: [] },
+  models: [],           // GET /v1/models
+  history: {},          // model -> GET /v1/models/{model}/history (Models view only)
   health: null,
   loaded: false,
   fetchError: null,
@@ -120,11 +123,19 @@ function clearBanner() { document.getElementById('banner').hidden = true; }
 
 async function refresh() {
   try {
-    const [nodes, facility, replicas, catalog, health] = await Promise.all([
+    const [nodes, facility, replicas, catalog, models, health] = await Promise.all([
       api('GET', 'nodes'), api('GET', 'facility'), api('GET', 'replicas'), api('GET', 'catalog'),
+      api('GET', 'models').catch((e) => (e.status === 404 ? [] : Promise.reject(e))), // an older controller has none
       fetch('../healthz', { cache: 'no-store' }).then((r) => r.json()).catch(() => null),
     ]);
-    Object.assign(state, { nodes: nodes || [], facility: facility || { domains: [] }, replicas: replicas || [], catalog: catalog || { models: [] }, health, loaded: true, fetchError: null });
+    Object.assign(state, { nodes: nodes || [], facility: facility || { domains: [] }, replicas: replicas || [], catalog: catalog || { models: [] }, models: models || [], health, loaded: true, fetchError: null });
+    if (currentView() === 'models') {
+      const hist = {};
+      await Promise.all(state.models.filter((m) => m.autoscale).map(async (m) => {
+        try { hist[m.name] = await api('GET', 'models/' + encodeURIComponent(m.name) + '/history'); } catch (e) { hist[m.name] = { error: e }; }
+      }));
+      state.history = hist;
+    }
     await Promise.all([...state.expanded].map(async (id) => {
       try { state.explain[id] = await api('GET', 'replicas/' + encodeURIComponent(id)); } catch (e) { state.explain[id] = { error: e }; }
     }));
@@ -133,7 +144,7 @@ async function refresh() {
   }
   // Rebuild the view only when something changed: a stable page keeps its
   // text selection, hover and scroll, and does not flicker.
-  const sig = JSON.stringify([state.nodes, state.facility, state.replicas, state.catalog, state.explain, state.fetchError && state.fetchError.message]);
+  const sig = JSON.stringify([state.nodes, state.facility, state.replicas, state.catalog, state.models, state.history, state.explain, state.fetchError && state.fetchError.message]);
   if (sig === lastSig) {
     renderStatus();
     return;
@@ -553,11 +564,126 @@ function explainPanel(id) {
   return h('div', { class: 'explain' }, out);
 }
 
+// ---------- Models view ----------
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+// s builds an SVG element; attributes are set as attributes (presentation
+// attributes, not style: the page's Content-Security-Policy refuses those).
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) el.setAttribute(k, v);
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const fmtNum = (v, digits) => (v === null || v === undefined ? '-' : Number(v).toFixed(digits));
+
+// chart draws series over the last hour: each {name, cls, key, step} is a
+// line of points[key]; a null value breaks the line (a missing reading is
+// drawn as a gap, never as zero).
+function chart(id, title, points, series, now) {
+  const W = 640, H = 120, L = 34, R = 8, T = 8, B = 18;
+  const t1 = now, t0 = now - 3600 * 1000;
+  let top = 0;
+  for (const p of points) for (const se of series) { const v = p[se.key]; if (v !== null && v !== undefined) top = Math.max(top, v); }
+  top = top > 0 ? top * 1.1 : 1;
+  const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const lines = series.map((se) => {
+    const segs = [];
+    let cur = [];
+    for (const p of points) {
+      const v = p[se.key];
+      const t = Date.parse(p.at);
+      if (v === null || v === undefined || t < t0) { if (cur.length) segs.push(cur); cur = []; continue; }
+      if (se.step && cur.length) cur.push([x(t), cur[cur.length - 1][1]]);
+      cur.push([x(t), y(v)]);
+    }
+    if (cur.length) segs.push(cur);
+    // The latest reading as a dot, so that a line of one point shows.
+    const last = segs.length ? segs[segs.length - 1][segs[segs.length - 1].length - 1] : null;
+    return s('g', { class: 'series ' + se.cls, 'data-series': se.key },
+      segs.map((seg) => s('polyline', { points: seg.map(([a, b]) => a.toFixed(1) + ',' + b.toFixed(1)).join(' '), fill: 'none' })),
+      last ? s('circle', { cx: last[0].toFixed(1), cy: last[1].toFixed(1), r: 2.5 }) : null);
+  });
+  const grid = [0, 0.5, 1].map((f) => {
+    const v = top * f;
+    return s('g', { class: 'grid' }, s('line', { x1: L, x2: W - R, y1: y(v), y2: y(v) }),
+      s('text', { x: L - 4, y: y(v) + 4, 'text-anchor': 'end' }, v >= 10 ? Math.round(v) : v.toFixed(1)));
+  });
+  const ticks = [0, 15, 30, 45, 60].map((m) => s('text', { x: x(t0 + m * 60000), y: H - 4, 'text-anchor': 'middle' }, m === 60 ? 'now' : '-' + (60 - m) + 'm'));
+  return h('figure', { class: 'chart', id },
+    h('figcaption', {}, title, ' ', series.map((se) => h('span', { class: 'key ' + se.cls }, se.name))),
+    s('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title }, grid, ticks, lines));
+}
+
+function signalText(sig, key, digits, unit) {
+  const v = sig && sig[key];
+  if (!v) return '-';
+  if (v.value === null || v.value === undefined) return h('span', { class: 'missing', title: v.error || '' }, 'missing');
+  return fmtNum(v.value, digits) + (unit || '');
+}
+
+function viewModels() {
+  const rows = state.models.map((m) => {
+    const d = m.decision;
+    let decision = m.autoscale ? (d ? d.rule + (d.want !== d.current ? ` ${d.current}→${d.want}` : '') : '-') : 'fixed';
+    if (m.pin) decision = `pin ${m.pin.replicas} until ${isoTime(m.pin.until)}`;
+    const sig = m.signals;
+    return h('tr', { dataset: { model: m.name } },
+      h('td', { class: 'mono' }, m.name),
+      h('td', { class: 'counts' }, `${m.serving} serving / ${m.wanted} wanted`, m.has !== m.wanted ? h('span', { class: 'muted' }, ` (${m.has} with a job)`) : null),
+      h('td', {}, m.autoscale ? `${m.min}–${m.max}` : '-'),
+      h('td', {}, m.autoscale ? signalText(sig, 'outstanding', 0) : '-'),
+      h('td', {}, m.autoscale ? signalText(sig, 'queued', 0) : '-'),
+      h('td', {}, m.autoscale ? signalText(sig, 'arrivals', 2, '/s') : '-'),
+      h('td', {}, m.autoscale ? signalText(sig, 'waiting', 0) : '-'),
+      h('td', {}, m.autoscale ? signalText(sig, 'kv_cache_use', 2) : '-'),
+      h('td', { class: 'decision', title: m.reason || '' }, decision));
+  });
+  const cards = state.models.filter((m) => m.autoscale).map((m) => {
+    const hist = state.history[m.name];
+    // The controller's clock ends the hour, not the browser's.
+    const now = hist && hist.at ? Date.parse(hist.at) : Date.now();
+    let body;
+    if (!hist) body = h('p', { class: 'muted' }, 'Loading…');
+    else if (hist.error) body = h('p', {}, hist.error.message);
+    else if (!hist.points.length) body = h('p', { class: 'muted' }, 'No signal round yet.');
+    else {
+      body = [
+        chart('demand-' + m.name, 'Demand', hist.points, [
+          { name: 'outstanding', cls: 'out', key: 'outstanding' }, { name: 'queued', cls: 'queued', key: 'queued' },
+          { name: 'waiting in engines', cls: 'waiting', key: 'waiting' }], now),
+        chart('replicas-' + m.name, 'Replicas', hist.points, [
+          { name: 'wanted', cls: 'wanted', key: 'wanted', step: true }, { name: 'with a job', cls: 'has', key: 'has', step: true },
+          { name: 'serving', cls: 'serving', key: 'serving', step: true }], now),
+      ];
+    }
+    return h('section', { class: 'model-card', dataset: { model: m.name } },
+      h('header', {}, h('h3', {}, m.name), h('span', { class: 'muted' }, `${m.target} · priority ${m.priority}`)),
+      h('p', { class: 'explain-line' }, m.explain || ''),
+      h('p', { class: 'reason-line muted' }, m.reason || ''),
+      body);
+  });
+  return [
+    h('table', { id: 'models' },
+      h('thead', {}, h('tr', {}, ['Model', 'Replicas', 'Min–max', 'Outstanding', 'Queued', 'Arrivals', 'Waiting', 'KV cache', 'Decision'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No models.')))),
+    cards.length ? h('div', { class: 'model-cards' },
+      h('p', { class: 'muted' }, 'The last hour of each autoscaled model, one point per signal round, kept in the controller\'s memory (a restarted controller starts empty). A gap is a missing reading: the count holds on it.'),
+      cards) : null,
+  ];
+}
+
 // ---------- shell ----------
 
 function currentView() {
   const v = location.hash.replace('#', '');
-  return ['facility', 'nodes', 'replicas'].includes(v) ? v : 'facility';
+  return ['facility', 'nodes', 'replicas', 'models'].includes(v) ? v : 'facility';
 }
 
 function renderStatus() {
@@ -590,7 +716,7 @@ function render() {
   }
   const focusID = state.focus || (active && active.id);
   state.focus = null;
-  const content = view === 'nodes' ? viewNodes() : view === 'replicas' ? viewReplicas() : viewFacility();
+  const content = view === 'nodes' ? viewNodes() : view === 'replicas' ? viewReplicas() : view === 'models' ? viewModels() : viewFacility();
   main.replaceChildren(...[content].flat(Infinity).filter(Boolean));
   main.dataset.view = view;
   main.dataset.loaded = 'true';
@@ -607,7 +733,7 @@ function init() {
     renderStatus();
     banner('ok', v ? 'API token saved for this tab' : 'API token cleared');
   });
-  window.addEventListener('hashchange', () => { clearBanner(); state.holdForm = null; render(); });
+  window.addEventListener('hashchange', () => { clearBanner(); state.holdForm = null; render(); if (currentView() === 'models') refresh(); });
   refresh();
   setInterval(refresh, POLL_MS);
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -33,6 +34,7 @@ type explainView struct {
 		At         time.Time            `json:"at"`
 	} `json:"explain"`
 	Nomad []controller.NomadReason `json:"nomad"`
+	Scale *controller.ModelScale   `json:"scale"`
 }
 
 // printJSON writes an API answer as indented JSON.
@@ -43,53 +45,6 @@ func printJSON(cmd *cobra.Command, raw []byte) error {
 	}
 	b.WriteByte('\n')
 	return write(cmd.OutOrStdout(), b.Bytes())
-}
-
-func (c *ctl) modelsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "models",
-		Short: "List the catalog's models: replicas serving of wanted, profiles, source",
-		Args:  args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			var cat controller.CatalogView
-			raw, err := cl.get(cmd.Context(), "/v1/catalog", nil, &cat)
-			if err != nil {
-				return err
-			}
-			if c.json() {
-				return printJSON(cmd, raw)
-			}
-			var reps []controller.ReplicaView
-			if _, err := cl.get(cmd.Context(), "/v1/replicas", nil, &reps); err != nil {
-				return err
-			}
-			serving := map[string]int{}
-			for _, r := range reps {
-				if r.State == "serving" {
-					serving[r.Model]++
-				}
-			}
-			t := newTable("MODEL", "REPLICAS", "PROFILES", "SOURCE")
-			for _, m := range cat.Models {
-				var profiles []string
-				for _, p := range m.Profiles {
-					profiles = append(profiles, p.Name)
-				}
-				t.row(m.Name, fmt.Sprintf("%d/%d", serving[m.Name], m.Replicas), strings.Join(profiles, ","), m.Source)
-			}
-			if err := write(cmd.OutOrStdout(), t.bytes()); err != nil {
-				return err
-			}
-			if cat.Error != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "llmgw: warning: the last catalog reload was refused; the catalog above stays in force:\nllmgw: %s\n", cat.Error)
-			}
-			return nil
-		},
-	}
 }
 
 func (c *ctl) replicasCmd() *cobra.Command {
@@ -163,15 +118,22 @@ func (c *ctl) checkModel(ctx context.Context, cl *client, model string) error {
 
 func (c *ctl) explainCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "explain REPLICA",
-		Short: "Show why a replica sits where it does: the chosen domain, every rejection, Nomad's reason",
+		Use:   "explain REPLICA|MODEL",
+		Short: "Show why a replica sits where it does, or why a model has the replicas it has",
 		Long: `Show a replica's last placement decision: the domain and nodes chosen and
 their draw, or that none was found; every place refused and why (held,
 over budget, too few free GPUs, spread, ...); and, when Nomad could not
 place the replica's job, Nomad's own reason (constraints filtered,
-dimensions exhausted).`,
+dimensions exhausted). For a replica of an autoscaled model, also the
+model's count and why.
+
+Given a model's name, show its count: what it wants, has and serves, why
+not more ("wants 6, has 4: pdu=p3 would draw 17.6 kW of 17.3 kW; llama-70b
+(priority 80) holds the rest"), the autoscaler's last decision and reason,
+a pin, the last change, and each signal with its source or why it is
+missing.`,
 		Args:              args(cobra.ExactArgs(1)),
-		ValidArgsFunction: c.completeFirst(replicaIDs),
+		ValidArgsFunction: c.completeFirst(replicaAndModelNames),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			cl, err := c.client()
 			if err != nil {
@@ -179,6 +141,18 @@ dimensions exhausted).`,
 			}
 			var d explainView
 			raw, err := cl.get(cmd.Context(), "/v1/replicas/"+a[0], nil, &d)
+			var nf *Error
+			if errors.As(err, &nf) && nf.Code == ExitNotFound {
+				// Not a replica: a model?
+				var m controller.ModelView
+				mraw, merr := cl.get(cmd.Context(), "/v1/models/"+a[0], nil, &m)
+				switch {
+				case merr == nil && c.json():
+					return printJSON(cmd, mraw)
+				case merr == nil:
+					return write(cmd.OutOrStdout(), renderModel(m, c.opts.Now()))
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -214,6 +188,10 @@ func renderExplain(d explainView) []byte {
 		kv.row("Draw:", kW(e.Watts))
 	default:
 		kv.row("Decision:", "not placed at "+e.At.UTC().Format(time.RFC3339)+": no profile fits anywhere")
+	}
+	if s := d.Scale; s != nil {
+		kv.row("Scale:", dash(s.Explain))
+		kv.row("Scale reason:", dash(s.Reason))
 	}
 	b.Write(kv.bytes())
 	if e != nil && len(e.Rejections) > 0 {
@@ -528,6 +506,16 @@ func runtimeHolds(ctx context.Context, cl *client) ([]string, error) {
 		}
 		return out
 	})
+}
+
+// replicaAndModelNames lists the replicas, then the models.
+func replicaAndModelNames(ctx context.Context, cl *client) ([]string, error) {
+	reps, err := replicaIDs(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	models, err := modelNames(ctx, cl)
+	return append(reps, models...), err
 }
 
 func replicaIDs(ctx context.Context, cl *client) ([]string, error) {

@@ -107,11 +107,11 @@ func New(opts Options) *cobra.Command {
 	c := &ctl{opts: opts}
 	cmd := &cobra.Command{
 		Use:   "ctl",
-		Short: "Operate a running controller: replicas, nodes, facility holds, labels",
+		Short: "Operate a running controller: models and their counts, replicas, nodes, facility holds, labels",
 		Long: `Operate a running llmgw controller through its HTTP API.
 
 The controller is at --addr, else $LLMGW_ADDR, else ` + DefaultAddr + `.
-Writes (label, facility hold, facility release) send --token, else
+Writes (scale, label, facility hold, facility release, reload) send --token, else
 $LLMGW_TOKEN, as a bearer token when the controller has an api_token.
 
 Every read prints a table, or the API's JSON with -o json.
@@ -143,7 +143,7 @@ API token; 5 controller unreachable.`,
 	pf.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(
-		c.modelsCmd(), c.replicasCmd(), c.explainCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(),
+		c.modelsCmd(), c.replicasCmd(), c.explainCmd(), c.scaleCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(),
 		c.reloadCmd(), completionCmd(),
 	)
 	return cmd

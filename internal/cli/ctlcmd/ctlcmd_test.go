@@ -112,7 +112,7 @@ func TestJSONOutputIsTheAPIs(t *testing.T) {
 		args []string
 		path string
 	}{
-		{[]string{"models"}, "/v1/catalog"},
+		{[]string{"models"}, "/v1/models"},
 		{[]string{"replicas"}, "/v1/replicas"},
 		{[]string{"replicas", "--model", "beta"}, "/v1/replicas?model=beta"},
 		{[]string{"explain", "gamma-0"}, "/v1/replicas/gamma-0"},
@@ -254,7 +254,7 @@ func TestCompletion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"explain", "al"}, []string{"alpha-0", "alpha-1", "alpha-2"}},
+		{[]string{"explain", "al"}, []string{"alpha-0", "alpha-1", "alpha-2", "alpha"}},
 		{[]string{"explain", "alpha-0", ""}, nil},
 		{[]string{"label", "n0"}, []string{"n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08"}},
 		{[]string{"label", "n01", "r"}, []string{"room=", "row=", "rack="}},
@@ -365,5 +365,50 @@ func TestReload(t *testing.T) {
 	r := run(t, map[string]string{EnvAddr: e.URL, EnvToken: "s3cret"}, "reload", "--confirm")
 	if r.code != ExitOK || r.stdout != "reloaded\n" {
 		t.Errorf("reload --confirm: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// The models of a catalog with an autoscaled model: the table, explain of
+// the model and of its replica, and a pin set and released with scale.
+func TestAutoscaledModels(t *testing.T) {
+	e := ctltest.Start(t, ctltest.Options{Autoscale: true, Token: "s3cret"})
+	env := map[string]string{EnvAddr: e.URL, EnvToken: "s3cret"}
+	var out bytes.Buffer
+	step := func(code int, args ...string) {
+		t.Helper()
+		r := run(t, env, args...)
+		fmt.Fprintf(&out, "$ llmgw ctl %s\n%s%s", shellWords(args), r.stdout, r.stderr)
+		if r.code != code {
+			t.Fatalf("llmgw ctl %s: exit %d, want %d; stderr %q", strings.Join(args, " "), r.code, code, r.stderr)
+		}
+	}
+	step(ExitOK, "models")
+	step(ExitOK, "explain", "delta")
+	step(ExitOK, "explain", "delta-0")
+	step(ExitOK, "scale", "delta", "2", "--for", "4h", "--reason", "load test")
+	e.Pass()
+	e.Pass()
+	step(ExitOK, "models")
+	step(ExitOK, "explain", "delta")
+	step(ExitOK, "scale", "delta", "--release")
+	step(ExitNotFound, "scale", "delta", "--release")
+	step(ExitUsage, "scale", "alpha", "2")
+	step(ExitUsage, "scale", "delta", "9")
+	step(ExitUsage, "scale", "delta", "two")
+	step(ExitUsage, "scale", "delta", "2", "--for", "1y")
+	step(ExitNotFound, "scale", "dleta", "2")
+	golden(t, "autoscale.golden", out.String())
+
+	if r := run(t, addrEnv(e), "scale", "delta", "2"); r.code != ExitUnauthorized {
+		t.Errorf("scale without the token: exit %d, want %d", r.code, ExitUnauthorized)
+	}
+	r := run(t, env, "models", "-o", "json")
+	var got, want any
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil {
+		t.Fatalf("models -o json: exit %d, %v", r.code, err)
+	}
+	e.Call(http.MethodGet, "/v1/models", "", nil, &want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("models -o json differs from GET /v1/models (-api +ctl):\n%s", diff)
 	}
 }

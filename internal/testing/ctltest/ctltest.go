@@ -8,7 +8,9 @@
 // stands by and places nothing on its own: Start runs its passes until the
 // replicas settle, with a clock that never moves, so that every table the
 // API serves is the same from run to run. With Lead the controller leads
-// and reconciles by itself, as in production.
+// and reconciles by itself, as in production. With Autoscale the catalog
+// has an autoscaled model too, and the controller reads its demand from a
+// test gateway before each pass.
 package ctltest
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -99,6 +102,30 @@ model "gamma" {
 }
 `
 
+// Autoscaled is the model Options.Autoscale adds to the catalog: between
+// one and three single-GPU replicas, four outstanding requests each.
+const Autoscaled = `
+model "delta" {
+  source   = "org/delta-8b"
+  priority = 70
+  autoscale {
+    min = 1
+    max = 3
+    target { outstanding_per_replica = 4 }
+  }
+  profile "h1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 500
+  }
+}
+`
+
+// Demand is what the test gateway of Options.Autoscale reports: requests
+// outstanding per model.
+var Demand = map[string]int64{"alpha": 3, "beta": 1, "delta": 6}
+
 // Facility: a row budget, a budget per rack and one PDU's, and rack
 // r02-k02 held in the file.
 const Facility = `
@@ -121,6 +148,10 @@ type Options struct {
 	// Lead lets the controller take the leader lock and reconcile on its
 	// own, on the real clock, instead of the test driving its passes.
 	Lead bool
+	// Autoscale adds the model Autoscaled to the catalog and a gateway
+	// reporting Demand, which the controller reads before each pass Start
+	// and Pass run (leading, on its own interval).
+	Autoscale bool
 }
 
 // Env is a running controller on the fake.
@@ -181,7 +212,19 @@ func Start(t testing.TB, opts Options) *Env {
 	cfg.NodeBaseWatts = BaseWatts
 	cfg.APIToken = opts.Token
 	cfg.Reconcile.Interval = time.Second
-	for path, src := range map[string]string{cfg.Catalog: Catalog, cfg.Facility: Facility} {
+	catalog := Catalog
+	var gateways []string
+	if opts.Autoscale {
+		catalog += Autoscaled
+		gw := httptest.NewServer(http.HandlerFunc(serveDemand))
+		t.Cleanup(gw.Close)
+		gateways = []string{gw.URL}
+		cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Gateways: gateways}
+		if opts.Lead {
+			cfg.Autoscale.Interval = time.Second
+		}
+	}
+	for path, src := range map[string]string{cfg.Catalog: catalog, cfg.Facility: Facility} {
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -223,6 +266,20 @@ func Start(t testing.TB, opts Options) *Env {
 	return e
 }
 
+// serveDemand answers a gateway's demand (gateway.DemandPath) with Demand.
+func serveDemand(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != gateway.DemandPath {
+		http.NotFound(w, r)
+		return
+	}
+	d := gateway.Demand{SampledAt: Epoch, StartedAt: Epoch.Add(-time.Hour), WindowSeconds: 30, Models: []gateway.ModelDemand{}}
+	for _, m := range []string{"alpha", "beta", "delta"} {
+		d.Models = append(d.Models, gateway.ModelDemand{Model: m, State: gateway.StateServing, Outstanding: Demand[m], ArrivalRate: float64(Demand[m])})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(d)
+}
+
 // holdLock takes the controller's leader lock for the test, so that the
 // controller stands by.
 func holdLock(t testing.TB, fake *nomadfake.Server) {
@@ -262,6 +319,9 @@ func (e *Env) settle() {
 	last, stable := "", 0
 	e.WaitFor("the replicas to settle", func() (bool, string) {
 		if !e.opts.Lead {
+			if e.opts.Autoscale {
+				e.Controller.ReadSignals(context.Background())
+			}
 			err := e.Controller.Pass(context.Background())
 			if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
 				return false, err.Error()
@@ -287,6 +347,9 @@ func (e *Env) settle() {
 func (e *Env) Pass() {
 	e.T.Helper()
 	e.WaitFor("a pass", func() (bool, string) {
+		if e.opts.Autoscale {
+			e.Controller.ReadSignals(context.Background())
+		}
 		err := e.Controller.Pass(context.Background())
 		if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
 			return false, err.Error()

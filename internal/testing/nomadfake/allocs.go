@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -16,6 +17,9 @@ import (
 type allocRecord struct {
 	*api.Allocation
 	checksPass bool
+	// stopAt is when a stopping allocation completes (WithShutdownDelay);
+	// zero otherwise.
+	stopAt time.Time
 }
 
 // live: the scheduler wants it running and the client has not ended it.

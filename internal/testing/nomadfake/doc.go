@@ -79,6 +79,16 @@
 //     "failure" while it runs unhealthy (SetAllocStatus, AutoRun), none
 //     before it runs or after it ends; an unknown allocation 404 "Unknown
 //     allocation", its node down 404 "No path to node".
+//   - GET /v1/services (?namespace with "*") and GET /v1/service/<name>:
+//     the service catalog of Nomad-provider services, as the gateway's
+//     discovery and the controller's gateway lookup read it. Every
+//     allocation running with desired status run is registered under its
+//     group's nomad services, on 127.0.0.1 and the service's port, with
+//     its tags; so is every AddService registration. The catalog's index
+//     follows the allocations'. A stopped allocation is deregistered at
+//     once; with WithShutdownDelay a running one keeps running until its
+//     group's shutdown_delay has passed on the fake's clock (services.go),
+//     as a Nomad client deregisters, waits, then signals.
 //   - GET/PUT/DELETE /v1/var/<path>, GET /v1/vars (?prefix, ?namespace
 //     with "*"). ?cas=N checks and sets as Nomad's state store (0: only if
 //     absent; conflict: HTTP 409 whose body is the current variable, or a
@@ -106,7 +116,8 @@
 // completes:
 //   - A stopped job's live allocations (desired run, client pending or
 //     running) are stopped: DesiredStatus stop and, as there is no client
-//     to wait for, ClientStatus complete at once. So are the live
+//     to wait for, ClientStatus complete at once (WithShutdownDelay: a
+//     running one once its group's shutdown_delay has passed). So are the live
 //     allocations of an older version: a new version replaces them all.
 //     Nomad does the same for every update the controller writes, since
 //     each changes the job's meta (llmgw.nodes, llmgw.watts), which Nomad's
@@ -198,6 +209,7 @@
 // New, URL, Close, Config, Client; AddNode, NvidiaGPUs, SetNodeStatus,
 // SetDeviceHealth, SetPowerDraw, Node; RegisterJob (seeding without HTTP);
 // SetAllocStatus, Reschedule, Allocations, AutoRun and WithAutoRun,
+// AddService, WithShutdownDelay,
 // SetPlacementFailureMetric; Variable; WithClock and Tick; Index; fault
 // injection with FailNext (fail before applying), FailNextAfterApply
 // (apply, then lose the answer) and DropConnection; Hook, called with each
@@ -209,7 +221,7 @@
 // ACLs and tokens, regions and federation, namespaces as objects (any name
 // is accepted), deployments and canaries, job versions and history,
 // deregistration and purge, plan, scale, dispatch, periodic jobs, service
-// registrations (the service catalog), allocation reads, stop, restart,
+// deletion and Consul-provider services, allocation reads, stop, restart,
 // signal, exec and file system, evaluation reads, node drain, eligibility
 // and purge, CSI and host volumes, the event stream, operator, status and
 // agent endpoints, gzip responses, bexpr filters and pagination.

@@ -86,9 +86,13 @@ func (s *Server) evaluateLocked(rec *jobRecord, trigger string, idx uint64) *api
 }
 
 // stopAllocLocked marks a stopped by the server and, as the fake has no
-// client to wait for, complete at once.
+// client to wait for, complete at once; with WithShutdownDelay a running
+// allocation whose group has a shutdown_delay completes once it has passed
+// (services.go), deregistered meanwhile.
 func (s *Server) stopAllocLocked(a *allocRecord, idx uint64) {
-	if a.live() {
+	if d := shutdownDelayOf(a); s.shutdownDelay && d > 0 && a.live() && a.ClientStatus == api.AllocClientStatusRunning {
+		a.stopAt = s.now().Add(d)
+	} else if a.live() {
 		a.ClientStatus = api.AllocClientStatusComplete
 	}
 	a.DesiredStatus = api.AllocDesiredStatusStop

@@ -98,6 +98,10 @@ type Server struct {
 	changed chan struct{}
 	autoRun bool
 	ports   int // dynamic ports handed out (allocs.go)
+	// shutdownDelay: stopped running allocations wait their group's
+	// shutdown_delay (services.go); extraServices are AddService's.
+	shutdownDelay bool
+	extraServices []*api.ServiceRegistration
 	// failMetric is what FailedTGAllocs reports for a group the fake
 	// could not place (SetPlacementFailureMetric).
 	failMetric api.AllocationMetric
@@ -259,12 +263,14 @@ func (s *Server) Index() uint64 {
 }
 
 // Tick re-reads the clock and applies what time alone changes: variable
-// locks whose TTL or lock delay has passed. Every request does this too;
-// call Tick after moving a WithClock clock to wake blocking queries.
+// locks whose TTL or lock delay has passed, and (WithShutdownDelay)
+// stopping allocations whose shutdown_delay has. Every request does this
+// too; call Tick after moving a WithClock clock to wake blocking queries.
 func (s *Server) Tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocksLocked()
+	s.sweepStopsLocked()
 }
 
 func cloneValues(v url.Values) url.Values {
@@ -281,10 +287,15 @@ func (s *Server) nextIndexLocked() uint64 {
 	return s.index
 }
 
-// touchLocked records that table changed at idx.
+// touchLocked records that table changed at idx. The service
+// registrations follow the allocations (services.go), so a change of
+// those is one of these.
 func (s *Server) touchLocked(idx uint64, tables ...string) {
 	for _, t := range tables {
 		s.tables[t] = idx
+		if t == tableAlloc {
+			s.tables[tableServices] = idx
+		}
 	}
 }
 
@@ -343,6 +354,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.reqs = append(s.reqs, entry)
 	hooks := slices.Clone(s.hooks)
 	s.sweepLocksLocked()
+	s.sweepStopsLocked()
 	s.mu.Unlock()
 
 	for _, h := range hooks {
@@ -591,6 +603,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleClientStats(w, r)
 	case strings.HasPrefix(p, "/v1/client/allocation/") && strings.HasSuffix(p, "/checks"):
 		s.handleAllocChecks(w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/v1/client/allocation/"), "/checks"))
+	case p == "/v1/services":
+		s.handleServiceList(w, r)
+	case strings.HasPrefix(p, "/v1/service/"):
+		s.handleService(w, r, strings.TrimPrefix(p, "/v1/service/"))
 	case p == "/v1/vars":
 		s.handleVarList(w, r)
 	case strings.HasPrefix(p, "/v1/var/"):

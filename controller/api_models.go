@@ -1,0 +1,180 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/httpjson"
+	"github.com/llmgw/llmgw/internal/suggest"
+)
+
+// The models' part of the API: GET /v1/models[/{model}[/history]],
+// GET /v1/signals, and pins: PUT and DELETE /v1/models/{model}/pin.
+
+// Pin durations: a pin always expires, so that one forgotten does not hold
+// a model's count for good.
+const (
+	DefaultPinFor = time.Hour
+	MinPinFor     = time.Minute
+	MaxPinFor     = 7 * 24 * time.Hour
+)
+
+// PinRequest is the body of PUT /v1/models/{model}/pin.
+type PinRequest struct {
+	Replicas int `json:"replicas"`
+	// For is how long the pin holds, a Go duration ("90m"); DefaultPinFor
+	// when empty.
+	For    string `json:"for,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// models returns the view's models with the latest signals.
+func (c *Controller) models() []ModelView {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]ModelView, len(c.view.Models))
+	copy(out, c.view.Models)
+	for i := range out {
+		if s, ok := c.signals[out[i].Name]; ok {
+			out[i].Signals = &s
+		}
+	}
+	return out
+}
+
+func (c *Controller) listModels(w http.ResponseWriter, _ *http.Request) {
+	httpjson.WriteIndented(w, http.StatusOK, c.models())
+}
+
+// findModel returns a model of the view, or writes 404 with a hint.
+func (c *Controller) findModel(w http.ResponseWriter, name string) (ModelView, bool) {
+	var names []string
+	for _, m := range c.models() {
+		if m.Name == name {
+			return m, true
+		}
+		names = append(names, m.Name)
+	}
+	if len(names) == 0 {
+		// No pass yet: the catalog's names still make the hint.
+		c.mu.RLock()
+		for _, m := range c.catalog.Models {
+			names = append(names, m.Name)
+		}
+		c.mu.RUnlock()
+	}
+	writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q", name), suggest.Hint(name, names))
+	return ModelView{}, false
+}
+
+func (c *Controller) getModel(w http.ResponseWriter, r *http.Request) {
+	if m, ok := c.findModel(w, r.PathValue("model")); ok {
+		httpjson.WriteIndented(w, http.StatusOK, m)
+	}
+}
+
+func (c *Controller) getHistory(w http.ResponseWriter, r *http.Request) {
+	m, ok := c.findModel(w, r.PathValue("model"))
+	if !ok {
+		return
+	}
+	h, _ := c.History(m.Name)
+	httpjson.Write(w, http.StatusOK, h)
+}
+
+func (c *Controller) getSignals(w http.ResponseWriter, _ *http.Request) {
+	httpjson.WriteIndented(w, http.StatusOK, c.Signals())
+}
+
+// catalogModel returns the catalog's model name.
+func (c *Controller) catalogModel(name string) (facility.Model, []string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var names []string
+	for _, m := range c.catalog.Models {
+		if m.Name == name {
+			return m, nil, true
+		}
+		names = append(names, m.Name)
+	}
+	return facility.Model{}, names, false
+}
+
+func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	m, names, ok := c.catalogModel(name)
+	if !ok {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q in the catalog", name), suggest.Hint(name, names))
+		return
+	}
+	var req PinRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+		writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"replicas": 3, "for": "1h", "reason": "..."}`)
+		return
+	}
+	if m.Autoscale == nil {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("model %s has a fixed count (replicas = %d): there is no autoscaler to override", name, m.Replicas),
+			"change replicas in the catalog and reload")
+		return
+	}
+	a := m.Autoscale
+	if req.Replicas < a.Min || req.Replicas > a.Max {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("replicas: %d is outside model %s's autoscale min %d and max %d", req.Replicas, name, a.Min, a.Max),
+			"a pin overrides the autoscaler, not the catalog's bounds: change min or max in the catalog to go beyond them")
+		return
+	}
+	d := DefaultPinFor
+	if req.For != "" {
+		var err error
+		if d, err = time.ParseDuration(req.For); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a duration", req.For), `such as "30m", "2h"`)
+			return
+		}
+	}
+	if d < MinPinFor || d > MaxPinFor {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("for: %s is outside %s to %s", d, MinPinFor, fmtHours(MaxPinFor)),
+			"a pin always expires; set it again to hold it longer")
+		return
+	}
+	now := c.now().UTC()
+	p := store.Pin{Model: name, Replicas: req.Replicas, Until: now.Add(d), Reason: strings.TrimSpace(req.Reason), SetAt: now, SetBy: r.Header.Get("X-LLMGW-User")}
+	if err := c.store.SetPin(p); err != nil {
+		writeErr(w, http.StatusBadGateway, err.Error(), "")
+		return
+	}
+	c.log.Info("pin set", "model", name, "replicas", p.Replicas, "until", p.Until, "by", p.SetBy, "reason", p.Reason)
+	c.kick()
+	httpjson.WriteIndented(w, http.StatusOK, p)
+}
+
+func (c *Controller) deletePin(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	found, err := c.store.ReleasePin(name)
+	if err != nil {
+		writeErr(w, http.StatusBadGateway, err.Error(), "")
+		return
+	}
+	if !found {
+		hint := ""
+		if _, names, ok := c.catalogModel(name); !ok {
+			hint = suggest.Hint(name, names)
+		}
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no pin on model %q", name), hint)
+		return
+	}
+	c.log.Info("pin released", "model", name, "by", r.Header.Get("X-LLMGW-User"))
+	c.kick()
+	httpjson.WriteIndented(w, http.StatusOK, map[string]string{"released": name})
+}
+
+func fmtHours(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return d.String()
+}

@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"time"
+)
+
+// History: every signal round appends, per autoscaled model, one point of
+// its demand and replica counts to a ring buffer in memory, an hour long
+// (HistorySpan ÷ autoscale.interval points): what the console draws. It is
+// not stored: a restarted controller starts with none, and a standby keeps
+// its own from its own rounds.
+
+// HistorySpan is how far back the history goes.
+const HistorySpan = time.Hour
+
+// Each model's ring holds HistorySpan ÷ autoscale.interval points, at
+// least minHistoryPoints (rounds may come faster than the interval: one
+// per interval, and tests run their own) and at most maxHistoryPoints.
+const (
+	minHistoryPoints = 120
+	maxHistoryPoints = 3600
+)
+
+// HistoryPoint is one round of a model: its signals (nil where missing)
+// and its counts as the last pass left them.
+type HistoryPoint struct {
+	At          time.Time `json:"at"`
+	Outstanding *float64  `json:"outstanding"`
+	Queued      *float64  `json:"queued"`
+	Arrivals    *float64  `json:"arrivals"`
+	TTFTP90     *float64  `json:"ttft_p90"`
+	Waiting     *float64  `json:"waiting"`
+	KVCache     *float64  `json:"kv_cache_use"`
+	Wanted      int       `json:"wanted"`
+	Has         int       `json:"has"`
+	Serving     int       `json:"serving"`
+}
+
+// HistoryView is GET /v1/models/{model}/history.
+type HistoryView struct {
+	Model string `json:"model"`
+	// At is the controller's time of the answer: the end of the span.
+	At       time.Time      `json:"at"`
+	Interval float64        `json:"interval_seconds"`
+	Span     float64        `json:"span_seconds"`
+	Points   []HistoryPoint `json:"points"`
+}
+
+// ring is a fixed-size ring of points, oldest first when read.
+type ring struct {
+	buf  []HistoryPoint
+	next int
+	full bool
+}
+
+func newRing(n int) *ring { return &ring{buf: make([]HistoryPoint, n)} }
+
+func (r *ring) add(p HistoryPoint) {
+	r.buf[r.next] = p
+	r.next = (r.next + 1) % len(r.buf)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// since returns the points at or after from, oldest first.
+func (r *ring) since(from time.Time) []HistoryPoint {
+	var out []HistoryPoint
+	if r.full {
+		out = append(out, r.buf[r.next:]...)
+	}
+	out = append(out, r.buf[:r.next]...)
+	i := 0
+	for i < len(out) && out[i].At.Before(from) {
+		i++
+	}
+	return out[i:]
+}
+
+func historyCap(interval time.Duration) int {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return min(max(int(HistorySpan/interval)+2, minHistoryPoints), maxHistoryPoints)
+}
+
+// recordHistory appends a round to each model's ring.
+func (c *Controller) recordHistory(at time.Time, signals map[string]ModelSignals, models []ModelView, interval time.Duration) {
+	counts := map[string]ModelView{}
+	for _, m := range models {
+		counts[m.Name] = m
+	}
+	c.scaleMu.Lock()
+	defer c.scaleMu.Unlock()
+	for name, s := range signals {
+		r := c.history[name]
+		if r == nil || len(r.buf) != historyCap(interval) {
+			r = newRing(historyCap(interval))
+			c.history[name] = r
+		}
+		mv := counts[name]
+		r.add(HistoryPoint{
+			At: at, Outstanding: s.Outstanding.Value, Queued: s.Queued.Value, Arrivals: s.Arrivals.Value,
+			TTFTP90: s.TTFTP90.Value, Waiting: s.Waiting.Value, KVCache: s.KVCache.Value,
+			Wanted: mv.Wanted, Has: mv.Has, Serving: mv.Serving,
+		})
+	}
+	for name := range c.history {
+		if _, ok := signals[name]; !ok {
+			delete(c.history, name)
+		}
+	}
+}
+
+// History returns a model's points of the last HistorySpan; ok is false
+// when the model has none (it does not autoscale, or no round ran yet).
+func (c *Controller) History(model string) (HistoryView, bool) {
+	interval := c.cfg.AutoscaleSettings().Interval
+	now := c.now()
+	c.scaleMu.Lock()
+	r := c.history[model]
+	var pts []HistoryPoint
+	if r != nil {
+		pts = r.since(now.Add(-HistorySpan))
+	}
+	c.scaleMu.Unlock()
+	if pts == nil {
+		pts = []HistoryPoint{}
+	}
+	return HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, r != nil
+}

@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/llmgw/llmgw/controller/autoscale"
+	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/facility"
+)
+
+// Scaling. Each pass (and a standby's view refresh) asks every autoscaled
+// model's Scaler what it wants given the slots the model has in Nomad now
+// (autoscale.Scaler.Decide), puts a pin in its place while one is in force
+// (llmgw ctl scale: store.Pin, in Nomad Variables), and hands the counts
+// to the reconciler as reconcile.Input.Want; the reconciler fits them to
+// the budgets by priority (Result.Scale) and the pass carries its actions
+// out. A scale down stops the victims' jobs as every stop does: Nomad
+// deregisters the replica's service first, so the gateways stop sending it
+// requests, and keeps the engine serving for the group's shutdown_delay
+// before it signals it (render, docs/controller.md "Autoscaling").
+
+// ScaleDecision is the autoscaler's last decision for a model.
+type ScaleDecision struct {
+	At time.Time `json:"at"`
+	// Current is the slots the model had; Want what the autoscaler wants.
+	Current int    `json:"current"`
+	Want    int    `json:"want"`
+	Rule    string `json:"rule"`
+	Reason  string `json:"reason"`
+	// Needed is the replicas the up window's mean needs, NeededDown the
+	// most the down window needed; absent when unknown.
+	Needed     *float64 `json:"needed,omitempty"`
+	NeededDown *float64 `json:"needed_down,omitempty"`
+}
+
+func decisionView(d autoscale.Decision, at time.Time) ScaleDecision {
+	out := ScaleDecision{At: at, Current: d.Current, Want: d.Want, Rule: d.Rule.String(), Reason: d.Reason}
+	if d.Needed >= 0 {
+		v := d.Needed
+		out.Needed = &v
+	}
+	if d.NeededDown >= 0 {
+		v := d.NeededDown
+		out.NeededDown = &v
+	}
+	return out
+}
+
+// ScaleEvent is one change of a model's count, as a pass carried it out.
+type ScaleEvent struct {
+	At   time.Time `json:"at"`
+	From int       `json:"from"`
+	To   int       `json:"to"`
+	// Reason is the label of llmgw_scale_events_total: the autoscaler's
+	// rule (up, panic, down, wake, idle, min, max), pin, or yield (taken
+	// by a model of higher priority).
+	Reason string `json:"reason"`
+	// Detail is the reason in words.
+	Detail string `json:"detail"`
+}
+
+// ModelView is one model of the catalog with its count: what it wants,
+// has and serves, and for an autoscaled model its signals, the
+// autoscaler's last decision, a pin, and what the last pass made of them.
+type ModelView struct {
+	Name      string `json:"name"`
+	Priority  int    `json:"priority"`
+	Autoscale bool   `json:"autoscale"`
+	// Min and Max are the autoscale policy's; a fixed model's are its
+	// replicas.
+	Min    int    `json:"min"`
+	Max    int    `json:"max"`
+	Target string `json:"target,omitempty"`
+	// Wanted is what the model is to have: its replicas, or the count the
+	// last pass asked for (the autoscaler's or a pin's, within min and
+	// max). Has is the slots with a job after the pass's actions; Serving
+	// those serving.
+	Wanted  int `json:"wanted"`
+	Has     int `json:"has"`
+	Serving int `json:"serving"`
+	// Explain is the count in one line: "wants 6, has 4: pdu=p3 would
+	// draw …"; Reason why it wants what it wants.
+	Explain string `json:"explain,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Decision is the autoscaler's (with a pin in force it is what the
+	// autoscaler would do without it).
+	Decision *ScaleDecision `json:"decision,omitempty"`
+	Pin      *store.Pin     `json:"pin,omitempty"`
+	Signals  *ModelSignals  `json:"signals,omitempty"`
+	// Added, Stopped and Yielded are the slots the last pass created,
+	// stopped to scale down, and stopped for a model of higher priority.
+	Added   []string `json:"added,omitempty"`
+	Stopped []string `json:"stopped,omitempty"`
+	Yielded []string `json:"yielded,omitempty"`
+	// LastChange is the last change of the count this controller carried
+	// out (in memory: empty after a restart until the next).
+	LastChange *ScaleEvent `json:"last_change,omitempty"`
+}
+
+// scaleInfo is what deciding the counts of a pass found, for the view and
+// the events.
+type scaleInfo struct {
+	decisions map[string]ScaleDecision
+	pins      map[string]store.Pin // in force
+	expired   bool                 // some stored pin has expired
+}
+
+// slotsHeld counts, per model, the slots with a live job inside the
+// model's slot range: what the scaler calls the model's current count.
+func slotsHeld(cat facility.Catalog, jobs []reconcile.Job) map[string]int {
+	slot := map[string]string{} // replica id -> model, for the valid slots
+	for _, m := range cat.Models {
+		for i := 0; i < m.SlotLimit(); i++ {
+			slot[facility.ReplicaID(m.Name, i)] = m.Name
+		}
+	}
+	seen := map[string]bool{}
+	out := map[string]int{}
+	for _, j := range jobs {
+		if m, ok := slot[j.Replica]; ok && m == j.Model && !seen[j.Replica] {
+			seen[j.Replica] = true
+			out[m]++
+		}
+	}
+	return out
+}
+
+// decideCounts asks every autoscaled model's scaler for its count and
+// applies the pins in force.
+func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time) (map[string]reconcile.Want, scaleInfo) {
+	info := scaleInfo{decisions: map[string]ScaleDecision{}, pins: map[string]store.Pin{}}
+	for _, p := range pins {
+		if p.Active(now) {
+			info.pins[p.Model] = p
+		} else {
+			info.expired = true
+		}
+	}
+	held := slotsHeld(cat, jobs)
+	wants := map[string]reconcile.Want{}
+	c.scaleMu.Lock()
+	defer c.scaleMu.Unlock()
+	for _, m := range cat.Models {
+		if m.Autoscale == nil {
+			continue
+		}
+		sc := c.scalers[m.Name]
+		if sc == nil {
+			sc = autoscale.New(autoscale.Config{})
+			c.scalers[m.Name] = sc
+		}
+		d := sc.Decide(*m.Autoscale, now, held[m.Name])
+		info.decisions[m.Name] = decisionView(d, now)
+		w := reconcile.Want{N: d.Want, Reason: d.Reason}
+		if p, ok := info.pins[m.Name]; ok {
+			by := ""
+			if p.SetBy != "" {
+				by = " by " + p.SetBy
+			}
+			why := ""
+			if p.Reason != "" {
+				why = " (" + p.Reason + ")"
+			}
+			w = reconcile.Want{N: p.Replicas, Reason: fmt.Sprintf("pinned at %d%s until %s%s (llmgw ctl scale); without the pin the autoscaler would want %d: %s",
+				p.Replicas, by, p.Until.UTC().Format(time.RFC3339), why, d.Want, d.Reason)}
+		}
+		wants[m.Name] = w
+	}
+	return wants, info
+}
+
+// modelViews builds the models of the view from a pass.
+func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last map[string]*ScaleEvent) []ModelView {
+	serving := map[string]int{}
+	slots := map[string]map[string]bool{}
+	for _, j := range in.Jobs {
+		if slots[j.Model] == nil {
+			slots[j.Model] = map[string]bool{}
+		}
+		slots[j.Model][j.Replica] = true
+	}
+	servingSlot := map[string]bool{}
+	for _, j := range in.Jobs {
+		if j.State == reconcile.Serving && !servingSlot[j.Replica] {
+			servingSlot[j.Replica] = true
+			serving[j.Model]++
+		}
+	}
+	out := make([]ModelView, 0, len(in.Catalog.Models))
+	for _, m := range in.Catalog.Models {
+		mv := ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
+			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name]}
+		if a := m.Autoscale; a != nil {
+			mv.Autoscale, mv.Min, mv.Max, mv.Target = true, a.Min, a.Max, a.Target.String()
+			if s, ok := res.Scale[m.Name]; ok {
+				mv.Wanted, mv.Has, mv.Explain, mv.Reason = s.Want, s.Has, s.Explain(), s.Reason
+				mv.Added, mv.Stopped, mv.Yielded = s.Added, s.Stopped, s.Yielded
+			}
+			if d, ok := info.decisions[m.Name]; ok {
+				mv.Decision = &d
+			}
+			if p, ok := info.pins[m.Name]; ok {
+				mv.Pin = &p
+			}
+		}
+		out = append(out, mv)
+	}
+	return out
+}
+
+// scaleEvents counts the changes of count a pass carried out: the slots
+// it created for growth, and stopped to scale down or to yield, of those
+// actions that were done.
+func (c *Controller) scaleEvents(res reconcile.Result, info scaleInfo, done map[string]bool, now time.Time) {
+	names := make([]string, 0, len(res.Scale))
+	for n := range res.Scale {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s := res.Scale[name]
+		count := func(slots []string) int {
+			n := 0
+			for _, sl := range slots {
+				if done[sl] {
+					n++
+				}
+			}
+			return n
+		}
+		added, stopped, yielded := count(s.Added), count(s.Stopped), count(s.Yielded)
+		if added+stopped+yielded == 0 {
+			continue
+		}
+		reason := "hold"
+		if d, ok := info.decisions[name]; ok {
+			reason = d.Rule
+		}
+		if _, ok := info.pins[name]; ok {
+			reason = "pin"
+		}
+		var ev ScaleEvent
+		record := func(label string, n int) {
+			if n == 0 {
+				return
+			}
+			c.metrics.scaleEvents.WithLabelValues(name, label).Inc()
+			ev = ScaleEvent{At: now, From: s.Had, To: s.Had + added - stopped - yielded, Reason: label, Detail: s.Reason}
+		}
+		record(reason, added+stopped)
+		if yielded > 0 {
+			record("yield", yielded)
+			ev.Detail = fmt.Sprintf("%d slot(s) gave their place to a model of higher priority (%v)", yielded, s.Yielded)
+		}
+		c.log.Info("scaled", "model", name, "from", ev.From, "to", ev.To, "reason", ev.Reason, "detail", ev.Detail)
+		c.mu.Lock()
+		c.lastScale[name] = &ev
+		c.mu.Unlock()
+	}
+}
