@@ -199,23 +199,44 @@ func Engines() []string {
 var ErrNoContract = errors.New("no contract")
 
 // Load returns the embedded contract of engine (its file is ENGINE.txt).
+// Each file is parsed once, when the package is initialised; the Contract
+// returned is shared and must not be changed.
 func Load(engine string) (*Contract, error) {
-	if engine == "" || strings.ContainsAny(engine, "/\\.") {
+	l, ok := loaded[engine]
+	if !ok {
 		return nil, fmt.Errorf("%w for engine %q (have %s)", ErrNoContract, engine, strings.Join(Engines(), ", "))
 	}
-	name := engine + ".txt"
-	data, err := files.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("%w for engine %q (have %s)", ErrNoContract, engine, strings.Join(Engines(), ", "))
+	return l.c, l.err
+}
+
+type loadResult struct {
+	c   *Contract
+	err error
+}
+
+// loaded holds every embedded contract, parsed (or its error) by engine.
+var loaded = loadAll()
+
+func loadAll() map[string]loadResult {
+	out := map[string]loadResult{}
+	for _, engine := range Engines() {
+		name := engine + ".txt"
+		data, err := files.ReadFile(name)
+		if err != nil {
+			out[engine] = loadResult{err: err}
+			continue
+		}
+		c, err := Parse(name, data)
+		switch {
+		case err != nil:
+			out[engine] = loadResult{err: err}
+		case c.Engine != engine:
+			out[engine] = loadResult{err: fmt.Errorf("%s:%d: engine %q, but the file is named for %q", name, c.HeaderLine["engine"], c.Engine, engine)}
+		default:
+			out[engine] = loadResult{c: c}
+		}
 	}
-	c, err := Parse(name, data)
-	if err != nil {
-		return nil, err
-	}
-	if c.Engine != engine {
-		return nil, fmt.Errorf("%s:%d: engine %q, but the file is named for %q", name, c.HeaderLine["engine"], c.Engine, engine)
-	}
-	return c, nil
+	return out
 }
 
 // Lookup returns the contract named by spec: ENGINE or ENGINE@VERSION (a
