@@ -26,7 +26,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -53,6 +52,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway's process to this file (with -inproc: of this one, generator and engine included)")
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
+	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
@@ -63,7 +63,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *inproc); err != nil {
+	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *nginx, *inproc); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
 	}
@@ -195,24 +195,8 @@ func (c *child) stop() {
 	}
 }
 
-// cpu is the CPU time the process has used, from the scheduler's per-thread
-// accounting (/proc/PID/task/*/schedstat, nanoseconds).
-func (c *child) cpu() time.Duration {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", c.cmd.Process.Pid))
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b))
-		if len(f) > 0 {
-			n, _ := strconv.ParseInt(f[0], 10, 64)
-			total += time.Duration(n)
-		}
-	}
-	return total
-}
+// cpu is the CPU time the process has used.
+func (c *child) cpu() time.Duration { return processCPU(c.cmd.Process.Pid) }
 
 // server is one side of the measurement: its address, and the CPU time
 // it has used when it runs in a process of its own (nil otherwise).
@@ -297,7 +281,7 @@ func startProcesses(pin, cpuprofile string) (engine, gw *server, placement strin
 	return &server{addr: ec.addr, cpu: ec.cpu, stop: ec.stop}, &server{addr: gc.addr, cpu: gc.cpu, stop: gc.stop}, placement, nil
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, inproc bool) error {
+func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin, nginxBin string, inproc bool) error {
 	var rates []int
 	for f := range strings.SplitSeq(rateList, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -309,6 +293,11 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	var engine, gw *server
 	var placement string
 	var err error
+	if nginxBin != "" {
+		if nginxBin, err = exec.LookPath(nginxBin); err != nil {
+			return fmt.Errorf("-nginx: %w", err)
+		}
+	}
 	switch {
 	case inproc && pin != "":
 		return errors.New("-inproc and -pin: choose one")
@@ -333,6 +322,19 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	}
 	defer engine.stop()
 	defer gw.stop()
+	targets := []target{{"direct", engine}, {"gateway", gw}}
+	if nginxBin != "" {
+		ngx, err := startNginx(nginxBin, engine.addr, nginxCPUs(pin))
+		if err != nil {
+			return err
+		}
+		defer ngx.stop()
+		targets = append(targets, target{"nginx", ngx})
+		placement += "; nginx (" + nginxBin + ") its own process"
+		if pin != "" {
+			placement += ", on the gateway's CPU"
+		}
+	}
 
 	// The generator's client sends and reads on the request's goroutine
 	// (the gateway's own upstream transport), the cheapest client at hand:
@@ -345,38 +347,72 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	}
 	fmt.Printf("gwload: %s %s/%s, %d CPUs, GOGC %s; generator, fake-engine and gateway: %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gogc, placement)
-	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; cpu/req = process CPU time per request\n\n", dur, slice, warm, inflight)
-	fmt.Printf("%-6s %-8s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "gateway cpu")
+	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; cpu/req = process CPU time per request (proxy cpu: the gateway's, or nginx's master and workers')\n\n", dur, slice, warm, inflight)
+	fmt.Printf("%-6s %-8s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
 	for _, rate := range rates {
-		urls := [2]string{"http://" + engine.addr + "/v1/chat/completions", "http://" + gw.addr + "/v1/chat/completions"}
-		for _, u := range urls {
-			load(client, u, rate, warm, inflight) // warm-up, discarded
+		for _, t := range targets {
+			load(client, t.url(), rate, warm, inflight) // warm-up, discarded
 		}
-		var res [2]result
-		var engCPU, gwCPU [2]time.Duration
+		n := len(targets)
+		res := make([]result, n)
+		engCPU := make([]time.Duration, n)
+		proxyCPU := make([]time.Duration, n)
 		nslices := max(int(dur/slice), 1)
-		for k := range 2 * nslices {
-			i := k % 2
-			if (k/2)%2 == 1 {
-				i = 1 - i // ABBA: neither target always goes first
+		for round := range nslices {
+			for j := range n {
+				// Round r goes through the targets rotated by r, and every
+				// other n rounds backwards: each target takes each place,
+				// and none always follows the same one (for two: ABBA).
+				i := (j + round) % n
+				if (round/n)%2 == 1 {
+					i = (n - 1 - j + round) % n
+				}
+				s := targets[i].srv
+				e0, p0 := engine.cpuNow(), s.cpuNow()
+				res[i].add(load(client, targets[i].url(), rate, slice, inflight))
+				engCPU[i] += engine.cpuNow() - e0
+				if i > 0 {
+					proxyCPU[i] += s.cpuNow() - p0
+				}
 			}
-			e0, g0 := engine.cpuNow(), gw.cpuNow()
-			res[i].add(load(client, urls[i], rate, slice, inflight))
-			engCPU[i] += engine.cpuNow() - e0
-			gwCPU[i] += gw.cpuNow() - g0
 		}
-		for i, name := range []string{"direct", "gateway"} {
+		for i, t := range targets {
 			r := res[i]
 			r.sort()
 			res[i] = r
-			fmt.Printf("%-6d %-8s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, name, r.sent, r.errors, r.late,
+			pcpu := "-"
+			if i > 0 {
+				pcpu = cpuPerReq(t.srv, proxyCPU[i], r.sent)
+			}
+			fmt.Printf("%-6d %-8s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late,
 				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
-				cpuPerReq(engine, engCPU[i], r.sent), cpuPerReq(gw, gwCPU[i], r.sent))
+				cpuPerReq(engine, engCPU[i], r.sent), pcpu)
 		}
-		fmt.Printf("%-6d %-8s %8s %7s %6s %9s %9s %9s\n\n", rate, "added", "", "", "",
-			us(res[1].pct(50)-res[0].pct(50)), us(res[1].pct(90)-res[0].pct(90)), us(res[1].pct(99)-res[0].pct(99)))
+		for i := 1; i < n; i++ {
+			fmt.Printf("%-6d %-8s %8s %7s %6s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "",
+				us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
+		}
+		fmt.Println()
 	}
 	return nil
+}
+
+// target is one thing the load goes to: the engine itself, or a proxy in
+// front of it.
+type target struct {
+	name string
+	srv  *server
+}
+
+func (t target) url() string { return "http://" + t.srv.addr + "/v1/chat/completions" }
+
+// nginxCPUs is where nginx runs: beside the gateway under -pin, so the two
+// proxies get the same CPU; anywhere otherwise.
+func nginxCPUs(pin string) []int {
+	if pin == "" {
+		return nil
+	}
+	return []int{runtime.NumCPU() - 1}
 }
 
 // cpuPerReq is the CPU time s used per request, "-" when it is not known
