@@ -23,27 +23,35 @@ import (
 	"github.com/llmgw/llmgw/internal/suggest"
 )
 
-// Handler is the controller's HTTP API (JSON). Reads are open; writes need
-// the configured api_token as a bearer token when one is set.
+// Handler is the controller's HTTP API (JSON). When api_token is set, every
+// call needs it as a bearer token (Authorization: Bearer <api_token>),
+// reads too, except GET /healthz and GET /metrics, and the web console's
+// static files under /ui/, which hold no data: the console sends the token
+// the operator types into it with each of its API calls.
 func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", c.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/replicas", c.listReplicas)
-	mux.HandleFunc("GET /v1/replicas/{id}", c.getReplica)
-	mux.HandleFunc("GET /v1/nodes", c.listNodes)
-	mux.HandleFunc("GET /v1/facility", c.getFacility)
-	mux.HandleFunc("GET /v1/catalog", c.getCatalog)
-	mux.HandleFunc("PUT /v1/facility/holds/{domain}", c.auth(c.putHold))
-	mux.HandleFunc("DELETE /v1/facility/holds/{domain}", c.auth(c.deleteHold))
-	mux.HandleFunc("PUT /v1/nodes/{node}/labels", c.auth(c.putLabels))
-	mux.HandleFunc("POST /v1/reload", c.auth(c.postReload))
-	mux.HandleFunc("GET /v1/models", c.listModels)
-	mux.HandleFunc("GET /v1/models/{model}", c.getModel)
-	mux.HandleFunc("GET /v1/models/{model}/history", c.getHistory)
-	mux.HandleFunc("PUT /v1/models/{model}/pin", c.auth(c.putPin))
-	mux.HandleFunc("DELETE /v1/models/{model}/pin", c.auth(c.deletePin))
-	mux.HandleFunc("GET /v1/signals", c.getSignals)
+	for pattern, h := range map[string]http.HandlerFunc{
+		"GET /v1/replicas":                   c.listReplicas,
+		"GET /v1/replicas/{id}":              c.getReplica,
+		"GET /v1/nodes":                      c.listNodes,
+		"GET /v1/facility":                   c.getFacility,
+		"GET /v1/catalog":                    c.getCatalog,
+		"PUT /v1/facility/holds/{domain}":    c.putHold,
+		"DELETE /v1/facility/holds/{domain}": c.deleteHold,
+		"PUT /v1/nodes/{node}/labels":        c.putLabels,
+		"POST /v1/reload":                    c.postReload,
+		"POST /v1/plan":                      c.postPlan,
+		"GET /v1/models":                     c.listModels,
+		"GET /v1/models/{model}":             c.getModel,
+		"GET /v1/models/{model}/history":     c.getHistory,
+		"PUT /v1/models/{model}/pin":         c.putPin,
+		"DELETE /v1/models/{model}/pin":      c.deletePin,
+		"GET /v1/signals":                    c.getSignals,
+	} {
+		mux.HandleFunc(pattern, c.auth(h))
+	}
 	// The web console: static files; it calls the API above like llmgw ctl.
 	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
@@ -64,8 +72,9 @@ func writeErr(w http.ResponseWriter, status int, msg, hint string) {
 func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if tok := c.cfg.APIToken; tok != "" {
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="llmgw"`)
 				writeErr(w, http.StatusUnauthorized, "missing or wrong API token", "send Authorization: Bearer <api_token> (llmgw ctl: LLMGW_TOKEN)")
 				return
 			}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,14 +56,96 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 	}
 }
 
-// With api_token set, every mutating call needs it; reads stay open.
-func TestAPITokenOnMutatingCalls(t *testing.T) {
+// With api_token set, every call of the API needs it, reads too; only
+// /healthz, /metrics and the console's files stay open. A refused call is
+// 401 with the API's error shape and a WWW-Authenticate challenge, and a
+// refused GET /v1/replicas/{id} asks Nomad nothing.
+func TestAPITokenOnEveryCall(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
 	e.cfg.APIToken = "s3cret"
+	// n1's GPUs go bad as alpha-0's job is registered there: Nomad cannot
+	// place it, and the replica is pending (as TestNomadReasonsInExplain).
+	e.fake.Hook(func(r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/jobs" {
+			for i := range 4 {
+				_ = e.fake.SetDeviceHealth(e.nodes["n1"], fmt.Sprintf("n1-gpu%d", i), false)
+			}
+		}
+	})
 	e.holdLock()
 	c := e.start("ctl")
 	e.pass(c)
+	e.pass(c) // the view has alpha-0's job, pending
 	labels := LabelsRequest{Set: map[string]string{"row": "row2"}}
+	reads := []string{
+		"/v1/replicas", "/v1/replicas/alpha-0", "/v1/nodes", "/v1/facility", "/v1/catalog",
+		"/v1/models", "/v1/models/alpha", "/v1/models/alpha/history", "/v1/signals",
+	}
+	for _, path := range reads {
+		for _, token := range []string{"", "wrong", "s3cret x"} {
+			req, err := http.NewRequest(http.MethodGet, c.url+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ae APIError
+			err = json.NewDecoder(resp.Body).Decode(&ae)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || err != nil || ae.Error != "missing or wrong API token" || !strings.Contains(ae.Hint, "LLMGW_TOKEN") {
+				t.Errorf("GET %s with token %q: %d %+v (%v), want 401 with the API's error and hint", path, token, resp.StatusCode, ae, err)
+			}
+			if got := resp.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
+				t.Errorf("GET %s with token %q: WWW-Authenticate %q, want a Bearer challenge", path, token, got)
+			}
+		}
+		// The scheme must be Bearer: the bare token is not enough.
+		req, _ := http.NewRequest(http.MethodGet, c.url+path, nil)
+		req.Header.Set("Authorization", "s3cret")
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s with Authorization: s3cret (no scheme): %v %v, want 401", path, resp.Status, err)
+		} else {
+			_ = resp.Body.Close()
+		}
+		if code, body := call(t, http.MethodGet, c.url+path, "s3cret", nil, nil); code == http.StatusUnauthorized {
+			t.Errorf("GET %s with the token: %d %s", path, code, body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/metrics", "/ui/", "/ui/app.js"} {
+		if code, body := call(t, http.MethodGet, c.url+path, "", nil, nil); code != http.StatusOK {
+			t.Errorf("GET %s without a token: %d %s, want 200", path, code, body)
+		}
+	}
+
+	// alpha-0 is not serving (nothing runs on the fake): its detail asks
+	// Nomad for the job's evaluations, but only for a caller with the token.
+	evals := func() int {
+		n := 0
+		for _, r := range e.fake.Requests() {
+			if strings.Contains(r.Path, "/evaluations") {
+				n++
+			}
+		}
+		return n
+	}
+	e.fake.ResetRequests()
+	call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, nil)
+	if n := evals(); n != 0 {
+		t.Errorf("GET /v1/replicas/alpha-0 without a token made %d evaluation reads in Nomad, want 0", n)
+	}
+	var d ReplicaDetail
+	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "s3cret", nil, &d); code != http.StatusOK || d.State == "serving" {
+		t.Fatalf("GET /v1/replicas/alpha-0: %d %s", code, body)
+	}
+	if n := evals(); n == 0 {
+		t.Errorf("GET /v1/replicas/alpha-0 with the token (state %s) read no evaluations: the check above proves nothing", d.State)
+	}
+
 	for _, tc := range []struct {
 		method, path, token string
 		body                any
@@ -72,16 +156,13 @@ func TestAPITokenOnMutatingCalls(t *testing.T) {
 		{http.MethodDelete, "/v1/facility/holds/rack=r1", "", nil, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/nodes/n1/labels", "", labels, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret x", labels, http.StatusUnauthorized},
-		{http.MethodGet, "/v1/replicas", "", nil, http.StatusOK},
-		{http.MethodGet, "/v1/replicas/alpha-0", "", nil, http.StatusOK},
-		{http.MethodGet, "/v1/nodes", "", nil, http.StatusOK},
-		{http.MethodGet, "/v1/facility", "", nil, http.StatusOK},
-		{http.MethodGet, "/v1/catalog", "", nil, http.StatusOK},
-		{http.MethodGet, "/healthz", "", nil, http.StatusOK},
-		{http.MethodGet, "/metrics", "", nil, http.StatusOK},
+		{http.MethodPost, "/v1/reload", "", nil, http.StatusUnauthorized},
+		{http.MethodPost, "/v1/plan", "", PlanRequest{}, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/models/alpha/pin", "", nil, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/facility/holds/rack=r1", "s3cret", HoldRequest{Reason: "x"}, http.StatusOK},
 		{http.MethodDelete, "/v1/facility/holds/rack=r1", "s3cret", nil, http.StatusOK},
 		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret", labels, http.StatusOK},
+		{http.MethodPost, "/v1/plan", "s3cret", PlanRequest{}, http.StatusOK},
 	} {
 		if code, body := call(t, tc.method, c.url+tc.path, tc.token, tc.body, nil); code != tc.code {
 			t.Errorf("%s %s with token %q: %d %s, want %d", tc.method, tc.path, tc.token, code, body, tc.code)

@@ -266,7 +266,7 @@ func (c *Controller) reload(confirm bool) error {
 func (c *Controller) checkStops(cat facility.Catalog, fac facility.Facility) error {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	in, _, _, _, err := c.inputFor(cat, fac)
+	in, _, _, _, err := c.inputFor(cat, fac, true)
 	if err != nil {
 		return nil
 	}
@@ -1102,13 +1102,14 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 	c.mu.RLock()
 	cat, fac := c.catalog, c.facility
 	c.mu.RUnlock()
-	return c.inputFor(cat, fac)
+	return c.inputFor(cat, fac, false)
 }
 
 // inputFor is input with the given catalog and facility file in place of
-// the ones in force (a reload's dry run). With autoscaled models in the
-// catalog it also decides their counts (scaling.go).
-func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
+// the ones in force (a reload's dry run, llmgw ctl plan: dry, which
+// decides autoscaled counts on copies of the scalers). With autoscaled
+// models in the catalog it also decides their counts (scaling.go).
+func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry bool) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
 	c.mu.RLock()
 	snap := c.snap
 	c.mu.RUnlock()
@@ -1146,7 +1147,7 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility) (reco
 			// is decided on a partial view.
 			return reconcile.Input{}, nil, nil, scaleInfo{}, fmt.Errorf("read pins: %w", err)
 		}
-		in.Want, si = c.decideCounts(cat, jobs, pins, now)
+		in.Want, si = c.decideCounts(cat, jobs, pins, now, dry)
 	}
 	return in, orphans, info, si, nil
 }

@@ -130,7 +130,7 @@ func slotsHeld(cat facility.Catalog, jobs []reconcile.Job) map[string]int {
 
 // decideCounts asks every autoscaled model's scaler for its count and
 // applies the pins in force.
-func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time) (map[string]reconcile.Want, scaleInfo) {
+func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time, dry bool) (map[string]reconcile.Want, scaleInfo) {
 	info := scaleInfo{decisions: map[string]ScaleDecision{}, pins: map[string]store.Pin{}}
 	for _, p := range pins {
 		if p.Active(now) {
@@ -148,9 +148,15 @@ func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pi
 			continue
 		}
 		sc := c.scalers[m.Name]
-		if sc == nil {
+		switch {
+		case sc == nil && dry:
+			sc = autoscale.New(autoscale.Config{})
+		case sc == nil:
 			sc = autoscale.New(autoscale.Config{})
 			c.scalers[m.Name] = sc
+		case dry:
+			// A dry run decides on a copy: its cooldowns stay untouched.
+			sc = sc.Clone()
 		}
 		d := sc.Decide(*m.Autoscale, now, held[m.Name])
 		info.decisions[m.Name] = decisionView(d, now)

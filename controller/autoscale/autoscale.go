@@ -3,6 +3,7 @@ package autoscale
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -217,6 +218,14 @@ func (s *Scaler) Observe(x Sample) {
 	if (p.ok[sigArrivals] && p.arrivals > 0) || (p.ok[sigOutstanding] && p.outstanding > 0) || (p.ok[sigQueued] && p.queued > 0) {
 		s.lastDemand = x.At
 	}
+}
+
+// Clone returns a copy of s that Decide and Observe can change without
+// changing s: a dry run's decision (llmgw ctl plan, a reload's check).
+func (s *Scaler) Clone() *Scaler {
+	cp := *s
+	cp.points = slices.Clone(s.points)
+	return &cp
 }
 
 // Latest returns the last round observed.

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -163,6 +164,12 @@ type Result struct {
 	// Usage is every budgeted domain's budget and draw from what runs,
 	// before this pass's placements (facility.Planner.Budgeted).
 	Usage []facility.DomainUsage
+	// After is the same domains' draw once this pass's actions are done:
+	// its placements added, the jobs its stops and replaces name taken
+	// out (a replace's new placement is among the placements). The old
+	// copy of a move or roll that this pass does not stop yet (it goes
+	// when its new copy serves) still counts.
+	After []facility.DomainUsage
 	// Waits says, by replica, why a roll or move of it waits this pass
 	// (max_surge reached; no room to surge with max_unavailable 0).
 	Waits map[string]string
@@ -300,6 +307,17 @@ func Plan(in Input) (Result, error) {
 		}
 	}
 	res.Actions, res.DeferredStops = capStops(res.Actions, in.MaxStops)
+	for _, a := range res.Actions {
+		if a.Kind == Stop || a.Kind == Replace {
+			// A replaced job's old placement goes with it. A job of a
+			// model or slot that left the catalog was never counted:
+			// nothing to take out.
+			if _, err := planner.Remove(a.JobID); err != nil && !errors.Is(err, facility.ErrNotRunning) {
+				return Result{}, fmt.Errorf("after %s: %w", a, err)
+			}
+		}
+	}
+	res.After = planner.Budgeted()
 	return res, nil
 }
 

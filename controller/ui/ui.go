@@ -3,9 +3,12 @@
 // controller's API handler. There is no build step: the files under
 // static/ are what the browser gets.
 //
-// The page reads and writes the controller's own JSON API (../v1/…), with
-// the API token, when one is needed for writes, typed into the page and
-// kept in the browser tab's sessionStorage. It has four views:
+// The page reads and writes the controller's own JSON API (../v1/…). When
+// the controller has an api_token, every API call needs it (reads too):
+// the operator types it into the page, which keeps it in the browser tab's
+// sessionStorage and sends it as a bearer token (Authorization header,
+// never a cookie, so another site cannot make the browser send it). The
+// files themselves load without it. It has four views:
 //
 //   - Facility: rows and racks as a picture, each rack a bar of committed
 //     and measured draw against its budget, held domains marked, the

@@ -732,6 +732,7 @@ function init() {
     if (v) sessionStorage.setItem(TOKEN_KEY, v); else sessionStorage.removeItem(TOKEN_KEY);
     renderStatus();
     banner('ok', v ? 'API token saved for this tab' : 'API token cleared');
+    refresh(); // reads need the token too when the controller has an api_token
   });
   window.addEventListener('hashchange', () => { clearBanner(); state.holdForm = null; render(); if (currentView() === 'models') refresh(); });
   refresh();

@@ -111,8 +111,8 @@ func New(opts Options) *cobra.Command {
 		Long: `Operate a running llmgw controller through its HTTP API.
 
 The controller is at --addr, else $LLMGW_ADDR, else ` + DefaultAddr + `.
-Writes (scale, label, facility hold, facility release, reload) send --token, else
-$LLMGW_TOKEN, as a bearer token when the controller has an api_token.
+Every command sends --token, else $LLMGW_TOKEN, as a bearer token: a
+controller with an api_token answers reads as well as writes only with it.
 
 Every read prints a table, or the API's JSON with -o json.
 

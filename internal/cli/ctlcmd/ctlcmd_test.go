@@ -207,10 +207,12 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		args []string
 		code int
 	}{
-		{env, []string{"explain", "alpah-0"}, ExitNotFound},
-		{env, []string{"replicas", "--model", "alpah"}, ExitNotFound},
-		{env, []string{"nodes", "--domain", "rack=r01-k1"}, ExitNotFound},
-		{env, []string{"nodes", "--domain", "shelf=s1"}, ExitUsage},
+		{withToken, []string{"explain", "alpah-0"}, ExitNotFound},
+		{withToken, []string{"replicas", "--model", "alpah"}, ExitNotFound},
+		{withToken, []string{"nodes", "--domain", "rack=r01-k1"}, ExitNotFound},
+		{withToken, []string{"nodes", "--domain", "shelf=s1"}, ExitUsage},
+		{env, []string{"replicas"}, ExitUnauthorized},
+		{env, []string{"explain", "alpha-0"}, ExitUnauthorized},
 		{withToken, []string{"label", "n1", "rack=r01-k01"}, ExitNotFound},
 		{withToken, []string{"label", "n01", "cage=c1"}, ExitUsage},
 		{withToken, []string{"label", "n01", "rack"}, ExitUsage},
@@ -407,7 +409,7 @@ func TestAutoscaledModels(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil {
 		t.Fatalf("models -o json: exit %d, %v", r.code, err)
 	}
-	e.Call(http.MethodGet, "/v1/models", "", nil, &want)
+	e.Call(http.MethodGet, "/v1/models", "s3cret", nil, &want)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("models -o json differs from GET /v1/models (-api +ctl):\n%s", diff)
 	}

@@ -303,7 +303,7 @@ func (e *Env) settle() {
 	e.T.Helper()
 	e.WaitFor("every node's power reading", func() (bool, string) {
 		var nodes []controller.NodeView
-		if code, body := e.Call(http.MethodGet, "/v1/nodes", "", nil, &nodes); code != http.StatusOK {
+		if code, body := e.Call(http.MethodGet, "/v1/nodes", e.opts.Token, nil, &nodes); code != http.StatusOK {
 			return false, body
 		}
 		if len(nodes) != len(Nodes) {
@@ -330,7 +330,7 @@ func (e *Env) settle() {
 				e.T.Fatalf("pass: %v", err)
 			}
 		}
-		_, body := e.Call(http.MethodGet, "/v1/replicas", "", nil, nil)
+		_, body := e.Call(http.MethodGet, "/v1/replicas", e.opts.Token, nil, nil)
 		moving := strings.Contains(body, `"pending"`) || strings.Contains(body, `"starting"`) || strings.Contains(body, `"partial"`)
 		if body == last && !moving {
 			stable++
