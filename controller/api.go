@@ -32,7 +32,18 @@ func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", c.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.metrics.reg, promhttp.HandlerOpts{}))
-	for pattern, h := range map[string]http.HandlerFunc{
+	for pattern, h := range c.routes() {
+		mux.HandleFunc(pattern, c.auth(h))
+	}
+	// The web console: static files; it calls the API above like llmgw ctl.
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	return mux
+}
+
+// routes are the API's calls behind the token, by ServeMux pattern.
+func (c *Controller) routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
 		"GET /v1/replicas":                   c.listReplicas,
 		"GET /v1/replicas/{id}":              c.getReplica,
 		"GET /v1/nodes":                      c.listNodes,
@@ -49,13 +60,7 @@ func (c *Controller) Handler() http.Handler {
 		"PUT /v1/models/{model}/pin":         c.putPin,
 		"DELETE /v1/models/{model}/pin":      c.deletePin,
 		"GET /v1/signals":                    c.getSignals,
-	} {
-		mux.HandleFunc(pattern, c.auth(h))
 	}
-	// The web console: static files; it calls the API above like llmgw ctl.
-	mux.Handle("GET /ui/", http.StripPrefix("/ui", ui.Handler()))
-	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	return mux
 }
 
 // APIError is the body of every error response.
@@ -256,10 +261,35 @@ type CatalogView struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Redacted stands in for every profile env value the API shows.
+const Redacted = "(redacted)"
+
+// redact returns a copy of models whose profiles' env values are Redacted,
+// keys kept: the API never returns an env value, since that is where
+// tokens sit (secrets belong in env_from_variable, whose references it
+// shows). The models in force are left alone.
+func redact(models []facility.Model) []facility.Model {
+	out := make([]facility.Model, len(models))
+	for i, m := range models {
+		m.Profiles = slices.Clone(m.Profiles)
+		for j := range m.Profiles {
+			if env := m.Profiles[j].Env; env != nil {
+				red := make(map[string]string, len(env))
+				for k := range env {
+					red[k] = Redacted
+				}
+				m.Profiles[j].Env = red
+			}
+		}
+		out[i] = m
+	}
+	return out
+}
+
 func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
+	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt}
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		cv.Error = err.Error()
 	}
@@ -363,7 +393,7 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
 	c.mu.RLock()
-	cv := CatalogView{Models: c.catalog.Models, LoadedAt: c.loadedAt}
+	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt}
 	c.mu.RUnlock()
 	httpjson.WriteIndented(w, http.StatusOK, cv)
 }

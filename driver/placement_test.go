@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
 // The lean supervisor is taken only when an executable file stands
@@ -59,5 +61,34 @@ func TestLookPath(t *testing.T) {
 	}
 	if _, err := lookPath(filepath.Join(a, "engine"), ""); !errors.Is(err, fs.ErrPermission) {
 		t.Errorf("a path that cannot run: %v", err)
+	}
+}
+
+// A template's env file (such as the controller's env_from_variable
+// template, secrets/llmgw-variables.env) reaches the driver as part of the
+// task environment Nomad builds: the engine gets it, values untouched,
+// and the task config's env, where the controller leaves such a name out,
+// does not mask it.
+func TestTemplateEnvReachesTheEngine(t *testing.T) {
+	conf := DefaultConfig()
+	conf.AllowAnyCommand = true
+	tc := TaskConfig{Engine: "command", Command: "/bin/sh", Port: "http", Env: map[string]string{"VLLM_LOGGING_LEVEL": "DEBUG"}}
+	task := &driverpb.TaskConfig{
+		Env: map[string]string{
+			"PATH":     "/usr/bin:/bin",
+			"HF_TOKEN": `hf_a"b c=d`, // as Nomad parsed it from HF_TOKEN="hf_a\"b c=d"
+			"API_KEY":  "k-123",
+		},
+		Resources: &driverpb.Resources{Ports: []*driverpb.PortMapping{{Label: "http", Value: 23000}}},
+	}
+	pl, err := makePlan(conf, task, tc, noNVML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := envMap(pl.env)
+	for k, want := range map[string]string{"HF_TOKEN": `hf_a"b c=d`, "API_KEY": "k-123", "VLLM_LOGGING_LEVEL": "DEBUG"} {
+		if env[k] != want {
+			t.Errorf("engine env %s = %q, want %q", k, env[k], want)
+		}
 	}
 }

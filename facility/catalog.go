@@ -74,10 +74,25 @@ type Profile struct {
 	Pool  string
 	Args  []string          // engine arguments
 	Env   map[string]string // engine environment
+	// EnvFromVariable are engine environment variables whose values are
+	// items of Nomad Variables: Nomad reads them when it starts the task
+	// (a template in the job), so that secrets stay out of the catalog,
+	// the jobs and the controller. Sorted by Name.
+	EnvFromVariable []VariableEnv `json:",omitempty"`
 	Ready string            // readiness path; "" is the engine's default
 	// Weight is the gateway's traffic weight for a replica of this profile.
 	Weight int
 	Pos    Pos
+}
+
+// VariableEnv is one engine environment variable read from a Nomad
+// Variable: env_from_variable "HF_TOKEN" { variable = "nomad/jobs", key =
+// "hf_token" } in a profile.
+type VariableEnv struct {
+	Name     string // the environment variable
+	Variable string // the Nomad Variable's path
+	Key      string // the item of the Variable
+	Pos      Pos
 }
 
 // DefaultSpread is the spread of a profile that names none.
@@ -106,7 +121,7 @@ func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i
 // ProfileFingerprint returns a short, stable fingerprint of what a replica's
 // jobs are rendered from: the model's name and source, and the profile's
 // name, engine, gpu, gpus, nodes, cpu_cores, memory_gb, fabric, pool, args,
-// env and ready; and, when set, the model's file and the profile's
+// env, env_from_variable (the references, not the values) and ready; and, when set, the model's file and the profile's
 // tensor_parallel, pipeline_parallel, data_parallel and expert_parallel. The controller keeps it in job meta llmgw.profile_fp and
 // replaces a replica whose fingerprint no longer matches. Fields that only
 // steer placement or traffic (replicas, watts, keep_within, spread, weight)
@@ -156,6 +171,14 @@ func ProfileFingerprint(m Model, p Profile) string {
 	put("env", strconv.Itoa(len(keys)))
 	for _, k := range keys {
 		put(k, p.Env[k])
+	}
+	// Only when set, as the layout above: the reference, never the value
+	// (a rotated secret restarts the task through its template).
+	if len(p.EnvFromVariable) > 0 {
+		put("env_from_variable", strconv.Itoa(len(p.EnvFromVariable)))
+		for _, v := range p.EnvFromVariable {
+			put(v.Name, v.Variable+"\x00"+v.Key)
+		}
 	}
 	sum := h.Sum(nil)
 	return hex.EncodeToString(sum[:8])

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -119,8 +122,12 @@ type (
 		Pool       string            `hcl:"pool,optional"`
 		Args       []string          `hcl:"args,optional"`
 		Env        map[string]string `hcl:"env,optional"`
-		Ready      string            `hcl:"ready,optional"`
-		Weight     int               `hcl:"weight,optional"`
+		// EnvFromVariable: engine variables whose values Nomad reads from
+		// a Nomad Variable when it starts the task (catalog.go's
+		// VariableEnv).
+		EnvFromVariable []envFromVariableHCL `hcl:"env_from_variable,block"`
+		Ready           string               `hcl:"ready,optional"`
+		Weight          int                  `hcl:"weight,optional"`
 		// The layout (catalog.go's Profile.TensorParallel and friends).
 		TensorParallel   int       `hcl:"tensor_parallel,optional"`
 		PipelineParallel int       `hcl:"pipeline_parallel,optional"`
@@ -130,6 +137,16 @@ type (
 		Body             hcl.Body  `hcl:",body"`
 	}
 )
+
+// envFromVariableHCL is one env_from_variable "NAME" { variable, key }.
+type envFromVariableHCL struct {
+	Name      string    `hcl:"name,label"`
+	Variable  string    `hcl:"variable"`
+	Key       string    `hcl:"key"`
+	NameRange hcl.Range `hcl:"name,label_range"`
+	DefRange  hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
+}
 
 // decoder checks what hcldecode decoded, collecting every problem as an
 // *Error naming file:line. Its methods take a body and an attribute name,
@@ -436,6 +453,7 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	d.value(b, "pool", rp.Pool, &p.Pool)
 	set(d, b, "args", rp.Args, &p.Args)
 	set(d, b, "env", rp.Env, &p.Env)
+	p.EnvFromVariable = d.envFromVariables(p, rp)
 	set(d, b, "ready", rp.Ready, &p.Ready)
 	d.intIn(b, "weight", rp.Weight, &p.Weight, 0, math.MaxInt32)
 	d.intIn(b, "tensor_parallel", rp.TensorParallel, &p.TensorParallel, 1, maxCount)
@@ -443,6 +461,77 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	d.intIn(b, "data_parallel", rp.DataParallel, &p.DataParallel, 1, maxCount)
 	d.intIn(b, "expert_parallel", rp.ExpertParallel, &p.ExpertParallel, 1, maxCount)
 	return p
+}
+
+// envFromVariables checks a profile's env_from_variable blocks: a valid
+// variable name, given once and not in env too; a Variable path Nomad
+// accepts and a task may read; an item key. They come back sorted by
+// name.
+func (d *decoder) envFromVariables(p Profile, rp *profileHCL) []VariableEnv {
+	var out []VariableEnv
+	first := map[string]Pos{}
+	for _, rv := range rp.EnvFromVariable {
+		v := VariableEnv{Name: rv.Name, Variable: rv.Variable, Key: rv.Key, Pos: d.pos(rv.DefRange)}
+		ok := true
+		bad := func(r hcl.Range, format string, args ...any) {
+			d.errorf(r, "profile %q: env_from_variable %q: %s", p.Name, rv.Name, fmt.Sprintf(format, args...))
+			ok = false
+		}
+		if !envNameRE.MatchString(v.Name) {
+			bad(rv.NameRange, "not an environment variable name (letters, digits and _, not starting with a digit)")
+		}
+		if at, dup := first[v.Name]; dup {
+			bad(rv.NameRange, "given twice (first at %s)", at)
+		}
+		first[v.Name] = v.Pos
+		if _, inEnv := p.Env[v.Name]; inEnv {
+			r, _ := d.Given(rp.Body, "env")
+			bad(rv.NameRange, "%s is in env too (line %d): give it one source", v.Name, r.Start.Line)
+		}
+		// An attribute not given was reported by hcldecode.
+		if r, given := d.Given(rv.Body, "variable"); !given {
+			ok = false
+		} else if err := CheckVariablePath(v.Variable); err != nil {
+			bad(r, "variable: %v", err)
+		}
+		if r, given := d.Given(rv.Body, "key"); !given {
+			ok = false
+		} else if !itemKeyRE.MatchString(v.Key) {
+			bad(r, "key: %q is not an item key (letters, digits, _, - and .)", v.Key)
+		}
+		if ok {
+			out = append(out, v)
+		}
+	}
+	slices.SortFunc(out, func(a, b VariableEnv) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+var (
+	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	itemKeyRE   = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+	varPathRE   = regexp.MustCompile(`^[A-Za-z0-9_~-]+(/[A-Za-z0-9_~-]+)*$`)
+	maxVarPath  = 128
+	varReserved = "nomad/"
+)
+
+// CheckVariablePath reports whether path is a Nomad Variable path a
+// task's template may name: letters, digits, '-', '_' and '~' in
+// segments between single slashes, at most 128 characters, and under
+// nomad/ only nomad/jobs and below (Nomad keeps the rest of nomad/ for
+// itself).
+func CheckVariablePath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("empty: name a Nomad Variable path, such as nomad/jobs or llmgw/secrets/hf")
+	case len(path) > maxVarPath:
+		return fmt.Errorf("%q is longer than %d characters", path, maxVarPath)
+	case !varPathRE.MatchString(path):
+		return fmt.Errorf("%q is not a Nomad Variable path (letters, digits, '-', '_' and '~' between single slashes, no leading or trailing slash)", path)
+	case strings.HasPrefix(path+"/", varReserved) && path != "nomad/jobs" && !strings.HasPrefix(path, "nomad/jobs/"):
+		return fmt.Errorf("%q: Nomad keeps nomad/ for itself except nomad/jobs and below", path)
+	}
+	return nil
 }
 
 // duration checks a duration attribute ("30s", "10m"): lo ≤ v ≤ hi.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ const (
 	// LeaderEnvFile is where the other shards' template writes the leader's
 	// address (inside the task directory).
 	LeaderEnvFile = "local/leader.env"
+	// VariableEnvFile is where a profile's env_from_variable template
+	// writes the values it reads: the task's secrets directory, which
+	// only the task can read.
+	VariableEnvFile = "secrets/llmgw-variables.env"
 )
 
 // Environment variables rendered into every task (Nomad's task env block,
@@ -513,6 +518,12 @@ func (r *rendering) task(rank int) *api.Task {
 		env = map[string]string{}
 	}
 	maps.Copy(env, p.Env)
+	for _, v := range p.EnvFromVariable {
+		// The task config's env wins over the task environment the
+		// template feeds (the driver's layering): the Variable's value
+		// wins over a setting of the same name.
+		delete(env, v.Name)
+	}
 	if len(env) > 0 {
 		cfg["env"] = env
 	}
@@ -545,6 +556,15 @@ func (r *rendering) task(rank int) *api.Task {
 		if r.fabric != "" {
 			taskEnv[EnvNCCLIBHCA] = metaTarget("hcas")
 		}
+	}
+
+	if len(p.EnvFromVariable) > 0 {
+		templates = append(templates, &api.Template{
+			EmbeddedTmpl: new(VariableEnvTemplate(p.EnvFromVariable)),
+			DestPath:     new(VariableEnvFile),
+			ChangeMode:   new("restart"),
+			Envvars:      new(true),
+		})
 	}
 
 	res := &api.Resources{
@@ -595,6 +615,34 @@ func leaderTemplate(provider, service string) string {
 ` + EnvLeaderAddr + `={{ .Address }}:{{ .Port }}
 {{ end }}{{ end -}}
 `
+}
+
+// VariableEnvTemplate is the template that reads a profile's
+// env_from_variable items from their Nomad Variables when Nomad starts the
+// task, with the task's workload identity: one nomadVar per Variable,
+// each item's value JSON-quoted (the env file parser reads JSON strings),
+// variables in name order. The controller never sees the values.
+func VariableEnvTemplate(vars []facility.VariableEnv) string {
+	byPath := map[string][]facility.VariableEnv{}
+	var paths []string
+	for _, v := range vars {
+		if byPath[v.Variable] == nil {
+			paths = append(paths, v.Variable)
+		}
+		byPath[v.Variable] = append(byPath[v.Variable], v)
+	}
+	sort.Strings(paths)
+	var b strings.Builder
+	for _, path := range paths {
+		// The catalog checked path and key: letters, digits and a few
+		// marks, nothing to escape.
+		b.WriteString(`{{ with nomadVar "` + path + `" }}` + "\n")
+		for _, v := range byPath[path] {
+			b.WriteString(v.Name + `={{ index . "` + v.Key + `" | toJSON }}` + "\n")
+		}
+		b.WriteString("{{ end }}\n")
+	}
+	return b.String()
 }
 
 func pool(p string) string {

@@ -107,6 +107,64 @@ var (
 	}
 )
 
+// secretEnv reads two variables from one Nomad Variable and one from
+// another.
+var secretEnv = []facility.VariableEnv{
+	{Name: "API_KEY", Variable: "llmgw/secrets/qwen", Key: "api-key.v2"},
+	{Name: "HF_TOKEN", Variable: "nomad/jobs", Key: "hf_token"},
+	{Name: "WANDB_KEY", Variable: "llmgw/secrets/qwen", Key: "wandb"},
+}
+
+// A profile's env_from_variable becomes one template in the task, into its
+// secrets directory as environment variables, that reads each item with
+// the task's workload identity: the job names the Variables, never their
+// values, and the Variable's value wins over the setting of the same name.
+func TestVariableEnvTemplate(t *testing.T) {
+	var in Input
+	for _, tc := range goldenCases() {
+		if tc.name == "variable-env" {
+			in = tc.in
+		}
+	}
+	job, err := Job(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := job.TaskGroups[0].Tasks[0]
+	if len(task.Templates) != 1 {
+		t.Fatalf("%d templates, want 1", len(task.Templates))
+	}
+	tm := task.Templates[0]
+	want := `{{ with nomadVar "llmgw/secrets/qwen" }}
+API_KEY={{ index . "api-key.v2" | toJSON }}
+WANDB_KEY={{ index . "wandb" | toJSON }}
+{{ end }}
+{{ with nomadVar "nomad/jobs" }}
+HF_TOKEN={{ index . "hf_token" | toJSON }}
+{{ end }}
+`
+	if diff := cmp.Diff(want, *tm.EmbeddedTmpl); diff != "" {
+		t.Errorf("template (-want +got):\n%s", diff)
+	}
+	if *tm.DestPath != "secrets/llmgw-variables.env" || !*tm.Envvars || *tm.ChangeMode != "restart" {
+		t.Errorf("template destination %q env %v change_mode %q, want secrets/llmgw-variables.env, true, restart", *tm.DestPath, *tm.Envvars, *tm.ChangeMode)
+	}
+	env, _ := task.Config["env"].(map[string]string)
+	if _, ok := env["HF_TOKEN"]; ok {
+		t.Errorf("task config env has HF_TOKEN %q: it would win over the Variable's value", env["HF_TOKEN"])
+	}
+	if env["HF_HOME"] != "/srv/hf" || env["VLLM_USE_V1"] != "1" {
+		t.Errorf("task config env %v lost the other variables", env)
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "from-settings") {
+		t.Error("the job carries the overridden setting's value")
+	}
+}
+
 func fabricNodes(fabric string, names ...string) map[string]NodeInfo {
 	out := map[string]NodeInfo{}
 	for _, n := range names {
@@ -151,6 +209,14 @@ func goldenCases() []goldenCase {
 			fabricNodes("ib-ndr-1", "n-0001", "n-0005", "n-0009", "n-0013"), "n-0001", "n-0005", "n-0009", "n-0013")},
 		{"consul-sglang-2nodes", consul},
 		{"env-args-settings", custom},
+		{"variable-env", func() Input {
+			m := qwen72b
+			m.Profiles = []facility.Profile{qwen72b.Profiles[0]}
+			m.Profiles[0].EnvFromVariable = secretEnv
+			in := input(m, 0, fullScope("r02-k01", "p02-k01-b"), nil, "n-0035")
+			in.Settings = Settings{Env: map[string]string{"HF_TOKEN": "from-settings", "HF_HOME": "/srv/hf"}}
+			return in
+		}()},
 		{"sglang-2nodes-no-fabric", func() Input {
 			m := deepseek
 			m.Profiles = []facility.Profile{deepseek.Profiles[0]}
