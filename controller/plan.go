@@ -50,8 +50,9 @@ type PlanView struct {
 	Stops   int `json:"stops"`
 	// Unplaced are the replicas the pass tried to place and could not.
 	Unplaced []PlanUnplaced `json:"unplaced"`
-	// Domains are the budgeted domains, their draw before the pass and
-	// after its changes (reconcile.Result.After).
+	// Domains are the budgeted domains, their draw now, every job Nomad
+	// holds counted (reconcile.Before), and after the pass's changes
+	// (reconcile.Result.After).
 	Domains []PlanDomain `json:"domains"`
 	// Waiting says, by replica, why a roll or move waits this pass.
 	Waiting map[string]string `json:"waiting,omitempty"`
@@ -189,6 +190,10 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility) (PlanView
 	if err != nil {
 		return PlanView{}, err
 	}
+	before, err := reconcile.Before(in)
+	if err != nil {
+		return PlanView{}, err
+	}
 	v := PlanView{At: in.Now, Changes: []PlanChange{}, Unplaced: []PlanUnplaced{}, Domains: []PlanDomain{}, DeferredStops: res.DeferredStops}
 	if err := c.tooManyStops(in, res.Actions); err != nil {
 		v.Refused = err.Error()
@@ -251,7 +256,7 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility) (PlanView
 	for _, u := range res.After {
 		after[u.Domain.String()] = u
 	}
-	for _, u := range res.Usage {
+	for _, u := range before {
 		a := after[u.Domain.String()]
 		v.Domains = append(v.Domains, PlanDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, LimitWatts: u.LimitWatts,
 			BeforeWatts: u.DrawWatts, AfterWatts: a.DrawWatts, Held: u.Held})

@@ -321,6 +321,27 @@ func Plan(in Input) (Result, error) {
 	return res, nil
 }
 
+// Before is every budgeted domain's budget and draw with every job of
+// in.Jobs counted, as Nomad runs them now: Result.Usage leaves out the jobs
+// a pass stops for leaving the catalog, which still draw until they stop.
+func Before(in Input) ([]facility.DomainUsage, error) {
+	known := map[string]bool{}
+	for _, n := range in.Fleet.Nodes {
+		known[n.Name] = true
+	}
+	var running []facility.Replica
+	for _, j := range in.Jobs {
+		if r, ok := asReplica(j, known); ok {
+			running = append(running, r)
+		}
+	}
+	p, err := facility.NewPlanner(in.Fleet, in.Facility, running)
+	if err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
+	}
+	return p.Budgeted(), nil
+}
+
 // capStops keeps the first max stops (all when max is 0) and every other
 // action.
 func capStops(acts []Action, max int) ([]Action, int) {
