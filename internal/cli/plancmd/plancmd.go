@@ -26,7 +26,8 @@ type Options struct {
 	Fleet    string
 	Facility string
 	Catalog  string
-	JSON     bool
+	// Output is "table" (the default when empty) or "json".
+	Output string
 }
 
 // exitError carries an exit status to cli.Execute.
@@ -41,18 +42,29 @@ func (e *exitError) ExitCode() int { return e.code }
 
 // NewCommand returns the plan command.
 func NewCommand() *cobra.Command {
-	var o Options
+	var (
+		o      Options
+		asJSON bool
+	)
 	cmd := &cobra.Command{
-		Use:   "plan --fleet FILE --facility FILE --catalog FILE [--json]",
+		Use:   "plan --fleet FILE --facility FILE --catalog FILE [-o table|json]",
 		Short: "Place a catalog on a fleet offline and show where every replica would go",
 		Long: `Place every replica of a catalog on a fleet under a facility's power budgets
 and holds, with no cluster, using the placement engine of the controller.
 
 Prints the placements, the budgeted domains' draw after them, and the replicas
-that cannot be placed with every reason. Exit status: 0 when every replica is
+that cannot be placed with every reason: as tables, or with -o json as one line
+of JSON (--json, deprecated, is -o json). Exit status: 0 when every replica is
 placed, 2 when some replica is not, 1 on bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				_, _ = fmt.Fprintln(cmd.ErrOrStderr(), "llmgw plan: --json is deprecated: use -o json")
+				if cmd.Flags().Changed("output") && o.Output != "json" {
+					return &exitError{ExitBadInput, fmt.Errorf("--json and -o %s disagree: give -o only", o.Output)}
+				}
+				o.Output = "json"
+			}
 			return Run(o, cmd.OutOrStdout())
 		},
 	}
@@ -60,7 +72,11 @@ placed, 2 when some replica is not, 1 on bad input.`,
 	f.StringVar(&o.Fleet, "fleet", "", "fleet file: the nodes (HCL)")
 	f.StringVar(&o.Facility, "facility", "", "facility file: budgets and holds (HCL)")
 	f.StringVar(&o.Catalog, "catalog", "", "catalog file: models and profiles (HCL)")
-	f.BoolVar(&o.JSON, "json", false, "print JSON instead of tables")
+	f.StringVarP(&o.Output, "output", "o", "table", "output format: table or json")
+	// Not cobra's MarkDeprecated: its notice goes to the command's output,
+	// which is stdout, into the JSON a script reads.
+	f.BoolVar(&asJSON, "json", false, "deprecated: use -o json")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	for _, name := range []string{"fleet", "facility", "catalog"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -70,6 +86,11 @@ placed, 2 when some replica is not, 1 on bad input.`,
 // Run plans and prints to stdout. Its error has an ExitCode method: 1 for bad
 // input, 2 when some replica is not placed.
 func Run(o Options, stdout io.Writer) error {
+	switch o.Output {
+	case "", "table", "json":
+	default:
+		return &exitError{ExitBadInput, fmt.Errorf("-o %q: want table or json", o.Output)}
+	}
 	fleet, fac, cat, err := Load(o.Fleet, o.Facility, o.Catalog)
 	if err != nil {
 		return &exitError{ExitBadInput, err}
@@ -79,7 +100,7 @@ func Run(o Options, stdout io.Writer) error {
 		return &exitError{ExitBadInput, err}
 	}
 	var out []byte
-	if o.JSON {
+	if o.Output == "json" {
 		out, err = RenderJSON(plan)
 		if err != nil {
 			return err

@@ -65,7 +65,7 @@ func TestPlanGolden(t *testing.T) {
 			}
 			t.Run(name+ext, func(t *testing.T) {
 				var out bytes.Buffer
-				err := Run(Options{Fleet: tt.fleet, Facility: tt.facility, Catalog: tt.catalog, JSON: asJSON}, &out)
+				err := Run(Options{Fleet: tt.fleet, Facility: tt.facility, Catalog: tt.catalog, Output: map[bool]string{false: "table", true: "json"}[asJSON]}, &out)
 				if got := exitCode(err); got != tt.wantCode {
 					t.Fatalf("exit code: got %d (%v), want %d", got, err, tt.wantCode)
 				}
@@ -189,5 +189,63 @@ func TestPlanBadInput(t *testing.T) {
 				t.Errorf("printed %q on bad input, want nothing", out.String())
 			}
 		})
+	}
+}
+
+// The command line: -o json (and --output json) prints what Run prints for
+// json, -o table the tables; --json, deprecated, is -o json and says so;
+// another format, or --json against -o table, is bad input.
+func TestPlanOutputFlag(t *testing.T) {
+	files := []string{"--fleet", filepath.Join("testdata", "fleet.hcl"), "--facility", filepath.Join("testdata", "facility.hcl"),
+		"--catalog", filepath.Join("testdata", "catalog.hcl")}
+	runCmd := func(args ...string) (string, string, error) {
+		cmd := NewCommand()
+		var stdout, stderr bytes.Buffer
+		cmd.SetOut(&stdout)
+		cmd.SetErr(&stderr)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		cmd.SetArgs(append(slices.Clone(files), args...))
+		err := cmd.Execute()
+		return stdout.String(), stderr.String(), err
+	}
+	want := map[string][]byte{}
+	for _, f := range []string{"table", "json"} {
+		var out bytes.Buffer
+		if err := Run(Options{Fleet: files[1], Facility: files[3], Catalog: files[5], Output: f}, &out); err != nil {
+			t.Fatal(err)
+		}
+		want[f] = out.Bytes()
+	}
+	if !json.Valid(want["json"]) || json.Valid(want["table"]) {
+		t.Fatalf("Run's json is not JSON or its table is:\n%s\n%s", want["json"], want["table"])
+	}
+	for _, tc := range []struct {
+		args       []string
+		want       string
+		deprecated bool
+	}{
+		{nil, "table", false},
+		{[]string{"-o", "table"}, "table", false},
+		{[]string{"-o", "json"}, "json", false},
+		{[]string{"--output=json"}, "json", false},
+		{[]string{"--json"}, "json", true},
+		{[]string{"--json", "-o", "json"}, "json", true},
+	} {
+		stdout, stderr, err := runCmd(tc.args...)
+		if err != nil {
+			t.Errorf("plan %v: %v", tc.args, err)
+			continue
+		}
+		if stdout != string(want[tc.want]) {
+			t.Errorf("plan %v printed:\n%s\nwant the %s output:\n%s", tc.args, stdout, tc.want, want[tc.want])
+		}
+		if got := strings.Contains(stderr, "deprecated") && strings.Contains(stderr, "-o json"); got != tc.deprecated {
+			t.Errorf("plan %v: stderr %q, deprecation notice %v, want %v", tc.args, stderr, got, tc.deprecated)
+		}
+	}
+	for _, args := range [][]string{{"-o", "yaml"}, {"--json", "-o", "table"}} {
+		if _, _, err := runCmd(args...); exitCode(err) != ExitBadInput {
+			t.Errorf("plan %v: %v (exit %d), want exit %d", args, err, exitCode(err), ExitBadInput)
+		}
 	}
 }

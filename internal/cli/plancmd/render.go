@@ -11,7 +11,7 @@ import (
 	"github.com/llmgw/llmgw/facility"
 )
 
-// The --json shape.
+// The -o json shape.
 type (
 	jsonPlan struct {
 		Placements []jsonPlacement `json:"placements"`
