@@ -71,15 +71,15 @@ type Profile struct {
 	// Fabric, when set, is a prefix the node's fabric must have.
 	Fabric string
 	// Pool is the Nomad node pool; "" is DefaultPool, AllPools any.
-	Pool  string
-	Args  []string          // engine arguments
-	Env   map[string]string // engine environment
+	Pool string
+	Args []string          // engine arguments
+	Env  map[string]string // engine environment
 	// EnvFromVariable are engine environment variables whose values are
 	// items of Nomad Variables: Nomad reads them when it starts the task
 	// (a template in the job), so that secrets stay out of the catalog,
 	// the jobs and the controller. Sorted by Name.
 	EnvFromVariable []VariableEnv `json:",omitempty"`
-	Ready string            // readiness path; "" is the engine's default
+	Ready           string        // readiness path; "" is the engine's default
 	// Weight is the gateway's traffic weight for a replica of this profile.
 	Weight int
 	Pos    Pos
