@@ -58,7 +58,7 @@ from the engine's /metrics: requests waiting and running, KV-cache use, tokens
 per second and the 90th percentile time to first token over the interval
 between the controller's last two scrapes. "-" is unknown (the engine does not
 export it, or nothing to measure yet); "error" means the last scrape failed
-(--json has the error and the last good reading).`,
+(-o json has the error and the last good reading).`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := c.client()
