@@ -274,12 +274,12 @@ func (c *Controller) checkStops(cat facility.Catalog, fac facility.Facility) err
 	if err != nil {
 		return nil // the pass will say it
 	}
-	return c.tooManyStops(in, res.Actions)
+	return c.tooManyStops(in, res.Actions, c.cfg.Catalog)
 }
 
-// tooManyStops counts the stops the catalog causes against the running
-// replicas (the slots with a job).
-func (c *Controller) tooManyStops(in reconcile.Input, acts []reconcile.Action) error {
+// tooManyStops counts the stops the catalog (its file's name: catalog)
+// causes against the running replicas (the slots with a job).
+func (c *Controller) tooManyStops(in reconcile.Input, acts []reconcile.Action, catalog string) error {
 	slots := map[string]bool{}
 	for _, j := range in.Jobs {
 		slots[j.Replica] = true
@@ -298,7 +298,7 @@ func (c *Controller) tooManyStops(in reconcile.Input, acts []reconcile.Action) e
 		return nil
 	}
 	return fmt.Errorf("%w: the catalog %s would stop %d of the %d running replicas, more than reconcile.max_stop_fraction %g: refused, the catalog in force stays; "+
-		"confirm with `llmgw ctl reload --confirm` (POST /v1/reload {\"confirm\": true})", ErrTooManyStops, c.cfg.Catalog, len(stopped), len(slots), frac)
+		"confirm with `llmgw ctl reload --confirm` (POST /v1/reload {\"confirm\": true})", ErrTooManyStops, catalog, len(stopped), len(slots), frac)
 }
 
 func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
@@ -994,7 +994,7 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 	if confirmed {
 		return acts
 	}
-	err := c.tooManyStops(in, acts)
+	err := c.tooManyStops(in, acts, c.cfg.Catalog)
 	c.mu.Lock()
 	if err != nil && c.heldBack == nil {
 		c.log.Error("catalog stops held back", "error", err)

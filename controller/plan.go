@@ -127,13 +127,14 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 	c.mu.RLock()
 	cat, fac := c.catalog, c.facility
 	c.mu.RUnlock()
+	catName := c.cfg.Catalog
 	var errs []error
 	if req.Catalog != "" {
-		name := req.CatalogName
-		if name == "" {
-			name = "catalog.hcl"
+		catName = req.CatalogName
+		if catName == "" {
+			catName = "catalog.hcl"
 		}
-		parsed, err := facility.ParseCatalog(name, []byte(req.Catalog))
+		parsed, err := facility.ParseCatalog(catName, []byte(req.Catalog))
 		errs = append(errs, err)
 		cat = parsed
 	}
@@ -163,7 +164,7 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 		}
 		fac.Holds = append(fac.Holds, facility.Hold{Domain: d, Reason: h.Reason, Drain: h.Drain})
 	}
-	view, err := c.plan(cat, fac)
+	view, err := c.plan(cat, fac, catName)
 	switch {
 	case errors.Is(err, ErrNotSynced):
 		writeErr(w, http.StatusServiceUnavailable, err.Error(), "the controller has not read Nomad yet: try again in a moment")
@@ -178,7 +179,7 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 // plan runs reconcile.Plan on the current view of Nomad with cat and fac
 // (to which withHolds adds the run-time holds, as in a pass) and describes
 // the result.
-func (c *Controller) plan(cat facility.Catalog, fac facility.Facility) (PlanView, error) {
+func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogName string) (PlanView, error) {
 	c.passMu.Lock()
 	in, _, _, _, err := c.inputFor(cat, fac, true)
 	if err != nil {
@@ -195,7 +196,7 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility) (PlanView
 		return PlanView{}, err
 	}
 	v := PlanView{At: in.Now, Changes: []PlanChange{}, Unplaced: []PlanUnplaced{}, Domains: []PlanDomain{}, DeferredStops: res.DeferredStops}
-	if err := c.tooManyStops(in, res.Actions); err != nil {
+	if err := c.tooManyStops(in, res.Actions, catalogName); err != nil {
 		v.Refused = err.Error()
 	}
 	bySlot := map[string][]reconcile.Job{}

@@ -143,7 +143,9 @@ hold "rack=r02-k02" {
 
 // Options change Start's set-up.
 type Options struct {
-	// Token is the controller's api_token.
+	// Token is the controller's api_token: every API call but /healthz,
+	// /metrics and the console's files needs it (Start's own reads send
+	// it; Env.Call sends the token it is given).
 	Token string
 	// Lead lets the controller take the leader lock and reconcile on its
 	// own, on the real clock, instead of the test driving its passes.
