@@ -20,9 +20,10 @@ func TestExecuteExitCodes(t *testing.T) {
 		wantStderr string // a substring; "" wants stderr empty
 	}{
 		{"everything placed", plan("catalog.hcl"), 0, "4 of 4 replicas placed", ""},
-		{"everything placed, json", plan("catalog.hcl", "--json"), 0, `{"placements":[`, ""},
+		{"everything placed, json", plan("catalog.hcl", "-o", "json"), 0, `{"placements":[`, ""},
+		{"everything placed, --json (deprecated)", plan("catalog.hcl", "--json"), 0, `{"placements":[`, "llmgw plan: --json is deprecated: use -o json\n"},
 		{"some replica not placed", plan("catalog-over.hcl"), 2, "UNPLACED", "llmgw: 6 of 12 replicas not placed\n"},
-		{"some replica not placed, json", plan("catalog-over.hcl", "--json"), 2, `"unplaced":[{"replica":"llama-3.1-70b-6"`, "not placed"},
+		{"some replica not placed, json", plan("catalog-over.hcl", "-o", "json"), 2, `"unplaced":[{"replica":"llama-3.1-70b-6"`, "not placed"},
 		{"bad input", plan("catalog-never.hcl"), 1, "", "llmgw: plancmd/testdata/catalog-never.hcl:2: profile llama-3.1-405b/b200x8: no node could ever hold it"},
 		{"missing flag", []string{"plan", "--fleet", td + "fleet.hcl"}, 1, "", `required flag(s) "catalog", "facility" not set`},
 		{"stray argument", append(plan("catalog.hcl"), "extra"), 1, "", `unknown command "extra"`},
