@@ -574,3 +574,79 @@ func TestNewGenerationAboveStoppedJobs(t *testing.T) {
 		t.Errorf("generations of new jobs (-want +got):\n%s", diff)
 	}
 }
+
+// Result.After is the budgets once the pass's actions are done: what
+// Before counts on the jobs Nomad holds after them. Before counts every
+// job Nomad holds, those leaving the catalog too (Usage does not).
+func TestAfterIsBeforeOfTheNextPass(t *testing.T) {
+	w := newWorld()
+	fac, err := facility.ParseFacility("facility.hcl", []byte(`
+budget "site=s"     { watts = 60000 }
+budget "rack=r1-k1" { watts = 20000 }
+budget "rack=r2-k2" { watts = 20000 }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.fac = fac
+	w.cat.Models = append(w.cat.Models, model("x", 2, "p", 1, nil))
+	w.converge(t)
+	held, _ := facility.ParseDomain("rack=r1-k1")
+	w.fac.Holds = []facility.Hold{{Domain: held, Drain: true}}
+	w.cat.Models = w.cat.Models[:1] // x leaves: stops
+	w.cat.Models[0].Replicas = 6    // m grows: creates
+	in := func() Input {
+		return Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac, Jobs: w.jobs, PartialDeadline: 10 * time.Minute}
+	}
+	before, err := Before(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := w.plan(t)
+	var stops, creates int
+	for _, a := range res.Actions {
+		switch a.Kind {
+		case Stop:
+			stops++
+		case Create:
+			creates++
+		}
+	}
+	if stops == 0 || creates == 0 {
+		t.Fatalf("actions %v: want stops and creates", kinds(res.Actions))
+	}
+	usage := map[string]float64{}
+	for _, u := range res.Usage {
+		usage[u.Domain.String()] = u.DrawWatts
+	}
+	if b := before[0]; b.Domain.String() != "site=s" || b.DrawWatts <= usage["site=s"] {
+		t.Errorf("Before %s = %g W, Usage %g W: want Before to count x's jobs, which Usage leaves out", b.Domain, b.DrawWatts, usage["site=s"])
+	}
+	w.apply(res.Actions)
+	next, err := Before(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(next, res.After); diff != "" {
+		t.Errorf("After differs from the budgets once the actions are done (-done +After):\n%s", diff)
+	}
+
+	// The new copies serve: the next pass stops the old ones in the
+	// drained rack, jobs the planner counted.
+	w.serveAll()
+	res = w.plan(t)
+	if got := kinds(res.Actions); len(got) == 0 || !strings.HasPrefix(got[0], "stop ") {
+		t.Fatalf("second pass %v: want the drained copies' stops", got)
+	}
+	w.apply(res.Actions)
+	next, err = Before(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(next, res.After); diff != "" {
+		t.Errorf("After the drain's stops differs from the budgets once done (-done +After):\n%s", diff)
+	}
+	if next[1].Domain.String() != "rack=r1-k1" || next[1].DrawWatts >= before[1].DrawWatts {
+		t.Errorf("rack r1-k1 draws %g W after its copies stop, %g W before", next[1].DrawWatts, before[1].DrawWatts)
+	}
+}
