@@ -119,7 +119,9 @@ const maxPlanBody = 4 << 20
 // every problem at file:line, as a reload does.
 func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 	var req PlanRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPlanBody)).Decode(&req); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPlanBody))
+	dec.DisallowUnknownFields() // a misspelt field is not a plan of the files in force
+	if err := dec.Decode(&req); err != nil {
 		writeErr(w, http.StatusBadRequest, "body: "+err.Error(),
 			`send {"catalog": "<HCL>", "catalog_name": "catalog.hcl", "facility": "<HCL>", "holds": [{"domain": "rack=r1", "drain": true}]}`)
 		return

@@ -62,8 +62,13 @@ func TestPlanEndpoint(t *testing.T) {
 		got[ch.Change] = append(got[ch.Change], ch.Replica)
 		switch ch.Change {
 		case ChangeCreate, ChangeMove:
-			if strings.Contains(ch.To, "rack=r1") || ch.To == "" || len(ch.Nodes) == 0 {
-				t.Errorf("%s %s goes to %q %v: want a place outside held rack r1", ch.Change, ch.Replica, ch.To, ch.Nodes)
+			if ch.To == "" || len(ch.Nodes) == 0 {
+				t.Errorf("%s %s goes to %q %v: want a domain and nodes", ch.Change, ch.Replica, ch.To, ch.Nodes)
+			}
+			for _, n := range ch.Nodes {
+				if e.rackOf(n) == "r1" {
+					t.Errorf("%s %s goes to %s in held rack r1", ch.Change, ch.Replica, n)
+				}
 			}
 		}
 		if ch.Change == ChangeMove && (ch.From != where[ch.Replica].Domain || !strings.Contains(ch.Reason, "held")) {
@@ -173,6 +178,10 @@ func TestPlanEndpointBadInput(t *testing.T) {
 				t.Errorf("%s: %s lacks %q", tc.name, body, w)
 			}
 		}
+	}
+	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", map[string]any{"hold": []string{"rack=r1"}}, nil); code != http.StatusBadRequest ||
+		!strings.Contains(body, `unknown field \"hold\"`) {
+		t.Errorf("a misspelt field: %d %s, want 400 naming it", code, body)
 	}
 	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", "not an object", nil); code != http.StatusBadRequest {
 		t.Errorf("a body that is not a plan request: %d %s, want 400", code, body)
