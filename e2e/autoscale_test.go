@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -89,10 +91,16 @@ model "nap" {
 // deregistered while its engine still runs.
 func autoscaleFiles(t *testing.T, addr, engine string) config.Config {
 	t.Helper()
+	return autoscaleFilesWith(t, addr, engine, autoscaleCatalog, "headroom = 0\n")
+}
+
+// autoscaleFilesWith is autoscaleFiles with its own catalog and facility.
+func autoscaleFilesWith(t *testing.T, addr, engine, catalog, facility string) config.Config {
+	t.Helper()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
-		"catalog.hcl":  autoscaleCatalog,
-		"facility.hcl": "headroom = 0\n",
+		"catalog.hcl":  catalog,
+		"facility.hcl": facility,
 		"llmgw.hcl": fmt.Sprintf(`
 nomad { address = %q }
 listen          = %q
@@ -150,7 +158,12 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
 	if _, _, err := client.Jobs().Register(job, nil); err != nil {
 		t.Fatalf("register jobs/gateway.nomad.hcl: %v", err)
 	}
-	t.Cleanup(func() { _, _, _ = client.Jobs().Deregister(*job.ID, true, nil) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			logGatewayJob(t, client, *job.ID)
+		}
+		_, _, _ = client.Jobs().Deregister(*job.ID, true, nil)
+	})
 	var url string
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		gws, err := gateway.NomadGateways(context.Background(), client, "")
@@ -172,6 +185,29 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
 	return url
 }
 
+// logGatewayJob logs the end of the gateway job's task logs, for a failed
+// test.
+func logGatewayJob(t *testing.T, client *api.Client, jobID string) {
+	t.Helper()
+	allocs, _, err := client.Jobs().Allocations(jobID, true, nil)
+	if err != nil {
+		t.Logf("gateway job's allocations: %v", err)
+		return
+	}
+	for _, a := range allocs {
+		for _, typ := range []string{"stdout", "stderr"} {
+			resp, err := http.Get(fmt.Sprintf("%s/v1/client/fs/logs/%s?task=gateway&type=%s&plain=true&origin=end&offset=6000", client.Address(), a.ID, typ))
+			if err != nil {
+				t.Logf("gateway %s %s: %v", a.ID, typ, err)
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Logf("gateway allocation %s, %s (the end):\n%s", a.ID, typ, body)
+		}
+	}
+}
+
 func getModel(t *testing.T, base, name string) controller.ModelView {
 	t.Helper()
 	var m controller.ModelView
@@ -187,6 +223,13 @@ type load struct {
 	wg   sync.WaitGroup
 	sent atomic.Int64
 	bad  atomic.Int64
+	// firstBad is the first answer that was not a 200, or its error.
+	firstBad atomic.Value
+}
+
+func (l *load) noteBad(what string) {
+	l.bad.Add(1)
+	l.firstBad.CompareAndSwap(nil, what)
 }
 
 func startLoad(t *testing.T, gw, model string, n, max int) *load {
@@ -205,19 +248,54 @@ func startLoad(t *testing.T, gw, model string, n, max int) *load {
 				l.sent.Add(1)
 				resp, err := client.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(body))
 				if err != nil {
-					l.bad.Add(1)
+					l.noteBad(err.Error())
+					l.pause()
 					continue
 				}
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
-					l.bad.Add(1)
+					// A refusal comes at once: pause, so that the worker's
+					// requests are not all spent on it.
+					l.noteBad(fmt.Sprintf("%s: %s", resp.Status, msg))
+					l.pause()
 				}
 			}
 		})
 	}
 	t.Cleanup(l.end)
 	return l
+}
+
+// pause waits a second, or until the load is stopped.
+func (l *load) pause() {
+	select {
+	case <-l.stop:
+	case <-time.After(time.Second):
+	}
+}
+
+// waitRouted waits until the gateway at gw routes to want[model] healthy
+// replicas of each model.
+func waitRouted(t *testing.T, gw string, want map[string]int) {
+	t.Helper()
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		d, err := gateway.DemandClient{}.Read(context.Background(), gw)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := map[string]int{}
+		for _, m := range d.Models {
+			got[m.Model] = m.Replicas
+		}
+		for m, n := range want {
+			if got[m] != n {
+				return false, fmt.Sprintf("the gateway routes to %v, want %v", got, want)
+			}
+		}
+		return true, ""
+	})
 }
 
 // end stops the load and waits for its requests in flight.
@@ -437,5 +515,379 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	}
 	if v, ok := metricValue(page, `llmgw_model_replicas_desired{model="chat"}`); !ok || v != 1 {
 		t.Errorf(`llmgw_model_replicas_desired{model="chat"} = %v (%v), want 1`, v, ok)
+	}
+}
+
+// The priority test's facility: two clients in pdu=p1 (gpu-1 in rack k1,
+// gpu-2 in rack k2), each with base_watts 300 and 4 mock H200s reporting
+// 200 W, so each measures 1100 W whatever runs. A shard declares 1000 W, and
+// a node draws max(1100, 300 + 1000 × its shards):
+//
+//	shards on the nodes:  (1,1) 2600 W   (2,1) 3600 W   (2,2) or (3,1) 4600 W
+//
+// The 3600 W budget fits three replicas and never a fourth. high (priority
+// 80) and low (priority 20) each keep one (their min); low's load takes the
+// third; high's load then takes low's second replica (new copy first), and
+// more of it finds low at its floor.
+const (
+	priorityBudget  = 3600
+	priorityNodeMin = 1100 // 300 W base + 4 × 200 W the mock GPUs report
+	priorityBase    = 300
+)
+
+var priorityCatalog = fmt.Sprintf(`
+model "high" {
+  source   = "org/high"
+  priority = 80
+  autoscale {
+    min             = 1
+    max             = 3
+    target { outstanding_per_replica = 2 }
+    up_window       = "5s"
+    down_window     = "10m"
+    max_step        = 2
+    panic_threshold = 10
+  }
+  profile "x1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 1000
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds %[1]d --tokens-per-second %[2]d" }
+  }
+}
+model "low" {
+  source   = "org/low"
+  priority = 20
+  autoscale {
+    min             = 1
+    max             = 3
+    target { outstanding_per_replica = 2 }
+    up_window       = "5s"
+    down_window     = "10m"
+    max_step        = 2
+    panic_threshold = 10
+  }
+  profile "x1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 1000
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds %[1]d --tokens-per-second %[2]d" }
+  }
+}
+`, autoscaleLoad, autoscaleTPS)
+
+// pduWatch follows every allocation of the managed jobs through Nomad's
+// blocking queries and keeps each state Nomad showed, for the draw of
+// pdu=p1 (both clients) as the budget counts it, and the order in which
+// allocations ran and ended.
+type pduWatch struct {
+	mu    sync.Mutex
+	snaps []pduSnapshot
+	// running is when each job's allocation was first seen running;
+	// ended when it was first seen not running after that.
+	running, ended map[string]time.Time
+	watts          map[string][]float64 // job ID -> llmgw.watts
+	model          map[string]string    // job ID -> llmgw.model
+}
+
+// pduSnapshot is one state of the managed jobs' allocations.
+type pduSnapshot struct {
+	at     time.Time
+	allocs []pduAlloc
+}
+
+type pduAlloc struct {
+	job, model, node string
+	watts            float64
+	// toRun: desired run and pending or running; running: the client
+	// runs it (a stopped job's allocation runs on while it drains).
+	toRun, running bool
+}
+
+func watchPDU(t *testing.T, client *api.Client) *pduWatch {
+	t.Helper()
+	w := &pduWatch{running: map[string]time.Time{}, ended: map[string]time.Time{},
+		watts: map[string][]float64{}, model: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var index uint64
+		for ctx.Err() == nil {
+			q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx)
+			allocs, meta, err := client.Allocations().List(q)
+			if err != nil {
+				select { // retry back-off
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+				continue
+			}
+			w.observe(ctx, client, allocs, time.Now())
+			index = meta.LastIndex
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return w
+}
+
+func (w *pduWatch) observe(ctx context.Context, client *api.Client, allocs []*api.AllocationListStub, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	snap := pduSnapshot{at: now}
+	for _, a := range allocs {
+		if !strings.HasPrefix(a.JobID, render.JobIDPrefix) {
+			continue
+		}
+		if _, ok := w.watts[a.JobID]; !ok {
+			job, _, err := client.Jobs().Info(a.JobID, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				continue // seen again on the next change
+			}
+			m, err := render.ParseMeta(job.Meta)
+			if err != nil {
+				w.watts[a.JobID] = nil // not a replica (the gateway)
+				continue
+			}
+			w.watts[a.JobID], w.model[a.JobID] = m.Watts, m.Model
+		}
+		ws := w.watts[a.JobID]
+		if len(ws) == 0 {
+			continue
+		}
+		running := a.ClientStatus == api.AllocClientStatusRunning
+		if running {
+			if _, ok := w.running[a.JobID]; !ok {
+				w.running[a.JobID] = now
+			}
+		} else if _, ran := w.running[a.JobID]; ran {
+			if _, ok := w.ended[a.JobID]; !ok {
+				w.ended[a.JobID] = now
+			}
+		}
+		snap.allocs = append(snap.allocs, pduAlloc{
+			job: a.JobID, model: w.model[a.JobID], node: a.NodeName, watts: ws[0], running: running,
+			toRun: a.DesiredStatus == api.AllocDesiredStatusRun && (running || a.ClientStatus == api.AllocClientStatusPending),
+		})
+	}
+	w.snaps = append(w.snaps, snap)
+}
+
+// draw is pdu=p1's draw in a snapshot over the allocations keep takes:
+// each node max(1100, 300 + its shards' declared watts).
+func (s pduSnapshot) draw(keep func(pduAlloc) bool) float64 {
+	shards := map[string]float64{}
+	for _, a := range s.allocs {
+		if keep(a) {
+			shards[a.node] += a.watts
+		}
+	}
+	total := 0.0
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		total += max(priorityNodeMin, priorityBase+shards[n])
+	}
+	return total
+}
+
+// TestAutoscalePriorityTakesWattsOverRealNomad: a PDU budget that fits
+// three replicas; low (priority 20, min 1) grows to two on its load; load
+// on high (priority 80) then makes the controller start high's new copy and
+// stop low's second replica after it (never below low's min), with the
+// PDU's draw never above the budget; and more of high's load finds nothing
+// left to take, which explain says for both models.
+func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
+	engine := plugintest.Build(t, fakeEnginePkg)
+	c := nomadtest.Start(t,
+		gpuClient("gpu-1", "k1", "p1", plugins, engine, ""),
+		gpuClient("gpu-2", "k2", "p1", plugins, engine, ""))
+	bin := plugintest.Build(t, llmgwPkg)
+	cfg := autoscaleFilesWith(t, c.Server.Addr(), engine, priorityCatalog,
+		fmt.Sprintf("headroom = 0\nbudget \"pdu=p1\" { watts = %d }\n", priorityBudget))
+	h := recordJobs(t, c.API)
+	w := watchPDU(t, c.API)
+	_, base, _ := runController(t, cfg, "ctl")
+	gw := runGatewayJob(t, c.API, bin)
+	t.Logf("gateway job at %s", gw)
+
+	// Each model's min: one replica each.
+	waitServing(t, base, 3*time.Minute, "high-0", "low-0")
+	waitRouted(t, gw, map[string]int{"high": 1, "low": 1})
+
+	// 1. low's load: 4 outstanding, 2 a replica: low takes the third
+	// replica the budget has room for.
+	lowLoad := startLoad(t, gw, "low", 4, 40)
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		m := getModel(t, base, "low")
+		return m.LastChange != nil && m.LastChange.Reason == "up" && m.LastChange.To == 2,
+			fmt.Sprintf("low: %s (%s), decision %+v, signals %+v; load %d sent, %d not 200 (first %v)", m.Explain, m.Reason, m.Decision, m.Signals, lowLoad.sent.Load(), lowLoad.bad.Load(), lowLoad.firstBad.Load())
+	})
+	waitServing(t, base, 3*time.Minute, "high-0", "low-0", "low-1")
+	waitRouted(t, gw, map[string]int{"high": 1, "low": 2})
+	t.Logf("low at 2: the budget's three replicas run")
+
+	// 2. high's load: 4 outstanding: high wants 2; a fourth replica would
+	// break the budget, so high takes a replica of low's, above its floor.
+	highLoad := startLoad(t, gw, "high", 4, 40)
+	highStart := time.Now()
+	var up, yield controller.ScaleEvent
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		hm, lm := getModel(t, base, "high"), getModel(t, base, "low")
+		if hm.LastChange != nil && hm.LastChange.Reason == "up" && hm.LastChange.To == 2 {
+			up = *hm.LastChange
+		}
+		if lm.LastChange != nil && lm.LastChange.Reason == "yield" {
+			yield = *lm.LastChange
+		}
+		return !up.At.IsZero() && !yield.At.IsZero(),
+			fmt.Sprintf("high: %s (%s); low: %s, last change %+v", hm.Explain, hm.Reason, lm.Explain, lm.LastChange)
+	})
+	t.Logf("high 1→2 decided %s after its load began (up_window 5s): %s; low %d→%d: %s",
+		up.At.Sub(highStart).Round(100*time.Millisecond), up.Detail, yield.From, yield.To, yield.Detail)
+	if yield.From != 2 || yield.To != 1 {
+		t.Errorf("low's yield went %d→%d, want 2→1", yield.From, yield.To)
+	}
+	waitServing(t, base, 3*time.Minute, "high-0", "high-1", "low-0")
+	highServing := time.Now()
+
+	// The victim: low's job Nomad holds stopped; high-1's job, created
+	// before that stop (Raft indexes order them; a stopped job's
+	// JobModifyIndex is its stop), its allocation running before the
+	// victim's ended.
+	var victim, newJob *api.JobListStub
+	for _, j := range llmgwJobs(t, c.API) {
+		switch {
+		case j.Stop && j.Meta[render.MetaModel] == "low":
+			victim = j
+		case j.Meta[render.MetaReplica] == "high-1":
+			newJob = j
+		}
+	}
+	if victim == nil || newJob == nil {
+		t.Fatalf("Nomad holds no stopped low job (%v) or no high-1 job (%v)", victim, newJob)
+	}
+	if newJob.CreateIndex >= victim.JobModifyIndex {
+		t.Errorf("high-1's job %s created at index %d, not before low's %s was stopped at %d", newJob.ID, newJob.CreateIndex, victim.ID, victim.JobModifyIndex)
+	}
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.ended[victim.ID]
+		return ok, fmt.Sprintf("low's %s has not ended yet", victim.ID)
+	})
+	w.mu.Lock()
+	newRan, victimEnded := w.running[newJob.ID], w.ended[victim.ID]
+	w.mu.Unlock()
+	if newRan.IsZero() || !newRan.Before(victimEnded) {
+		t.Errorf("high-1's allocation running at %v, low's %s ended at %v: want the new copy running first", newRan, victim.ID, victimEnded)
+	}
+	t.Logf("new copy first: %s created at index %d, %s stopped at %d; high-1 running %s before %s ended; high-1 serving %s after high's load began",
+		newJob.ID, newJob.CreateIndex, victim.ID, victim.JobModifyIndex, victimEnded.Sub(newRan).Round(100*time.Millisecond), victim.ID,
+		highServing.Sub(highStart).Round(100*time.Millisecond))
+
+	// 3. More of high's load: 6 outstanding: high wants 3, and low, at its
+	// floor, has nothing left to give; low's own load wants 2 and high
+	// holds the rest. Explain says both.
+	moreHigh := startLoad(t, gw, "high", 2, 40)
+	var hm, lm controller.ModelView
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		hm, lm = getModel(t, base, "high"), getModel(t, base, "low")
+		ok := hm.Wanted == 3 && hm.Has == 2 && strings.HasPrefix(hm.Explain, "wants 3, has 2: pdu=p1 would draw ") &&
+			strings.HasSuffix(hm.Explain, "; low (priority 20, at its floor of 1) holds the rest") &&
+			lm.Wanted == 2 && lm.Has == 1 && strings.HasPrefix(lm.Explain, "wants 2, has 1: pdu=p1 would draw ") &&
+			strings.HasSuffix(lm.Explain, "; high (priority 80) holds the rest")
+		return ok, fmt.Sprintf("high: %s; low: %s", hm.Explain, lm.Explain)
+	})
+	t.Logf("high: %s", hm.Explain)
+	t.Logf("low: %s", lm.Explain)
+	moreHigh.end()
+	highLoad.end()
+	lowLoad.end()
+	t.Logf("load: %d requests sent, %d not answered 200", lowLoad.sent.Load()+highLoad.sent.Load()+moreHigh.sent.Load(),
+		lowLoad.bad.Load()+highLoad.bad.Load()+moreHigh.bad.Load())
+
+	// What Nomad ran: high's two, low's one; one job per slot ever (no
+	// other scale up took anyone's place).
+	running := map[string]int{}
+	jobs := llmgwJobs(t, c.API)
+	for _, a := range runningLLMGWAllocs(t, c.API) {
+		for _, j := range jobs {
+			if j.ID == a.JobID && !j.Stop && j.Meta[render.MetaManaged] == "true" {
+				running[j.Meta[render.MetaModel]]++
+			}
+		}
+	}
+	if running["high"] != 2 || running["low"] != 1 {
+		t.Errorf("running allocations per model %v, want high 2, low 1", running)
+	}
+	slots := h.bySlot()
+	delete(slots, "") // the gateway's job
+	want := []string{"high-0", "high-1", "low-0", "low-1"}
+	if got := slices.Sorted(maps.Keys(slots)); !slices.Equal(got, want) {
+		t.Errorf("Nomad saw jobs for slots %v, want %v (%v)", got, want, slots)
+	}
+	for slot, ids := range slots {
+		if len(ids) != 1 {
+			t.Errorf("slot %s had jobs %v, want one", slot, ids)
+		}
+	}
+
+	// The PDU over every state Nomad showed. Nothing but the victim ever
+	// puts it over the budget: counted without the victim's allocation,
+	// what runs (draining or not) stays within it at every state; with it,
+	// the overdraw is the handover (the new copy registered before the
+	// victim's stop, then loading while the victim drains for its
+	// shutdown_delay) and never more than the victim's own watts; and
+	// once the victim ended, within it again. low never has fewer than
+	// its min to run once it had one.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	all := func(a pduAlloc) bool { return a.running || a.toRun }
+	notVictim := func(a pduAlloc) bool { return all(a) && a.job != victim.ID }
+	toRun := func(a pduAlloc) bool { return a.toRun }
+	var peakAll, peakToRun float64
+	var over time.Duration
+	var overFrom time.Time
+	lowStarted := false
+	for i, sn := range w.snaps {
+		d := sn.draw(all)
+		peakAll, peakToRun = max(peakAll, d), max(peakToRun, sn.draw(toRun))
+		if x := sn.draw(notVictim); x > priorityBudget {
+			t.Errorf("pdu=p1 at %s: %.0f W without the victim %s, above its %d W budget (%+v)", sn.at.Format(time.TimeOnly), x, victim.ID, priorityBudget, sn.allocs)
+		}
+		if d > priorityBudget+1000 {
+			t.Errorf("pdu=p1 at %s: %.0f W, more than the budget and the victim's 1000 W (%+v)", sn.at.Format(time.TimeOnly), d, sn.allocs)
+		}
+		switch {
+		case d > priorityBudget && overFrom.IsZero():
+			overFrom = sn.at
+		case d <= priorityBudget && !overFrom.IsZero():
+			over += sn.at.Sub(overFrom)
+			overFrom = time.Time{}
+		}
+		lowToRun := 0
+		for _, a := range sn.allocs {
+			if a.model == "low" && a.toRun {
+				lowToRun++
+			}
+		}
+		lowStarted = lowStarted || lowToRun > 0
+		if lowStarted && lowToRun < 1 {
+			t.Errorf("pdu=p1 state %d at %s: low has %d allocations to run, below its min of 1", i, sn.at.Format(time.TimeOnly), lowToRun)
+		}
+	}
+	if last := w.snaps[len(w.snaps)-1]; last.draw(all) > priorityBudget {
+		t.Errorf("pdu=p1's last state: %.0f W, above its %d W budget", last.draw(all), priorityBudget)
+	}
+	t.Logf("pdu=p1 over %d allocation states: at most %.0f W counting every allocation running or to run, %.0f W over those to run (budget %d W); above the budget for %s in all, in the handover only",
+		len(w.snaps), peakAll, peakToRun, priorityBudget, over.Round(100*time.Millisecond))
+	if v, ok := metricValue(getText(t, base+"/metrics"), `llmgw_scale_events_total{model="low",reason="yield"}`); !ok || v != 1 {
+		t.Errorf(`llmgw_scale_events_total{model="low",reason="yield"} = %v (%v), want 1`, v, ok)
 	}
 }
