@@ -723,14 +723,20 @@ func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
 	// 1. low's load: 4 outstanding, 2 a replica: low takes the third
 	// replica the budget has room for.
 	lowLoad := startLoad(t, gw, "low", 4, 40)
+	lowStart := time.Now()
+	var lowUp controller.ScaleEvent
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		m := getModel(t, base, "low")
+		if m.LastChange != nil {
+			lowUp = *m.LastChange
+		}
 		return m.LastChange != nil && m.LastChange.Reason == "up" && m.LastChange.To == 2,
 			fmt.Sprintf("low: %s (%s), decision %+v, signals %+v; load %d sent, %d not 200 (first %v)", m.Explain, m.Reason, m.Decision, m.Signals, lowLoad.sent.Load(), lowLoad.bad.Load(), lowLoad.firstBad.Load())
 	})
 	waitServing(t, base, 3*time.Minute, "high-0", "low-0", "low-1")
 	waitRouted(t, gw, map[string]int{"high": 1, "low": 2})
-	t.Logf("low at 2: the budget's three replicas run")
+	t.Logf("low 1→2 decided %s after its load began, low-1 serving %s after: the budget's three replicas run",
+		lowUp.At.Sub(lowStart).Round(100*time.Millisecond), time.Since(lowStart).Round(100*time.Millisecond))
 
 	// 2. high's load: 4 outstanding: high wants 2; a fourth replica would
 	// break the budget, so high takes a replica of low's, above its floor.

@@ -163,6 +163,50 @@ func TestNoDownWithinTheDownWindowOfAnUp(t *testing.T) {
 	expect(t, s.Decide(p, at, 6), 4, RuleDown, "down 6→4")
 }
 
+// A pin that raised the count is a scale up like any other: the down
+// window runs from the raise, not from the pin's expiry. A pin shorter than
+// down_window holds the raised count until down_window after the raise; one
+// longer lets it fall as soon as it expires (the controller decides every
+// pass, pinned or not, so the scaler sees the raise when it happens).
+func TestARaisingPinStartsTheDownWindowAtTheRaise(t *testing.T) {
+	p := policy() // down_window 10m
+	for _, tc := range []struct {
+		pin     time.Duration
+		waitFor time.Duration // after the expiry, before the first down
+	}{
+		{2 * time.Minute, 8 * time.Minute},
+		{15 * time.Minute, 0},
+	} {
+		s := New(Config{})
+		now := run(s, t0, t0.Add(20*time.Minute), constant(8)) // 1 replica needed all along
+		s.Decide(p, now, 2)
+		raised := now
+		// Pinned at 6: the pass decides with the pinned count every tick.
+		for now.Before(raised.Add(tc.pin)) {
+			now = run(s, now, now.Add(tick), constant(8))
+			s.Decide(p, now, 6)
+		}
+		expired := now
+		var first time.Time
+		for now.Before(expired.Add(tc.waitFor + time.Minute)) {
+			if d := s.Decide(p, now, 6); d.Rule == RuleDown {
+				first = now
+				expect(t, d, 4, RuleDown, "down 6→4")
+				break
+			} else if d.Rule != RuleWait || !strings.Contains(d.Reason, "the count last went up") {
+				t.Fatalf("pin %s: at %s after the expiry: %s %q, want a wait for the down window", tc.pin, now.Sub(expired), d.Rule, d.Reason)
+			}
+			now = run(s, now, now.Add(tick), constant(8))
+		}
+		if first.IsZero() {
+			t.Fatalf("pin %s: no scale down within %s of its expiry", tc.pin, tc.waitFor+time.Minute)
+		}
+		if got := first.Sub(expired); got < tc.waitFor || got > tc.waitFor+tick {
+			t.Errorf("pin %s: the first scale down %s after the expiry, want %s (down_window 10m from the raise)", tc.pin, got, tc.waitFor)
+		}
+	}
+}
+
 func TestMissingSignalsNeverReadAsZero(t *testing.T) {
 	p := policy()
 	t.Run("source down", func(t *testing.T) {
