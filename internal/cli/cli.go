@@ -15,6 +15,7 @@ import (
 	"github.com/llmgw/llmgw/internal/cli/ctlcmd"
 	"github.com/llmgw/llmgw/internal/cli/gatewaycmd"
 	"github.com/llmgw/llmgw/internal/cli/plancmd"
+	"github.com/llmgw/llmgw/internal/version"
 )
 
 // NewRootCommand returns the llmgw command with every subcommand.
@@ -25,7 +26,10 @@ func NewRootCommand() *cobra.Command {
 		// Errors are printed once, by Execute; usage only on request.
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// llmgw --version: the build's version (internal/version).
+		Version: version.Version,
 	}
+	root.SetVersionTemplate("llmgw {{.Version}}\n")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(plancmd.NewCommand(), controllercmd.NewCommand(), gatewaycmd.NewCommand(), ctlcmd.NewCommand())
 	return root
