@@ -9,7 +9,10 @@ import (
 // metrics are the controller's Prometheus metrics, on its own registry
 // (served at /metrics) so that tests can run several controllers.
 type metrics struct {
-	reg              *prometheus.Registry
+	reg *prometheus.Registry
+	// collectors are every collector registered on reg (add), for the
+	// dashboard's test (docs/grafana).
+	collectors       []prometheus.Collector
 	leader           prometheus.Gauge
 	reloadFailed     prometheus.Gauge
 	replicas         *prometheus.GaugeVec
@@ -87,18 +90,18 @@ func newMetrics() *metrics {
 			Name: "llmgw_adopted", Help: "What the last pass rebuilt from Nomad: jobs, allocations, orphans.",
 		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.leader, m.reloadFailed, m.replicas, m.domainCap, m.domainDraw, m.domainMeasured,
+	m.add(m.leader, m.reloadFailed, m.replicas, m.domainCap, m.domainDraw, m.domainMeasured,
 		m.placements, m.rejections, m.actions, m.actionErrors, m.casConflicts, m.leaseLost, m.fencedWrites, m.deferredStops, m.reconcileSeconds, m.adopted)
 	m.engineGauges = map[string]*prometheus.GaugeVec{}
 	for field, help := range engineGaugeHelp {
 		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmgw_engine_" + field, Help: help}, []string{"model", "replica"})
 		m.engineGauges[field] = g
-		m.reg.MustRegister(g)
+		m.add(g)
 	}
 	m.engineErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_engine_scrape_errors_total", Help: "Scrapes of a serving replica's engine metrics that failed, by model.",
 	}, []string{"model"})
-	m.reg.MustRegister(m.engineErrors)
+	m.add(m.engineErrors)
 	m.modelDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "llmgw_model_replicas_desired", Help: "Replicas the model is to have: its fixed replicas, or the count the last pass asked for (the autoscaler's or a pin's, within min and max).",
 	}, []string{"model"})
@@ -111,8 +114,14 @@ func newMetrics() *metrics {
 	m.modelSignal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "llmgw_model_signal", Help: "The last reading of an autoscaled model's signal (outstanding, queued, arrivals per second, ttft_p90 seconds, waiting, kv_cache_use 0-1); absent while it is missing.",
 	}, []string{"model", "signal"})
-	m.reg.MustRegister(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal)
+	m.add(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal)
 	return m
+}
+
+// add registers collectors on the controller's registry.
+func (m *metrics) add(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
 }
 
 // setSignals replaces the llmgw_model_signal series with a round's.
