@@ -14,8 +14,9 @@ import (
 
 // TestDemo runs what `make demo` runs, in its non-interactive mode, and
 // checks that it brought up three GPU nodes, ran the GPU job, that the
-// controller got the demo catalog's five replicas serving, and that a chat
-// completion went through the gateway to one of them.
+// controller got the demo catalog's five replicas serving, that a chat
+// completion went through the gateway to one of them, and that it printed
+// the console's URL (which it prints only once the page answered).
 func TestDemo(t *testing.T) {
 	nomadtest.Bin(t)
 	bin := filepath.Dir(plugintest.Build(t, devicePkg))
@@ -41,6 +42,8 @@ func TestDemo(t *testing.T) {
 		"llama-3.1-8b-1",
 		"fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=" + strictVLLM + ")",
 		"llmgw API: http://127.0.0.1:",
+		"llmgw console: http://127.0.0.1:",
+		"/ui/   (open it in a browser",
 		"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas)",
 		`POST /v1/chat/completions {"model":"llama-3.1-8b"}: through the gateway: 200 from replica llama-3.1-8b-`,
 		"llmgw gateway: http://127.0.0.1:",

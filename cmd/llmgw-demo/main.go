@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -158,8 +159,13 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err != nil {
 		return err
 	}
+	console, err := checkConsole(ctx, api)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("\nNomad API: %s   (export NOMAD_ADDR=%s; nomad job status)\n", c.Server.Addr(), c.Server.Addr())
 	fmt.Printf("llmgw API: %s   (curl %s/v1/replicas; %s/v1/facility; %s/metrics)\n", api, api, api, api)
+	fmt.Printf("llmgw console: %s   (open it in a browser: replicas, models, facility, explain)\n", console)
 	fmt.Printf("llmgw gateway: %s   (OpenAI-compatible: curl %s/v1/models; %s/metrics)\n", gw, gw, gw)
 	fmt.Printf("  curl -sN %s/v1/chat/completions -H 'Content-Type: application/json' \\\n", gw)
 	fmt.Printf("    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}'\n", model)
@@ -404,6 +410,28 @@ func startGateway(c *localnomad.Cluster, llmgw string) (string, func(), func() e
 // the controller serves (served: replicas by model), prints its list, sends
 // one chat completion through it for the first model and prints who
 // answered. It returns that model.
+// checkConsole returns the controller's web console URL once it answers
+// 200 with its page.
+func checkConsole(ctx context.Context, api string) (string, error) {
+	url := api + "/ui/"
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("the console at %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(strings.ToLower(string(body)), "<html") {
+		return "", fmt.Errorf("the console at %s answered %s (%d bytes), not its page", url, resp.Status, len(body))
+	}
+	return url, nil
+}
+
 func tryGateway(ctx context.Context, gw string, served map[string]int, exited func() error) (string, error) {
 	type card struct {
 		ID       string `json:"id"`
