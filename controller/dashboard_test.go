@@ -220,11 +220,40 @@ func TestDashboardQueriesOnlyExportedSeries(t *testing.T) {
 	if len(queries) < 40 {
 		t.Fatalf("%s: only %d queries found", dashboardPath, len(queries))
 	}
+	// Every panel but a row has a query and a place.
+	var dash struct {
+		Panels []struct {
+			Type    string          `json:"type"`
+			Title   string          `json:"title"`
+			GridPos *map[string]int `json:"gridPos"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		if p.GridPos == nil {
+			t.Errorf("panel %q has no gridPos", p.Title)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 || slices.ContainsFunc(p.Targets, func(x struct {
+			Expr string `json:"expr"`
+		}) bool {
+			return x.Expr == ""
+		}) {
+			t.Errorf("panel %q has a target without a query", p.Title)
+		}
+	}
 	unknown, used := unknownSeries(e, queries)
 	for _, u := range unknown {
 		t.Errorf("%s queries %s, which neither the controller, the gateway nor Nomad (for the driver) exports", dashboardPath, u)
 	}
-	// Every panel has a query, and the dashboard shows each part.
+	// The dashboard shows each part.
 	var who []string
 	for n := range used {
 		w, _ := e.known(n)
