@@ -424,7 +424,7 @@ func checkConsole(ctx context.Context, api string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the console at %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(strings.ToLower(string(body)), "<html") {
 		return "", fmt.Errorf("the console at %s answered %s (%d bytes), not its page", url, resp.Status, len(body))

@@ -1,6 +1,7 @@
 package version
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,7 @@ func TestVersionScript(t *testing.T) {
 		cmd := exec.Command("bash", script, "0.1.0-dev")
 		cmd.Env = append(os.Environ(), "VERSION_DIR="+repo, "GIT_CEILING_DIRECTORIES="+filepath.Dir(repo), "GIT_CONFIG_GLOBAL=/dev/null")
 		out, err := cmd.Output()
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			return "", &scriptError{string(ee.Stderr)}
 		}
 		return strings.TrimSpace(string(out)), err
