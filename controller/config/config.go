@@ -7,7 +7,8 @@
 // ("Configuration") documents every field.
 //
 // Precedence, for each field: the file, then the environment (NOMAD_ADDR
-// and friends, as Nomad's own CLI reads them), then the built-in default.
+// and friends, as Nomad's own CLI reads them; for the address, a task's
+// API socket NOMAD_UNIX_ADDR before NOMAD_ADDR), then the built-in default.
 // Relative paths in the file (catalog, facility, TLS files) are relative to
 // the directory of the file, so that a config and its catalog can move
 // together.
@@ -35,6 +36,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/internal/hcldecode"
+	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
 // Defaults of the fields the file may leave out.
@@ -536,13 +538,20 @@ func (p *parser) orEnv(body hcl.Body, name, val, envVar string, dst *string) (gi
 
 func (p *parser) nomad(raw *nomadHCL, root hcl.Body, n *Nomad) {
 	b := raw.Body
-	if r, ok := p.orEnv(b, "address", raw.Address, "NOMAD_ADDR", &n.Address); ok {
-		if err := checkNomadAddress(n.Address); err != nil {
-			if r != nil {
-				p.errorf(*r, "address: %v", err)
-			} else {
-				p.envErrorf("NOMAD_ADDR in the environment: %v", err)
+	// The file's address, else the environment's: the task API socket
+	// (NOMAD_UNIX_ADDR) in a Nomad task with its workload identity, else
+	// NOMAD_ADDR (nomadenv.Address says why in that order).
+	if p.Has(b, "address") {
+		if r, ok := p.Given(b, "address"); ok {
+			n.Address = raw.Address
+			if err := checkNomadAddress(n.Address); err != nil {
+				p.errorf(r, "address: %v", err)
 			}
+		}
+	} else if addr, from := nomadenv.Address(p.env); from != "" {
+		n.Address = addr
+		if err := checkNomadAddress(addr); err != nil {
+			p.envErrorf("%s in the environment: %v", from, err)
 		}
 	}
 	p.orEnv(b, "token", raw.Token, "NOMAD_TOKEN", &n.Token)

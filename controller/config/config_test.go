@@ -48,6 +48,18 @@ func TestParse(t *testing.T) {
 				// working directory, as for Nomad's CLI).
 				TLS: TLS{CAFile: "ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem", ServerName: "server.eu.nomad", Insecure: true}}
 		})},
+		{"task API socket", "", map[string]string{
+			// A Nomad task with identity { env = true }: the socket and the
+			// workload identity's token; NOMAD_ADDR passed through from the
+			// client agent's environment loses to the socket.
+			"NOMAD_UNIX_ADDR": "unix:///alloc/x/secrets/api.sock", "NOMAD_TOKEN": "wi.jwt",
+			"NOMAD_ADDR": "http://127.0.0.1:4646",
+		}, with(func(c *Config) {
+			c.Nomad.Address, c.Nomad.Token = "unix:///alloc/x/secrets/api.sock", "wi.jwt"
+		})},
+		{"file's address wins over the socket", "nomad {\n  address = \"https://n:4646\"\n}\n", map[string]string{
+			"NOMAD_UNIX_ADDR": "unix:///alloc/x/secrets/api.sock",
+		}, with(func(c *Config) { c.Nomad.Address = "https://n:4646" })},
 		{"file wins over the environment", `
 nomad {
   address   = "http://10.0.0.1:4646"
@@ -222,6 +234,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad nomad address", "nomad {\n  address = \"nomad:4646\"\n}\n", nil, []string{`c.hcl:2: address: "nomad:4646": want http://, https:// or unix://`}},
 		{"nomad address without host", "nomad {\n  address = \"http://\"\n}\n", nil, []string{`c.hcl:2: address: "http://" has no host`}},
 		{"bad NOMAD_ADDR", "", map[string]string{"NOMAD_ADDR": "ftp://x"}, []string{`c.hcl: NOMAD_ADDR in the environment: "ftp://x": want http://, https:// or unix://`}},
+		{"bad NOMAD_UNIX_ADDR", "", map[string]string{"NOMAD_UNIX_ADDR": "/secrets/api.sock"}, []string{`c.hcl: NOMAD_UNIX_ADDR in the environment: "/secrets/api.sock": want http://, https:// or unix://`}},
 		{"bad NOMAD_SKIP_VERIFY", "", map[string]string{"NOMAD_SKIP_VERIFY": "maybe"}, []string{`c.hcl: NOMAD_SKIP_VERIFY in the environment: "maybe" is not a boolean`}},
 		{"insecure not a bool", "nomad {\n  tls {\n    insecure = \"sometimes\"\n  }\n}\n", nil, []string{"c.hcl:3: insecure: Unsuitable value type: a bool is required"}},
 		{"cert without key", "nomad {\n  tls {\n    cert_file = \"c.pem\"\n  }\n}\n", nil, []string{"c.hcl:2: nomad tls: cert_file and key_file go together"}},

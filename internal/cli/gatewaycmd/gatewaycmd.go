@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
 // flags are the command's settings: the flags' defaults, then the
@@ -160,7 +161,8 @@ func command(serve func(ctx context.Context, f flags, stderr io.Writer) error) *
 registers (named llmgw-<model>, tagged llmgw and model=<model>) from Consul's
 health API (--consul: passing instances only) or from Nomad's service
 registrations and their allocations' checks (--nomad, the default, with
-NOMAD_ADDR or http://127.0.0.1:4646), and routes /v1/chat/completions,
+NOMAD_UNIX_ADDR, the task API socket of a Nomad task with identity { env =
+true }, else NOMAD_ADDR, else http://127.0.0.1:4646), and routes /v1/chat/completions,
 /v1/completions and /v1/embeddings by the body's "model" to the replica with
 the fewest requests in flight per unit of weight, behind a circuit breaker per
 replica. /v1/models lists the models served, /llmgw/v1/demand each model's
@@ -200,7 +202,7 @@ says. See docs/gateway.md.`,
 	fl.StringVar(&f.config, "config", "", "read settings from this HCL file (flags given win over it; see docs/gateway.md)")
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve on")
 	fl.StringVar(&f.consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
-	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_ADDR, else http://127.0.0.1:4646)")
+	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_UNIX_ADDR, else NOMAD_ADDR, else http://127.0.0.1:4646)")
 	cmd.MarkFlagsMutuallyExclusive("consul", "nomad")
 	fl.StringVar(&f.namespace, "namespace", "", `Nomad namespace to discover in, "*" for all (default: NOMAD_NAMESPACE, else "default")`)
 	fl.StringVar(&f.advertise, "advertise", "", "HOST:PORT clients and Consul's check reach this gateway at (default: the listen address; its host, when unspecified, left to Consul: the agent's node address)")
@@ -281,9 +283,13 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		consul, where = c, "consul "+f.consul
 		src = &gateway.ConsulSource{Client: c, Logger: log, Wait: f.consulWait}
 	} else {
-		cfg := nomadapi.DefaultConfig()
+		cfg := nomadapi.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, TLS, ...
 		if f.nomad != "" {
 			cfg.Address = f.nomad
+		} else if addr, from := nomadenv.Address(os.Getenv); from == nomadenv.UnixAddr {
+			// In a Nomad task with its workload identity: the task API
+			// socket, which nomad/api's DefaultConfig does not read.
+			cfg.Address = addr
 		}
 		ns := f.namespace
 		if ns == "" {
