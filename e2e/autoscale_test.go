@@ -26,7 +26,7 @@ import (
 )
 
 // The autoscaler end to end: a real Nomad, the controller in-process, the
-// gateway as a Nomad job (jobs/gateway.nomad.hcl), which the controller
+// gateway as a Nomad job (jobs/llmgw-gateway.nomad.hcl), which the controller
 // finds by its llmgw-gateway registration and reads demand from, and
 // fake-engine replicas that answer slowly, so that a bounded load holds
 // requests outstanding at the gateway.
@@ -137,26 +137,26 @@ autoscale {
 	return cfg
 }
 
-// runGatewayJob runs jobs/gateway.nomad.hcl (raw_exec, this build's llmgw)
+// runGatewayJob runs jobs/llmgw-gateway.nomad.hcl (raw_exec, this build's llmgw)
 // and returns its URL once Nomad lists it as llmgw-gateway and it answers
 // its demand.
 func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
 	t.Helper()
-	src, err := os.ReadFile("../jobs/gateway.nomad.hcl")
+	src, err := os.ReadFile("../jobs/llmgw-gateway.nomad.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
 	job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{
 		JobHCL:       string(src),
-		Variables:    fmt.Sprintf("llmgw_bin = %q\nnomad_addr = %q\nport = %s\n", bin, client.Address(), port),
+		Variables:    fmt.Sprintf("llmgw_bin = %q\nport = %s\n", bin, port),
 		Canonicalize: true,
 	})
 	if err != nil {
-		t.Fatalf("parse jobs/gateway.nomad.hcl: %v", err)
+		t.Fatalf("parse jobs/llmgw-gateway.nomad.hcl: %v", err)
 	}
 	if _, _, err := client.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("register jobs/gateway.nomad.hcl: %v", err)
+		t.Fatalf("register jobs/llmgw-gateway.nomad.hcl: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -285,27 +285,27 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 	}
 }
 
-// gatewayAsNomadJob runs jobs/gateway.nomad.hcl in the Nomad (raw_exec,
+// gatewayAsNomadJob runs jobs/llmgw-gateway.nomad.hcl in the Nomad (raw_exec,
 // this build's llmgw binary), then finds it as the controller will, by
 // its llmgw-gateway registration (gateway.NomadGateways), and reads its
 // demand (gateway.DemandClient): it routes the same models.
 func gatewayAsNomadJob(t *testing.T, client *api.Client, bin string) {
 	t.Helper()
-	src, err := os.ReadFile("../jobs/gateway.nomad.hcl")
+	src, err := os.ReadFile("../jobs/llmgw-gateway.nomad.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, portStr, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
 	job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{
 		JobHCL:       string(src),
-		Variables:    fmt.Sprintf("llmgw_bin = %q\nnomad_addr = %q\nport = %s\n", bin, client.Address(), portStr),
+		Variables:    fmt.Sprintf("llmgw_bin = %q\nport = %s\n", bin, portStr),
 		Canonicalize: true,
 	})
 	if err != nil {
-		t.Fatalf("parse jobs/gateway.nomad.hcl: %v", err)
+		t.Fatalf("parse jobs/llmgw-gateway.nomad.hcl: %v", err)
 	}
 	if _, _, err := client.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("register jobs/gateway.nomad.hcl: %v", err)
+		t.Fatalf("register jobs/llmgw-gateway.nomad.hcl: %v", err)
 	}
 	t.Cleanup(func() { _, _, _ = client.Jobs().Deregister(*job.ID, true, nil) })
 	registered := time.Now()
