@@ -1,10 +1,12 @@
 # The llmgw controller as a Nomad job (docs/controller.md, "Running the
 # controller and the gateway in Nomad"). Two allocations, on different
 # nodes when there are two: both watch Nomad and serve the same view, one
-# leads (the Nomad Variable lock llmgw/leader) and only it writes jobs; when
-# it stops or dies the other takes the lock (at once after a clean stop,
-# which releases it; after the lock's TTL and lock delay, 15 s each, when it
-# dies) and carries on with no duplicate.
+# leads (the Nomad Variable lock llmgw/leader) and only it writes jobs. When
+# it stops, it releases the lock and the next controller to try takes it
+# (the standby, which tries every 7.5 s, or the replacement Nomad places);
+# when it dies, the lock lapses first (its 15 s TTL, then 15 s of lock
+# delay). The new leader adopts the replicas' jobs as they are: no
+# duplicate, no rewrite.
 #
 # Once, with a management token:
 #
@@ -83,6 +85,11 @@ job "llmgw-controller" {
 
   group "controller" {
     count = var.controllers
+
+    # Out of the llmgw-controller service before the task is told to stop
+    # (a leader then releases the lock, for another to take at its next
+    # try).
+    shutdown_delay = "2s"
 
     # Standbys on other nodes than the leader where there are any.
     spread {

@@ -75,6 +75,10 @@ job "llmgw-gateway" {
   group "gateway" {
     count = var.gateways
 
+    # Out of Nomad's service list (the controller's demand reads) before
+    # the gateway is told to stop.
+    shutdown_delay = "5s"
+
     network {
       port "http" {
         static = var.port
