@@ -208,7 +208,7 @@ func (c DemandClient) Read(ctx context.Context, base string) (Demand, error) {
 // NomadGateways returns the base URLs ("http://host:port") of the gateways
 // registered in Nomad as GatewayServiceName in namespace ns ("" is
 // "default"), sorted: the gateways that run as Nomad jobs with
-// jobs/gateway.nomad.hcl's service block. Nomad keeps no health on a
+// jobs/llmgw-gateway.nomad.hcl's service block. Nomad keeps no health on a
 // registration, so a gateway listed may not answer: its demand is then
 // missing, never zero.
 func NomadGateways(ctx context.Context, c *nomadapi.Client, ns string) ([]string, error) {

@@ -290,7 +290,7 @@ func TestDemandClientErrors(t *testing.T) {
 }
 
 // The controller finds gateways as llmgw-gateway services: in Nomad, the
-// registrations of jobs/gateway.nomad.hcl's service; in Consul, those of
+// registrations of jobs/llmgw-gateway.nomad.hcl's service; in Consul, those of
 // ConsulRegistration whose check passes.
 func TestFindGateways(t *testing.T) {
 	n := newNomadServices(t)

@@ -1,6 +1,16 @@
 # ACL policy for the llmgw controller's Nomad token: exactly what the
 # controller reads and writes (docs/controller.md, "Nomad ACL").
 #
+# Run as the Nomad job jobs/llmgw-controller.nomad.hcl, attach it to the
+# job: the task's workload identity (NOMAD_TOKEN) then carries it, and no
+# token is handed out. e2e/nomadway_test.go runs it so.
+#
+#   nomad acl policy apply -namespace default -job llmgw-controller \
+#     llmgw-controller jobs/llmgw-acl.hcl
+#
+# Run otherwise (systemd, jobs/systemd/llmgw-controller.service), give it to
+# a token of its own:
+#
 #   nomad acl policy apply -description "llmgw controller" llmgw jobs/llmgw-acl.hcl
 #   nomad acl token create -name llmgw -policy llmgw
 #

@@ -1,6 +1,6 @@
 # ACL policy for the llmgw gateway's Nomad token: what `llmgw gateway
 # --nomad` reads (docs/gateway.md, "Discovery" and "Scale to zero"). Attach
-# it to the gateway's job (jobs/gateway.nomad.hcl, whose task gets its
+# it to the gateway's job (jobs/llmgw-gateway.nomad.hcl, whose task gets its
 # workload identity as NOMAD_TOKEN):
 #
 #   nomad acl policy apply -namespace default -job llmgw-gateway \
