@@ -160,9 +160,10 @@ reconcile {
 	}
 	leader, standby := leading(t, ctls)
 	t.Logf("controllers: %s on %s leads, %s on %s stands by", leader.short(), leader.node, standby.short(), standby.node)
-	lock, _, err := mgmt.Variables().Peek(store.LeaderPath, nil)
-	if err != nil || lock == nil || lock.Lock == nil {
-		t.Fatalf("variable %s = %+v, %v: want it locked", store.LeaderPath, lock, err)
+	// The lock names the leading allocation (llmgw controller's identity
+	// in a Nomad task: host:pid alloc <id>).
+	if h := lockHolder(t, mgmt); !strings.HasSuffix(h, " alloc "+leader.id) {
+		t.Errorf("leader lock held by %q, want the leading allocation %s", h, leader.id)
 	}
 
 	// The leader places the catalog; the standby's view agrees.
@@ -193,8 +194,10 @@ reconcile {
 	if _, err := mgmt.Allocations().Stop(a, nil); err != nil {
 		t.Fatalf("stop the leading allocation: %v", err)
 	}
+	stoppedAt := time.Now()
 	next := waitNewLeader(t, mgmt, func(a ctlAlloc) bool { return a.id != stopped.id })
-	t.Logf("after stopping %s: %s leads (%s)", stopped.short(), next.short(), which(next, standby))
+	t.Logf("after stopping %s: %s leads (%s) %s later", stopped.short(), next.short(), which(next, standby),
+		time.Since(stoppedAt).Round(time.Second))
 	waitServing(t, next.base, 2*time.Minute, "beta-0")
 
 	// The leading controller's process is killed (kill -9): its lock
@@ -204,8 +207,8 @@ reconcile {
 	killed := next
 	holder := lockHolder(t, mgmt)
 	pid := taskPID(t, killed.id, "controller")
-	if want := ":" + strconv.Itoa(pid); !strings.HasSuffix(holder, want) {
-		t.Fatalf("leader lock held by %q, want the leading allocation's process (pid %d)", holder, pid)
+	if want := ":" + strconv.Itoa(pid) + " alloc " + killed.id; !strings.HasSuffix(holder, want) {
+		t.Fatalf("leader lock held by %q, want the leading allocation's process (%s)", holder, want)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -218,12 +221,12 @@ reconcile {
 			return false, fmt.Sprintf("leader lock held by %q", h)
 		}
 		for _, a := range controllerAllocs(t, mgmt) {
-			if hz, err := tryHealthz(a.base); err == nil && hz.Leader {
+			if hz, err := tryHealthz(a.base); err == nil && hz.Leader && strings.HasSuffix(h, " alloc "+a.id) {
 				after = a
 				return true, ""
 			}
 		}
-		return false, "no controller says it leads"
+		return false, fmt.Sprintf("no controller says it leads as the lock's holder %q", h)
 	})
 	t.Logf("after kill -9 of %s's controller (pid %d): %s leads %s later (lock holder %q)",
 		killed.short(), pid, after.short(), time.Since(killedAt).Round(time.Second), lockHolder(t, mgmt))

@@ -6,7 +6,8 @@
 # (the standby, which tries every 7.5 s, or the replacement Nomad places);
 # when it dies, the lock lapses first (its 15 s TTL, then 15 s of lock
 # delay). The new leader adopts the replicas' jobs as they are: no
-# duplicate, no rewrite.
+# duplicate, no rewrite. `nomad var get llmgw/leader` names the leader
+# (holder: "<host>:<pid> alloc <allocation ID>").
 #
 # Once, with a management token:
 #

@@ -53,7 +53,7 @@ func run(ctx context.Context, path, level string) error {
 	if err != nil {
 		return err
 	}
-	c, err := controller.New(controller.Options{Config: cfg, Logger: log})
+	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: identity(os.Getenv)})
 	if err != nil {
 		return err
 	}
@@ -110,4 +110,16 @@ func run(ctx context.Context, path, level string) error {
 	default:
 	}
 	return err
+}
+
+// identity names this controller in the leader lock (and in the holds it
+// sets): host:pid, and in a Nomad task its allocation too (NOMAD_ALLOC_ID),
+// so that `nomad var get llmgw/leader` says which allocation leads.
+func identity(getenv func(string) string) string {
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if alloc := getenv("NOMAD_ALLOC_ID"); alloc != "" {
+		id += " alloc " + alloc
+	}
+	return id
 }
