@@ -22,7 +22,7 @@
 # config=@llmgw-extra.hcl` (every key: put replaces the items). Nomad
 # renders the files again and sends SIGHUP, on which the controller reloads
 # its catalog and facility (a bad file is refused and the old ones stay in
-# force, in its log and llmgw_reload_failed). A change of config restarts
+# force: its log and llmgw_config_reload_failed say so). A config change restarts
 # the task instead: the rest of llmgw.hcl is read at start only.
 #
 # The Variable's keys:
