@@ -80,7 +80,9 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("gateway stopped with %v\n%s", err, stderr.String())
+		}
 	})
 	var addr string
 	select {
