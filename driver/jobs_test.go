@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
@@ -43,8 +44,10 @@ func TestExampleJobsAndClientConfig(t *testing.T) {
 					if !ok {
 						continue
 					}
-					v, _ := drv.Expr.Value(nil)
-					if v.AsString() != PluginName {
+					// A driver set by a variable (llmgw's own jobs:
+					// raw_exec or exec) is not the llmgw driver.
+					v, diags := drv.Expr.Value(nil)
+					if diags.HasErrors() || !v.IsKnown() || !v.Type().Equals(cty.String) || v.AsString() != PluginName {
 						continue
 					}
 					for _, c := range b.Body.Blocks {
