@@ -130,6 +130,15 @@ reconcile {
 	}
 	putCatalog(1, false)
 
+	// 3 of n1's 4 GPUs go to a job in another namespace: the controller
+	// must read its allocations (the policy's namespace "*" read-job) to
+	// count them taken.
+	if _, err := mgmt.Namespaces().Register(&api.Namespace{Name: batchNamespace}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const batchGPUs = 3
+	batchJob(t, c, "n1", batchGPUs)
+
 	h := recordJobs(t, mgmt)
 	runJobFile(t, mgmt, controllerJobFile, fmt.Sprintf("llmgw_bin = %q\n", bin))
 
@@ -168,7 +177,30 @@ reconcile {
 
 	// The leader places the catalog; the standby's view agrees.
 	waitServing(t, leader.base, 3*time.Minute, "beta-0")
-	waitServing(t, standby.base, time.Minute, "beta-0")
+	rs := waitServing(t, standby.base, time.Minute, "beta-0")
+
+	// What the job-bound policy grants, through the workload identity:
+	// the other namespace's GPUs counted taken, every node's power read
+	// (node read, GET /v1/client/stats), a label written as dynamic node
+	// metadata (node write).
+	free := map[string]int{"n1": 4 - batchGPUs, "n2": 4}
+	for _, r := range rs {
+		for _, n := range r.Nodes {
+			free[n]--
+		}
+	}
+	waitNodes(t, leader.base, free)
+	if r := apiCall(t, http.MethodPut, leader.base+"/v1/nodes/n2/labels", `{"set":{"fabric":"ib-wi"}}`); r.StatusCode != http.StatusOK {
+		t.Errorf("PUT labels: %d %s", r.StatusCode, r.Body)
+	}
+	n2 := c.NodeID("n2")
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		n, _, err := mgmt.Nodes().Info(n2, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.Meta["llmgw.fabric"] == "ib-wi", fmt.Sprintf("n2 meta %v", n.Meta)
+	})
 
 	// The gateway job, discovering through its socket, routes to it.
 	_, port, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
