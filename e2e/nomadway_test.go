@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,9 +207,13 @@ reconcile {
 		return n.Meta["llmgw.fabric"] == "ib-wi", fmt.Sprintf("n2 meta %v", n.Meta)
 	})
 
-	// The gateway job, discovering through its socket, routes to it.
+	// The gateway job, its binary fetched the other way the job files
+	// offer (a release tarball, checksum checked, unpacked into local/),
+	// discovering through its socket, routes to it.
+	tarball, sum, inside := releaseTarball(t, bin)
 	_, port, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
-	runJobFile(t, mgmt, gatewayJobFile, fmt.Sprintf("llmgw_bin = %q\nport = %s\n", bin, port))
+	runJobFile(t, mgmt, gatewayJobFile, fmt.Sprintf("llmgw_bin = %q\nartifact_url = %q\nartifact_checksum = %q\nport = %s\n",
+		inside, tarball, sum, port))
 	gw := gatewayURL(t, mgmt, port)
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		got := gwModels(t, gw)
@@ -532,4 +541,43 @@ func getJSONCtx(ctx context.Context, url string, out any) error {
 		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 	}
 	return json.Unmarshal(body, out)
+}
+
+// releaseTarball packs bin as llmgw in a gzipped tarball under a
+// directory of its own (as a release tarball holds it), serves it on
+// loopback until the test ends, and returns its URL, its checksum in
+// go-getter's form and the binary's path in the task once unpacked into
+// local/.
+func releaseTarball(t *testing.T, bin string) (url, checksum, inside string) {
+	t.Helper()
+	const name = "llmgw_e2e_linux_amd64"
+	src, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, h := range []*tar.Header{
+		{Name: name + "/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: name + "/llmgw", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(src))},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tw.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, name+".tar.gz"), buf.String())
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/" + name + ".tar.gz", fmt.Sprintf("sha256:%x", sha256.Sum256(buf.Bytes())), "local/" + name + "/llmgw"
 }

@@ -131,7 +131,12 @@ job "llmgw-controller" {
         content {
           source      = artifact.value
           destination = "local/"
-          options     = var.artifact_checksum == "" ? {} : { checksum = var.artifact_checksum }
+          dynamic "options" {
+            for_each = var.artifact_checksum == "" ? [] : [var.artifact_checksum]
+            content {
+              checksum = options.value
+            }
+          }
         }
       }
 
