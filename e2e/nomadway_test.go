@@ -48,8 +48,11 @@ const maxSunPath = 107
 // the binary's path and the gateway's port set), on a Nomad with ACLs on:
 // the policies are attached to the jobs with `nomad acl policy apply -job`
 // and the catalog is the Variable nomad/jobs/llmgw-controller, written with
-// `nomad var put`, as docs/controller.md says. Both tasks reach Nomad
-// through their task API socket with their workload identity. Every state
+// `nomad var put`, as docs/controller.md says. The job files' two ways of
+// getting the binary both run: the controller's on the host (raw_exec,
+// llmgw_bin), the gateway's from a release tarball (artifact_url,
+// checksum) in a chroot (exec). Both tasks reach Nomad through their task
+// API socket with their workload identity. Every state
 // of Nomad's job list is watched (a blocking query) from before the
 // controller starts: no replica slot may ever have two live jobs.
 func TestControllerAndGatewayAsNomadJobs(t *testing.T) {
@@ -212,7 +215,7 @@ reconcile {
 	// discovering through its socket, routes to it.
 	tarball, sum, inside := releaseTarball(t, bin)
 	_, port, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
-	runJobFile(t, mgmt, gatewayJobFile, fmt.Sprintf("llmgw_bin = %q\nartifact_url = %q\nartifact_checksum = %q\nport = %s\n",
+	runJobFile(t, mgmt, gatewayJobFile, fmt.Sprintf("driver = \"exec\"\nllmgw_bin = %q\nartifact_url = %q\nartifact_checksum = %q\nport = %s\n",
 		inside, tarball, sum, port))
 	gw := gatewayURL(t, mgmt, port)
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
@@ -327,6 +330,19 @@ reconcile {
 			t.Errorf("slot %s: job %s stopped %v, created at %d, last registered at %d; want live, registered once",
 				slot, ids[0], s.Stop, s.CreateIndex, s.JobModifyIndex)
 		}
+	}
+
+	// Both reached Nomad through their task API socket: the controller
+	// at its host path (raw_exec), the gateway in its chroot (exec).
+	if logs := allocLog(t, c, cur.id, "controller"); !strings.Contains(logs, `"nomad":"unix:///`) || !strings.Contains(logs, `/secrets/api.sock"`) {
+		t.Errorf("the controller's log does not name the task API socket as its Nomad:\n%s", logs)
+	}
+	gwAllocs, _, err := mgmt.Jobs().Allocations("llmgw-gateway", false, nil)
+	if err != nil || len(gwAllocs) == 0 {
+		t.Fatalf("gateway allocations: %v, %v", gwAllocs, err)
+	}
+	if logs := allocLog(t, c, gwAllocs[0].ID, "gateway"); !strings.Contains(logs, `"discovery":"nomad unix:///secrets/api.sock"`) {
+		t.Errorf("the gateway's log does not name the task API socket in its chroot:\n%s", logs)
 	}
 
 	// With the policies as written, no controller or gateway allocation

@@ -49,7 +49,7 @@
 # a chroot).
 #
 # e2e/nomadway_test.go runs this file on a Nomad with ACLs on, setting only
-# llmgw_bin.
+# llmgw_bin (raw_exec, the binary on the host).
 
 variable "llmgw_bin" {
   type        = string

@@ -26,7 +26,8 @@
 #
 # e2e/gateway_test.go and e2e/autoscale_test.go run this file, and
 # e2e/nomadway_test.go runs it beside jobs/llmgw-controller.nomad.hcl on a
-# Nomad with ACLs on, setting only llmgw_bin and port.
+# Nomad with ACLs on, with the binary from a tarball (artifact_url,
+# artifact_checksum, llmgw_bin inside it) under driver = "exec".
 
 variable "llmgw_bin" {
   type        = string

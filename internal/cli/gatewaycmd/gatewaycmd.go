@@ -295,12 +295,13 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		if ns == "" {
 			ns = cfg.Namespace
 		}
+		addr := cfg.Address // NewClient turns a unix:// address into http://127.0.0.1
 		c, err := nomadapi.NewClient(cfg)
 		if err != nil {
-			return fmt.Errorf("nomad client %s: %w", cfg.Address, err)
+			return fmt.Errorf("nomad client %s: %w", addr, err)
 		}
 		defer c.Close()
-		nomad, where = c, "nomad "+cfg.Address
+		nomad, where = c, "nomad "+addr
 		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval,
 			CheckTimeout: f.checkTimeout, CheckParallelism: f.checkParallelism}
 	}

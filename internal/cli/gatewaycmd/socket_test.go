@@ -105,6 +105,9 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	if c, w := calls.Load(), withToken.Load(); c == 0 || c != w {
 		t.Errorf("%d requests through the socket, %d with the workload token: want some, all with it", c, w)
 	}
+	if want := `"discovery":"nomad unix://` + sock + `"`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("the gateway's log does not say it discovers through the socket (%s):\n%s", want, stderr.String())
+	}
 	if strings.Contains(stderr.String(), deadAddr) {
 		t.Errorf("the gateway used NOMAD_ADDR %s beside NOMAD_UNIX_ADDR:\n%s", deadAddr, stderr.String())
 	}
