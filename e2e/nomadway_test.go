@@ -126,9 +126,9 @@ reconcile {
   partial_deadline = "1m"
 }
 `, engine, strictVLLM))
-	putCatalog := func(replicas int, force bool) {
+	putCatalogSrc := func(catalog string, force bool) {
 		t.Helper()
-		writeFile(t, filepath.Join(dir, "catalog.hcl"), beta(replicas))
+		writeFile(t, filepath.Join(dir, "catalog.hcl"), catalog)
 		args := []string{"var", "put"}
 		if force {
 			args = append(args, "-force")
@@ -136,6 +136,7 @@ reconcile {
 		nomadCLI(append(args, controllerVar, "catalog=@"+filepath.Join(dir, "catalog.hcl"),
 			"facility=@"+filepath.Join(dir, "facility.hcl"), "config=@"+filepath.Join(dir, "extra.hcl"))...)
 	}
+	putCatalog := func(replicas int, force bool) { t.Helper(); putCatalogSrc(beta(replicas), force) }
 	putCatalog(1, false)
 
 	// 3 of n1's 4 GPUs go to a job in another namespace: the controller
@@ -311,6 +312,22 @@ reconcile {
 	}
 	if logs := allocLog(t, c, cur.id, "controller"); !strings.Contains(logs, "reloaded catalog and facility") {
 		t.Errorf("the leading controller's log has no reload:\n%s", logs)
+	}
+
+	// A broken catalog in the Variable: the SIGHUP reload refuses it,
+	// naming catalog.hcl and its line, and the catalog in force stays.
+	putCatalogSrc("model \"beta\" {\n  replicas =\n}\n", true)
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		for _, l := range strings.Split(allocLog(t, c, cur.id, "controller"), "\n") {
+			if strings.Contains(l, "reload refused") && strings.Contains(l, "catalog.hcl:") {
+				t.Logf("the leader refused the broken catalog: %s", l)
+				return true, ""
+			}
+		}
+		return false, "no refused reload in the leader's log"
+	})
+	if rs := waitServing(t, cur.base, time.Minute); len(rs) != 2 {
+		t.Errorf("replicas %+v after the refused reload, want beta-0 and beta-1 still", rs)
 	}
 
 	// Never two live jobs for one slot; every slot's one job registered
