@@ -45,16 +45,16 @@ const maxSunPath = 107
 
 // TestControllerAndGatewayAsNomadJobs runs jobs/llmgw-controller.nomad.hcl
 // and jobs/llmgw-gateway.nomad.hcl, parsed by the agent as written (only
-// the binary's path and the gateway's port set), on a Nomad with ACLs on:
+// their variables set), on a Nomad with ACLs on:
 // the policies are attached to the jobs with `nomad acl policy apply -job`
 // and the catalog is the Variable nomad/jobs/llmgw-controller, written with
 // `nomad var put`, as docs/controller.md says. The job files' two ways of
 // getting the binary both run: the controller's on the host (raw_exec,
 // llmgw_bin), the gateway's from a release tarball (artifact_url,
 // checksum) in a chroot (exec). Both tasks reach Nomad through their task
-// API socket with their workload identity. Every state
-// of Nomad's job list is watched (a blocking query) from before the
-// controller starts: no replica slot may ever have two live jobs.
+// API socket with their workload identity. Every state of Nomad's job
+// list is watched (a blocking query) from before the controller starts:
+// no replica slot may ever have two live jobs.
 func TestControllerAndGatewayAsNomadJobs(t *testing.T) {
 	nomadBin := nomadtest.Bin(t)
 	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
