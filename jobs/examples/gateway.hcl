@@ -9,7 +9,7 @@
 # variable. Tokens and TLS come from the usual environment (NOMAD_TOKEN,
 # CONSUL_HTTP_TOKEN, ...). See docs/gateway.md, "Configuration".
 
-listen = ":8080"
+listen = "127.0.0.1:8080" # loopback; ":8080" serves every interface
 
 # Discovery: Nomad's service registrations (the default), or Consul's health
 # API with `consul = "127.0.0.1:8500"` instead; not both.

@@ -141,6 +141,10 @@ func (f *flags) check() error {
 	return nil
 }
 
+// DefaultListen is --listen's default: loopback only, so that a gateway
+// started without settings is not open to the network.
+const DefaultListen = "127.0.0.1:8080"
+
 // NewCommand returns the gateway subcommand.
 func NewCommand() *cobra.Command { return newCommand(nil) }
 
@@ -155,7 +159,7 @@ func newCommand(ready func(addr string)) *cobra.Command {
 func command(serve func(ctx context.Context, f flags, stderr io.Writer) error) *cobra.Command {
 	var f flags
 	cmd := &cobra.Command{
-		Use:   "gateway [--config gateway.hcl] [--listen :8080] [--consul ADDR | --nomad ADDR]",
+		Use:   "gateway [--config gateway.hcl] [--listen 127.0.0.1:8080] [--consul ADDR | --nomad ADDR]",
 		Short: "Serve one OpenAI-compatible endpoint over the healthy replicas of every model",
 		Long: `Run the llmgw gateway. It discovers the replica services the controller
 registers (named llmgw-<model>, tagged llmgw and model=<model>) from Consul's
@@ -200,7 +204,7 @@ says. See docs/gateway.md.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "read settings from this HCL file (flags given win over it; see docs/gateway.md)")
-	fl.StringVar(&f.listen, "listen", ":8080", "address to serve on")
+	fl.StringVar(&f.listen, "listen", DefaultListen, `address to serve on (loopback by default: ":8080" or "0.0.0.0:8080" for every interface)`)
 	fl.StringVar(&f.consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
 	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_UNIX_ADDR, else NOMAD_ADDR, else http://127.0.0.1:4646)")
 	cmd.MarkFlagsMutuallyExclusive("consul", "nomad")
