@@ -151,6 +151,16 @@ func (b *reqBody) putBuf(buf []byte) {
 	b.pooled = nil
 }
 
+// replace puts nb in place of the whole body (the prefix of a complete
+// body), before any attempt: the gateway's own edit of it. The budget
+// keeps what it held for the read.
+func (b *reqBody) replace(nb []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.putBuf(b.prefix)
+	b.prefix = nb
+}
+
 // complete reports whether the prefix is the whole body.
 func (b *reqBody) complete() bool { return b.rest == nil }
 

@@ -103,6 +103,10 @@ type Options struct {
 	// DemandWindow is the span the demand's arrival rate and TTFT p90 are
 	// over; DefaultDemandWindow when 0.
 	DemandWindow time.Duration
+	// Keys, when set, publishes the API keys: every OpenAI route then
+	// needs one (auth.go). Without it the gateway is open to anyone who
+	// reaches it.
+	Keys KeySource
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -122,6 +126,7 @@ type Gateway struct {
 	started   time.Time
 	models    ModelSource
 	heldAll   atomic.Int64 // requests held, all models
+	auth      *auth        // nil: no keys, open
 
 	updMu      sync.Mutex
 	snap       Snapshot  // the last one discovery published
@@ -191,6 +196,9 @@ func New(o Options) *Gateway {
 		g.span = DefaultDemandWindow
 	}
 	g.started = g.now()
+	if o.Keys != nil {
+		g.auth = &auth{src: o.Keys, log: g.log, now: g.now, m: newAuthMetrics(o.Registerer), share: 1}
+	}
 	g.tbl.Store(emptyTable())
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(demandCollector{g})
@@ -237,7 +245,8 @@ func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 }
 
 // Handler serves the OpenAI routes, /v1/models, the demand (DemandPath)
-// and /healthz.
+// and /healthz. With keys (Options.Keys) the OpenAI routes and /v1/models
+// need one; the demand and /healthz do not.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
 // Run runs the discovery source, the model source if any, and reads the
@@ -249,9 +258,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.engineEvery > 0 {
 		wg.Go(func() { g.pollEngines(ctx) })
 	}
-	var modelsErr error
+	var modelsErr, keysErr error
 	if g.models != nil {
 		wg.Go(func() { modelsErr = g.models.Run(ctx, g.UpdateModels) })
+	}
+	if g.auth != nil {
+		wg.Go(func() { keysErr = g.auth.src.Run(ctx, g.UpdateKeys) })
 	}
 	var err error
 	if g.src == nil {
@@ -261,7 +273,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	return errors.Join(err, modelsErr)
+	return errors.Join(err, modelsErr, keysErr)
 }
 
 // Synced reports whether discovery has published at least once and the
@@ -412,6 +424,12 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, http.MethodGet)
 		return
 	}
+	var key *Key
+	if g.auth != nil {
+		if key = g.authenticate(w, r); key == nil {
+			return
+		}
+	}
 	t := g.tbl.Load()
 	list := struct {
 		Object string      `json:"object"`
@@ -419,7 +437,7 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 	}{Object: "list", Data: []modelCard{}}
 	for _, m := range slices.Sorted(maps.Keys(t.models)) {
 		st := t.state(m)
-		if st == StateUnavailable {
+		if st == StateUnavailable || key != nil && !key.Allows(m) {
 			continue
 		}
 		c := modelCard{ID: m, Object: "model", Created: g.started.Unix(), OwnedBy: "llmgw"}
@@ -436,6 +454,10 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) health(w http.ResponseWriter, _ *http.Request) {
 	if !g.synced.Load() {
 		http.Error(w, "discovery not synced", http.StatusServiceUnavailable)
+		return
+	}
+	if g.auth != nil && g.auth.keys.Load() == nil {
+		http.Error(w, "API keys not read yet", http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -47,6 +47,13 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	g.m.inFlight.Inc()
 	defer g.m.inFlight.Dec()
 
+	var key *Key
+	if g.auth != nil {
+		if key = g.authenticate(w, r); key == nil {
+			return
+		}
+	}
+
 	body, model, err := readPrefix(r.Body, r.ContentLength, g.maxScan, &g.bud)
 	if err != nil {
 		g.m.request("", g.bodyError(w, r, err))
@@ -54,6 +61,10 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	defer body.release()
 
+	if key != nil && !key.Allows(model) {
+		g.refuseModel(w, key, model)
+		return
+	}
 	t := g.tbl.Load()
 	ms := t.models[model]
 	if ms == nil {
@@ -61,6 +72,13 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("The model `%s` does not exist.", model))
 		g.m.request("", http.StatusNotFound)
 		return
+	}
+	var ac *account
+	if key != nil {
+		if ac = g.admit(w, r, key, body, model); ac == nil {
+			return
+		}
+		defer ac.settle()
 	}
 	ms.arrive(start)
 	defer ms.outstanding.Add(-1)
@@ -95,7 +113,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			case lastResp != nil:
 				// Every replica tried answered "cannot serve": pass the
 				// last answer on.
-				g.finish(w, r, ms, start, dispatched, lastEp, lastResp)
+				g.finish(w, r, ms, start, dispatched, lastEp, lastResp, ac)
 			case r.Context().Err() != nil:
 				g.m.request(model, statusClientClosed)
 			default:
@@ -117,6 +135,9 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		tried = append(tried, ep.epState)
 		ep.outstanding.Add(1)
 		sent := g.now()
+		if ac != nil {
+			ac.sent = true
+		}
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
 			ep.outstanding.Add(-1)
@@ -153,7 +174,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			ep.br.success(probe)
 			g.m.attempts.WithLabelValues(model, "ok").Inc()
 		}
-		broken := g.finish(w, r, ms, start, dispatched, ep, resp)
+		broken := g.finish(w, r, ms, start, dispatched, ep, resp, ac)
 		ep.outstanding.Add(-1)
 		if broken {
 			// The replica failed mid-response: the client must not take
@@ -183,6 +204,12 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 		for f := range strings.SplitSeq(c, ",") {
 			delete(h, http.CanonicalHeaderKey(strings.TrimSpace(f)))
 		}
+	}
+	if g.auth != nil {
+		// The client's key is the gateway's to check, not the replica's
+		// to see.
+		delete(h, "Authorization")
+		delete(h, "Api-Key")
 	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
@@ -221,8 +248,10 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 // mid-response (the caller aborts the client's connection). start is the
 // request's arrival, dispatched when it was first sent to a replica
 // (later than start by any hold): a 2xx answer's time to first byte from
-// then is the model's TTFT sample.
-func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response) (broken bool) {
+// then is the model's TTFT sample. ac, when keys are on, gets the
+// answer's usage: from a JSON answer's "usage", or an event stream's usage
+// chunk (left out of what the client gets when the gateway asked for it).
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response, ac *account) (broken bool) {
 	model := ms.name
 	defer func() { _ = resp.Body.Close() }()
 	h := w.Header()
@@ -243,7 +272,25 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 		setRetryAfter(h, time.Second)
 	}
 	w.WriteHeader(resp.StatusCode)
-	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	ct := resp.Header.Get("Content-Type")
+	events := strings.HasPrefix(ct, "text/event-stream")
+	flush := resp.ContentLength < 0 || events
+	var sse *sseUsage
+	var tee []byte
+	teeOK := false
+	if ac != nil {
+		ac.status = resp.StatusCode
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			switch {
+			case events:
+				sse = &ac.sse
+				// A length the replica promised cannot lose an event.
+				sse.strip = ac.strip && resp.ContentLength < 0
+			case resp.ContentLength <= maxEvent:
+				teeOK = true
+			}
+		}
+	}
 	rc := http.NewResponseController(w)
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
@@ -256,8 +303,23 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 	}()
 	for {
 		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+		data := buf[:n]
+		if sse != nil {
+			if errors.Is(rerr, io.EOF) {
+				ac.out = sse.rest(sse.feed(data, ac.out[:0]))
+			} else {
+				ac.out = sse.feed(data, ac.out[:0])
+			}
+			data = ac.out
+		} else if teeOK && n > 0 {
+			if len(tee)+n > maxEvent {
+				teeOK, tee = false, nil
+			} else {
+				tee = append(tee, data...)
+			}
+		}
+		if len(data) > 0 {
+			if _, werr := w.Write(data); werr != nil {
 				code = statusClientClosed
 				return false
 			}
@@ -276,6 +338,11 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 			break
 		}
 		if rerr != nil {
+			if sse != nil {
+				if rest := sse.rest(nil); len(rest) > 0 {
+					_, _ = w.Write(rest)
+				}
+			}
 			if r.Context().Err() != nil {
 				code = statusClientClosed
 				return false
@@ -286,6 +353,12 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 	}
 	if first {
 		g.firstByte(ms, start, dispatched, code)
+	}
+	switch {
+	case sse != nil:
+		ac.usage, ac.found = sse.usage, sse.found
+	case teeOK:
+		ac.usage, ac.found = responseUsage(tee)
 	}
 	return false
 }

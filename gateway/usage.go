@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// Usage is the token usage an answer reports (OpenAI's "usage").
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// total is the tokens the usage charges.
+func (u Usage) total() int64 {
+	if u.TotalTokens > 0 {
+		return u.TotalTokens
+	}
+	return u.PromptTokens + u.CompletionTokens
+}
+
+// members calls fn with the key and value of each top-level member of the
+// JSON object buf holds whole (the value as offsets into buf), until fn
+// returns false. It reports false when buf is not such an object.
+func members(buf []byte, fn func(key []byte, vs, ve int) bool) bool {
+	i := skipSpace(buf, 0)
+	if i >= len(buf) || buf[i] != '{' {
+		return false
+	}
+	i = skipSpace(buf, i+1)
+	if i < len(buf) && buf[i] == '}' {
+		return true
+	}
+	for {
+		i = skipSpace(buf, i)
+		if i >= len(buf) || buf[i] != '"' {
+			return false
+		}
+		end, escaped, err := scanString(buf, i)
+		if err != nil {
+			return false
+		}
+		key := buf[i+1 : end-1]
+		if escaped {
+			var k string
+			if json.Unmarshal(buf[i:end], &k) != nil {
+				return false
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(buf, end)
+		if i >= len(buf) || buf[i] != ':' {
+			return false
+		}
+		i = skipSpace(buf, i+1)
+		if i >= len(buf) {
+			return false
+		}
+		ve, err := skipValue(buf, i)
+		if err != nil {
+			return false
+		}
+		if !fn(key, i, ve) {
+			return true
+		}
+		i = skipSpace(buf, ve)
+		if i >= len(buf) {
+			return false
+		}
+		switch buf[i] {
+		case ',':
+			i++
+		case '}':
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// requestFields are what the gateway reads of a whole request body when
+// keys are on: the completion tokens it may ask for, and whether it is a
+// stream that asked for usage.
+type requestFields struct {
+	maxTokens    int64 // max_tokens or max_completion_tokens; -1: neither
+	stream       bool
+	includeUsage bool
+	optsAt       [2]int // stream_options' value, {-1, -1} when absent
+}
+
+func readRequestFields(buf []byte) requestFields {
+	f := requestFields{maxTokens: -1, optsAt: [2]int{-1, -1}}
+	members(buf, func(key []byte, vs, ve int) bool {
+		switch string(key) {
+		case "max_tokens", "max_completion_tokens":
+			if n, err := strconv.ParseInt(string(buf[vs:ve]), 10, 64); err == nil && n > f.maxTokens {
+				f.maxTokens = n
+			}
+		case "stream":
+			f.stream = string(buf[vs:ve]) == "true"
+		case "stream_options":
+			f.optsAt = [2]int{vs, ve}
+			var o struct {
+				IncludeUsage bool `json:"include_usage"`
+			}
+			if json.Unmarshal(buf[vs:ve], &o) == nil {
+				f.includeUsage = o.IncludeUsage
+			}
+		}
+		return true
+	})
+	return f
+}
+
+// withIncludeUsage returns body with stream_options.include_usage set to
+// true: stream_options added first in the object when absent, or its
+// value replaced by the same object with include_usage true. ok is false
+// when stream_options is there and is not an object (or null): the body is
+// left alone.
+func withIncludeUsage(body []byte, f requestFields) (out []byte, ok bool) {
+	if f.optsAt[0] < 0 {
+		i := bytes.IndexByte(body, '{')
+		const add = `"stream_options":{"include_usage":true},`
+		out = make([]byte, 0, len(body)+len(add))
+		out = append(out, body[:i+1]...)
+		out = append(out, add...)
+		return append(out, body[i+1:]...), true
+	}
+	raw := body[f.optsAt[0]:f.optsAt[1]]
+	var opts map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		return body, false
+	}
+	if opts == nil {
+		opts = map[string]json.RawMessage{}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	val, err := json.Marshal(opts)
+	if err != nil {
+		return body, false
+	}
+	out = make([]byte, 0, len(body)+len(val))
+	out = append(out, body[:f.optsAt[0]]...)
+	out = append(out, val...)
+	return append(out, body[f.optsAt[1]:]...), true
+}
+
+// responseUsage reads the top-level "usage" of a whole JSON answer.
+func responseUsage(buf []byte) (Usage, bool) {
+	var u Usage
+	found := false
+	members(buf, func(key []byte, vs, ve int) bool {
+		if string(key) != "usage" {
+			return true
+		}
+		var p *Usage
+		if json.Unmarshal(buf[vs:ve], &p) == nil && p != nil {
+			u, found = *p, true
+		}
+		return false
+	})
+	return u, found
+}
+
+// maxEvent bounds the bytes of one server-sent event the usage filter
+// holds back while it waits for the event's end; a longer event passes
+// through unread.
+const maxEvent = 1 << 20
+
+// sseUsage watches an event stream on its way to the client for the event
+// carrying the usage (`"usage": {…}` with no choices, include_usage's last
+// chunk) and, when strip is set (the gateway asked for the usage, the
+// client did not), leaves that event out of what the client gets. Every
+// other byte passes unchanged, each event whole once its end has arrived.
+type sseUsage struct {
+	strip   bool
+	pending []byte
+	off     bool // an event too long: pass everything on unread
+	usage   Usage
+	found   bool
+}
+
+// feed takes the next bytes from the replica and returns what to send to
+// the client now (appended to out).
+func (s *sseUsage) feed(p, out []byte) []byte {
+	if s.off {
+		return append(out, p...)
+	}
+	s.pending = append(s.pending, p...)
+	for {
+		end := eventEnd(s.pending)
+		if end < 0 {
+			break
+		}
+		ev := s.pending[:end]
+		if !s.usageEvent(ev) {
+			out = append(out, ev...)
+		}
+		s.pending = s.pending[end:]
+	}
+	if len(s.pending) > maxEvent {
+		s.off = true
+		out = append(out, s.pending...)
+		s.pending = nil
+	}
+	if len(s.pending) == 0 {
+		s.pending = s.pending[:0]
+	}
+	return out
+}
+
+// rest returns what is held back at the end of the stream.
+func (s *sseUsage) rest(out []byte) []byte {
+	out = append(out, s.pending...)
+	s.pending = nil
+	return out
+}
+
+// eventEnd is the offset just past the first event's blank line, -1 when
+// b holds no whole event.
+func eventEnd(b []byte) int {
+	for i := 0; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		j += i
+		// b[j] ends a line; a blank line follows when the next byte is
+		// '\n', or "\r\n".
+		switch {
+		case j+1 < len(b) && b[j+1] == '\n':
+			return j + 2
+		case j+2 < len(b) && b[j+1] == '\r' && b[j+2] == '\n':
+			return j + 3
+		}
+		i = j + 1
+	}
+	return -1
+}
+
+// usageEvent records the usage ev carries, if any, and reports whether ev
+// is to be left out: a usage-only chunk, when stripping.
+func (s *sseUsage) usageEvent(ev []byte) bool {
+	if !bytes.Contains(ev, []byte(`"usage"`)) {
+		return false
+	}
+	var data []byte
+	for line := range bytes.SplitSeq(ev, []byte("\n")) {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = append(data, bytes.TrimPrefix(d, []byte(" "))...)
+		}
+	}
+	var chunk struct {
+		Usage   *Usage            `json:"usage"`
+		Choices []json.RawMessage `json:"choices"`
+	}
+	if json.Unmarshal(data, &chunk) != nil || chunk.Usage == nil {
+		return false
+	}
+	s.usage, s.found = *chunk.Usage, true
+	return s.strip && len(chunk.Choices) == 0
+}
