@@ -131,6 +131,9 @@ type ConsulRegistration struct {
 	// at least a second. A gateway critical for a minute is deregistered.
 	CheckInterval time.Duration
 	Tags          []string
+	// CheckTLSSkipVerify: the check does not verify the gateway's
+	// certificate (CheckURL is https:// at an address it may not name).
+	CheckTLSSkipVerify bool
 }
 
 // Register registers the gateway as GatewayServiceName with an HTTP check,
@@ -154,6 +157,7 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 		Check: &consulapi.AgentServiceCheck{
 			Name:                           "llmgw gateway health",
 			HTTP:                           r.CheckURL,
+			TLSSkipVerify:                  r.CheckTLSSkipVerify,
 			Method:                         "GET",
 			Interval:                       interval.String(),
 			Timeout:                        max(interval/5, time.Second).String(),

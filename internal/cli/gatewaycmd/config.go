@@ -52,6 +52,12 @@ type fileHCL struct {
 	ModelsNamespace       string   `hcl:"models_namespace,optional"`
 	ModelsNomad           string   `hcl:"models_nomad,optional"`
 	LogLevel              string   `hcl:"log_level,optional"`
+	KeysFile              string   `hcl:"keys_file,optional"`
+	KeysVariable          string   `hcl:"keys_variable,optional"`
+	KeysNamespace         string   `hcl:"keys_namespace,optional"`
+	ShareLimits           bool     `hcl:"share_limits,optional"`
+	TLSCertFile           string   `hcl:"tls_cert_file,optional"`
+	TLSKeyFile            string   `hcl:"tls_key_file,optional"`
 	Body                  hcl.Body `hcl:",body"`
 }
 

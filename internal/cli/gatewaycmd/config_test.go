@@ -97,6 +97,9 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 		{"models_namespace", `"ml"`, "ml"},
 		{"models_nomad", `"http://10.0.0.2:4646"`, "http://10.0.0.2:4646"},
 		{"log_level", `"debug"`, "debug"},
+		{"keys_file", `"/etc/llmgw/keys.hcl"`, "/etc/llmgw/keys.hcl"},
+		{"keys_variable", `"llmgw/keys"`, "llmgw/keys"},
+		{"keys_namespace", `"ml"`, "ml"},
 	} {
 		t.Run(tt.attr, func(t *testing.T) {
 			path := writeConfig(t, tt.attr+" = "+tt.hcl+"\n")
@@ -200,6 +203,10 @@ func TestConfigErrors(t *testing.T) {
 		{"demand window", "demand_window = \"100ms\"\n", nil, []string{"gateway.hcl:1: demand_window: 100ms: want 1s to 1h"}},
 		{"models variable", "models_variable = \"llmgw/models!\"\n", nil, []string{`gateway.hcl:1: models_variable: "llmgw/models!": a Nomad variable path is`}},
 		{"models namespace", "models_namespace = \"*\"\n", nil, []string{`gateway.hcl:1: models_namespace: the model list is one variable in one namespace, not "*"`}},
+		{"keys file and variable", "keys_file = \"k.hcl\"\nkeys_variable = \"llmgw/keys\"\n", nil, []string{"gateway.hcl:1: keys_file and gateway.hcl:2: keys_variable: read the keys from one of them"}},
+		{"keys variable", "keys_variable = \"a b\"\n", nil, []string{`gateway.hcl:1: keys_variable: "a b": a Nomad variable path is`}},
+		{"share without keys", "share_limits = true\n", nil, []string{"gateway.hcl:1: share_limits: there are no limits to share without keys"}},
+		{"tls cert without key", "\ntls_cert_file = \"c.pem\"\n", nil, []string{"gateway.hcl:2: tls_cert_file and --tls-key-file: give both, or neither"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

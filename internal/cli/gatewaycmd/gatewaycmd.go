@@ -13,9 +13,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -47,6 +49,9 @@ type flags struct {
 	holdTimeout, demandWindow                             time.Duration
 	holdPerModel, holdTotal, wakeBurst                    int
 	modelsVariable, modelsNamespace, modelsNomad          string
+	keysFile, keysVariable, keysNamespace                 string
+	shareLimits                                           bool
+	tlsCertFile, tlsKeyFile                               string
 
 	// from says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -129,6 +134,21 @@ func (f *flags) check() error {
 	}
 	if f.modelsVariable != "" && !validVariablePath(f.modelsVariable) {
 		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.where("models-variable"), f.modelsVariable)
+	}
+	if f.keysFile != "" && f.keysVariable != "" {
+		return fmt.Errorf("%s and %s: read the keys from one of them", f.where("keys-file"), f.where("keys-variable"))
+	}
+	if f.keysVariable != "" && !validVariablePath(f.keysVariable) {
+		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.where("keys-variable"), f.keysVariable)
+	}
+	if f.keysNamespace == "*" {
+		return fmt.Errorf("%s: the keys are one variable in one namespace, not %q", f.where("keys-namespace"), f.keysNamespace)
+	}
+	if f.shareLimits && f.keysFile == "" && f.keysVariable == "" {
+		return fmt.Errorf("%s: there are no limits to share without keys (keys-file or keys-variable)", f.where("share-limits"))
+	}
+	if (f.tlsCertFile == "") != (f.tlsKeyFile == "") {
+		return fmt.Errorf("%s and %s: give both, or neither", f.where("tls-cert-file"), f.where("tls-key-file"))
 	}
 	if f.modelsNamespace == "*" {
 		return fmt.Errorf("%s: the model list is one variable in one namespace, not %q", f.where("models-namespace"), f.modelsNamespace)
@@ -235,7 +255,14 @@ says. See docs/gateway.md.`,
 	fl.StringVar(&f.modelsVariable, "models-variable", gateway.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
 	fl.StringVar(&f.modelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
 	fl.StringVar(&f.modelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
+	fl.StringVar(&f.keysFile, "keys-file", "", "read API keys (hashed, with model allowlists and limits) from this HCL file, again when it changes or on SIGHUP; without keys, anyone who reaches the gateway may use it")
+	fl.StringVar(&f.keysVariable, "keys-variable", "", `read the API keys' file from item "keys" of this Nomad variable, watched (instead of --keys-file)`)
+	fl.StringVar(&f.keysNamespace, "keys-namespace", "", `the keys variable's namespace (default: --namespace, "default" when that is "*")`)
+	fl.BoolVar(&f.shareLimits, "share-limits", false, "enforce 1/N of every key's limits, N the llmgw-gateway registrations discovery lists (see docs/gateway.md)")
+	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM; reloaded when it changes, or on SIGHUP)")
+	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(hashKeyCommand())
 	return cmd
 }
 
@@ -315,9 +342,26 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		return err
 	}
 
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	keysReload, certReload := make(chan struct{}, 1), make(chan struct{}, 1)
+
+	keys, keysFrom, err := keySource(f, nomad, keysReload, log)
+	if err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var certs *certReloader
+	if f.tlsCertFile != "" {
+		if certs, err = newCertReloader(f.tlsCertFile, f.tlsKeyFile, log, reg); err != nil {
+			return fmt.Errorf("%s: %w", f.where("tls-cert-file"), err)
+		}
+	}
 	g := gateway.New(gateway.Options{
+		Keys:         keys,
 		Source:       src,
 		Logger:       log,
 		Registerer:   reg,
@@ -342,7 +386,15 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		return fmt.Errorf("%s %s: %w", f.where("listen"), f.listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("llmgw gateway", "api", "http://"+ln.Addr().String(), "discovery", where, "models", modelsFrom, "config", f.config)
+	scheme := "http://"
+	if certs != nil {
+		srv.TLSConfig = certs.config()
+		scheme = "https://"
+	}
+	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.config)
+	if keys == nil && !loopback(ln.Addr()) {
+		log.Warn("no API keys and not on loopback only: anyone who reaches "+ln.Addr().String()+" may use every model (give --keys-file or --keys-variable)", "listen", ln.Addr().String())
+	}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -352,7 +404,11 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if certs != nil {
+			serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 			cancel()
 		}
@@ -363,6 +419,36 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
 	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reading the keys and the TLS certificate again")
+				for _, c := range []chan struct{}{keysReload, certReload} {
+					select {
+					case c <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	})
+	if certs != nil {
+		wg.Go(func() { certs.run(ctx, certCheckInterval, certReload) })
+	}
+	if f.shareLimits {
+		count := func(ctx context.Context) ([]string, error) { return gateway.ConsulGateways(ctx, consul) }
+		if consul == nil {
+			ns := f.namespace
+			if ns == "" || ns == "*" {
+				ns = nomadapi.DefaultNamespace
+			}
+			count = func(ctx context.Context) ([]string, error) { return gateway.NomadGateways(ctx, nomad, ns) }
+		}
+		wg.Go(func() { shareLimits(ctx, g, count, shareInterval, log) })
+	}
 	if consul != nil && f.register {
 		r, err := registration(f.advertise, ln.Addr())
 		if err != nil {
@@ -371,6 +457,10 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			return err
 		}
 		r.CheckInterval, r.Tags = f.registerCheckInterval, f.registerTags
+		if certs != nil {
+			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
+			r.CheckTLSSkipVerify = true
+		}
 		wg.Go(func() {
 			if err := r.Register(ctx, consul, log); err != nil {
 				log.Warn("consul", "error", err)
@@ -386,6 +476,77 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	default:
 	}
 	return err
+}
+
+// shareInterval is how often --share-limits counts the gateways.
+const shareInterval = 15 * time.Second
+
+// shareLimits sets the gateway's share of every key's limits from the
+// gateways count lists (this one among them), every interval, until ctx
+// ends. A count that fails keeps the last share.
+func shareLimits(ctx context.Context, g *gateway.Gateway, count func(context.Context) ([]string, error), every time.Duration, log *slog.Logger) {
+	for {
+		qctx, cancel := context.WithTimeout(ctx, every)
+		gws, err := count(qctx)
+		cancel()
+		if err != nil {
+			log.Warn("share-limits: counting the gateways failed; the last share stays", "error", err)
+		} else {
+			g.SetLimitShare(len(gws))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// loopback reports whether a is a loopback address only.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
+}
+
+// keySource is where the API keys come from: --keys-file (read once here,
+// so a bad file stops the command with its file:line errors), or
+// --keys-variable in the Nomad discovered from (else --models-nomad's);
+// nil without either. from says which, for the log.
+func keySource(f flags, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (gateway.KeySource, string, error) {
+	switch {
+	case f.keysFile != "":
+		src, err := os.ReadFile(f.keysFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", f.where("keys-file"), err)
+		}
+		if _, err := gateway.ParseKeys(f.keysFile, src); err != nil {
+			return nil, "", err
+		}
+		return &gateway.FileKeys{Path: f.keysFile, Reload: reload}, "file " + f.keysFile, nil
+	case f.keysVariable != "":
+		c := discovered
+		if c == nil {
+			if f.modelsNomad == "" {
+				return nil, "", fmt.Errorf("%s: with --consul, --models-nomad names the Nomad to read the keys from", f.where("keys-variable"))
+			}
+			cfg := nomadapi.DefaultConfig()
+			cfg.Address = f.modelsNomad
+			var err error
+			if c, err = nomadapi.NewClient(cfg); err != nil {
+				return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.where("models-nomad"), f.modelsNomad, err)
+			}
+		}
+		ns := f.keysNamespace
+		if ns == "" {
+			ns = f.namespace
+		}
+		if ns == "" || ns == "*" {
+			ns = nomadapi.DefaultNamespace
+		}
+		return &gateway.NomadKeys{Client: c, Logger: log, Namespace: ns, Path: f.keysVariable},
+			fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.keysVariable, ns), nil
+	}
+	return nil, "none: open to every client", nil
 }
 
 // modelSource is where the model list is read from: --models-variable in
