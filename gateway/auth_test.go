@@ -9,11 +9,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // startKeyGateway is startGateway with the keys of src in force.
@@ -442,5 +445,46 @@ func TestLimitShare(t *testing.T) {
 	}
 	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk", chat("m1")); got.status != http.StatusTooManyRequests {
 		t.Errorf("third with half of 4 per minute: %d", got.status)
+	}
+}
+
+// TestNomadKeys: the keys follow a Nomad Variable's item "keys" with
+// blocking queries; until it exists every request is refused; a write that
+// does not parse leaves the keys in force and is reported at its line.
+func TestNomadKeys(t *testing.T) {
+	fake := nomadfake.New()
+	defer fake.Close()
+	client := fake.Client(t)
+	put := func(src string) {
+		t.Helper()
+		if _, _, err := client.Variables().Update(&nomadapi.Variable{Path: "llmgw/keys", Items: map[string]string{KeysItem: src}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := startReplica(t, "m1", "a", nil)
+	tg := startGateway(t, Options{Source: StaticSource{Instances: []Instance{a.instance()}},
+		Keys: &NomadKeys{Client: client, Path: "llmgw/keys", Wait: time.Second}})
+	runGateway(t, tg.Gateway)
+	eventually(t, "the missing variable reported", func() bool { return strings.Contains(tg.KeysError(), "not found") })
+	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")); got.status != http.StatusServiceUnavailable {
+		t.Errorf("before any keys: %d", got.status)
+	}
+	put(keyBlock("a", "sk-a", ""))
+	eventually(t, "sk-a in force", func() bool {
+		return tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")).status == http.StatusOK
+	})
+	put(keyBlock("a", "sk-a", "  requests_per_minute = -1\n"))
+	eventually(t, "the bad variable reported", func() bool {
+		return strings.Contains(tg.KeysError(), "nomad variable llmgw/keys (namespace default) item keys:3: ")
+	})
+	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")); got.status != http.StatusOK {
+		t.Errorf("after a bad write: %d", got.status)
+	}
+	put(keyBlock("b", "sk-b", ""))
+	eventually(t, "sk-b replaces sk-a", func() bool {
+		return tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")).status == http.StatusUnauthorized
+	})
+	if tg.KeysError() != "" {
+		t.Errorf("error still reported: %q", tg.KeysError())
 	}
 }
