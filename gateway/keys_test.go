@@ -158,3 +158,20 @@ func TestFileKeysReload(t *testing.T) {
 		t.Fatalf("good file again: %v", p.err)
 	}
 }
+
+// The example key file parses, and its hashes are of the secrets its
+// comments name.
+func TestExampleKeyFile(t *testing.T) {
+	path := filepath.Join("..", "jobs", "examples", "gateway-keys.hcl")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := ParseKeys(path, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks.lookup("sk-example-team-a") == nil || ks.lookup("sk-example-batch") == nil || ks.Len() != 2 {
+		t.Errorf("keys %v", ks.Keys())
+	}
+}

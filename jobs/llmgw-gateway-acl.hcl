@@ -27,5 +27,12 @@ namespace "default" {
     path "llmgw/models" {
       capabilities = ["read"]
     }
+
+    # The API keys, with --keys-variable llmgw/gateway-keys (docs/gateway.md,
+    # "Access control"): hashes only, but whoever may write them decides who
+    # uses the gateway, so the gateway only reads.
+    path "llmgw/gateway-keys" {
+      capabilities = ["read"]
+    }
   }
 }

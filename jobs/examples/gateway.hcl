@@ -58,4 +58,17 @@ breaker_failures = 5
 breaker_open     = "5s"
 breaker_max_open = "1m"
 
+# Access control (docs/gateway.md, "API keys"). Without keys_file or
+# keys_variable anyone who reaches the gateway may use every model: keep it
+# on loopback then.
+# keys_file      = "/etc/llmgw/gateway-keys.hcl" # see gateway-keys.hcl; re-read on change and SIGHUP
+# keys_variable  = "llmgw/gateway-keys"          # or: item "keys" of this Nomad variable, watched
+# keys_namespace = "default"                     # its namespace; default: namespace
+# share_limits   = true                          # enforce 1/N of each key's limits, N the llmgw-gateway registrations
+share_limits = false
+
+# TLS: both or neither; re-read when they change and on SIGHUP.
+# tls_cert_file = "/etc/llmgw/gateway.crt"
+# tls_key_file  = "/etc/llmgw/gateway.key"
+
 log_level = "info"
