@@ -145,6 +145,10 @@ func (g *Gateway) SetLimitShare(n int) {
 	a.log.Info("key limits shared", "gateways", max(n, 1), "share", share)
 }
 
+// KeysLoaded reports whether keys are in force: with Options.Keys, once
+// the first good set was read; without, always.
+func (g *Gateway) KeysLoaded() bool { return g.auth == nil || g.auth.keys.Load() != nil }
+
 // KeysError is why the keys could not be read last, "" when they were.
 func (g *Gateway) KeysError() string {
 	if g.auth == nil {

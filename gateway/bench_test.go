@@ -5,6 +5,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"syscall"
@@ -27,20 +28,41 @@ func cpuTime(tb testing.TB) time.Duration {
 // CPU and allocations. cpu-ns/op is the process's CPU time (client,
 // gateway and fake-engine together) per request. gateway-nethttp is the
 // gateway with net/http's Transport in place of its own (what
-// upstreamTransport saves). docs/perf.md has the latency under load
+// upstreamTransport saves); gateway-keys the gateway with an API key and
+// every limit on (none reached): what access control costs. docs/perf.md has the latency under load
 // (gwload).
 func BenchmarkProxy(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{}, r.instance())
 	std := startGateway(b, Options{Transport: newStdTransport(DefaultDialTimeout, DefaultHeaderTimeout)}, r.instance())
+	ks, err := ParseKeys("bench-keys.hcl", []byte(`key "bench" {
+  hash                = "`+HashKey("sk-bench")+`"
+  models              = ["m"]
+  requests_per_minute = 100000000
+  tokens_per_minute   = 100000000000
+  max_concurrency     = 1000
+}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyed := startGateway(b, Options{Keys: StaticKeys{Set: ks}}, r.instance())
+	keyed.UpdateKeys(ks, nil)
 	client := tg.client
 	body := chat("m")
-	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}, {"gateway-nethttp", std.srv.URL}} {
+	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}, {"gateway-nethttp", std.srv.URL},
+		{"gateway-keys", keyed.srv.URL}} {
 		b.Run(target.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				resp, err := client.Post(target.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				req, err := http.NewRequest(http.MethodPost, target.url+"/v1/chat/completions", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk-bench")
+				resp, err := client.Do(req)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -117,4 +139,55 @@ func BenchmarkModelAccounting(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkKeyPath is the work API keys add to one request, alone: the
+// key's lookup (header, hash, map), its allowlist, the body's fields, the
+// reservation and its settlement, and the usage read from the answer
+// (fake-engine's 265-byte answer to chat("m")). The gateway-keys case of
+// BenchmarkProxy is the same in a whole request.
+func BenchmarkKeyPath(b *testing.B) {
+	r := startReplica(b, "m", "a", nil)
+	ks, err := ParseKeys("bench-keys.hcl", []byte(`key "bench" {
+  hash                = "`+HashKey("sk-bench")+`"
+  models              = ["m"]
+  requests_per_minute = 100000000
+  tokens_per_minute   = 100000000000
+  max_concurrency     = 1000
+}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := startGateway(b, Options{Keys: StaticKeys{Set: ks}}, r.instance())
+	g.UpdateKeys(ks, nil)
+	resp, err := http.Post(r.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := []byte(chat("m"))
+	req, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	b.ReportAllocs()
+	for b.Loop() {
+		k := g.authenticate(nil, req)
+		if k == nil || !k.Allows("m") {
+			b.Fatal("no key")
+		}
+		f := readRequestFields(body)
+		taken, reason, _ := k.lim.reserve(g.now(), int64(len(body))/4+f.maxTokens)
+		if reason != "" {
+			b.Fatal(reason)
+		}
+		u, ok := responseUsage(answer)
+		if !ok {
+			b.Fatalf("no usage in %s", answer)
+		}
+		k.lim.settle(g.now(), taken, u.total(), true, true)
+		g.auth.m.requests.WithLabelValues(k.Name).Inc()
+		g.auth.m.tokens.WithLabelValues(k.Name, "prompt").Add(float64(u.PromptTokens))
+		g.auth.m.tokens.WithLabelValues(k.Name, "completion").Add(float64(u.CompletionTokens))
+	}
 }

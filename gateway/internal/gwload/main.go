@@ -53,24 +53,40 @@ func main() {
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
+	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
-		if err := serve(*serveRole, *upstream, *cpuprofile); err != nil {
+		if err := serve(*serveRole, *upstream, *cpuprofile, *keys); err != nil {
 			fmt.Fprintln(os.Stderr, "gwload:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *nginx, *inproc); err != nil {
+	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *nginx, *inproc, *keys); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
 	}
 }
 
-// handler is what serves one side of the measurement.
-func handler(ctx context.Context, role, upstream string) (http.Handler, error) {
+// secret is the API key every request carries; the gateway with keys
+// knows it, the others pass it on (fake-engine ignores it).
+const secret = "sk-gwload"
+
+// keyFile is the keyed gateway's one key: every limit set, none reached.
+var keyFile = `key "gwload" {
+  hash                = "` + gateway.HashKey(secret) + `"
+  models              = ["m"]
+  requests_per_minute = 100000000
+  tokens_per_minute   = 100000000000
+  max_concurrency     = 100000
+}
+`
+
+// handler is what serves one side of the measurement; keys turns the
+// gateway's API keys and limits on.
+func handler(ctx context.Context, role, upstream string, keys bool) (http.Handler, error) {
 	switch role {
 	case "engine":
 		cfg := fakeengine.Defaults()
@@ -82,7 +98,16 @@ func handler(ctx context.Context, role, upstream string) (http.Handler, error) {
 		if upstream == "" {
 			return nil, errors.New("-serve gateway needs -upstream")
 		}
+		var ks gateway.KeySource
+		if keys {
+			set, err := gateway.ParseKeys("gwload-keys.hcl", []byte(keyFile))
+			if err != nil {
+				return nil, err
+			}
+			ks = gateway.StaticKeys{Set: set}
+		}
 		g := gateway.New(gateway.Options{
+			Keys:       ks,
 			Registerer: prometheus.NewRegistry(),
 			Logger:     slog.New(slog.DiscardHandler),
 			Source: gateway.StaticSource{Instances: []gateway.Instance{
@@ -90,7 +115,7 @@ func handler(ctx context.Context, role, upstream string) (http.Handler, error) {
 			}},
 		})
 		go func() { _ = g.Run(ctx) }()
-		for !g.Synced() {
+		for !g.Synced() || !g.KeysLoaded() {
 			time.Sleep(time.Millisecond)
 		}
 		return g.Handler(), nil
@@ -111,10 +136,10 @@ func listen(h http.Handler) (string, func(), error) {
 
 // serve runs one side of the measurement until its standard input closes
 // (the measuring process went away).
-func serve(role, upstream, cpuprofile string) error {
+func serve(role, upstream, cpuprofile string, keys bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	h, err := handler(ctx, role, upstream)
+	h, err := handler(ctx, role, upstream, keys)
 	if err != nil {
 		return err
 	}
@@ -216,7 +241,7 @@ func (s *server) cpuNow() time.Duration {
 // startInProcess serves the engine and the gateway from this process.
 func startInProcess() (*server, *server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	eh, err := handler(ctx, "engine", "")
+	eh, err := handler(ctx, "engine", "", false)
 	if err != nil {
 		cancel()
 		return nil, nil, err
@@ -226,7 +251,7 @@ func startInProcess() (*server, *server, error) {
 		cancel()
 		return nil, nil, err
 	}
-	gh, err := handler(ctx, "gateway", eaddr)
+	gh, err := handler(ctx, "gateway", eaddr, false)
 	if err == nil {
 		var gaddr string
 		var gstop func()
@@ -281,7 +306,7 @@ func startProcesses(pin, cpuprofile string) (engine, gw *server, placement strin
 	return &server{addr: ec.addr, cpu: ec.cpu, stop: ec.stop}, &server{addr: gc.addr, cpu: gc.cpu, stop: gc.stop}, placement, nil
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin, nginxBin string, inproc bool) error {
+func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin, nginxBin string, inproc, keys bool) error {
 	var rates []int
 	for f := range strings.SplitSeq(rateList, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -323,6 +348,20 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	defer engine.stop()
 	defer gw.stop()
 	targets := []target{{"direct", engine}, {"gateway", gw}}
+	if keys {
+		kg, err := startKeyedGateway(inproc, engine.addr, pin)
+		if err != nil {
+			return err
+		}
+		defer kg.stop()
+		targets = append(targets, target{"gateway+keys", kg})
+		placement += "; the keyed gateway its own process"
+		if inproc {
+			placement = strings.TrimSuffix(placement, "; the keyed gateway its own process") + ", the keyed gateway too"
+		} else if pin != "" {
+			placement += ", on the gateway's CPU"
+		}
+	}
 	if nginxBin != "" {
 		ngx, err := startNginx(nginxBin, engine.addr, nginxCPUs(pin))
 		if err != nil {
@@ -348,7 +387,7 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	fmt.Printf("gwload: %s %s/%s, %d CPUs, GOGC %s; generator, fake-engine and gateway: %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gogc, placement)
 	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; cpu/req = process CPU time per request (proxy cpu: the gateway's, or nginx's master and workers')\n\n", dur, slice, warm, inflight)
-	fmt.Printf("%-6s %-8s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
+	fmt.Printf("%-6s %-12s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
 	for _, rate := range rates {
 		for _, t := range targets {
 			load(client, t.url(), rate, warm, inflight) // warm-up, discarded
@@ -384,17 +423,50 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 			if i > 0 {
 				pcpu = cpuPerReq(t.srv, proxyCPU[i], r.sent)
 			}
-			fmt.Printf("%-6d %-8s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late,
+			fmt.Printf("%-6d %-12s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late,
 				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
 				cpuPerReq(engine, engCPU[i], r.sent), pcpu)
 		}
 		for i := 1; i < n; i++ {
-			fmt.Printf("%-6d %-8s %8s %7s %6s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "",
+			fmt.Printf("%-6d %-12s %8s %7s %6s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "",
 				us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
+		}
+		if keys {
+			k := len(targets) - 1 // gateway+keys, against the gateway (1)
+			fmt.Printf("%-6d %-12s %8s %7s %6s %9s %9s %9s\n", rate, "keys added", "", "", "",
+				us(res[k].pct(50)-res[1].pct(50)), us(res[k].pct(90)-res[1].pct(90)), us(res[k].pct(99)-res[1].pct(99)))
 		}
 		fmt.Println()
 	}
 	return nil
+}
+
+// startKeyedGateway serves the gateway with keys to the engine at eaddr:
+// in this process, or in its own (on the gateway's CPU under -pin).
+func startKeyedGateway(inproc bool, eaddr, pin string) (*server, error) {
+	if inproc {
+		ctx, cancel := context.WithCancel(context.Background())
+		h, err := handler(ctx, "gateway", eaddr, true)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		addr, stop, err := listen(h)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &server{addr: addr, stop: func() { stop(); cancel() }}, nil
+	}
+	var cpus []int
+	if pin != "" {
+		cpus = []int{runtime.NumCPU() - 1}
+	}
+	c, err := start(cpus, "-serve", "gateway", "-upstream", eaddr, "-keys")
+	if err != nil {
+		return nil, err
+	}
+	return &server{addr: c.addr, cpu: c.cpu, stop: c.stop}, nil
 }
 
 // target is one thing the load goes to: the engine itself, or a proxy in
@@ -471,7 +543,13 @@ func load(client *http.Client, url string, rate int, dur time.Duration, inflight
 		wg.Go(func() {
 			defer func() { <-slots }()
 			t0 := time.Now()
-			resp, err := client.Post(url, "application/json", strings.NewReader(body))
+			req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+secret)
+			resp, err := client.Do(req)
 			if err != nil {
 				return
 			}
