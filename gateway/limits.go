@@ -30,7 +30,6 @@ type keyLimiter struct {
 	toks     float64 // tokens left; below 0 after answers that used more than they reserved
 	last     time.Time
 	inFlight int64
-	fresh    bool // no refill yet: the buckets start full
 }
 
 // configure sets the limits from k, times share (this gateway's part of
@@ -39,19 +38,22 @@ type keyLimiter struct {
 func (l *keyLimiter) configure(k *Key, share float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	prevRPM, prevTPM := l.rpm, l.tpm
 	l.rpm = float64(k.RequestsPerMinute) * share
 	l.tpm = float64(k.TokensPerMinute) * share
 	l.conc = 0
 	if k.MaxConcurrency > 0 {
 		l.conc = max(1, int64(math.Floor(float64(k.MaxConcurrency)*share)))
 	}
-	if l.last.IsZero() {
-		l.fresh = true
-	}
+	// A bucket keeps what it holds, within its new size; a new one (a new
+	// key, or a limit that was none) starts full.
 	l.reqs = min(l.reqs, l.rpm)
 	l.toks = min(l.toks, l.tpm)
-	if l.fresh {
-		l.reqs, l.toks = l.rpm, l.tpm
+	if l.last.IsZero() || prevRPM == 0 {
+		l.reqs = l.rpm
+	}
+	if l.last.IsZero() || prevTPM == 0 {
+		l.toks = l.tpm
 	}
 }
 
@@ -67,7 +69,6 @@ func (l *keyLimiter) refill(now time.Time) {
 	if now.After(l.last) {
 		l.last = now
 	}
-	l.fresh = false
 }
 
 // reserve takes one request, tokens (at most a whole bucket) and a slot,
