@@ -70,6 +70,24 @@
 // connection if the replica had closed the pooled one, swept every 10 s).
 // The rest go through net/http's Transport.
 //
+// # Access control
+//
+// With Options.Keys (a KeySource: FileKeys, NomadKeys, StaticKeys) every
+// OpenAI route needs an API key (auth.go): Authorization: Bearer, or
+// api-key. Keys are stored as HashKey's "sha256:<hex>" in an HCL key file
+// (ParseKeys, errors at file:line); the presented secret is hashed and
+// looked up in a map. A set that fails to load leaves the keys in force.
+// Each key has a model allowlist (403, and /v1/models filtered) and a
+// keyLimiter (limits.go): a bucket of requests and one of tokens, each a
+// minute's limit, and a count in flight. Gateway.admit reserves one
+// request, one slot and the estimated tokens before the request is sent
+// (429 with Retry-After, nothing taken, when any is short); account.settle
+// replaces the estimate with the answer's usage (usage.go: a JSON answer's
+// "usage", or an event stream's usage chunk, include_usage added to the
+// upstream body when the client did not ask, and its chunk then kept from
+// the client). SetLimitShare makes a gateway enforce 1/N of every limit.
+// Without Options.Keys none of it runs.
+//
 // # Circuit breakers
 //
 // Each endpoint has a breaker, kept across discovery updates while its
@@ -97,5 +115,7 @@
 // endpoint} (0 closed, 1 half-open, 2 open), _breaker_transitions_total,
 // _endpoints{model}, _requests_in_flight, _outstanding_requests{model},
 // _queued_requests{model}, _arrivals_total{model}, _held_total{model,
-// outcome}, _hold_seconds{model}.
+// outcome}, _hold_seconds{model}; with keys _key_requests_total{key},
+// _key_tokens_total{key,kind}, _key_rejections_total{key,reason}, _keys,
+// _key_reloads_total{outcome}, _key_reload_failing, _key_limit_share.
 package gateway
