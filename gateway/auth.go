@@ -106,6 +106,9 @@ func (g *Gateway) UpdateKeys(ks *KeySet, err error) {
 		}
 		l.configure(k, a.share)
 		k.lim = l
+		k.admitted = a.m.requests.WithLabelValues(k.Name)
+		k.promptTokens = a.m.tokens.WithLabelValues(k.Name, "prompt")
+		k.completionTokens = a.m.tokens.WithLabelValues(k.Name, "completion")
 		lims[k.Name] = l
 	}
 	a.limiters = lims
@@ -271,7 +274,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, k *Key, body *re
 		return nil
 	}
 	ac.taken = taken
-	g.auth.m.requests.WithLabelValues(k.Name).Inc()
+	k.admitted.Inc()
 	return ac
 }
 
@@ -287,8 +290,7 @@ func (ac *account) settle() {
 	}
 	ac.key.lim.settle(ac.g.now(), ac.taken, used, known, ac.sent)
 	if ac.found {
-		m := ac.g.auth.m
-		m.tokens.WithLabelValues(ac.key.Name, "prompt").Add(float64(ac.usage.PromptTokens))
-		m.tokens.WithLabelValues(ac.key.Name, "completion").Add(float64(ac.usage.CompletionTokens))
+		ac.key.promptTokens.Add(float64(ac.usage.PromptTokens))
+		ac.key.completionTokens.Add(float64(ac.usage.CompletionTokens))
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	nomadapi "github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/hcldecode"
@@ -57,7 +58,10 @@ type Key struct {
 	// At is where the key is declared: "file:line".
 	At string
 
-	lim *keyLimiter // set by the gateway when the set is installed
+	// Set by the gateway when the set is installed: the key's limiter and
+	// its counters.
+	lim                                      *keyLimiter
+	admitted, promptTokens, completionTokens prometheus.Counter
 }
 
 // Allows reports whether k may use model.

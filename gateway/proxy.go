@@ -37,6 +37,10 @@ var hopHeaders = map[string]bool{
 // hold.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
 
+// teeBufs hold a copy of a JSON answer, with keys on, for its usage: a
+// completion's answer is a few hundred bytes to a few KiB.
+var teeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
 // proxy routes one OpenAI request by its body's model.
 func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -279,6 +283,16 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 	var tee []byte
 	teeOK := false
 	if ac != nil {
+		tp := teeBufs.Get().(*[]byte)
+		tee = (*tp)[:0]
+		defer func() {
+			if cap(tee) <= 64<<10 {
+				*tp = tee[:0]
+				teeBufs.Put(tp)
+			}
+		}()
+	}
+	if ac != nil {
 		ac.status = resp.StatusCode
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			switch {
@@ -313,7 +327,7 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 			data = ac.out
 		} else if teeOK && n > 0 {
 			if len(tee)+n > maxEvent {
-				teeOK, tee = false, nil
+				teeOK, tee = false, tee[:0]
 			} else {
 				tee = append(tee, data...)
 			}
