@@ -7,11 +7,13 @@
 // latency percentiles of each side by side, and the CPU time each process
 // spent per request. It is bounded: each target gets -duration (at most
 // 30s) of load per rate, at most rate×duration requests, at most
-// -inflight outstanding.
+// -inflight outstanding. -keys adds a gateway with API keys and every
+// limit on as one more target (what access control adds: "keys added").
 //
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
+//	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s -keys
 //
-// Results are in docs/perf.md ("Gateway").
+// Results are in docs/perf.md ("Gateway", "Gateway: API keys and limits").
 package main
 
 import (
