@@ -118,11 +118,23 @@ func (g *Gateway) UpdateKeys(ks *KeySet, err error) {
 	a.m.reloads.WithLabelValues("ok").Inc()
 	a.m.failing.Set(0)
 	a.m.loaded.Set(float64(ks.Len()))
-	t := g.tbl.Load()
-	for _, w := range ks.UnknownModels(func(m string) bool { return t.models[m] != nil }) {
-		a.log.Warn("key allowlist", "warning", w)
-	}
 	a.log.Info("keys loaded", "from", ks.Source, "keys", ks.Len())
+	if g.synced.Load() {
+		a.warnUnknown(g.tbl.Load())
+	}
+}
+
+// warnUnknown logs each allowlisted model of the keys in force that t (the
+// catalog: discovery and the model list) does not know. It runs when keys
+// are loaded once the catalog has been read, and when it first is.
+func (a *auth) warnUnknown(t *table) {
+	ks := a.keys.Load()
+	if ks == nil {
+		return
+	}
+	for _, w := range ks.UnknownModels(func(m string) bool { return t.models[m] != nil }) {
+		a.log.Warn("key allowlist names a model not in the catalog (the key file stands)", "warning", w)
+	}
 }
 
 // SetLimitShare makes this gateway enforce 1/n of every key's limits: the

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -487,4 +488,51 @@ func TestNomadKeys(t *testing.T) {
 	if tg.KeysError() != "" {
 		t.Errorf("error still reported: %q", tg.KeysError())
 	}
+}
+
+// TestUnknownModelsWarned: an allowlisted model the catalog does not know
+// is a warning naming the key's line, given once the catalog has been
+// read (keys read before it are checked when it is), never an error.
+func TestUnknownModelsWarned(t *testing.T) {
+	var logs syncLog
+	a := startReplica(t, "m1", "a", nil)
+	ks, err := ParseKeys("keys.hcl", []byte(keyBlock("k", "sk", "  models = [\"m1\", \"m9\"]\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New(Options{Keys: StaticKeys{Set: ks}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	g.UpdateKeys(ks, nil)
+	if strings.Contains(logs.String(), "m9") {
+		t.Errorf("warned before the catalog was read:\n%s", logs.String())
+	}
+	g.Update(Snapshot{Instances: []Instance{a.instance()}})
+	out := logs.String()
+	if !strings.Contains(out, `keys.hcl:1: key \"k\": model \"m9\" is not in the catalog`) || strings.Contains(out, `model \"m1\"`) {
+		t.Errorf("log:\n%s", out)
+	}
+	if strings.Count(out, "m9") != 1 {
+		t.Errorf("warned %d times, want once:\n%s", strings.Count(out, "m9"), out)
+	}
+	g.Update(Snapshot{Instances: []Instance{a.instance()}})
+	g.UpdateKeys(ks, nil) // a reload once synced: checked again
+	if n := strings.Count(logs.String(), "m9"); n != 2 {
+		t.Errorf("warned %d times after a reload, want 2", n)
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -320,7 +320,13 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 	if discovered {
 		g.discovered = true
 	}
-	g.synced.Store(g.discovered && (g.models == nil || g.listSynced))
+	synced := g.discovered && (g.models == nil || g.listSynced)
+	if synced && !g.synced.Load() && g.auth != nil {
+		// Keys read before the catalog was: their allowlists are checked
+		// against it now.
+		defer func() { g.auth.warnUnknown(g.tbl.Load()) }()
+	}
+	g.synced.Store(synced)
 	for m, ms := range old.models {
 		if t.models[m] == nil {
 			if n := ms.q.gone(); n > 0 {
