@@ -175,3 +175,29 @@ func TestExampleKeyFile(t *testing.T) {
 		t.Errorf("keys %v", ks.Keys())
 	}
 }
+
+// FuzzParseKeys: any input parses or is refused with errors at
+// keys.hcl:LINE; never a panic, never a set and an error.
+func FuzzParseKeys(f *testing.F) {
+	f.Add("key \"a\" {\n  hash = \"" + hashA + "\"\n  models = [\"m\"]\n  max_concurrency = 2\n}\n")
+	f.Add("key \"a\" {\n  hash = \"x\"\n  requests_per_minute = 0\n}\n")
+	f.Fuzz(func(t *testing.T, src string) {
+		ks, err := ParseKeys("keys.hcl", []byte(src))
+		if err != nil {
+			if ks != nil {
+				t.Fatal("a set and an error")
+			}
+			for l := range strings.SplitSeq(err.Error(), "\n") {
+				if !strings.HasPrefix(l, "keys.hcl:") {
+					t.Fatalf("error line %q does not name keys.hcl:LINE", l)
+				}
+			}
+			return
+		}
+		for _, k := range ks.Keys() {
+			if k.Name == "" || k.RequestsPerMinute < 0 || k.TokensPerMinute < 0 || k.MaxConcurrency < 0 || (k.Models != nil && len(k.Models) == 0) {
+				t.Fatalf("key %+v passed", k)
+			}
+		}
+	})
+}

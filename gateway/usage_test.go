@@ -99,3 +99,28 @@ func TestSSEUsageSplit(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSSEUsage: however a stream is cut into reads, the filter passes it
+// through byte for byte when not stripping, and when stripping leaves out
+// only whole events that carry usage.
+func FuzzSSEUsage(f *testing.F) {
+	f.Add("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n", 3)
+	f.Add("data: {\"choices\":[{}],\"usage\":null}\r\n\r\n: comment\n\n", 1)
+	f.Fuzz(func(t *testing.T, stream string, cut int) {
+		cut = max(1, cut%64+1)
+		for _, strip := range []bool{false, true} {
+			s := &sseUsage{strip: strip}
+			var out []byte
+			for i := 0; i < len(stream); i += cut {
+				out = s.feed([]byte(stream[i:min(i+cut, len(stream))]), out)
+			}
+			out = s.rest(out)
+			if !strip && string(out) != stream {
+				t.Fatalf("not stripping, got %q from %q", out, stream)
+			}
+			if strip && len(out) > len(stream) {
+				t.Fatalf("stripping grew the stream: %q from %q", out, stream)
+			}
+		}
+	})
+}

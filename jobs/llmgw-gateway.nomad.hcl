@@ -130,6 +130,11 @@ job "llmgw-gateway" {
           "gateway",
           "--listen", ":${NOMAD_PORT_http}",
           "--log-level", "info",
+          # Every interface: without keys, anyone who reaches the port may
+          # use every model. To require API keys kept in a Nomad variable
+          # (docs/gateway.md, "Access control"), add
+          #   "--keys-variable", "llmgw/gateway-keys",
+          # and read on that path in jobs/llmgw-gateway-acl.hcl.
         ], var.nomad_addr == "" ? [] : ["--nomad", var.nomad_addr])
       }
 
