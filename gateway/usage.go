@@ -155,13 +155,46 @@ func responseUsage(buf []byte) (Usage, bool) {
 		if string(key) != "usage" {
 			return true
 		}
-		var p *Usage
-		if json.Unmarshal(buf[vs:ve], &p) == nil && p != nil {
-			u, found = *p, true
-		}
+		u, found = parseUsage(buf[vs:ve])
 		return false
 	})
 	return u, found
+}
+
+// parseUsage reads a usage object's three counts without reflection (it
+// runs on every answer with keys on); a count that is not an integer is
+// left to encoding/json. null is no usage.
+func parseUsage(v []byte) (Usage, bool) {
+	var u Usage
+	bad := false
+	object := members(v, func(key []byte, vs, ve int) bool {
+		var dst *int64
+		switch string(key) {
+		case "prompt_tokens":
+			dst = &u.PromptTokens
+		case "completion_tokens":
+			dst = &u.CompletionTokens
+		case "total_tokens":
+			dst = &u.TotalTokens
+		default:
+			return true
+		}
+		n, err := strconv.ParseInt(string(v[vs:ve]), 10, 64)
+		if err != nil {
+			bad = true
+			return false
+		}
+		*dst = n
+		return true
+	})
+	if object && !bad {
+		return u, true
+	}
+	var p *Usage
+	if json.Unmarshal(v, &p) != nil || p == nil {
+		return Usage{}, false
+	}
+	return *p, true
 }
 
 // maxEvent bounds the bytes of one server-sent event the usage filter

@@ -59,6 +59,12 @@ func TestResponseUsage(t *testing.T) {
 	if !ok || u != (Usage{3, 4, 7}) {
 		t.Errorf("usage %+v %v", u, ok)
 	}
+	if u, ok := responseUsage([]byte(`{"usage":{"prompt_tokens":2,"completion_tokens":1e1}}`)); ok {
+		t.Errorf("usage with a float count: %+v", u)
+	}
+	if u, ok := responseUsage([]byte(`{"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":1},"completion_tokens":5}}`)); !ok || u != (Usage{2, 5, 0}) || u.total() != 7 {
+		t.Errorf("usage with details: %+v %v", u, ok)
+	}
 	if _, ok := responseUsage([]byte(`{"id":"x","usage":null}`)); ok {
 		t.Error("null usage found")
 	}
