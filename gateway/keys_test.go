@@ -201,3 +201,25 @@ func FuzzParseKeys(f *testing.F) {
 		}
 	})
 }
+
+// The key file example in docs/gateway.md parses, and means what its
+// comments say.
+func TestDocExampleKeyFile(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "gateway.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```hcl\nkey \"team-a\" {")
+	src, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/gateway.md has no key file example")
+	}
+	ks, err := ParseKeys("gateway.md", []byte("key \"team-a\" {"+src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ks.lookup("test")
+	if k == nil || !k.Allows("bge-m3") || k.Allows("other") || k.RequestsPerMinute != 600 || k.ReserveTokens != 256 {
+		t.Errorf("key %+v", k)
+	}
+}
