@@ -205,7 +205,22 @@ func (c DemandClient) Read(ctx context.Context, base string) (Demand, error) {
 	return d, nil
 }
 
-// NomadGateways returns the base URLs ("http://host:port") of the gateways
+// TLSTag, among a gateway registration's tags, says it serves HTTPS
+// (--tls-cert-file): NomadGateways and ConsulGateways then give its URL
+// as https://.
+const TLSTag = "tls"
+
+// gatewayURL is a gateway registration's base URL.
+func gatewayURL(host string, port int, tags []string) string {
+	scheme := "http://"
+	if slices.Contains(tags, TLSTag) {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// NomadGateways returns the base URLs ("http://host:port", "https://" for a
+// registration tagged TLSTag) of the gateways
 // registered in Nomad as GatewayServiceName in namespace ns ("" is
 // "default"), sorted: the gateways that run as Nomad jobs with
 // jobs/llmgw-gateway.nomad.hcl's service block. Nomad keeps no health on a
@@ -222,7 +237,7 @@ func NomadGateways(ctx context.Context, c *nomadapi.Client, ns string) ([]string
 	var out []string
 	for _, r := range regs {
 		if r.Address != "" && r.Port > 0 {
-			out = append(out, "http://"+net.JoinHostPort(r.Address, strconv.Itoa(r.Port)))
+			out = append(out, gatewayURL(r.Address, r.Port, r.Tags))
 		}
 	}
 	slices.Sort(out)
@@ -247,7 +262,7 @@ func ConsulGateways(ctx context.Context, c *consulapi.Client) ([]string, error) 
 			host = e.Node.Address
 		}
 		if host != "" {
-			out = append(out, "http://"+net.JoinHostPort(host, strconv.Itoa(e.Service.Port)))
+			out = append(out, gatewayURL(host, e.Service.Port, e.Service.Tags))
 		}
 	}
 	slices.Sort(out)

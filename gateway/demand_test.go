@@ -299,6 +299,8 @@ func TestFindGateways(t *testing.T) {
 		n.regs[fmt.Sprint("gw", i)] = &nomadapi.ServiceRegistration{ID: fmt.Sprint("gw", i), ServiceName: GatewayServiceName,
 			Namespace: "default", Address: "10.0.0.1", Port: port, Tags: []string{GatewayServiceName}}
 	}
+	n.regs["gw-tls"] = &nomadapi.ServiceRegistration{ID: "gw-tls", ServiceName: GatewayServiceName,
+		Namespace: "default", Address: "10.0.0.9", Port: 8443, Tags: []string{GatewayServiceName, TLSTag}}
 	n.bumpLocked()
 	n.mu.Unlock()
 	n.registerAt("m", "m-0", 9000, "success") // a replica: not a gateway
@@ -306,7 +308,7 @@ func TestFindGateways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"http://10.0.0.1:8080", "http://10.0.0.1:8081"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"http://10.0.0.1:8080", "http://10.0.0.1:8081", "https://10.0.0.9:8443"}, got); diff != "" {
 		t.Errorf("Nomad gateways (-want +got):\n%s", diff)
 	}
 
@@ -315,11 +317,12 @@ func TestFindGateways(t *testing.T) {
 	c.Register(consulfake.Service{ID: "gw-a", Name: GatewayServiceName, Address: "10.0.0.2", Port: 8080})
 	c.Register(consulfake.Service{ID: "gw-b", Name: GatewayServiceName, Port: 8080, NodeAddress: "10.0.0.3"})
 	c.Register(consulfake.Service{ID: "gw-c", Name: GatewayServiceName, Address: "10.0.0.4", Port: 8080, Status: "critical"})
+	c.Register(consulfake.Service{ID: "gw-d", Name: GatewayServiceName, Address: "10.0.0.5", Port: 8443, Tags: []string{GatewayServiceName, TLSTag}})
 	got, err = ConsulGateways(context.Background(), c.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"http://10.0.0.2:8080", "http://10.0.0.3:8080"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"http://10.0.0.2:8080", "http://10.0.0.3:8080", "https://10.0.0.5:8443"}, got); diff != "" {
 		t.Errorf("Consul gateways (-want +got):\n%s", diff)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -460,6 +461,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		if certs != nil {
 			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
 			r.CheckTLSSkipVerify = true
+			// The controller reads this gateway's demand over HTTPS.
+			r.Tags = append(slices.Clone(r.Tags), gateway.TLSTag)
 		}
 		wg.Go(func() {
 			if err := r.Register(ctx, consul, log); err != nil {

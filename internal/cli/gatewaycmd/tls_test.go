@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/testing/consulfake"
 )
 
 // writeCert writes a self-signed certificate for 127.0.0.1 with serial
@@ -327,5 +330,48 @@ func TestLoopback(t *testing.T) {
 		if got := loopback(a); got != tt.want {
 			t.Errorf("loopback(%s) = %v", tt.addr, got)
 		}
+	}
+}
+
+// With TLS and --consul, the registration says so: its check asks for
+// https:// (not verifying the certificate) and it is tagged
+// gateway.TLSTag, which ConsulGateways turns into an https:// URL for the
+// controller's demand reads.
+func TestGatewayTLSRegistration(t *testing.T) {
+	dir := t.TempDir()
+	cf, kf := filepath.Join(dir, "gw.crt"), filepath.Join(dir, "gw.key")
+	writeCert(t, cf, kf, 3, time.Now().Add(-time.Hour))
+	c := consulfake.New()
+	t.Cleanup(c.Close)
+	addrc := make(chan string, 1)
+	cmd := newCommand(func(a string) { addrc <- a })
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--tls-cert-file", cf, "--tls-key-file", kf, "--register-tags", "edge"})
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
+	case <-time.After(waitFor):
+		t.Fatal("gateway did not listen")
+	}
+	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+	var reg consulfake.Service
+	eventually(t, "the gateway registered in consul", func() bool {
+		var ok bool
+		reg, ok = c.Service(registrationID(port))
+		return ok
+	})
+	if reg.Check == nil || reg.Check.HTTP != "https://"+addr+"/healthz" || !reg.Check.TLSSkipVerify || !slices.Contains(reg.Tags, gateway.TLSTag) || !slices.Contains(reg.Tags, "edge") {
+		t.Errorf("registration %+v, check %+v", reg, reg.Check)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("gateway: %v", err)
 	}
 }
