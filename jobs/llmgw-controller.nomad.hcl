@@ -45,7 +45,8 @@
 #
 # The binary: var.llmgw_bin on the clients (raw_exec, the default), or a
 # release tarball (make dist) fetched by var.artifact_url into local/, with
-# var.llmgw_bin naming llmgw inside it (var.driver = "exec" then runs it in
+# var.llmgw_bin naming llmgw inside it, local/llmgw_<version>_<os>_<arch>/llmgw
+# (var.driver = "exec" then runs it in
 # a chroot).
 #
 # e2e/nomadway_test.go runs this file on a Nomad with ACLs on, setting only

@@ -19,7 +19,8 @@
 #
 # The binary: var.llmgw_bin on the clients (raw_exec, the default), or a
 # release tarball (make dist) fetched by var.artifact_url into the task's
-# local/ dir, with var.llmgw_bin naming llmgw inside it; with the
+# local/ dir, with var.llmgw_bin naming llmgw inside it
+# (local/llmgw_<version>_<os>_<arch>/llmgw); with the
 # artifact, var.driver = "exec" runs it in a chroot (the socket is then
 # /secrets/api.sock, which NOMAD_UNIX_ADDR says). docs/controller.md
 # ("Running the controller and the gateway in Nomad") has both.
