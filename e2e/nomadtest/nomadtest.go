@@ -213,13 +213,27 @@ func (c *Cluster) WaitAllocs(jobID string, timeout time.Duration, want func([]*a
 }
 
 func (c *Cluster) shutdown() {
+	agents := append([]*Agent{c.Server}, c.Clients...)
 	if c.t.Failed() {
-		for _, a := range append([]*Agent{c.Server}, c.Clients...) {
+		for _, a := range agents {
 			showLog(c.t, a)
 		}
 	}
-	if err := c.Shutdown(false); err != nil {
+	// With LLMGW_E2E_LOGS, the agents' directories outlive their shutdown
+	// long enough to keep whole logs, shutdown included: what goes wrong
+	// while the cluster stops (a task Nomad cannot kill, an agent that
+	// hangs) fails the test only after this, in its own clean-up checks.
+	keep := os.Getenv("LLMGW_E2E_LOGS") != ""
+	if err := c.Shutdown(keep); err != nil {
 		c.t.Logf("shutting the cluster down: %v", err)
+	}
+	if keep {
+		for _, a := range agents {
+			keepLog(c.t, a, "-shutdown")
+		}
+		if err := os.RemoveAll(c.Root); err != nil {
+			c.t.Logf("removing %s: %v", c.Root, err)
+		}
 	}
 }
 
@@ -227,9 +241,15 @@ func (c *Cluster) shutdown() {
 // LLMGW_E2E_LOGS when set.
 func showLog(t testing.TB, a *Agent) {
 	t.Logf("---- %s agent log (last 60 lines) ----\n%s", a.Name, localnomad.Tail(a.Log(), 60))
+	keepLog(t, a, "")
+}
+
+// keepLog writes the agent's whole log under LLMGW_E2E_LOGS, when set, as
+// <test>-<agent><suffix>.log.
+func keepLog(t testing.TB, a *Agent, suffix string) {
 	keep := os.Getenv("LLMGW_E2E_LOGS")
 	if keep != "" && os.MkdirAll(keep, 0o755) == nil {
-		dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+a.Name+".log")
+		dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+a.Name+suffix+".log")
 		if os.WriteFile(dst, []byte(a.Log()), 0o644) == nil {
 			t.Logf("full %s log kept at %s", a.Name, dst)
 		}
