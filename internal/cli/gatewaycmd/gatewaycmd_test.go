@@ -3,6 +3,7 @@ package gatewaycmd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -75,23 +76,7 @@ func TestGatewayWithConsul(t *testing.T) {
 	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
 		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
 
-	addrc := make(chan string, 1)
-	cmd := newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug"})
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
+	addr, stderr, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug"})
 	base := "http://" + addr
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 
@@ -138,14 +123,8 @@ func TestGatewayWithConsul(t *testing.T) {
 		}
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("gateway: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not stop")
+	if err := stop(); err != nil {
+		t.Fatalf("gateway: %v", err)
 	}
 	if _, ok := c.Service(registrationID(port)); ok {
 		t.Error("still registered after stopping")
@@ -236,23 +215,7 @@ register_check_interval = "7s"
 consul_wait             = "1s"
 log_level               = "debug"
 `)
-	addrc := make(chan string, 1)
-	cmd := newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs([]string{"--config", path, "--listen", "127.0.0.1:0"})
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
+	addr, stderr, stop := startGateway(t, []string{"--config", path, "--listen", "127.0.0.1:0"})
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 	var reg consulfake.Service
 	eventually(t, "the gateway registered in consul", func() bool {
@@ -266,14 +229,8 @@ log_level               = "debug"
 	if !strings.Contains(stderr.String(), `"config":"`+path+`"`) {
 		t.Errorf("log does not name the config file:\n%s", stderr.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("gateway: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not stop")
+	if err := stop(); err != nil {
+		t.Fatalf("gateway: %v", err)
 	}
 }
 
@@ -296,24 +253,8 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	c := consulfake.New()
 	t.Cleanup(c.Close)
 
-	addrc := make(chan string, 1)
-	cmd := newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--register=false", "--models-nomad", nf.URL(),
+	addr, stderr, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--register=false", "--models-nomad", nf.URL(),
 		"--models-namespace", "ml", "--models-variable", "ops/models", "--hold-timeout", "1h", "--consul-wait", "2s"})
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
 	base := "http://" + addr
 	get := func(path string) string {
 		resp, err := http.Get(base + path)
@@ -375,13 +316,52 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"models":"nomad `+nf.URL()+` variable ops/models (namespace ml)"`) {
 		t.Errorf("the log does not say where the model list is read:\n%s", stderr.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("gateway: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not stop")
+	if err := stop(); err != nil {
+		t.Fatalf("gateway: %v", err)
 	}
+}
+
+// startGateway runs the gateway command with args until stop or the end of
+// the test, and returns the address it listens on and what it writes to
+// stderr. stop ends it and returns what it ended with; at the end of the
+// test an error it stops with fails the test.
+func startGateway(t *testing.T, args []string) (addr string, stderr *syncBuffer, stop func() error) {
+	t.Helper()
+	addrc := make(chan string, 1)
+	cmd := newCommand(func(a string) { addrc <- a })
+	cmd.SetArgs(args)
+	stderr = &syncBuffer{}
+	cmd.SetErr(stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(waitFor):
+				err = errors.New("did not stop")
+			}
+		})
+		return err
+	}
+	select {
+	case addr = <-addrc:
+		t.Cleanup(func() {
+			if err := stop(); err != nil {
+				t.Errorf("gateway stopped with %v\n%s", err, stderr.String())
+			}
+		})
+		return addr, stderr, stop
+	case err := <-done:
+		cancel()
+		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
+	case <-time.After(waitFor):
+		_ = stop()
+		t.Fatal("gateway did not listen")
+	}
+	return "", nil, nil
 }

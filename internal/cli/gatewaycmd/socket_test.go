@@ -1,7 +1,6 @@
 package gatewaycmd
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -70,28 +69,7 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	t.Setenv("NOMAD_ADDR", deadAddr)
 	t.Setenv("NOMAD_NAMESPACE", "")
 
-	addrc := make(chan string, 1)
-	cmd := newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--check-interval", "200ms"})
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway stopped with %v\n%s", err, stderr.String())
-		}
-	})
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
+	addr, stderr, _ := startGateway(t, []string{"--listen", "127.0.0.1:0", "--check-interval", "200ms"})
 	eventually(t, "the model list read through the socket", func() bool {
 		resp, err := http.Get("http://" + addr + "/v1/models")
 		if err != nil {

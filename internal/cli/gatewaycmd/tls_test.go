@@ -196,23 +196,7 @@ func TestGatewayKeysAndTLS(t *testing.T) {
 	}
 
 	write("key \"a\" {\n  hash = \"" + gateway.HashKey("sk-a") + "\"\n}\n")
-	addrc := make(chan string, 1)
-	cmd = newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs(args)
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
+	addr, stderr, stop := startGateway(t, args)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a self-signed test certificate
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -248,14 +232,8 @@ func TestGatewayKeysAndTLS(t *testing.T) {
 	if !strings.Contains(stderr.String(), keys+":2: ") {
 		t.Errorf("the log does not name the file's line:\n%s", stderr.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("gateway: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not stop")
+	if err := stop(); err != nil {
+		t.Fatalf("gateway: %v", err)
 	}
 }
 
@@ -343,23 +321,7 @@ func TestGatewayTLSRegistration(t *testing.T) {
 	writeCert(t, cf, kf, 3, time.Now().Add(-time.Hour))
 	c := consulfake.New()
 	t.Cleanup(c.Close)
-	addrc := make(chan string, 1)
-	cmd := newCommand(func(a string) { addrc <- a })
-	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--tls-cert-file", cf, "--tls-key-file", kf, "--register-tags", "edge"})
-	var stderr syncBuffer
-	cmd.SetErr(&stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("gateway ended: %v\n%s", err, stderr.String())
-	case <-time.After(waitFor):
-		t.Fatal("gateway did not listen")
-	}
+	addr, _, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--tls-cert-file", cf, "--tls-key-file", kf, "--register-tags", "edge"})
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 	var reg consulfake.Service
 	eventually(t, "the gateway registered in consul", func() bool {
@@ -370,8 +332,7 @@ func TestGatewayTLSRegistration(t *testing.T) {
 	if reg.Check == nil || reg.Check.HTTP != "https://"+addr+"/healthz" || !reg.Check.TLSSkipVerify || !slices.Contains(reg.Tags, gateway.TLSTag) || !slices.Contains(reg.Tags, "edge") {
 		t.Errorf("registration %+v, check %+v", reg, reg.Check)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("gateway: %v", err)
 	}
 }
