@@ -434,7 +434,7 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 				us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
 		}
 		if keys {
-			k := len(targets) - 1 // gateway+keys, against the gateway (1)
+			k := slices.IndexFunc(targets, func(t target) bool { return t.name == "gateway+keys" }) // against the gateway (1)
 			fmt.Printf("%-6d %-12s %8s %7s %6s %9s %9s %9s\n", rate, "keys added", "", "", "",
 				us(res[k].pct(50)-res[1].pct(50)), us(res[k].pct(90)-res[1].pct(90)), us(res[k].pct(99)-res[1].pct(99)))
 		}
