@@ -138,9 +138,9 @@ autoscale {
 }
 
 // runGatewayJob runs jobs/llmgw-gateway.nomad.hcl (raw_exec, this build's llmgw)
-// and returns its URL once Nomad lists it as llmgw-gateway and it answers
-// its demand.
-func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
+// and returns its URL and demand once Nomad lists it as llmgw-gateway and
+// its demand answers, and satisfies ready when that is not nil.
+func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gateway.Demand) (bool, string)) (string, gateway.Demand) {
 	t.Helper()
 	src, err := os.ReadFile("../jobs/llmgw-gateway.nomad.hcl")
 	if err != nil {
@@ -165,6 +165,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
 		_, _, _ = client.Jobs().Deregister(*job.ID, true, nil)
 	})
 	var url string
+	var d gateway.Demand
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		gws, err := gateway.NomadGateways(context.Background(), client, "")
 		if err != nil {
@@ -177,12 +178,18 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string) string {
 			}
 		}
 		if url == "" {
-			return false, fmt.Sprintf("llmgw-gateway registrations %v", gws)
+			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, port)
 		}
-		_, err = gateway.DemandClient{}.Read(context.Background(), url)
-		return err == nil, fmt.Sprint(err)
+		d, err = gateway.DemandClient{}.Read(context.Background(), url)
+		if err != nil {
+			return false, err.Error()
+		}
+		if ready == nil {
+			return true, ""
+		}
+		return ready(d)
 	})
-	return url
+	return url, d
 }
 
 // logGatewayJob logs the end of the gateway job's task logs, for a failed
@@ -319,7 +326,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	bin := plugintest.Build(t, llmgwPkg)
 	cfg := autoscaleFiles(t, c.Server.Addr(), engine)
 	_, base, _ := runController(t, cfg, "ctl")
-	gw := runGatewayJob(t, c.API, bin)
+	gw, _ := runGatewayJob(t, c.API, bin, nil)
 	t.Logf("gateway job at %s", gw)
 
 	waitServing(t, base, 3*time.Minute, "chat-0")
@@ -713,7 +720,7 @@ func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
 	h := recordJobs(t, c.API)
 	w := watchPDU(t, c.API)
 	_, base, _ := runController(t, cfg, "ctl")
-	gw := runGatewayJob(t, c.API, bin)
+	gw, _ := runGatewayJob(t, c.API, bin, nil)
 	t.Logf("gateway job at %s", gw)
 
 	// Each model's min: one replica each.

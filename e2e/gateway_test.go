@@ -291,49 +291,13 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 // demand (gateway.DemandClient): it routes the same models.
 func gatewayAsNomadJob(t *testing.T, client *api.Client, bin string) {
 	t.Helper()
-	src, err := os.ReadFile("../jobs/llmgw-gateway.nomad.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, portStr, _ := strings.Cut(freeAddr(t), "127.0.0.1:")
-	job, err := client.Jobs().ParseHCLOpts(&api.JobsParseRequest{
-		JobHCL:       string(src),
-		Variables:    fmt.Sprintf("llmgw_bin = %q\nport = %s\n", bin, portStr),
-		Canonicalize: true,
-	})
-	if err != nil {
-		t.Fatalf("parse jobs/llmgw-gateway.nomad.hcl: %v", err)
-	}
-	if _, _, err := client.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("register jobs/llmgw-gateway.nomad.hcl: %v", err)
-	}
-	t.Cleanup(func() { _, _, _ = client.Jobs().Deregister(*job.ID, true, nil) })
 	registered := time.Now()
-	var url string
-	var d gateway.Demand
-	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gateway.NomadGateways(context.Background(), client, "")
-		if err != nil {
-			return false, err.Error()
-		}
-		url = ""
-		for _, u := range gws {
-			if strings.HasSuffix(u, ":"+portStr) {
-				url = u
-			}
-		}
-		if url == "" {
-			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, portStr)
-		}
-		d, err = gateway.DemandClient{}.Read(context.Background(), url)
-		if err != nil {
-			return false, err.Error()
-		}
+	url, d := runGatewayJob(t, client, bin, func(d gateway.Demand) (bool, string) {
 		states := map[string]string{}
 		for _, m := range d.Models {
 			states[m.Model] = m.State
 		}
-		return maps.Equal(states, map[string]string{"alpha": "serving", "beta": "serving"}), fmt.Sprintf("%s: demand states %v", url, states)
+		return maps.Equal(states, map[string]string{"alpha": "serving", "beta": "serving"}), fmt.Sprintf("demand states %v", states)
 	})
 	t.Logf("the gateway job registered as %s at %s and served its demand %s after it was submitted", gateway.GatewayServiceName, url,
 		time.Since(registered).Round(100*time.Millisecond))
