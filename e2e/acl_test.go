@@ -98,22 +98,6 @@ func TestControllerWithACLs(t *testing.T) {
 	const batchGPUs = 3
 	batchJob(t, c, "gpu-1", batchGPUs)
 
-	beta := func(n int) string {
-		return fmt.Sprintf(`
-model "beta" {
-  source   = "org/beta"
-  replicas = %d
-  profile "x1" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
-    watts  = 250
-    spread = ["rack"]
-    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
-  }
-}
-`, n)
-	}
 	// files writes the controller's files; its token and namespaces are
 	// set on the loaded configuration (controllerFiles writes the nomad
 	// block).
@@ -143,7 +127,7 @@ model "beta" {
 	// A token without the policy: every watch and the leader lock fail
 	// with 403 in the log, the API says it is not synced, nothing placed.
 	t.Run("token without the policy", func(t *testing.T) {
-		h := runLoggedController(t, files(t, beta(2), otherToken), "ctl-denied")
+		h := runLoggedController(t, files(t, betaCatalog(2), otherToken), "ctl-denied")
 		for _, what := range []string{`watch=nodes`, `watch=allocations`, `watch=jobs`, `msg="acquire leader lock"`} {
 			h.waitLog(t, fmt.Sprintf("%s with a 403", what), func(line string) bool {
 				return strings.Contains(line, what) && strings.Contains(line, forbidden)
@@ -168,7 +152,7 @@ model "beta" {
 	// lock are written.
 	var jobIndexes map[string]uint64
 	t.Run("policy as written", func(t *testing.T) {
-		h := runLoggedController(t, files(t, beta(2), fileToken), "ctl-1")
+		h := runLoggedController(t, files(t, betaCatalog(2), fileToken), "ctl-1")
 		rs := waitServing(t, h.base, 3*time.Minute)
 		if len(rs) != 2 {
 			t.Fatalf("replicas %+v, want beta-0 and beta-1", rs)
@@ -212,7 +196,7 @@ model "beta" {
 	// GPUs, adopts the two replicas (no write) and leaves the third
 	// unplaced: gpu-1's last GPUs are ml-batch's, rack k2 is held.
 	t.Run("namespaces listed, read on one granted late", func(t *testing.T) {
-		h := runLoggedController(t, files(t, beta(3), listedToken, "default", batchNamespace), "ctl-2")
+		h := runLoggedController(t, files(t, betaCatalog(3), listedToken, "default", batchNamespace), "ctl-2")
 		h.waitLog(t, "the ml-batch allocations refused with 403", func(line string) bool {
 			return strings.Contains(line, `watch="allocations in namespace ml-batch"`) && strings.Contains(line, forbidden)
 		})
@@ -263,7 +247,7 @@ model "beta" {
 	// released, and the third replica's decision deleted when it leaves
 	// the catalog.
 	t.Run("namespace left out", func(t *testing.T) {
-		cfg := files(t, beta(3), fileToken, "default")
+		cfg := files(t, betaCatalog(3), fileToken, "default")
 		h := runLoggedController(t, cfg, "ctl-3")
 		waitServing(t, h.base, 2*time.Minute, "beta-0", "beta-1")
 		var detail struct {
@@ -315,7 +299,7 @@ model "beta" {
 		if d, _, err := mgmt.Variables().Peek(gone, nil); err != nil || d == nil {
 			t.Fatalf("decision of beta-2: %+v, %v: want it stored", d, err)
 		}
-		writeFile(t, cfg.Catalog, beta(2))
+		writeFile(t, cfg.Catalog, betaCatalog(2))
 		if r := apiCall(t, http.MethodPost, h.base+"/v1/reload", ""); r.StatusCode != http.StatusOK {
 			t.Fatalf("reload: %d %s", r.StatusCode, r.Body)
 		}
@@ -335,7 +319,7 @@ model "beta" {
 	// default's allocations and no error. ml-batch's GPUs look free, and
 	// nothing in the controller's log says so.
 	t.Run("every namespace without read on every namespace", func(t *testing.T) {
-		h := runLoggedController(t, files(t, beta(2), noStarToken), "ctl-4")
+		h := runLoggedController(t, files(t, betaCatalog(2), noStarToken), "ctl-4")
 		rs := waitServing(t, h.base, 2*time.Minute)
 		waitNodes(t, h.base, freeWith(rs, false))
 		h.stop()
@@ -579,4 +563,23 @@ func (h *loggedController) healthz(t *testing.T) healthz {
 	var out healthz
 	getJSON(t, h.base+"/healthz", &out)
 	return out
+}
+
+// betaCatalog is a catalog of one model, beta, with n one-GPU replicas of
+// 250 W spread over racks, whose fake-engine loads for a second.
+func betaCatalog(n int) string {
+	return fmt.Sprintf(`
+model "beta" {
+  source   = "org/beta"
+  replicas = %d
+  profile "x1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 250
+    spread = ["rack"]
+    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
+  }
+}
+`, n)
 }

@@ -92,22 +92,6 @@ func TestControllerAndGatewayAsNomadJobs(t *testing.T) {
 
 	// The Variable: catalog, facility, and the rest of llmgw.hcl.
 	dir := t.TempDir()
-	beta := func(n int) string {
-		return fmt.Sprintf(`
-model "beta" {
-  source   = "org/beta"
-  replicas = %d
-  profile "x1" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
-    watts  = 250
-    spread = ["rack"]
-    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
-  }
-}
-`, n)
-	}
 	writeFile(t, filepath.Join(dir, "facility.hcl"), "headroom = 0\n")
 	writeFile(t, filepath.Join(dir, "extra.hcl"), fmt.Sprintf(`
 node_base_watts = 300
@@ -136,7 +120,7 @@ reconcile {
 		nomadCLI(append(args, controllerVar, "catalog=@"+filepath.Join(dir, "catalog.hcl"),
 			"facility=@"+filepath.Join(dir, "facility.hcl"), "config=@"+filepath.Join(dir, "extra.hcl"))...)
 	}
-	putCatalog := func(replicas int, force bool) { t.Helper(); putCatalogSrc(beta(replicas), force) }
+	putCatalog := func(replicas int, force bool) { t.Helper(); putCatalogSrc(betaCatalog(replicas), force) }
 	putCatalog(1, false)
 
 	// 3 of n1's 4 GPUs go to a job in another namespace: the controller
