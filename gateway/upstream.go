@@ -162,7 +162,7 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 		req = req.Clone(ctx)
 		req.Header.Del("Expect")
 	}
-	if err := req.Write(pc.bw); err != nil {
+	if err := req.Write(unflushed{pc.bw}); err != nil {
 		return fail(staleError{err})
 	}
 	if err := pc.bw.Flush(); err != nil {
@@ -213,6 +213,18 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 	resp.Body = &upBody{t: t, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && !req.Close}
 	return resp, nil
 }
+
+// unflushed is a connection's bufio.Writer as Request.Write sees it:
+// not a *bufio.Writer, so that it does not flush the headers on their own
+// before a body it does not know to be in memory (net/http does, in case
+// the body blocks). An inline body is in memory (see inline): headers and
+// body go out in one write, and the replica reads one segment instead of
+// waking for the headers and again for the body.
+type unflushed struct{ bw *bufio.Writer }
+
+func (u unflushed) Write(p []byte) (int, error)       { return u.bw.Write(p) }
+func (u unflushed) WriteString(s string) (int, error) { return u.bw.WriteString(s) }
+func (u unflushed) WriteByte(c byte) error            { return u.bw.WriteByte(c) }
 
 // upBody is a response body that gives its connection back for reuse
 // once read to its end, and closes it otherwise.

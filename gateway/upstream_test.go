@@ -460,3 +460,63 @@ func TestUpstreamRetryDialsFresh(t *testing.T) {
 		t.Fatalf("%d %q %v, want the answer from a third, new connection", code, got, err)
 	}
 }
+
+// writeCounter counts the writes made on a connection.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (w writeCounter) Write(p []byte) (int, error) {
+	w.writes.Add(1)
+	return w.Conn.Write(p)
+}
+
+// opaqueBody is a body net/http cannot tell is in memory, as the
+// gateway's own request bodies are.
+type opaqueBody struct{ r io.Reader }
+
+func (b *opaqueBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *opaqueBody) Close() error               { return nil }
+
+// A request's headers and body leave in one write: net/http's
+// Request.Write flushes the headers of a body it does not know to be in
+// memory on their own, which costs the replica a wake-up for the headers
+// and another for the body on every request.
+func TestUpstreamOneWritePerRequest(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})
+	tr := newUpstreamTransport(time.Second, time.Second)
+	defer tr.CloseIdleConnections()
+	var writes atomic.Int32
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	const n = 5
+	for i := range n {
+		body := `{"model":"m","n":` + strconv.Itoa(i) + `}`
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", &opaqueBody{strings.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return &opaqueBody{strings.NewReader(body)}, nil }
+		if !inline(req) {
+			t.Fatal("the request is not sent inline")
+		}
+		code, got, err := roundTrip(t, tr, req)
+		if err != nil || code != 200 || got != body {
+			t.Fatalf("request %d: %d %q %v", i, code, got, err)
+		}
+	}
+	if got := writes.Load(); got != n {
+		t.Errorf("%d requests took %d writes, want one each", n, got)
+	}
+}
