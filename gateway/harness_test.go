@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
@@ -132,11 +133,25 @@ func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
 	if o.Source == nil {
 		g.Update(Snapshot{Instances: insts})
 	}
-	srv := httptest.NewServer(g.Handler())
-	t.Cleanup(srv.Close)
+	srv := serveH1(t, g.Handler())
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}}
+}
+
+// serveH1 serves h on loopback with the server loop the gateway command
+// serves plaintext with (internal/h1), as an httptest.Server that is
+// never started: its URL, Listener and Config.Handler are h's, and the
+// test's end closes the server.
+func serveH1(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	hs := &h1.Server{Handler: h}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = hs.Serve(srv.Listener) }()
+	srv.URL = "http://" + srv.Listener.Addr().String()
+	t.Cleanup(func() { _ = hs.Close(); <-done })
+	return srv
 }
 
 type answer struct {

@@ -212,7 +212,7 @@ func (w *response) finish() {
 		_, _ = w.c.bw.WriteString("0\r\n\r\n")
 	}
 	_ = w.c.bw.Flush()
-	if w.bodyAllowed() && !w.head && w.written != w.contentLength {
+	if w.contentLength >= 0 && w.bodyAllowed() && !w.head && w.written != w.contentLength {
 		// Fewer bytes than promised: the client can only tell from the
 		// connection closing.
 		w.closeAfter = true
