@@ -9,6 +9,10 @@
 // 30s) of load per rate, at most rate×duration requests, at most
 // -inflight outstanding. -keys adds a gateway with API keys and every
 // limit on as one more target (what access control adds: "keys added").
+// The gateway is served by internal/h1, as the command serves plaintext;
+// -nethttp adds the same gateway served by net/http's server, -minimal a
+// proxy in Go that does the least a proxy does (minimal.go), and -nginx
+// nginx: references for what the gateway's own work costs.
 //
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s -keys
@@ -40,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
@@ -55,18 +60,22 @@ func main() {
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
+	nethttp := flag.Bool("nethttp", false, "also measure the gateway served by net/http's server instead of internal/h1 (`gw-net/http`)")
+	minimal := flag.Bool("minimal", false, "also measure a minimal Go proxy (`minimal-go`, see minimal.go): what the Go runtime, http.ReadRequest and the sockets cost without the gateway")
+	loop := flag.String("server", "llmgw", "internal: with -serve gateway, the server loop: llmgw (internal/h1) or net/http")
 	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
-		if err := serve(*serveRole, *upstream, *cpuprofile, *keys); err != nil {
+		if err := serve(*serveRole, *upstream, *cpuprofile, *loop, *keys); err != nil {
 			fmt.Fprintln(os.Stderr, "gwload:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, *nginx, *inproc, *keys); err != nil {
+	refs := references{nginx: *nginx, nethttp: *nethttp, minimal: *minimal}
+	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, refs, *inproc, *keys); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
 	}
@@ -125,11 +134,26 @@ func handler(ctx context.Context, role, upstream string, keys bool) (http.Handle
 	return nil, fmt.Errorf("-serve %q: want engine or gateway", role)
 }
 
-// listen serves h on a loopback port.
-func listen(h http.Handler) (string, func(), error) {
+// listen serves h on a loopback port with the gateway's server loop
+// (internal/h1).
+func listen(h http.Handler) (string, func(), error) { return listenWith(h, "llmgw") }
+
+// listenWith serves h on a loopback port, with loop: llmgw (internal/h1)
+// or net/http.
+func listenWith(h http.Handler, loop string) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
+	}
+	switch loop {
+	case "llmgw":
+		srv := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		return ln.Addr().String(), func() { _ = srv.Close() }, nil
+	case "net/http":
+	default:
+		_ = ln.Close()
+		return "", nil, fmt.Errorf("-server %q: want llmgw or net/http", loop)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -138,9 +162,19 @@ func listen(h http.Handler) (string, func(), error) {
 
 // serve runs one side of the measurement until its standard input closes
 // (the measuring process went away).
-func serve(role, upstream, cpuprofile string, keys bool) error {
+func serve(role, upstream, cpuprofile, loop string, keys bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if role == "minimal" {
+		addr, stop, err := serveMinimal(upstream)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Println(addr)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return nil
+	}
 	h, err := handler(ctx, role, upstream, keys)
 	if err != nil {
 		return err
@@ -152,7 +186,10 @@ func serve(role, upstream, cpuprofile string, keys bool) error {
 		}
 		defer stop()
 	}
-	addr, stop, err := listen(h)
+	if role == "engine" {
+		loop = "net/http" // as a real engine's server is not the gateway's
+	}
+	addr, stop, err := listenWith(h, loop)
 	if err != nil {
 		return err
 	}
@@ -248,7 +285,7 @@ func startInProcess() (*server, *server, error) {
 		cancel()
 		return nil, nil, err
 	}
-	eaddr, estop, err := listen(eh)
+	eaddr, estop, err := listenWith(eh, "net/http")
 	if err != nil {
 		cancel()
 		return nil, nil, err
@@ -308,7 +345,14 @@ func startProcesses(pin, cpuprofile string) (engine, gw *server, placement strin
 	return &server{addr: ec.addr, cpu: ec.cpu, stop: ec.stop}, &server{addr: gc.addr, cpu: gc.cpu, stop: gc.stop}, placement, nil
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin, nginxBin string, inproc, keys bool) error {
+// references are the proxies measured beside the gateway.
+type references struct {
+	nginx            string // the binary, "" for none
+	nethttp, minimal bool
+}
+
+func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
+	nginxBin := refs.nginx
 	var rates []int
 	for f := range strings.SplitSeq(rateList, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -330,6 +374,8 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 		return errors.New("-inproc and -pin: choose one")
 	case pin != "" && pin != "alone" && pin != "with-engine":
 		return fmt.Errorf("-pin %q: want alone or with-engine", pin)
+	case inproc && (refs.nethttp || refs.minimal):
+		return errors.New("-nethttp and -minimal measure processes of their own: not with -inproc")
 	}
 	if inproc {
 		if cpuprofile != "" {
@@ -361,6 +407,28 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 		if inproc {
 			placement = strings.TrimSuffix(placement, "; the keyed gateway its own process") + ", the keyed gateway too"
 		} else if pin != "" {
+			placement += ", on the gateway's CPU"
+		}
+	}
+	for _, ref := range []struct {
+		on         bool
+		name, what string
+		args       []string
+	}{
+		{refs.nethttp, "gw-net/http", "the gateway on net/http's server", []string{"-serve", "gateway", "-upstream", engine.addr, "-server", "net/http"}},
+		{refs.minimal, "minimal-go", "a minimal Go proxy", []string{"-serve", "minimal", "-upstream", engine.addr}},
+	} {
+		if !ref.on {
+			continue
+		}
+		c, err := start(nginxCPUs(pin), ref.args...)
+		if err != nil {
+			return err
+		}
+		defer c.stop()
+		targets = append(targets, target{ref.name, &server{addr: c.addr, cpu: c.cpu, stop: c.stop}})
+		placement += "; " + ref.what + " its own process"
+		if pin != "" {
 			placement += ", on the gateway's CPU"
 		}
 	}
