@@ -365,6 +365,13 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 			return true
 		}
 	}
+	if !flush {
+		// The whole answer is written: send it now, before the
+		// bookkeeping that follows (usage, metrics, the replica's
+		// accounting), rather than when the handler returns. Only a body
+		// of known length gets here, so this adds no chunked framing.
+		_ = rc.Flush()
+	}
 	if first {
 		g.firstByte(ms, start, dispatched, code)
 	}
