@@ -96,7 +96,7 @@ func (w *response) Write(p []byte) (int, error) {
 			w.pending = append(w.pending, p...)
 			return len(p), nil
 		}
-		w.commit(false)
+		w.commit(false, p)
 	}
 	return w.writeBody(p)
 }
@@ -133,7 +133,7 @@ func (w *response) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		w.commit(false)
+		w.commit(false, nil)
 	}
 	if err := w.c.bw.Flush(); err != nil {
 		return err
@@ -142,12 +142,17 @@ func (w *response) FlushError() error {
 }
 
 // SetWriteDeadline is for http.ResponseController.
-func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error {
+	w.c.writeDeadline = true
+	return w.c.nc.SetWriteDeadline(t)
+}
 
 // commit writes the status line and headers to c.bw, and what body is
 // held. final: the handler has returned, so a held body is the whole of
-// it.
-func (w *response) commit(final bool) {
+// it. next is the write that made the commit, sniffed for a Content-Type
+// when nothing is held (a first write too large to hold, or one with a
+// Content-Length set).
+func (w *response) commit(final bool, next []byte) {
 	w.committed = true
 	h := w.Header()
 	delete(h, "Transfer-Encoding")
@@ -162,6 +167,9 @@ func (w *response) commit(final bool) {
 				h["Content-Length"] = []string{strconv.FormatInt(n, 10)}
 			}
 			w.contentLength = n
+		case w.head:
+			// No body follows, so no framing: a chunked HEAD answer
+			// would owe the client a last chunk it must not get.
 		case w.http10:
 			w.closeAfter = true // the end of the body is the connection's
 		default:
@@ -169,10 +177,18 @@ func (w *response) commit(final bool) {
 			h["Transfer-Encoding"] = []string{"chunked"}
 		}
 	}
-	if _, ok := h["Content-Type"]; !ok && len(w.pending) > 0 && w.bodyAllowed() {
-		h["Content-Type"] = []string{http.DetectContentType(w.pending)}
+	if _, ok := h["Content-Type"]; !ok && w.bodyAllowed() && h.Get("Content-Encoding") == "" {
+		sniff := w.pending
+		if len(sniff) == 0 {
+			sniff = next
+		}
+		if len(sniff) > 0 {
+			h["Content-Type"] = []string{http.DetectContentType(sniff)}
+		}
 	}
-	if hasToken(h["Connection"], "close") {
+	// A Shutdown begun while the handler ran: this is the connection's
+	// last response, and the client must hear so.
+	if hasToken(h["Connection"], "close") || w.c.s.closing.Load() {
 		w.closeAfter = true
 	}
 	if w.closeAfter && !w.http10 {
@@ -206,13 +222,13 @@ func (w *response) finish() {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		w.commit(true)
+		w.commit(true, nil)
 	}
 	if w.chunked {
 		_, _ = w.c.bw.WriteString("0\r\n\r\n")
 	}
 	_ = w.c.bw.Flush()
-	if w.contentLength >= 0 && w.bodyAllowed() && !w.head && w.written != w.contentLength {
+	if w.bodyAllowed() && !w.head && w.contentLength >= 0 && w.written != w.contentLength {
 		// Fewer bytes than promised: the client can only tell from the
 		// connection closing.
 		w.closeAfter = true

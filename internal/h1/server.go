@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   atomic.Bool
 	idleWake  chan struct{}
+
+	// watched, set by tests, hears what each watch's read returned.
+	watched func(error)
 }
 
 // ErrServerClosed is what Serve returns after Shutdown or Close: the
@@ -281,6 +285,8 @@ type conn struct {
 	// werr is the first error writing to the client; after it nothing
 	// more is written.
 	werr error
+	// writeDeadline: the handler set one, to be undone after its response.
+	writeDeadline bool
 
 	mu     sync.Mutex
 	active bool // a request is being read or answered
@@ -360,6 +366,10 @@ func (c *conn) next() bool {
 	if s.closing.Load() {
 		return false
 	}
+	// The head's limit counts from its first byte read off the wire: set
+	// after the wait for it, the bufio.Reader's first fill would be free.
+	c.lr.n = int64(s.maxHeaderBytes()) + 4096 // bufio.Reader reads ahead by up to its size
+	defer func() { c.lr.n = -1 }()
 	// Between requests: the idle timeout, then, from the first byte, the
 	// header timeout.
 	if c.br.Buffered() == 0 {
@@ -377,9 +387,12 @@ func (c *conn) next() bool {
 	if c.nc.SetReadDeadline(time.Now().Add(s.readHeaderTimeout())) != nil {
 		return false
 	}
-	c.lr.n = int64(s.maxHeaderBytes()) + 4096 // bufio.Reader reads ahead by up to its size
 	req, err := http.ReadRequest(c.br)
+	headTooLarge := c.lr.n == 0
 	c.lr.n = -1
+	if headTooLarge {
+		err = errHeadTooLarge // whatever the parser made of a cut head
+	}
 	if err != nil {
 		c.badRequest(err)
 		return false
@@ -404,6 +417,24 @@ func check(req *http.Request) (int, string) {
 	if !validHost(req.Host) {
 		return http.StatusBadRequest, "malformed Host header"
 	}
+	// http.ReadRequest has taken the Host field out of the header, so an
+	// empty one cannot be told from none; net/http refuses none, and
+	// neither is a host to route on.
+	if req.ProtoAtLeast(1, 1) && req.Host == "" {
+		return http.StatusBadRequest, "missing required Host header"
+	}
+	// http.ReadRequest (textproto) lets through field names and values
+	// net/http's server refuses, such as a name with a space in it.
+	for k, vv := range req.Header {
+		if !validFieldName(k) {
+			return http.StatusBadRequest, "invalid header name"
+		}
+		for _, v := range vv {
+			if !validFieldValue(v) {
+				return http.StatusBadRequest, "invalid header value"
+			}
+		}
+	}
 	if e := req.Header.Get("Expect"); e != "" && !equalFold(e, "100-continue") {
 		return http.StatusExpectationFailed, "unsupported Expect header"
 	}
@@ -411,6 +442,16 @@ func check(req *http.Request) (int, string) {
 		return http.StatusMethodNotAllowed, "CONNECT is not served"
 	}
 	return 0, ""
+}
+
+// validFieldValue reports whether v holds no control byte but tab.
+func validFieldValue(v string) bool {
+	for i := range len(v) {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // validHost reports whether a Host header holds only what a host, an
@@ -436,6 +477,10 @@ func (c *conn) badRequest(err error) {
 		code, msg = http.StatusRequestHeaderFieldsTooLarge, "request line and headers too large"
 	case isClosed(err):
 		return // the client went away between requests, or timed out
+	case strings.Contains(err.Error(), "transfer encoding"):
+		// http.ReadRequest's unsupportedTEError (unexported): net/http's
+		// server answers it 501.
+		code, msg = http.StatusNotImplemented, err.Error()
 	default:
 		code, msg = http.StatusBadRequest, err.Error()
 	}
@@ -452,8 +497,11 @@ func isClosed(err error) bool {
 // connection closes after it.
 func (c *conn) plainError(code int, msg string) {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = io.WriteString(c.bw, "HTTP/1.1 "+statusLine(code)+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+
-		http.StatusText(code)+": "+msg)
+	body := http.StatusText(code) + ": " + msg
+	// With a Content-Length, a client reads the answer whole without
+	// waiting for the close (which a client still writing may not see).
+	_, _ = io.WriteString(c.bw, "HTTP/1.1 "+statusLine(code)+"\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body)
 	_ = c.bw.Flush()
 }
 
@@ -472,10 +520,14 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 	w.head = req.Method == http.MethodHead
 	w.closeAfter = req.Close || w.http10 || c.s.closing.Load()
 
-	body := &eofBody{rc: req.Body, c: c}
+	body := &eofBody{rc: req.Body, c: c, w: w}
 	if e := req.Header.Get("Expect"); e != "" {
 		req.Header.Del("Expect")
-		body.cont = c.bw
+		// An HTTP/1.0 client knows no interim responses (net/http
+		// sends it none either).
+		if !w.http10 {
+			body.cont = c.bw
+		}
 	}
 	req.Body = body
 	c.body = body
@@ -501,6 +553,14 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 		return false
 	}
 	w.finish()
+	if c.writeDeadline {
+		// A handler's deadline (http.ResponseController) was for its
+		// response, not the next request's.
+		c.writeDeadline = false
+		if c.nc.SetWriteDeadline(time.Time{}) != nil {
+			return false
+		}
+	}
 	if c.werr != nil || c.watchEOF.Load() || w.closeAfter || body.cont != nil {
 		// body.cont: the client waits for a 100 Continue it will never
 		// get, and may or may not send the body.
@@ -522,6 +582,7 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 type eofBody struct {
 	rc   io.ReadCloser
 	c    *conn
+	w    *response
 	cont *bufio.Writer // set while a 100 Continue is owed
 	eof  bool
 }
@@ -530,7 +591,9 @@ func (b *eofBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	if b.cont != nil {
+	// Once the final response has begun, a 100 Continue would land in
+	// (or after) it; it stays owed, so the connection closes after.
+	if b.cont != nil && !b.w.committed {
 		_, _ = io.WriteString(b.cont, "HTTP/1.1 100 Continue\r\n\r\n")
 		_ = b.cont.Flush()
 		b.cont = nil
@@ -576,6 +639,9 @@ func (c *conn) watch() {
 		if cancel := c.cancel; cancel != nil {
 			cancel()
 		}
+	}
+	if c.s.watched != nil {
+		c.s.watched(err)
 	}
 	c.watchDone <- struct{}{}
 }
