@@ -17,6 +17,7 @@ const holdBeforeChunking = 2048
 type response struct {
 	c      *conn
 	req    *http.Request
+	body   *eofBody
 	header http.Header
 
 	status        int
@@ -49,11 +50,13 @@ func (w *response) WriteHeader(code int) {
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		// An interim answer goes out at once; the final one follows.
-		bw := w.c.bw
-		_, _ = bw.WriteString("HTTP/1.1 " + statusLine(code) + "\r\n")
-		writeHeader(bw, w.header)
-		_, _ = bw.WriteString("\r\n")
-		_ = bw.Flush()
+		w.body.interim(func() {
+			bw := w.c.bw
+			_, _ = bw.WriteString("HTTP/1.1 " + statusLine(code) + "\r\n")
+			writeHeader(bw, w.header)
+			_, _ = bw.WriteString("\r\n")
+			_ = bw.Flush()
+		})
 		return
 	}
 	w.wroteHeader = true
@@ -68,7 +71,7 @@ func (w *response) WriteHeader(code int) {
 }
 
 func (w *response) bodyAllowed() bool {
-	return !(w.status >= 100 && w.status < 200 || w.status == http.StatusNoContent || w.status == http.StatusNotModified)
+	return (w.status < 100 || w.status >= 200) && w.status != http.StatusNoContent && w.status != http.StatusNotModified
 }
 
 func (w *response) Write(p []byte) (int, error) {
@@ -154,6 +157,7 @@ func (w *response) SetWriteDeadline(t time.Time) error {
 // Content-Length set).
 func (w *response) commit(final bool, next []byte) {
 	w.committed = true
+	w.body.beginResponse()
 	h := w.Header()
 	delete(h, "Transfer-Encoding")
 	if w.bodyAllowed() && w.contentLength < 0 {

@@ -520,14 +520,13 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 	w.head = req.Method == http.MethodHead
 	w.closeAfter = req.Close || w.http10 || c.s.closing.Load()
 
-	body := &eofBody{rc: req.Body, c: c, w: w}
+	body := &eofBody{rc: req.Body, c: c}
+	w.body = body
 	if e := req.Header.Get("Expect"); e != "" {
 		req.Header.Del("Expect")
 		// An HTTP/1.0 client knows no interim responses (net/http
 		// sends it none either).
-		if !w.http10 {
-			body.cont = c.bw
-		}
+		body.cont = !w.http10
 	}
 	req.Body = body
 	c.body = body
@@ -539,7 +538,7 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 	func() {
 		defer func() {
 			if panicked {
-				if v := recover(); v != nil && v != http.ErrAbortHandler && c.s.Log != nil {
+				if v := recover(); v != nil && !isAbort(v) && c.s.Log != nil {
 					c.s.Log.Error("gateway handler panicked", "method", req.Method, "path", req.URL.Path, "panic", v, "stack", string(debug.Stack()))
 				}
 			}
@@ -547,6 +546,11 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 		c.s.Handler.ServeHTTP(w, req)
 		panicked = false
 	}()
+	// From here the server alone reads the connection: the body is shut
+	// to the handler's goroutines (a proxy's transport may still be
+	// reading it), and then the watch is stopped, which the body may have
+	// armed from any of them.
+	cut := body.shut()
 	c.stopWatch()
 	c.body = nil
 	if panicked {
@@ -561,9 +565,10 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 			return false
 		}
 	}
-	if c.werr != nil || c.watchEOF.Load() || w.closeAfter || body.cont != nil {
+	if c.werr != nil || c.watchEOF.Load() || w.closeAfter || body.cont || cut {
 		// body.cont: the client waits for a 100 Continue it will never
-		// get, and may or may not send the body.
+		// get, and may or may not send the body. cut: a read of the body
+		// was broken off, and where the body ends is unknown.
 		return false
 	}
 	// What of the body the handler left unread is read and dropped, a
@@ -577,32 +582,92 @@ func (c *conn) answer(req *http.Request) (keep bool) {
 	return !c.s.closing.Load()
 }
 
+// isAbort reports whether a handler's panic value is http.ErrAbortHandler,
+// the quiet way to abort a response.
+func isAbort(v any) bool {
+	err, ok := v.(error)
+	return ok && errors.Is(err, http.ErrAbortHandler)
+}
+
 // eofBody is a request's body: it arms the watch when read to its end and
-// answers Expect: 100-continue on the first read.
+// answers Expect: 100-continue on the first read. Its Read may run on any
+// goroutine the handler hands it to, during or after the handler.
 type eofBody struct {
-	rc   io.ReadCloser
-	c    *conn
-	w    *response
-	cont *bufio.Writer // set while a 100 Continue is owed
-	eof  bool
+	rc io.ReadCloser
+	c  *conn
+
+	mu     sync.Mutex // held through a Read
+	eof    bool
+	closed bool // the handler has returned: Read fails
+
+	// contMu orders a 100 Continue with the response's first bytes,
+	// without waiting on a Read blocked on the client.
+	contMu      sync.Mutex
+	cont        bool // a 100 Continue is owed
+	contBlocked bool // the response has begun: too late to send it
 }
 
 func (b *eofBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
 	if b.eof {
 		return 0, io.EOF
 	}
-	// Once the final response has begun, a 100 Continue would land in
-	// (or after) it; it stays owed, so the connection closes after.
-	if b.cont != nil && !b.w.committed {
-		_, _ = io.WriteString(b.cont, "HTTP/1.1 100 Continue\r\n\r\n")
-		_ = b.cont.Flush()
-		b.cont = nil
-	}
+	b.sendContinue()
 	n, err := b.rc.Read(p)
 	if errors.Is(err, io.EOF) {
 		b.hitEOF()
 	}
 	return n, err
+}
+
+// sendContinue writes the 100 Continue owed, unless the final response
+// has begun (it would land in it: it stays owed, and the connection
+// closes after). It writes to the connection itself: c.bw and c.werr
+// belong to the handler's goroutine, and nothing is buffered before the
+// response begins.
+func (b *eofBody) sendContinue() {
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
+	if b.cont && !b.contBlocked {
+		b.cont = false
+		_, _ = io.WriteString(b.c.nc, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+}
+
+// beginResponse stops any 100 Continue, and waits for one being written:
+// the response's bytes come after it.
+func (b *eofBody) beginResponse() {
+	b.contMu.Lock()
+	b.contBlocked = true
+	b.contMu.Unlock()
+}
+
+// interim writes an interim (1xx) response of the handler's, ordered with
+// a 100 Continue written by a Read.
+func (b *eofBody) interim(write func()) {
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
+	write()
+}
+
+// shut ends reads of the body once the handler has returned. A read in
+// progress on another goroutine is broken off by a read deadline in the
+// past (the client may never send what it waits for); shut reports
+// whether it did so.
+func (b *eofBody) shut() (cut bool) {
+	if !b.mu.TryLock() {
+		cut = true
+		_ = b.c.nc.SetReadDeadline(time.Unix(1, 0))
+		b.mu.Lock()
+		_ = b.c.nc.SetReadDeadline(time.Time{})
+	}
+	b.closed = true
+	b.mu.Unlock()
+	return cut
 }
 
 // Close leaves the body for the server to drain after the handler.
@@ -613,7 +678,9 @@ func (b *eofBody) hitEOF() {
 		return
 	}
 	b.eof = true
-	b.cont = nil
+	b.contMu.Lock()
+	b.cont = false
+	b.contMu.Unlock()
 	b.c.armWatch()
 }
 

@@ -99,18 +99,28 @@ func (r *raw) write(s string) {
 	}
 }
 
+// reply is what a test looks at in a response read whole.
+type reply struct {
+	StatusCode       int
+	Header           http.Header
+	ContentLength    int64
+	TransferEncoding []string
+	Close            bool
+}
+
 // response reads one response to a request of method and its whole body.
-func (r *raw) response(method string) (*http.Response, string) {
+func (r *raw) response(method string) (reply, string) {
 	r.t.Helper()
 	resp, err := http.ReadResponse(r.br, &http.Request{Method: method})
 	if err != nil {
 		r.t.Fatalf("read response: %v", err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		r.t.Fatalf("read response body: %v", err)
 	}
-	return resp, string(b)
+	return reply{resp.StatusCode, resp.Header, resp.ContentLength, resp.TransferEncoding, resp.Close}, string(b)
 }
 
 // closed reports whether the server has closed the connection: a read
@@ -222,7 +232,7 @@ func TestFraming(t *testing.T) {
 	})
 	mux.HandleFunc("/flushhead", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "some")
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		_, _ = io.WriteString(w, "more")
 	})
 	mux.HandleFunc("/handlerclose", func(w http.ResponseWriter, r *http.Request) {
@@ -281,6 +291,7 @@ func TestFraming(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read response: %v", err)
 		}
+		defer func() { _ = resp.Body.Close() }()
 		_, _ = io.ReadAll(resp.Body)
 		if !r.closed() {
 			t.Error("connection kept after a body shorter than its Content-Length")
@@ -293,6 +304,7 @@ func TestFraming(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read response: %v", err)
 		}
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		if string(b) != "five!" || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("read %q, %v; want five! then io.ErrUnexpectedEOF", b, err)
@@ -432,6 +444,7 @@ func TestRequestBodies(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusContinue {
 			t.Fatalf("want 100 Continue first, got %v, %v", resp, err)
 		}
+		_ = resp.Body.Close()
 		r.write("data")
 		if resp, body := r.response("POST"); resp.StatusCode != 200 || body != "POST /exp data" {
 			t.Errorf("after 100 Continue: %d %q", resp.StatusCode, body)
@@ -534,6 +547,7 @@ func TestRefusedAsNetHTTPRefuses(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: read response: %v", target.name, err)
 				}
+				defer func() { _ = resp.Body.Close() }()
 				_, _ = io.ReadAll(resp.Body)
 				if resp.StatusCode != tc.want {
 					t.Errorf("%s answered %d, want %d", target.name, resp.StatusCode, tc.want)
@@ -870,5 +884,130 @@ func TestResponseController(t *testing.T) {
 	<-results
 	if _, body := r.response("GET"); body != "ok" {
 		t.Errorf("body %q", body)
+	}
+}
+
+// A handler may hand the body to another goroutine that reads it past the
+// handler's end, as http.Transport does when it proxies a request whose
+// answer comes before its body is sent. That read must neither race with
+// the server nor eat the next request.
+func TestBodyReadAfterHandlerReturns(t *testing.T) {
+	reading := make(chan struct{})
+	readDone := make(chan error, 1)
+	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/early" {
+			go func() {
+				var b [1]byte
+				_, err := io.ReadFull(r.Body, b[:])
+				close(reading)
+				if err == nil {
+					_, err = io.ReadAll(r.Body) // blocks: the client sends no more
+				}
+				readDone <- err
+			}()
+			<-reading
+			_, _ = io.WriteString(w, "early answer")
+			return
+		}
+		echoPath(w, r)
+	}), func(s *Server) { s.WatchAfter = time.Millisecond })
+	r := dial(t, ts.addr)
+	r.write("POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nh")
+	if _, body := r.response("POST"); body != "early answer" {
+		t.Errorf("body %q", body)
+	}
+	if err := <-readDone; err == nil {
+		t.Error("a body read past the handler's end got the whole body, want an error")
+	}
+	if !r.closed() {
+		t.Error("connection kept while a body read was cut short")
+	}
+	// A body read to its end on another goroutine (which arms the watch
+	// there) is fine too.
+	done := make(chan struct{})
+	ts2 := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		go func() {
+			_, _ = io.ReadAll(r.Body)
+			close(done)
+		}()
+		<-done
+		_, _ = io.WriteString(w, "read elsewhere")
+	}), func(s *Server) { s.WatchAfter = time.Millisecond })
+	r = dial(t, ts2.addr)
+	r.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+	if _, body := r.response("POST"); body != "read elsewhere" {
+		t.Errorf("body %q", body)
+	}
+}
+
+// A 100 Continue belongs before the final response: once that has begun,
+// a body read sends none, and the connection closes after.
+func TestContinueNotAfterResponseBegins(t *testing.T) {
+	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/early" {
+			w.Header().Set("Link", "</a.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, "accepted")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush: %v", err)
+		}
+		// The client sent no body (it waits for a 100 it will not get): the
+		// read ends when the server shuts it or the client goes.
+		go func() { _, _ = io.ReadAll(r.Body) }()
+	}))
+	for _, path := range []string{"/", "/early"} {
+		r := dial(t, ts.addr)
+		r.write("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+		resp, err := http.ReadResponse(r.br, nil)
+		if err != nil {
+			t.Fatalf("%s: read response: %v", path, err)
+		}
+		if path == "/early" {
+			_ = resp.Body.Close() // an interim response has none
+			if resp.StatusCode != http.StatusEarlyHints || resp.Header.Get("Link") == "" {
+				t.Errorf("%s: first response %d (Link %q), want 103 with its Link", path, resp.StatusCode, resp.Header.Get("Link"))
+			}
+			if resp, err = http.ReadResponse(r.br, nil); err != nil {
+				t.Fatalf("%s: read response after 103: %v", path, err)
+			}
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusAccepted || string(b) != "accepted" {
+			t.Errorf("%s: got %d %q, want 202 accepted and no 100 Continue", path, resp.StatusCode, b)
+		}
+		if !r.closed() {
+			t.Errorf("%s: connection kept though the body may or may not follow", path)
+		}
+	}
+}
+
+// A write deadline a handler sets is for its own response.
+func TestWriteDeadlineEndsWithResponse(t *testing.T) {
+	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/set" {
+			// Far enough ahead for this response, passed by the next one.
+			if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+				t.Errorf("SetWriteDeadline: %v", err)
+			}
+		}
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
+	r := dial(t, ts.addr)
+	r.write("GET /set HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := r.response("GET"); body != "/set" {
+		t.Fatalf("body %q", body)
+	}
+	// Wait out the deadline on the server's side: the idle wait is a read,
+	// so a kept write deadline is what would fail the next response.
+	deadline := time.Now().Add(20 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.write("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := r.response("GET"); body != "/next" {
+		t.Errorf("request after a handler's write deadline passed: %q", body)
 	}
 }
