@@ -165,31 +165,28 @@ func listenWith(h http.Handler, loop string) (string, func(), error) {
 func serve(role, upstream, cpuprofile, loop string, keys bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var addr string
+	var stop func()
+	var err error
 	if role == "minimal" {
-		addr, stop, err := serveMinimal(upstream)
-		if err != nil {
+		addr, stop, err = serveMinimal(upstream)
+	} else {
+		var h http.Handler
+		if h, err = handler(ctx, role, upstream, keys); err != nil {
 			return err
 		}
-		defer stop()
-		fmt.Println(addr)
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		return nil
-	}
-	h, err := handler(ctx, role, upstream, keys)
-	if err != nil {
-		return err
-	}
-	if cpuprofile != "" {
-		stop, err := profile(cpuprofile)
-		if err != nil {
-			return err
+		if cpuprofile != "" {
+			pstop, err := profile(cpuprofile)
+			if err != nil {
+				return err
+			}
+			defer pstop()
 		}
-		defer stop()
+		if role == "engine" {
+			loop = "net/http" // as a real engine's server is not the gateway's
+		}
+		addr, stop, err = listenWith(h, loop)
 	}
-	if role == "engine" {
-		loop = "net/http" // as a real engine's server is not the gateway's
-	}
-	addr, stop, err := listenWith(h, loop)
 	if err != nil {
 		return err
 	}
