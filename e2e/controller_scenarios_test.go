@@ -559,16 +559,8 @@ func TestControllerKilledMidPlacementLeavesNoDuplicates(t *testing.T) {
 		if !health.Leader {
 			return false, "ctl-b does not lead yet"
 		}
-		rs := getReplicas(t, base)
-		var states []string
-		serving := 0
-		for _, r := range rs {
-			states = append(states, r.ID+"="+r.State)
-			if r.State == "serving" {
-				serving++
-			}
-		}
-		return serving == 6, strings.Join(states, " ")
+		serving, states := servingCount(getReplicas(t, base))
+		return serving == 6, states
 	})
 
 	// Every slot has had exactly one job, of generation 0, registered once

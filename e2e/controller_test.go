@@ -200,6 +200,20 @@ type replicaJSON struct {
 	Note, Waiting                            string
 }
 
+// servingCount is how many of rs serve, and every replica's state
+// ("id=state ...") for a wait's message.
+func servingCount(rs []replicaJSON) (int, string) {
+	states := make([]string, 0, len(rs))
+	serving := 0
+	for _, r := range rs {
+		states = append(states, r.ID+"="+r.State)
+		if r.State == "serving" {
+			serving++
+		}
+	}
+	return serving, strings.Join(states, " ")
+}
+
 func getReplicas(t *testing.T, base string) []replicaJSON {
 	t.Helper()
 	resp, err := http.Get(base + "/v1/replicas")
@@ -288,16 +302,8 @@ func TestControllerPlacesCatalogInRealNomad(t *testing.T) {
 	cfg := controllerFiles(t, c.Server.Addr(), engine, catalog, `headroom = 0`)
 	_, base, _ := runController(t, cfg, "ctl-1")
 	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
-		rs := getReplicas(t, base)
-		var states []string
-		serving := 0
-		for _, r := range rs {
-			states = append(states, r.ID+"="+r.State)
-			if r.State == "serving" {
-				serving++
-			}
-		}
-		return serving == 4, strings.Join(states, " ")
+		serving, states := servingCount(getReplicas(t, base))
+		return serving == 4, states
 	})
 	rs := getReplicas(t, base)
 	racks := map[string]map[string]bool{}

@@ -273,16 +273,8 @@ reconcile {
 		for _, a := range controllerAllocs(t, mgmt) {
 			if hz, err := tryHealthz(a.base); err == nil && hz.Leader {
 				cur = a
-				rs := getReplicas(t, a.base)
-				var states []string
-				serving := 0
-				for _, r := range rs {
-					states = append(states, r.ID+"="+r.State)
-					if r.State == "serving" {
-						serving++
-					}
-				}
-				return serving == 2, strings.Join(states, " ")
+				serving, states := servingCount(getReplicas(t, a.base))
+				return serving == 2, states
 			}
 		}
 		return false, "no leader"

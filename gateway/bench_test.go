@@ -35,17 +35,7 @@ func BenchmarkProxy(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{}, r.instance())
 	std := startGateway(b, Options{Transport: newStdTransport(DefaultDialTimeout, DefaultHeaderTimeout)}, r.instance())
-	ks, err := ParseKeys("bench-keys.hcl", []byte(`key "bench" {
-  hash                = "`+HashKey("sk-bench")+`"
-  models              = ["m"]
-  requests_per_minute = 100000000
-  tokens_per_minute   = 100000000000
-  max_concurrency     = 1000
-}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ks := benchKeys(b)
 	keyed := startGateway(b, Options{Keys: StaticKeys{Set: ks}}, r.instance())
 	keyed.UpdateKeys(ks, nil)
 	client := tg.client
@@ -148,17 +138,7 @@ func BenchmarkModelAccounting(b *testing.B) {
 // BenchmarkProxy is the same in a whole request.
 func BenchmarkKeyPath(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
-	ks, err := ParseKeys("bench-keys.hcl", []byte(`key "bench" {
-  hash                = "`+HashKey("sk-bench")+`"
-  models              = ["m"]
-  requests_per_minute = 100000000
-  tokens_per_minute   = 100000000000
-  max_concurrency     = 1000
-}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ks := benchKeys(b)
 	g := startGateway(b, Options{Keys: StaticKeys{Set: ks}}, r.instance())
 	g.UpdateKeys(ks, nil)
 	resp, err := http.Post(r.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
@@ -190,4 +170,22 @@ func BenchmarkKeyPath(b *testing.B) {
 		g.auth.m.tokens.WithLabelValues(k.Name, "prompt").Add(float64(u.PromptTokens))
 		g.auth.m.tokens.WithLabelValues(k.Name, "completion").Add(float64(u.CompletionTokens))
 	}
+}
+
+// benchKeys is one key, sk-bench, for model m, with every limit set and
+// none reached.
+func benchKeys(b *testing.B) *KeySet {
+	b.Helper()
+	ks, err := ParseKeys("bench-keys.hcl", []byte(`key "bench" {
+  hash                = "`+HashKey("sk-bench")+`"
+  models              = ["m"]
+  requests_per_minute = 100000000
+  tokens_per_minute   = 100000000000
+  max_concurrency     = 1000
+}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ks
 }
