@@ -42,8 +42,8 @@ served_model_name = "m"
 	p.start(t, tk)
 	ev := p.events.wait(t, tk.cfg.GetId(), "Started llamacpp", 10*time.Second)
 	if want := " -m " + file + " --host 127.0.0.1 --port "; !strings.Contains(ev.GetMessage(), want) ||
-		!strings.Contains(ev.GetMessage(), "--alias m --metrics -ngl 999") {
-		t.Errorf("started event %q, want -m %s … --alias m --metrics -ngl 999", ev.GetMessage(), file)
+		!strings.Contains(ev.GetMessage(), "--alias m --metrics -ngl all") {
+		t.Errorf("started event %q, want -m %s … --alias m --metrics -ngl all", ev.GetMessage(), file)
 	}
 	p.events.wait(t, tk.cfg.GetId(), "Ready after", 20*time.Second)
 

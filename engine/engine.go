@@ -69,6 +69,8 @@ type Descriptor struct {
 	// Prometheus metrics (metrics.go), read from its source at the pinned
 	// version (docs/engines/<engine>.md cites file and line).
 	Metrics Metrics
+	// Stop is what the driver knows of how the engine stops.
+	Stop StopRule
 
 	// layout holds the engine's parallelism rules.
 	layout layoutRules
@@ -110,6 +112,18 @@ type Descriptor struct {
 	prefix func(exe string) []string
 	// env returns variables the engine gets from the recipe.
 	env func(in Input) map[string]string
+}
+
+// StopRule is how an engine stops, beyond "it exits at the stop signal".
+type StopRule struct {
+	// RepeatWhenUnserved: an engine that has closed its port after the
+	// stop signal but has not exited is sent the signal once more, which
+	// it answers by exiting at once. For an engine whose first signal
+	// waits for its clients to go away (llama.cpp's server with a request
+	// in flight) instead of the stop's whole timeout.
+	RepeatWhenUnserved bool
+	// Why is the task event's explanation of the second signal.
+	Why string
 }
 
 // Pinned is the engine version a descriptor was written against.

@@ -146,7 +146,7 @@ func TestBuildErrors(t *testing.T) {
 		{"tgi pipeline", func(in *engine.Input) { in.Engine, in.Layout.Pipeline = "tgi", 2 },
 			`pipeline_parallel: engine "tgi" has no pipeline parallelism (text-generation-launcher v3.3.7) (leave it out), got 2`},
 		{"llamacpp nodes", func(in *engine.Input) { in.Engine, in.Nodes, in.Leader = "llamacpp", 2, "h:1" },
-			`nodes: engine "llamacpp" runs on one node (llama-server b4747), got 2`},
+			`nodes: engine "llamacpp" runs on one node (llama-server 0.4.0), got 2`},
 		{"sglang owned alias", func(in *engine.Input) {
 			in.Engine = "sglang"
 			in.Args = []string{"--tp", "16"}

@@ -5,50 +5,57 @@ import (
 	"strconv"
 )
 
-// GPULayersAll is the -ngl count llmgw gives llama.cpp when it holds
-// GPUs: more than any model's layer count, so every layer (and the
-// output layer) is offloaded (src/llama-model.cpp:1316-1317, 3517-3527 at
-// b4747). -ngl takes integers only at that version ("all" and "auto" fail
-// in std::stoi, common/arg.cpp:1618-1628).
-const GPULayersAll = "999"
+// GPULayersAll is the -ngl value llmgw gives llama.cpp when it holds
+// GPUs: every layer and the output layer offloaded (common/arg.cpp:2815-2831
+// at 80fb11a: "all" sets n_gpu_layers -2). Without -ngl the default is
+// "auto" (-1), which fits as many layers as free memory allows; a GPU
+// replica that silently runs part of the model on the CPU is what an
+// operator does not want.
+const GPULayersAll = "all"
 
-// llama.cpp's server: `llama-server -m FILE --host H --port P -ngl 999
+// llama.cpp's server: `llama-server -m FILE --host H --port P -ngl all
 // --metrics ...`.
 //
-// Facts from llama.cpp b4747 (commit
-// c5d91a74006c49376590ef2b67420bc7ce206397; docs/engines/llamacpp.md,
-// flag table engine/contract/llamacpp.txt):
-//   - -m takes a local GGUF file and uses no network (common/arg.cpp:
-//     1752-1762); a hub id there is just a missing file, which llama-server
-//     reports only after binding its port, then dies of SIGABRT. So the
+// Facts from llama.cpp 0.4.0 (commit 80fb11a, the source node-llama-cpp
+// 3.21.1 ships and scripts/llama-server.sh builds; docs/engines/llamacpp.md,
+// flag table engine/contract/llamacpp.txt), paths in that tree:
+//   - -m takes a local GGUF file (common/arg.cpp:3061-3068); a file that
+//     is missing or not a GGUF makes llama-server exit 1 at once. So the
 //     model is a file the driver finds in its model cache before starting
 //     (Model.File; the catalog's source + file).
-//   - Without -ngl a CUDA build offloads 0 layers: common_params'
-//     n_gpu_layers -1 means "the library default", which is 0 except on
-//     Metal (common/common.cpp:1085-1087, src/llama-model.cpp:3781-3803).
-//     So the recipe adds -ngl 999 when the process holds GPUs, unless the
-//     task's args set -ngl themselves.
-//   - One process uses every GPU the CUDA runtime shows it, splitting
-//     layers in proportion to free memory (src/llama-model.cpp:1288-1309);
-//     there is no tensor-parallel group and no multi-node flag (--rpc needs
-//     a GGML_RPC build and separately started servers): no layout fields,
+//   - One process uses every GPU the CUDA runtime shows it; there is no
+//     tensor-parallel group and no multi-node flag: no layout fields,
 //     nodes > 1 is refused.
-//   - Repeats are never an error: a scalar flag keeps its last value
-//     (arg.cpp:246-291). Tokens starting "--" read '_' as '-' (arg.cpp:
-//     249-252). There is no --flag=value form.
-//   - -a/--alias sets the id /v1/models reports (server.cpp:4054-4069).
-//   - The port binds before the model loads; every path answers 503 while
-//     it loads, /health 200 {"status":"ok"} after (server.cpp:3495-3538).
-//   - /metrics answers 501 unless --metrics is given (arg.cpp:2057-2063,
-//     server.cpp:3577-3580); the recipe gives it. Names carry the
-//     "llamacpp:" prefix; there is no time-to-first-token metric.
-//   - Load progress is a row of dots without numbers; the one counted line
-//     is "load_tensors: offloaded X/Y layers to GPU" (src/llama-model.cpp:
-//     3527), which shows whether -ngl took.
+//   - A repeat is never an error: it logs "DEPRECATED: argument ...
+//     specified multiple times" and the last value wins (arg.cpp:826-831).
+//     Tokens starting "--" read '_' as '-' (arg.cpp:819-822). There is no
+//     --flag=value form.
+//   - -a/--alias sets the id /v1/models reports (arg.cpp:3037-3044).
+//   - The port binds before the model loads; /health answers 503
+//     {"error":{"message":"Loading model",...}} while it loads, 200 after
+//     (tools/server/server-http.cpp:255-270), and stays 200 when every slot
+//     is busy (requests beyond the slots wait: requests_deferred).
+//   - /metrics answers 501 unless --metrics is given (arg.cpp:3609-3615);
+//     the recipe gives it. Names carry the "llamacpp:" prefix
+//     (tools/server/server-task.cpp:1522-1616); there is no KV-cache gauge
+//     and no time-to-first-token histogram at this version, so both are
+//     absent, never zero.
+//   - Stopping: the first SIGTERM or SIGINT ends the serving loop and closes
+//     the port, then waits in "cleaning up before exit..." for the HTTP
+//     handlers, which with a request in flight lasts until its client goes
+//     away; a second signal exits at once with status 1
+//     (tools/server/server.cpp:25-37, 452-459). So the driver repeats the
+//     signal once the port has closed (StopRule).
+//   - Load progress: "load_model: loading model 'PATH'" when the load
+//     starts and "llama_server: model loaded" when it is done
+//     (tools/server/server.cpp); between them, with a GPU backend,
+//     "load_tensors: offloaded X/Y layers to GPU", which shows whether -ngl
+//     took. TestRealEngineLines (internal/testing/realengine) holds these
+//     against the real server's log.
 func init() {
 	register(&Descriptor{
 		Name: LlamaCpp,
-		Pinned: Pinned{Version: "b4747", Commit: "c5d91a74006c49376590ef2b67420bc7ce206397",
+		Pinned: Pinned{Version: "0.4.0", Commit: "80fb11ac73e66d89eae2c6a91d8a77428fa733ed",
 			Notes: "docs/engines/llamacpp.md"},
 		DefaultExecutable: "llama-server",
 		Model:             ModelArg{Flag: "-m", File: true},
@@ -75,22 +82,39 @@ func init() {
 		},
 		ReadyPath: "/health",
 		Progress:  parseLlamaCppProgress,
-		// examples/server/server.cpp handle_metrics: no labels; "deferred"
+		// tools/server/server-task.cpp to_metrics: no labels; "deferred"
 		// are requests waiting for a free slot.
 		Metrics: Metrics{
 			Path:            "/metrics",
 			Enable:          []string{"--metrics"},
 			RequestsWaiting: Metric{Name: "llamacpp:requests_deferred", Type: Gauge},
 			RequestsRunning: Metric{Name: "llamacpp:requests_processing", Type: Gauge},
-			KVCacheUsage:    Metric{Name: "llamacpp:kv_cache_usage_ratio", Type: Gauge},
 			GeneratedTokens: Metric{Name: "llamacpp:tokens_predicted_total", Type: Counter},
+		},
+		Stop: StopRule{
+			RepeatWhenUnserved: true,
+			Why: "llama-server waits for its clients after the first stop signal and exits at the second " +
+				"(tools/server/server.cpp:25-37 at 80fb11a)",
 		},
 	})
 }
 
-var llamaOffloadRE = regexp.MustCompile(`offloaded (\d{1,6})/(\d{1,6}) layers to GPU`)
+var (
+	llamaOffloadRE = regexp.MustCompile(`offloaded (\d{1,6})/(\d{1,6}) layers to GPU`)
+	// tools/server/server.cpp at 80fb11a: "srv    load_model: loading model
+	// 'PATH'" when the load starts, "srv  llama_server: model loaded" when
+	// it has (before /health turns 200).
+	llamaLoadingRE = regexp.MustCompile(`\bload_model: loading model '`)
+	llamaLoadedRE  = regexp.MustCompile(`\bllama_server: model loaded\s*$`)
+)
 
 func parseLlamaCppProgress(line string) (Progress, bool) {
+	switch {
+	case llamaLoadingRE.MatchString(line):
+		return Progress{What: "the model", Percent: 0}, true
+	case llamaLoadedRE.MatchString(line):
+		return Progress{What: "the model", Percent: 100}, true
+	}
 	m := llamaOffloadRE.FindStringSubmatch(line)
 	if m == nil {
 		return Progress{}, false

@@ -73,8 +73,10 @@ func TestParseEachEngine(t *testing.T) {
 		// KV use is the batch's reserved tokens over the budget; tokens the
 		// per-request histogram's sum; no time to first token.
 		{engine.TGI, "tgi.txt", want{waiting: k(4), running: k(5), kv: k(0.25), tokens: k(14336), absent: []string{"ttft"}}},
-		// 1.23457e+06: six significant digits, as llama.cpp prints.
-		{engine.LlamaCpp, "llamacpp.txt", want{waiting: k(2), running: k(4), kv: k(0.28125), tokens: k(1234570), absent: []string{"ttft"}}},
+		// Captured from the real llama-server 0.4.0 with 2 slots and 4
+		// streams: no KV-cache gauge (absent, not 0), and generated tokens
+		// counted only when a request finishes (none had).
+		{engine.LlamaCpp, "llamacpp.txt", want{waiting: k(2), running: k(2), tokens: k(0), absent: []string{"kv_cache_usage", "ttft"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -133,15 +135,15 @@ func TestParseMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"ttft"}, s.Absent); diff != "" {
+	if diff := cmp.Diff([]string{"kv_cache_usage", "ttft"}, s.Absent); diff != "" {
 		t.Errorf("absent (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"requests_waiting", "requests_running", "kv_cache_usage", "tokens_per_second"}, s.Missing); diff != "" {
+	if diff := cmp.Diff([]string{"requests_waiting", "requests_running", "tokens_per_second"}, s.Missing); diff != "" {
 		t.Errorf("missing (-want +got):\n%s", diff)
 	}
 	// NaN is not a value: llama.cpp's throughput gauges read inf after a
 	// quick request, and a ratio over an empty pool would be NaN.
-	s, err = enginemetrics.Parse(strings.NewReader("# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio NaN\n"), names(t, engine.LlamaCpp), t0)
+	s, err = enginemetrics.Parse(strings.NewReader("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc NaN\n"), names(t, engine.VLLM), t0)
 	if err != nil || s.KVCache.Known {
 		t.Errorf("NaN ratio: %v, %v", s.KVCache, err)
 	}

@@ -29,7 +29,7 @@ func TestScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Running != k(4) || !s.At.Equal(t0) {
+	if s.Running != k(2) || !s.At.Equal(t0) {
 		t.Errorf("sample %+v", s)
 	}
 	if !strings.HasPrefix(accept, "text/plain;version=0.0.4") {

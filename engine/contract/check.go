@@ -20,6 +20,9 @@ const (
 	UnexpectedValue
 	// Ambiguous: an abbreviation that matches several flags.
 	Ambiguous
+	// BadValue: a value the flag's own parsing refuses (llama.cpp's
+	// std::stoi of an int option).
+	BadValue
 )
 
 func (k ErrorKind) String() string {
@@ -34,6 +37,8 @@ func (k ErrorKind) String() string {
 		return "unexpected value"
 	case Ambiguous:
 		return "ambiguous"
+	case BadValue:
+		return "bad value"
 	}
 	return fmt.Sprintf("ErrorKind(%d)", int(k))
 }

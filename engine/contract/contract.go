@@ -138,6 +138,10 @@ type Flag struct {
 	// fails when given, from a comment "# [unsure: |note: ]removed flag:
 	// ... ('MESSAGE ...')" above it; "" for every other flag.
 	Removed string
+	// Int is set by a comment "# note: value: int ..." above the flag: its
+	// value goes through C++'s std::stoi (llama.cpp's handler_int), which
+	// refuses a value that does not start with a number.
+	Int bool
 }
 
 // Names are the flag's spellings: Name, then its aliases.
@@ -322,7 +326,7 @@ func Parse(name string, data []byte) (*Contract, error) {
 			continue
 		}
 		f.Source, f.Decl = source, decl
-		f.Required, f.Removed = flagNotes(notes)
+		f.Required, f.Removed, f.Int = flagNotes(notes)
 		source, decl, notes = "", "", nil
 		for _, s := range f.Names() {
 			if prev, dup := c.byName[s]; dup {
@@ -404,9 +408,10 @@ func parseFlag(line string, n int) (*Flag, error) {
 	return f, nil
 }
 
-// flagNotes reads the comments above a flag for the two notes that change
-// how it parses: required, and removed (with the message quoted in it).
-func flagNotes(notes []string) (required bool, removed string) {
+// flagNotes reads the comments above a flag for the notes that change how
+// it parses: required, removed (with the message quoted in it), and an int
+// value.
+func flagNotes(notes []string) (required bool, removed string, isInt bool) {
 	for _, n := range notes {
 		for _, tag := range []string{"unsure:", "note:"} {
 			n = strings.TrimSpace(strings.TrimPrefix(n, tag))
@@ -414,6 +419,8 @@ func flagNotes(notes []string) (required bool, removed string) {
 		switch {
 		case strings.HasPrefix(n, "required:"):
 			required = true
+		case strings.HasPrefix(n, "value: int"):
+			isInt = true
 		case strings.HasPrefix(n, "removed flag:"):
 			removed = "removed"
 			if _, q, ok := strings.Cut(n, "('"); ok {
@@ -422,7 +429,7 @@ func flagNotes(notes []string) (required bool, removed string) {
 			}
 		}
 	}
-	return required, removed
+	return required, removed, isInt
 }
 
 func parserKind(p string) (Kind, error) {

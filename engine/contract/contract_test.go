@@ -268,7 +268,8 @@ func TestLlamaCpp(t *testing.T) {
 		{name: "repeats take the last", args: with("--port", "9000", "--port", "9001", "-m", "b.gguf")},
 		{name: "underscores", args: with("--n_gpu_layers", "99")},
 		{name: "values that look like flags", args: []string{"--seed", "-1", "--alias", "--port"}},
-		{name: "two values", args: []string{"--lora-scaled", "a.gguf", "0.5", "--lora-scaled", "b.gguf", "1"}},
+		{name: "two values", args: []string{"--control-vector-layer-range", "1", "4", "--lora-scaled", "a.gguf:0.5"}},
+		{name: "stoi takes a number's start", args: with("--port", " 12abc", "-c", "-4")},
 		{name: "switches", args: []string{"-cb", "-nocb", "--slots", "--no-slots"}},
 		{
 			name: "unknown", args: with("--foo"), kind: Unknown,
@@ -284,7 +285,10 @@ func TestLlamaCpp(t *testing.T) {
 			stderr: "error while handling argument \"--port\": expected value for argument\n\nusage:\n--port PORT\n\n\nto show complete usage, run with -h\n",
 			header: "error-missing-value",
 		},
-		{name: "missing second value", args: []string{"--lora-scaled", "a.gguf"}, kind: MissingValue, msg: `error while handling argument "--lora-scaled": expected value for argument`},
+		{name: "missing second value", args: []string{"--control-vector-layer-range", "1"}, kind: MissingValue, msg: `error while handling argument "--control-vector-layer-range": expected value for argument`},
+		{name: "not a number", args: with("--port", "abc"), kind: BadValue, msg: `error while handling argument "--port": stoi`},
+		{name: "out of int range", args: with("-c", "2147483648"), kind: BadValue, msg: `error while handling argument "-c": stoi`},
+		{name: "removed", args: with("--draft", "4"), kind: Unknown, msg: `error while handling argument "--draft": the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max`},
 		{name: "version stops", args: []string{"--version", "--foo"}},
 	})
 }

@@ -1,6 +1,10 @@
 package contract
 
-import "strings"
+import (
+	"math"
+	"strconv"
+	"strings"
+)
 
 // walkLlamaCpp walks an argv as llama.cpp's common_params_parse_ex does:
 // every token must be an option's name (with '_' read as '-' in tokens that
@@ -25,15 +29,26 @@ func (c *Contract) walkLlamaCpp(args []string) (*Parsed, *Error) {
 			// block shows the option's declaration (its help text is not part
 			// of the contract).
 			msg := "error while handling argument \"" + arg + "\": expected value for argument"
-			decl := f.Decl
-			if decl == "" {
-				decl = strings.Join(f.Names(), ", ")
-			}
 			return nil, &Error{Kind: MissingValue, Arg: args[i], Flag: f, Message: msg,
-				Stderr: msg + "\n\nusage:\n" + decl + "\n\n\nto show complete usage, run with -h\n"}
+				Stderr: msg + "\n\nusage:\n" + f.declOrNames() + "\n\n\nto show complete usage, run with -h\n"}
 		}
 		o.Values = append(o.Values, args[i+1:i+1+n]...)
 		i += n
+		// The handler runs once the values are taken: a removed option's
+		// throws, an int option's value goes through std::stoi.
+		why := f.Removed
+		if why == "" && f.Int && n == 1 && !stoiAccepts(o.Values[0]) {
+			why = "stoi"
+		}
+		if why != "" {
+			kind := BadValue
+			if f.Removed != "" {
+				kind = Unknown
+			}
+			msg := "error while handling argument \"" + arg + "\": " + why
+			return nil, &Error{Kind: kind, Arg: args[i-n], Flag: f, Message: msg,
+				Stderr: msg + "\n\nusage:\n" + f.declOrNames() + "\n\n\nto show complete usage, run with -h\n"}
+		}
 		p.Flags = append(p.Flags, o)
 		if f.Name == "--version" {
 			// --version prints and exits inside the loop.
@@ -41,4 +56,36 @@ func (c *Contract) walkLlamaCpp(args []string) (*Parsed, *Error) {
 		}
 	}
 	return p, nil
+}
+
+// declOrNames is what llama.cpp's usage block shows of an option: its
+// declaration (names and value hints) from the contract, else its names.
+func (f *Flag) declOrNames() string {
+	if f.Decl != "" {
+		return f.Decl
+	}
+	return strings.Join(f.Names(), ", ")
+}
+
+// stoiAccepts reports whether C++'s std::stoi parses s: optional leading
+// white space, an optional sign, at least one digit (what follows the
+// digits is ignored), and a value that fits a 32-bit int.
+func stoiAccepts(s string) bool {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	limit := int64(math.MaxInt32)
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		if s[0] == '-' {
+			limit++
+		}
+		s = s[1:]
+	}
+	digits := 0
+	for digits < len(s) && s[digits] >= '0' && s[digits] <= '9' {
+		digits++
+	}
+	if digits == 0 {
+		return false
+	}
+	n, err := strconv.ParseInt(s[:digits], 10, 64)
+	return err == nil && n <= limit
 }

@@ -69,6 +69,11 @@ type Config struct {
 	CrashPanic bool
 	// IgnoreSIGTERM makes SIGTERM a no-op; SIGINT still shuts down.
 	IgnoreSIGTERM bool
+	// HangOnStop stops as llama.cpp's server 0.4.0 does: the first SIGTERM
+	// or SIGINT closes the port and waits for the requests in flight to end
+	// on their own (a stream goes on until its client leaves); a second
+	// signal exits 1 at once.
+	HangOnStop bool
 	// ExpectGPUs, when 0 or more, is the exact number of GPUs the engine
 	// must see through CUDA_VISIBLE_DEVICES. -1 when not given.
 	ExpectGPUs int
@@ -165,8 +170,11 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 			engineSet = true
 		case "--enable-metrics", "--metrics":
 			c.MetricsEnabled, err = boolValue(name, val, hasVal)
-		case "--max-num-seqs", "--max-running-requests", "--max-batch-size", "--parallel", "-np":
+		case "--max-num-seqs", "--max-running-requests", "--max-batch-size":
 			c.MaxRunning, err = intValue(name, value, 1, 1<<20)
+		case "--parallel", "-np":
+			// llama.cpp's: std::stoi reads a number's start ("2slots" is 2).
+			c.MaxRunning, err = intValue(name, stoiPrefix(value), 1, 1<<20)
 		case "--kv-cache-tokens":
 			c.KVCacheTokens, err = intValue(name, value, 1, 1<<30)
 		case "--served-model-name":
@@ -214,6 +222,8 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 			c.CrashPanic, err = boolValue(name, val, hasVal)
 		case "--ignore-sigterm":
 			c.IgnoreSIGTERM, err = boolValue(name, val, hasVal)
+		case "--hang-on-stop":
+			c.HangOnStop, err = boolValue(name, val, hasVal)
 		case "--expect-gpus":
 			c.ExpectGPUs, err = intValue(name, value, 0, 1<<16)
 		case "--host-gpus":
@@ -322,6 +332,29 @@ func intValue(name string, value func() (string, error), lo, hi int) (int, error
 	return n, nil
 }
 
+// stoiPrefix gives what C++'s std::stoi reads of a value: leading white
+// space, a sign and the digits after it; the rest is ignored.
+func stoiPrefix(value func() (string, error)) func() (string, error) {
+	return func() (string, error) {
+		s, err := value()
+		if err != nil {
+			return s, err
+		}
+		t := strings.TrimLeft(s, " \t\n\v\f\r")
+		n := 0
+		if n < len(t) && (t[n] == '+' || t[n] == '-') {
+			n++
+		}
+		for n < len(t) && t[n] >= '0' && t[n] <= '9' {
+			n++
+		}
+		if n == 0 || t[n-1] < '0' || t[n-1] > '9' {
+			return s, nil // no number: intValue says so
+		}
+		return t[:n], nil
+	}
+}
+
 func floatValue(name string, value func() (string, error), lo, hi float64) (float64, error) {
 	s, err := value()
 	if err != nil {
@@ -398,6 +431,8 @@ Fake-engine flags:
   --exit-code N           code to exit with (default 1); alone, exit at once
   --crash-panic           write a Python traceback to stderr before exiting
   --ignore-sigterm        keep running on SIGTERM (SIGINT still stops)
+  --hang-on-stop          stop as llama-server 0.4.0 does: the first SIGTERM/SIGINT closes the port
+                          and waits for requests in flight; a second one exits 1 at once
   --expect-gpus N         exit 3 unless the engine sees exactly N GPUs through CUDA_VISIBLE_DEVICES
   --host-gpus UUID,...    the host's GPUs in PCI bus order: resolve CUDA_VISIBLE_DEVICES as CUDA
                           does (indices need CUDA_DEVICE_ORDER=PCI_BUS_ID) and report UUIDs

@@ -101,7 +101,7 @@ func newMetrics(cfg Config, ready func() bool) *metrics {
 	case EngineLlamaCpp:
 		m.engine = m.llamacpp(cfg)
 		if !cfg.MetricsEnabled {
-			// server.cpp:3577-3580 at b4747.
+			// tools/server/server-context.cpp:4652-4655 at llama.cpp 80fb11a.
 			m.serve, m.status = false, http.StatusNotImplemented
 			m.body = "{\"error\":{\"code\":501,\"message\":\"This server does not support metrics endpoint. Start it with `--metrics`\",\"type\":\"not_supported_error\"}}"
 		}
@@ -207,17 +207,33 @@ func (m *metrics) tgi(cfg Config) engineSeries {
 	}
 }
 
-// llamacpp: examples/server/server.cpp handle_metrics at b4747; no labels,
-// no time to first token; "deferred" are requests waiting for a slot.
-func (m *metrics) llamacpp(cfg Config) engineSeries {
-	m.gauge("llamacpp:requests_processing", "Number of requests processing.", nil, func() float64 { return float64(m.load.running.Load()) })
-	m.gauge("llamacpp:requests_deferred", "Number of requests deferred.", nil, func() float64 { return float64(m.load.waiting.Load()) })
-	m.gauge("llamacpp:kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.", nil, func() float64 { return kvFraction(m.load.held.Load(), cfg.KVCacheTokens) })
-	m.gauge("llamacpp:kv_cache_tokens", "KV-cache tokens.", nil, func() float64 { return float64(m.load.held.Load()) })
-	prompt := m.counter("llamacpp:prompt_tokens_total", "Number of prompt tokens processed.", nil)
-	gen := m.counter("llamacpp:tokens_predicted_total", "Number of generation tokens processed.", nil)
+// llamacpp: tools/server/server-task.cpp to_metrics at llama.cpp 0.4.0
+// (80fb11a): exactly its 15 families, no labels, in its order, with its help
+// texts; no KV-cache gauge and no time to first token. "deferred" are
+// requests waiting for a slot. internal/testing/realengine's
+// TestFakeEngineServesTheRealMetricNames holds this list to the real
+// server's.
+func (m *metrics) llamacpp(Config) engineSeries {
+	const p = "llamacpp:"
+	prompt := m.counter(p+"prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", nil)
+	m.counter(p+"prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", nil)
+	m.counter(p+"prompt_seconds_total", "Total time spent processing prompts", nil)
+	gen := m.counter(p+"tokens_predicted_total", "Number of generation tokens processed", nil)
+	m.counter(p+"tokens_predicted_seconds_total", "Total time spent generating tokens", nil)
+	decode := m.counter(p+"n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding", nil)
+	m.counter(p+"n_tokens_max", "Largest observed sequence length (prompt + generation)", nil)
+	m.counter(p+"spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", nil)
+	m.counter(p+"spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model", nil)
+	m.counter(p+"spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", nil)
+	m.gauge(p+"prompt_tokens_seconds", "Average prompt throughput in tokens/s", nil, func() float64 { return 0 })
+	m.gauge(p+"predicted_tokens_seconds", "Average generation throughput in tokens/s", nil, func() float64 { return 0 })
+	m.gauge(p+"requests_processing", "Number of requests processing", nil, func() float64 { return float64(m.load.running.Load()) })
+	m.gauge(p+"requests_deferred", "Number of requests deferred", nil, func() float64 { return float64(m.load.waiting.Load()) })
+	m.gauge(p+"n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", nil, func() float64 { return 0 })
+	// Only the families llmgw reads, and the prompt and decode counts,
+	// move; the timings stay 0.
 	return engineSeries{
 		prompt: func(n int, _ bool) { prompt.Add(float64(n)) },
-		token:  func(bool) { gen.Inc() },
+		token:  func(bool) { gen.Inc(); decode.Inc() },
 	}
 }

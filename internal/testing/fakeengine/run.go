@@ -2,6 +2,7 @@ package fakeengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -120,7 +121,9 @@ func Run(ctx context.Context, o Options) int {
 		defer t.Stop()
 		crash = t.C
 	}
-	// The loop turns once per SIGTERM ignored; every other event ends it.
+	// The loop turns once per SIGTERM ignored, and at the first signal
+	// under --hang-on-stop; every other event ends it.
+	var drained chan struct{} // --hang-on-stop: closed once the requests in flight have ended
 	for {
 		select {
 		case <-ctx.Done():
@@ -130,13 +133,33 @@ func Run(ctx context.Context, o Options) int {
 				fmt.Fprintln(stderr, "WARNING fake-engine: ignoring SIGTERM (--ignore-sigterm)")
 				continue
 			}
+			if cfg.HangOnStop && drained == nil {
+				// llama.cpp's words (tools/server/server.cpp at 80fb11a).
+				fmt.Fprintln(stderr, "srv    operator(): operator(): cleaning up before exit...")
+				drained = make(chan struct{})
+				go func() { _ = httpSrv.Shutdown(context.Background()); close(drained) }()
+				continue
+			}
+			if drained != nil {
+				fmt.Fprintln(stderr, "Received second interrupt, terminating immediately.")
+				cancel()
+				_ = httpSrv.Close()
+				return ExitError
+			}
 			return shutdown(httpSrv, cancel, stderr, signalName(sig))
+		case <-drained:
+			cancel()
+			return ExitOK
 		case <-crash:
 			cancel()
 			_ = httpSrv.Close()
 			writeCrash(stderr, cfg)
 			return cfg.ExitCode
 		case err := <-serveErr:
+			if drained != nil && errors.Is(err, http.ErrServerClosed) {
+				serveErr = nil // the stop closed the port; wait for drained
+				continue
+			}
 			cancel()
 			fmt.Fprintf(stderr, "ERROR fake-engine: serve: %v\n", err)
 			return ExitError
