@@ -20,8 +20,11 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/driver/supervisor"
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -292,6 +295,7 @@ func (h *taskHandle) markReadyUnprobed(at time.Time) {
 // markReady records readiness; at is when the probe got its 2xx, and is
 // the Ready event's time.
 func (h *taskHandle) markReady(at time.Time) {
+	h.pumpEvents() // what the engine logged before it served (load progress) comes first
 	now := at.UTC()
 	took := now.Sub(h.st.StartedAt)
 	h.mu.Lock()
@@ -480,9 +484,14 @@ func (h *taskHandle) finish(ex supervisor.Exit) {
 	h.mu.Unlock()
 	res := &driverpb.ExitResult{ExitCode: int32(ex.ExitCode), Signal: int32(ex.Signal), OomKilled: ex.OOMKilled}
 	h.log.Info("engine exited", "task_id", h.id, "exit_code", ex.ExitCode, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
-	if !stopping || ex.OOMKilled {
+	switch {
+	case !stopping || ex.OOMKilled:
 		msg, ann := exitMessage(ex, ready)
 		h.emit(time.Time{}, msg, ann)
+	case failure == "":
+		// A stop Nomad asked for: said as such, whatever the status (an
+		// engine told twice exits 1, one killed at the timeout by SIGKILL).
+		h.emit(time.Time{}, stoppedMessage(ex), map[string]string{"exit_code": strconv.Itoa(ex.ExitCode)})
 	}
 	errStr := failure
 	if errStr == "" && ex.OOMKilled {
@@ -538,6 +547,15 @@ func exitMessage(ex supervisor.Exit, ready bool) (string, map[string]string) {
 		ann["output_tail"] = strings.Join(ex.Tail, "\n")
 	}
 	return msg, ann
+}
+
+// stoppedMessage is the event of an engine that exited after a stop that
+// was asked for.
+func stoppedMessage(ex supervisor.Exit) string {
+	if ex.Signal != 0 {
+		return fmt.Sprintf("Engine stopped on request (killed by signal %d, %s)", ex.Signal, syscall.Signal(ex.Signal))
+	}
+	return fmt.Sprintf("Engine stopped on request (exit code %d)", ex.ExitCode)
 }
 
 // pumpEvents reports new events the supervisor recorded.
@@ -636,12 +654,46 @@ func (h *taskHandle) stop(ctx context.Context, timeout time.Duration, sig syscal
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case <-h.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
+	// An engine that closes its port at the signal but waits for its
+	// clients before it exits is told again once it has stopped serving
+	// for stopRepeatAfter (engine.StopRule).
+	var probe <-chan time.Time
+	rule := engineStopRule(h.st.EngineName)
+	if rule.RepeatWhenUnserved {
+		tick := time.NewTicker(stopProbeEvery)
+		defer tick.Stop()
+		probe = tick.C
+	}
+	var unserved time.Time
+wait:
+	for {
+		select {
+		case <-h.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			break wait
+		case now := <-probe:
+			if h.serving(ctx) {
+				unserved = time.Time{}
+				continue
+			}
+			if unserved.IsZero() {
+				unserved = now
+				continue
+			}
+			if now.Sub(unserved) < stopRepeatAfter {
+				continue
+			}
+			probe = nil
+			msg := fmt.Sprintf("Engine stopped serving but had not exited %s later: sending %s again", roundDuration(now.Sub(unserved)), unix.SignalName(sig))
+			h.log.Info("engine stopped serving but has not exited; repeating the stop signal", "task_id", h.id, "signal", unix.SignalName(sig))
+			h.emit(time.Time{}, msg, map[string]string{"reason": rule.Why})
+			if err := h.signalEngine(sig); err != nil && !errors.Is(err, errNotRunning) {
+				h.log.Warn("repeat the stop signal", "task_id", h.id, "error", err)
+			}
+		}
 	}
 	h.log.Info("engine did not stop in time; killing its process group", "task_id", h.id, "timeout", timeout.String())
 	if err := h.signalGroup(syscall.SIGKILL); err != nil {
@@ -657,6 +709,36 @@ func (h *taskHandle) stop(ctx context.Context, timeout time.Duration, sig syscal
 	case <-k.C:
 		return fmt.Errorf("engine (pid %d) still not exited %s after SIGKILL", h.st.Engine.Pid, killTimeout)
 	}
+}
+
+// stopProbeEvery is how often a stopping engine's port is tried, and
+// stopRepeatAfter how long it must have refused connections before the
+// stop signal is repeated: longer than an idle llama-server takes to exit
+// after its port closes (about 1 s), so that an engine with nothing in
+// flight exits on the first signal.
+const (
+	stopProbeEvery  = 200 * time.Millisecond
+	stopRepeatAfter = 2 * time.Second
+)
+
+// engineStopRule is the stop rule of the engine a task runs.
+func engineStopRule(name string) engine.StopRule {
+	if d, ok := engine.Lookup(name); ok {
+		return d.Stop
+	}
+	return engine.StopRule{}
+}
+
+// serving reports whether the engine still accepts connections on its
+// port.
+func (h *taskHandle) serving(ctx context.Context) bool {
+	d := net.Dialer{Timeout: stopProbeEvery}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(h.st.Host, strconv.Itoa(h.st.Port)))
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 // killTimeout bounds the wait for an exit record after SIGKILL.

@@ -1,0 +1,268 @@
+package driver_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+)
+
+// llamaTask is a llamacpp task running the real llama-server on model.
+func llamaTask(model string, extra string) string {
+	return `
+engine  = "llamacpp"
+model   = "` + model + `"
+command = "` + realengine.Binary() + `"
+port    = "%PORT%"
+served_model_name = "tiny"
+args    = ["-np", "2", "-c", "2048"` + extra + `]
+`
+}
+
+func eventMessages(p *plugin, id string) []string {
+	var out []string
+	for _, ev := range p.events.all() {
+		if ev.GetTaskId() == id {
+			out = append(out, ev.GetMessage())
+		}
+	}
+	return out
+}
+
+func indexOf(msgs []string, substr string) int {
+	for i, m := range msgs {
+		if strings.Contains(m, substr) {
+			return i
+		}
+	}
+	return -1
+}
+
+// The driver runs llama.cpp's own server with the tiny model: load events
+// from its real log, Ready only after its /health turned 200, its real
+// metrics in the task's stats, the same process recovered by a restarted
+// plugin, and a stop with a stream in flight that ends the engine at the
+// driver's second signal, not at the kill timeout, said as a requested stop.
+func TestRealLlamaCppUnderTheDriver(t *testing.T) {
+	model := realengine.TinyModel(t)
+	p := startPlugin(t, pluginBody)
+	// Context shift: a stream with ignore_eos goes on past the slot's
+	// context, until its client goes away.
+	tk := newTask(t, taskOpts{noGPU: true, body: llamaTask(model, `, "--context-shift"`)})
+	h := p.start(t, tk)
+	st := decodeState(t, h)
+	id := tk.cfg.GetId()
+	p.events.wait(t, id, "Ready after", time.Minute)
+	msgs := eventMessages(p, id)
+	loading, loaded, ready := indexOf(msgs, "Loading the model: 0%"), indexOf(msgs, "Loading the model: 100%"), indexOf(msgs, "Ready after")
+	if loading < 0 || loaded < loading || ready < 0 {
+		t.Errorf("events %q: want Loading the model 0%%, then 100%%, and Ready", msgs)
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(tk.port)
+	if code, _ := httpGet(t, url+"/health"); code != 200 {
+		t.Fatalf("Ready, but /health answers %d", code)
+	}
+
+	// The plugin dies and a new one recovers the same engine process.
+	if err := p.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := startPlugin(t, pluginBody)
+	if _, err := p2.Driver.RecoverTask(ctxT(t, 10*time.Second), &driverpb.RecoverTaskRequest{TaskId: id, Handle: h}); err != nil {
+		t.Fatalf("RecoverTask: %v", err)
+	}
+
+	// A stream in flight: the engine's own metrics show it, through the
+	// task's stats.
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var got strings.Builder
+	wg.Go(func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(
+			`{"stream":true,"max_tokens":1000000,"ignore_eos":true,"messages":[{"role":"user","content":"Go on."}]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(&got, resp.Body)
+	})
+	stats, err := p2.Driver.TaskStats(ctxT(t, time.Minute), &driverpb.TaskStatsRequest{TaskId: id, CollectionInterval: durationpb.New(200 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attrs map[string]string
+	deadline := time.Now().Add(time.Minute)
+	for attrs["engine_requests_running"] != "1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the task's stats never showed the running stream: %v", attrs)
+		}
+		if _, err := stats.Recv(); err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		insp, err := p2.Driver.InspectTask(ctxT(t, 5*time.Second), &driverpb.InspectTaskRequest{TaskId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs = insp.GetDriver().GetAttributes()
+		if attrs["engine_pid"] != strconv.Itoa(st.Engine.Pid) {
+			t.Fatalf("recovered task runs pid %s, want %d", attrs["engine_pid"], st.Engine.Pid)
+		}
+	}
+	if attrs["engine_requests_waiting"] != "0" || !strings.Contains(attrs["engine_metrics_absent"], "kv_cache_usage") {
+		t.Errorf("engine stats %v: want 0 waiting and the KV cache absent", attrs)
+	}
+
+	// Stop with the stream in flight, with a kill timeout far beyond the
+	// test: the engine must end at the repeated signal.
+	if _, err := p2.Driver.StopTask(ctxT(t, 2*time.Minute), &driverpb.StopTaskRequest{TaskId: id, Timeout: durationpb.New(10 * time.Minute), Signal: "SIGTERM"}); err != nil {
+		t.Fatalf("StopTask: %v", err)
+	}
+	w, err := p2.Driver.WaitTask(ctxT(t, 10*time.Second), &driverpb.WaitTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The real server either waits for the stream (most runs here) and
+	// exits 1 at the driver's second signal, or ends the stream itself and
+	// exits 0 at the first; never SIGKILL at the timeout.
+	r := w.GetResult()
+	msgs = eventMessages(p2, id)
+	repeated := indexOf(msgs, "Engine stopped serving but had not exited") >= 0
+	switch {
+	case r.GetSignal() != 0 || w.GetErr() != "":
+		t.Errorf("result %v err %q: want an exit at the stop signal, no error", r, w.GetErr())
+	case r.GetExitCode() == 1 && !repeated, r.GetExitCode() != 0 && r.GetExitCode() != 1:
+		t.Errorf("exit code %d, repeated signal %v (events %q)", r.GetExitCode(), repeated, msgs)
+	case indexOf(msgs, "Engine stopped on request (exit code "+strconv.Itoa(int(r.GetExitCode()))+")") < 0:
+		t.Errorf("events %q: want the requested stop said as such", msgs)
+	}
+	t.Logf("the stop ended the engine with exit code %d (second signal sent: %v)", r.GetExitCode(), repeated)
+	cancel()
+	wg.Wait()
+	if !strings.Contains(got.String(), "Hello") {
+		t.Errorf("the stream said nothing before the stop: %q", got.String())
+	}
+}
+
+// What the real engine refuses reaches the task's events in its own
+// words: a truncated model file, a file that is not a GGUF, a flag it does
+// not know.
+func TestRealLlamaCppFailures(t *testing.T) {
+	model := realengine.TinyModel(t)
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	truncated := filepath.Join(dir, "truncated.gguf")
+	notGGUF := filepath.Join(dir, "weights.gguf")
+	if err := os.WriteFile(truncated, b[:len(b)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(notGGUF, []byte("not a model\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startPlugin(t, pluginBody)
+	for _, c := range []struct {
+		name, body, want string
+	}{
+		{"truncated", llamaTask(truncated, ""), "failed to load model, '" + truncated + "'"},
+		{"not a GGUF", llamaTask(notGGUF, ""), "failed to load model, '" + notGGUF + "'"},
+		{"unknown flag", llamaTask(model, `, "--no-such-flag"`), "error: invalid argument: --no-such-flag"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tk := newTask(t, taskOpts{noGPU: true, body: c.body})
+			p.start(t, tk)
+			ev := p.events.wait(t, tk.cfg.GetId(), "Engine exited with code 1 before it was ready", time.Minute)
+			if !strings.Contains(ev.GetMessage()+ev.GetAnnotations()["output_tail"], c.want) {
+				t.Errorf("event %q (tail %q): want the engine's own line %q", ev.GetMessage(), ev.GetAnnotations()["output_tail"], c.want)
+			}
+		})
+	}
+	missing := filepath.Join(dir, "missing.gguf")
+	tk := newTask(t, taskOpts{noGPU: true, noLog: true, body: llamaTask(missing, "")})
+	_, err = p.Driver.StartTask(ctxT(t, 10*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("StartTask with a missing model file: %v, want an error naming %s", err, missing)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// An engine that closes its port at the stop signal but waits for its
+// clients (fake-engine --hang-on-stop, as llama-server 0.4.0 does) is sent
+// the signal again once it has stopped serving, and ends then, not at the
+// kill timeout.
+func TestStopRepeatsTheSignalForAnEngineThatWaitsForItsClients(t *testing.T) {
+	p := startPlugin(t, pluginBody)
+	model := filepath.Join(t.TempDir(), "m.gguf")
+	writeFile(t, model, "GGUF")
+	tk := newTask(t, taskOpts{noGPU: true, body: `
+engine  = "llamacpp"
+model   = "` + model + `"
+command = "%ENGINE%"
+port    = "%PORT%"
+args    = ["--hang-on-stop", "--tokens-per-second", "1"]
+`})
+	p.start(t, tk)
+	id := tk.cfg.GetId()
+	p.events.wait(t, id, "Ready after", 20*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	first := make(chan struct{})
+	wg.Go(func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:"+strconv.Itoa(tk.port)+"/v1/completions",
+			strings.NewReader(`{"prompt":"a","max_tokens":1000,"stream":true}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			close(first)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("stream: %s", resp.Status)
+		}
+		buf := make([]byte, 1)
+		_, _ = resp.Body.Read(buf)
+		close(first)
+		_, _ = io.Copy(io.Discard, resp.Body)
+	})
+	<-first
+	if _, err := p.Driver.StopTask(ctxT(t, 2*time.Minute), &driverpb.StopTaskRequest{TaskId: id, Timeout: durationpb.New(10 * time.Minute), Signal: "SIGTERM"}); err != nil {
+		t.Fatalf("StopTask: %v", err)
+	}
+	w, err := p.Driver.WaitTask(ctxT(t, 10*time.Second), &driverpb.WaitTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.GetResult(); r.GetSignal() != 0 || r.GetExitCode() != 1 || w.GetErr() != "" {
+		t.Errorf("result %v err %q: want exit code 1 at the second signal, no error", r, w.GetErr())
+	}
+	msgs := eventMessages(p, id)
+	if i := indexOf(msgs, "Engine stopped serving but had not exited"); i < 0 || !strings.HasSuffix(msgs[i], ": sending SIGTERM again") ||
+		indexOf(msgs, "Engine stopped on request (exit code 1)") < 0 {
+		t.Errorf("events %q: want the repeated signal and the requested stop", msgs)
+	}
+}
