@@ -191,7 +191,9 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 }
 
 // Once the client has a byte, the request is not tried again: a replica
-// that fails mid-response cuts the client's response off.
+// that fails mid-stream ends the client's event stream with an error event
+// in OpenAI's shape (a clean end, not a cut that looks like a network
+// fault); any other answer is cut off.
 func TestNoRetryAfterFirstByte(t *testing.T) {
 	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -212,8 +214,8 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err == nil {
-		t.Errorf("read a whole response (%d, %q); want it cut off", resp.StatusCode, b)
+	if err != nil || !strings.HasSuffix(string(b), "data: {\"error\":{\"message\":\"replica half failed before the stream ended: unexpected EOF\",\"type\":\"server_error\",\"param\":null,\"code\":\"replica_failed\"}}\n\n") {
+		t.Errorf("read %q (%v); want the stream to end with an error event naming replica half", b, err)
 	}
 	if !strings.Contains(string(b), `"partial":true`) || resp.Header.Get(ReplicaHeader) != "half" {
 		t.Errorf("got %q from %q; want the partial event from half", b, resp.Header.Get(ReplicaHeader))
@@ -224,6 +226,26 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 	eventually(t, "the broken attempt counted", func() bool {
 		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "broken")) == 1
 	})
+}
+
+// An answer that is not an event stream has no way to say it failed: cut.
+func TestMidResponseFailureCutsAJSONAnswer(t *testing.T) {
+	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"partial":`)
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(half.Close)
+	tg := startGateway(t, Options{}, Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1})
+	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, err := io.ReadAll(resp.Body); err == nil {
+		t.Errorf("read a whole response (%d, %q); want it cut off", resp.StatusCode, b)
+	}
 }
 
 func TestBreakerOpensAndRecovers(t *testing.T) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -178,14 +179,18 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			ep.br.success(probe)
 			g.m.attempts.WithLabelValues(model, "ok").Inc()
 		}
-		broken := g.finish(w, r, ms, start, dispatched, ep, resp, ac)
+		broken, told := g.finish(w, r, ms, start, dispatched, ep, resp, ac)
 		ep.outstanding.Add(-1)
 		if broken {
 			// The replica failed mid-response: the client must not take
-			// a cut-off answer for a whole one.
+			// a cut-off answer for a whole one. A stream was told with an
+			// error event and ends cleanly; any other answer is cut.
 			ep.br.failure(false, g.now())
 			g.m.attempts.WithLabelValues(model, "broken").Inc()
 			body.release()
+			if told {
+				return
+			}
 			panic(http.ErrAbortHandler)
 		}
 		return
@@ -255,7 +260,7 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 // then is the model's TTFT sample. ac, when keys are on, gets the
 // answer's usage: from a JSON answer's "usage", or an event stream's usage
 // chunk (left out of what the client gets when the gateway asked for it).
-func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response, ac *account) (broken bool) {
+func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response, ac *account) (broken, told bool) {
 	model := ms.name
 	defer func() { _ = resp.Body.Close() }()
 	h := w.Header()
@@ -335,12 +340,12 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 		if len(data) > 0 {
 			if _, werr := w.Write(data); werr != nil {
 				code = statusClientClosed
-				return false
+				return false, false
 			}
 			if flush {
 				if err := rc.Flush(); err != nil {
 					code = statusClientClosed
-					return false
+					return false, false
 				}
 			}
 			if first {
@@ -359,10 +364,19 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 			}
 			if r.Context().Err() != nil {
 				code = statusClientClosed
-				return false
+				return false, false
 			}
 			g.log.Warn("replica failed mid-response", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", rerr)
-			return true
+			if events && resp.ContentLength < 0 && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+				// An event stream ends with an error event in OpenAI's
+				// shape, which its clients raise, rather than a cut that
+				// looks like a network fault.
+				_, _ = w.Write(midStreamError(ep.inst.Replica, rerr))
+				_ = rc.Flush()
+				code = http.StatusBadGateway
+				return true, true
+			}
+			return true, false
 		}
 	}
 	if !flush {
@@ -381,7 +395,21 @@ func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState,
 	case teeOK:
 		ac.usage, ac.found = responseUsage(tee)
 	}
-	return false
+	return false, false
+}
+
+// midStreamError is the event that ends a stream whose replica failed in
+// the middle of it: OpenAI's error object as a data event.
+func midStreamError(replica string, err error) []byte {
+	var e apiError
+	e.Error.Type, e.Error.Code = "server_error", "replica_failed"
+	e.Error.Message = "the replica serving this stream failed before it ended"
+	if replica != "" {
+		e.Error.Message = "replica " + replica + " failed before the stream ended"
+	}
+	e.Error.Message += ": " + err.Error()
+	b, _ := json.Marshal(e)
+	return append(append([]byte("\n\ndata: "), b...), "\n\n"...)
 }
 
 // firstByte records a response's first byte to the client.

@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/llmgw/internal/testing/realengine"
+)
+
+// recorder is a loopback TCP proxy in front of a real engine that keeps
+// every byte the engine sent, so a test can compare what the gateway's
+// client got with what the engine wrote.
+type recorder struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []*bytes.Buffer
+}
+
+func record(t *testing.T, target string) *recorder {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			buf := &bytes.Buffer{}
+			rec.mu.Lock()
+			rec.conns = append(rec.conns, buf)
+			rec.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
+			wg.Go(func() {
+				_, _ = io.Copy(c, io.TeeReader(up, lockedWriter{&rec.mu, buf}))
+				_ = c.Close()
+			})
+		}
+	})
+	return rec
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// bodies are the bodies of every whole response the engine sent.
+func (rec *recorder) bodies(t *testing.T) [][]byte {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out [][]byte
+	for _, c := range rec.conns {
+		br := bufio.NewReader(bytes.NewReader(c.Bytes()))
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				break
+			}
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				break // a response still being written
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (rec *recorder) addr() string { return rec.ln.Addr().String() }
+
+func realReplica(t *testing.T, model, id string) (*realengine.Server, *recorder, Instance) {
+	t.Helper()
+	s := realengine.Start(t, model, "--alias", "tiny", "--context-shift")
+	rec := record(t, "127.0.0.1:"+strconv.Itoa(s.Port))
+	return s, rec, Instance{ID: id, Model: "tiny", Replica: id, Address: rec.addr(), Weight: 1}
+}
+
+// Two real llama.cpp servers behind the gateway: answers, whole and
+// streamed, reach the client byte for byte as the engine wrote them; the
+// model is listed once.
+func TestGatewayOverRealEngines(t *testing.T) {
+	model := realengine.TinyModel(t)
+	_, rec1, a := realReplica(t, model, "r1")
+	_, rec2, b := realReplica(t, model, "r2")
+	tg := startGateway(t, Options{}, a, b)
+
+	resp, err := tg.client.Get(tg.srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if n := strings.Count(string(mb), `"id":"tiny"`); n != 1 {
+		t.Errorf("/v1/models lists tiny %d times: %s", n, mb)
+	}
+
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"Hi"}]}`, `"content":"Hello world!"`},
+		{"/v1/chat/completions", `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"Hi"}]}`, "data: [DONE]"},
+		{"/v1/completions", `{"model":"tiny","prompt":"Once","max_tokens":8}`, `"text":"Hello world!"`},
+		{"/v1/completions", `{"model":"tiny","prompt":"Once","max_tokens":8,"stream":true}`, "data: [DONE]"},
+	} {
+		ans := tg.post(t, c.path, c.body)
+		if ans.status != 200 || !strings.Contains(string(ans.body), c.want) {
+			t.Fatalf("%s %s: %d %s", c.path, c.body, ans.status, ans.body)
+		}
+		found := false
+		for _, sent := range append(rec1.bodies(t), rec2.bodies(t)...) {
+			if bytes.Equal(sent, ans.body) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s %s: the client's body is none the engines sent:\n%s", c.path, c.body, ans.body)
+		}
+	}
+}
+
+// With API keys, a key's tokens settle from the real engine's usage, for
+// a whole answer and for a stream the gateway asked usage of (and kept the
+// usage chunk from the client, who did not ask).
+func TestGatewayKeysSettleFromRealUsage(t *testing.T) {
+	model := realengine.TinyModel(t)
+	_, _, a := realReplica(t, model, "r1")
+	tg := startKeyGateway(t, keyBlock("k", "sk", "  tokens_per_minute = 100000\n"), Options{}, a)
+
+	ans := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk", `{"model":"tiny","messages":[{"role":"user","content":"Hi"}]}`)
+	var whole struct {
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	if err := json.Unmarshal(ans.body, &whole); err != nil || ans.status != 200 || whole.Usage.CompletionTokens == 0 {
+		t.Fatalf("chat: %d %s (%v)", ans.status, ans.body, err)
+	}
+	if got := testutil.ToFloat64(tg.auth.m.tokens.WithLabelValues("k", "completion")); got != float64(whole.Usage.CompletionTokens) {
+		t.Errorf("completion tokens settled %v, the engine's usage says %d", got, whole.Usage.CompletionTokens)
+	}
+	if got := testutil.ToFloat64(tg.auth.m.tokens.WithLabelValues("k", "prompt")); got != float64(whole.Usage.PromptTokens) {
+		t.Errorf("prompt tokens settled %v, the engine's usage says %d", got, whole.Usage.PromptTokens)
+	}
+
+	st := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk", `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
+	if st.status != 200 || strings.Contains(string(st.body), `"usage":{`) || !strings.Contains(string(st.body), "data: [DONE]") {
+		t.Errorf("stream without include_usage: %d, want no usage chunk and [DONE]:\n%s", st.status, st.body)
+	}
+	if got := testutil.ToFloat64(tg.auth.m.tokens.WithLabelValues("k", "completion")); got != float64(2*whole.Usage.CompletionTokens) {
+		t.Errorf("after the stream, completion tokens %v, want %d (the same answer twice)", got, 2*whole.Usage.CompletionTokens)
+	}
+}
+
+// A real server killed in the middle of a stream: the client's stream ends
+// cleanly with an error event in OpenAI's shape, and the replica's breaker
+// counts the failure.
+func TestGatewayRealEngineKilledMidStream(t *testing.T) {
+	model := realengine.TinyModel(t)
+	s, _, a := realReplica(t, model, "r1")
+	tg := startGateway(t, Options{}, a)
+	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"tiny","stream":true,"max_tokens":1000000,"ignore_eos":true,"messages":[{"role":"user","content":"Go on."}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatalf("first line: %v", err)
+	}
+	if err := s.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("the stream was cut (%v) instead of ending with an error event", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(rest)), "\n")
+	last := lines[len(lines)-1]
+	var ev apiError
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(last, "data: ")), &ev); err != nil || ev.Error.Type != "server_error" || !strings.Contains(ev.Error.Message, "replica r1 failed") {
+		t.Errorf("last event %q: want an OpenAI error object naming replica r1 (%v)", last, err)
+	}
+	if got := testutil.ToFloat64(tg.m.attempts.WithLabelValues("tiny", "broken")); got != 1 {
+		t.Errorf("broken attempts %v, want 1", got)
+	}
+}
