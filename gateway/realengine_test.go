@@ -86,6 +86,7 @@ func (rec *recorder) bodies(t *testing.T) [][]byte {
 				break
 			}
 			b, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
 			if err != nil {
 				break // a response still being written
 			}

@@ -56,7 +56,8 @@ type chatAnswer struct {
 	SystemFingerprint string `json:"system_fingerprint"`
 }
 
-func post(t *testing.T, url, body string) (*http.Response, []byte) {
+// post sends body and returns the answer's status and body.
+func post(t *testing.T, url, body string) (int, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -67,7 +68,7 @@ func post(t *testing.T, url, body string) (*http.Response, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, b
+	return resp.StatusCode, b
 }
 
 // The tiny model answers "Hello world!" and stops, whatever it is asked and
@@ -79,10 +80,10 @@ func TestTinyModelAnswers(t *testing.T) {
 		`{"messages":[{"role":"user","content":"Say something."}]}`,
 		`{"messages":[{"role":"system","content":"Be terse!"},{"role":"user","content":"What is 2+2?"}],"temperature":1.5,"top_p":0.5,"seed":7}`,
 	} {
-		resp, b := post(t, s.URL+"/v1/chat/completions", body)
+		code, b := post(t, s.URL+"/v1/chat/completions", body)
 		var a chatAnswer
-		if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != 200 || len(a.Choices) != 1 {
-			t.Fatalf("chat: %d %s (%v)", resp.StatusCode, b, err)
+		if err := json.Unmarshal(b, &a); err != nil || code != 200 || len(a.Choices) != 1 {
+			t.Fatalf("chat: %d %s (%v)", code, b, err)
 		}
 		if got := a.Choices[0].Message.Content; got != "Hello world!" || a.Choices[0].FinishReason != "stop" {
 			t.Errorf("chat answer %q finish %q, want %q and stop", got, a.Choices[0].FinishReason, "Hello world!")
@@ -92,10 +93,10 @@ func TestTinyModelAnswers(t *testing.T) {
 		}
 	}
 
-	resp, b := post(t, s.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":16}`)
+	code, b := post(t, s.URL+"/v1/completions", `{"prompt":"Once upon a time","max_tokens":16}`)
 	var c chatAnswer
-	if err := json.Unmarshal(b, &c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 {
-		t.Fatalf("completion: %d %s (%v)", resp.StatusCode, b, err)
+	if err := json.Unmarshal(b, &c); err != nil || code != 200 || len(c.Choices) != 1 {
+		t.Fatalf("completion: %d %s (%v)", code, b, err)
 	}
 	if got := c.Choices[0].Text; got != "Hello world!" {
 		t.Errorf("completion %q, want %q", got, "Hello world!")
