@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -33,22 +34,38 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{
+	wants := []string{
 		"gpu-1  rack=r01-k01",
 		"8/8 healthy NVIDIA H200, power_limit 700 W each",
 		"printed: CUDA_VISIBLE_DEVICES=",
 		" LLMGW_GPU_UUIDS=GPU-",
-		"replicas: 5 serving, 0 starting",
 		"llama-3.1-8b-1",
 		"fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=" + strictVLLM + ")",
 		"llmgw API: http://127.0.0.1:",
 		"llmgw console: http://127.0.0.1:",
 		"/ui/   (open it in a browser",
-		"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas)",
-		`POST /v1/chat/completions {"model":"llama-3.1-8b"}: through the gateway: 200 from replica llama-3.1-8b-`,
 		"llmgw gateway: http://127.0.0.1:",
 		"Tearing down",
-	} {
+	}
+	// With the real llama.cpp server built, the demo serves one model more
+	// with it and asks that model; without, fake-engine answers and the
+	// demo says how to get the real one.
+	if ok, _ := realengine.Available(); ok {
+		t.Log("the real llama.cpp engine is built: the demo must answer with it")
+		wants = append(wants,
+			"replicas: 7 serving, 0 starting",
+			"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas), tiny-llama (2 replicas)",
+			`POST /v1/chat/completions {"model":"tiny-llama"}: through the gateway: 200 from replica tiny-llama-`,
+			`: "Hello from llama.cpp!"`,
+			"answered by llama.cpp's own llama-server 0.4.0 (80fb11a) (system_fingerprint b1-80fb11a), not fake-engine")
+	} else {
+		wants = append(wants,
+			"replicas: 5 serving, 0 starting",
+			"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas)",
+			`POST /v1/chat/completions {"model":"llama-3.1-8b"}: through the gateway: 200 from replica llama-3.1-8b-`,
+			"answered by fake-engine; `make llama-server` builds the real llama.cpp server")
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

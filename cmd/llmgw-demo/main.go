@@ -39,6 +39,8 @@ import (
 	"github.com/llmgw/llmgw/engine/contract"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
 func main() {
@@ -97,6 +99,24 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 			fmt.Println("Agent data and logs kept in", c.Root)
 		}
 	}()
+	// The real llama.cpp server, when make llama-server has built it,
+	// serves one more model of the demo's catalog; fake-engine stands in
+	// for vLLM either way.
+	var real *realengine.Installed
+	if ok, why := realengine.Available(); ok {
+		in, err := realengine.Install(filepath.Join(c.Root, "llama.cpp"), demoTinyModel)
+		if err != nil {
+			return fmt.Errorf("installing the real llama.cpp engine for the demo: %w", err)
+		}
+		real = &in
+		fmt.Printf("Real engine: %s with a tiny test model (%s), for the model %q.\n", realengine.Describe(), in.Model, realModel)
+	} else {
+		fmt.Printf("Real engine: none, every replica runs fake-engine (%s).\n", why)
+	}
+	allowed := []string{engine}
+	if real != nil {
+		allowed = append(allowed, real.Binary)
+	}
 	pluginDir := filepath.Join(c.Root, "plugins")
 	if err := localnomad.PluginDir(pluginDir, plugin, driver, sup); err != nil {
 		return err
@@ -121,7 +141,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
       seed   = %q
     }`, name),
 				"nomad-driver-llmgw": `
-    ready_timeout = "5m"` + localnomad.DriverPolicy(engine),
+    ready_timeout = "5m"` + localnomad.DriverPolicy(allowed...),
 			},
 		})
 		if err != nil {
@@ -139,7 +159,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err := runGPUJob(wctx, c); err != nil {
 		return err
 	}
-	api, stopController, exited, err := startController(ctx, c, llmgw, engine)
+	api, stopController, exited, err := startController(ctx, c, llmgw, engine, real)
 	if err != nil {
 		return err
 	}
@@ -155,7 +175,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	defer stopGateway()
 	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
 	defer gcancel()
-	model, err := tryGateway(gctx, gw, served, gwExited)
+	model, err := tryGateway(gctx, gw, served, gwExited, real != nil)
 	if err != nil {
 		return err
 	}
@@ -300,10 +320,25 @@ func planInstead(ctx context.Context, binDir string) error {
 // controller` in its own process group; it returns the API's address, a
 // function that stops it, and one that reports (with its log) whether it
 // has exited.
-func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string) (string, func(), func() error, error) {
+func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *realengine.Installed) (string, func(), func() error, error) {
 	repo, err := os.Getwd()
 	if err != nil {
 		return "", nil, nil, err
+	}
+	catalog := filepath.Join(repo, "jobs/examples/demo/catalog.hcl")
+	engines := fmt.Sprintf("{ vllm = %q }", engine)
+	if real != nil {
+		// The demo catalog and one model more, served by the real engine.
+		b, err := os.ReadFile(catalog)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		catalog = filepath.Join(c.Root, "catalog.hcl")
+		b = append(b, fmt.Sprintf(realModelBlock, realModel, real.Model)...)
+		if err := os.WriteFile(catalog, b, 0o644); err != nil {
+			return "", nil, nil, err
+		}
+		engines = fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, real.Binary)
 	}
 	port, err := freePort()
 	if err != nil {
@@ -328,11 +363,11 @@ driver {
   shutdown_delay = "0s"
   check_interval = "2s"
   check_timeout  = "1s"
-  engines        = { vllm = %q }
+  engines        = %s
   env            = { FAKE_ENGINE_STRICT = %q }
 }
 reconcile { interval = "10s" }
-`, c.Server.Addr(), addr, filepath.Join(repo, "jobs/examples/demo/catalog.hcl"), filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engine, strict)
+`, c.Server.Addr(), addr, catalog, filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engines, strict)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, nil, err
 	}
@@ -342,6 +377,11 @@ reconcile { interval = "10s" }
 	}
 	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
 	fmt.Printf("Engines: fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=%s): every command line is checked against vLLM's parser.\n", strict)
+	if real != nil {
+		fmt.Printf("         %s serving %q (catalog %s).\n", realengine.Describe(), realModel, catalog)
+	} else {
+		fmt.Println("         The real llama.cpp server is not built: run `make llama-server` (about 13 minutes on 2 cores) and the demo serves one model with it.")
+	}
 	return "http://" + addr, stop, exited, nil
 }
 
@@ -432,7 +472,36 @@ func checkConsole(ctx context.Context, api string) (string, error) {
 	return url, nil
 }
 
-func tryGateway(ctx context.Context, gw string, served map[string]int, exited func() error) (string, error) {
+// realModel is the catalog model the real llama.cpp engine serves in the
+// demo; realModelBlock its catalog entry (name, model file).
+const realModel = "tiny-llama"
+
+const realModelBlock = `
+# Added by make demo because the real llama.cpp server is built: llama.cpp's
+# own llama-server with a tiny deterministic model (internal/testing/tinymodel).
+model %q {
+  source   = %q
+  replicas = 2
+
+  profile "h200x1-llamacpp" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 300
+    spread = ["rack", "pdu"]
+    args   = ["-np", "2", "-c", "4096"]
+  }
+}
+`
+
+// demoTinyModel is the model the real engine loads in the demo.
+var demoTinyModel = func() tinymodel.Options {
+	o := tinymodel.Defaults
+	o.Name, o.Answer = "tiny-llama", "Hello from llama.cpp!"
+	return o
+}()
+
+func tryGateway(ctx context.Context, gw string, served map[string]int, exited func() error, real bool) (string, error) {
 	type card struct {
 		ID       string `json:"id"`
 		Replicas int    `json:"replicas"`
@@ -470,6 +539,9 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 	fmt.Printf("  GET /v1/models: %s\n", strings.Join(models, ", "))
 
 	model := slices.Sorted(maps.Keys(served))[0]
+	if real {
+		model = realModel
+	}
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello from make demo"}],"max_tokens":8}`, model)
 	resp, err := client.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -482,6 +554,7 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 				Content string `json:"content"`
 			} `json:"message"`
 		} `json:"choices"`
+		Fingerprint string `json:"system_fingerprint"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return "", fmt.Errorf("chat completion through the gateway: %s: %w", resp.Status, err)
@@ -491,6 +564,11 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 	}
 	fmt.Printf("  POST /v1/chat/completions {\"model\":%q}: through the gateway: %d from replica %s: %q\n",
 		model, resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader), out.Choices[0].Message.Content)
+	if real {
+		fmt.Printf("  answered by %s (system_fingerprint %s), not fake-engine\n", realengine.Describe(), out.Fingerprint)
+	} else {
+		fmt.Println("  answered by fake-engine; `make llama-server` builds the real llama.cpp server, and the demo then answers with it")
+	}
 	return model, nil
 }
 

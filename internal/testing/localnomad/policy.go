@@ -10,14 +10,19 @@ import (
 )
 
 // DriverPolicy is what a local cluster adds to the llmgw driver's default
-// client config, as an operator would: its tasks run engine (fake-engine)
-// through the task's command override, so allowed_commands names it; and
+// client config, as an operator would: its tasks run the engines given
+// (fake-engine, a copy of the real llama-server) through the task's command
+// override, so allowed_commands names them; and
 // on a host whose cgroup v2 hierarchy lacks the cpu or memory controller
 // (cgroup v1, or a hybrid host as some CI machines are) the engines'
 // resources cannot be enforced, so resource_limits is "best_effort" there.
 // Engines run as the default user, nobody.
-func DriverPolicy(engine string) string {
-	s := fmt.Sprintf("\n    allowed_commands = [%q]", engine)
+func DriverPolicy(engines ...string) string {
+	quoted := make([]string, len(engines))
+	for i, e := range engines {
+		quoted[i] = fmt.Sprintf("%q", e)
+	}
+	s := "\n    allowed_commands = [" + strings.Join(quoted, ", ") + "]"
 	if why := CgroupLimitsUnavailable(); why != "" {
 		s += "\n    resource_limits  = \"best_effort\" # " + why
 	}

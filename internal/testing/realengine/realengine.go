@@ -12,6 +12,7 @@ package realengine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -280,4 +281,46 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Installed is a copy of the real engine and a tiny model where an engine
+// running as another user (the driver's default, nobody) can read them.
+type Installed struct {
+	Binary, Model string
+}
+
+// Install copies the built llama-server into dir and writes a tiny model
+// there with o (Vocab filled in), making dir and both files world-readable
+// (the binary executable): the cache that make llama-server fills is under
+// the building user's home, which engines run as nobody cannot reach.
+func Install(dir string, o tinymodel.Options) (Installed, error) {
+	if ok, why := Available(); !ok {
+		return Installed{}, errors.New(why)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Installed{}, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return Installed{}, err
+	}
+	in := Installed{Binary: filepath.Join(dir, "llama-server"), Model: filepath.Join(dir, "model.gguf")}
+	b, err := os.ReadFile(Binary())
+	if err != nil {
+		return Installed{}, err
+	}
+	if err := os.WriteFile(in.Binary, b, 0o755); err != nil {
+		return Installed{}, err
+	}
+	if o.Vocab == "" {
+		o.Vocab = Vocab()
+	}
+	if err := tinymodel.Write(in.Model, o); err != nil {
+		return Installed{}, fmt.Errorf("tiny model: %w", err)
+	}
+	return in, os.Chmod(in.Model, 0o644)
+}
+
+// Describe names the pinned engine, for what the demo prints.
+func Describe() string {
+	return "llama.cpp's own llama-server " + Version + " (" + Commit + ")"
 }
