@@ -90,6 +90,14 @@ func gpuClient(name, rack, pdu, plugins, engine, mockExtra string) nomadtest.Cli
 // appended to llmgw.hcl.
 func controllerFiles(t *testing.T, addr, engine, catalog, facility string, extra ...string) config.Config {
 	t.Helper()
+	return controllerFilesEngines(t, addr, fmt.Sprintf("{ vllm = %q }", engine), catalog, facility, extra...)
+}
+
+// controllerFilesEngines is controllerFiles with the driver block's
+// engines map given whole (HCL), for catalogs that run more than
+// fake-engine as vLLM.
+func controllerFilesEngines(t *testing.T, addr, engines, catalog, facility string, extra ...string) config.Config {
+	t.Helper()
 	dir := t.TempDir()
 	write := func(name, body string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -109,7 +117,7 @@ driver {
   shutdown_delay = "0s"
   check_interval = "2s"
   check_timeout  = "1s"
-  engines        = { vllm = %q }
+  engines        = %s
   # fake-engine checks every command line as vLLM's parser would.
   env            = { FAKE_ENGINE_STRICT = %q }
 }
@@ -117,7 +125,7 @@ reconcile {
   interval         = "5s"
   partial_deadline = "1m"
 }
-`, addr, freeAddr(t), engine, strictVLLM)+strings.Join(extra, "\n"))
+`, addr, freeAddr(t), engines, strictVLLM)+strings.Join(extra, "\n"))
 	cfg, err := config.Load(filepath.Join(dir, "llmgw.hcl"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)

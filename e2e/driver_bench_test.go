@@ -300,7 +300,7 @@ func watchHealth(addr string, timeout time.Duration) (time.Time, error) {
 	}
 }
 
-func allocAddr(b *testing.B, a *api.Allocation) string {
+func allocAddr(b testing.TB, a *api.Allocation) string {
 	b.Helper()
 	for _, p := range a.AllocatedResources.Shared.Ports {
 		if p.Label == "http" {
@@ -455,4 +455,115 @@ func mean(ds []time.Duration) time.Duration {
 		sum += d
 	}
 	return sum / time.Duration(len(ds))
+}
+
+// BenchmarkRealEngineReady registers llama.cpp's real server with the tiny
+// model (one mock GPU) as an llmgw task and as a raw_exec task running the
+// same command line, alternately, rounds times each (LLMGW_BENCH_ROUNDS,
+// default 5). For each it finds the allocation's port as soon as the
+// scheduler has placed it and polls /health every 2 ms from outside; it
+// reports registration (the job's SubmitTime) → the first 200, for both
+// drivers, and for llmgw also → the driver's Ready event.
+func BenchmarkRealEngineReady(b *testing.B) {
+	rounds := 5
+	if v := os.Getenv("LLMGW_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			b.Fatalf("LLMGW_BENCH_ROUNDS=%q: want 1..100", v)
+		}
+		rounds = n
+	}
+	in := installRealEngineB(b)
+	nomadtest.Bin(b)
+	plugins := nomadtest.PluginDir(b, plugintest.Build(b, devicePkg), plugintest.Build(b, driverPkg), plugintest.Build(b, supervisorPkg))
+	c := nomadtest.Start(b, nomadtest.ClientOptions{
+		Name: "bench-1", PluginDir: plugins,
+		Plugins: map[string]string{
+			"nomad-device-nvml":  "\n    mock {\n      system = \"dgxh200\"\n      seed   = \"bench-1\"\n    }",
+			"nomad-driver-llmgw": driverPolicy(in.Binary),
+		},
+	})
+	args := []string{"-np", "1", "-c", "1024"}
+	task := func(driver string) *api.Task {
+		t := &api.Task{
+			Name: "engine", Driver: driver,
+			Resources: &api.Resources{
+				CPU: ptr(100), MemoryMB: ptr(256),
+				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](1)}},
+			},
+			KillTimeout: ptr(5 * time.Second),
+		}
+		if driver == "llmgw" {
+			t.Config = map[string]any{"engine": "llamacpp", "model": in.Model, "command": in.Binary, "port": "http", "args": args}
+		} else {
+			// What the llmgw recipe renders for the same task.
+			t.Config = map[string]any{"command": in.Binary, "args": append([]string{"-m", in.Model,
+				"--host", "${NOMAD_IP_http}", "--port", "${NOMAD_PORT_http}", "--metrics", "-ngl", "all"}, args...)}
+		}
+		return t
+	}
+	drivers := []string{"llmgw", "raw_exec"}
+	toHealth := map[string][]time.Duration{}
+	var toReady []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i := range rounds {
+			order := drivers
+			if i%2 == 1 {
+				order = []string{drivers[1], drivers[0]}
+			}
+			for _, d := range order {
+				id := fmt.Sprintf("real-%s-%d", strings.ReplaceAll(d, "_", ""), i)
+				if _, _, err := c.API.Jobs().Register(engineJob(id, 1, task(d)), nil); err != nil {
+					b.Fatalf("register %s: %v", id, err)
+				}
+				addr := placedAddr(b, c, id)
+				healthy, err := watchHealth(addr, time.Minute)
+				if err != nil {
+					b.Fatalf("%s: %v", id, err)
+				}
+				job, _, err := c.API.Jobs().Info(id, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				submit := time.Unix(0, *job.SubmitTime)
+				toHealth[d] = append(toHealth[d], healthy.Sub(submit))
+				line := fmt.Sprintf("%-8s round %d: registered → /health 200 %6.1f ms", d, i, ms(healthy.Sub(submit)))
+				if d == "llmgw" {
+					a := runningAllocs(b, c, id, 1, true)[0]
+					ev, _ := eventTime(a.TaskStates["engine"], "Driver", "Ready after")
+					toReady = append(toReady, ev.Sub(submit))
+					line += fmt.Sprintf(", → Ready event %6.1f ms", ms(ev.Sub(submit)))
+				}
+				b.Log(line)
+				stopJob(b, c, id)
+			}
+		}
+	}
+	b.StopTimer()
+	for _, d := range drivers {
+		b.ReportMetric(ms(median(toHealth[d])), d+"-health-p50-ms")
+	}
+	b.ReportMetric(ms(median(toReady)), "llmgw-ready-p50-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// placedAddr polls Nomad every 5 ms until the scheduler has placed the
+// job's allocation and returns its http address (the engine may not listen
+// yet), so that watching its /health starts before the engine can answer.
+func placedAddr(b *testing.B, c *nomadtest.Cluster, jobID string) string {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		stubs, _, err := c.API.Jobs().Allocations(jobID, false, nil)
+		if err == nil && len(stubs) > 0 {
+			a, _, err := c.API.Allocations().Info(stubs[0].ID, nil)
+			if err == nil {
+				return allocAddr(b, a)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.Fatalf("%s not placed within a minute", jobID)
+	return ""
 }

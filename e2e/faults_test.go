@@ -17,25 +17,67 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
 // sameRackClients starts a server and n GPU clients in one rack and PDU,
-// each with 4 mock H200s, the llmgw driver and fake-engine.
-func sameRackClients(t *testing.T, n int) (*nomadtest.Cluster, string) {
+// each with 4 mock H200s, the llmgw driver and fake-engine (and any other
+// engine binaries given, which the driver's policy allows too).
+func sameRackClients(t *testing.T, n int, more ...string) (*nomadtest.Cluster, string) {
 	t.Helper()
 	nomadtest.Bin(t)
 	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
 	engine := plugintest.Build(t, fakeEnginePkg)
 	var clients []nomadtest.ClientOptions
 	for i := range n {
-		clients = append(clients, gpuClient(fmt.Sprintf("gpu-%d", i+1), "k1", "p1", plugins, engine, ""))
+		c := gpuClient(fmt.Sprintf("gpu-%d", i+1), "k1", "p1", plugins, engine, "")
+		c.Plugins["nomad-driver-llmgw"] = `
+    ready_timeout = "2m"` + localnomad.DriverPolicy(append([]string{engine}, more...)...)
+		clients = append(clients, c)
 	}
 	return nomadtest.Start(t, clients...), engine
 }
+
+// installRealEngine installs llama.cpp's real server and a tiny model
+// answering answer where engines running as nobody can read them, or skips
+// the test saying how to get the engine.
+func installRealEngine(t testing.TB, answer string) realengine.Installed {
+	t.Helper()
+	realengine.Require(t)
+	dir, err := os.MkdirTemp("", "llmgw-realengine-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	o := tinymodel.Defaults
+	o.Answer = answer
+	in, err := realengine.Install(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// oneBetaLlama is oneBeta served by llama.cpp's real server.
+const oneBetaLlama = `
+model "beta" {
+  source   = %q
+  replicas = 1
+  profile "x1" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 250
+    args   = ["-np", "2", "-c", "2048"]
+  }
+}
+`
 
 // oneBeta is one replica of a one-GPU profile.
 const oneBeta = `
@@ -91,6 +133,43 @@ func servingAllocs(t *testing.T, c *nomadtest.Cluster, replica string) []*api.Al
 func TestControllerNodeLossReplacesReplica(t *testing.T) {
 	c, engine := sameRackClients(t, 2)
 	cfg := controllerFiles(t, c.Server.Addr(), engine, oneBeta, `headroom = 0`)
+	nodeLossReplacesReplica(t, c, cfg)
+}
+
+// The same with llama.cpp's real server as the replica's engine: the
+// replacement loads the real model and answers.
+func TestControllerNodeLossReplacesRealLlamaCppReplica(t *testing.T) {
+	in := installRealEngine(t, "Hello from beta!")
+	c, engine := sameRackClients(t, 2, in.Binary)
+	cfg := controllerFilesEngines(t, c.Server.Addr(), fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, in.Binary),
+		fmt.Sprintf(oneBetaLlama, in.Model), `headroom = 0`)
+	second := nodeLossReplacesReplica(t, c, cfg)
+	a, _, err := c.API.Allocations().Info(second.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + allocAddr(t, a)
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"Who?"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out struct {
+		Choices           []struct{ Message struct{ Content string } }
+		SystemFingerprint string `json:"system_fingerprint"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
+		t.Fatalf("the moved replica's answer: %s (%v)", resp.Status, err)
+	}
+	if out.Choices[0].Message.Content != "Hello from beta!" || out.SystemFingerprint != "b1-"+realengine.Commit {
+		t.Errorf("the moved replica answered %q (%s), want the real engine's %q", out.Choices[0].Message.Content, out.SystemFingerprint, "Hello from beta!")
+	}
+}
+
+// nodeLossReplacesReplica runs the node-loss scenario on the controller
+// cfg configures and returns the allocation serving after it.
+func nodeLossReplacesReplica(t *testing.T, c *nomadtest.Cluster, cfg config.Config) *api.AllocationListStub {
+	t.Helper()
 	_, base, _ := runController(t, cfg, "ctl-1")
 	waitServing(t, base, 3*time.Minute, "beta-0")
 	first := onlyServing(t, c, "beta-0")
@@ -176,6 +255,7 @@ func TestControllerNodeLossReplacesReplica(t *testing.T) {
 		return len(rs) == 1 && rs[0].State == "serving" && slices.Equal(rs[0].Nodes, []string{second.NodeName}),
 			fmt.Sprintf("controller's replicas after the node came back: %+v", rs)
 	})
+	return second
 }
 
 // onlyServing waits until exactly one allocation serves the replica slot
@@ -446,3 +526,7 @@ func TestControllerNomadReasonsInExplain(t *testing.T) {
 	}
 	t.Logf("beta-0 (%s) %s; Nomad's reasons %+v", d.JobID, d.State, d.Nomad)
 }
+
+// installRealEngineB is installRealEngine for a benchmark, with the default
+// answer.
+func installRealEngineB(b *testing.B) realengine.Installed { return installRealEngine(b, "Hello world!") }
