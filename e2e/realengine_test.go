@@ -83,7 +83,9 @@ func TestAutoscaleOnRealLlamaCppSignals(t *testing.T) {
 		if m.Signals != nil && m.Signals.Waiting.Value != nil {
 			waiting = *m.Signals.Waiting.Value
 		}
-		if m.LastChange != nil && m.LastChange.Reason == "up" && m.LastChange.To == 2 {
+		// up (over the up window) or panic (over the panic window), as
+		// the queue builds.
+		if m.LastChange != nil && (m.LastChange.Reason == "up" || m.LastChange.Reason == "panic") && m.LastChange.To == 2 {
 			upDetail = m.LastChange.Detail
 			return true, ""
 		}
