@@ -529,4 +529,6 @@ func TestControllerNomadReasonsInExplain(t *testing.T) {
 
 // installRealEngineB is installRealEngine for a benchmark, with the default
 // answer.
-func installRealEngineB(b *testing.B) realengine.Installed { return installRealEngine(b, "Hello world!") }
+func installRealEngineB(b *testing.B) realengine.Installed {
+	return installRealEngine(b, "Hello world!")
+}

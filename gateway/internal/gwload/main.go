@@ -64,11 +64,19 @@ func main() {
 	minimal := flag.Bool("minimal", false, "also measure a minimal Go proxy (`minimal-go`, see minimal.go): what the Go runtime, http.ReadRequest and the sockets cost without the gateway")
 	loop := flag.String("server", "llmgw", "internal: with -serve gateway, the server loop: llmgw (internal/h1) or net/http")
 	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
+	streams := flag.String("streams", "", "measure streamed completions from llama.cpp's real server (make llama-server) instead, at these numbers of concurrent streams (comma-separated, e.g. 1,64): time to first token and inter-token gap, direct, through the gateway and through -nginx")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
 		if err := serve(*serveRole, *upstream, *cpuprofile, *loop, *keys); err != nil {
+			fmt.Fprintln(os.Stderr, "gwload:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *streams != "" {
+		if err := runStreams(*streams, min(*dur, 30*time.Second), *nginx); err != nil {
 			fmt.Fprintln(os.Stderr, "gwload:", err)
 			os.Exit(1)
 		}
