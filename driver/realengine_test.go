@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
@@ -23,7 +25,7 @@ func llamaTask(model string, extra string) string {
 	return `
 engine  = "llamacpp"
 model   = "` + model + `"
-command = "` + realengine.Binary() + `"
+command = "` + llamabuild.Binary() + `"
 port    = "%PORT%"
 served_model_name = "tiny"
 args    = ["-np", "2", "-c", "2048"` + extra + `]
@@ -70,7 +72,7 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 		t.Errorf("events %q: want Loading the model 0%%, then 100%%, and Ready", msgs)
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(tk.port)
-	if code, _ := httpGet(t, url+"/health"); code != 200 {
+	if code, _ := realengine.Get(t, url+"/health"); code != 200 {
 		t.Fatalf("Ready, but /health answers %d", code)
 	}
 
@@ -191,23 +193,52 @@ func TestRealLlamaCppFailures(t *testing.T) {
 			}
 		})
 	}
-	missing := filepath.Join(dir, "missing.gguf")
-	tk := newTask(t, taskOpts{noGPU: true, noLog: true, body: llamaTask(missing, "")})
-	_, err = p.Driver.StartTask(ctxT(t, 10*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
-	if err == nil || !strings.Contains(err.Error(), missing) {
-		t.Errorf("StartTask with a missing model file: %v, want an error naming %s", err, missing)
-	}
-}
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
+	// Refused before anything runs: a model file or an engine binary that
+	// is not there, a binary that is not executable.
+	notExec := filepath.Join(dir, "llama-server")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	for _, c := range []struct{ name, body, want string }{
+		{"missing model", llamaTask(filepath.Join(dir, "missing.gguf"), ""), filepath.Join(dir, "missing.gguf")},
+		{"missing binary", strings.Replace(llamaTask(model, ""), llamabuild.Binary(), filepath.Join(dir, "nope"), 1), filepath.Join(dir, "nope")},
+		{"binary not executable", strings.Replace(llamaTask(model, ""), llamabuild.Binary(), notExec, 1), notExec},
+	} {
+		tk := newTask(t, taskOpts{noGPU: true, noLog: true, body: c.body})
+		_, err := p.Driver.StartTask(ctxT(t, 10*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: StartTask: %v, want an error naming %s", c.name, err, c.want)
+		}
+	}
+
+	// The engine dies mid-stream: the exit is said with its signal and the
+	// last lines it wrote.
+	tk := newTask(t, taskOpts{noGPU: true, body: llamaTask(model, `, "--context-shift"`)})
+	st := decodeState(t, p.start(t, tk))
+	p.events.wait(t, tk.cfg.GetId(), "Ready after", time.Minute)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	first := make(chan struct{})
+	wg.Go(func() {
+		defer close(first)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:"+strconv.Itoa(tk.port)+"/v1/chat/completions",
+			strings.NewReader(`{"stream":true,"max_tokens":1000000,"ignore_eos":true,"messages":[{"role":"user","content":"Go on."}]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = resp.Body.Read(make([]byte, 1))
+	})
+	<-first
+	if err := syscall.Kill(st.Engine.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ev := p.events.wait(t, tk.cfg.GetId(), "Engine was killed by signal 9", time.Minute)
+	if !strings.Contains(ev.GetAnnotations()["output_tail"], "slot") {
+		t.Errorf("exit event %q: want the engine's last lines (its slot log) in output_tail, got %q", ev.GetMessage(), ev.GetAnnotations()["output_tail"])
+	}
 }
 
 // An engine that closes its port at the stop signal but waits for its

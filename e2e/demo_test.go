@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -50,7 +50,7 @@ func TestDemo(t *testing.T) {
 	// With the real llama.cpp server built, the demo serves one model more
 	// with it and asks that model; without, fake-engine answers and the
 	// demo says how to get the real one.
-	if ok, _ := realengine.Available(); ok {
+	if ok, _ := llamabuild.Available(); ok {
 		t.Log("the real llama.cpp engine is built: the demo must answer with it")
 		wants = append(wants,
 			"replicas: 7 serving, 0 starting",

@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
@@ -47,7 +48,7 @@ func sameRackClients(t *testing.T, n int, more ...string) (*nomadtest.Cluster, s
 // installRealEngine installs llama.cpp's real server and a tiny model
 // answering answer where engines running as nobody can read them, or skips
 // the test saying how to get the engine.
-func installRealEngine(t testing.TB, answer string) realengine.Installed {
+func installRealEngine(t testing.TB, answer string) llamabuild.Installed {
 	t.Helper()
 	realengine.Require(t)
 	dir, err := os.MkdirTemp("", "llmgw-realengine-")
@@ -57,7 +58,7 @@ func installRealEngine(t testing.TB, answer string) realengine.Installed {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	o := tinymodel.Defaults
 	o.Answer = answer
-	in, err := realengine.Install(dir, o)
+	in, err := llamabuild.Install(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestControllerNodeLossReplacesRealLlamaCppReplica(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
 		t.Fatalf("the moved replica's answer: %s (%v)", resp.Status, err)
 	}
-	if out.Choices[0].Message.Content != "Hello from beta!" || out.SystemFingerprint != "b1-"+realengine.Commit {
+	if out.Choices[0].Message.Content != "Hello from beta!" || out.SystemFingerprint != "b1-"+llamabuild.Commit {
 		t.Errorf("the moved replica answered %q (%s), want the real engine's %q", out.Choices[0].Message.Content, out.SystemFingerprint, "Hello from beta!")
 	}
 }
@@ -529,6 +530,6 @@ func TestControllerNomadReasonsInExplain(t *testing.T) {
 
 // installRealEngineB is installRealEngine for a benchmark, with the default
 // answer.
-func installRealEngineB(b *testing.B) realengine.Installed {
+func installRealEngineB(b *testing.B) llamabuild.Installed {
 	return installRealEngine(b, "Hello world!")
 }

@@ -13,7 +13,7 @@
 #       gcc for this machine's own arch, else <triplet>-gcc); without one the
 #       tarball is skipped and the summary says so.
 #
-# fake-engine and llmgw-demo are development tools (make build), in no
+# fake-engine, llmgw-demo and llmgw-tinymodel are development tools (make build), in no
 # tarball. Every binary carries VERSION (-X …/internal/version.Version).
 # Tarballs are reproducible: sorted names, owner 0, gzip without a name or
 # time, every file's time the commit's.

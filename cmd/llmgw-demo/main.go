@@ -38,8 +38,8 @@ import (
 
 	"github.com/llmgw/llmgw/engine/contract"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
-	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
@@ -102,14 +102,14 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	// The real llama.cpp server, when make llama-server has built it,
 	// serves one more model of the demo's catalog; fake-engine stands in
 	// for vLLM either way.
-	var real *realengine.Installed
-	if ok, why := realengine.Available(); ok {
-		in, err := realengine.Install(filepath.Join(c.Root, "llama.cpp"), demoTinyModel)
+	var real *llamabuild.Installed
+	if ok, why := llamabuild.Available(); ok {
+		in, err := llamabuild.Install(filepath.Join(c.Root, "llama.cpp"), demoTinyModel)
 		if err != nil {
 			return fmt.Errorf("installing the real llama.cpp engine for the demo: %w", err)
 		}
 		real = &in
-		fmt.Printf("Real engine: %s with a tiny test model (%s), for the model %q.\n", realengine.Describe(), in.Model, realModel)
+		fmt.Printf("Real engine: %s with a tiny test model (%s), for the model %q.\n", llamabuild.Describe(), in.Model, realModel)
 	} else {
 		fmt.Printf("Real engine: none, every replica runs fake-engine (%s).\n", why)
 	}
@@ -320,7 +320,7 @@ func planInstead(ctx context.Context, binDir string) error {
 // controller` in its own process group; it returns the API's address, a
 // function that stops it, and one that reports (with its log) whether it
 // has exited.
-func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *realengine.Installed) (string, func(), func() error, error) {
+func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *llamabuild.Installed) (string, func(), func() error, error) {
 	repo, err := os.Getwd()
 	if err != nil {
 		return "", nil, nil, err
@@ -378,7 +378,7 @@ reconcile { interval = "10s" }
 	fmt.Printf("\nStarted the llmgw controller (API on http://%s) with the demo catalog: %s\n", addr, "jobs/examples/demo/catalog.hcl")
 	fmt.Printf("Engines: fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=%s): every command line is checked against vLLM's parser.\n", strict)
 	if real != nil {
-		fmt.Printf("         %s serving %q (catalog %s).\n", realengine.Describe(), realModel, catalog)
+		fmt.Printf("         %s serving %q (catalog %s).\n", llamabuild.Describe(), realModel, catalog)
 	} else {
 		fmt.Println("         The real llama.cpp server is not built: run `make llama-server` (about 13 minutes on 2 cores) and the demo serves one model with it.")
 	}
@@ -565,7 +565,7 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 	fmt.Printf("  POST /v1/chat/completions {\"model\":%q}: through the gateway: %d from replica %s: %q\n",
 		model, resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader), out.Choices[0].Message.Content)
 	if real {
-		fmt.Printf("  answered by %s (system_fingerprint %s), not fake-engine\n", realengine.Describe(), out.Fingerprint)
+		fmt.Printf("  answered by %s (system_fingerprint %s), not fake-engine\n", llamabuild.Describe(), out.Fingerprint)
 	} else {
 		fmt.Println("  answered by fake-engine; `make llama-server` builds the real llama.cpp server, and the demo then answers with it")
 	}

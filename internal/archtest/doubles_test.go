@@ -31,6 +31,9 @@ var mayImportDoubles = map[string]string{
 	// llmgw-demo is what make demo runs: a local Nomad cluster on
 	// loopback, started with internal/testing/localnomad.
 	module + "/cmd/llmgw-demo": "make demo's local cluster is internal/testing/localnomad",
+	// llmgw-tinymodel writes internal/testing/tinymodel's models from the
+	// command line, for tests, demos and measurements by hand.
+	module + "/cmd/llmgw-tinymodel": "the tiny model writer's command line is internal/testing/tinymodel's",
 	// gwload measures the latency the gateway adds (docs/perf.md) against
 	// an in-process fake-engine replica; it is run with go run, make build
 	// does not build it, and gateway/internal keeps it from other importers.

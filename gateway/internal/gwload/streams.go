@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
@@ -126,7 +126,7 @@ func streamLoad(client *http.Client, url string, n int, dur time.Duration) strea
 // startRealEngine runs llama.cpp's real server with a tiny model on a
 // loopback port, serving n slots, and waits until it is ready.
 func startRealEngine(slots int) (*server, error) {
-	if ok, why := realengine.Available(); !ok {
+	if ok, why := llamabuild.Available(); !ok {
 		return nil, errors.New(why)
 	}
 	dir, err := os.MkdirTemp("", "gwload-")
@@ -134,7 +134,7 @@ func startRealEngine(slots int) (*server, error) {
 		return nil, err
 	}
 	o := tinymodel.Defaults
-	o.Vocab = realengine.Vocab()
+	o.Vocab = llamabuild.Vocab()
 	model := filepath.Join(dir, "tiny.gguf")
 	if err := tinymodel.Write(model, o); err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ func startRealEngine(slots int) (*server, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
-	cmd := exec.Command(realengine.Binary(), "-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+	cmd := exec.Command(llamabuild.Binary(), "-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--alias", "m", "-np", strconv.Itoa(slots), "-c", strconv.Itoa(slots*256), "--metrics")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -155,7 +155,7 @@ func startRealEngine(slots int) (*server, error) {
 	go func() { _ = cmd.Wait(); close(done) }()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	stop := func() { _ = cmd.Process.Kill(); <-done; _ = os.RemoveAll(dir) }
-	if err := realengine.WaitReady(context.Background(), "http://"+addr, done, time.Minute); err != nil {
+	if err := llamabuild.WaitReady(context.Background(), "http://"+addr, done, time.Minute); err != nil {
 		stop()
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func runStreams(concurrency string, dur time.Duration, nginxBin string) error {
 		targets = append(targets, target{name: "nginx", srv: ng})
 	}
 	fmt.Printf("llama.cpp %s (%s) with a %d-layer, %d-wide tiny model, %d slots; %d tokens a stream; %s per target per concurrency\n",
-		realengine.Version, realengine.Commit, tinymodel.Defaults.Layers, tinymodel.Defaults.Embed, slices.Max(ns), streamTokens, dur)
+		llamabuild.Version, llamabuild.Commit, tinymodel.Defaults.Layers, tinymodel.Defaults.Embed, slices.Max(ns), streamTokens, dur)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
 	for _, n := range ns {
 		res := map[string]*streamResult{}

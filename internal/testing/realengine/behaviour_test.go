@@ -21,21 +21,13 @@ import (
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 )
 
 const captureFile = "../../../enginemetrics/testdata/llamacpp.txt"
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
+var get = realengine.Get
 
 // families are the metric family names and types in a Prometheus text.
 func families(t *testing.T, text, prefix string) map[string]string {
@@ -203,7 +195,7 @@ func fakeMetrics(t *testing.T) map[string]string {
 	}()
 	defer func() { cancel(); <-done }()
 	url := "http://" + ln.Addr().String()
-	if err := realengine.WaitReady(t.Context(), url, done, 30*time.Second); err != nil {
+	if err := llamabuild.WaitReady(t.Context(), url, done, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	_, text := get(t, url+"/metrics")

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/engine/contract"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 )
 
@@ -67,7 +68,7 @@ func parseHelp(t *testing.T, text string) []helpOption {
 func realHelp(t *testing.T) []helpOption {
 	t.Helper()
 	realengine.Require(t)
-	out, err := exec.Command(realengine.Binary(), "--help").CombinedOutput()
+	out, err := exec.Command(llamabuild.Binary(), "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("llama-server --help: %v\n%s", err, out)
 	}
@@ -135,8 +136,8 @@ func TestLlamaCppContractMatchesRealHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Version != realengine.Version || !strings.HasPrefix(c.Commit, realengine.Commit) {
-		t.Errorf("contract pins %s (%s), want %s (%s)", c.Version, c.Commit, realengine.Version, realengine.Commit)
+	if c.Version != llamabuild.Version || !strings.HasPrefix(c.Commit, llamabuild.Commit) {
+		t.Errorf("contract pins %s (%s), want %s (%s)", c.Version, c.Commit, llamabuild.Version, llamabuild.Commit)
 	}
 	want := map[string]contractView{}
 	for _, o := range opts {
@@ -174,7 +175,7 @@ func TestLlamaCppContractMatchesRealHelp(t *testing.T) {
 // name list, and the text up to the next add_opt (its handler).
 func argDecls(t *testing.T) (map[string]int, map[string]string) {
 	t.Helper()
-	src := filepath.Join(realengine.Dir(), "src", "common", "arg.cpp")
+	src := filepath.Join(llamabuild.Dir(), "src", "common", "arg.cpp")
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatalf("read the source the contract cites: %v", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 )
 
@@ -43,7 +44,7 @@ func firstError(out string) string {
 
 func runReal(t *testing.T, args []string) verdict {
 	t.Helper()
-	cmd := exec.Command(realengine.Binary(), args...)
+	cmd := exec.Command(llamabuild.Binary(), args...)
 	var out strings.Builder
 	var mu sync.Mutex
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
@@ -55,7 +56,7 @@ func runReal(t *testing.T, args []string) verdict {
 	go func() { _ = cmd.Wait(); close(done) }()
 	defer func() { _ = cmd.Process.Kill(); <-done }()
 	port := portOf(args)
-	if err := realengine.WaitReady(t.Context(), "http://127.0.0.1:"+port, done, time.Minute); err == nil {
+	if err := llamabuild.WaitReady(t.Context(), "http://127.0.0.1:"+port, done, time.Minute); err == nil {
 		return verdict{served: true}
 	}
 	<-done
@@ -93,11 +94,11 @@ func runFake(t *testing.T, args []string) verdict {
 		defer close(done)
 		defer func() { _ = ln.Close() }() // Run may not have served on it
 		status <- fakeengine.Run(ctx, fakeengine.Options{
-			Args:   append([]string{"--strict", "llamacpp@" + realengine.Version}, args...),
+			Args:   append([]string{"--strict", "llamacpp@" + llamabuild.Version}, args...),
 			Stdout: io.Discard, Stderr: &errOut, Listener: ln,
 		})
 	}()
-	if err := realengine.WaitReady(ctx, "http://"+ln.Addr().String(), done, time.Minute); err == nil {
+	if err := llamabuild.WaitReady(ctx, "http://"+ln.Addr().String(), done, time.Minute); err == nil {
 		cancel()
 		<-done
 		return verdict{served: true}

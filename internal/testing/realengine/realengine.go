@@ -1,18 +1,17 @@
-// Package realengine finds and runs llama.cpp's own llama-server, the real
-// engine that llama.cpp's tests run against (not fake-engine), with a tiny
-// model from internal/testing/tinymodel.
+// Package realengine runs llama.cpp's own llama-server, the real engine
+// that llama.cpp's tests run against (not fake-engine), with a tiny model
+// from internal/testing/tinymodel, for tests.
 //
 // `make llama-server` (scripts/llama-server.sh) builds the pinned version
-// into Dir(); LLAMA_SERVER names another binary. Where neither exists, Require
-// skips the test saying how to get it, unless LLMGW_REQUIRE_REAL_ENGINE=1 (set
-// by .ci/run, which builds it), where it fails: in CI the real engine is never
-// optional.
+// where internal/testing/llamabuild finds it; LLAMA_SERVER names another
+// binary. Where neither exists, Require skips the test saying how to get
+// it, unless LLMGW_REQUIRE_REAL_ENGINE=1 (set by .ci/run, which builds it),
+// where it fails: in CI the real engine is never optional.
 package realengine
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,72 +26,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
-
-// The pinned llama.cpp: the npm package node-llama-cpp@3.21.1 ships this
-// commit's source (scripts/llama-server.sh, which must name the same commit;
-// a test checks).
-const (
-	Version = "0.4.0"
-	Commit  = "80fb11a"
-)
-
-// Dir is where make llama-server keeps the pinned build: bin/llama-server
-// and src/, the source tree (its models/ hold the tokenizer vocabularies).
-// The same rule as scripts/llama-server.sh: $LLMGW_CACHE, else
-// $XDG_CACHE_HOME/llmgw, else ~/.cache/llmgw, then llama.cpp/<commit>.
-func Dir() string {
-	root := os.Getenv("LLMGW_CACHE")
-	if root == "" {
-		if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
-			root = filepath.Join(x, "llmgw")
-		} else if home, err := os.UserHomeDir(); err == nil {
-			root = filepath.Join(home, ".cache", "llmgw")
-		}
-	}
-	return filepath.Join(root, "llama.cpp", Commit)
-}
-
-// Binary is the llama-server to run: $LLAMA_SERVER, else Dir()/bin/llama-server.
-func Binary() string {
-	if b := os.Getenv("LLAMA_SERVER"); b != "" {
-		return b
-	}
-	return filepath.Join(Dir(), "bin", "llama-server")
-}
-
-// Vocab is the SentencePiece vocabulary file tiny models copy their
-// tokenizer from.
-func Vocab() string {
-	if v := os.Getenv("LLAMA_VOCAB"); v != "" {
-		return v
-	}
-	return filepath.Join(Dir(), "src", "models", "ggml-vocab-llama-spm.gguf")
-}
-
-// Available reports whether the binary and the vocabulary are there, and if
-// not, why, in words that say how to get them.
-func Available() (bool, string) {
-	var missing []string
-	if st, err := os.Stat(Binary()); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		missing = append(missing, "llama-server at "+Binary())
-	}
-	if _, err := os.Stat(Vocab()); err != nil {
-		missing = append(missing, "the tokenizer vocabulary "+Vocab())
-	}
-	if len(missing) == 0 {
-		return true, ""
-	}
-	return false, "the real llama.cpp engine is not built (missing " + strings.Join(missing, " and ") +
-		"): run `make llama-server` (about 13 minutes on 2 cores), or set LLAMA_SERVER and LLAMA_VOCAB"
-}
 
 // Require skips t (or fails it, under LLMGW_REQUIRE_REAL_ENGINE=1) when the
 // real engine is not built.
 func Require(t testing.TB) {
 	t.Helper()
-	ok, why := Available()
+	ok, why := llamabuild.Available()
 	if ok {
 		return
 	}
@@ -112,7 +54,7 @@ func Model(t testing.TB, o tinymodel.Options) string {
 	t.Helper()
 	Require(t)
 	if o.Vocab == "" {
-		o.Vocab = Vocab()
+		o.Vocab = llamabuild.Vocab()
 	}
 	modelMu.Lock()
 	defer modelMu.Unlock()
@@ -184,7 +126,7 @@ func (s *Server) Signal(sig syscall.Signal) error { return s.Cmd.Process.Signal(
 func Start(t testing.TB, model string, args ...string) *Server {
 	t.Helper()
 	s := Launch(t, model, args...)
-	if err := WaitReady(t.Context(), s.URL, s.done, time.Minute); err != nil {
+	if err := llamabuild.WaitReady(t.Context(), s.URL, s.done, time.Minute); err != nil {
 		t.Fatalf("llama-server not ready: %v\noutput:\n%s", err, s.Output())
 	}
 	return s
@@ -196,12 +138,12 @@ func Launch(t testing.TB, model string, args ...string) *Server {
 	Require(t)
 	port := FreePort(t)
 	full := append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "-np", "2", "-c", "2048"}, args...)
-	cmd := exec.Command(Binary(), full...)
+	cmd := exec.Command(llamabuild.Binary(), full...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", Binary(), err)
+		t.Fatalf("start %s: %v", llamabuild.Binary(), err)
 	}
 	s := &Server{URL: "http://127.0.0.1:" + strconv.Itoa(port), Port: port, Cmd: cmd, out: out, done: make(chan struct{})}
 	go func() { s.err = cmd.Wait(); close(s.done) }()
@@ -213,38 +155,6 @@ func Launch(t testing.TB, model string, args ...string) *Server {
 		}
 	})
 	return s
-}
-
-// WaitReady polls url's /health until it answers 200, exited is closed, or
-// limit passes; each probe waits at most a second.
-func WaitReady(ctx context.Context, url string, exited <-chan struct{}, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	probe := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-exited:
-			return fmt.Errorf("llama-server exited before it was ready")
-		default:
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
-		if resp, err := probe.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("llama-server exited before it was ready")
-		case <-ctx.Done():
-			return fmt.Errorf("no 200 from %s/health within %s", url, limit)
-		case <-tick.C:
-		}
-	}
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -283,44 +193,32 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// Installed is a copy of the real engine and a tiny model where an engine
-// running as another user (the driver's default, nobody) can read them.
-type Installed struct {
-	Binary, Model string
-}
-
-// Install copies the built llama-server into dir and writes a tiny model
-// there with o (Vocab filled in), making dir and both files world-readable
-// (the binary executable): the cache that make llama-server fills is under
-// the building user's home, which engines run as nobody cannot reach.
-func Install(dir string, o tinymodel.Options) (Installed, error) {
-	if ok, why := Available(); !ok {
-		return Installed{}, errors.New(why)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Installed{}, err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return Installed{}, err
-	}
-	in := Installed{Binary: filepath.Join(dir, "llama-server"), Model: filepath.Join(dir, "model.gguf")}
-	b, err := os.ReadFile(Binary())
+// Get fetches url and returns the answer's status and body.
+func Get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
-		return Installed{}, err
+		t.Fatal(err)
 	}
-	if err := os.WriteFile(in.Binary, b, 0o755); err != nil {
-		return Installed{}, err
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if o.Vocab == "" {
-		o.Vocab = Vocab()
-	}
-	if err := tinymodel.Write(in.Model, o); err != nil {
-		return Installed{}, fmt.Errorf("tiny model: %w", err)
-	}
-	return in, os.Chmod(in.Model, 0o644)
+	return resp.StatusCode, string(b)
 }
 
-// Describe names the pinned engine, for what the demo prints.
-func Describe() string {
-	return "llama.cpp's own llama-server " + Version + " (" + Commit + ")"
+// Post sends body as JSON to url and returns the answer's status and body.
+func Post(t testing.TB, url, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
 }

@@ -3,7 +3,6 @@ package realengine_test
 import (
 	"bufio"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
@@ -22,7 +22,7 @@ func TestScriptPinsTheSameCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"\nCOMMIT=" + realengine.Commit + "\n", "\nLLAMA_VERSION=" + realengine.Version + "\n"} {
+	for _, want := range []string{"\nCOMMIT=" + llamabuild.Commit + "\n", "\nLLAMA_VERSION=" + llamabuild.Version + "\n"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("scripts/llama-server.sh does not set %q", strings.TrimSpace(want))
 		}
@@ -31,11 +31,11 @@ func TestScriptPinsTheSameCommit(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	realengine.Require(t)
-	out, err := exec.Command(realengine.Binary(), "--version").CombinedOutput()
+	out, err := exec.Command(llamabuild.Binary(), "--version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--version: %v\n%s", err, out)
 	}
-	if want := "commit " + realengine.Commit; !strings.Contains(string(out), want) {
+	if want := "commit " + llamabuild.Commit; !strings.Contains(string(out), want) {
 		t.Errorf("--version printed %q, want it to name %q", out, want)
 	}
 }
@@ -56,20 +56,7 @@ type chatAnswer struct {
 	SystemFingerprint string `json:"system_fingerprint"`
 }
 
-// post sends body and returns the answer's status and body.
-func post(t *testing.T, url, body string) (int, []byte) {
-	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
-}
+var post = realengine.Post
 
 // The tiny model answers "Hello world!" and stops, whatever it is asked and
 // however it samples, in a chat, a stream and a plain completion; a repeated
@@ -88,7 +75,7 @@ func TestTinyModelAnswers(t *testing.T) {
 		if got := a.Choices[0].Message.Content; got != "Hello world!" || a.Choices[0].FinishReason != "stop" {
 			t.Errorf("chat answer %q finish %q, want %q and stop", got, a.Choices[0].FinishReason, "Hello world!")
 		}
-		if want := "b1-" + realengine.Commit; a.SystemFingerprint != want {
+		if want := "b1-" + llamabuild.Commit; a.SystemFingerprint != want {
 			t.Errorf("system_fingerprint %q, want %q", a.SystemFingerprint, want)
 		}
 	}

@@ -1,0 +1,67 @@
+// Command llmgw-tinymodel writes a tiny deterministic llama-architecture
+// GGUF model that llama.cpp's real llama-server loads and answers with
+// (internal/testing/tinymodel): the same flags give the same bytes, and the
+// model answers -answer and stops, for any prompt. For tests, demos and
+// measurements; it has nothing to do in production.
+//
+//	llmgw-tinymodel -o tiny.gguf
+//	llmgw-tinymodel -layers 8 -embed 512 -ff 1536 -o bigger.gguf -answer "Hello from r2!"
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "llmgw-tinymodel:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	d := tinymodel.Defaults
+	fs := flag.NewFlagSet("llmgw-tinymodel", flag.ContinueOnError)
+	out := fs.String("o", "", "the GGUF file to write (required)")
+	vocab := fs.String("vocab", llamabuild.Vocab(), "the GGUF vocabulary to copy the tokenizer from (make llama-server keeps llama.cpp's)")
+	name := fs.String("name", d.Name, "general.name")
+	answer := fs.String("answer", d.Answer, "what the model answers (its tokens must all differ)")
+	layers := fs.Int("layers", d.Layers, "transformer blocks")
+	embed := fs.Int("embed", d.Embed, "embedding width")
+	heads := fs.Int("heads", d.Heads, "attention heads")
+	ff := fs.Int("ff", d.FF, "feed-forward width")
+	ctx := fs.Int("context", d.Context, "trained context length")
+	typ := fs.String("type", "q8_0", "weights: q8_0 or f32")
+	seed := fs.Uint64("seed", d.Seed, "seed of the layers' weights")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("-o: name the file to write")
+	}
+	o := tinymodel.Options{Vocab: *vocab, Name: *name, Answer: *answer, Layers: *layers, Embed: *embed,
+		Heads: *heads, FF: *ff, Context: *ctx, Seed: *seed}
+	switch *typ {
+	case "q8_0":
+		o.Type = tinymodel.Q8_0
+	case "f32":
+		o.Type = tinymodel.F32
+	default:
+		return fmt.Errorf("-type %q: want q8_0 or f32", *typ)
+	}
+	if err := tinymodel.Write(*out, o); err != nil {
+		return err
+	}
+	st, err := os.Stat(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: %d layers × %d wide, %s, %.1f MB; it answers %q\n", *out, o.Layers, o.Embed, *typ, float64(st.Size())/1e6, o.Answer)
+	return nil
+}
