@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/llmgw/llmgw/internal/cli"
+	"github.com/llmgw/llmgw/cmd/llmgw/internal/cli"
 )
 
 func main() {

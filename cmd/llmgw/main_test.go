@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestExitStatus(t *testing.T) {
-	td := "../../internal/cli/plancmd/testdata/"
+	td := "internal/cli/plancmd/testdata/"
 	tests := []struct {
 		name    string
 		catalog string

@@ -150,7 +150,9 @@ func allowedMock(bin, path string) bool {
 
 func listCmds(t *testing.T) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "./cmd/...")
+	// The binaries are the main packages; cmd/llmgw/internal/... are the
+	// llmgw binary's own libraries.
+	cmd := exec.Command("go", "list", "-f", `{{if eq .Name "main"}}{{.ImportPath}}{{end}}`, "./cmd/...")
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package hcldecode is the one way llmgw reads its own HCL files: the
 // controller's configuration (controller/config), the catalog, facility and
-// fleet (facility), and the gateway's configuration (internal/cli/gatewaycmd).
+// fleet (facility), and the gateway's configuration (cmd/llmgw/internal/cli/gatewaycmd).
 //
 // A file's schema is a Go struct with gohcl tags
 // (github.com/hashicorp/hcl/v2/gohcl): an attribute is a field tagged

@@ -1,7 +1,7 @@
 // Package nomadfake is the controller tier's test double: an httptest
 // server that answers the part of the Nomad 2.0 HTTP API llmgw's
 // controller calls, for the real client github.com/hashicorp/nomad/api, so
-// that the tests of controller, controller/ui and internal/cli/ctlcmd
+// that the tests of controller, controller/ui and cmd/llmgw/internal/cli/ctlcmd
 // (through internal/testing/ctltest) run fast and deterministically. It
 // imports testing and httptest and must only be imported by tests.
 //

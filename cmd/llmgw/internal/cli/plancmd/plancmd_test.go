@@ -47,7 +47,7 @@ func exitCode(err error) int {
 
 func TestPlanGolden(t *testing.T) {
 	td := func(name string) string { return filepath.Join("testdata", name) }
-	ex := func(name string) string { return filepath.Join("..", "..", "..", "jobs", "examples", name) }
+	ex := func(name string) string { return filepath.Join("..", "..", "..", "..", "..", "jobs", "examples", name) }
 	tests := []struct {
 		name                     string
 		fleet, facility, catalog string

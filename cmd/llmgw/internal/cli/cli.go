@@ -11,10 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/internal/cli/controllercmd"
-	"github.com/llmgw/llmgw/internal/cli/ctlcmd"
-	"github.com/llmgw/llmgw/internal/cli/gatewaycmd"
-	"github.com/llmgw/llmgw/internal/cli/plancmd"
+	"github.com/llmgw/llmgw/cmd/llmgw/internal/cli/controllercmd"
+	"github.com/llmgw/llmgw/cmd/llmgw/internal/cli/ctlcmd"
+	"github.com/llmgw/llmgw/cmd/llmgw/internal/cli/gatewaycmd"
+	"github.com/llmgw/llmgw/cmd/llmgw/internal/cli/plancmd"
 	"github.com/llmgw/llmgw/internal/version"
 )
 

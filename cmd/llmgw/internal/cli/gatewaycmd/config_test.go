@@ -153,7 +153,7 @@ namespace = env("LLMGW_TEST_NS")
 
 // The example spells out the defaults.
 func TestExampleConfig(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "jobs", "examples", "gateway.hcl")
+	path := filepath.Join("..", "..", "..", "..", "..", "jobs", "examples", "gateway.hcl")
 	got, err := settingsOf(t, "--config", path)
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +260,7 @@ func TestNewFlags(t *testing.T) {
 
 // The example in docs/gateway.md parses.
 func TestDocExampleConfig(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "gateway.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "..", "docs", "gateway.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
