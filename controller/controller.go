@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
@@ -509,7 +510,7 @@ func (c *Controller) pollPower(ctx context.Context) {
 			return
 		}
 		c.mu.Lock()
-		changed := fmt.Sprint(c.snap.power) != fmt.Sprint(power)
+		changed := !maps.Equal(c.snap.power, power)
 		c.snap.power = power
 		c.mu.Unlock()
 		if changed {

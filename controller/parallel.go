@@ -2,8 +2,8 @@ package controller
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // forEach calls f(i) for every i in [0, n), at most workers at a time,
@@ -11,18 +11,13 @@ import (
 // The Nomad reads a pass depends on (nodes, checks, power) go through it,
 // so one slow client holds up only its own read.
 func forEach(ctx context.Context, n, workers int, f func(i int)) {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(workers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				f(i)
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(max(workers, 1))
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { f(i); return nil })
 	}
-	wg.Wait()
+	_ = g.Wait()
 }

@@ -211,7 +211,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 			measured = n.BaseWatts
 		}
 		for _, l := range facility.Levels() {
-			val := locationValue(n.Location, l)
+			val := n.Location.Get(l)
 			if val == "" {
 				continue
 			}
@@ -286,22 +286,6 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	v.Leader = c.leader
 	c.view = v
 	c.mu.Unlock()
-}
-
-func locationValue(l facility.Location, lvl facility.Level) string {
-	switch lvl {
-	case facility.LevelSite:
-		return l.Site
-	case facility.LevelRoom:
-		return l.Room
-	case facility.LevelRow:
-		return l.Row
-	case facility.LevelRack:
-		return l.Rack
-	case facility.LevelPDU:
-		return l.PDU
-	}
-	return ""
 }
 
 // saveDecisions stores each decision of the pass that changed since it
