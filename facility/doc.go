@@ -5,6 +5,11 @@
 // errors that name file:line; the planner takes values and returns
 // decisions. The controller and `llmgw plan` run the same code.
 //
+// It also holds the model catalog (catalog.hcl: models, profiles, their
+// engines and arguments, checked against the engines' contracts) and each
+// model's autoscale policy, parsed here because placement reads them; the
+// autoscaler that acts on a policy is controller/autoscale.
+//
 // # Locations and domains
 //
 // A node's location has five levels, coarse to fine: site, room, row, rack,
