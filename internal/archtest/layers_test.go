@@ -1,0 +1,129 @@
+package archtest
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// room is the part of the tree a package belongs to for the layer rules: its
+// top directory, internal/<library> for the module's private libraries,
+// and cmd for every binary and the binaries' own packages.
+func room(path string) string {
+	p := strings.TrimPrefix(path, module+"/")
+	parts := strings.Split(p, "/")
+	switch {
+	case parts[0] == "internal" && len(parts) > 1:
+		return "internal/" + parts[1]
+	default:
+		return parts[0]
+	}
+}
+
+// anyRoom, as an allowed import, lets a room import every other: the
+// composition roots and the test trees.
+const anyRoom = "*"
+
+// layers is the allow-matrix: for each room, the other rooms its non-test
+// code may import, and why. Everything not listed is refused; a listed
+// import nothing uses any more fails too, so the matrix stays the truth.
+// docs/architecture.md ("Layers") draws it.
+var layers = map[string]map[string]string{
+	// The binaries wire the parts together.
+	"cmd": {anyRoom: "the binaries are the composition roots"},
+	// Test trees.
+	"e2e":              {anyRoom: "tests against a real Nomad drive every part"},
+	"internal/testing": {anyRoom: "doubles and harnesses stand in for, or run, every part"},
+
+	// The leaves: no other room of the module.
+	"engine":                 {},
+	"nomadplugin":            {},
+	"internal/blockingquery": {},
+	"internal/h1":            {},
+	"internal/hcldecode":     {},
+	"internal/httpjson":      {},
+	"internal/nomadenv":      {},
+	"internal/nvmlseam":      {},
+	"internal/suggest":       {},
+	"internal/version":       {},
+	"internal/archtest":      {},
+	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
+	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL"},
+	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam"},
+	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam"},
+	"gateway": {
+		"enginemetrics":          "replicas' load from their engines' metrics",
+		"internal/blockingquery": "Nomad's and Consul's blocking queries",
+		"internal/h1":            "its plaintext server loop (issue 23 removes it)",
+		"internal/hcldecode":     "API key files are HCL",
+		"internal/httpjson":      "its JSON answers",
+		"internal/testing":       "only gateway/internal/gwload, a measuring tool run with go run (see mayImportDoubles)",
+	},
+	"controller": {
+		"engine":                 "profiles' recipes and metric names",
+		"enginemetrics":          "replicas' engine readings",
+		"facility":               "placement",
+		"internal/blockingquery": "Nomad's blocking queries",
+		"internal/hcldecode":     "its configuration is HCL",
+		"internal/httpjson":      "its API's JSON answers",
+		"internal/nomadenv":      "which Nomad API the environment names",
+		"internal/suggest":       "did-you-mean hints",
+		// An exception, to go: issue 23 moves these into small contract
+		// packages both sides import.
+		"gateway": "the model list and its Variable, demand, and finding the gateways: wire types of the gateway's (to move into a contract package)",
+	},
+}
+
+// TestLayers holds every package's imports of the module's other rooms to
+// the allow-matrix above.
+func TestLayers(t *testing.T) {
+	used := map[string]map[string]bool{}
+	for _, p := range listPackages(t) {
+		from := room(p.ImportPath)
+		allowed, known := layers[from]
+		if !known {
+			t.Errorf("%s is in room %q, which the layer matrix (internal/archtest/layers_test.go) does not list: add it, with what it may import and why", p.ImportPath, from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			to := room(imp)
+			if to == from {
+				continue
+			}
+			if _, any := allowed[anyRoom]; any {
+				continue
+			}
+			if _, ok := allowed[to]; !ok {
+				t.Errorf("%s imports %s: room %s may not import room %s (allowed: %s); change the code, or the matrix with a reason", p.ImportPath, imp, from, to, strings.Join(sortedKeys(allowed), ", "))
+				continue
+			}
+			if used[from] == nil {
+				used[from] = map[string]bool{}
+			}
+			used[from][to] = true
+		}
+	}
+	for from, allowed := range layers {
+		for to := range allowed {
+			if to != anyRoom && !used[from][to] {
+				t.Errorf("the layer matrix lets %s import %s (%q), but nothing does any more: remove it", from, to, allowed[to])
+			}
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	if len(ks) == 0 {
+		return []string{"no other room"}
+	}
+	return slices.Clip(ks)
+}
