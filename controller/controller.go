@@ -24,6 +24,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Options wire a controller.
@@ -939,7 +940,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 }
 
 // saveModels writes the catalog's model list for the gateways
-// (gateway.ModelsVariable) when it differs from the last one written: the
+// (gatewayapi.ModelsVariable) when it differs from the last one written: the
 // models a gateway knows with no replica registered, and which may be at
 // zero (their requests are held).
 func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile.Scale) {
@@ -949,7 +950,7 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 		return
 	}
 	c.mu.RLock()
-	same := c.savedModels == items[modelsItem]
+	same := c.savedModels == items[gatewayapi.ModelsItem]
 	c.mu.RUnlock()
 	if same {
 		return
@@ -959,12 +960,9 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 		return
 	}
 	c.mu.Lock()
-	c.savedModels = items[modelsItem]
+	c.savedModels = items[gatewayapi.ModelsItem]
 	c.mu.Unlock()
 }
-
-// modelsItem is the model list variable's item (gateway.ModelList.Items).
-const modelsItem = "models"
 
 // modelList is the catalog as the gateways read it: each model with the
 // fewest replicas it may have (a fixed model's replicas, an autoscaled

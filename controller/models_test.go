@@ -7,25 +7,22 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/controller/reconcile"
-	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Each pass writes the catalog's model list for the gateways when it
 // changed, and only then: a model with replicas = 0 is in it at zero.
 func TestPassWritesTheGatewaysModelList(t *testing.T) {
-	if store.ModelsPath != gateway.ModelsVariable {
-		t.Fatalf("store.ModelsPath %q, gateway.ModelsVariable %q: the controller writes where the gateway does not read", store.ModelsPath, gateway.ModelsVariable)
-	}
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
 	e.holdLock()
 	c := e.start("ctl")
 	read := func() (gateway.ModelList, uint64) {
 		t.Helper()
-		v, _, err := e.api.Variables().Peek(gateway.ModelsVariable, nil)
+		v, _, err := e.api.Variables().Peek(gatewayapi.ModelsVariable, nil)
 		if err != nil || v == nil {
-			t.Fatalf("read %s: %v %v", gateway.ModelsVariable, v, err)
+			t.Fatalf("read %s: %v %v", gatewayapi.ModelsVariable, v, err)
 		}
 		l, err := gateway.ParseModelList(v.Items)
 		if err != nil {

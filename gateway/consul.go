@@ -10,6 +10,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
@@ -46,7 +47,7 @@ func (s *ConsulSource) Run(ctx context.Context, publish func(Snapshot)) error {
 			OnAnswer: func(svcs map[string][]string, _ uint64) {
 				cat := catalog{}
 				for name, tags := range svcs {
-					if slices.Contains(tags, ServiceTag) {
+					if slices.Contains(tags, gatewayapi.ServiceTag) {
 						cat[name] = modelsFromTags(tags)
 					}
 				}
@@ -62,7 +63,7 @@ func (s *ConsulSource) Run(ctx context.Context, publish func(Snapshot)) error {
 			Backoff:   discoveryBackoff(),
 			Unchanged: true,
 			Fetch: consulFetch(func(q *consulapi.QueryOptions) ([]*consulapi.ServiceEntry, *consulapi.QueryMeta, error) {
-				return s.Client.Health().Service(name, ServiceTag, true, q)
+				return s.Client.Health().Service(name, gatewayapi.ServiceTag, true, q)
 			}),
 			OnAnswer: func(entries []*consulapi.ServiceEntry, _ uint64) {
 				insts := make([]Instance, 0, len(entries))

@@ -18,7 +18,7 @@
 // # Scale to zero
 //
 // A ModelSource (NomadModels: the controller's Nomad Variable
-// ModelsVariable) publishes the catalog's models with their min and wanted
+// gatewayapi.ModelsVariable) publishes the catalog's models with their min and wanted
 // counts (ModelList), so a model with no replica registered is still known.
 // A request for a listed model that may be at zero (ListedModel.Holdable)
 // with no serving replica is held (Gateway.holdFor) in that model's queue,

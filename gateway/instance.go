@@ -2,25 +2,18 @@ package gateway
 
 import (
 	"cmp"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// Tags and tag prefixes of replica services (docs/architecture.md, "Names
-// every part shares").
+// The gateway's own service name (the replicas' tags are gatewayapi's).
 const (
-	// ServiceTag marks a replica's API service.
-	ServiceTag = "llmgw"
 	// GatewayServiceName is the name the gateway registers itself under
 	// in Consul.
 	GatewayServiceName = "llmgw-gateway"
-
-	tagModel   = "model="
-	tagProfile = "profile="
-	tagReplica = "replica="
-	tagWeight  = "weight="
 )
 
 // Instance is one healthy replica a discovery source found.
@@ -75,16 +68,16 @@ func instanceFromTags(id, host string, port int, tags []string, registryWeight i
 	marked := false
 	for _, t := range tags {
 		switch {
-		case t == ServiceTag:
+		case t == gatewayapi.ServiceTag:
 			marked = true
-		case strings.HasPrefix(t, tagModel):
-			in.Model = t[len(tagModel):]
-		case strings.HasPrefix(t, tagProfile):
-			in.Profile = t[len(tagProfile):]
-		case strings.HasPrefix(t, tagReplica):
-			in.Replica = t[len(tagReplica):]
-		case strings.HasPrefix(t, tagWeight):
-			if w, err := strconv.Atoi(t[len(tagWeight):]); err == nil && w >= 0 {
+		case strings.HasPrefix(t, gatewayapi.TagModel):
+			in.Model = t[len(gatewayapi.TagModel):]
+		case strings.HasPrefix(t, gatewayapi.TagProfile):
+			in.Profile = t[len(gatewayapi.TagProfile):]
+		case strings.HasPrefix(t, gatewayapi.TagReplica):
+			in.Replica = t[len(gatewayapi.TagReplica):]
+		case strings.HasPrefix(t, gatewayapi.TagWeight):
+			if w, err := strconv.Atoi(t[len(gatewayapi.TagWeight):]); err == nil && w >= 0 {
 				in.Weight = w
 			}
 		}
@@ -98,12 +91,12 @@ func instanceFromTags(id, host string, port int, tags []string, registryWeight i
 // modelsFromTags returns the models named by model=<m> tags in a catalog
 // entry marked with the llmgw tag.
 func modelsFromTags(tags []string) []string {
-	if !slices.Contains(tags, ServiceTag) {
+	if !slices.Contains(tags, gatewayapi.ServiceTag) {
 		return nil
 	}
 	var out []string
 	for _, t := range tags {
-		if m, ok := strings.CutPrefix(t, tagModel); ok && m != "" {
+		if m, ok := strings.CutPrefix(t, gatewayapi.TagModel); ok && m != "" {
 			out = append(out, m)
 		}
 	}

@@ -10,19 +10,12 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
-// ModelsVariable is the Nomad Variable the controller writes the catalog's
-// models into, and the gateway reads them from: the models that exist even
-// when no replica of theirs is registered (a model scaled to zero).
-const ModelsVariable = "llmgw/models"
-
-// modelsItem is the variable's one item: the list as JSON.
-const modelsItem = "models"
-
 // ModelList is what the controller publishes of its catalog for the
-// gateways, in ModelsVariable.
+// gateways, in gatewayapi.ModelsVariable.
 type ModelList struct {
 	Models []ListedModel `json:"models"`
 }
@@ -55,22 +48,22 @@ func (l ModelList) Items() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{modelsItem: string(b)}, nil
+	return map[string]string{gatewayapi.ModelsItem: string(b)}, nil
 }
 
 // ParseModelList decodes the variable's items. Every problem names the
 // item and the entry.
 func ParseModelList(items map[string]string) (ModelList, error) {
-	raw, ok := items[modelsItem]
+	raw, ok := items[gatewayapi.ModelsItem]
 	if !ok {
-		return ModelList{}, fmt.Errorf("no item %q", modelsItem)
+		return ModelList{}, fmt.Errorf("no item %q", gatewayapi.ModelsItem)
 	}
 	var l ModelList
 	if err := json.Unmarshal([]byte(raw), &l.Models); err != nil {
-		return ModelList{}, fmt.Errorf("item %q: %w", modelsItem, err)
+		return ModelList{}, fmt.Errorf("item %q: %w", gatewayapi.ModelsItem, err)
 	}
 	if err := l.check(); err != nil {
-		return ModelList{}, fmt.Errorf("item %q: %w", modelsItem, err)
+		return ModelList{}, fmt.Errorf("item %q: %w", gatewayapi.ModelsItem, err)
 	}
 	return l, nil
 }
@@ -120,7 +113,7 @@ type NomadModels struct {
 	Logger *slog.Logger
 	// Namespace of the variable; "default" when empty.
 	Namespace string
-	// Path of the variable; ModelsVariable when empty.
+	// Path of the variable; gatewayapi.ModelsVariable when empty.
 	Path string
 	// Wait bounds each blocking query; 5 minutes by default.
 	Wait time.Duration
@@ -137,7 +130,7 @@ func (s *NomadModels) Run(ctx context.Context, publish func(ModelList, error)) e
 		ns = nomadapi.DefaultNamespace
 	}
 	if path == "" {
-		path = ModelsVariable
+		path = gatewayapi.ModelsVariable
 	}
 	w := blockingquery.Watch[*nomadapi.Variable]{
 		Wait:    s.Wait,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -59,7 +60,7 @@ func TestNomadModels(t *testing.T) {
 	client := fake.Client(t)
 	put := func(items map[string]string) {
 		t.Helper()
-		if _, _, err := client.Variables().Update(&nomadapi.Variable{Path: ModelsVariable, Items: items}, nil); err != nil {
+		if _, _, err := client.Variables().Update(&nomadapi.Variable{Path: gatewayapi.ModelsVariable, Items: items}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

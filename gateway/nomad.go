@@ -10,6 +10,7 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
@@ -92,7 +93,7 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 				cat := catalog{}
 				for _, nsStubs := range stubs {
 					for _, svc := range nsStubs.Services {
-						if slices.Contains(svc.Tags, ServiceTag) {
+						if slices.Contains(svc.Tags, gatewayapi.ServiceTag) {
 							cat[nsStubs.Namespace+"/"+svc.ServiceName] = modelsFromTags(svc.Tags)
 						}
 					}

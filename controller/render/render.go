@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Names in rendered jobs.
@@ -438,7 +439,8 @@ func (r *rendering) services() []*api.Service {
 		// part of the profile's fingerprint (changing it restarts nothing),
 		// so a changed weight reaches a replica's service when its job is
 		// next rendered (a roll, a move, a re-placement).
-		Tags:      []string{"llmgw", "model=" + m.Name, "profile=" + p.Name, "replica=" + d.Replica, "weight=" + strconv.Itoa(max(p.Weight, 1))},
+		Tags: []string{gatewayapi.ServiceTag, gatewayapi.TagModel + m.Name, gatewayapi.TagProfile + p.Name,
+			gatewayapi.TagReplica + d.Replica, gatewayapi.TagWeight + strconv.Itoa(max(p.Weight, 1))},
 		PortLabel: PortHTTP,
 		Provider:  s.ServiceProvider,
 		Checks: []api.ServiceCheck{{
@@ -459,7 +461,7 @@ func (r *rendering) services() []*api.Service {
 	if r.nnodes > 1 {
 		out = append(out, &api.Service{
 			Name:      DistServiceName(d.Replica),
-			Tags:      []string{"llmgw-dist", "replica=" + d.Replica},
+			Tags:      []string{gatewayapi.DistTag, gatewayapi.TagReplica + d.Replica},
 			PortLabel: PortDist,
 			Provider:  s.ServiceProvider,
 		})

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Paths of the variables the controller owns.
@@ -32,9 +34,6 @@ const (
 	PinsPath      = "llmgw/pins"
 	DecisionsPath = "llmgw/decisions/"
 	LeaderPath    = "llmgw/leader"
-	// ModelsPath is gateway.ModelsVariable: the models the gateways know,
-	// with their min and wanted counts.
-	ModelsPath = "llmgw/models"
 )
 
 // Variables is the part of the Nomad API the store uses; *api.Variables
@@ -264,8 +263,8 @@ func (s *Store) SaveDecision(replica string, decision any) error {
 func (s *Store) SaveModels(items map[string]string) error {
 	wo, cancel := s.wo()
 	defer cancel()
-	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: ModelsPath, Items: items}, wo); err != nil {
-		return fmt.Errorf("write %s: %w", ModelsPath, err)
+	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: gatewayapi.ModelsVariable, Items: items}, wo); err != nil {
+		return fmt.Errorf("write %s: %w", gatewayapi.ModelsVariable, err)
 	}
 	return nil
 }

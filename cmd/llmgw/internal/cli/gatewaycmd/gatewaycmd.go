@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
@@ -265,7 +266,7 @@ says. See docs/gateway.md.`,
 	fl.IntVar(&f.holdTotal, "hold-total", gateway.DefaultHoldTotal, "the most requests held for all models together (503 past it)")
 	fl.IntVar(&f.wakeBurst, "wake-burst", gateway.DefaultWakeBurst, "held requests in flight at once per ready replica while a model wakes")
 	fl.DurationVar(&f.demandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gateway.DemandPath+")")
-	fl.StringVar(&f.modelsVariable, "models-variable", gateway.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
+	fl.StringVar(&f.modelsVariable, "models-variable", gatewayapi.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
 	fl.StringVar(&f.modelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
 	fl.StringVar(&f.modelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
 	fl.StringVar(&f.keysFile, "keys-file", "", "read API keys (hashed, with model allowlists and limits) from this HCL file, again when it changes or on SIGHUP; without keys, anyone who reaches the gateway may use it")

@@ -15,6 +15,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -31,7 +32,7 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := nf.Client(t).Variables().Update(&nomadapi.Variable{Path: gateway.ModelsVariable, Items: items}, nil); err != nil {
+	if _, _, err := nf.Client(t).Variables().Update(&nomadapi.Variable{Path: gatewayapi.ModelsVariable, Items: items}, nil); err != nil {
 		t.Fatal(err)
 	}
 

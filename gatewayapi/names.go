@@ -1,0 +1,32 @@
+// Package gatewayapi holds the names the controller and the gateway share,
+// each defined once: the Nomad Variable the controller writes the model list
+// to and its item, and the tags of the replica services the controller's
+// jobs register and the gateway discovers (docs/architecture.md, "Names
+// every part shares"). Both sides import it; it imports nothing of llmgw's.
+// The wire types themselves (the model list, demand) are still the
+// gateway's, and are to move here (issue 23).
+package gatewayapi
+
+// The model list.
+const (
+	// ModelsVariable is the Nomad Variable the controller writes the
+	// catalog's models to, with their min and wanted replicas, for the
+	// gateways.
+	ModelsVariable = "llmgw/models"
+	// ModelsItem is the variable's one item: the list as JSON.
+	ModelsItem = "models"
+)
+
+// Tags and tag prefixes of replica services.
+const (
+	// ServiceTag marks a replica's API service.
+	ServiceTag = "llmgw"
+	// DistTag marks a multi-node replica's rendezvous service.
+	DistTag = "llmgw-dist"
+	// TagModel, TagProfile, TagReplica and TagWeight prefix the tags that
+	// carry a replica's model, profile, replica id and routing weight.
+	TagModel   = "model="
+	TagProfile = "profile="
+	TagReplica = "replica="
+	TagWeight  = "weight="
+)
