@@ -23,7 +23,6 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
-	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -54,7 +53,7 @@ type Options struct {
 	// (signals.go); nil: autoscale.gateways, else the llmgw-gateway
 	// services of the service provider's catalog.
 	Gateways GatewayFinder
-	// ReadDemand reads one gateway's demand; nil: gateway.DemandClient.
+	// ReadDemand reads one gateway's demand; nil: gatewayapi.DemandClient.
 	ReadDemand DemandReader
 }
 
@@ -969,10 +968,10 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 // one's min) and the count it has now (a fixed model's replicas, an
 // autoscaled one's slots after the pass, scale's Has; its min when the
 // pass planned none).
-func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gateway.ModelList {
-	l := gateway.ModelList{Models: []gateway.ListedModel{}}
+func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gatewayapi.ModelList {
+	l := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{}}
 	for _, m := range cat.Models {
-		lm := gateway.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas}
+		lm := gatewayapi.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas}
 		if s, ok := scale[m.Name]; ok && m.Autoscale != nil {
 			lm.Replicas = s.Has
 		}

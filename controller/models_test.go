@@ -8,7 +8,6 @@ import (
 
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/facility"
-	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -18,13 +17,13 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
 	e.holdLock()
 	c := e.start("ctl")
-	read := func() (gateway.ModelList, uint64) {
+	read := func() (gatewayapi.ModelList, uint64) {
 		t.Helper()
 		v, _, err := e.api.Variables().Peek(gatewayapi.ModelsVariable, nil)
 		if err != nil || v == nil {
 			t.Fatalf("read %s: %v %v", gatewayapi.ModelsVariable, v, err)
 		}
-		l, err := gateway.ParseModelList(v.Items)
+		l, err := gatewayapi.ParseModelList(v.Items)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +31,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	}
 	e.pass(c)
 	l, index := read()
-	want := gateway.ModelList{Models: []gateway.ListedModel{{Name: "alpha", Min: 3, Replicas: 3}, {Name: "beta", Min: 1, Replicas: 1}}}
+	want := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "alpha", Min: 3, Replicas: 3}, {Name: "beta", Min: 1, Replicas: 1}}}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("model list (-want +got):\n%s", diff)
 	}
@@ -47,7 +46,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	}
 	e.pass(c)
 	l, _ = read()
-	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 0}
+	want.Models[1] = gatewayapi.ListedModel{Name: "beta", Min: 0, Replicas: 0}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("model list with beta at zero (-want +got):\n%s", diff)
 	}
@@ -68,7 +67,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	}
 	e.pass(c)
 	l, _ = read()
-	want.Models[1] = gateway.ListedModel{Name: "beta", Min: 0, Replicas: 0}
+	want.Models[1] = gatewayapi.ListedModel{Name: "beta", Min: 0, Replicas: 0}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("model list with beta autoscaled (-want +got):\n%s", diff)
 	}
@@ -82,7 +81,7 @@ func TestModelListOfAutoscaledModels(t *testing.T) {
 		{Name: "busy", Replicas: 1, Autoscale: &facility.Autoscale{Min: 1, Max: 8}},
 	}}
 	got := modelList(cat, map[string]reconcile.Scale{"asleep": {Want: 0, Has: 0}, "busy": {Want: 6, Has: 4}})
-	want := gateway.ModelList{Models: []gateway.ListedModel{
+	want := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{
 		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {

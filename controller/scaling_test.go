@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
@@ -57,20 +58,20 @@ headroom = 0
 budget "room=a" { watts = 3400 }
 `
 
-// fakeGateway serves a gateway's demand (gateway.DemandPath) as the test
+// fakeGateway serves a gateway's demand (gatewayapi.DemandPath) as the test
 // sets it, or fails.
 type fakeGateway struct {
 	srv *httptest.Server
 	mu  sync.Mutex
-	d   map[string]gateway.ModelDemand
+	d   map[string]gatewayapi.ModelDemand
 	err int // an HTTP status to answer instead; 0: the demand
 }
 
 func newFakeGateway(t *testing.T) *fakeGateway {
 	t.Helper()
-	g := &fakeGateway{d: map[string]gateway.ModelDemand{}}
+	g := &fakeGateway{d: map[string]gatewayapi.ModelDemand{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != gateway.DemandPath {
+		if r.URL.Path != gatewayapi.DemandPath {
 			http.NotFound(w, r)
 			return
 		}
@@ -80,7 +81,7 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 			http.Error(w, "test: gateway failing", g.err)
 			return
 		}
-		d := gateway.Demand{SampledAt: time.Now(), StartedAt: time.Now().Add(-time.Hour), WindowSeconds: 30, Models: []gateway.ModelDemand{}}
+		d := gatewayapi.Demand{SampledAt: time.Now(), StartedAt: time.Now().Add(-time.Hour), WindowSeconds: 30, Models: []gatewayapi.ModelDemand{}}
 		for _, m := range sortedKeys(g.d) {
 			d.Models = append(d.Models, g.d[m])
 		}
@@ -95,7 +96,7 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 func (g *fakeGateway) set(model string, outstanding int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.d[model] = gateway.ModelDemand{Model: model, State: gateway.StateServing, Outstanding: outstanding, ArrivalRate: float64(outstanding)}
+	g.d[model] = gatewayapi.ModelDemand{Model: model, State: gatewayapi.StateServing, Outstanding: outstanding, ArrivalRate: float64(outstanding)}
 }
 
 func (g *fakeGateway) fail(status int) {

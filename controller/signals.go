@@ -12,7 +12,7 @@ import (
 	"github.com/llmgw/llmgw/controller/autoscale"
 	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/facility"
-	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Signals. Every autoscale.interval each controller, leading or standing
@@ -22,7 +22,7 @@ import (
 //
 //   - the gateways (GatewayFinder: autoscale.gateways, else the
 //     llmgw-gateway services of the service provider's catalog), each read
-//     with gateway.DemandClient within autoscale.timeout, eight at a time:
+//     with gatewayapi.DemandClient within autoscale.timeout, eight at a time:
 //     per model the sum over the gateways of outstanding and queued
 //     requests and of the arrival rate, and the TTFT p90 as the mean of
 //     the gateways' p90s weighted by their samples;
@@ -62,7 +62,7 @@ const (
 type GatewayFinder func(ctx context.Context) ([]string, error)
 
 // DemandReader reads the demand of the gateway at base.
-type DemandReader func(ctx context.Context, base string) (gateway.Demand, error)
+type DemandReader func(ctx context.Context, base string) (gatewayapi.Demand, error)
 
 // gatewayReaders is how many gateways are read at once.
 const gatewayReaders = 8
@@ -182,9 +182,9 @@ func (c *Controller) findGateways(ctx context.Context) ([]string, error) {
 		return gws, nil
 	}
 	if c.consul != nil {
-		return gateway.ConsulGateways(ctx, c.consul)
+		return gatewayapi.ConsulGateways(ctx, c.consul)
 	}
-	return gateway.NomadGateways(ctx, c.nomad, c.cfg.Nomad.Namespace)
+	return gatewayapi.NomadGateways(ctx, c.nomad, c.cfg.Nomad.Namespace)
 }
 
 // readGateways reads every gateway's demand.
@@ -213,7 +213,7 @@ func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout tim
 		}
 		return gatewayRound{err: msg}, []SourceView{{Source: SourceGateways, Name: "discovery", Error: msg, At: at, Took: time.Since(start).Seconds()}}
 	}
-	demands := make([]gateway.Demand, len(urls))
+	demands := make([]gatewayapi.Demand, len(urls))
 	errs := make([]error, len(urls))
 	took := make([]time.Duration, len(urls))
 	forEach(ctx, len(urls), gatewayReaders, func(i int) {
@@ -420,7 +420,7 @@ func (c *Controller) newSignalState() *signalState {
 	set := c.cfg.AutoscaleSettings()
 	st := &signalState{read: c.opts.ReadDemand, lastErr: map[string]string{}}
 	if st.read == nil {
-		dc := gateway.DemandClient{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
+		dc := gatewayapi.DemandClient{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
 		st.read = dc.Read
 	}
 	if set.Prometheus != nil {

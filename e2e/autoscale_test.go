@@ -21,7 +21,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -140,7 +140,7 @@ autoscale {
 // runGatewayJob runs jobs/llmgw-gateway.nomad.hcl (raw_exec, this build's llmgw)
 // and returns its URL and demand once Nomad lists it as llmgw-gateway and
 // its demand answers, and satisfies ready when that is not nil.
-func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gateway.Demand) (bool, string)) (string, gateway.Demand) {
+func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gatewayapi.Demand) (bool, string)) (string, gatewayapi.Demand) {
 	t.Helper()
 	src, err := os.ReadFile("../jobs/llmgw-gateway.nomad.hcl")
 	if err != nil {
@@ -165,9 +165,9 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 		_, _, _ = client.Jobs().Deregister(*job.ID, true, nil)
 	})
 	var url string
-	var d gateway.Demand
+	var d gatewayapi.Demand
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gateway.NomadGateways(context.Background(), client, "")
+		gws, err := gatewayapi.NomadGateways(context.Background(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -180,7 +180,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 		if url == "" {
 			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, port)
 		}
-		d, err = gateway.DemandClient{}.Read(context.Background(), url)
+		d, err = gatewayapi.DemandClient{}.Read(context.Background(), url)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -288,7 +288,7 @@ func (l *load) pause() {
 func waitRouted(t *testing.T, gw string, want map[string]int) {
 	t.Helper()
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		d, err := gateway.DemandClient{}.Read(context.Background(), gw)
+		d, err := gatewayapi.DemandClient{}.Read(context.Background(), gw)
 		if err != nil {
 			return false, err.Error()
 		}

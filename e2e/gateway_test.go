@@ -21,7 +21,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -238,9 +238,9 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 		b, err := io.ReadAll(resp.Body)
 		answer <- held{r: gwResponse{resp.StatusCode, resp.Header, b}, err: err, at: time.Now()}
 	}()
-	var md gateway.ModelDemand
+	var md gatewayapi.ModelDemand
 	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		d, err := gateway.DemandClient{}.Read(context.Background(), gw)
+		d, err := gatewayapi.DemandClient{}.Read(context.Background(), gw)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -287,19 +287,19 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 
 // gatewayAsNomadJob runs jobs/llmgw-gateway.nomad.hcl in the Nomad (raw_exec,
 // this build's llmgw binary), then finds it as the controller will, by
-// its llmgw-gateway registration (gateway.NomadGateways), and reads its
-// demand (gateway.DemandClient): it routes the same models.
+// its llmgw-gateway registration (gatewayapi.NomadGateways), and reads its
+// demand (gatewayapi.DemandClient): it routes the same models.
 func gatewayAsNomadJob(t *testing.T, client *api.Client, bin string) {
 	t.Helper()
 	registered := time.Now()
-	url, d := runGatewayJob(t, client, bin, func(d gateway.Demand) (bool, string) {
+	url, d := runGatewayJob(t, client, bin, func(d gatewayapi.Demand) (bool, string) {
 		states := map[string]string{}
 		for _, m := range d.Models {
 			states[m.Model] = m.State
 		}
 		return maps.Equal(states, map[string]string{"alpha": "serving", "beta": "serving"}), fmt.Sprintf("demand states %v", states)
 	})
-	t.Logf("the gateway job registered as %s at %s and served its demand %s after it was submitted", gateway.GatewayServiceName, url,
+	t.Logf("the gateway job registered as %s at %s and served its demand %s after it was submitted", gatewayapi.GatewayServiceName, url,
 		time.Since(registered).Round(100*time.Millisecond))
 	if got := chatReplicas(t, url, "beta", 2); !slices.Equal(got, []string{"beta-0"}) {
 		t.Errorf("requests for beta through the gateway job went to %v, want beta-0", got)

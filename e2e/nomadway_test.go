@@ -25,7 +25,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -500,14 +500,14 @@ func gatewayURL(t *testing.T, client *api.Client, port string) string {
 	t.Helper()
 	var url string
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gateway.NomadGateways(context.Background(), client, "")
+		gws, err := gatewayapi.NomadGateways(context.Background(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, u := range gws {
 			if strings.HasSuffix(u, ":"+port) {
 				url = u
-				_, err := gateway.DemandClient{}.Read(context.Background(), u)
+				_, err := gatewayapi.DemandClient{}.Read(context.Background(), u)
 				return err == nil, fmt.Sprint(err)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
@@ -152,7 +153,7 @@ func TestKeyErrors(t *testing.T) {
 	if got := tg.do(t, http.MethodGet, "/v1/models", "", ""); got.status != http.StatusUnauthorized {
 		t.Errorf("/v1/models without a key: %d", got.status)
 	}
-	if got := tg.do(t, http.MethodGet, DemandPath, "", ""); got.status != http.StatusOK {
+	if got := tg.do(t, http.MethodGet, gatewayapi.DemandPath, "", ""); got.status != http.StatusOK {
 		t.Errorf("demand without a key: %d", got.status)
 	}
 	if got := testutil.ToFloat64(tg.auth.m.rejections.WithLabelValues("", reasonUnauthenticated)); got != 4 {

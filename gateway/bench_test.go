@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // cpuTime is the CPU time this process has used, user and system.
@@ -76,7 +78,7 @@ func BenchmarkProxy(b *testing.B) {
 func BenchmarkHoldWake(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{Hold: HoldConfig{Timeout: time.Minute}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "m"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "m"}), nil)
 	ready := Snapshot{Instances: []Instance{r.instance()}}
 	body := chat("m")
 	var wake, update time.Duration

@@ -137,7 +137,7 @@ type ConsulRegistration struct {
 	CheckTLSSkipVerify bool
 }
 
-// Register registers the gateway as GatewayServiceName with an HTTP check,
+// Register registers the gateway as gatewayapi.GatewayServiceName with an HTTP check,
 // retrying with backoff until it succeeds or ctx ends, then waits for ctx
 // and deregisters (with a fresh deadline, as ctx has ended) — also when ctx
 // ended while a registration was on its way.
@@ -151,8 +151,8 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 	}
 	reg := &consulapi.AgentServiceRegistration{
 		ID:      r.ID,
-		Name:    GatewayServiceName,
-		Tags:    append([]string{GatewayServiceName}, r.Tags...),
+		Name:    gatewayapi.GatewayServiceName,
+		Tags:    append([]string{gatewayapi.GatewayServiceName}, r.Tags...),
 		Address: r.Address,
 		Port:    r.Port,
 		Check: &consulapi.AgentServiceCheck{
@@ -176,13 +176,13 @@ func (r ConsulRegistration) Register(ctx context.Context, c *consulapi.Client, l
 		if ctx.Err() != nil {
 			break
 		}
-		log.Warn("register in consul", "service", GatewayServiceName, "id", r.ID, "error", err)
+		log.Warn("register in consul", "service", gatewayapi.GatewayServiceName, "id", r.ID, "error", err)
 		if !bo.Wait(ctx) {
 			break
 		}
 	}
 	if registered {
-		log.Info("registered in consul", "service", GatewayServiceName, "id", r.ID, "check", r.CheckURL)
+		log.Info("registered in consul", "service", gatewayapi.GatewayServiceName, "id", r.ID, "check", r.CheckURL)
 		<-ctx.Done()
 	}
 	// Deregister even when no attempt was seen to succeed: the agent may

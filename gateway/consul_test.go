@@ -12,6 +12,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 )
 
@@ -94,7 +95,7 @@ func TestConsulDiscoveryFollowsRegistrations(t *testing.T) {
 	// the gateway itself.
 	c.Register(consulfake.Service{ID: "web", Name: "web", Tags: []string{"model=" + model}, Address: "127.0.0.1", Port: 1})
 	c.Register(consulfake.Service{ID: "dist", Name: "llmgw-r0-dist", Tags: []string{"llmgw-dist", "replica=r0"}, Address: "127.0.0.1", Port: 2})
-	c.Register(consulfake.Service{ID: "gw", Name: GatewayServiceName, Tags: []string{GatewayServiceName}, Address: "127.0.0.1", Port: 3})
+	c.Register(consulfake.Service{ID: "gw", Name: gatewayapi.GatewayServiceName, Tags: []string{gatewayapi.GatewayServiceName}, Address: "127.0.0.1", Port: 3})
 	consulReplica(c, r0)
 	c.FailNext("/v1/catalog/services", 1) // the first list fails; discovery retries
 

@@ -14,14 +14,15 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 )
 
-// demandOf reads the gateway's demand endpoint with DemandClient and
+// demandOf reads the gateway's demand endpoint with gatewayapi.DemandClient and
 // returns model's entry.
-func (tg *testGateway) demandOf(t *testing.T, model string) (Demand, ModelDemand) {
+func (tg *testGateway) demandOf(t *testing.T, model string) (gatewayapi.Demand, gatewayapi.ModelDemand) {
 	t.Helper()
-	d, err := DemandClient{HTTP: tg.client}.Read(context.Background(), tg.srv.URL)
+	d, err := gatewayapi.DemandClient{HTTP: tg.client}.Read(context.Background(), tg.srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func (tg *testGateway) demandOf(t *testing.T, model string) (Demand, ModelDemand
 		}
 	}
 	t.Fatalf("no model %s in the demand: %+v", model, d)
-	return d, ModelDemand{}
+	return d, gatewayapi.ModelDemand{}
 }
 
 // Arrivals are counted when requests arrive, not when they complete:
@@ -46,7 +47,7 @@ func TestDemandCountsArrivals(t *testing.T) {
 		rep.next(t)
 	}
 	_, md := tg.demandOf(t, "m")
-	if md.ArrivalsTotal != 3 || md.Outstanding != 3 || md.Queued != 0 || md.State != StateServing || md.Replicas != 1 {
+	if md.ArrivalsTotal != 3 || md.Outstanding != 3 || md.Queued != 0 || md.State != gatewayapi.StateServing || md.Replicas != 1 {
 		t.Errorf("with 3 in flight: %+v; want 3 arrivals, 3 outstanding, serving on 1 replica", md)
 	}
 	if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("m", "200")); got != 0 {
@@ -84,7 +85,7 @@ llmgw_gateway_queued_requests{model="m"} 0
 func TestDemandOfAModelAtZero(t *testing.T) {
 	clock := newFakeClock()
 	tg := startGateway(t, Options{Now: clock.Now, Hold: HoldConfig{Timeout: time.Hour, PerModel: 2}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := tg.postAsync(ctx, chat("z"))
@@ -97,7 +98,7 @@ func TestDemandOfAModelAtZero(t *testing.T) {
 	}
 	clock.Add(time.Second)
 	_, md := tg.demandOf(t, "z")
-	want := ModelDemand{Model: "z", State: StateScaledToZero, Listed: &ListedModel{Name: "z"}, Outstanding: 2, Queued: 2,
+	want := gatewayapi.ModelDemand{Model: "z", State: gatewayapi.StateScaledToZero, Listed: &gatewayapi.ListedModel{Name: "z"}, Outstanding: 2, Queued: 2,
 		OldestQueuedSeconds: 5, ArrivalsTotal: 3, ArrivalRate: md.ArrivalRate}
 	if diff := cmp.Diff(want, md); diff != "" {
 		t.Errorf("demand (-want +got):\n%s", diff)
@@ -193,7 +194,7 @@ func TestDemandTTFT(t *testing.T) {
 	// A request held 10s for a model at zero, then answered in 200ms: its
 	// sample is 200ms.
 	status = http.StatusOK
-	tg.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	held := tg.postAsync(context.Background(), chat("z"))
 	eventually(t, "held", func() bool { return tg.queued("z") == 1 })
 	clock.Add(10 * time.Second)
@@ -265,10 +266,10 @@ func TestWindowQuantile(t *testing.T) {
 func TestDemandClientErrors(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/html" + DemandPath:
+		case "/html" + gatewayapi.DemandPath:
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprint(w, "<html>")
-		case "/other" + DemandPath:
+		case "/other" + gatewayapi.DemandPath:
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"models":null}`)
 		default:
@@ -282,7 +283,7 @@ func TestDemandClientErrors(t *testing.T) {
 		{srv.URL + "/other", "not a demand answer"},
 		{"http://127.0.0.1:1", "connection refused"},
 	} {
-		_, err := DemandClient{}.Read(context.Background(), tt.base)
+		_, err := gatewayapi.DemandClient{}.Read(context.Background(), tt.base)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "127.0.0.1") {
 			t.Errorf("%s: %v, want an error naming the URL and %q", tt.base, err, tt.want)
 		}
@@ -296,15 +297,15 @@ func TestFindGateways(t *testing.T) {
 	n := newNomadServices(t)
 	n.mu.Lock()
 	for i, port := range []int{8081, 8080} {
-		n.regs[fmt.Sprint("gw", i)] = &nomadapi.ServiceRegistration{ID: fmt.Sprint("gw", i), ServiceName: GatewayServiceName,
-			Namespace: "default", Address: "10.0.0.1", Port: port, Tags: []string{GatewayServiceName}}
+		n.regs[fmt.Sprint("gw", i)] = &nomadapi.ServiceRegistration{ID: fmt.Sprint("gw", i), ServiceName: gatewayapi.GatewayServiceName,
+			Namespace: "default", Address: "10.0.0.1", Port: port, Tags: []string{gatewayapi.GatewayServiceName}}
 	}
-	n.regs["gw-tls"] = &nomadapi.ServiceRegistration{ID: "gw-tls", ServiceName: GatewayServiceName,
-		Namespace: "default", Address: "10.0.0.9", Port: 8443, Tags: []string{GatewayServiceName, TLSTag}}
+	n.regs["gw-tls"] = &nomadapi.ServiceRegistration{ID: "gw-tls", ServiceName: gatewayapi.GatewayServiceName,
+		Namespace: "default", Address: "10.0.0.9", Port: 8443, Tags: []string{gatewayapi.GatewayServiceName, gatewayapi.TLSTag}}
 	n.bumpLocked()
 	n.mu.Unlock()
 	n.registerAt("m", "m-0", 9000, "success") // a replica: not a gateway
-	got, err := NomadGateways(context.Background(), n.client(t), "")
+	got, err := gatewayapi.NomadGateways(context.Background(), n.client(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,11 +315,11 @@ func TestFindGateways(t *testing.T) {
 
 	c := consulfake.New()
 	defer c.Close()
-	c.Register(consulfake.Service{ID: "gw-a", Name: GatewayServiceName, Address: "10.0.0.2", Port: 8080})
-	c.Register(consulfake.Service{ID: "gw-b", Name: GatewayServiceName, Port: 8080, NodeAddress: "10.0.0.3"})
-	c.Register(consulfake.Service{ID: "gw-c", Name: GatewayServiceName, Address: "10.0.0.4", Port: 8080, Status: "critical"})
-	c.Register(consulfake.Service{ID: "gw-d", Name: GatewayServiceName, Address: "10.0.0.5", Port: 8443, Tags: []string{GatewayServiceName, TLSTag}})
-	got, err = ConsulGateways(context.Background(), c.Client(t))
+	c.Register(consulfake.Service{ID: "gw-a", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.2", Port: 8080})
+	c.Register(consulfake.Service{ID: "gw-b", Name: gatewayapi.GatewayServiceName, Port: 8080, NodeAddress: "10.0.0.3"})
+	c.Register(consulfake.Service{ID: "gw-c", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.4", Port: 8080, Status: "critical"})
+	c.Register(consulfake.Service{ID: "gw-d", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.5", Port: 8443, Tags: []string{gatewayapi.GatewayServiceName, gatewayapi.TLSTag}})
+	got, err = gatewayapi.ConsulGateways(context.Background(), c.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@
 //
 // A ModelSource (NomadModels: the controller's Nomad Variable
 // gatewayapi.ModelsVariable) publishes the catalog's models with their min and wanted
-// counts (ModelList), so a model with no replica registered is still known.
-// A request for a listed model that may be at zero (ListedModel.Holdable)
+// counts (gatewayapi.ModelList), so a model with no replica registered is still known.
+// A request for a listed model that may be at zero (gatewayapi.ListedModel.Holdable)
 // with no serving replica is held (Gateway.holdFor) in that model's queue,
 // bounded per model and in all (HoldConfig), until its own deadline: 503
 // with Retry-After past it or past a bound. When discovery reports a
@@ -28,14 +28,14 @@
 // released requests in flight per replica, the next released as one
 // finishes; requests arriving while some are held queue behind them.
 //
-// # Demand
+// # gatewayapi.Demand
 //
 // Each known model's modelState counts its outstanding requests (held
 // ones included), its arrivals (on arrival: a counter, and over a window
 // of ten slots) and its TTFT (dispatch to the first byte of a 2xx answer,
-// in log-spaced buckets per slot). Gateway.Demand, served at DemandPath,
-// is what the controller reads (DemandClient; gateways found by
-// NomadGateways or ConsulGateways).
+// in log-spaced buckets per slot). Gateway.Demand, served at gatewayapi.DemandPath,
+// is what the controller reads (gatewayapi.DemandClient; gateways found by
+// gatewayapi.NomadGateways or gatewayapi.ConsulGateways).
 //
 // # A request
 //

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/httpjson"
 )
@@ -129,11 +130,11 @@ type Gateway struct {
 	auth      *auth        // nil: no keys, open
 
 	updMu      sync.Mutex
-	snap       Snapshot  // the last one discovery published
-	list       ModelList // the last model list
-	listErr    string    // why the model list could not be read last, if it could not
-	listSynced bool      // the model source answered or failed at least once
-	discovered bool      // discovery published at least once
+	snap       Snapshot             // the last one discovery published
+	list       gatewayapi.ModelList // the last model list
+	listErr    string               // why the model list could not be read last, if it could not
+	listSynced bool                 // the model source answered or failed at least once
+	discovered bool                 // discovery published at least once
 
 	engineEvery  time.Duration // 0: engines are not read
 	engineClient *http.Client
@@ -208,7 +209,7 @@ func New(o Options) *Gateway {
 		mux.HandleFunc(p, g.proxy)
 	}
 	mux.HandleFunc("/v1/models", g.modelsList)
-	mux.HandleFunc(DemandPath, g.demand)
+	mux.HandleFunc(gatewayapi.DemandPath, g.demand)
 	mux.HandleFunc("/healthz", g.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "Unknown request URL: "+r.Method+" "+r.URL.Path)
@@ -244,7 +245,7 @@ func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 	}
 }
 
-// Handler serves the OpenAI routes, /v1/models, the demand (DemandPath)
+// Handler serves the OpenAI routes, /v1/models, the demand (gatewayapi.DemandPath)
 // and /healthz. With keys (Options.Keys) the OpenAI routes and /v1/models
 // need one; the demand and /healthz do not.
 func (g *Gateway) Handler() http.Handler { return g.mux }
@@ -291,9 +292,9 @@ func (g *Gateway) Update(s Snapshot) {
 
 // UpdateModels replaces the model list (err nil), or records why it could
 // not be read (err set: the last list stands).
-func (g *Gateway) UpdateModels(l ModelList, err error) {
+func (g *Gateway) UpdateModels(l gatewayapi.ModelList, err error) {
 	if err == nil {
-		if err = l.check(); err != nil {
+		if err = l.Check(); err != nil {
 			err = fmt.Errorf("model list: %w", err)
 			g.log.Warn("model list refused", "error", err)
 		}
@@ -387,27 +388,19 @@ func (g *Gateway) newEndpoint(in Instance) *endpoint {
 	return ep
 }
 
-// Model states, in /v1/models and the demand.
-const (
-	StateServing      = "serving"        // at least one healthy replica
-	StateScaledToZero = "scaled_to_zero" // none, and the controller wants none
-	StateWaking       = "waking"         // none healthy yet; requests held for it wait for one
-	StateUnavailable  = "no_healthy_replica"
-)
-
 // state is a known model's state in t.
 func (t *table) state(model string) string {
 	if t.pools[model] != nil {
-		return StateServing
+		return gatewayapi.StateServing
 	}
 	lm, ok := t.listed[model]
 	switch {
 	case !ok || !lm.Holdable():
-		return StateUnavailable
+		return gatewayapi.StateUnavailable
 	case lm.Replicas == 0:
-		return StateScaledToZero
+		return gatewayapi.StateScaledToZero
 	}
-	return StateWaking
+	return gatewayapi.StateWaking
 }
 
 // modelCard is one model of /v1/models: OpenAI's model object, with the
@@ -443,7 +436,7 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 	}{Object: "list", Data: []modelCard{}}
 	for _, m := range slices.Sorted(maps.Keys(t.models)) {
 		st := t.state(m)
-		if st == StateUnavailable || key != nil && !key.Allows(m) {
+		if st == gatewayapi.StateUnavailable || key != nil && !key.Allows(m) {
 			continue
 		}
 		c := modelCard{ID: m, Object: "model", Created: g.started.Unix(), OwnedBy: "llmgw"}

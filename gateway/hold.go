@@ -18,7 +18,7 @@ const (
 )
 
 // HoldConfig is how the gateway holds requests for a model with no serving
-// replica that the model list says may be at zero (ListedModel.Holdable),
+// replica that the model list says may be at zero (gatewayapi.ListedModel.Holdable),
 // until a replica is ready.
 type HoldConfig struct {
 	// Timeout is the longest a request is held, from its arrival; past it

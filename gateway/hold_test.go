@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // postAsync sends a chat completion in the background; a failure to get
@@ -133,14 +135,16 @@ func (g *gatedReplica) next(t *testing.T) string {
 	return ""
 }
 
-func zeroList(models ...ListedModel) ModelList { return ModelList{Models: models} }
+func zeroList(models ...gatewayapi.ListedModel) gatewayapi.ModelList {
+	return gatewayapi.ModelList{Models: models}
+}
 
 // Held requests for a model at zero are answered once a replica is ready,
 // in arrival order, never more than the burst in flight at once; requests
 // arriving while some are still held queue behind them.
 func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 	tg := startGateway(t, Options{Hold: HoldConfig{Timeout: time.Hour, Burst: 2}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	answers := tg.holdN(t, "z", 0, 6)
 
 	rep := startGatedReplica(t)
@@ -199,7 +203,7 @@ func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 // The burst is per replica: two replicas ready take twice as many.
 func TestHoldBurstPerReplica(t *testing.T) {
 	tg := startGateway(t, Options{Hold: HoldConfig{Timeout: time.Hour, Burst: 1}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	answers := tg.holdN(t, "z", 0, 4)
 	a, b := startGatedReplica(t), startGatedReplica(t)
 	tg.Update(Snapshot{Instances: []Instance{a.instance("z", "a"), b.instance("z", "b")}})
@@ -228,7 +232,7 @@ func TestHoldBurstPerReplica(t *testing.T) {
 // Retry-After at once, in OpenAI's error shape.
 func TestHoldQueueBounds(t *testing.T) {
 	tg := startGateway(t, Options{NoReplicaRetryAfter: 7 * time.Second, Hold: HoldConfig{Timeout: time.Hour, PerModel: 2, Total: 3}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "a"}, ListedModel{Name: "b"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "a"}, gatewayapi.ListedModel{Name: "b"}), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var held []<-chan answer
@@ -272,7 +276,7 @@ func TestHoldDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(Options{NoReplicaRetryAfter: 3 * time.Second, Hold: HoldConfig{Timeout: 90 * time.Second}})
 		g.Update(Snapshot{})
-		g.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+		g.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 		start := time.Now()
 		w := httptest.NewRecorder()
 		g.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chat("z"))))
@@ -298,7 +302,7 @@ func TestHoldDeadlinePerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(Options{Hold: HoldConfig{Timeout: time.Minute}, Transport: okTransport{}})
 		g.Update(Snapshot{})
-		g.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+		g.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 		serve := func() *httptest.ResponseRecorder {
 			w := httptest.NewRecorder()
 			g.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chat("z"))))
@@ -340,7 +344,7 @@ func (okTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // answered 404, as any unknown model.
 func TestHoldModelGone(t *testing.T) {
 	tg := startGateway(t, Options{Hold: HoldConfig{Timeout: time.Hour}})
-	tg.UpdateModels(zeroList(ListedModel{Name: "z"}), nil)
+	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	held := tg.holdN(t, "z", 0, 2)
 	tg.UpdateModels(zeroList(), nil)
 	for _, ch := range held {
@@ -358,7 +362,7 @@ func TestHoldModelGone(t *testing.T) {
 // zero with no healthy replica is 503 at once, as is every model with
 // holding off; a model nothing knows is 404.
 func TestHoldOnlyModelsAtZero(t *testing.T) {
-	list := zeroList(ListedModel{Name: "fixed", Min: 2, Replicas: 2}, ListedModel{Name: "zero"})
+	list := zeroList(gatewayapi.ListedModel{Name: "fixed", Min: 2, Replicas: 2}, gatewayapi.ListedModel{Name: "zero"})
 	for _, tt := range []struct {
 		name, model string
 		hold        time.Duration
@@ -387,10 +391,10 @@ func TestModelsListWithZero(t *testing.T) {
 	a := startReplica(t, "served", "a", nil)
 	tg := startGateway(t, Options{Hold: HoldConfig{Timeout: time.Hour}}, a.instance())
 	tg.UpdateModels(zeroList(
-		ListedModel{Name: "served", Min: 0, Replicas: 1},
-		ListedModel{Name: "asleep", Min: 0, Replicas: 0},
-		ListedModel{Name: "waking", Min: 0, Replicas: 2},
-		ListedModel{Name: "broken", Min: 1, Replicas: 1},
+		gatewayapi.ListedModel{Name: "served", Min: 0, Replicas: 1},
+		gatewayapi.ListedModel{Name: "asleep", Min: 0, Replicas: 0},
+		gatewayapi.ListedModel{Name: "waking", Min: 0, Replicas: 2},
+		gatewayapi.ListedModel{Name: "broken", Min: 1, Replicas: 1},
 	), nil)
 	resp, err := tg.client.Get(tg.srv.URL + "/v1/models")
 	if err != nil {
@@ -413,9 +417,9 @@ func TestModelsListWithZero(t *testing.T) {
 		got = append(got, row{c.ID, c.Object, c.OwnedBy, c.Llmgw.State, c.Replicas})
 	}
 	want := []row{
-		{"asleep", "model", "llmgw", StateScaledToZero, 0},
-		{"served", "model", "llmgw", StateServing, 1},
-		{"waking", "model", "llmgw", StateWaking, 0},
+		{"asleep", "model", "llmgw", gatewayapi.StateScaledToZero, 0},
+		{"served", "model", "llmgw", gatewayapi.StateServing, 1},
+		{"waking", "model", "llmgw", gatewayapi.StateWaking, 0},
 	}
 	if diff := cmp.Diff(want, got); diff != "" || list.Object != "list" {
 		t.Errorf("/v1/models %q (-want +got):\n%s", list.Object, diff)

@@ -2,18 +2,12 @@ package gateway
 
 import (
 	"cmp"
-	"github.com/llmgw/llmgw/gatewayapi"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
-)
 
-// The gateway's own service name (the replicas' tags are gatewayapi's).
-const (
-	// GatewayServiceName is the name the gateway registers itself under
-	// in Consul.
-	GatewayServiceName = "llmgw-gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // Instance is one healthy replica a discovery source found.

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -14,91 +12,19 @@ import (
 	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
-// ModelList is what the controller publishes of its catalog for the
-// gateways, in gatewayapi.ModelsVariable.
-type ModelList struct {
-	Models []ListedModel `json:"models"`
-}
-
-// ListedModel is one model of the catalog.
-type ListedModel struct {
-	Name string `json:"name"`
-	// Min is the fewest replicas the catalog lets the model have. 0: it
-	// may scale to zero, and the gateway holds its requests while it has
-	// no serving replica.
-	Min int `json:"min"`
-	// Replicas is how many replicas the controller wants the model to
-	// have now; 0: it is scaled to zero.
-	Replicas int `json:"replicas"`
-}
-
-// Holdable reports whether requests for m are held while it has no
-// serving replica: it may be, or is, at zero.
-func (m ListedModel) Holdable() bool { return m.Min == 0 || m.Replicas == 0 }
-
-// Items encodes l as the variable's items.
-func (l ModelList) Items() (map[string]string, error) {
-	if err := l.check(); err != nil {
-		return nil, err
-	}
-	if l.Models == nil {
-		l.Models = []ListedModel{}
-	}
-	b, err := json.Marshal(l.Models)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{gatewayapi.ModelsItem: string(b)}, nil
-}
-
-// ParseModelList decodes the variable's items. Every problem names the
-// item and the entry.
-func ParseModelList(items map[string]string) (ModelList, error) {
-	raw, ok := items[gatewayapi.ModelsItem]
-	if !ok {
-		return ModelList{}, fmt.Errorf("no item %q", gatewayapi.ModelsItem)
-	}
-	var l ModelList
-	if err := json.Unmarshal([]byte(raw), &l.Models); err != nil {
-		return ModelList{}, fmt.Errorf("item %q: %w", gatewayapi.ModelsItem, err)
-	}
-	if err := l.check(); err != nil {
-		return ModelList{}, fmt.Errorf("item %q: %w", gatewayapi.ModelsItem, err)
-	}
-	return l, nil
-}
-
-func (l ModelList) check() error {
-	seen := map[string]bool{}
-	var errs []error
-	for i, m := range l.Models {
-		switch {
-		case m.Name == "":
-			errs = append(errs, fmt.Errorf("models[%d]: empty name", i))
-		case seen[m.Name]:
-			errs = append(errs, fmt.Errorf("models[%d]: %q listed twice", i, m.Name))
-		}
-		seen[m.Name] = true
-		if m.Min < 0 || m.Replicas < 0 {
-			errs = append(errs, fmt.Errorf("models[%d] (%s): min %d, replicas %d: want 0 or more", i, m.Name, m.Min, m.Replicas))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // ModelSource publishes the controller's model list: publish(list, nil)
 // every time it changes, publish(_, err) when it cannot be read (the last
 // list stands). publish is not called concurrently.
 type ModelSource interface {
-	Run(ctx context.Context, publish func(ModelList, error)) error
+	Run(ctx context.Context, publish func(gatewayapi.ModelList, error)) error
 }
 
 // StaticModels publishes one fixed list: for tests and fixed fleets.
-type StaticModels ModelList
+type StaticModels gatewayapi.ModelList
 
 // Run publishes the list and waits for ctx.
-func (s StaticModels) Run(ctx context.Context, publish func(ModelList, error)) error {
-	publish(ModelList(s), nil)
+func (s StaticModels) Run(ctx context.Context, publish func(gatewayapi.ModelList, error)) error {
+	publish(gatewayapi.ModelList(s), nil)
 	<-ctx.Done()
 	return nil
 }
@@ -120,7 +46,7 @@ type NomadModels struct {
 }
 
 // Run watches the variable until ctx ends.
-func (s *NomadModels) Run(ctx context.Context, publish func(ModelList, error)) error {
+func (s *NomadModels) Run(ctx context.Context, publish func(gatewayapi.ModelList, error)) error {
 	log := s.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -141,10 +67,10 @@ func (s *NomadModels) Run(ctx context.Context, publish func(ModelList, error)) e
 		}),
 		OnAnswer: func(v *nomadapi.Variable, _ uint64) {
 			if v == nil {
-				publish(ModelList{}, nil)
+				publish(gatewayapi.ModelList{}, nil)
 				return
 			}
-			l, err := ParseModelList(v.Items)
+			l, err := gatewayapi.ParseModelList(v.Items)
 			if err != nil {
 				err = fmt.Errorf("nomad variable %s (namespace %s): %w", path, ns, err)
 				log.Warn("model list", "error", err)
@@ -154,7 +80,7 @@ func (s *NomadModels) Run(ctx context.Context, publish func(ModelList, error)) e
 		OnError: func(err error, _ time.Duration) {
 			err = fmt.Errorf("read nomad variable %s (namespace %s): %w", path, ns, err)
 			log.Warn("model list", "error", err)
-			publish(ModelList{}, err)
+			publish(gatewayapi.ModelList{}, err)
 		},
 	}
 	w.Run(ctx)

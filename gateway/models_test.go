@@ -16,7 +16,7 @@ import (
 )
 
 func TestModelListItems(t *testing.T) {
-	l := ModelList{Models: []ListedModel{{Name: "a", Min: 0, Replicas: 0}, {Name: "b", Min: 1, Replicas: 3}}}
+	l := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "a", Min: 0, Replicas: 0}, {Name: "b", Min: 1, Replicas: 3}}}
 	items, err := l.Items()
 	if err != nil {
 		t.Fatal(err)
@@ -24,11 +24,11 @@ func TestModelListItems(t *testing.T) {
 	if want := `[{"name":"a","min":0,"replicas":0},{"name":"b","min":1,"replicas":3}]`; items["models"] != want {
 		t.Errorf("items %q, want %q", items["models"], want)
 	}
-	back, err := ParseModelList(items)
+	back, err := gatewayapi.ParseModelList(items)
 	if err != nil || !cmp.Equal(back, l) {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
-	if items, _ := (ModelList{}).Items(); items["models"] != "[]" {
+	if items, _ := (gatewayapi.ModelList{}).Items(); items["models"] != "[]" {
 		t.Errorf("empty list: %q", items["models"])
 	}
 	for _, tt := range []struct {
@@ -41,11 +41,11 @@ func TestModelListItems(t *testing.T) {
 		{map[string]string{"models": `[{"name":"a"},{"name":"a"}]`}, `item "models": models[1]: "a" listed twice`},
 		{map[string]string{"models": `[{"name":"a","min":-1}]`}, `item "models": models[0] (a): min -1, replicas 0: want 0 or more`},
 	} {
-		if _, err := ParseModelList(tt.items); err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+		if _, err := gatewayapi.ParseModelList(tt.items); err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want %q", tt.items, err, tt.want)
 		}
 	}
-	if _, err := (ModelList{Models: []ListedModel{{Name: "a", Replicas: -2}}}).Items(); err == nil {
+	if _, err := (gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "a", Replicas: -2}}}).Items(); err == nil {
 		t.Error("a negative count encoded")
 	}
 }
@@ -71,7 +71,7 @@ func TestNomadModels(t *testing.T) {
 	if got := tg.post(t, "/v1/chat/completions", chat("z")); got.status != http.StatusNotFound {
 		t.Errorf("no variable: z is %d, want 404", got.status)
 	}
-	items, _ := ModelList{Models: []ListedModel{{Name: "z"}}}.Items()
+	items, _ := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "z"}}}.Items()
 	put(items)
 	eventually(t, "z known", func() bool { return tg.tbl.Load().listed["z"].Name == "z" })
 	if got := tg.served(t); !cmp.Equal(got, map[string]int{"z": 0}) {
@@ -79,13 +79,13 @@ func TestNomadModels(t *testing.T) {
 	}
 	put(map[string]string{"models": "not json"})
 	eventually(t, "the error in the demand", func() bool {
-		d, err := DemandClient{}.Read(context.Background(), tg.srv.URL)
+		d, err := gatewayapi.DemandClient{}.Read(context.Background(), tg.srv.URL)
 		return err == nil && strings.Contains(d.ModelListError, "nomad variable llmgw/models (namespace default): item \"models\"")
 	})
 	if tg.tbl.Load().listed["z"].Name != "z" {
 		t.Error("a bad variable dropped the last list")
 	}
-	items, _ = ModelList{Models: []ListedModel{{Name: "y", Min: 1, Replicas: 1}}}.Items()
+	items, _ = gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "y", Min: 1, Replicas: 1}}}.Items()
 	put(items)
 	eventually(t, "y replaces z", func() bool {
 		tb := tg.tbl.Load()
@@ -114,10 +114,10 @@ func TestSyncedWaitsForTheModelList(t *testing.T) {
 
 type failingModels struct{ fail chan struct{} }
 
-func (f failingModels) Run(ctx context.Context, publish func(ModelList, error)) error {
+func (f failingModels) Run(ctx context.Context, publish func(gatewayapi.ModelList, error)) error {
 	select {
 	case <-f.fail:
-		publish(ModelList{}, errBoom)
+		publish(gatewayapi.ModelList{}, errBoom)
 	case <-ctx.Done():
 	}
 	<-ctx.Done()

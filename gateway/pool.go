@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // endpoint is one replica and what the gateway knows of it beyond
@@ -38,14 +40,14 @@ type table struct {
 	// models are the known models: in the registry's catalog or in the
 	// model list.
 	models map[string]*modelState
-	listed map[string]ListedModel // the model list's entries
+	listed map[string]gatewayapi.ListedModel // the model list's entries
 	pools  map[string]*pool
 	served []string // models with at least one endpoint, sorted
 	byID   map[string]*endpoint
 }
 
 func emptyTable() *table {
-	return &table{models: map[string]*modelState{}, listed: map[string]ListedModel{}, pools: map[string]*pool{},
+	return &table{models: map[string]*modelState{}, listed: map[string]gatewayapi.ListedModel{}, pools: map[string]*pool{},
 		byID: map[string]*endpoint{}}
 }
 
@@ -53,7 +55,7 @@ func emptyTable() *table {
 // the model states of old for the models still known and the endpoints of
 // old whose ID and address are unchanged. newModel and newEndpoint make
 // the others. It returns the endpoints of old that are gone.
-func buildTable(old *table, snap Snapshot, list ModelList, newModel func(string) *modelState, newEndpoint func(Instance) *endpoint) (*table, []*endpoint) {
+func buildTable(old *table, snap Snapshot, list gatewayapi.ModelList, newModel func(string) *modelState, newEndpoint func(Instance) *endpoint) (*table, []*endpoint) {
 	snap = snap.normalize()
 	t := emptyTable()
 	known := func(m string) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 func testEndpoint(id string, weight int) *endpoint {
@@ -73,7 +75,7 @@ func TestBuildTableKeepsState(t *testing.T) {
 		{ID: "3", Model: "n", Address: "h:3", Weight: 1},
 	}}
 	mkModel := func(m string) *modelState { return newModelState(m, time.Minute) }
-	t1, gone := buildTable(emptyTable(), s1, ModelList{Models: []ListedModel{{Name: "zero"}}}, mkModel, mk)
+	t1, gone := buildTable(emptyTable(), s1, gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "zero"}}}, mkModel, mk)
 	if len(gone) != 0 {
 		t.Fatalf("gone from empty: %d", len(gone))
 	}
@@ -92,7 +94,7 @@ func TestBuildTableKeepsState(t *testing.T) {
 		{ID: "1", Model: "m", Address: "h:1", Weight: 4}, // weight changed
 		{ID: "2", Model: "m", Address: "h:9", Weight: 1}, // moved
 	}}
-	t2, gone := buildTable(t1, s2, ModelList{}, mkModel, mk)
+	t2, gone := buildTable(t1, s2, gatewayapi.ModelList{}, mkModel, mk)
 	if t2.models["m"] != t1.models["m"] || t2.models["m"].arrivals.Load() != 5 {
 		t.Error("model m, still known, lost its state")
 	}

@@ -1,10 +1,11 @@
-// Package gatewayapi holds the names the controller and the gateway share,
-// each defined once: the Nomad Variable the controller writes the model list
-// to and its item, and the tags of the replica services the controller's
-// jobs register and the gateway discovers (docs/architecture.md, "Names
-// every part shares"). Both sides import it; it imports nothing of llmgw's.
-// The wire types themselves (the model list, demand) are still the
-// gateway's, and are to move here (issue 23).
+// Package gatewayapi is what the controller and the gateway exchange, each
+// name defined once: the model list the controller writes to a Nomad
+// Variable and the gateways read (ModelList), each gateway's demand and the
+// controller's client for it (Demand, DemandClient), finding the gateways
+// registered in Nomad or Consul, the model states, and the tags of the
+// replica services the controller's jobs register and the gateway
+// discovers (docs/architecture.md, "Names every part shares"). Both sides
+// import it, neither imports the other; it imports nothing of llmgw's.
 package gatewayapi
 
 // The model list.

@@ -258,7 +258,7 @@ func (s *Store) SaveDecision(replica string, decision any) error {
 	return nil
 }
 
-// SaveModels writes the gateways' model list (gateway.ModelList.Items).
+// SaveModels writes the gateways' model list (gatewayapi.ModelList.Items).
 // The latest write wins; it is not check-and-set.
 func (s *Store) SaveModels(items map[string]string) error {
 	wo, cancel := s.wo()

@@ -60,7 +60,7 @@ var layers = map[string]map[string]string{
 		"internal/hcldecode":     "API key files are HCL",
 		"internal/httpjson":      "its JSON answers",
 		"internal/testing":       "only gateway/internal/gwload, a measuring tool run with go run (see mayImportDoubles)",
-		"gatewayapi":             "the names it shares with the controller",
+		"gatewayapi":             "the names and wire types it shares with the controller",
 	},
 	"controller": {
 		"engine":                 "profiles' recipes and metric names",
@@ -71,10 +71,7 @@ var layers = map[string]map[string]string{
 		"internal/httpjson":      "its API's JSON answers",
 		"internal/nomadenv":      "which Nomad API the environment names",
 		"internal/suggest":       "did-you-mean hints",
-		"gatewayapi":             "the names it shares with the gateway",
-		// An exception, to go: issue 23 moves these into small contract
-		// packages both sides import.
-		"gateway": "the model list and its Variable, demand, and finding the gateways: wire types of the gateway's (to move into a contract package)",
+		"gatewayapi":             "the names and wire types it shares with the gateway (the model list, demand, finding the gateways)",
 	},
 }
 

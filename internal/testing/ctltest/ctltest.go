@@ -34,7 +34,7 @@ import (
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
-	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -268,15 +268,15 @@ func Start(t testing.TB, opts Options) *Env {
 	return e
 }
 
-// serveDemand answers a gateway's demand (gateway.DemandPath) with Demand.
+// serveDemand answers a gateway's demand (gatewayapi.DemandPath) with Demand.
 func serveDemand(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != gateway.DemandPath {
+	if r.URL.Path != gatewayapi.DemandPath {
 		http.NotFound(w, r)
 		return
 	}
-	d := gateway.Demand{SampledAt: Epoch, StartedAt: Epoch.Add(-time.Hour), WindowSeconds: 30, Models: []gateway.ModelDemand{}}
+	d := gatewayapi.Demand{SampledAt: Epoch, StartedAt: Epoch.Add(-time.Hour), WindowSeconds: 30, Models: []gatewayapi.ModelDemand{}}
 	for _, m := range []string{"alpha", "beta", "delta"} {
-		d.Models = append(d.Models, gateway.ModelDemand{Model: m, State: gateway.StateServing, Outstanding: Demand[m], ArrivalRate: float64(Demand[m])})
+		d.Models = append(d.Models, gatewayapi.ModelDemand{Model: m, State: gatewayapi.StateServing, Outstanding: Demand[m], ArrivalRate: float64(Demand[m])})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(d)

@@ -265,7 +265,7 @@ says. See docs/gateway.md.`,
 	fl.IntVar(&f.holdPerModel, "hold-per-model", gateway.DefaultHoldPerModel, "the most requests held for one model (503 past it)")
 	fl.IntVar(&f.holdTotal, "hold-total", gateway.DefaultHoldTotal, "the most requests held for all models together (503 past it)")
 	fl.IntVar(&f.wakeBurst, "wake-burst", gateway.DefaultWakeBurst, "held requests in flight at once per ready replica while a model wakes")
-	fl.DurationVar(&f.demandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gateway.DemandPath+")")
+	fl.DurationVar(&f.demandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gatewayapi.DemandPath+")")
 	fl.StringVar(&f.modelsVariable, "models-variable", gatewayapi.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
 	fl.StringVar(&f.modelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
 	fl.StringVar(&f.modelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
@@ -468,13 +468,13 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		wg.Go(func() { certs.run(ctx, certCheckInterval, certReload) })
 	}
 	if f.shareLimits {
-		count := func(ctx context.Context) ([]string, error) { return gateway.ConsulGateways(ctx, consul) }
+		count := func(ctx context.Context) ([]string, error) { return gatewayapi.ConsulGateways(ctx, consul) }
 		if consul == nil {
 			ns := f.namespace
 			if ns == "" || ns == "*" {
 				ns = nomadapi.DefaultNamespace
 			}
-			count = func(ctx context.Context) ([]string, error) { return gateway.NomadGateways(ctx, nomad, ns) }
+			count = func(ctx context.Context) ([]string, error) { return gatewayapi.NomadGateways(ctx, nomad, ns) }
 		}
 		wg.Go(func() { shareLimits(ctx, g, count, shareInterval, log) })
 	}
@@ -490,7 +490,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
 			r.CheckTLSSkipVerify = true
 			// The controller reads this gateway's demand over HTTPS.
-			r.Tags = append(slices.Clone(r.Tags), gateway.TLSTag)
+			r.Tags = append(slices.Clone(r.Tags), gatewayapi.TLSTag)
 		}
 		wg.Go(func() {
 			if err := r.Register(ctx, consul, log); err != nil {
@@ -642,7 +642,7 @@ func registration(advertise string, listen net.Addr) (gateway.ConsulRegistration
 	}
 	name, _ := os.Hostname()
 	return gateway.ConsulRegistration{
-		ID:       fmt.Sprintf("%s-%s-%d", gateway.GatewayServiceName, name, port),
+		ID:       fmt.Sprintf("%s-%s-%d", gatewayapi.GatewayServiceName, name, port),
 		Address:  host,
 		Port:     port,
 		CheckURL: "http://" + net.JoinHostPort(checkHost, strconv.Itoa(port)) + "/healthz",

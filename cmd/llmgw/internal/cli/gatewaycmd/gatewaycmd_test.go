@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
@@ -106,7 +107,7 @@ func testGatewayWithConsul(t *testing.T, loop string) {
 		reg, ok = c.Service(registrationID(port))
 		return ok
 	})
-	if diff := cmp.Diff([]string{"llmgw-gateway"}, reg.Tags); diff != "" || reg.Name != gateway.GatewayServiceName || reg.Address != "127.0.0.1" ||
+	if diff := cmp.Diff([]string{"llmgw-gateway"}, reg.Tags); diff != "" || reg.Name != gatewayapi.GatewayServiceName || reg.Address != "127.0.0.1" ||
 		reg.Check == nil || reg.Check.HTTP != base+"/healthz" {
 		t.Errorf("registration: %+v %+v", reg, reg.Check)
 	}
@@ -266,7 +267,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	const model = "qwen-7b"
 	nf := nomadfake.New()
 	t.Cleanup(nf.Close)
-	items, err := gateway.ModelList{Models: []gateway.ListedModel{{Name: model}}}.Items()
+	items, err := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: model}}}.Items()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,12 +305,12 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 		defer resp.Body.Close()
 		answer <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader))
 	}()
-	var d gateway.Demand
+	var d gatewayapi.Demand
 	eventually(t, "the request held", func() bool {
-		d, err = gateway.DemandClient{}.Read(context.Background(), base)
+		d, err = gatewayapi.DemandClient{}.Read(context.Background(), base)
 		return err == nil && len(d.Models) == 1 && d.Models[0].Queued == 1
 	})
-	if m := d.Models[0]; m.Model != model || m.Outstanding != 1 || m.ArrivalsTotal != 1 || m.State != gateway.StateScaledToZero {
+	if m := d.Models[0]; m.Model != model || m.Outstanding != 1 || m.ArrivalsTotal != 1 || m.State != gatewayapi.StateScaledToZero {
 		t.Errorf("demand %+v", m)
 	}
 	if !strings.Contains(get("/metrics"), `llmgw_gateway_queued_requests{model="`+model+`"} 1`) {

@@ -14,7 +14,6 @@ import (
 
 	nomadapi "github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
@@ -28,7 +27,7 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	const model = "qwen-7b"
 	nf := nomadfake.New()
 	t.Cleanup(nf.Close)
-	items, err := gateway.ModelList{Models: []gateway.ListedModel{{Name: model}}}.Items()
+	items, err := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: model}}}.Items()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 )
 
@@ -313,7 +314,7 @@ func TestLoopback(t *testing.T) {
 
 // With TLS and --consul, the registration says so: its check asks for
 // https:// (not verifying the certificate) and it is tagged
-// gateway.TLSTag, which ConsulGateways turns into an https:// URL for the
+// gatewayapi.TLSTag, which ConsulGateways turns into an https:// URL for the
 // controller's demand reads.
 func TestGatewayTLSRegistration(t *testing.T) {
 	dir := t.TempDir()
@@ -329,7 +330,7 @@ func TestGatewayTLSRegistration(t *testing.T) {
 		reg, ok = c.Service(registrationID(port))
 		return ok
 	})
-	if reg.Check == nil || reg.Check.HTTP != "https://"+addr+"/healthz" || !reg.Check.TLSSkipVerify || !slices.Contains(reg.Tags, gateway.TLSTag) || !slices.Contains(reg.Tags, "edge") {
+	if reg.Check == nil || reg.Check.HTTP != "https://"+addr+"/healthz" || !reg.Check.TLSSkipVerify || !slices.Contains(reg.Tags, gatewayapi.TLSTag) || !slices.Contains(reg.Tags, "edge") {
 		t.Errorf("registration %+v, check %+v", reg, reg.Check)
 	}
 	if err := stop(); err != nil {
