@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -295,5 +296,42 @@ args    = ["--hang-on-stop", "--tokens-per-second", "1"]
 	if i := indexOf(msgs, "Engine stopped serving but had not exited"); i < 0 || !strings.HasSuffix(msgs[i], ": sending SIGTERM again") ||
 		indexOf(msgs, "Engine stopped on request (exit code 1)") < 0 {
 		t.Errorf("events %q: want the repeated signal and the requested stop", msgs)
+	}
+}
+
+// A model file the engine's user cannot read is refused before anything
+// starts, naming the field, the file, the user and the mode.
+func TestRealLlamaCppModelUnreadableByItsUser(t *testing.T) {
+	realengine.Require(t)
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: running an engine as nobody needs the driver to run as root")
+	}
+	dir, err := os.MkdirTemp("", "llmgw-unreadable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	in, err := llamabuild.Install(dir, tinymodel.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(in.Model, 0o600); err != nil { // root's alone
+		t.Fatal(err)
+	}
+	p := startPlugin(t, pluginBody+`allowed_users = ["nobody"]`+"\n")
+	tk := newTask(t, taskOpts{noGPU: true, body: strings.Replace(llamaTask(in.Model, ""), llamabuild.Binary(), in.Binary, 1)})
+	tk.cfg.User = "nobody"
+	// The test's temporary folders are 0700; the task dir must be
+	// reachable by nobody, as a Nomad client's alloc dir is.
+	for d := tk.cfg.GetAllocDir(); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = p.Driver.StartTask(ctxT(t, 10*time.Second), &driverpb.StartTaskRequest{Task: tk.cfg})
+	for _, want := range []string{"model: nobody", "cannot use " + in.Model, "mode 0600"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("StartTask with a model nobody cannot read: %v, want an error containing %q", err, want)
+		}
 	}
 }
