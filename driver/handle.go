@@ -18,9 +18,8 @@ import (
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/driver/supervisor"
