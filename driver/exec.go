@@ -192,18 +192,11 @@ func (p *Plugin) ExecTaskStreaming(stream driverpb.Driver_ExecTaskStreamingServe
 		outputs.Add(1)
 		go pump(ptmx, false)
 	} else {
-		inR, inW, err := os.Pipe()
+		ps, err := openPipes(3, os.Pipe)
 		if err != nil {
 			return fmt.Errorf("exec: %w", err)
 		}
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			return fmt.Errorf("exec: %w", err)
-		}
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			return fmt.Errorf("exec: %w", err)
-		}
+		inR, inW, outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w, ps[2].r, ps[2].w
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 		err = cmd.Start()
 		_ = inR.Close()
@@ -286,4 +279,26 @@ func waitOrKill(ctx context.Context, cmd *exec.Cmd) error {
 		<-waited
 		return ctx.Err()
 	}
+}
+
+// pipe is both ends of an os.Pipe.
+type pipe struct{ r, w *os.File }
+
+// openPipes opens n pipes with open (os.Pipe); when one fails it closes
+// those it had opened, so that a long-lived plugin leaks no descriptor on
+// the error path.
+func openPipes(n int, open func() (*os.File, *os.File, error)) ([]pipe, error) {
+	ps := make([]pipe, 0, n)
+	for range n {
+		r, w, err := open()
+		if err != nil {
+			for _, p := range ps {
+				_ = p.r.Close()
+				_ = p.w.Close()
+			}
+			return nil, err
+		}
+		ps = append(ps, pipe{r, w})
+	}
+	return ps, nil
 }
