@@ -1,25 +1,3 @@
-// Package supervisor is the per-task process that owns an inference
-// engine. The driver plugin re-executes its own binary in supervisor mode
-// (`nomad-driver-llmgw supervise <state dir>`) in a new session, so that
-// neither a plugin crash nor a Nomad client restart touches the engine.
-//
-// The supervisor starts the engine in its own process group (and cgroup,
-// where cgroup v2 is available) with SIGKILL as its parent-death signal,
-// copies its stdout and stderr into Nomad's log FIFOs (re-opening them
-// when the reader goes away), notes load progress it recognises in the
-// log, keeps the last lines of output, and when the engine exits kills
-// what is left of it (its process group, its cgroup, and every orphan,
-// which comes back to the supervisor as a child subreaper), waits until
-// those are gone, and records the exit result atomically in the task's
-// state dir. What a supervisor that was itself killed leaves behind,
-// Cleanup ends (the driver calls it). The driver reads those files; they
-// are the contract between the two processes:
-//
-//	spec.json        what to run (written by the driver)
-//	started.json     supervisor and engine pid + start time, cgroup
-//	events.jsonl     one JSON event per line (load progress)
-//	exit.json        the engine's exit result (written once, last)
-//	supervisor.log   the supervisor's own diagnostics
 package supervisor
 
 import (
