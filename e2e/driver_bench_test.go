@@ -170,14 +170,7 @@ func eventTime(ts *api.TaskState, typ, substr string) (time.Time, bool) {
 // ratio, and the client-side part (allocation created → Started), which
 // is where the drivers differ.
 func BenchmarkStartLatency(b *testing.B) {
-	rounds := 10
-	if v := os.Getenv("LLMGW_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			b.Fatalf("LLMGW_BENCH_ROUNDS=%q: want 1..100", v)
-		}
-		rounds = n
-	}
+	rounds := benchRounds(b, 10)
 	c, engine, _ := benchCluster(b)
 	drivers := []string{"llmgw", "raw_exec"}
 	total := map[string][]time.Duration{}
@@ -185,11 +178,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for i := range rounds {
-			order := drivers
-			if i%2 == 1 {
-				order = []string{drivers[1], drivers[0]}
-			}
-			for _, d := range order {
+			for _, d := range alternate(drivers, i) {
 				id := fmt.Sprintf("lat-%s-%d", strings.ReplaceAll(d, "_", ""), i)
 				if _, _, err := c.API.Jobs().Register(engineJob(id, 1, engineTask(d, engine, []string{"--load-seconds", "0"}, nil)), nil); err != nil {
 					b.Fatalf("register %s: %v", id, err)
@@ -431,6 +420,29 @@ func readMem(b *testing.B, pid int) memInfo {
 	}
 }
 
+// benchRounds is LLMGW_BENCH_ROUNDS (1 to 100), else def.
+func benchRounds(b *testing.B, def int) int {
+	b.Helper()
+	v := os.Getenv("LLMGW_BENCH_ROUNDS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		b.Fatalf("LLMGW_BENCH_ROUNDS=%q: want 1..100", v)
+	}
+	return n
+}
+
+// alternate is the two drivers in round i's order: as given in even
+// rounds, reversed in odd ones, so neither always goes first.
+func alternate(drivers []string, i int) []string {
+	if i%2 == 1 {
+		return []string{drivers[1], drivers[0]}
+	}
+	return drivers
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func median(ds []time.Duration) time.Duration {
@@ -465,14 +477,7 @@ func mean(ds []time.Duration) time.Duration {
 // reports registration (the job's SubmitTime) → the first 200, for both
 // drivers, and for llmgw also → the driver's Ready event.
 func BenchmarkRealEngineReady(b *testing.B) {
-	rounds := 5
-	if v := os.Getenv("LLMGW_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			b.Fatalf("LLMGW_BENCH_ROUNDS=%q: want 1..100", v)
-		}
-		rounds = n
-	}
+	rounds := benchRounds(b, 5)
 	in := installRealEngineB(b)
 	nomadtest.Bin(b)
 	plugins := nomadtest.PluginDir(b, plugintest.Build(b, devicePkg), plugintest.Build(b, driverPkg), plugintest.Build(b, supervisorPkg))
@@ -508,11 +513,7 @@ func BenchmarkRealEngineReady(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for i := range rounds {
-			order := drivers
-			if i%2 == 1 {
-				order = []string{drivers[1], drivers[0]}
-			}
-			for _, d := range order {
+			for _, d := range alternate(drivers, i) {
 				id := fmt.Sprintf("real-%s-%d", strings.ReplaceAll(d, "_", ""), i)
 				if _, _, err := c.API.Jobs().Register(engineJob(id, 1, task(d)), nil); err != nil {
 					b.Fatalf("register %s: %v", id, err)

@@ -358,17 +358,12 @@ type references struct {
 
 func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
 	nginxBin := refs.nginx
-	var rates []int
-	for f := range strings.SplitSeq(rateList, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r < 1 || r > 50000 {
-			return fmt.Errorf("-rates: %q: want 1 to 50000", f)
-		}
-		rates = append(rates, r)
+	rates, err := intList("-rates", rateList, 1, 50000)
+	if err != nil {
+		return err
 	}
 	var engine, gw *server
 	var placement string
-	var err error
 	if nginxBin != "" {
 		if nginxBin, err = exec.LookPath(nginxBin); err != nil {
 			return fmt.Errorf("-nginx: %w", err)
@@ -646,4 +641,18 @@ func load(client *http.Client, url string, rate int, dur time.Duration, inflight
 		}
 	}
 	return r
+}
+
+// intList parses a comma-separated list of whole numbers from lo to hi,
+// the value of flag.
+func intList(flag, list string, lo, hi int) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("%s: %q: want %d to %d", flag, f, lo, hi)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

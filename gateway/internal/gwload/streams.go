@@ -170,13 +170,9 @@ func startRealEngine(slots int) (*server, error) {
 // gateway (and nginx) spent per streamed token. Targets take turns in two
 // passes (direct, gateway, nginx, then the reverse), dur/2 each.
 func runStreams(concurrency string, dur time.Duration, nginxBin string) error {
-	var ns []int
-	for f := range strings.SplitSeq(concurrency, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 256 {
-			return fmt.Errorf("-streams %q: want numbers from 1 to 256", concurrency)
-		}
-		ns = append(ns, n)
+	ns, err := intList("-streams", concurrency, 1, 256)
+	if err != nil {
+		return err
 	}
 	eng, err := startRealEngine(slices.Max(ns))
 	if err != nil {

@@ -99,11 +99,7 @@ func Install(dir string, o tinymodel.Options) (Installed, error) {
 		return Installed{}, err
 	}
 	in := Installed{Binary: filepath.Join(dir, "llama-server"), Model: filepath.Join(dir, "model.gguf")}
-	b, err := os.ReadFile(Binary())
-	if err != nil {
-		return Installed{}, err
-	}
-	if err := os.WriteFile(in.Binary, b, 0o755); err != nil {
+	if err := copyFile(in.Binary, Binary(), 0o755); err != nil {
 		return Installed{}, err
 	}
 	if o.Vocab == "" {
@@ -150,4 +146,22 @@ func WaitReady(ctx context.Context, url string, exited <-chan struct{}, limit ti
 		case <-tick.C:
 		}
 	}
+}
+
+// copyFile copies src to dst, created with mode.
+func copyFile(dst, src string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	return out.Close()
 }

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -77,12 +78,9 @@ func Model(t testing.TB, o tinymodel.Options) string {
 func TinyModel(t testing.TB) string { return Model(t, tinymodel.Defaults) }
 
 func hashString(s string) uint32 {
-	h := uint32(2166136261)
-	for i := range len(s) {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
 }
 
 // Server is a running llama-server.
@@ -197,21 +195,20 @@ func (b *syncBuffer) String() string {
 func Get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, b := answer(t, resp, err)
+	return code, string(b)
 }
 
 // Post sends body as JSON to url and returns the answer's status and body.
 func Post(t testing.TB, url, body string) (int, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	return answer(t, resp, err)
+}
+
+// answer reads a whole answer, failing t on any error.
+func answer(t testing.TB, resp *http.Response, err error) (int, []byte) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
