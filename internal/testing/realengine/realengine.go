@@ -195,27 +195,30 @@ func (b *syncBuffer) String() string {
 func Get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
-	code, b := answer(t, resp, err)
-	return code, string(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return resp.StatusCode, string(readAll(t, resp.Body))
 }
 
 // Post sends body as JSON to url and returns the answer's status and body.
 func Post(t testing.TB, url, body string) (int, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	return answer(t, resp, err)
-}
-
-// answer reads a whole answer, failing t on any error.
-func answer(t testing.TB, resp *http.Response, err error) (int, []byte) {
-	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, readAll(t, resp.Body)
+}
+
+// readAll reads r to its end, failing t on an error.
+func readAll(t testing.TB, r io.Reader) []byte {
+	t.Helper()
+	b, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return b
 }
