@@ -141,6 +141,9 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 	// exits 1 at the driver's second signal, or ends the stream itself and
 	// exits 0 at the first; never SIGKILL at the timeout.
 	r := w.GetResult()
+	// Events reach the stream after WaitTask may return; the stop's is
+	// the last the driver sends, so everything before it is there then.
+	p2.events.wait(t, id, "Engine stopped on request (exit code "+strconv.Itoa(int(r.GetExitCode())), 20*time.Second)
 	msgs = eventMessages(p2, id)
 	repeated := indexOf(msgs, "Engine stopped serving but had not exited") >= 0
 	switch {
@@ -292,6 +295,7 @@ args    = ["--hang-on-stop", "--tokens-per-second", "1"]
 	if r := w.GetResult(); r.GetSignal() != 0 || r.GetExitCode() != 1 || w.GetErr() != "" {
 		t.Errorf("result %v err %q: want exit code 1 at the second signal, no error", r, w.GetErr())
 	}
+	p.events.wait(t, id, "Engine stopped on request (exit code 1)", 20*time.Second) // the last event; see above
 	msgs := eventMessages(p, id)
 	if i := indexOf(msgs, "Engine stopped serving but had not exited"); i < 0 || !strings.HasSuffix(msgs[i], ": sending SIGTERM again") ||
 		indexOf(msgs, "Engine stopped on request (exit code 1)") < 0 {
