@@ -34,7 +34,8 @@ func startKeyGateway(t *testing.T, src string, o Options, insts ...Instance) *te
 	return tg
 }
 
-// do sends a request with key (none when "") as Authorization: Bearer.
+// do sends a request with key (none when "") as Authorization: Bearer,
+// and returns the answer once the gateway's handler has returned.
 func (tg *testGateway) do(t *testing.T, method, path, key, body string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, tg.srv.URL+path, strings.NewReader(body))
@@ -44,6 +45,7 @@ func (tg *testGateway) do(t *testing.T, method, path, key, body string) answer {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	ended := tg.ends.track(req)
 	resp, err := tg.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -53,6 +55,7 @@ func (tg *testGateway) do(t *testing.T, method, path, key, body string) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ended(t)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 

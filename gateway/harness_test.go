@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,47 @@ type testGateway struct {
 	srv    *httptest.Server
 	reg    *prometheus.Registry
 	client *http.Client
+	ends   *handlerEnds
+}
+
+// handlerEnds tells a test when the gateway's handler has returned from
+// one of its requests. A client has the whole of an answer with a
+// Content-Length before then, and what the handler does last (settling a
+// key's tokens, counting the request) is read after it.
+type handlerEnds struct {
+	n    atomic.Int64
+	ends sync.Map // request number (testRequestHeader) -> chan struct{}
+}
+
+const testRequestHeader = "X-Llmgw-Test-Request"
+
+func (he *handlerEnds) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get(testRequestHeader); id != "" {
+			defer func() {
+				if ch, ok := he.ends.LoadAndDelete(id); ok {
+					close(ch.(chan struct{}))
+				}
+			}()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// track marks req so that the returned func waits for its handler's end.
+func (he *handlerEnds) track(req *http.Request) func(t *testing.T) {
+	id := strconv.FormatInt(he.n.Add(1), 10)
+	ch := make(chan struct{})
+	he.ends.Store(id, ch)
+	req.Header.Set(testRequestHeader, id)
+	return func(t *testing.T) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(waitFor):
+			t.Fatalf("waited %s for the gateway's handler to return from %s %s", waitFor, req.Method, req.URL.Path)
+		}
+	}
 }
 
 func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
@@ -133,10 +175,11 @@ func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
 	if o.Source == nil {
 		g.Update(Snapshot{Instances: insts})
 	}
-	srv := serveH1(t, g.Handler())
+	he := &handlerEnds{}
+	srv := serveH1(t, he.wrap(g.Handler()))
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}}
+	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}, ends: he}
 }
 
 // serveH1 serves h on loopback with the server loop the gateway command
@@ -160,9 +203,17 @@ type answer struct {
 	body   []byte
 }
 
+// post sends body as JSON and returns the answer once the gateway's
+// handler has returned.
 func (tg *testGateway) post(t *testing.T, path, body string) answer {
 	t.Helper()
-	resp, err := tg.client.Post(tg.srv.URL+path, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, tg.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	ended := tg.ends.track(req)
+	resp, err := tg.client.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
@@ -171,6 +222,7 @@ func (tg *testGateway) post(t *testing.T, path, body string) answer {
 	if err != nil {
 		t.Fatalf("POST %s: read: %v", path, err)
 	}
+	ended(t)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 
