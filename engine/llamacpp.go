@@ -48,7 +48,9 @@ const GPULayersAll = "all"
 //     signal once the port has closed (StopRule).
 //   - Load progress: "load_model: loading model 'PATH'" when the load
 //     starts and "llama_server: model loaded" when it is done
-//     (tools/server/server.cpp); between them, with a GPU backend,
+//     (tools/server/server.cpp), logged just after /health turns 200
+//     (server.cpp:486-489), so a task may be Ready before its 100 %
+//     event; between them, with a GPU backend,
 //     "load_tensors: offloaded X/Y layers to GPU", which shows whether -ngl
 //     took. TestRealEngineLines (internal/testing/realengine) holds these
 //     against the real server's log.
