@@ -105,6 +105,27 @@ func report(hs *os.File, s Started, logger *log.Logger) {
 	_ = hs.Close()
 }
 
+// supervision is one engine's life under the supervisor, run as
+// numbered steps: (1) decide its cgroup and limits, (2) start it, (3)
+// forward signals, (4) copy its output, (5) wait for its exit, (6) end
+// what it left, (7) record the exit. Each step's fields are set by it and
+// read by the later ones; nothing runs concurrently with a step but the
+// goroutines it starts.
+type supervision struct {
+	spec     Spec
+	stateDir string
+	hs       *os.File // the handshake to the driver, until reported
+	logger   *log.Logger
+
+	started Started
+	cg      *cgroup // the engine's cgroup, nil when it runs without one
+	cmd     *exec.Cmd
+	pipes   [2]*os.File // read ends of the engine's stdout and stderr
+
+	outTail, errTail *tail
+	copiers          sync.WaitGroup
+}
+
 func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -114,19 +135,38 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
 
+	sv := &supervision{spec: spec, stateDir: stateDir, hs: hs, logger: logger}
 	self, err := procfs.RefOf(os.Getpid())
 	if err != nil {
 		report(hs, Started{Error: err.Error()}, logger)
 		return err
 	}
-	started := Started{Supervisor: self}
-	var cg *cgroup
+	sv.started = Started{Supervisor: self}
+	if err := sv.limit(); err != nil { // 1
+		return err
+	}
+	if err := sv.start(); err != nil { // 2
+		return err
+	}
+	stopFwd := sv.forward(sigs, chld) // 3
+	sv.copyOutput()                   // 4
+	exit := sv.wait(stopFwd)          // 5
+	sv.endRemains()                   // 6
+	return sv.recordExit(exit)        // 7
+}
+
+// limit (step 1) creates the engine's cgroup with its limits, or says why
+// there is none; an engine whose limits are required and cannot all be
+// enforced is refused here, before anything is forked.
+func (sv *supervision) limit() error {
+	spec, started, logger := sv.spec, &sv.started, sv.logger
 	if spec.CgroupParent != "" {
-		cg, err = createCgroup(spec.CgroupParent, spec.CgroupName, spec.Limits.controllers())
+		cg, err := createCgroup(spec.CgroupParent, spec.CgroupName, spec.Limits.controllers())
 		if err != nil {
 			started.CgroupError = err.Error()
 			logger.Printf("no cgroup for the engine (OOM kills will not be detected): %v", err)
 		} else {
+			sv.cg = cg
 			started.Cgroup = cg.dir
 			if cg.noMemory != nil {
 				started.OOMError = cg.noMemory.Error()
@@ -135,7 +175,7 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			started.Limits, started.Unenforced = applyLimits(cg.dir, spec.Limits, cg.missing)
 		}
 	}
-	if cg == nil {
+	if sv.cg == nil {
 		why := "no cgroup for the engine: " + started.CgroupError
 		if spec.CgroupParent == "" {
 			why = "no cgroup for the engine (cgroup_parent is empty)"
@@ -143,7 +183,7 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 		started.Unenforced = spec.Limits.Unenforced(why)
 	}
 	if len(started.Limits) > 0 {
-		logger.Printf("resource limits of %s: %s", cg.dir, strings.Join(started.Limits, ", "))
+		logger.Printf("resource limits of %s: %s", sv.cg.dir, strings.Join(started.Limits, ", "))
 	}
 	if len(started.Unenforced) > 0 {
 		logger.Printf("resource limits not enforced: %s", strings.Join(started.Unenforced, "; "))
@@ -151,75 +191,89 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	// Everything is decided before the fork: an engine whose limits are
 	// required never runs without them.
 	if spec.Limits.Require && len(started.Unenforced) > 0 {
-		if cg != nil {
-			_ = cg.remove()
+		if sv.cg != nil {
+			_ = sv.cg.remove()
 		}
 		err := fmt.Errorf("%w: %s", ErrLimits, strings.Join(started.Unenforced, "; "))
-		report(hs, Started{Error: err.Error(), Unenforced: started.Unenforced}, logger)
+		report(sv.hs, Started{Error: err.Error(), Unenforced: started.Unenforced}, logger)
 		return err
 	}
+	return nil
+}
 
+// command is the engine's command line, writing to outW and errW, cloned
+// into the cgroup open as cgroupFD (none when negative).
+func (sv *supervision) command(cgroupFD int, outW, errW *os.File) *exec.Cmd {
+	spec := sv.spec
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cgroupFD >= 0 {
+		attr.UseCgroupFD, attr.CgroupFD = true, cgroupFD
+	}
+	if spec.UID != nil && spec.GID != nil {
+		attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID, Groups: spec.Groups}
+	}
+	argv0 := spec.Argv0
+	if argv0 == "" {
+		argv0 = spec.Path
+	}
+	return &exec.Cmd{
+		Path:        spec.Path,
+		Args:        append([]string{argv0}, spec.Args...),
+		Env:         spec.Env,
+		Dir:         spec.Dir,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: attr,
+	}
+}
+
+// start (step 2) starts the engine in its cgroup (without it when cloning
+// into the cgroup fails and its limits are not required), records the
+// start and reports it to the driver. The read ends of its output pipes
+// are left in pipes for copyOutput.
+func (sv *supervision) start() error {
+	spec, started, logger := sv.spec, &sv.started, sv.logger
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		report(hs, Started{Error: err.Error()}, logger)
+		report(sv.hs, Started{Error: err.Error()}, logger)
 		return fmt.Errorf("stdout pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		report(hs, Started{Error: err.Error()}, logger)
+		report(sv.hs, Started{Error: err.Error()}, logger)
 		return fmt.Errorf("stderr pipe: %w", err)
 	}
-	newCmd := func(cgroupFD int) *exec.Cmd {
-		attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if cgroupFD >= 0 {
-			attr.UseCgroupFD, attr.CgroupFD = true, cgroupFD
-		}
-		if spec.UID != nil && spec.GID != nil {
-			attr.Credential = &syscall.Credential{Uid: *spec.UID, Gid: *spec.GID, Groups: spec.Groups}
-		}
-		argv0 := spec.Argv0
-		if argv0 == "" {
-			argv0 = spec.Path
-		}
-		return &exec.Cmd{
-			Path:        spec.Path,
-			Args:        append([]string{argv0}, spec.Args...),
-			Env:         spec.Env,
-			Dir:         spec.Dir,
-			Stdout:      outW,
-			Stderr:      errW,
-			SysProcAttr: attr,
-		}
-	}
 	cgroupFD := -1
-	if cg != nil {
-		cgroupFD = cg.fd
+	if sv.cg != nil {
+		cgroupFD = sv.cg.fd
 	}
-	cmd := newCmd(cgroupFD)
+	cmd := sv.command(cgroupFD, outW, errW)
 	err = startLocked(cmd, spec.NoNewPrivs)
-	if err != nil && cg != nil && !errors.Is(err, errNoNewPrivs) {
-		_ = cg.remove()
+	if err != nil && sv.cg != nil && !errors.Is(err, errNoNewPrivs) {
+		_ = sv.cg.remove()
 		if spec.Limits.Require && spec.Limits.Any() {
-			err = fmt.Errorf("%w: start the engine in its cgroup %s: %w", ErrLimits, cg.dir, err)
-			report(hs, Started{Error: err.Error(), Unenforced: spec.Limits.Unenforced(err.Error())}, logger)
+			err = fmt.Errorf("%w: start the engine in its cgroup %s: %w", ErrLimits, sv.cg.dir, err)
+			report(sv.hs, Started{Error: err.Error(), Unenforced: spec.Limits.Unenforced(err.Error())}, logger)
 			return err
 		}
 		// Cloning into a cgroup can fail where creating it did not
 		// (delegation rules); run without it rather than not at all.
-		logger.Printf("start engine in cgroup %s: %v; starting it without", cg.dir, err)
+		logger.Printf("start engine in cgroup %s: %v; starting it without", sv.cg.dir, err)
 		started.CgroupError = err.Error()
 		started.Cgroup, started.OOMError = "", ""
 		started.Limits = nil
 		started.Unenforced = spec.Limits.Unenforced("the engine could not be started in its cgroup: " + err.Error())
-		cg = nil
-		cmd = newCmd(-1)
+		sv.cg = nil
+		cmd = sv.command(-1, outW, errW)
 		err = startLocked(cmd, spec.NoNewPrivs)
 	}
 	if err != nil {
-		return startFailed(hs, spec, err, logger)
+		return startFailed(sv.hs, spec, err, logger)
 	}
 	_ = outW.Close()
 	_ = errW.Close()
+	sv.cmd = cmd
+	sv.pipes = [2]*os.File{outR, errR}
 	pid := cmd.Process.Pid
 	// Not reaped yet, so its stat is readable even if it already exited.
 	engine, err := procfs.RefOf(pid)
@@ -229,17 +283,22 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	}
 	started.Engine = engine
 	started.At = time.Now().UTC()
-	if err := WriteJSONAtomic(filepath.Join(stateDir, StartedFile), started); err != nil {
+	if err := WriteJSONAtomic(filepath.Join(sv.stateDir, StartedFile), *started); err != nil {
 		logger.Printf("record start: %v", err)
 	}
-	report(hs, started, logger)
+	report(sv.hs, *started, logger)
 	logger.Printf("engine started: pid %d, %s", pid, spec.Path)
 	// The supervisor lives as long as the engine: hand back what package
 	// initialisation of the (shared) driver binary allocated.
 	debug.SetGCPercent(25)
 	debug.FreeOSMemory()
+	return nil
+}
 
-	// Forward signals to the engine's process group until it exits.
+// forward (step 3) passes the signals on to the engine's process group,
+// and reaps reparented orphans, until the returned func is called.
+func (sv *supervision) forward(sigs, chld <-chan os.Signal) (stop func()) {
+	pid := sv.cmd.Process.Pid
 	stopFwd := make(chan struct{})
 	fwdDone := make(chan struct{})
 	go func() {
@@ -247,7 +306,7 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 		for {
 			select {
 			case s := <-sigs:
-				logger.Printf("forwarding %v to the engine's process group", s)
+				sv.logger.Printf("forwarding %v to the engine's process group", s)
 				_ = syscall.Kill(-pid, s.(syscall.Signal))
 			case <-chld:
 				reapChildren(pid)
@@ -256,26 +315,37 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			}
 		}
 	}()
+	return func() { close(stopFwd); <-fwdDone }
+}
 
-	events := &eventLog{path: filepath.Join(stateDir, EventsFile), logger: logger}
+// copyOutput (step 4) copies the engine's stdout and stderr into Nomad's
+// log FIFOs, keeping their last lines and turning load progress into
+// events, until the pipes end.
+func (sv *supervision) copyOutput() {
+	spec := sv.spec
+	events := &eventLog{path: filepath.Join(sv.stateDir, EventsFile), logger: sv.logger}
 	progress := &progressTracker{engine: spec.Engine, last: -1, report: events.add}
-	errTail := &tail{n: spec.TailLines}
-	outTail := &tail{n: spec.TailLines}
-	problems := func(err error) { logger.Printf("logs: %v", err) }
-	var copiers sync.WaitGroup
-	copiers.Add(2)
+	sv.errTail = &tail{n: spec.TailLines}
+	sv.outTail = &tail{n: spec.TailLines}
+	problems := func(err error) { sv.logger.Printf("logs: %v", err) }
+	outR, errR := sv.pipes[0], sv.pipes[1]
+	sv.copiers.Add(2)
 	go func() {
-		defer copiers.Done()
-		pump(outR, NewSink(spec.Stdout, problems), func(s string) { outTail.add(s); progress.line(s) })
+		defer sv.copiers.Done()
+		pump(outR, NewSink(spec.Stdout, problems), func(s string) { sv.outTail.add(s); progress.line(s) })
 	}()
 	go func() {
-		defer copiers.Done()
-		pump(errR, NewSink(spec.Stderr, problems), func(s string) { errTail.add(s); progress.line(s) })
+		defer sv.copiers.Done()
+		pump(errR, NewSink(spec.Stderr, problems), func(s string) { sv.errTail.add(s); progress.line(s) })
 	}()
+}
 
+// wait (step 5) waits for the engine's exit, then stops forwarding
+// signals to it.
+func (sv *supervision) wait(stopFwd func()) Exit {
+	cmd := sv.cmd
 	waitErr := cmd.Wait()
-	close(stopFwd)
-	<-fwdDone
+	stopFwd()
 	exit := Exit{At: time.Now().UTC()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
@@ -288,29 +358,34 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	} else if waitErr != nil {
 		var ee *exec.ExitError
 		if !errors.As(waitErr, &ee) {
-			logger.Printf("wait for engine: %v", waitErr)
+			sv.logger.Printf("wait for engine: %v", waitErr)
 		}
 		exit.ExitCode = cmd.ProcessState.ExitCode()
 	}
-	logger.Printf("engine exited: code %d signal %d", exit.ExitCode, exit.Signal)
+	sv.logger.Printf("engine exited: code %d signal %d", exit.ExitCode, exit.Signal)
+	return exit
+}
 
-	// Workers the engine leaves behind would hold GPU memory: end its
-	// process group, its cgroup and every orphan reparented here, and
-	// wait until they are gone, before reporting the exit, so that an
-	// exit record means the engine's GPU memory is free.
+// endRemains (step 6) ends what the engine left: workers left behind
+// would hold GPU memory, so its process group, its cgroup and every
+// orphan reparented here are killed and waited for before the exit is
+// reported, so that an exit record means the engine's GPU memory is free.
+// It then waits (a bounded time) for the output copies to end.
+func (sv *supervision) endRemains() {
+	pid := sv.cmd.Process.Pid
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	rem := Remains{Supervisor: self, Engine: engine, descendants: true}
-	if cg != nil {
-		rem.Cgroup = cg.dir
+	rem := Remains{Supervisor: sv.started.Supervisor, Engine: sv.started.Engine, descendants: true}
+	if sv.cg != nil {
+		rem.Cgroup = sv.cg.dir
 	}
 	if killed, err := killRemains(rem, time.Now().Add(RemainsTimeout)); err != nil {
-		logger.Printf("after the engine exited: %v", err)
+		sv.logger.Printf("after the engine exited: %v", err)
 	} else if len(killed) > 0 {
-		logger.Printf("killed what the engine left running: pids %v", killed)
+		sv.logger.Printf("killed what the engine left running: pids %v", killed)
 	}
 	copied := make(chan struct{})
 	go func() {
-		copiers.Wait()
+		sv.copiers.Wait()
 		close(copied)
 	}()
 	select {
@@ -318,16 +393,21 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 	case <-time.After(5 * time.Second):
 		// A process outside the group still holds the pipes; do not wait
 		// for it to report the exit.
-		logger.Printf("output pipes still open 5s after the engine exited; not waiting for them")
+		sv.logger.Printf("output pipes still open 5s after the engine exited; not waiting for them")
 	}
+}
 
-	exit.OOMDetection = "unavailable: " + started.CgroupError
-	if spec.CgroupParent == "" {
+// recordExit (step 7) completes exit with OOM detection and the output's
+// tail, writes it (the last file the supervisor writes) and removes the
+// engine's cgroup.
+func (sv *supervision) recordExit(exit Exit) error {
+	exit.OOMDetection = "unavailable: " + sv.started.CgroupError
+	if sv.spec.CgroupParent == "" {
 		exit.OOMDetection = "disabled (no cgroup_parent)"
 	}
-	if cg != nil {
+	if sv.cg != nil {
 		exit.OOMDetection = "cgroup v2 memory.events"
-		n, err := cg.oomKills()
+		n, err := sv.cg.oomKills()
 		switch {
 		case err != nil:
 			exit.OOMDetection = "unavailable: " + err.Error()
@@ -335,16 +415,16 @@ func run(spec Spec, stateDir string, hs *os.File, logger *log.Logger) error {
 			exit.OOMKilled = true
 		}
 	}
-	exit.Tail = errTail.get()
+	exit.Tail = sv.errTail.get()
 	if len(exit.Tail) == 0 {
-		exit.Tail = outTail.get()
+		exit.Tail = sv.outTail.get()
 	}
-	if err := WriteJSONAtomic(filepath.Join(stateDir, ExitFile), exit); err != nil {
+	if err := WriteJSONAtomic(filepath.Join(sv.stateDir, ExitFile), exit); err != nil {
 		return fmt.Errorf("record exit: %w", err)
 	}
-	if cg != nil {
-		if err := cg.remove(); err != nil {
-			logger.Printf("%v", err)
+	if sv.cg != nil {
+		if err := sv.cg.remove(); err != nil {
+			sv.logger.Printf("%v", err)
 		}
 	}
 	return nil
