@@ -99,54 +99,58 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			defer done()
 		}
 	}
-	dispatched := g.now()
+	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, dispatched: g.now()}
+	x.send(p)
+}
 
-	var (
-		tried    []*epState
-		lastErr  error
-		lastResp *http.Response
-		lastEp   *endpoint
-	)
+// exchange is one request on its way to a replica and its answer back:
+// what the handler settled before routing (the model, the body, the key's
+// account, when it arrived and when it was first dispatched), and what the
+// retry loop carries from one attempt to the next.
+type exchange struct {
+	g                 *Gateway
+	w                 http.ResponseWriter
+	r                 *http.Request
+	ms                *modelState
+	body              *reqBody
+	ac                *account // nil without keys
+	start, dispatched time.Time
+
+	tried    []*epState     // the endpoints tried, in order
+	lastErr  error          // the last attempt's transport error
+	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
+	lastEp   *endpoint      // whose answer lastResp is
+}
+
+// send tries p's replicas, up to the gateway's attempts, until one
+// answers, and sends that answer to the client; when none can, it passes
+// the last "cannot serve" answer on or answers 503 itself.
+func (x *exchange) send(p *pool) {
+	g, r, model := x.g, x.r, x.ms.name
 	for n := 1; ; n++ {
 		var ep *endpoint
 		var probe bool
-		if n <= g.attempts && (n == 1 || body.canRetry()) {
-			ep, probe = p.pick(tried, g.now())
+		if n <= g.attempts && (n == 1 || x.body.canRetry()) {
+			ep, probe = p.pick(x.tried, g.now())
 		}
 		if ep == nil {
-			switch {
-			case lastResp != nil:
-				// Every replica tried answered "cannot serve": pass the
-				// last answer on.
-				g.finish(w, r, ms, start, dispatched, lastEp, lastResp, ac)
-			case r.Context().Err() != nil:
-				g.m.request(model, statusClientClosed)
-			default:
-				ra := p.retryAfter(g.now(), g.noReplica)
-				setRetryAfter(w.Header(), ra)
-				msg := fmt.Sprintf("No replica of `%s` can take the request now (every one is failing or its circuit breaker is open); retry later.", model)
-				if lastErr != nil {
-					msg = fmt.Sprintf("No replica of `%s` answered: %v", model, lastErr)
-				}
-				writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model", msg)
-				g.m.request(model, http.StatusServiceUnavailable)
-			}
+			x.giveUp(p)
 			return
 		}
-		if lastResp != nil {
-			discard(lastResp)
-			lastResp, lastEp = nil, nil
+		if x.lastResp != nil {
+			discard(x.lastResp)
+			x.lastResp, x.lastEp = nil, nil
 		}
-		tried = append(tried, ep.epState)
+		x.tried = append(x.tried, ep.epState)
 		ep.outstanding.Add(1)
 		sent := g.now()
-		if ac != nil {
-			ac.sent = true
+		if x.ac != nil {
+			x.ac.sent = true
 		}
-		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, body, n)) //nolint:bodyclose // finish or discard closes it
+		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
 			ep.outstanding.Add(-1)
-			if r.Context().Err() != nil || body.clientFailed() {
+			if r.Context().Err() != nil || x.body.clientFailed() {
 				// The client went away, or broke off its body: no fault
 				// of the replica's.
 				ep.br.abandon(probe)
@@ -154,7 +158,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 				code := statusClientClosed
 				if r.Context().Err() == nil {
 					code = http.StatusBadRequest
-					writeError(w, code, "invalid_request_error", "invalid_body", "", "reading the request body failed")
+					writeError(x.w, code, "invalid_request_error", "invalid_body", "", "reading the request body failed")
 				}
 				g.m.request(model, code)
 				return
@@ -162,7 +166,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "error").Inc()
 			g.log.Debug("attempt failed", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n, "error", err)
-			lastErr = err
+			x.lastErr = err
 			continue
 		}
 		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(sent).Seconds())
@@ -172,14 +176,14 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			if retryStatus(resp.StatusCode) {
 				ep.outstanding.Add(-1)
 				g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
-				lastResp, lastEp = resp, ep
+				x.lastResp, x.lastEp = resp, ep
 				continue
 			}
 		} else {
 			ep.br.success(probe)
 			g.m.attempts.WithLabelValues(model, "ok").Inc()
 		}
-		broken, told := g.finish(w, r, ms, start, dispatched, ep, resp, ac)
+		broken, told := x.finish(ep, resp)
 		ep.outstanding.Add(-1)
 		if broken {
 			// The replica failed mid-response: the client must not take
@@ -187,13 +191,36 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			// error event and ends cleanly; any other answer is cut.
 			ep.br.failure(false, g.now())
 			g.m.attempts.WithLabelValues(model, "broken").Inc()
-			body.release()
+			x.body.release()
 			if told {
 				return
 			}
 			panic(http.ErrAbortHandler)
 		}
 		return
+	}
+}
+
+// giveUp answers when no replica is left to try: the last "cannot serve"
+// answer when one came, nothing when the client went away, else 503.
+func (x *exchange) giveUp(p *pool) {
+	g, model := x.g, x.ms.name
+	switch {
+	case x.lastResp != nil:
+		// Every replica tried answered "cannot serve": pass the last
+		// answer on.
+		x.finish(x.lastEp, x.lastResp)
+	case x.r.Context().Err() != nil:
+		g.m.request(model, statusClientClosed)
+	default:
+		ra := p.retryAfter(g.now(), g.noReplica)
+		setRetryAfter(x.w.Header(), ra)
+		msg := fmt.Sprintf("No replica of `%s` can take the request now (every one is failing or its circuit breaker is open); retry later.", model)
+		if x.lastErr != nil {
+			msg = fmt.Sprintf("No replica of `%s` answered: %v", model, x.lastErr)
+		}
+		writeError(x.w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model", msg)
+		g.m.request(model, http.StatusServiceUnavailable)
 	}
 }
 
@@ -252,15 +279,16 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 	return out.WithContext(r.Context())
 }
 
-// finish sends resp to the client, flushing as it goes for event streams
-// and bodies of unknown length. It reports whether the replica failed
-// mid-response (the caller aborts the client's connection). start is the
-// request's arrival, dispatched when it was first sent to a replica
-// (later than start by any hold): a 2xx answer's time to first byte from
-// then is the model's TTFT sample. ac, when keys are on, gets the
-// answer's usage: from a JSON answer's "usage", or an event stream's usage
+// finish sends ep's answer resp to the client, flushing as it goes for
+// event streams and bodies of unknown length. It reports whether the
+// replica failed mid-response (the caller aborts the client's
+// connection). A 2xx answer's time to first byte from dispatched (later
+// than start by any hold) is the model's TTFT sample. The key's account,
+// when keys are on, gets the answer's usage: from a JSON answer's "usage", or an event stream's usage
 // chunk (left out of what the client gets when the gateway asked for it).
-func (g *Gateway) finish(w http.ResponseWriter, r *http.Request, ms *modelState, start, dispatched time.Time, ep *endpoint, resp *http.Response, ac *account) (broken, told bool) {
+func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool) {
+	g, w, r, ms, ac := x.g, x.w, x.r, x.ms, x.ac
+	start, dispatched := x.start, x.dispatched
 	model := ms.name
 	defer func() { _ = resp.Body.Close() }()
 	h := w.Header()
