@@ -106,155 +106,206 @@ func (s *NomadSource) Run(ctx context.Context, publish func(Snapshot)) error {
 	}
 	watch := func(ctx context.Context, key string, emit func([]Instance, bool)) {
 		svcNS, name, _ := strings.Cut(key, "/")
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-
-		// The registrations, polled in their own goroutine so that the
-		// loop below can take check results while a query blocks.
-		type fetch struct {
-			regs []*nomadapi.ServiceRegistration
-			ok   bool
+		sw := &serviceWatch{
+			src: s, log: log, ns: svcNS, name: name, interval: interval, checkTimeout: checkTimeout,
+			slots: slots, emit: emit,
 		}
-		fetches := make(chan fetch)
-		send := func(f fetch) {
-			select {
-			case fetches <- f:
-			case <-ctx.Done():
-			}
-		}
-		wg.Go(func() {
-			w := blockingquery.Watch[[]*nomadapi.ServiceRegistration]{
-				Wait:      interval,
-				Backoff:   discoveryBackoff(),
-				Unchanged: true, // every answer rereads the checks
-				Fetch: blockingquery.Nomad(func(q *nomadapi.QueryOptions) ([]*nomadapi.ServiceRegistration, *nomadapi.QueryMeta, error) {
-					q.Namespace = svcNS
-					return s.Client.Services().Get(name, q)
-				}),
-				OnAnswer: func(regs []*nomadapi.ServiceRegistration, _ uint64) { send(fetch{regs: regs, ok: true}) },
-				OnError: func(err error, _ time.Duration) {
-					log.Warn("registrations of service", "service", name, "namespace", svcNS, "error", err)
-					send(fetch{})
-				},
-			}
-			w.Run(ctx)
-		})
-
-		// Only this goroutine touches the maps; reads report on results.
-		type routable struct {
-			in    Instance
-			alloc string
-		}
-		var regs []routable
-		live := map[string]bool{}     // allocation IDs of regs
-		healthy := map[string]bool{}  // allocation ID → last verdict
-		declares := map[string]bool{} // allocation ID → its service declares checks
-		inFlight := map[string]bool{} // allocation IDs being read
-		results := make(chan checkRead)
-		startRead := func(allocID string) {
-			inFlight[allocID] = true
-			d, known := declares[allocID]
-			wg.Go(func() {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				r := s.readChecks(ctx, allocID, name, checkTimeout, d, known)
-				<-slots
-				select {
-				case results <- r:
-				case <-ctx.Done():
-				}
-			})
-		}
-		apply := func(r checkRead) {
-			delete(inFlight, r.alloc)
-			if !live[r.alloc] {
-				return // deregistered while it was read
-			}
-			prev, seen := healthy[r.alloc]
-			ok := r.ok
-			if r.err != nil {
-				if ctx.Err() == nil {
-					log.Debug("allocation checks", "alloc", r.alloc, "error", r.err)
-				}
-				ok = prev || !seen
-			} else if r.declKnown {
-				declares[r.alloc] = r.declares
-			}
-			if seen && prev != ok {
-				log.Info("replica health changed", "service", name, "alloc", r.alloc, "healthy", ok)
-			}
-			healthy[r.alloc] = ok
-		}
-		published := false
-		var last []Instance
-		publishChanges := func() {
-			insts := make([]Instance, 0, len(regs))
-			for _, r := range regs {
-				v, seen := healthy[r.alloc]
-				if !seen && !published {
-					return // the first publish has every verdict
-				}
-				if v {
-					insts = append(insts, r.in)
-				}
-			}
-			if published && slices.Equal(insts, last) {
-				return
-			}
-			published, last = true, insts
-			emit(insts, true)
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case f := <-fetches:
-				if !f.ok {
-					emit(nil, false)
-					continue
-				}
-				regs = regs[:0]
-				clear(live)
-				for _, r := range f.regs {
-					in, ok := instanceFromTags(r.ID, r.Address, r.Port, r.Tags, 0)
-					if !ok {
-						continue
-					}
-					regs = append(regs, routable{in, r.AllocID})
-					live[r.AllocID] = true
-				}
-				for id := range healthy {
-					if !live[id] {
-						delete(healthy, id)
-						delete(declares, id)
-					}
-				}
-				for id := range live {
-					if !inFlight[id] {
-						startRead(id)
-					}
-				}
-			case r := <-results:
-				apply(r)
-			drain: // take the reads that are done before publishing
-				for {
-					select {
-					case r := <-results:
-						apply(r)
-					default:
-						break drain
-					}
-				}
-			}
-			publishChanges()
-		}
+		sw.run(ctx)
 	}
 	return runDiscovery(ctx, log, list, watch, publish)
+}
+
+// serviceWatch follows one service's registrations and their allocations'
+// checks, and emits the routable instances whenever they change. Its maps
+// are touched only by the goroutine in run; the registration poll and the
+// check reads report to it on channels.
+type serviceWatch struct {
+	src                    *NomadSource
+	log                    *slog.Logger
+	ns, name               string
+	interval, checkTimeout time.Duration
+	slots                  chan struct{} // the source's check-read tokens
+	emit                   func([]Instance, bool)
+
+	wg      sync.WaitGroup
+	fetches chan registrations
+	results chan checkRead
+
+	regs     []routable
+	live     map[string]bool // allocation IDs of regs
+	healthy  map[string]bool // allocation ID → last verdict
+	declares map[string]bool // allocation ID → its service declares checks
+	inFlight map[string]bool // allocation IDs being read
+
+	published bool       // the first emit is done
+	last      []Instance // what was emitted last
+}
+
+// registrations is one answer of the registration poll; ok is false
+// when the poll failed.
+type registrations struct {
+	regs []*nomadapi.ServiceRegistration
+	ok   bool
+}
+
+// routable is a registration that reads as a replica, with its
+// allocation.
+type routable struct {
+	in    Instance
+	alloc string
+}
+
+// run watches until ctx ends: a registration answer starts a check read
+// for every allocation not being read, a check result updates its verdict,
+// and after either the changes are emitted.
+func (sw *serviceWatch) run(ctx context.Context) {
+	defer sw.wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sw.fetches = make(chan registrations)
+	sw.results = make(chan checkRead)
+	sw.live, sw.healthy, sw.declares, sw.inFlight = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	sw.wg.Go(func() { sw.poll(ctx) })
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-sw.fetches:
+			if !f.ok {
+				sw.emit(nil, false)
+				continue
+			}
+			sw.take(ctx, f.regs)
+		case r := <-sw.results:
+			sw.apply(ctx, r)
+		drain: // take the reads that are done before publishing
+			for {
+				select {
+				case r := <-sw.results:
+					sw.apply(ctx, r)
+				default:
+					break drain
+				}
+			}
+		}
+		sw.publishChanges()
+	}
+}
+
+// poll reads the service's registrations (blocking queries) in a
+// goroutine of its own, so that run can take check results while a query
+// blocks.
+func (sw *serviceWatch) poll(ctx context.Context) {
+	send := func(f registrations) {
+		select {
+		case sw.fetches <- f:
+		case <-ctx.Done():
+		}
+	}
+	w := blockingquery.Watch[[]*nomadapi.ServiceRegistration]{
+		Wait:      sw.interval,
+		Backoff:   discoveryBackoff(),
+		Unchanged: true, // every answer rereads the checks
+		Fetch: blockingquery.Nomad(func(q *nomadapi.QueryOptions) ([]*nomadapi.ServiceRegistration, *nomadapi.QueryMeta, error) {
+			q.Namespace = sw.ns
+			return sw.src.Client.Services().Get(sw.name, q)
+		}),
+		OnAnswer: func(regs []*nomadapi.ServiceRegistration, _ uint64) { send(registrations{regs: regs, ok: true}) },
+		OnError: func(err error, _ time.Duration) {
+			sw.log.Warn("registrations of service", "service", sw.name, "namespace", sw.ns, "error", err)
+			send(registrations{})
+		},
+	}
+	w.Run(ctx)
+}
+
+// take replaces the registrations, forgets the verdicts of allocations
+// gone, and starts a read of every live allocation not being read.
+func (sw *serviceWatch) take(ctx context.Context, regs []*nomadapi.ServiceRegistration) {
+	sw.regs = sw.regs[:0]
+	clear(sw.live)
+	for _, r := range regs {
+		in, ok := instanceFromTags(r.ID, r.Address, r.Port, r.Tags, 0)
+		if !ok {
+			continue
+		}
+		sw.regs = append(sw.regs, routable{in, r.AllocID})
+		sw.live[r.AllocID] = true
+	}
+	for id := range sw.healthy {
+		if !sw.live[id] {
+			delete(sw.healthy, id)
+			delete(sw.declares, id)
+		}
+	}
+	for id := range sw.live {
+		if !sw.inFlight[id] {
+			sw.startRead(ctx, id)
+		}
+	}
+}
+
+// startRead reads allocID's checks in a goroutine once it has a slot.
+func (sw *serviceWatch) startRead(ctx context.Context, allocID string) {
+	sw.inFlight[allocID] = true
+	d, known := sw.declares[allocID]
+	sw.wg.Go(func() {
+		select {
+		case sw.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		r := sw.src.readChecks(ctx, allocID, sw.name, sw.checkTimeout, d, known)
+		<-sw.slots
+		select {
+		case sw.results <- r:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// apply takes a read's verdict; a read that failed keeps the last verdict
+// (routed when there is none yet).
+func (sw *serviceWatch) apply(ctx context.Context, r checkRead) {
+	delete(sw.inFlight, r.alloc)
+	if !sw.live[r.alloc] {
+		return // deregistered while it was read
+	}
+	prev, seen := sw.healthy[r.alloc]
+	ok := r.ok
+	if r.err != nil {
+		if ctx.Err() == nil {
+			sw.log.Debug("allocation checks", "alloc", r.alloc, "error", r.err)
+		}
+		ok = prev || !seen
+	} else if r.declKnown {
+		sw.declares[r.alloc] = r.declares
+	}
+	if seen && prev != ok {
+		sw.log.Info("replica health changed", "service", sw.name, "alloc", r.alloc, "healthy", ok)
+	}
+	sw.healthy[r.alloc] = ok
+}
+
+// publishChanges emits the healthy registrations when they differ from
+// the last emit; the first emit waits until every registration has a
+// verdict.
+func (sw *serviceWatch) publishChanges() {
+	insts := make([]Instance, 0, len(sw.regs))
+	for _, r := range sw.regs {
+		v, seen := sw.healthy[r.alloc]
+		if !seen && !sw.published {
+			return // the first publish has every verdict
+		}
+		if v {
+			insts = append(insts, r.in)
+		}
+	}
+	if sw.published && slices.Equal(insts, sw.last) {
+		return
+	}
+	sw.published, sw.last = true, insts
+	sw.emit(insts, true)
 }
 
 // checkRead is what one read of an allocation's checks found.
