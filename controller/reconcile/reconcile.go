@@ -195,130 +195,190 @@ type Result struct {
 // place of replicas of a lower priority model above that model's floor:
 // its Create comes first, the victims' Stops after it (Action.Yields).
 func Plan(in Input) (Result, error) {
-	res := Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}, Scale: map[string]Scale{}}
-	models := map[string]facility.Model{}
+	p := newPass(in)
+	p.sortOut() // 1
+	if autoscaling(in.Catalog) {
+		p.scaleDown() // 1b
+	}
+	if err := p.countRunning(); err != nil { // 2
+		return Result{}, err
+	}
+	if err := p.planSlots(); err != nil { // 3
+		return Result{}, err
+	}
+	if p.alloc != nil { // 4
+		if err := p.alloc.grow(p.planner); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := p.settle(); err != nil { // 5
+		return Result{}, err
+	}
+	return p.res, nil
+}
+
+// pass is one Plan: its input, the result it builds, and what its
+// numbered steps hand on to the later ones.
+type pass struct {
+	in     Input
+	res    Result
+	models map[string]facility.Model // the catalog's, by name
+	known  map[string]bool           // the fleet's node names
+
+	jobs   []Job            // in.Jobs in jobLess order
+	bySlot map[string][]Job // the live jobs by slot (step 1)
+	live   []Job            // the jobs that keep their slot (steps 1, 1b)
+	alloc  *allocator       // nil unless a model autoscales (step 1b)
+
+	planner  *facility.Planner // with every live job counted (step 2)
+	draining map[string]bool   // job IDs to move: in a drain, or unhealthy (step 2)
+}
+
+func newPass(in Input) *pass {
+	p := &pass{
+		in:     in,
+		res:    Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}, Scale: map[string]Scale{}},
+		models: map[string]facility.Model{},
+		known:  map[string]bool{},
+		bySlot: map[string][]Job{},
+	}
 	for _, m := range in.Catalog.Models {
-		models[m.Name] = m
+		p.models[m.Name] = m
 	}
-	known := map[string]bool{}
 	for _, n := range in.Fleet.Nodes {
-		known[n.Name] = true
+		p.known[n.Name] = true
 	}
+	p.jobs = append([]Job(nil), in.Jobs...)
+	sort.Slice(p.jobs, func(i, j int) bool { return jobLess(p.jobs[i], p.jobs[j]) })
+	return p
+}
 
-	jobs := append([]Job(nil), in.Jobs...)
-	sort.Slice(jobs, func(i, j int) bool { return jobLess(jobs[i], jobs[j]) })
-
-	// 1. Jobs of models or slots that left the catalog.
-	bySlot := map[string][]Job{}
-	var live []Job
-	for _, j := range jobs {
-		m, ok := models[j.Model]
+// sortOut (step 1) stops the jobs of models or slots that left the
+// catalog, and files the others by slot.
+func (p *pass) sortOut() {
+	for _, j := range p.jobs {
+		m, ok := p.models[j.Model]
 		switch {
 		case !ok:
-			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
+			p.res.Actions = append(p.res.Actions, catalogStop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
 			continue
 		case slotIndex(j.Replica, j.Model) < 0:
-			res.Actions = append(res.Actions, catalogStop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
+			p.res.Actions = append(p.res.Actions, catalogStop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
 			continue
 		case slotIndex(j.Replica, j.Model) >= m.SlotLimit():
 			why := fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)
 			if m.Autoscale != nil {
 				why = fmt.Sprintf("model %s has autoscale max = %d", j.Model, m.Autoscale.Max)
 			}
-			res.Actions = append(res.Actions, catalogStop(j, why))
+			p.res.Actions = append(p.res.Actions, catalogStop(j, why))
 			continue
 		}
-		bySlot[j.Replica] = append(bySlot[j.Replica], j)
-		live = append(live, j)
+		p.bySlot[j.Replica] = append(p.bySlot[j.Replica], j)
+		p.live = append(p.live, j)
 	}
+}
 
-	// 1b. With autoscaling: scale downs, before anything is placed.
-	var alloc *allocator
-	if autoscaling(in.Catalog) {
-		alloc = newAllocator(in, &res, bySlot)
-		var stops []Action
-		stops, live = alloc.scaleDown(live)
-		res.Actions = append(res.Actions, stops...)
-	}
+// scaleDown (step 1b, with autoscaling) stops what autoscaled models have
+// beyond what they want, before anything is placed.
+func (p *pass) scaleDown() {
+	p.alloc = newAllocator(p.in, &p.res, p.bySlot)
+	var stops []Action
+	stops, p.live = p.alloc.scaleDown(p.live)
+	p.res.Actions = append(p.res.Actions, stops...)
+}
 
-	// 2. Everything that keeps running counts before anything is placed.
+// countRunning (step 2): everything that keeps running counts before
+// anything is placed.
+func (p *pass) countRunning() error {
 	var running []facility.Replica
-	for _, j := range live {
-		if r, ok := asReplica(j, known); ok {
+	for _, j := range p.live {
+		if r, ok := asReplica(j, p.known); ok {
 			running = append(running, r)
 		}
 	}
-	planner, err := facility.NewPlanner(in.Fleet, in.Facility, running)
+	planner, err := facility.NewPlanner(p.in.Fleet, p.in.Facility, running)
 	if err != nil {
-		return Result{}, fmt.Errorf("planner: %w", err)
+		return fmt.Errorf("planner: %w", err)
 	}
-	res.Usage = planner.Budgeted()
-	draining := map[string]bool{}
+	p.planner = planner
+	p.res.Usage = planner.Budgeted()
+	p.draining = map[string]bool{}
 	for _, id := range planner.Draining() {
-		draining[id] = true
+		p.draining[id] = true
 	}
-	for _, j := range live {
+	for _, j := range p.live {
 		if j.Unhealthy != "" {
-			draining[j.ID] = true // moved off its GPUs as out of a drain
+			p.draining[j.ID] = true // moved off its GPUs as out of a drain
 		}
 	}
+	return nil
+}
 
-	// 3. Slot by slot, in catalog order.
-	for _, m := range in.Catalog.Models {
-		profiles := map[string]facility.Profile{}
-		for _, p := range m.Profiles {
-			profiles[p.Name] = p
+// planSlots (step 3) plans every slot that has a job, in catalog order;
+// with autoscaling, the empty ones wait for step 4.
+func (p *pass) planSlots() error {
+	for _, m := range p.in.Catalog.Models {
+		mp := &modelPass{m: m, profiles: map[string]facility.Profile{}}
+		for _, pr := range m.Profiles {
+			mp.profiles[pr.Name] = pr
 		}
 		slots := make([]string, m.Replicas)
 		for i := range slots {
 			slots[i] = facility.ReplicaID(m.Name, i)
 		}
-		if alloc != nil {
-			slots = alloc.slotsOf(m)
+		if p.alloc != nil {
+			slots = p.alloc.slotsOf(m)
 		}
-		roll := newRollState(m, profiles, slots, bySlot, draining)
+		mp.roll = newRollState(m, mp.profiles, slots, p.bySlot, p.draining)
 		for _, slot := range slots {
-			if alloc != nil && len(bySlot[slot]) == 0 {
-				alloc.deferSlot(m, slot) // placed by priority, with the floors
+			if p.alloc != nil && len(p.bySlot[slot]) == 0 {
+				p.alloc.deferSlot(m, slot) // placed by priority, with the floors
 				continue
 			}
-			acts, placed, commit := planSlot(in, m, profiles, slot, bySlot[slot], draining, planner, roll)
-			if roll.wait != "" {
-				res.Waits[slot] = roll.wait
-				roll.wait = ""
+			acts, placed, commit := p.planSlot(mp, slot)
+			if mp.roll.wait != "" {
+				p.res.Waits[slot] = mp.roll.wait
+				mp.roll.wait = ""
 			}
-			res.Actions = append(res.Actions, acts...)
+			p.res.Actions = append(p.res.Actions, acts...)
 			if placed == nil {
 				continue
 			}
-			res.Decisions[slot] = *placed
+			p.res.Decisions[slot] = *placed
 			if commit {
-				if err := planner.Commit(*placed); err != nil {
-					return Result{}, fmt.Errorf("commit %s: %w", slot, err)
+				if err := p.planner.Commit(*placed); err != nil {
+					return fmt.Errorf("commit %s: %w", slot, err)
 				}
 			}
 		}
 	}
+	return nil
+}
 
-	// 4. With autoscaling: the floors and the growth, by priority.
-	if alloc != nil {
-		if err := alloc.grow(planner); err != nil {
-			return Result{}, err
-		}
-	}
-	res.Actions, res.DeferredStops = capStops(res.Actions, in.MaxStops)
-	for _, a := range res.Actions {
+// settle (step 5) caps the stops at in.MaxStops and takes what this pass
+// stops out of the draw, for Result.After.
+func (p *pass) settle() error {
+	p.res.Actions, p.res.DeferredStops = capStops(p.res.Actions, p.in.MaxStops)
+	for _, a := range p.res.Actions {
 		if a.Kind == Stop || a.Kind == Replace {
 			// A replaced job's old placement goes with it. A job of a
 			// model or slot that left the catalog was never counted:
 			// nothing to take out.
-			if _, err := planner.Remove(a.JobID); err != nil && !errors.Is(err, facility.ErrNotRunning) {
-				return Result{}, fmt.Errorf("after %s: %w", a, err)
+			if _, err := p.planner.Remove(a.JobID); err != nil && !errors.Is(err, facility.ErrNotRunning) {
+				return fmt.Errorf("after %s: %w", a, err)
 			}
 		}
 	}
-	res.After = planner.Budgeted()
-	return res, nil
+	p.res.After = p.planner.Budgeted()
+	return nil
+}
+
+// modelPass is one model's part of step 3: its profiles by name and its
+// rolls.
+type modelPass struct {
+	m        facility.Model
+	profiles map[string]facility.Profile
+	roll     *rollState
 }
 
 // Before is every budgeted domain's budget and draw with every job of
@@ -409,8 +469,8 @@ func newRollState(m facility.Model, profiles map[string]facility.Profile, slots 
 // planSlot decides one slot. It returns the actions, the decision made for
 // it (placed or not) when it asked the planner, and whether an action uses
 // that decision, so that it must be committed before the next slot.
-func planSlot(in Input, m facility.Model, profiles map[string]facility.Profile, slot string, jobs []Job,
-	draining map[string]bool, planner *facility.Planner, roll *rollState) ([]Action, *facility.Decision, bool) {
+func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decision, bool) {
+	in, m, profiles, jobs, draining, planner, roll := p.in, mp.m, mp.profiles, p.bySlot[slot], p.draining, p.planner, mp.roll
 	var acts []Action
 	var current, stale []Job
 	for _, j := range jobs {
