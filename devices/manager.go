@@ -16,6 +16,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/nvmlseam"
 
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
@@ -108,7 +109,7 @@ func NewManager(lib nvmlseam.Lib, cfg Config, log hclog.Logger, mock bool) *Mana
 	m := &Manager{
 		lib:        lib,
 		initNVML:   lib.Init,
-		sleep:      sleepCtx,
+		sleep:      blockingquery.Sleep,
 		cfg:        cfg,
 		log:        log,
 		mock:       mock,
@@ -186,7 +187,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // (false). Until then the fingerprint has no devices. Each different error
 // is logged once, not every try.
 func (m *Manager) initWithRetry(ctx context.Context) bool {
-	delay := initRetryMin
+	wait := blockingquery.Backoff{First: initRetryMin, Max: initRetryMax}
 	last := nvml.SUCCESS
 	for tries := 1; ; tries++ {
 		ret := m.initNVML()
@@ -196,6 +197,7 @@ func (m *Manager) initWithRetry(ctx context.Context) bool {
 			}
 			return true
 		}
+		delay := wait.Next()
 		if ret != last {
 			last = ret
 			retry := fmt.Sprintf("from %s, doubling to every %s", delay, initRetryMax)
@@ -209,19 +211,6 @@ func (m *Manager) initWithRetry(ctx context.Context) bool {
 		if !m.sleep(ctx, delay) {
 			return false
 		}
-		delay = min(2*delay, initRetryMax)
-	}
-}
-
-// sleepCtx waits d, or until ctx ends (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -3,7 +3,9 @@
 // an answer when the index passes it (or the wait runs out), start over
 // when the index goes backwards, and back off after a failure. The
 // controller's watches of Nomad and the gateway's Nomad and Consul
-// discovery run on it.
+// discovery run on it. Its Backoff and Sleep are the project's one
+// doubling backoff and one sleep that a context cuts short (the device
+// plugin's NVML init retries use them too).
 package blockingquery
 
 import (
