@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
@@ -176,24 +175,21 @@ func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
 		g.Update(Snapshot{Instances: insts})
 	}
 	he := &handlerEnds{}
-	srv := serveH1(t, he.wrap(g.Handler()))
+	srv := serveGateway(t, he.wrap(g.Handler()))
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}, ends: he}
 }
 
-// serveH1 serves h on loopback with the server loop the gateway command
-// serves plaintext with (internal/h1), as an httptest.Server that is
-// never started: its URL, Listener and Config.Handler are h's, and the
-// test's end closes the server.
-func serveH1(t testing.TB, h http.Handler) *httptest.Server {
+// serveGateway serves h on loopback with the server `llmgw gateway`
+// serves with (NewServer's settings), as an httptest.Server; the test's
+// end closes it.
+func serveGateway(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
-	hs := &h1.Server{Handler: h}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = hs.Serve(srv.Listener) }()
-	srv.URL = "http://" + srv.Listener.Addr().String()
-	t.Cleanup(func() { _ = hs.Close(); <-done })
+	srv.Config = NewServer(h, nil)
+	srv.Start()
+	t.Cleanup(srv.Close)
 	return srv
 }
 

@@ -56,7 +56,6 @@ var layers = map[string]map[string]string{
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
-		"internal/h1":            "its plaintext server loop (issue 23 removes it)",
 		"internal/hcldecode":     "API key files are HCL",
 		"internal/httpjson":      "its JSON answers",
 		"internal/testing":       "only gateway/internal/gwload, a measuring tool run with go run (see mayImportDoubles)",

@@ -71,9 +71,4 @@ share_limits = false
 # tls_cert_file = "/etc/llmgw/gateway.crt"
 # tls_key_file  = "/etc/llmgw/gateway.key"
 
-# The server loop of a plaintext listener: "llmgw" (the gateway's own,
-# HTTP/1.1, less CPU per request) or "net/http" (Go's). A TLS listener is
-# always net/http's, with HTTP/2.
-http_server = "llmgw"
-
 log_level = "info"

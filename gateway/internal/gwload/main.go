@@ -9,10 +9,10 @@
 // 30s) of load per rate, at most rate×duration requests, at most
 // -inflight outstanding. -keys adds a gateway with API keys and every
 // limit on as one more target (what access control adds: "keys added").
-// The gateway is served by internal/h1, as the command serves plaintext;
-// -nethttp adds the same gateway served by net/http's server, -minimal a
-// proxy in Go that does the least a proxy does (minimal.go), and -nginx
-// nginx: references for what the gateway's own work costs.
+// The gateway is served by gateway.NewServer, as the command serves it;
+// -minimal adds a proxy in Go that does the least a proxy does
+// (minimal.go), and -nginx nginx: references for what the gateway's own
+// work costs.
 //
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s -keys
@@ -44,7 +44,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/gateway"
-	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 )
 
@@ -60,16 +59,14 @@ func main() {
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
-	nethttp := flag.Bool("nethttp", false, "also measure the gateway served by net/http's server instead of internal/h1 (`gw-net/http`)")
 	minimal := flag.Bool("minimal", false, "also measure a minimal Go proxy (`minimal-go`, see minimal.go): what the Go runtime, http.ReadRequest and the sockets cost without the gateway")
-	loop := flag.String("server", "llmgw", "internal: with -serve gateway, the server loop: llmgw (internal/h1) or net/http")
 	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
 	streams := flag.String("streams", "", "measure streamed completions from llama.cpp's real server (make llama-server) instead, at these numbers of concurrent streams (comma-separated, e.g. 1,64): time to first token and inter-token gap, direct, through the gateway and through -nginx")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
-		if err := serve(*serveRole, *upstream, *cpuprofile, *loop, *keys); err != nil {
+		if err := serve(*serveRole, *upstream, *cpuprofile, *keys); err != nil {
 			fmt.Fprintln(os.Stderr, "gwload:", err)
 			os.Exit(1)
 		}
@@ -82,7 +79,7 @@ func main() {
 		}
 		return
 	}
-	refs := references{nginx: *nginx, nethttp: *nethttp, minimal: *minimal}
+	refs := references{nginx: *nginx, minimal: *minimal}
 	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, refs, *inproc, *keys); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
@@ -142,35 +139,29 @@ func handler(ctx context.Context, role, upstream string, keys bool) (http.Handle
 	return nil, fmt.Errorf("-serve %q: want engine or gateway", role)
 }
 
-// listen serves h on a loopback port with the gateway's server loop
-// (internal/h1).
-func listen(h http.Handler) (string, func(), error) { return listenWith(h, "llmgw") }
-
-// listenWith serves h on a loopback port, with loop: llmgw (internal/h1)
-// or net/http.
-func listenWith(h http.Handler, loop string) (string, func(), error) {
+// listen serves with srv on a loopback port.
+func listen(srv *http.Server) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
-	switch loop {
-	case "llmgw":
-		srv := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		return ln.Addr().String(), func() { _ = srv.Close() }, nil
-	case "net/http":
-	default:
-		_ = ln.Close()
-		return "", nil, fmt.Errorf("-server %q: want llmgw or net/http", loop)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
+// serverFor is the server role's handler h is served with: the gateway's
+// (gateway.NewServer), or for the engine a plain one, as a real engine's
+// server is not the gateway's.
+func serverFor(role string, h http.Handler) *http.Server {
+	if role == "gateway" {
+		return gateway.NewServer(h, nil)
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+}
+
 // serve runs one side of the measurement until its standard input closes
 // (the measuring process went away).
-func serve(role, upstream, cpuprofile, loop string, keys bool) error {
+func serve(role, upstream, cpuprofile string, keys bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var addr string
@@ -190,10 +181,7 @@ func serve(role, upstream, cpuprofile, loop string, keys bool) error {
 			}
 			defer pstop()
 		}
-		if role == "engine" {
-			loop = "net/http" // as a real engine's server is not the gateway's
-		}
-		addr, stop, err = listenWith(h, loop)
+		addr, stop, err = listen(serverFor(role, h))
 	}
 	if err != nil {
 		return err
@@ -290,7 +278,7 @@ func startInProcess() (*server, *server, error) {
 		cancel()
 		return nil, nil, err
 	}
-	eaddr, estop, err := listenWith(eh, "net/http")
+	eaddr, estop, err := listen(serverFor("engine", eh))
 	if err != nil {
 		cancel()
 		return nil, nil, err
@@ -299,7 +287,7 @@ func startInProcess() (*server, *server, error) {
 	if err == nil {
 		var gaddr string
 		var gstop func()
-		if gaddr, gstop, err = listen(gh); err == nil {
+		if gaddr, gstop, err = listen(serverFor("gateway", gh)); err == nil {
 			return &server{addr: eaddr, stop: estop}, &server{addr: gaddr, stop: func() { gstop(); cancel() }}, nil
 		}
 	}
@@ -352,8 +340,8 @@ func startProcesses(pin, cpuprofile string) (engine, gw *server, placement strin
 
 // references are the proxies measured beside the gateway.
 type references struct {
-	nginx            string // the binary, "" for none
-	nethttp, minimal bool
+	nginx   string // the binary, "" for none
+	minimal bool
 }
 
 func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
@@ -374,8 +362,8 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 		return errors.New("-inproc and -pin: choose one")
 	case pin != "" && pin != "alone" && pin != "with-engine":
 		return fmt.Errorf("-pin %q: want alone or with-engine", pin)
-	case inproc && (refs.nethttp || refs.minimal):
-		return errors.New("-nethttp and -minimal measure processes of their own: not with -inproc")
+	case inproc && refs.minimal:
+		return errors.New("-minimal measures a process of its own: not with -inproc")
 	}
 	if inproc {
 		if cpuprofile != "" {
@@ -410,24 +398,14 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 			placement += ", on the gateway's CPU"
 		}
 	}
-	for _, ref := range []struct {
-		on         bool
-		name, what string
-		args       []string
-	}{
-		{refs.nethttp, "gw-net/http", "the gateway on net/http's server", []string{"-serve", "gateway", "-upstream", engine.addr, "-server", "net/http"}},
-		{refs.minimal, "minimal-go", "a minimal Go proxy", []string{"-serve", "minimal", "-upstream", engine.addr}},
-	} {
-		if !ref.on {
-			continue
-		}
-		c, err := start(nginxCPUs(pin), ref.args...)
+	if refs.minimal {
+		c, err := start(nginxCPUs(pin), "-serve", "minimal", "-upstream", engine.addr)
 		if err != nil {
 			return err
 		}
 		defer c.stop()
-		targets = append(targets, target{ref.name, &server{addr: c.addr, cpu: c.cpu, stop: c.stop}})
-		placement += "; " + ref.what + " its own process"
+		targets = append(targets, target{"minimal-go", &server{addr: c.addr, cpu: c.cpu, stop: c.stop}})
+		placement += "; a minimal Go proxy its own process"
 		if pin != "" {
 			placement += ", on the gateway's CPU"
 		}
@@ -521,7 +499,7 @@ func startKeyedGateway(inproc bool, eaddr, pin string) (*server, error) {
 			cancel()
 			return nil, err
 		}
-		addr, stop, err := listen(h)
+		addr, stop, err := listen(serverFor("gateway", h))
 		if err != nil {
 			cancel()
 			return nil, err

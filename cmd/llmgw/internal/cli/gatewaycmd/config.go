@@ -58,7 +58,6 @@ type fileHCL struct {
 	ShareLimits           bool     `hcl:"share_limits,optional"`
 	TLSCertFile           string   `hcl:"tls_cert_file,optional"`
 	TLSKeyFile            string   `hcl:"tls_key_file,optional"`
-	HTTPServer            string   `hcl:"http_server,optional"`
 	Body                  hcl.Body `hcl:",body"`
 }
 

@@ -206,7 +206,6 @@ func TestConfigErrors(t *testing.T) {
 		{"keys file and variable", "keys_file = \"k.hcl\"\nkeys_variable = \"llmgw/keys\"\n", nil, []string{"gateway.hcl:1: keys_file and gateway.hcl:2: keys_variable: read the keys from one of them"}},
 		{"keys variable", "keys_variable = \"a b\"\n", nil, []string{`gateway.hcl:1: keys_variable: "a b": a Nomad variable path is`}},
 		{"share without keys", "share_limits = true\n", nil, []string{"gateway.hcl:1: share_limits: there are no limits to share without keys"}},
-		{"http server", "http_server = \"nginx\"\n", nil, []string{`gateway.hcl:1: http_server: "nginx": want llmgw or net/http`}},
 		{"tls cert without key", "\ntls_cert_file = \"c.pem\"\n", nil, []string{"gateway.hcl:2: tls_cert_file and --tls-key-file: give both, or neither"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

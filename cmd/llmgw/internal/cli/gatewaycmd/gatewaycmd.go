@@ -31,7 +31,6 @@ import (
 
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
-	"github.com/llmgw/llmgw/internal/h1"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
@@ -55,7 +54,6 @@ type flags struct {
 	keysFile, keysVariable, keysNamespace                 string
 	shareLimits                                           bool
 	tlsCertFile, tlsKeyFile                               string
-	httpServer                                            string
 
 	// from says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -151,9 +149,6 @@ func (f *flags) check() error {
 	if f.shareLimits && f.keysFile == "" && f.keysVariable == "" {
 		return fmt.Errorf("%s: there are no limits to share without keys (keys-file or keys-variable)", f.where("share-limits"))
 	}
-	if f.httpServer != ServerLlmgw && f.httpServer != ServerNetHTTP {
-		return fmt.Errorf("%s: %q: want %s or %s", f.where("http-server"), f.httpServer, ServerLlmgw, ServerNetHTTP)
-	}
 	if (f.tlsCertFile == "") != (f.tlsKeyFile == "") {
 		return fmt.Errorf("%s and %s: give both, or neither", f.where("tls-cert-file"), f.where("tls-key-file"))
 	}
@@ -167,13 +162,6 @@ func (f *flags) check() error {
 	}
 	return nil
 }
-
-// The values of --http-server: which server loop answers on a plaintext
-// listener. A TLS listener is always net/http's (HTTP/2 and HTTP/1.1).
-const (
-	ServerLlmgw   = "llmgw"    // internal/h1: HTTP/1.1, less CPU per request
-	ServerNetHTTP = "net/http" // Go's own
-)
 
 // DefaultListen is --listen's default: loopback only, so that a gateway
 // started without settings is not open to the network.
@@ -275,22 +263,10 @@ says. See docs/gateway.md.`,
 	fl.BoolVar(&f.shareLimits, "share-limits", false, "enforce 1/N of every key's limits, N the llmgw-gateway registrations discovery lists (see docs/gateway.md)")
 	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM; reloaded when it changes, or on SIGHUP)")
 	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
-	fl.StringVar(&f.httpServer, "http-server", ServerLlmgw, "the server loop of a plaintext listener: llmgw (the gateway's own, HTTP/1.1) or net/http (Go's, HTTP/1.1); a TLS listener is always net/http's, with HTTP/2")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(hashKeyCommand())
 	return cmd
 }
-
-// server is what answers on the listener: net/http's Server or h1's.
-type server interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-}
-
-// tlsServer serves TLS with the server's TLSConfig.
-type tlsServer struct{ *http.Server }
-
-func (s tlsServer) Serve(ln net.Listener) error { return s.ServeTLS(ln, "", "") }
 
 // engineInterval is --engine-metrics-interval as gateway.Options takes
 // it: 0 (off) is negative there.
@@ -411,20 +387,13 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", f.where("listen"), f.listen, err)
 	}
-	const readHeaderTimeout, idleTimeout = 10 * time.Second, 2 * time.Minute
-	var srv server
-	scheme, loop := "http://", f.httpServer
-	switch {
-	case certs != nil:
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, TLSConfig: certs.config()}
-		srv = tlsServer{hs}
-		scheme, loop = "https://", ServerNetHTTP
-	case f.httpServer == ServerNetHTTP:
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
-	default:
-		srv = &h1.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, Log: log}
+	srv, scheme := gateway.NewServer(mux, log), "http://"
+	serve := srv.Serve
+	if certs != nil {
+		srv.TLSConfig, scheme = certs.config(), "https://"
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 	}
-	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "http_server", loop, "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.config)
+	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.config)
 	if keys == nil && !loopback(ln.Addr()) {
 		log.Warn("no API keys and not on loopback only: anyone who reaches "+ln.Addr().String()+" may use every model (give --keys-file or --keys-variable)", "listen", ln.Addr().String())
 	}
@@ -437,7 +406,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 			cancel()
 		}

@@ -57,17 +57,9 @@ func (s *syncBuffer) String() string {
 
 // The whole command against a fake Consul and an in-process fake-engine:
 // it registers itself, discovers the replica, routes to it, serves
-// metrics, and deregisters when stopped.
-// The whole command over a Consul catalog, on each server loop: health,
-// registration, the model list, a completion, a streamed completion and
-// the metrics.
+// metrics, and deregisters when stopped: health, registration, the model
+// list, a completion, a streamed completion and the metrics.
 func TestGatewayWithConsul(t *testing.T) {
-	for _, loop := range []string{ServerLlmgw, ServerNetHTTP} {
-		t.Run(loop, func(t *testing.T) { testGatewayWithConsul(t, loop) })
-	}
-}
-
-func testGatewayWithConsul(t *testing.T, loop string) {
 	const model = "llama-3.1-8b"
 	cfg := fakeengine.Defaults()
 	cfg.Model, cfg.TokensPerSecond = model, 0
@@ -86,7 +78,7 @@ func testGatewayWithConsul(t *testing.T, loop string) {
 	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
 		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
 
-	addr, stderr, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug", "--http-server", loop})
+	addr, stderr, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug"})
 	base := "http://" + addr
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 
@@ -136,9 +128,6 @@ func testGatewayWithConsul(t *testing.T, loop string) {
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") ||
 		strings.Count(string(b), "data: ") < 4 || !strings.HasSuffix(strings.TrimSpace(string(b)), "data: [DONE]") {
 		t.Fatalf("streamed chat: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
-	}
-	if !strings.Contains(stderr.String(), `"http_server":"`+loop+`"`) {
-		t.Errorf("the log does not say the server loop is %s:\n%s", loop, stderr.String())
 	}
 	_, metrics := get("/metrics")
 	for _, want := range []string{`llmgw_gateway_requests_total{code="200",model="llama-3.1-8b"} 2`, "llmgw_gateway_breaker_state{", "go_goroutines"} {
@@ -209,7 +198,6 @@ func TestFlags(t *testing.T) {
 		{[]string{"--max-model-scan", "0", "--listen", "127.0.0.1:0"}, "--max-model-scan"},
 		{[]string{"--breaker-open", "2m", "--breaker-max-open", "1m", "--listen", "127.0.0.1:0"}, "--breaker-open"},
 		{[]string{"--listen", "256.0.0.1:1", "--nomad", "http://127.0.0.1:1"}, "listen 256.0.0.1:1"},
-		{[]string{"--http-server", "h2", "--listen", "127.0.0.1:0"}, `--http-server: "h2": want llmgw or net/http`},
 		{[]string{"extra"}, "unknown command"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuffer is a bytes.Buffer the server's goroutines and the test may
+// use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// NewServer's server sends what net/http has to say (here a handler's
+// panic) to the logger, at warn, and answers a request whose headers pass
+// ServerMaxHeaderBytes with 431.
+func TestNewServer(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config = NewServer(mux, log)
+	srv.Start()
+	defer srv.Close()
+	if srv.Config.ReadHeaderTimeout != ServerReadHeaderTimeout || srv.Config.IdleTimeout != ServerIdleTimeout || srv.Config.MaxHeaderBytes != ServerMaxHeaderBytes {
+		t.Errorf("settings: %+v", srv.Config)
+	}
+
+	if resp, err := http.Get(srv.URL + "/panic"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a handler's panic answered %d; want the connection closed", resp.StatusCode)
+	}
+	eventually(t, "the panic logged", func() bool {
+		s := out.String()
+		return strings.Contains(s, `"level":"WARN"`) && strings.Contains(s, "panic serving") && strings.Contains(s, "boom")
+	})
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("a", ServerMaxHeaderBytes+8<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("headers over %d bytes: %d; want 431", ServerMaxHeaderBytes, resp.StatusCode)
+	}
+}
