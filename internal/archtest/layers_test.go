@@ -41,7 +41,6 @@ var layers = map[string]map[string]string{
 	"gatewayapi":             {},
 	"nomadplugin":            {},
 	"internal/blockingquery": {},
-	"internal/h1":            {},
 	"internal/hcldecode":     {},
 	"internal/httpjson":      {},
 	"internal/nomadenv":      {},
