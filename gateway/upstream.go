@@ -93,9 +93,25 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		closeBody(req)
 		return nil, err
 	}
-	// A request sent on a kept-alive connection the replica had just
-	// closed is sent once more on a fresh one, as net/http's Transport
-	// does: the replica cannot have acted on it.
+	// A request that fails on a reused (kept-alive) connection before the
+	// replica sent a byte of its answer — writing it failed, or the read
+	// met EOF or a reset — is sent once more, on a newly dialed
+	// connection; a failure there, or on a connection that was new, is
+	// returned. That is the usual race with a replica closing an idle
+	// connection. It retries more than net/http's Transport: that one
+	// sends a POST again only when nothing of it was written
+	// (shouldRetryRequest; GET, HEAD, OPTIONS, TRACE or a request with an
+	// Idempotency-Key also after an EOF on the read), and it may retry on
+	// another pooled connection, any number of times. Here a POST the
+	// replica read whole and then closed on unanswered is sent again, to
+	// the same replica: as the gateway's own retry (Options.Attempts)
+	// would send it to another replica after the same failure. Only a
+	// request with no body or a GetBody comes this way (inline): the
+	// gateway sets GetBody when the client's body is in memory whole;
+	// one still streaming from the client goes to the fallback.
+	// TestUpstreamStaleConnection and TestUpstreamRetryDialsFresh hold
+	// this; TestUpstreamPartialAnswerNotRetried and
+	// TestUpstreamFreshConnectionFailureNotRetried what is not retried.
 	for try := 0; ; try++ {
 		pc, reused, err := t.conn(ctx, req.URL.Host, try > 0)
 		if err != nil {
