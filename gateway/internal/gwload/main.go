@@ -4,15 +4,17 @@
 // same small chat completion at fixed rates (open loop), straight to the
 // replica and through the gateway in alternating slices (direct, gateway,
 // gateway, direct, ...), so both see the same machine, and prints the
-// latency percentiles of each side by side, and the CPU time each process
-// spent per request. It is bounded: each target gets -duration (at most
-// 30s) of load per rate, at most rate×duration requests, at most
-// -inflight outstanding. -keys adds a gateway with API keys and every
-// limit on as one more target (what access control adds: "keys added").
-// The gateway is served by gateway.NewServer, as the command serves it;
-// -minimal adds a proxy in Go that does the least a proxy does
-// (minimal.go), and -nginx nginx: references for what the gateway's own
-// work costs.
+// latency percentiles of each side by side, the CPU time each process
+// spent per request, and the answers per second each target took: past
+// what a target can take, -inflight requests wait at once and that is its
+// throughput with that many clients (a closed loop). It is bounded: each
+// target gets rate×duration requests per rate (-duration at most 30s;
+// a target past its capacity takes longer over them), at most -inflight
+// outstanding. -keys adds a gateway with API keys and every limit on as
+// one more target (what access control adds: "keys added"). The gateway
+// is served by gateway.NewServer, as the command serves it; -minimal adds
+// a proxy in Go that does the least a proxy does (minimal.go), and -nginx
+// nginx: references for what the gateway's own work costs.
 //
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
 //	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s -keys
@@ -434,8 +436,8 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	}
 	fmt.Printf("gwload: %s %s/%s, %d CPUs, GOGC %s; generator, fake-engine and gateway: %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gogc, placement)
-	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; cpu/req = process CPU time per request (proxy cpu: the gateway's, or nginx's master and workers')\n\n", dur, slice, warm, inflight)
-	fmt.Printf("%-6s %-12s %8s %7s %6s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
+	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; req/s = answers (200) per second of the target's slices, the rate\nwhile the target keeps up, its throughput with %d in flight (a closed loop) when the rate is past it; cpu/req = process CPU time per request (proxy cpu: the gateway's, or nginx's master and workers')\n\n", dur, slice, warm, inflight, inflight)
+	fmt.Printf("%-6s %-12s %8s %7s %6s %8s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "req/s", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
 	for _, rate := range rates {
 		for _, t := range targets {
 			load(client, t.url(), rate, warm, inflight) // warm-up, discarded
@@ -471,17 +473,17 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 			if i > 0 {
 				pcpu = cpuPerReq(t.srv, proxyCPU[i], r.sent)
 			}
-			fmt.Printf("%-6d %-12s %8d %7d %6d %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late,
+			fmt.Printf("%-6d %-12s %8d %7d %6d %8.0f %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late, r.perSecond(),
 				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
 				cpuPerReq(engine, engCPU[i], r.sent), pcpu)
 		}
 		for i := 1; i < n; i++ {
-			fmt.Printf("%-6d %-12s %8s %7s %6s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "",
+			fmt.Printf("%-6d %-12s %8s %7s %6s %8s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "", "",
 				us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
 		}
 		if keys {
 			k := slices.IndexFunc(targets, func(t target) bool { return t.name == "gateway+keys" }) // against the gateway (1)
-			fmt.Printf("%-6d %-12s %8s %7s %6s %9s %9s %9s\n", rate, "keys added", "", "", "",
+			fmt.Printf("%-6d %-12s %8s %7s %6s %8s %9s %9s %9s\n", rate, "keys added", "", "", "", "",
 				us(res[k].pct(50)-res[1].pct(50)), us(res[k].pct(90)-res[1].pct(90)), us(res[k].pct(99)-res[1].pct(99)))
 		}
 		fmt.Println()
@@ -549,9 +551,11 @@ func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float
 type result struct {
 	sent, errors, late int
 	lat                []time.Duration
+	took               time.Duration // from the first request sent to the last answer read
 }
 
 func (r *result) add(o result) {
+	r.took += o.took
 	r.sent += o.sent
 	r.errors += o.errors
 	r.late += o.late
@@ -559,6 +563,14 @@ func (r *result) add(o result) {
 }
 
 func (r *result) sort() { slices.Sort(r.lat) }
+
+// perSecond is the answers (200) per second the load took.
+func (r result) perSecond() float64 {
+	if r.took <= 0 {
+		return 0
+	}
+	return float64(len(r.lat)) / r.took.Seconds()
+}
 
 func (r result) pct(p float64) time.Duration {
 	if len(r.lat) == 0 {
@@ -610,7 +622,7 @@ func load(client *http.Client, url string, rate int, dur time.Duration, inflight
 		})
 	}
 	wg.Wait()
-	r := result{sent: n, late: int(late.Load())}
+	r := result{sent: n, late: int(late.Load()), took: time.Since(start)}
 	for i := range n {
 		if ok[i] {
 			r.lat = append(r.lat, lat[i])
