@@ -214,6 +214,9 @@ func TestGatewayKeysAndTLS(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	// The command listens (startGateway returns) before it has read the
+	// key file; until then every keyed route answers 503.
+	eventually(t, "the key file read", func() bool { return get("") != http.StatusServiceUnavailable })
 	if got := get(""); got != http.StatusUnauthorized {
 		t.Errorf("no key: %d", got)
 	}
