@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // alphaBeta: three single-GPU replicas that spread over racks, and one
@@ -598,7 +599,7 @@ budget "pdu=p2" { watts = 1000 }
 	c.stop()
 	c2 := e.start("ctl-2")
 	var d2 ReplicaDetail
-	waitFor(t, "ctl-2 to serve alpha-2", func() (bool, string) {
+	wait.For(t, "ctl-2 to serve alpha-2", func() (bool, string) {
 		code, body := call(t, http.MethodGet, c2.url+"/v1/replicas/alpha-2", "", nil, &d2)
 		return code == http.StatusOK, body
 	})
@@ -686,7 +687,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			t.Cleanup(release)
 			e.holdLock()
 			c := e.start("ctl")
-			waitFor(t, "sync", func() (bool, string) { return e.caughtUp(c.Controller) })
+			wait.For(t, "sync", func() (bool, string) { return e.caughtUp(c.Controller) })
 			if tc.lost {
 				e.fake.FailNextAfterApply(http.MethodPut, "/v1/jobs", 1, nomadfake.DropConnection)
 			}
@@ -697,7 +698,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			if got := len(e.liveJobs()); got != 1 {
 				t.Fatalf("%d live jobs after the first pass, want 1", got)
 			}
-			waitFor(t, "the allocation list to show zeta-0", func() (bool, string) {
+			wait.For(t, "the allocation list to show zeta-0", func() (bool, string) {
 				c.mu.RLock()
 				defer c.mu.RUnlock()
 				return len(c.snap.allocs) == 1, fmt.Sprintf("%d allocations", len(c.snap.allocs))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // crashFleet is four racks of two PDUs of two nodes, 4 H200s a node.
@@ -216,7 +217,7 @@ func TestCrashDuringPlacement(t *testing.T) {
 			p.mu.Lock()
 			p.victim = c
 			p.mu.Unlock()
-			waitFor(t, plan+": the controller killed or converged", func() (bool, string) {
+			wait.For(t, plan+": the controller killed or converged", func() (bool, string) {
 				select {
 				case <-c.done:
 					return true, ""
@@ -244,7 +245,7 @@ func TestCrashDuringPlacement(t *testing.T) {
 		}
 		// A last controller, with nothing in its way, converges.
 		c := e.start(fmt.Sprintf("ctl-%d-final", n))
-		waitFor(t, name+": convergence", func() (bool, string) { return converged(checker, cat) })
+		wait.For(t, name+": convergence", func() (bool, string) { return converged(checker, cat) })
 		c.stop()
 	}
 

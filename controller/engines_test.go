@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 const engineCatalog = `
@@ -83,7 +84,7 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, "alpha-0's engine read", func() (bool, string) {
+	wait.For(t, "alpha-0's engine read", func() (bool, string) {
 		r := byID()["alpha-0"]
 		if r.Engine == nil || r.Engine.Reading == nil {
 			return false, fmt.Sprintf("alpha-0: %+v", r)
@@ -114,11 +115,11 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "one running, two waiting", func() (bool, string) {
+	wait.For(t, "one running, two waiting", func() (bool, string) {
 		r := byID()["alpha-0"].Engine.Reading
 		return r.RequestsRunning.String() == "1" && r.RequestsWaiting.String() == "2", fmt.Sprintf("%+v", *r)
 	})
-	waitFor(t, "the gauges", func() (bool, string) {
+	wait.For(t, "the gauges", func() (bool, string) {
 		_, page := call(t, http.MethodGet, c.url+"/metrics", "", nil, nil)
 		return strings.Contains(page, `llmgw_engine_requests_waiting{model="alpha",replica="alpha-0"} 2`), page
 	})
@@ -127,11 +128,11 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 	mu.Lock()
 	failing = true
 	mu.Unlock()
-	waitFor(t, "the error", func() (bool, string) {
+	wait.For(t, "the error", func() (bool, string) {
 		m := byID()["alpha-0"].Engine
 		return strings.Contains(m.Error, "500") && m.Reading != nil && !m.ErrorAt.IsZero(), fmt.Sprintf("%+v", m)
 	})
-	waitFor(t, "the error count and no stale gauge", func() (bool, string) {
+	wait.For(t, "the error count and no stale gauge", func() (bool, string) {
 		_, page := call(t, http.MethodGet, c.url+"/metrics", "", nil, nil)
 		return strings.Contains(page, `llmgw_engine_scrape_errors_total{model="alpha"}`) &&
 			!strings.Contains(page, `llmgw_engine_requests_waiting{`), page

@@ -33,6 +33,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 const (
@@ -40,8 +41,6 @@ const (
 	baseWatts = 300
 	// testLockTTL is the controllers' leader lock TTL (Nomad's minimum).
 	testLockTTL = 10 * time.Second
-	// waitFor's deadline: generous, for a loaded 2-core machine.
-	waitDeadline = 30 * time.Second
 )
 
 // fakeClock is a manual clock shared by the fake (lock TTLs, submit
@@ -353,25 +352,6 @@ func (e *env) lockHolder() string {
 	return v.Items["holder"]
 }
 
-// waitFor polls cond until it holds, failing the test at the deadline
-// with cond's last description of what it saw.
-func waitFor(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last saw: %s", what, saw)
-		}
-		<-tick.C
-	}
-}
-
 // caughtUp reports whether the controller's snapshot holds what Nomad
 // holds now: every managed job, allocation and node at its current modify
 // index.
@@ -458,7 +438,7 @@ func checksPassing(client *api.Client, allocID string) (bool, error) {
 // runs one reconcile pass and returns how many job writes it sent.
 func (e *env) pass(h *ctl) int {
 	e.t.Helper()
-	waitFor(e.t, h.name+" to observe Nomad", func() (bool, string) { return e.caughtUp(h.Controller) })
+	wait.For(e.t, h.name+" to observe Nomad", func() (bool, string) { return e.caughtUp(h.Controller) })
 	before := h.tap.writes()
 	if err := h.Pass(context.Background()); err != nil {
 		e.t.Fatalf("%s: pass: %v", h.name, err)

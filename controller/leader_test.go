@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // placed reports whether every slot of alphaBeta has exactly one live job.
@@ -43,8 +44,8 @@ var alphaBetaSlots = []string{"alpha-0", "alpha-1", "alpha-2", "beta-0"}
 func TestOneLeaderPlaces(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`, nomadfake.WithAutoRun(true))
 	a, b := e.start("ctl-a"), e.start("ctl-b")
-	waitFor(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
-	waitFor(t, "both views to show four serving replicas", func() (bool, string) {
+	wait.For(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
+	wait.For(t, "both views to show four serving replicas", func() (bool, string) {
 		var saw []string
 		for _, h := range []*ctl{a, b} {
 			n := 0
@@ -87,26 +88,26 @@ func TestOneLeaderPlaces(t *testing.T) {
 func TestStandbyTakesOverWhenLeaderLockLapses(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`, nomadfake.WithAutoRun(true))
 	a := e.start("ctl-a")
-	waitFor(t, "ctl-a to lead", func() (bool, string) { return e.lockHolder() == "ctl-a", e.lockHolder() })
-	waitFor(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
+	wait.For(t, "ctl-a to lead", func() (bool, string) { return e.lockHolder() == "ctl-a", e.lockHolder() })
+	wait.For(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
 	b := e.start("ctl-b")
-	waitFor(t, "ctl-b synced", func() (bool, string) { _, s := b.health(t); return s, "" })
+	wait.For(t, "ctl-b synced", func() (bool, string) { _, s := b.health(t); return s, "" })
 
 	// ctl-a freezes: it can no longer reach Nomad, so it neither renews
 	// nor releases the lock.
 	a.tap.setDown(true)
 	e.clock.Advance(3*testLockTTL + time.Second)
 	e.fake.Tick()
-	waitFor(t, "ctl-b to take the lock", func() (bool, string) { return e.lockHolder() == "ctl-b", e.lockHolder() })
-	waitFor(t, "ctl-b to say it leads", func() (bool, string) { l, _ := b.health(t); return l, "" })
-	waitFor(t, "ctl-a to step down", func() (bool, string) { l, _ := a.health(t); return !l, "" })
+	wait.For(t, "ctl-b to take the lock", func() (bool, string) { return e.lockHolder() == "ctl-b", e.lockHolder() })
+	wait.For(t, "ctl-b to say it leads", func() (bool, string) { l, _ := b.health(t); return l, "" })
+	wait.For(t, "ctl-a to step down", func() (bool, string) { l, _ := a.health(t); return !l, "" })
 
 	// The new leader acts: one more replica.
 	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 4", 1))
 	if err := b.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "alpha-3 placed", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3")...) })
+	wait.For(t, "alpha-3 placed", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3")...) })
 	if n := b.tap.writes(); n != 1 {
 		t.Errorf("ctl-b sent %d job writes, want 1", n)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmgw/llmgw/internal/testing/faultproxy"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // A leader whose connection to Nomad hangs (every byte held by the proxy)
@@ -23,25 +24,25 @@ func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 	}
 	t.Cleanup(px.Close)
 	a := e.startAt("ctl-a", px.URL(), &tap{})
-	waitFor(t, "ctl-a to lead", func() (bool, string) { return e.lockHolder() == "ctl-a", e.lockHolder() })
-	waitFor(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
+	wait.For(t, "ctl-a to lead", func() (bool, string) { return e.lockHolder() == "ctl-a", e.lockHolder() })
+	wait.For(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
 	b := e.start("ctl-b")
-	waitFor(t, "ctl-b synced", func() (bool, string) { _, s := b.health(t); return s, "" })
+	wait.For(t, "ctl-b synced", func() (bool, string) { _, s := b.health(t); return s, "" })
 
 	px.Set(true, false) // every byte between ctl-a and Nomad is held
-	waitFor(t, "ctl-a to step down on its renewal's deadline", func() (bool, string) { l, _ := a.health(t); return !l, "" })
+	wait.For(t, "ctl-a to step down on its renewal's deadline", func() (bool, string) { l, _ := a.health(t); return !l, "" })
 	before := a.tap.writes()
 	e.clock.Advance(3*testLockTTL + time.Second)
 	e.fake.Tick()
-	waitFor(t, "ctl-b to take the lock", func() (bool, string) { return e.lockHolder() == "ctl-b", e.lockHolder() })
+	wait.For(t, "ctl-b to take the lock", func() (bool, string) { return e.lockHolder() == "ctl-b", e.lockHolder() })
 	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 4", 1))
 	if err := b.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "alpha-3 placed by ctl-b", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3")...) })
+	wait.For(t, "alpha-3 placed by ctl-b", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3")...) })
 
 	px.Set(false, false) // ctl-a's held traffic goes through
-	waitFor(t, "ctl-a to catch up with Nomad after the stall", func() (bool, string) { return e.caughtUp(a.Controller) })
+	wait.For(t, "ctl-a to catch up with Nomad after the stall", func() (bool, string) { return e.caughtUp(a.Controller) })
 	if n := a.tap.writes() - before; n != 0 {
 		t.Errorf("ctl-a sent %d job writes after it stepped down", n)
 	}
@@ -60,6 +61,6 @@ func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 	if err := b.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "alpha-4 placed by ctl-b", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3", "alpha-4")...) })
-	waitFor(t, "ctl-a's watches to resume after the reset", func() (bool, string) { return e.caughtUp(a.Controller) })
+	wait.For(t, "alpha-4 placed by ctl-b", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3", "alpha-4")...) })
+	wait.For(t, "ctl-a's watches to resume after the reset", func() (bool, string) { return e.caughtUp(a.Controller) })
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // The autoscaler wired into the controller, over the Nomad fake. Signal
@@ -468,7 +469,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	s.scaled()
 	s.serveAll()
 	s.pass(c)
-	waitFor(t, "the gateway to route to chat's three replicas", func() (bool, string) {
+	wait.For(t, "the gateway to route to chat's three replicas", func() (bool, string) {
 		got := routed()
 		return slices.Equal(got, []string{"chat-0", "chat-1", "chat-2"}), fmt.Sprint(got)
 	})
@@ -494,7 +495,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	if victimJob == "" {
 		t.Fatalf("no stopped allocation of %s", victim)
 	}
-	waitFor(t, "the gateway to stop routing to "+victim, func() (bool, string) {
+	wait.For(t, "the gateway to stop routing to "+victim, func() (bool, string) {
 		got := routed()
 		return len(got) == 2 && !slices.Contains(got, victim), fmt.Sprint(got)
 	})

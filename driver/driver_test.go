@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
@@ -234,18 +236,14 @@ env  = { LLMGW_TEST = "yes" }`),
 
 func waitAny(t *testing.T, ffs []*fifo, substr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	wait.For(t, fmt.Sprintf("%q in the log FIFOs", substr), func() (bool, string) {
 		for _, ff := range ffs {
 			if strings.Contains(ff.String(), substr) {
-				return
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log FIFOs within %s; stdout:\n%s\nstderr:\n%s", substr, timeout, ffs[0], ffs[1])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("stdout:\n%s\nstderr:\n%s", ffs[0], ffs[1])
+	}, wait.Within(timeout), wait.Every(20*time.Millisecond))
 }
 
 func TestEngineExitBeforeReady(t *testing.T) {
@@ -366,13 +364,7 @@ func TestExitWhilePluginDown(t *testing.T) {
 	if err := p.Crash(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for st.Engine.Alive() || st.Supervisor.Alive() {
-		if time.Now().After(deadline) {
-			t.Fatal("engine did not exit on its own")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.Until(t, "the engine to exit on its own", func() bool { return !st.Engine.Alive() && !st.Supervisor.Alive() })
 	p2 := startPlugin(t, pluginBody)
 	if _, err := p2.Driver.RecoverTask(ctxT(t, 10*time.Second), &driverpb.RecoverTaskRequest{TaskId: tk.cfg.GetId(), Handle: h}); err != nil {
 		t.Fatalf("RecoverTask: %v", err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/enginemetrics"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -154,24 +155,19 @@ func inspect(t *testing.T, p *plugin, id string) map[string]string {
 	return insp.GetDriver().GetAttributes()
 }
 
-// waitAttrs polls InspectTask until ok holds, for up to 20s.
+// waitAttrs polls InspectTask until ok holds.
 func waitAttrs(t *testing.T, p *plugin, id, what string, ok func(map[string]string) bool) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		a := inspect(t, p, id)
-		if ok(a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			keep := map[string]string{}
-			for k, v := range a {
-				if strings.HasPrefix(k, "engine_") {
-					keep[k] = v
-				}
+	var a map[string]string
+	wait.For(t, what, func() (bool, string) {
+		a = inspect(t, p, id)
+		keep := map[string]string{}
+		for k, v := range a {
+			if strings.HasPrefix(k, "engine_") {
+				keep[k] = v
 			}
-			t.Fatalf("no %s within 20s; engine attributes: %v", what, keep)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok(a), fmt.Sprintf("engine attributes: %v", keep)
+	}, wait.Every(50*time.Millisecond))
+	return a
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/llmgw/llmgw/driver"
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/internal/nvmlseam"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -96,22 +97,19 @@ func (l *eventLog) all() []*driverpb.DriverTaskEvent {
 // wait polls for an event of taskID whose message contains substr.
 func (l *eventLog) wait(t *testing.T, taskID, substr string, timeout time.Duration) *driverpb.DriverTaskEvent {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var found *driverpb.DriverTaskEvent
+	wait.For(t, fmt.Sprintf("an event %q for %s", substr, taskID), func() (bool, string) {
+		var msgs []string
 		for _, ev := range l.all() {
 			if ev.GetTaskId() == taskID && strings.Contains(ev.GetMessage(), substr) {
-				return ev
+				found = ev
+				return true, ""
 			}
+			msgs = append(msgs, ev.GetTaskId()+": "+ev.GetMessage())
 		}
-		if time.Now().After(deadline) {
-			var msgs []string
-			for _, ev := range l.all() {
-				msgs = append(msgs, ev.GetTaskId()+": "+ev.GetMessage())
-			}
-			t.Fatalf("no event %q for %s within %s; events:\n%s", substr, taskID, timeout, strings.Join(msgs, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "events:\n" + strings.Join(msgs, "\n")
+	}, wait.Within(timeout), wait.Every(20*time.Millisecond))
+	return found
 }
 
 // fifo is a Nomad-style log FIFO with a reader collecting what arrives.
@@ -178,13 +176,10 @@ func (ff *fifo) String() string {
 
 func (ff *fifo) wait(t *testing.T, substr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(ff.String(), substr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q within %s; got:\n%s", filepath.Base(ff.path), substr, timeout, ff.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, fmt.Sprintf("%q in %s", substr, filepath.Base(ff.path)), func() (bool, string) {
+		got := ff.String()
+		return strings.Contains(got, substr), "got:\n" + got
+	}, wait.Within(timeout), wait.Every(20*time.Millisecond))
 }
 
 // task is one task config as a Nomad client would build it.

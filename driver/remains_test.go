@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -72,25 +73,25 @@ func writableCgroup(t *testing.T) (string, string) {
 // process it names.
 func pidFileRef(t *testing.T, path string) procfs.Ref {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				if ref, err := procfs.RefOf(pid); err == nil {
-					t.Cleanup(func() {
-						if ref.Alive() {
-							_ = syscall.Kill(ref.Pid, syscall.SIGKILL)
-						}
-					})
-					return ref
-				}
-			}
+	var ref procfs.Ref
+	wait.Until(t, "a running process named in "+path, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no running process named in %s within 20s", path)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		ref, err = procfs.RefOf(pid)
+		return err == nil
+	})
+	t.Cleanup(func() {
+		if ref.Alive() {
+			_ = syscall.Kill(ref.Pid, syscall.SIGKILL)
+		}
+	})
+	return ref
 }
 
 // TestSupervisorSIGKILLLeavesNothing: the engine forks a worker (as vLLM
@@ -162,26 +163,14 @@ ready { skip = true }
 	if !strings.Contains(w.GetErr(), "ended without recording the engine's exit") || strings.Contains(w.GetErr(), "killing what the engine left") {
 		t.Errorf("WaitTask err %q, want the lost supervisor and no cleanup error", w.GetErr())
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	for name, r := range procs {
-		for r.Alive() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s (pid %d) still running after its supervisor was SIGKILLed", name, r.Pid)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		wait.Until(t, fmt.Sprintf("%s (pid %d) to end after its supervisor was SIGKILLed", name, r.Pid), func() bool { return !r.Alive() })
 	}
 	if cgParent != "" {
-		for {
+		wait.For(t, fmt.Sprintf("cgroup %s to go after its supervisor was SIGKILLed", st.Cgroup), func() (bool, string) {
 			_, err := os.Stat(st.Cgroup)
-			if errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cgroup %s still there after its supervisor was SIGKILLed (%v)", st.Cgroup, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+		})
 	}
 	if _, err := p.Driver.DestroyTask(ctxT(t, 30*time.Second), &driverpb.DestroyTaskRequest{TaskId: tk.cfg.GetId()}); err != nil {
 		t.Fatalf("DestroyTask: %v", err)

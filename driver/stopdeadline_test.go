@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -51,29 +53,14 @@ func (c *fakeClock) readCount() int {
 func (c *fakeClock) waitReads(t *testing.T, n int, broken func() string) {
 	t.Helper()
 	want := c.readCount() + n
-	deadline := time.Now().Add(20 * time.Second)
-	for c.readCount() < want {
+	wait.For(t, fmt.Sprintf("%d reads of the clock", want), func() (bool, string) {
 		if why := broken(); why != "" {
 			t.Fatal(why)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("clock read %d times within 20s, want %d", c.readCount(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return c.readCount() >= want, fmt.Sprintf("read %d times", c.readCount())
+	})
 	if why := broken(); why != "" {
 		t.Fatal(why)
-	}
-}
-
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 20s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -141,7 +128,7 @@ ready {
 	}
 	t.Cleanup(func() {
 		_ = syscall.Kill(-st.Engine.Pid, syscall.SIGKILL)
-		pollUntil(t, "supervisor gone at the end", func() bool { return !st.Supervisor.Alive() })
+		wait.Until(t, "supervisor gone at the end", func() bool { return !st.Supervisor.Alive() })
 	})
 
 	// Past ready.timeout: SIGTERM, which the engine ignores.
@@ -149,9 +136,9 @@ ready {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, "engine ignoring SIGTERM", func() bool { _, err := os.Stat(trapped); return err == nil })
+	wait.Until(t, "engine ignoring SIGTERM", func() bool { _, err := os.Stat(trapped); return err == nil })
 	clock.set(t0.Add(2 * time.Minute))
-	pollUntil(t, "readiness timeout noticed", func() bool {
+	wait.Until(t, "readiness timeout noticed", func() bool {
 		_, attrs := h1.status()
 		return attrs["failure"] != ""
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // startKeyGateway is startGateway with the keys of src in force.
@@ -470,23 +471,23 @@ func TestNomadKeys(t *testing.T) {
 	tg := startGateway(t, Options{Source: StaticSource{Instances: []Instance{a.instance()}},
 		Keys: &NomadKeys{Client: client, Path: "llmgw/keys", Wait: time.Second}})
 	runGateway(t, tg.Gateway)
-	eventually(t, "the missing variable reported", func() bool { return strings.Contains(tg.KeysError(), "not found") })
+	wait.Until(t, "the missing variable reported", func() bool { return strings.Contains(tg.KeysError(), "not found") })
 	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")); got.status != http.StatusServiceUnavailable {
 		t.Errorf("before any keys: %d", got.status)
 	}
 	put(keyBlock("a", "sk-a", ""))
-	eventually(t, "sk-a in force", func() bool {
+	wait.Until(t, "sk-a in force", func() bool {
 		return tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")).status == http.StatusOK
 	})
 	put(keyBlock("a", "sk-a", "  requests_per_minute = -1\n"))
-	eventually(t, "the bad variable reported", func() bool {
+	wait.Until(t, "the bad variable reported", func() bool {
 		return strings.Contains(tg.KeysError(), "nomad variable llmgw/keys (namespace default) item keys:3: ")
 	})
 	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")); got.status != http.StatusOK {
 		t.Errorf("after a bad write: %d", got.status)
 	}
 	put(keyBlock("b", "sk-b", ""))
-	eventually(t, "sk-b replaces sk-a", func() bool {
+	wait.Until(t, "sk-b replaces sk-a", func() bool {
 		return tg.do(t, http.MethodPost, "/v1/chat/completions", "sk-a", chat("m1")).status == http.StatusUnauthorized
 	})
 	if tg.KeysError() != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // runGateway runs g's discovery until the test ends.
@@ -61,18 +62,10 @@ func (tg *testGateway) served(t *testing.T) map[string]int {
 
 func (tg *testGateway) waitServed(t *testing.T, want map[string]int) {
 	t.Helper()
-	var got map[string]int
-	deadline := time.Now().Add(waitFor)
-	for {
-		got = tg.served(t)
-		if cmp.Equal(want, got) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/v1/models (-want +got):\n%s", cmp.Diff(want, got))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "/v1/models to list what is served", func() (bool, string) {
+		got := tg.served(t)
+		return cmp.Equal(want, got), "(-want +got):\n" + cmp.Diff(want, got)
+	})
 }
 
 // consulReplica registers r in the fake as the controller's render names
@@ -134,7 +127,7 @@ func TestConsulDiscoveryFollowsRegistrations(t *testing.T) {
 	// Deregistered: the model leaves the catalog, so 404.
 	c.Deregister("_nomad-task-r0")
 	c.Deregister("_nomad-task-r1")
-	eventually(t, "the model to be unknown", func() bool {
+	wait.Until(t, "the model to be unknown", func() bool {
 		return tg.post(t, "/v1/chat/completions", chat(model)).status == http.StatusNotFound
 	})
 
@@ -157,7 +150,7 @@ func TestConsulRegistration(t *testing.T) {
 	reg := ConsulRegistration{ID: "llmgw-gateway-h1-8080", Address: "10.0.0.5", Port: 8080, CheckURL: "http://10.0.0.5:8080/healthz"}
 	go func() { done <- reg.Register(ctx, client, nil) }()
 	var got consulfake.Service
-	eventually(t, "the gateway registered", func() bool {
+	wait.Until(t, "the gateway registered", func() bool {
 		var ok bool
 		got, ok = c.Service(reg.ID)
 		return ok
@@ -193,7 +186,7 @@ func TestConsulRegistrationCutOffStillDeregisters(t *testing.T) {
 	done := make(chan error, 1)
 	reg := ConsulRegistration{ID: "llmgw-gateway-h1-8080", Address: "10.0.0.5", Port: 8080, CheckURL: "http://10.0.0.5:8080/healthz"}
 	go func() { done <- reg.Register(ctx, c.Client(t), nil) }()
-	eventually(t, "the registration to reach the agent", func() bool {
+	wait.Until(t, "the registration to reach the agent", func() bool {
 		_, ok := c.Service(reg.ID)
 		return ok
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // demandOf reads the gateway's demand endpoint with gatewayapi.DemandClient and
@@ -74,7 +75,7 @@ llmgw_gateway_queued_requests{model="m"} 0
 	for _, ch := range answers {
 		await(t, ch)
 	}
-	eventually(t, "nothing outstanding", func() bool { return tg.tbl.Load().models["m"].outstanding.Load() == 0 })
+	wait.Until(t, "nothing outstanding", func() bool { return tg.tbl.Load().models["m"].outstanding.Load() == 0 })
 	if _, md = tg.demandOf(t, "m"); md.ArrivalsTotal != 3 || md.Outstanding != 0 {
 		t.Errorf("after the answers: %+v", md)
 	}
@@ -89,10 +90,10 @@ func TestDemandOfAModelAtZero(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := tg.postAsync(ctx, chat("z"))
-	eventually(t, "held", func() bool { return tg.queued("z") == 1 })
+	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
 	clock.Add(4 * time.Second)
 	second := tg.postAsync(ctx, chat("z"))
-	eventually(t, "held", func() bool { return tg.queued("z") == 2 })
+	wait.Until(t, "held", func() bool { return tg.queued("z") == 2 })
 	if got := tg.post(t, "/v1/chat/completions", chat("z")); got.status != http.StatusServiceUnavailable {
 		t.Fatalf("third: %d", got.status)
 	}
@@ -196,7 +197,7 @@ func TestDemandTTFT(t *testing.T) {
 	status = http.StatusOK
 	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	held := tg.postAsync(context.Background(), chat("z"))
-	eventually(t, "held", func() bool { return tg.queued("z") == 1 })
+	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
 	clock.Add(10 * time.Second)
 	delay <- 200 * time.Millisecond
 	tg.Update(Snapshot{Instances: []Instance{inst("m"), inst("z")}})

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // completions is how many completions a replica's fake-engine answered.
@@ -58,7 +59,7 @@ func TestEngineLoadSteersAwayFromBusyReplica(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "the busy replica's engine read", func() bool {
+	wait.Until(t, "the busy replica's engine read", func() bool {
 		ep := tg.tbl.Load().byID["busy"]
 		return ep != nil && ep.others.Load() == 3
 	})
@@ -89,7 +90,7 @@ func TestEngineLoadOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tg.Run(ctx) }()
-	eventually(t, "discovery", tg.Synced)
+	wait.Until(t, "discovery", tg.Synced)
 	cancel()
 	<-done
 	if n := r.hits.Load(); n != 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 func TestRoutesByModel(t *testing.T) {
@@ -223,7 +224,7 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 	if n := good.hits.Load(); n != 0 {
 		t.Errorf("the spare replica got %d requests; a request is retried only before the first byte", n)
 	}
-	eventually(t, "the broken attempt counted", func() bool {
+	wait.Until(t, "the broken attempt counted", func() bool {
 		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "broken")) == 1
 	})
 }
@@ -444,7 +445,7 @@ func TestDisconnectCancelsUpstream(t *testing.T) {
 				done <- err
 			}()
 			if !stream {
-				eventually(t, "the request to reach the replica", func() bool { return r.hits.Load() == 1 })
+				wait.Until(t, "the request to reach the replica", func() bool { return r.hits.Load() == 1 })
 				cancel()
 			}
 			select {
@@ -458,7 +459,7 @@ func TestDisconnectCancelsUpstream(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Logf("client: %v (expected: it hung up)", err)
 			}
-			eventually(t, "no request in flight", func() bool { return testutil.ToFloat64(tg.m.inFlight) == 0 })
+			wait.Until(t, "no request in flight", func() bool { return testutil.ToFloat64(tg.m.inFlight) == 0 })
 			if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("m", "499")); got != 1 {
 				t.Errorf("requests_total{code=499}: %v, want 1", got)
 			}
@@ -494,7 +495,7 @@ func TestLargeBodyPassesThrough(t *testing.T) {
 			t.Errorf("chunked=%v: upstream saw %s, want %s", chunked, got, want)
 		}
 	}
-	eventually(t, "body budget released", func() bool { return tg.bud.used.Load() == 0 })
+	wait.Until(t, "body budget released", func() bool { return tg.bud.used.Load() == 0 })
 }
 
 func TestHealthz(t *testing.T) {
@@ -555,9 +556,9 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		ep := tg.tbl.Load().byID[id]
-		eventually(t, id+" has nothing in flight", func() bool { return ep.outstanding.Load() == 0 })
+		wait.Until(t, id+" has nothing in flight", func() bool { return ep.outstanding.Load() == 0 })
 	}
-	eventually(t, "budget released", func() bool { return tg.bud.used.Load() == 0 })
+	wait.Until(t, "budget released", func() bool { return tg.bud.used.Load() == 0 })
 }
 
 // A client that breaks off its body mid-upload is not the replica's fault:
@@ -575,7 +576,7 @@ func TestClientBrokenBodyIsNotAReplicaFailure(t *testing.T) {
 		resp.Body.Close()
 		t.Logf("client got %d", resp.StatusCode)
 	}
-	eventually(t, "the attempt counted as cancelled", func() bool {
+	wait.Until(t, "the attempt counted as cancelled", func() bool {
 		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "cancelled")) == 1
 	})
 	if got := tg.breakerState("a"); got != BreakerClosed {

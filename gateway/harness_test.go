@@ -17,23 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
-// waitFor is how long a test polls for something before it fails: long,
-// because the machine may be busy; nothing asserts how fast.
-const waitFor = 20 * time.Second
-
-// eventually polls cond until it holds or waitFor passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", waitFor, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor is how long a test waits for an answer or a signal before it
+// fails: wait.For's timeout, long because the machine may be busy;
+// nothing asserts how fast.
+const waitFor = wait.Timeout
 
 type fakeClock struct {
 	mu  sync.Mutex

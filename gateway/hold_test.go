@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // postAsync sends a chat completion in the background; a failure to get
@@ -78,7 +79,7 @@ func (tg *testGateway) holdN(t *testing.T, model string, from, n int) []<-chan a
 	for i := from; i < from+n; i++ {
 		before := tg.queued(model)
 		out = append(out, tg.postAsync(context.Background(), userChat(model, i)))
-		eventually(t, fmt.Sprintf("request %d held", i), func() bool { return tg.queued(model) == before+1 })
+		wait.Until(t, fmt.Sprintf("request %d held", i), func() bool { return tg.queued(model) == before+1 })
 	}
 	return out
 }
@@ -152,13 +153,13 @@ func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 	var order []string
 	order = append(order, rep.next(t), rep.next(t))
 	// Two in flight, the burst: the other four stay held.
-	eventually(t, "four still held", func() bool { return tg.queued("z") == 4 })
+	wait.Until(t, "four still held", func() bool { return tg.queued("z") == 4 })
 	if got := tg.tbl.Load().models["z"].q.inFlight(); got != 2 {
 		t.Fatalf("released in flight %d, want 2", got)
 	}
 	// One more arrives while four are held: it queues behind them.
 	late := tg.postAsync(context.Background(), userChat("z", 6))
-	eventually(t, "the late request held", func() bool { return tg.queued("z") == 5 })
+	wait.Until(t, "the late request held", func() bool { return tg.queued("z") == 5 })
 	answers = append(answers, late)
 	for len(order) < 7 {
 		rep.release <- struct{}{} // one answer lets the next in
@@ -211,7 +212,7 @@ func TestHoldBurstPerReplica(t *testing.T) {
 	if !got["u0"] || !got["u1"] {
 		t.Errorf("first released %v, want u0 and u1", got)
 	}
-	eventually(t, "two still held", func() bool { return tg.queued("z") == 2 })
+	wait.Until(t, "two still held", func() bool { return tg.queued("z") == 2 })
 	for range 4 {
 		select {
 		case a.release <- struct{}{}:
@@ -239,7 +240,7 @@ func TestHoldQueueBounds(t *testing.T) {
 	for range 2 {
 		before := tg.queued("a")
 		held = append(held, tg.postAsync(ctx, chat("a")))
-		eventually(t, "held", func() bool { return tg.queued("a") == before+1 })
+		wait.Until(t, "held", func() bool { return tg.queued("a") == before+1 })
 	}
 	full := func(model, why string) {
 		t.Helper()
@@ -252,7 +253,7 @@ func TestHoldQueueBounds(t *testing.T) {
 	}
 	full("a", "a third for a (per model 2)")
 	held = append(held, tg.postAsync(ctx, chat("b")))
-	eventually(t, "b held", func() bool { return tg.queued("b") == 1 })
+	wait.Until(t, "b held", func() bool { return tg.queued("b") == 1 })
 	full("b", "a second for b (3 in all)")
 	if got := testutil.ToFloat64(tg.m.held.WithLabelValues("a", heldFull)) + testutil.ToFloat64(tg.m.held.WithLabelValues("b", heldFull)); got != 2 {
 		t.Errorf("held_total{full}: %v, want 2", got)
@@ -262,8 +263,8 @@ func TestHoldQueueBounds(t *testing.T) {
 	for _, ch := range held {
 		<-ch
 	}
-	eventually(t, "the queues empty", func() bool { return tg.queued("a") == 0 && tg.queued("b") == 0 && tg.heldAll.Load() == 0 })
-	eventually(t, "cancelled counted", func() bool { return testutil.ToFloat64(tg.m.held.WithLabelValues("a", heldCancelled)) == 2 })
+	wait.Until(t, "the queues empty", func() bool { return tg.queued("a") == 0 && tg.queued("b") == 0 && tg.heldAll.Load() == 0 })
+	wait.Until(t, "cancelled counted", func() bool { return testutil.ToFloat64(tg.m.held.WithLabelValues("a", heldCancelled)) == 2 })
 	if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("a", "499")); got != 2 {
 		t.Errorf("requests_total{a,499}: %v, want 2", got)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 func TestModelListItems(t *testing.T) {
@@ -67,18 +68,18 @@ func TestNomadModels(t *testing.T) {
 	tg := startGateway(t, Options{Source: StaticSource{}, Models: &NomadModels{Client: client, Wait: time.Second},
 		Hold: HoldConfig{Timeout: time.Hour}})
 	runGateway(t, tg.Gateway)
-	eventually(t, "synced", tg.Synced)
+	wait.Until(t, "synced", tg.Synced)
 	if got := tg.post(t, "/v1/chat/completions", chat("z")); got.status != http.StatusNotFound {
 		t.Errorf("no variable: z is %d, want 404", got.status)
 	}
 	items, _ := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "z"}}}.Items()
 	put(items)
-	eventually(t, "z known", func() bool { return tg.tbl.Load().listed["z"].Name == "z" })
+	wait.Until(t, "z known", func() bool { return tg.tbl.Load().listed["z"].Name == "z" })
 	if got := tg.served(t); !cmp.Equal(got, map[string]int{"z": 0}) {
 		t.Errorf("/v1/models %v, want z at zero", got)
 	}
 	put(map[string]string{"models": "not json"})
-	eventually(t, "the error in the demand", func() bool {
+	wait.Until(t, "the error in the demand", func() bool {
 		d, err := gatewayapi.DemandClient{}.Read(context.Background(), tg.srv.URL)
 		return err == nil && strings.Contains(d.ModelListError, "nomad variable llmgw/models (namespace default): item \"models\"")
 	})
@@ -87,7 +88,7 @@ func TestNomadModels(t *testing.T) {
 	}
 	items, _ = gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "y", Min: 1, Replicas: 1}}}.Items()
 	put(items)
-	eventually(t, "y replaces z", func() bool {
+	wait.Until(t, "y replaces z", func() bool {
 		tb := tg.tbl.Load()
 		return tb.models["z"] == nil && tb.listed["y"].Min == 1
 	})
@@ -101,12 +102,12 @@ func TestSyncedWaitsForTheModelList(t *testing.T) {
 	fail := make(chan struct{})
 	tg := startGateway(t, Options{Source: StaticSource{}, Models: failingModels{fail}})
 	runGateway(t, tg.Gateway)
-	eventually(t, "discovery published", func() bool { return tg.discoveredYet() })
+	wait.Until(t, "discovery published", func() bool { return tg.discoveredYet() })
 	if tg.Synced() {
 		t.Fatal("synced before the model list answered")
 	}
 	close(fail)
-	eventually(t, "synced", tg.Synced)
+	wait.Until(t, "synced", tg.Synced)
 	if d := tg.Demand(); d.ModelListError != "boom" {
 		t.Errorf("model list error %q", d.ModelListError)
 	}

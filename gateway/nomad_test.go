@@ -17,6 +17,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // nomadServices fakes the part of Nomad's HTTP API NomadSource reads:
@@ -333,7 +334,7 @@ func TestNomadDiscoveryFollowsRegistrationsAndChecks(t *testing.T) {
 
 	tg := startGateway(t, Options{Source: &NomadSource{Client: n.client(t), CheckInterval: 50 * time.Millisecond}})
 	runGateway(t, tg.Gateway)
-	eventually(t, "discovery synced", tg.Synced)
+	wait.Until(t, "discovery synced", tg.Synced)
 	tg.waitServed(t, map[string]int{})
 	if got := tg.post(t, "/v1/chat/completions", chat(model)); got.status != http.StatusServiceUnavailable {
 		t.Errorf("only a loading replica: %d, want 503", got.status)
@@ -356,7 +357,7 @@ func TestNomadDiscoveryFollowsRegistrationsAndChecks(t *testing.T) {
 	n.failChecks("r0", true)
 	n.setCheck("r0", "success")
 	reads := n.checkReads("r0")
-	eventually(t, "three more check reads", func() bool { return n.checkReads("r0") >= reads+3 })
+	wait.Until(t, "three more check reads", func() bool { return n.checkReads("r0") >= reads+3 })
 	if got := tg.served(t); got[model] != 1 {
 		t.Errorf("unreadable checks changed the verdict: %v", got)
 	}
@@ -374,7 +375,7 @@ func TestNomadDiscoveryFollowsRegistrationsAndChecks(t *testing.T) {
 	r3 := startReplica(t, model, "r3", nil)
 	n.register(r3, "unreported")
 	reads = n.checkReads("r3")
-	eventually(t, "three check reads of r3", func() bool { return n.checkReads("r3") >= reads+3 })
+	wait.Until(t, "three check reads of r3", func() bool { return n.checkReads("r3") >= reads+3 })
 	if got := tg.served(t); got[model] != 3 {
 		t.Errorf("a replica with its check unreported was routed: %v", got)
 	}
@@ -385,7 +386,7 @@ func TestNomadDiscoveryFollowsRegistrationsAndChecks(t *testing.T) {
 	n.deregister("r0")
 	n.deregister("r1")
 	n.deregister("r2")
-	eventually(t, "the model to be unknown", func() bool {
+	wait.Until(t, "the model to be unknown", func() bool {
 		return tg.post(t, "/v1/chat/completions", chat(model)).status == http.StatusNotFound
 	})
 }
@@ -408,7 +409,7 @@ func TestNomadStuckCheckReadHoldsOnlyItsOwn(t *testing.T) {
 	tg.waitServed(t, map[string]int{model: 2})
 
 	n.hold("a-stuck", true)
-	eventually(t, "a check read of a-stuck to block", func() bool { return n.blockedReads("a-stuck") == 1 })
+	wait.Until(t, "a check read of a-stuck to block", func() bool { return n.blockedReads("a-stuck") == 1 })
 	reads := n.checkReads("a-stuck")
 
 	r2 := startReplica(t, model, "r2", nil)
@@ -445,7 +446,7 @@ func TestNomadCheckReadDeadline(t *testing.T) {
 	src := &NomadSource{Client: n.client(t), CheckInterval: 50 * time.Millisecond, CheckTimeout: 100 * time.Millisecond}
 	tg := startGateway(t, Options{Source: src})
 	runGateway(t, tg.Gateway)
-	eventually(t, "discovery synced", tg.Synced)
+	wait.Until(t, "discovery synced", tg.Synced)
 	tg.waitServed(t, map[string]int{model: 2})
 	if n.cutReads() == 0 {
 		t.Error("no check read of r0 was cut off")
@@ -482,7 +483,7 @@ func TestNomadCheckReadsBounded(t *testing.T) {
 		}
 	})
 
-	eventually(t, "check reads in flight at the bound", func() bool { now, _ := n.concurrency(); return now >= bound })
+	wait.Until(t, "check reads in flight at the bound", func() bool { now, _ := n.concurrency(); return now >= bound })
 	// Let the reads answer one at a time until every allocation has
 	// been read, the reads of later rounds queueing behind the rest.
 	allRead := func() bool {
@@ -531,12 +532,12 @@ func TestNomadFirstPublishHasEveryVerdict(t *testing.T) {
 		}
 	})
 
-	eventually(t, "r0's read to block", func() bool { return n.blockedReads("r0") == 1 })
+	wait.Until(t, "r0's read to block", func() bool { return n.blockedReads("r0") == 1 })
 	// r1 is read again only once its first answer has been taken (and, were
 	// it published alone, handed to runDiscovery).
-	eventually(t, "r1 read twice", func() bool { return n.checkReads("r1") >= 2 })
+	wait.Until(t, "r1 read twice", func() bool { return n.checkReads("r1") >= 2 })
 	n.releaseOne(t)
-	eventually(t, "a publish", func() bool {
+	wait.Until(t, "a publish", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(published) > 0

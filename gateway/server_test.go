@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // syncBuffer is a bytes.Buffer the server's goroutines and the test may
@@ -50,7 +52,7 @@ func TestNewServer(t *testing.T) {
 		resp.Body.Close()
 		t.Errorf("a handler's panic answered %d; want the connection closed", resp.StatusCode)
 	}
-	eventually(t, "the panic logged", func() bool {
+	wait.Until(t, "the panic logged", func() bool {
 		s := out.String()
 		return strings.Contains(s, `"level":"WARN"`) && strings.Contains(s, "panic serving") && strings.Contains(s, "boom")
 	})

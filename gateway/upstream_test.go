@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // rawServer accepts loopback connections and hands each to handle with its
@@ -178,7 +180,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 				if len(idle) != 1 {
 					t.Fatalf("%d idle connections after the first request, want 1", len(idle))
 				}
-				eventually(t, "the replica to close its first connection", func() bool { return !connAlive(idle[0].c) })
+				wait.Until(t, "the replica to close its first connection", func() bool { return !connAlive(idle[0].c) })
 			}
 			code, got, err = roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
 			if err != nil || code != 200 || got != `{"conn":1}` {
@@ -389,7 +391,7 @@ func TestUpstreamSweepClosesDeadIdleConnections(t *testing.T) {
 		t.Fatalf("%d idle connections, want 2", n)
 	}
 	var left int
-	eventually(t, "the sweep to drop the closed connection", func() bool {
+	wait.Until(t, "the sweep to drop the closed connection", func() bool {
 		tr.sweep()
 		tr.mu.Lock()
 		defer tr.mu.Unlock()

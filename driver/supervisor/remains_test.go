@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // TestMain lets the test binary serve as the supervisor: Launch starts
@@ -25,18 +26,6 @@ func TestMain(m *testing.M) {
 		os.Exit(Main(os.Args[2:]))
 	}
 	os.Exit(m.Run())
-}
-
-// waitFor polls cond until it holds or timeout passes; it reports which.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // launchScript starts a supervisor (this test binary) for a /bin/sh
@@ -71,7 +60,7 @@ func launchScript(t *testing.T, stateDir, script, cgroupParent string) *Launched
 func readPidFile(t *testing.T, path string) procfs.Ref {
 	t.Helper()
 	var ref procfs.Ref
-	ok := waitFor(10*time.Second, func() bool {
+	wait.Until(t, "a running process named in "+path, func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
 			return false
@@ -83,9 +72,6 @@ func readPidFile(t *testing.T, path string) procfs.Ref {
 		ref, err = procfs.RefOf(pid)
 		return err == nil
 	})
-	if !ok {
-		t.Fatalf("no running process named in %s", path)
-	}
 	t.Cleanup(func() { killRef(ref) })
 	return ref
 }
@@ -109,9 +95,8 @@ func TestEngineDiesWithKilledSupervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-l.Reaped
-	if !waitFor(10*time.Second, func() bool { return !l.Started.Engine.Alive() }) {
-		t.Fatalf("engine (pid %d) still running 10s after its supervisor was SIGKILLed", l.Started.Engine.Pid)
-	}
+	wait.Until(t, fmt.Sprintf("the engine (pid %d) to end after its supervisor was SIGKILLed", l.Started.Engine.Pid),
+		func() bool { return !l.Started.Engine.Alive() })
 }
 
 // TestOrphansKilledBeforeExitRecord: the engine starts a worker that
@@ -135,13 +120,11 @@ exit 3`, "")
 		t.Fatal(err)
 	}
 	var ex Exit
-	if !waitFor(30*time.Second, func() bool {
+	wait.Until(t, "the exit record", func() bool {
 		var ok bool
 		ex, ok, _ = ReadExit(dir)
 		return ok
-	}) {
-		t.Fatal("no exit record within 30s")
-	}
+	})
 	if ex.ExitCode != 3 {
 		t.Errorf("exit code %d, want 3", ex.ExitCode)
 	}
@@ -356,9 +339,7 @@ exit 0`, parent)
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(30*time.Second, func() bool { _, ok, _ := ReadExit(dir); return ok }) {
-		t.Fatal("no exit record within 30s")
-	}
+	wait.Until(t, "the exit record", func() bool { _, ok, _ := ReadExit(dir); return ok })
 	if worker.Alive() {
 		t.Errorf("worker (pid %d) still runs when the exit is recorded", worker.Pid)
 	}
@@ -414,13 +395,11 @@ func TestEngineDoesNotInheritHandshake(t *testing.T) {
 	dir := t.TempDir()
 	launchScript(t, dir, "if [ -e /proc/$$/fd/3 ]; then readlink /proc/$$/fd/3 >&2; exit 9; fi; exit 0", "")
 	var ex Exit
-	if !waitFor(30*time.Second, func() bool {
+	wait.Until(t, "the exit record", func() bool {
 		var ok bool
 		ex, ok, _ = ReadExit(dir)
 		return ok
-	}) {
-		t.Fatal("no exit record within 30s")
-	}
+	})
 	if ex.ExitCode != 0 {
 		t.Errorf("engine has descriptor 3 open (exit %d): %v", ex.ExitCode, ex.Tail)
 	}

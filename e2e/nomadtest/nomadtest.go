@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // ClientOptions describes one client agent.
@@ -256,19 +257,12 @@ func keepLog(t testing.TB, a *Agent, suffix string) {
 	}
 }
 
-// Eventually polls cond every 250ms until it returns true or timeout passes;
+// Eventually is wait.For as the e2e tests spell it: cond polled every
+// 250ms (it asks a real agent) until it returns true or timeout passes;
 // the string explains the last failed check.
 func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	err := localnomad.Poll(ctx, func() (bool, string, error) {
-		ok, why := cond()
-		return ok, why, nil
-	})
-	if err != nil {
-		t.Fatalf("condition not met after %s: %v", timeout, err)
-	}
+	wait.For(t, "the condition", cond, wait.Within(timeout), wait.Every(250*time.Millisecond))
 }
 
 // PluginDir makes a plugin dir holding copies of the given binaries.

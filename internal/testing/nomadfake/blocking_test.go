@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // inFlight reports whether a GET on path is being served (a blocked query).
@@ -39,7 +40,7 @@ func TestBlockingQueryWakesOnChange(t *testing.T) {
 		jobs, qm2, err := c.Jobs().List(&api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: 5 * time.Minute})
 		done <- listResult{jobs, qm2, err}
 	}()
-	eventually(t, "the list to block", func() bool { return inFlight(s, "/v1/jobs") })
+	wait.Until(t, "the list to block", func() bool { return inFlight(s, "/v1/jobs") })
 
 	// A write to another table does not answer a jobs query.
 	if _, _, err := c.Variables().Create(&api.Variable{Path: "x", Items: api.VariableItems{"k": "v"}}, nil); err != nil {
@@ -95,7 +96,7 @@ func TestBlockingQueryOnMissingObjectWakesWhenCreated(t *testing.T) {
 		}
 		done <- err
 	}()
-	eventually(t, "the read to block", func() bool { return inFlight(s, "/v1/var/llmgw/holds") })
+	wait.Until(t, "the read to block", func() bool { return inFlight(s, "/v1/var/llmgw/holds") })
 	if _, _, err := c.Variables().Create(&api.Variable{Path: "llmgw/holds", Items: api.VariableItems{"rack=r1": "{}"}}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -116,19 +117,19 @@ func TestBlockingQueryEndsWithContextAndClose(t *testing.T) {
 		_, _, err := c.Nodes().List((&api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: time.Minute}).WithContext(ctx))
 		errc <- err
 	}()
-	eventually(t, "the list to block", func() bool { return inFlight(s, "/v1/nodes") })
+	wait.Until(t, "the list to block", func() bool { return inFlight(s, "/v1/nodes") })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled blocking query: %v, want context.Canceled", err)
 	}
 	// The server side of that query ends too.
-	eventually(t, "the handler to end", func() bool { return !inFlight(s, "/v1/nodes") })
+	wait.Until(t, "the handler to end", func() bool { return !inFlight(s, "/v1/nodes") })
 
 	go func() {
 		_, _, err := c.Nodes().List(&api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: time.Minute})
 		errc <- err
 	}()
-	eventually(t, "the list to block", func() bool { return inFlight(s, "/v1/nodes") })
+	wait.Until(t, "the list to block", func() bool { return inFlight(s, "/v1/nodes") })
 	s.Close() // must not wait for the minute
 	if err := <-errc; err != nil {
 		t.Logf("query ended by Close: %v", err)

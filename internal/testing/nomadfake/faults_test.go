@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 func TestFailNext(t *testing.T) {
@@ -91,7 +92,7 @@ func TestHookCancelsCallerMidRequest(t *testing.T) {
 		t.Fatalf("register with a cancelled caller: %v, want context.Canceled", err)
 	}
 	// The server still applies what it received, as a real one would.
-	eventually(t, "the job to be registered", func() bool {
+	wait.Until(t, "the job to be registered", func() bool {
 		_, _, err := c.Jobs().Info("m-0", nil)
 		return err == nil
 	})

@@ -58,18 +58,6 @@ func gpuNode(s *nomadfake.Server, name string, n int, meta map[string]string) st
 	})
 }
 
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func statusCode(err error) int {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) {

@@ -23,6 +23,7 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 const captureFile = "../../../enginemetrics/testdata/llamacpp.txt"
@@ -77,18 +78,6 @@ func streams(ctx context.Context, t *testing.T, url string, n int) *sync.WaitGro
 	return &wg
 }
 
-// waitFor polls cond until it holds or a minute passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a minute: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // What llmgw relies on of the real server, seen on the real server: busy
 // but healthy, the slots endpoint that says busy, its metric families (the
 // engine descriptor's names among them; no KV-cache gauge), which
@@ -103,11 +92,11 @@ func TestRealEngineBehaviour(t *testing.T) {
 
 	names, _ := engine.MetricsOf(engine.LlamaCpp)
 	var text string
-	waitFor(t, "2 requests processing and 2 deferred", func() bool {
+	wait.Until(t, "2 requests processing and 2 deferred", func() bool {
 		_, text = get(t, s.URL+"/metrics")
 		smp, err := enginemetrics.Parse(strings.NewReader(text), names, time.Now())
 		return err == nil && smp.Running == enginemetrics.Known(2) && smp.Waiting == enginemetrics.Known(2)
-	})
+	}, wait.Within(time.Minute))
 	if code, _ := get(t, s.URL+"/health"); code != 200 {
 		t.Errorf("/health with every slot busy: %d, want 200", code)
 	}
@@ -213,7 +202,7 @@ func TestRealEngineLoading(t *testing.T) {
 	s := realengine.Launch(t, fifo)
 	var code int
 	var body string
-	waitFor(t, "an answer from /health", func() bool {
+	wait.Until(t, "an answer from /health", func() bool {
 		resp, err := http.Get(s.URL + "/health")
 		if err != nil {
 			return false
@@ -222,7 +211,7 @@ func TestRealEngineLoading(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		code, body = resp.StatusCode, string(b)
 		return true
-	})
+	}, wait.Within(time.Minute))
 	if code != 503 || !strings.Contains(body, `"message":"Loading model"`) {
 		t.Errorf("/health while loading: %d %s, want 503 Loading model", code, body)
 	}

@@ -23,20 +23,12 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
-const waitFor = 20 * time.Second
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", waitFor, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor bounds a test's waits on a channel or a client, as wait.For's
+// polls are bounded.
+const waitFor = wait.Timeout
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -91,10 +83,10 @@ func TestGatewayWithConsul(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	eventually(t, "/healthz 200", func() bool { code, _ := get("/healthz"); return code == 200 })
+	wait.Until(t, "/healthz 200", func() bool { code, _ := get("/healthz"); return code == 200 })
 
 	var reg consulfake.Service
-	eventually(t, "the gateway registered in consul", func() bool {
+	wait.Until(t, "the gateway registered in consul", func() bool {
 		var ok bool
 		reg, ok = c.Service(registrationID(port))
 		return ok
@@ -104,7 +96,7 @@ func TestGatewayWithConsul(t *testing.T) {
 		t.Errorf("registration: %+v %+v", reg, reg.Check)
 	}
 
-	eventually(t, "the model served", func() bool {
+	wait.Until(t, "the model served", func() bool {
 		_, body := get("/v1/models")
 		return strings.Contains(body, `"id":"`+model+`"`)
 	})
@@ -231,7 +223,7 @@ log_level               = "debug"
 	addr, stderr, stop := startGateway(t, []string{"--config", path, "--listen", "127.0.0.1:0"})
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 	var reg consulfake.Service
-	eventually(t, "the gateway registered in consul", func() bool {
+	wait.Until(t, "the gateway registered in consul", func() bool {
 		var ok bool
 		reg, ok = c.Service(registrationID(port))
 		return ok
@@ -278,7 +270,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	eventually(t, "the model listed at zero", func() bool {
+	wait.Until(t, "the model listed at zero", func() bool {
 		return strings.Contains(get("/v1/models"), `"id":"`+model+`","object":"model","created":`) &&
 			strings.Contains(get("/v1/models"), `"llmgw":{"state":"scaled_to_zero"}`)
 	})
@@ -294,7 +286,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 		answer <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get(gateway.ReplicaHeader))
 	}()
 	var d gatewayapi.Demand
-	eventually(t, "the request held", func() bool {
+	wait.Until(t, "the request held", func() bool {
 		d, err = gatewayapi.DemandClient{}.Read(context.Background(), base)
 		return err == nil && len(d.Models) == 1 && d.Models[0].Queued == 1
 	})

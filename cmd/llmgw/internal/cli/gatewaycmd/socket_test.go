@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // In a Nomad task with identity { env = true }, Nomad sets NOMAD_UNIX_ADDR
@@ -70,7 +71,7 @@ func TestGatewayNomadFromTaskSocket(t *testing.T) {
 	t.Setenv("NOMAD_NAMESPACE", "")
 
 	addr, stderr, _ := startGateway(t, []string{"--listen", "127.0.0.1:0", "--check-interval", "200ms"})
-	eventually(t, "the model list read through the socket", func() bool {
+	wait.Until(t, "the model list read through the socket", func() bool {
 		resp, err := http.Get("http://" + addr + "/v1/models")
 		if err != nil {
 			return false

@@ -29,6 +29,7 @@ import (
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // writeCert writes a self-signed certificate for 127.0.0.1 with serial
@@ -216,7 +217,7 @@ func TestGatewayKeysAndTLS(t *testing.T) {
 	}
 	// The command listens (startGateway returns) before it has read the
 	// key file; until then every keyed route answers 503.
-	eventually(t, "the key file read", func() bool { return get("") != http.StatusServiceUnavailable })
+	wait.Until(t, "the key file read", func() bool { return get("") != http.StatusServiceUnavailable })
 	if got := get(""); got != http.StatusUnauthorized {
 		t.Errorf("no key: %d", got)
 	}
@@ -224,12 +225,12 @@ func TestGatewayKeysAndTLS(t *testing.T) {
 		t.Errorf("sk-a: %d", got)
 	}
 	write("key \"b\" {\n  hash = \"" + gateway.HashKey("sk-b") + "\"\n}\n")
-	eventually(t, "the changed key file read", func() bool { return get("sk-b") == http.StatusOK })
+	wait.Until(t, "the changed key file read", func() bool { return get("sk-b") == http.StatusOK })
 	if got := get("sk-a"); got != http.StatusUnauthorized {
 		t.Errorf("sk-a after the change: %d", got)
 	}
 	write("key \"b\" {\n  hash = \"nope\"\n}\n")
-	eventually(t, "the bad key file reported", func() bool { return strings.Contains(stderr.String(), "the keys in force stay") })
+	wait.Until(t, "the bad key file reported", func() bool { return strings.Contains(stderr.String(), "the keys in force stay") })
 	if got := get("sk-b"); got != http.StatusOK {
 		t.Errorf("sk-b after a bad change: %d", got)
 	}
@@ -328,7 +329,7 @@ func TestGatewayTLSRegistration(t *testing.T) {
 	addr, _, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--tls-cert-file", cf, "--tls-key-file", kf, "--register-tags", "edge"})
 	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 	var reg consulfake.Service
-	eventually(t, "the gateway registered in consul", func() bool {
+	wait.Until(t, "the gateway registered in consul", func() bool {
 		var ok bool
 		reg, ok = c.Service(registrationID(port))
 		return ok
