@@ -43,23 +43,79 @@ func (c *Controller) Handler() http.Handler {
 
 // routes are the API's calls behind the token, by ServeMux pattern.
 func (c *Controller) routes() map[string]http.HandlerFunc {
+	// Calls whose answer comes from what the controller read from Nomad
+	// (its view, or its snapshot of the nodes) wait for the first complete
+	// read: before it they would answer empty lists or "no such node".
+	read := c.needsRead
 	return map[string]http.HandlerFunc{
-		"GET /v1/replicas":                   c.listReplicas,
-		"GET /v1/replicas/{id}":              c.getReplica,
-		"GET /v1/nodes":                      c.listNodes,
-		"GET /v1/facility":                   c.getFacility,
+		"GET /v1/replicas":                   read(c.listReplicas),
+		"GET /v1/replicas/{id}":              read(c.getReplica),
+		"GET /v1/nodes":                      read(c.listNodes),
+		"GET /v1/facility":                   read(c.getFacility),
 		"GET /v1/catalog":                    c.getCatalog,
-		"PUT /v1/facility/holds/{domain}":    c.putHold,
+		"PUT /v1/facility/holds/{domain}":    read(c.putHold),
 		"DELETE /v1/facility/holds/{domain}": c.deleteHold,
-		"PUT /v1/nodes/{node}/labels":        c.putLabels,
+		"PUT /v1/nodes/{node}/labels":        read(c.putLabels),
 		"POST /v1/reload":                    c.postReload,
-		"POST /v1/plan":                      c.postPlan,
-		"GET /v1/models":                     c.listModels,
-		"GET /v1/models/{model}":             c.getModel,
-		"GET /v1/models/{model}/history":     c.getHistory,
+		"POST /v1/plan":                      read(c.postPlan),
+		"GET /v1/models":                     read(c.listModels),
+		"GET /v1/models/{model}":             read(c.getModel),
+		"GET /v1/models/{model}/history":     read(c.getHistory),
 		"PUT /v1/models/{model}/pin":         c.putPin,
 		"DELETE /v1/models/{model}/pin":      c.deletePin,
 		"GET /v1/signals":                    c.getSignals,
+	}
+}
+
+// notReadYet says why the controller cannot yet answer from what it read
+// from Nomad: a list it has not read once (nodes, allocations, jobs,
+// service checks), or no view built from them yet (the first pass, or a
+// standby's first view refresh, comes within about 200 ms of the last list's
+// first read). "" once it can.
+func (c *Controller) notReadYet() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.view.At.IsZero() {
+		return ""
+	}
+	var missing []string
+	for _, l := range []struct {
+		what string
+		done bool
+	}{
+		{"nodes", c.snap.nodesSynced}, {"allocations", c.snap.allocSynced},
+		{"jobs", c.snap.jobsSynced}, {"service checks", c.snap.checksSynced},
+	} {
+		if !l.done {
+			missing = append(missing, l.what)
+		}
+	}
+	if len(missing) > 0 {
+		return "the controller has not read Nomad yet (still to read: " + strings.Join(missing, ", ") + ")"
+	}
+	return "the controller has read Nomad but not built its view from it yet"
+}
+
+// notReadyRetry is the Retry-After, in seconds, of a 503 for a controller
+// that has not read Nomad yet.
+const notReadyRetry = "1"
+
+// writeNotRead answers 503 with msg and a Retry-After.
+func writeNotRead(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", notReadyRetry)
+	writeErr(w, http.StatusServiceUnavailable, msg,
+		"it answers once its first read of Nomad is complete (GET /healthz says synced); try again in a moment")
+}
+
+// needsRead answers 503 until the controller has read Nomad once and
+// built its view (notReadYet), then calls h.
+func (c *Controller) needsRead(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if msg := c.notReadYet(); msg != "" {
+			writeNotRead(w, msg)
+			return
+		}
+		h(w, r)
 	}
 }
 

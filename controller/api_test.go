@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -231,5 +232,89 @@ func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 	call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv)
 	if cv.Error != "" {
 		t.Errorf("catalog error after a good reload = %q, want none", cv.Error)
+	}
+}
+
+// Until the controller has read Nomad once (and built its view from it),
+// every call whose answer comes from that read is 503 with the API's error
+// shape saying so and a Retry-After, not an empty list; /healthz, /metrics
+// and the calls that need no read answer as always. Once it has read
+// Nomad, the same calls answer.
+func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
+	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
+	e.holdLock()
+	c := e.startTap("ctl", &tap{down: true}) // Nomad unreachable: nothing is read
+
+	type req struct{ method, path, body string }
+	needRead := []req{
+		{http.MethodGet, "/v1/replicas", ""},
+		{http.MethodGet, "/v1/replicas/alpha-0", ""},
+		{http.MethodGet, "/v1/nodes", ""},
+		{http.MethodGet, "/v1/nodes?domain=rack=r1", ""},
+		{http.MethodGet, "/v1/facility", ""},
+		{http.MethodGet, "/v1/models", ""},
+		{http.MethodGet, "/v1/models/alpha", ""},
+		{http.MethodGet, "/v1/models/alpha/history", ""},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", `{"reason": "x"}`},
+		{http.MethodPut, "/v1/nodes/n1/labels", `{"set": {"rack": "r9"}}`},
+		{http.MethodPost, "/v1/plan", `{}`},
+	}
+	type answer struct {
+		StatusCode int
+		Header     http.Header
+	}
+	do := func(r req) (answer, string) {
+		t.Helper()
+		hr, err := http.NewRequest(r.method, c.url+r.path, strings.NewReader(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := io.Copy(&b, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return answer{resp.StatusCode, resp.Header}, b.String()
+	}
+	for _, r := range needRead {
+		resp, body := do(r)
+		var ae APIError
+		_ = json.Unmarshal([]byte(body), &ae)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+			!strings.Contains(ae.Error, "has not read Nomad yet") || !strings.Contains(ae.Error, "nodes") || ae.Hint == "" {
+			t.Errorf("%s %s before the first read: %d Retry-After %q %s; want 503 with Retry-After saying Nomad is not read yet",
+				r.method, r.path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	for _, r := range []req{
+		{http.MethodGet, "/healthz", ""}, {http.MethodGet, "/metrics", ""}, {http.MethodGet, "/v1/catalog", ""},
+		{http.MethodGet, "/v1/signals", ""},
+	} {
+		if resp, body := do(r); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s %s before the first read: %d %s, want 200", r.method, r.path, resp.StatusCode, body)
+		}
+	}
+	if e.fake.Variable("default", "llmgw/holds") != nil {
+		t.Error("a hold was written before the first read")
+	}
+
+	c.tap.setDown(false)
+	waitFor(t, "GET /v1/nodes to answer", func() (bool, string) {
+		resp, body := do(needRead[2])
+		return resp.StatusCode == http.StatusOK, body
+	})
+	for _, r := range needRead[:8] {
+		if resp, body := do(r); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s after the first read: %d %s", r.method, r.path, resp.StatusCode, body)
+		}
+	}
+	var nodes []NodeView
+	call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &nodes)
+	if len(nodes) != len(sixNodes) {
+		t.Errorf("GET /v1/nodes after the first read: %d nodes, want %d", len(nodes), len(sixNodes))
 	}
 }

@@ -169,7 +169,7 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 	view, err := c.plan(cat, fac, catName)
 	switch {
 	case errors.Is(err, ErrNotSynced):
-		writeErr(w, http.StatusServiceUnavailable, err.Error(), "the controller has not read Nomad yet: try again in a moment")
+		writeNotRead(w, "the controller has not read Nomad yet: "+err.Error())
 		return
 	case err != nil:
 		writeErr(w, http.StatusUnprocessableEntity, err.Error(), "")

@@ -207,8 +207,9 @@ func TestControllerWithACLs(t *testing.T) {
 		if hz := h.healthz(t); hz.Synced {
 			t.Errorf("healthz %+v: synced without the ml-batch allocations", hz)
 		}
-		if rs := getReplicas(t, h.base); len(rs) != 0 {
-			t.Errorf("replicas %+v before every list was read, want none (no pass)", rs)
+		if r := apiCall(t, http.MethodGet, h.base+"/v1/replicas", ""); r.StatusCode != http.StatusServiceUnavailable ||
+			!strings.Contains(r.Body, "has not read Nomad yet (still to read: allocations") {
+			t.Errorf("GET /v1/replicas before every list was read: %d %s, want 503 saying the allocations are not read yet", r.StatusCode, r.Body)
 		}
 		for _, l := range h.lines() {
 			if strings.Contains(l, forbidden) && !strings.Contains(l, "namespace ml-batch") {

@@ -222,6 +222,8 @@ func servingCount(rs []replicaJSON) (int, string) {
 	return serving, strings.Join(states, " ")
 }
 
+// getReplicas reads GET /v1/replicas; none while the controller answers
+// 503 (it has not read Nomad yet).
 func getReplicas(t *testing.T, base string) []replicaJSON {
 	t.Helper()
 	resp, err := http.Get(base + "/v1/replicas")
@@ -230,6 +232,9 @@ func getReplicas(t *testing.T, base string) []replicaJSON {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return nil // the controller has not read Nomad yet: nothing to show
+	}
 	var out []struct {
 		ID      string   `json:"id"`
 		Model   string   `json:"model"`

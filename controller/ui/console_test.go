@@ -304,3 +304,21 @@ func TestConsoleShowsModels(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "models.png")
 }
+
+// Before the controller has read Nomad, the page shows the API's 503
+// message and hint in place of the view, not an empty facility.
+func TestConsoleBeforeTheControllerReadsNomad(t *testing.T) {
+	ctx := browser(t)
+	e := ctltest.StartUnread(t)
+	step(t, ctx, "open the Facility view of a controller that has not read Nomad",
+		chromedp.Navigate(e.URL+"/ui/#facility"),
+		chromedp.WaitVisible(chromedp.CSS(`#view p.empty`)),
+	)
+	got := text(t, ctx, "#view")
+	if !strings.Contains(got, "the controller has not read Nomad yet") || !strings.Contains(got, "try again in a moment") {
+		t.Errorf("page = %q, want the API's message that the controller has not read Nomad yet, and its hint", got)
+	}
+	if n := text(t, ctx, "#view section.rack"); n != "" {
+		t.Errorf("page shows racks before the controller read Nomad: %q", n)
+	}
+}

@@ -374,7 +374,7 @@ function viewFacility() {
     }
     sites.push(h('div', { class: 'site' }, tree.size > 1 || sr !== 'no site' ? h('h2', {}, sr) : null, rowEls));
   }
-  if (!state.nodes.length) sites.push(h('p', { class: 'empty' }, 'No nodes yet: the controller has not read Nomad\'s nodes, or none has llmgw location meta.'));
+  if (!state.nodes.length) sites.push(h('p', { class: 'empty' }, 'No nodes: Nomad has none, or none has llmgw location meta.'));
 
   return [toolbar, sites, domainsTable(byKey)];
 }

@@ -268,6 +268,48 @@ func Start(t testing.TB, opts Options) *Env {
 	return e
 }
 
+// StartUnread runs a controller with the test catalog and facility whose
+// Nomad never answers (its address refuses connections), so that it never
+// reads Nomad: the API's answers before a controller's first read. Only
+// URL, Controller and T are set.
+func StartUnread(t testing.TB) *Env {
+	t.Helper()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // its address now refuses connections
+	dir := t.TempDir()
+	cfg := config.Default(dir)
+	for path, src := range map[string]string{cfg.Catalog: Catalog, cfg.Facility: Facility} {
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := api.NewClient(&api.Config{Address: gone.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := controller.New(controller.Options{
+		Config: cfg, Nomad: client, Identity: "ctl-unread", LockTTL: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EngineMetricsInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		client.Close()
+	})
+	return &Env{T: t, Controller: c, URL: srv.URL}
+}
+
 // serveDemand answers a gateway's demand (gatewayapi.DemandPath) with Demand.
 func serveDemand(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != gatewayapi.DemandPath {

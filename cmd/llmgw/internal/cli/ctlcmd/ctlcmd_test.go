@@ -414,3 +414,22 @@ func TestAutoscaledModels(t *testing.T) {
 		t.Errorf("models -o json differs from GET /v1/models (-api +ctl):\n%s", diff)
 	}
 }
+
+// Against a controller that has not read Nomad yet, every read of what it
+// read says so plainly on stderr and exits 1, rather than printing an empty
+// table.
+func TestBeforeTheControllerReadsNomad(t *testing.T) {
+	e := ctltest.StartUnread(t)
+	env := addrEnv(e)
+	for _, args := range [][]string{
+		{"nodes"}, {"replicas"}, {"facility"}, {"models"}, {"explain", "alpha-0"}, {"nodes", "-o", "json"},
+		{"label", "n01", "rack=r01-k01"}, {"facility", "hold", "rack=r01-k01"},
+	} {
+		r := run(t, env, args...)
+		if r.code != ExitError || r.stdout != "" ||
+			!strings.Contains(r.stderr, "llmgw: the controller has not read Nomad yet") || !strings.Contains(r.stderr, "try again in a moment") {
+			t.Errorf("llmgw ctl %s: exit %d, stdout %q, stderr %q; want exit %d and the controller's message on stderr",
+				strings.Join(args, " "), r.code, r.stdout, r.stderr, ExitError)
+		}
+	}
+}
