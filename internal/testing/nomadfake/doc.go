@@ -63,8 +63,9 @@
 //     over its NodeID): the client's merge, static meta overridden by
 //     dynamic, a nil value removing a dynamic key or masking a static one
 //     (kept as a nil dynamic value); keys must be dotted HCL identifiers.
-//     The node's Meta changes at once (in Nomad it reaches the servers with
-//     the client's next node update).
+//     The node's Meta changes at once, or with WithNodeMetaDelay that
+//     long after the answer (in Nomad it reaches the servers with the
+//     client's next node update); the answer has the new meta at once.
 //   - GET /v1/client/stats?node_id=: HostStats whose DeviceStats are shaped
 //     as nomad-device-nvml reports them: one group per vendor/type/name,
 //     InstanceStats per device ID with Summary and

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -61,7 +62,10 @@ type nodeRecord struct {
 
 // recomputeMeta is the client's merge: static meta, overridden by dynamic
 // meta, where a nil dynamic value removes the key.
-func (nr *nodeRecord) recomputeMeta() {
+func (nr *nodeRecord) recomputeMeta() { nr.node.Meta = nr.mergedMeta() }
+
+// mergedMeta is the client's merged meta: static, overridden by dynamic.
+func (nr *nodeRecord) mergedMeta() map[string]string {
 	m := maps.Clone(nr.static)
 	if m == nil {
 		m = map[string]string{}
@@ -73,7 +77,7 @@ func (nr *nodeRecord) recomputeMeta() {
 			m[k] = *v
 		}
 	}
-	nr.node.Meta = m
+	return m
 }
 
 // AddNode registers a client node and returns its ID. It panics on a
@@ -327,10 +331,21 @@ func (s *Server) handleNodeMeta(w http.ResponseWriter, r *http.Request) {
 			}
 			nr.dynamic[k] = new(*v)
 		}
-		s.modifyNodeLocked(nr)
-		nr.recomputeMeta()
-		s.notifyLocked()
 		writeClientJSON(w, nodeMetaResponse(nr))
+		publish := func() {
+			s.modifyNodeLocked(nr)
+			nr.recomputeMeta()
+			s.notifyLocked()
+		}
+		if s.nodeMetaDelay <= 0 {
+			publish()
+			return
+		}
+		time.AfterFunc(s.nodeMetaDelay, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			publish()
+		})
 	default:
 		notFaked(w, r)
 	}
@@ -380,7 +395,7 @@ func nodeMetaResponse(nr *nodeRecord) *api.NodeMetaResponse {
 	if static == nil {
 		static = map[string]string{}
 	}
-	return &api.NodeMetaResponse{Meta: maps.Clone(nr.node.Meta), Dynamic: dyn, Static: static}
+	return &api.NodeMetaResponse{Meta: nr.mergedMeta(), Dynamic: dyn, Static: static}
 }
 
 func (s *Server) handleClientStats(w http.ResponseWriter, r *http.Request) {

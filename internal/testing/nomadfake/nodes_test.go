@@ -2,6 +2,7 @@ package nomadfake_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/nomad/api"
@@ -130,5 +131,38 @@ func TestNodeInfoAndListShape(t *testing.T) {
 	}
 	if _, err := c.Nodes().ToggleEligibility(id, false, nil); statusCode(err) != 501 {
 		t.Errorf("eligibility: %v, want 501 (not faked)", err)
+	}
+}
+
+// With WithNodeMetaDelay the client's answer has the new metadata at once,
+// and the servers' node shows it only after the delay, with a new
+// ModifyIndex that wakes a blocking query on the node list.
+func TestNodeMetaDelay(t *testing.T) {
+	s, c := newFake(t, nomadfake.WithNodeMetaDelay(300*time.Millisecond))
+	id := gpuNode(s, "n1", 4, map[string]string{"llmgw.rack": "r01"})
+	_, qm, err := c.Nodes().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: map[string]*string{"llmgw.rack": new("r07")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Meta["llmgw.rack"] != "r07" {
+		t.Errorf("answer's meta %v, want rack r07 at once", resp.Meta)
+	}
+	if got := s.Node(id).Meta["llmgw.rack"]; got != "r01" {
+		t.Errorf("servers' node right after the write: rack %q, want still r01", got)
+	}
+	// A blocking query on the list returns once the node changes.
+	_, qm2, err := c.Nodes().List(&api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qm2.LastIndex <= qm.LastIndex {
+		t.Errorf("node list index %d after the delay, want above %d", qm2.LastIndex, qm.LastIndex)
+	}
+	if got := s.Node(id).Meta["llmgw.rack"]; got != "r07" {
+		t.Errorf("servers' node after the delay: rack %q, want r07", got)
 	}
 }

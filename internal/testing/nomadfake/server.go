@@ -61,6 +61,16 @@ func WithAutoRun(on bool) Option {
 	return func(s *Server) { s.autoRun = on }
 }
 
+// WithNodeMetaDelay makes dynamic node metadata reach the node the servers
+// show (GET /v1/node/<id>, the node list's index) d after
+// POST /v1/client/metadata answers, as a Nomad client sends it with its
+// next node update (5 to 10 s later; 1 s in dev mode). The answer has the
+// new metadata at once, as a client's does. The delay is wall-clock time,
+// not WithClock's.
+func WithNodeMetaDelay(d time.Duration) Option {
+	return func(s *Server) { s.nodeMetaDelay = d }
+}
+
 // Request is one request the fake served, for assertions.
 type Request struct {
 	Method string
@@ -102,6 +112,8 @@ type Server struct {
 	// shutdown_delay (services.go); extraServices are AddService's.
 	shutdownDelay bool
 	extraServices []*api.ServiceRegistration
+	// nodeMetaDelay is WithNodeMetaDelay's.
+	nodeMetaDelay time.Duration
 	// failMetric is what FailedTGAllocs reports for a group the fake
 	// could not place (SetPlacementFailureMetric).
 	failMetric api.AllocationMetric
