@@ -381,8 +381,15 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("hold set", "domain", h.Domain, "reason", h.Reason, "drain", h.Drain)
-	c.kick()
-	httpjson.WriteIndented(w, http.StatusOK, h)
+	httpjson.WriteIndented(w, http.StatusOK, HoldAnswer{Hold: h, Warning: c.awaitView(r.Context())})
+}
+
+// HoldAnswer is the answer to PUT /v1/facility/holds/{domain}: the hold
+// as stored, and a warning when the controller's view did not show it in
+// time (the hold is set all the same).
+type HoldAnswer struct {
+	store.Hold
+	Warning string `json:"warning,omitempty"`
 }
 
 func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
@@ -411,8 +418,11 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("hold released", "domain", d.String())
-	c.kick()
-	httpjson.WriteIndented(w, http.StatusOK, map[string]string{"released": d.String()})
+	out := map[string]string{"released": d.String()}
+	if warn := c.awaitView(r.Context()); warn != "" {
+		out["warning"] = warn
+	}
+	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
 // ReloadRequest is the body of POST /v1/reload.
@@ -510,13 +520,121 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	qo := *c.qo
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	defer cancel()
-	_, err := c.nomad.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: meta}, (&qo).WithContext(ctx))
+	start := time.Now()
+	resp, err := c.nomad.Nodes().Meta().Apply(&api.NodeMetaApplyRequest{NodeID: id, Meta: meta}, (&qo).WithContext(ctx))
 	if err != nil {
 		writeErr(w, http.StatusBadGateway, "nomad: "+err.Error(), "")
 		return
 	}
-	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset)
-	httpjson.WriteIndented(w, http.StatusOK, map[string]any{"node": name, "set": req.Set, "unset": req.Unset})
+	out := map[string]any{"node": name, "set": req.Set, "unset": req.Unset}
+	// The client has the new metadata; Nomad's servers, whose node this
+	// controller watches, get it with the client's next node update.
+	// Answer once the view shows it, so that the next read does too.
+	want := wantMeta(meta, resp)
+	warn := ""
+	if !c.waitUntil(r.Context(), labelWait, func() bool { return metaShows(c.snap.nodes[id], want) }) {
+		warn = fmt.Sprintf("node %s has the new labels, but Nomad's servers did not show them within %s "+
+			"(a Nomad client sends its metadata with its next node update): the controller shows them once they do", name, labelWait)
+	} else {
+		warn = c.awaitView(r.Context())
+	}
+	if warn != "" {
+		out["warning"] = warn
+	}
+	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset, "shown_after", time.Since(start).Round(time.Millisecond), "warning", warn)
+	httpjson.WriteIndented(w, http.StatusOK, out)
+}
+
+// wantMeta is, for each key of a metadata write, the value the node's meta
+// has after it (nil: none): the client's merged meta in its answer (an
+// unset dynamic key may uncover the client file's value), else the write's
+// own values.
+func wantMeta(meta map[string]*string, resp *api.NodeMetaResponse) map[string]*string {
+	want := make(map[string]*string, len(meta))
+	for k, v := range meta {
+		want[k] = v
+		if resp != nil && resp.Meta != nil {
+			want[k] = nil
+			if got, ok := resp.Meta[k]; ok {
+				want[k] = &got
+			}
+		}
+	}
+	return want
+}
+
+// metaShows reports whether node n's meta has the values in want.
+func metaShows(n *api.Node, want map[string]*string) bool {
+	if n == nil {
+		return false
+	}
+	for k, v := range want {
+		got, ok := n.Meta[k]
+		if ok != (v != nil) || (ok && got != *v) {
+			return false
+		}
+	}
+	return true
+}
+
+// How long a write waits for this controller's view to show it before it
+// answers (with a warning: the write is done either way).
+const (
+	// labelWait bounds the wait for Nomad's servers to show a node's new
+	// metadata: a Nomad client sends it with its next node update, 5 to
+	// 10 s after the change (1 s in dev mode).
+	labelWait = 15 * time.Second
+	// viewWait bounds the wait for the next view once Nomad shows the
+	// write: a pass (or a standby's view refresh) runs about 200 ms after
+	// a change, later when a pass is under way.
+	viewWait = 10 * time.Second
+)
+
+// notifyLocked wakes the waiters of waitUntil; call it with mu held for
+// writing after changing the snapshot's nodes or the view.
+func (c *Controller) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// waitUntil waits until cond, called with mu held for reading, holds (it
+// is checked again at each notifyLocked), for at most d or until ctx ends;
+// it reports whether cond held.
+func (c *Controller) waitUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		c.mu.RLock()
+		ok, changed := cond(), c.changed
+		c.mu.RUnlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// awaitView asks for a pass (a standby: a view refresh) after a write that
+// Nomad already shows, and waits, at most viewWait, for the view built by
+// it, so that the write's answer comes once the read API shows it. It
+// returns "" then, else a warning for the answer.
+func (c *Controller) awaitView(ctx context.Context) string {
+	c.mu.Lock()
+	c.gen++
+	target := c.gen
+	c.mu.Unlock()
+	c.kick()
+	if c.waitUntil(ctx, viewWait, func() bool { return c.viewGen >= target }) {
+		return ""
+	}
+	return fmt.Sprintf("done in Nomad, but the controller has not rebuilt its view within %s (a pass under way, or passes deferred: see its log); "+
+		"its reads show the change after its next pass", viewWait)
 }
 
 func (c *Controller) nodeID(name string) (string, []string) {

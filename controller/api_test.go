@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
 // Labels set through the API are Nomad dynamic node metadata: the fake's
@@ -316,5 +320,74 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 	call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &nodes)
 	if len(nodes) != len(sixNodes) {
 		t.Errorf("GET /v1/nodes after the first read: %d nodes, want %d", len(nodes), len(sixNodes))
+	}
+}
+
+// A label, a hold and a release answer once the controller's view shows
+// them: the next read shows the write, whether the controller stands by
+// (its view refreshed) or leads (its pass). The fake's node shows new
+// metadata a second after the client took it, as a Nomad client sends it
+// with its next node update.
+func TestWritesShowInTheNextRead(t *testing.T) {
+	for _, lead := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standby", true: "leader"}[lead], func(t *testing.T) {
+			e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`, nomadfake.WithNodeMetaDelay(time.Second))
+			if !lead {
+				e.holdLock()
+			}
+			c := e.start("ctl")
+			waitFor(t, "the controller to read Nomad (and lead)", func() (bool, string) {
+				leader, _ := c.health(t)
+				code, body := call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, nil)
+				return code == http.StatusOK && leader == lead, body
+			})
+
+			nodeIn := func(domain string) []NodeView {
+				t.Helper()
+				var nodes []NodeView
+				if code, body := call(t, http.MethodGet, c.url+"/v1/nodes?domain="+domain, "", nil, &nodes); code != http.StatusOK {
+					t.Fatalf("GET /v1/nodes?domain=%s: %d %s", domain, code, body)
+				}
+				return nodes
+			}
+			write := func(method, path string, body any) {
+				t.Helper()
+				code, raw := call(t, method, c.url+path, "", body, nil)
+				if code != http.StatusOK || strings.Contains(raw, "warning") {
+					t.Fatalf("%s %s: %d %s, want 200 without a warning", method, path, code, raw)
+				}
+			}
+
+			write(http.MethodPut, "/v1/nodes/n1/labels", LabelsRequest{Set: map[string]string{"rack": "r9"}})
+			if nodes := nodeIn("rack=r9"); len(nodes) != 1 || nodes[0].Name != "n1" {
+				t.Errorf("nodes in rack=r9 right after the label: %+v, want n1", nodes)
+			}
+
+			write(http.MethodPut, "/v1/facility/holds/rack=r9", HoldRequest{Reason: "fan swap"})
+			if nodes := nodeIn("rack=r9"); len(nodes) != 1 || !slices.Contains(nodes[0].Held, "rack=r9") {
+				t.Errorf("nodes in rack=r9 right after the hold: %+v, want n1 held", nodes)
+			}
+			var fac FacilityView
+			call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
+			if !slices.ContainsFunc(fac.Domains, func(d DomainView) bool { return d.Domain == "rack=r9" && d.Hold != nil }) {
+				t.Errorf("facility right after the hold: %+v, want rack=r9 held", fac.Domains)
+			}
+
+			write(http.MethodDelete, "/v1/facility/holds/rack=r9", nil)
+			if nodes := nodeIn("rack=r9"); len(nodes) != 1 || len(nodes[0].Held) != 0 {
+				t.Errorf("nodes in rack=r9 right after the release: %+v, want n1 not held", nodes)
+			}
+
+			// Unset, a label the client file also sets stays masked (Nomad's
+			// merge, as the fake has it): n1 has no rack.
+			write(http.MethodPut, "/v1/nodes/n1/labels", LabelsRequest{Unset: []string{"rack"}})
+			var all []NodeView
+			call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &all)
+			for _, n := range all {
+				if rack, ok := n.Location["rack"]; n.Name == "n1" && ok {
+					t.Errorf("n1 right after unsetting its rack: in rack %q, want none", rack)
+				}
+			}
+		})
 	}
 }

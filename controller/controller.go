@@ -96,7 +96,19 @@ type Controller struct {
 	// (writeContext). Zero while it does not lead. Under mu.
 	leaseUntil time.Time
 
-	mu       sync.RWMutex
+	// inputGen is the write generation (gen) the last input read with the
+	// snapshot; the view built from that input carries it. Under passMu.
+	inputGen uint64
+
+	mu sync.RWMutex
+	// gen counts the API's writes whose effect the view must show before
+	// the write answers (holds, labels): each write, once Nomad shows it,
+	// takes the next number, and viewGen is the number the view was built
+	// after. Both under mu.
+	gen, viewGen uint64
+	// changed is closed, and replaced, whenever the snapshot's nodes or
+	// the view change (waitUntil). Under mu.
+	changed  chan struct{}
 	catalog  facility.Catalog
 	facility facility.Facility
 	loadErr  error // the last reload's error; the previous files stay in force
@@ -198,6 +210,7 @@ func New(opts Options) (*Controller, error) {
 		healthTrigger: make(chan struct{}, 1),
 		wake:          make(chan struct{}, 1),
 		unsure:        map[string]bool{},
+		changed:       make(chan struct{}),
 		metrics:       newMetrics(),
 		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
 		saved:         map[string]string{},
@@ -404,6 +417,7 @@ func (c *Controller) watchNodes(ctx context.Context) {
 		}
 		c.mu.Lock()
 		c.snap.nodes, c.snap.nodesSynced = next, true
+		c.notifyLocked()
 		c.mu.Unlock()
 		c.kick()
 	})
@@ -1103,14 +1117,15 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 	return c.inputFor(cat, fac, false)
 }
 
-// inputFor is input with the given catalog and facility file in place of
+// inputFor (called with passMu held) is input with the given catalog and facility file in place of
 // the ones in force (a reload's dry run, llmgw ctl plan: dry, which
 // decides autoscaled counts on copies of the scalers). With autoscaled
 // models in the catalog it also decides their counts (scaling.go).
 func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry bool) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
 	c.mu.RLock()
-	snap := c.snap
+	snap, gen := c.snap, c.gen
 	c.mu.RUnlock()
+	c.inputGen = gen
 	if !snap.synced() {
 		return reconcile.Input{}, nil, nil, scaleInfo{}, ErrNotSynced
 	}

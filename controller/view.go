@@ -285,6 +285,8 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	c.mu.Lock()
 	v.Leader = c.leader
 	c.view = v
+	c.viewGen = c.inputGen
+	c.notifyLocked()
 	c.mu.Unlock()
 }
 

@@ -154,10 +154,11 @@ async function refresh() {
 }
 let lastSig = '';
 
-// refreshSoon refreshes a few times shortly after a change: the controller
-// shows it once its next pass (or view refresh) has run.
+// refreshSoon refreshes after a change: at once (a label or hold answers
+// once the controller's view shows it), then a few times as the passes
+// that follow carry it out (a drain's moves).
 function refreshSoon() {
-  for (const ms of [200, 700, 1500, 3000]) setTimeout(refresh, ms);
+  for (const ms of [0, 1500, 3000]) setTimeout(refresh, ms);
 }
 
 async function act(what, method, path, body) {

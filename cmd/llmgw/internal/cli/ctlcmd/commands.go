@@ -298,7 +298,10 @@ func (c *ctl) labelCmd() *cobra.Command {
 		Long: `Set or unset a node's location labels: site, room, row, rack, pdu, and
 fabric, hcas and base_watts. They are written as Nomad dynamic node metadata
 (llmgw.rack, ...): they win over the client file's meta {} block and survive
-client restarts. Placement sees them at its next pass.
+client restarts. It returns once the controller's view shows them (a Nomad
+client sends its metadata to the servers with its next node update, 5 to
+10 s after the write), so that the next llmgw ctl nodes, and placement, see
+them; when that takes longer than 15 s it says so on stderr.
 
   llmgw ctl label n-0001 rack=r01-k01 pdu=p01-a
   llmgw ctl label n-0001 --unset pdu`,
@@ -325,6 +328,7 @@ client restarts. Placement sees them at its next pass.
 			if err != nil {
 				return err
 			}
+			warnWrite(cmd, raw)
 			if c.json() {
 				return printJSON(cmd, raw)
 			}
@@ -426,6 +430,7 @@ The hold is kept in Nomad Variables (llmgw/holds) until released.`,
 			if err != nil {
 				return err
 			}
+			warnWrite(cmd, raw)
 			if c.json() {
 				return printJSON(cmd, raw)
 			}
@@ -462,11 +467,24 @@ removing it there and reloading the controller (SIGHUP).`,
 			if err != nil {
 				return err
 			}
+			warnWrite(cmd, raw)
 			if c.json() {
 				return printJSON(cmd, raw)
 			}
 			return write(cmd.OutOrStdout(), []byte(a[0]+" released\n"))
 		},
+	}
+}
+
+// warnWrite prints a write's warning, if its answer has one, on stderr: the
+// write is done, but the controller's view did not show it in time, so the
+// next read may not show it yet.
+func warnWrite(cmd *cobra.Command, raw []byte) {
+	var ans struct {
+		Warning string `json:"warning"`
+	}
+	if json.Unmarshal(raw, &ans) == nil && ans.Warning != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "llmgw: warning: %s\n", ans.Warning)
 	}
 }
 
