@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // Labels set through the API are Nomad dynamic node metadata: the fake's
@@ -307,7 +308,7 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 	}
 
 	c.tap.setDown(false)
-	waitFor(t, "GET /v1/nodes to answer", func() (bool, string) {
+	wait.For(t, "GET /v1/nodes to answer", func() (bool, string) {
 		resp, body := do(needRead[2])
 		return resp.StatusCode == http.StatusOK, body
 	})
@@ -336,7 +337,7 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 				e.holdLock()
 			}
 			c := e.start("ctl")
-			waitFor(t, "the controller to read Nomad (and lead)", func() (bool, string) {
+			wait.For(t, "the controller to read Nomad (and lead)", func() (bool, string) {
 				leader, _ := c.health(t)
 				code, body := call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, nil)
 				return code == http.StatusOK && leader == lead, body
