@@ -315,6 +315,9 @@ type CatalogView struct {
 	// Error is the last reload's error: the catalog above is still the one
 	// in force.
 	Error string `json:"error,omitempty"`
+	// Warnings are the catalog's (facility.Catalog.Warnings): profiles whose
+	// args no engine contract checked, each naming file:line.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Redacted stands in for every profile env value the API shows.
@@ -345,7 +348,7 @@ func redact(models []facility.Model) []facility.Model {
 func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt}
+	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt, Warnings: c.catalog.Warnings()}
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		cv.Error = err.Error()
 	}
@@ -459,7 +462,7 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
 	c.mu.RLock()
-	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt}
+	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt, Warnings: c.catalog.Warnings()}
 	c.mu.RUnlock()
 	httpjson.WriteIndented(w, http.StatusOK, cv)
 }

@@ -267,6 +267,9 @@ func (c *Controller) reload(confirm bool) error {
 		return err
 	}
 	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
+	for _, w := range cat.Warnings() {
+		c.log.Warn("catalog", "warning", w)
+	}
 	c.confirmed, c.prune, c.heldBack = confirm, true, nil
 	c.metrics.reloadFailed.Set(0)
 	c.kick()

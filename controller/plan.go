@@ -63,6 +63,9 @@ type PlanView struct {
 	// stopping more than reconcile.max_stop_fraction of the running
 	// replicas (it would need llmgw ctl reload --confirm).
 	Refused string `json:"refused,omitempty"`
+	// Warnings are the planned catalog's (facility.Catalog.Warnings):
+	// profiles whose args no engine contract checked.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Changes of a plan.
@@ -197,7 +200,8 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 	if err != nil {
 		return PlanView{}, err
 	}
-	v := PlanView{At: in.Now, Changes: []PlanChange{}, Unplaced: []PlanUnplaced{}, Domains: []PlanDomain{}, DeferredStops: res.DeferredStops}
+	v := PlanView{At: in.Now, Changes: []PlanChange{}, Unplaced: []PlanUnplaced{}, Domains: []PlanDomain{}, DeferredStops: res.DeferredStops,
+		Warnings: cat.Warnings()}
 	if err := c.tooManyStops(in, res.Actions, catalogName); err != nil {
 		v.Refused = err.Error()
 	}

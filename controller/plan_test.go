@@ -187,3 +187,33 @@ func TestPlanEndpointBadInput(t *testing.T) {
 		t.Errorf("a body that is not a plan request: %d %s, want 400", code, body)
 	}
 }
+
+// A catalog whose args no contract checked loads and plans, and the plan
+// and the catalog view carry the warning at the profile's line.
+func TestCatalogWarnings(t *testing.T) {
+	unchecked := strings.Replace(alphaBeta, `    args   = ["--max-model-len", "8192"]`, `    engine_version = "0.99.0"
+    args   = ["--max-model-len", "8192", "--a-flag-of-0.99"]`, 1)
+	e := newEnv(t, sixNodes, unchecked, planFacility)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	const want = `:5: profile alpha/h1: engine_version "0.99.0": llmgw has no contract for vllm 0.99.0 (it has vllm@v0.28.0)`
+	var cv CatalogView
+	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK || len(cv.Warnings) != 1 || !strings.Contains(cv.Warnings[0], want) {
+		t.Errorf("GET /v1/catalog: %d, warnings %q, want one containing %q\n%s", code, cv.Warnings, want, body)
+	}
+	var mv ModelView
+	if code, body := call(t, http.MethodGet, c.url+"/v1/models/alpha", "", nil, &mv); code != http.StatusOK || len(mv.Warnings) != 1 || !strings.Contains(mv.Warnings[0], want) {
+		t.Errorf("GET /v1/models/alpha: %d, warnings %q, want one containing %q\n%s", code, mv.Warnings, want, body)
+	}
+	var v PlanView
+	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: unchecked, CatalogName: "new.hcl"}, &v)
+	if code != http.StatusOK || len(v.Warnings) != 1 || !strings.HasPrefix(v.Warnings[0], "new.hcl"+want) {
+		t.Errorf("POST /v1/plan: %d, warnings %q, want one starting %q\n%s", code, v.Warnings, "new.hcl"+want, body)
+	}
+	var checked PlanView
+	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: alphaBeta, CatalogName: "new.hcl"}, &checked)
+	if code != http.StatusOK || len(checked.Warnings) != 0 {
+		t.Errorf("POST /v1/plan of a checked catalog: %d, warnings %q, want none\n%s", code, checked.Warnings, body)
+	}
+}

@@ -98,6 +98,9 @@ type ModelView struct {
 	// LastChange is the last change of the count this controller carried
 	// out (in memory: empty after a restart until the next).
 	LastChange *ScaleEvent `json:"last_change,omitempty"`
+	// Warnings are the catalog's about the model's profiles
+	// (facility.Model.Warnings): args no engine contract checked.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // scaleInfo is what deciding the counts of a pass found, for the view and
@@ -198,7 +201,7 @@ func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last m
 	out := make([]ModelView, 0, len(in.Catalog.Models))
 	for _, m := range in.Catalog.Models {
 		mv := ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
-			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name]}
+			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name], Warnings: m.Warnings()}
 		if a := m.Autoscale; a != nil {
 			mv.Autoscale, mv.Min, mv.Max, mv.Target = true, a.Min, a.Max, a.Target.String()
 			if s, ok := res.Scale[m.Name]; ok {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -186,7 +187,39 @@ func (d *Descriptor) ownedHint(f string) string {
 // as in.Args) and walks it as the engine's parser would; the error names
 // args[i] and quotes the parser's message. An engine with no contract
 // (command) passes.
-func CheckContract(in Input) error {
+func CheckContract(in Input) error { return CheckContractAt(in, "") }
+
+// ContractVersions lists the versions of engine that llmgw has a contract
+// for, as ENGINE@VERSION; none for an engine without one (command).
+func ContractVersions(engine string) []string {
+	d, ok := registry[engine]
+	if !ok || d.Pinned.Version == "" {
+		return nil
+	}
+	c, err := contract.Lookup(d.Name)
+	if err != nil {
+		return nil
+	}
+	return []string{c.Spec()}
+}
+
+// HasContract reports whether llmgw has engine's contract at version ("":
+// the pinned version). A leading "v" does not matter: 0.28.0 is v0.28.0.
+func HasContract(engine, version string) bool {
+	d, ok := registry[engine]
+	if !ok || d.Pinned.Version == "" {
+		return false
+	}
+	_, err := contract.Lookup(d.Name + "@" + cmp.Or(version, d.Pinned.Version))
+	return err == nil
+}
+
+// CheckContractAt is CheckContract against the contract of the engine's
+// release version ("": the pinned one). Where llmgw has no contract for
+// that version (HasContract is false) the args are not walked and it
+// returns nil: the caller warns that they went unchecked. CheckArgs, which
+// needs no contract, still applies.
+func CheckContractAt(in Input, version string) error {
 	d, ok := registry[in.Engine]
 	if !ok {
 		return fmt.Errorf("engine: %w", Unknown(in.Engine))
@@ -194,7 +227,10 @@ func CheckContract(in Input) error {
 	if d.Pinned.Version == "" {
 		return nil
 	}
-	c, err := contract.Lookup(d.Name + "@" + d.Pinned.Version)
+	c, err := contract.Lookup(d.Name + "@" + cmp.Or(version, d.Pinned.Version))
+	if errors.Is(err, contract.ErrNoContract) && version != "" {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("engine %q: %w", d.Name, err)
 	}

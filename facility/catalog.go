@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/llmgw/llmgw/engine"
 )
 
 // Catalog is the desired state: the models to serve and how.
@@ -72,8 +74,17 @@ type Profile struct {
 	Fabric string
 	// Pool is the Nomad node pool; "" is DefaultPool, AllPools any.
 	Pool string
-	Args []string          // engine arguments
-	Env  map[string]string // engine environment
+	Args []string // engine arguments
+	// EngineVersion is the engine release the profile runs (engine_version),
+	// whose contract checks Args when llmgw has it; "" is the version llmgw
+	// pins. Where llmgw has no contract for it, only CheckArgs applies and
+	// Warnings says so. It steers only the check: nothing rendered carries it.
+	EngineVersion string `json:",omitempty"`
+	// SkipArgsCheck is check_args = false: Args are not walked by any
+	// contract (CheckArgs, llmgw's own flags, still applies); Warnings says
+	// so.
+	SkipArgsCheck bool              `json:",omitempty"`
+	Env           map[string]string // engine environment
 	// EnvFromVariable are engine environment variables whose values are
 	// items of Nomad Variables: Nomad reads them when it starts the task
 	// (a template in the job), so that secrets stay out of the catalog,
@@ -241,6 +252,46 @@ func (c Catalog) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Warnings are what the catalog passes with but an operator should know,
+// each naming file:line: a profile whose args were not checked against an
+// engine contract (check_args = false, or an engine_version llmgw has no
+// contract for). `llmgw plan`, the controller's catalog load and its
+// catalog and plan views show them.
+func (c Catalog) Warnings() []string {
+	var out []string
+	for _, m := range c.Models {
+		out = append(out, m.Warnings()...)
+	}
+	return out
+}
+
+// Warnings are the catalog's warnings about the model's profiles.
+func (m Model) Warnings() []string {
+	var out []string
+	for _, p := range m.Profiles {
+		if w := p.argsWarning(); w != "" {
+			out = append(out, fmt.Sprintf("%s: profile %s/%s: %s", p.Pos, m.Name, p.Name, w))
+		}
+	}
+	return out
+}
+
+// argsWarning says why the profile's args were not checked against a
+// contract, or "" when they were (or there are none to check).
+func (p Profile) argsWarning() string {
+	have := engine.ContractVersions(p.Engine)
+	switch {
+	case len(have) == 0:
+		return "" // command, or an unknown engine (an error of its own)
+	case p.SkipArgsCheck:
+		return fmt.Sprintf("check_args = false: args are not checked against engine %q's contract, only for flags llmgw sets", p.Engine)
+	case p.EngineVersion != "" && !engine.HasContract(p.Engine, p.EngineVersion):
+		return fmt.Sprintf("engine_version %q: llmgw has no contract for %s %s (it has %s), so args were not checked against a contract, only for flags llmgw sets",
+			p.EngineVersion, p.Engine, p.EngineVersion, strings.Join(have, ", "))
+	}
+	return ""
 }
 
 func (p Profile) validate(model string) error {

@@ -50,8 +50,13 @@ func (p Profile) checkEngine(m Model) error {
 		}
 	}
 	// The command line the leader would run, walked by the engine's own
-	// parser at its pinned version: a flag that version does not know, or
-	// one missing its value, is refused here rather than at start.
+	// parser at engine_version (default: the pinned version): a flag that
+	// version does not know, or one missing its value, is refused here
+	// rather than at start. check_args = false, or a version llmgw has no
+	// contract for, skips this (Warnings says so).
+	if p.SkipArgsCheck {
+		return nil
+	}
 	in := engine.Input{
 		Engine: p.Engine, Executable: d.Name, Model: cmp.Or(m.Source, m.Name),
 		Host: "127.0.0.1", Port: 8000, Layout: layout, GPUs: p.GPUs,
@@ -66,7 +71,7 @@ func (p Profile) checkEngine(m Model) error {
 	if in.Nodes > 1 {
 		in.Leader = "127.0.0.1:8001"
 	}
-	return engine.CheckContract(in)
+	return engine.CheckContractAt(in, p.EngineVersion)
 }
 
 // checkModelFile checks source and file for an engine that loads a local

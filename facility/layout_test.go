@@ -2,6 +2,7 @@ package facility
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/llmgw/llmgw/engine"
@@ -89,6 +90,24 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 			"f.hcl:3: profile m/p: args[0]: --max-total-tokenz: engine \"tgi\" (text-generation-launcher v3.3.7) would refuse it: error: unexpected argument '--max-total-tokenz' found"},
 		{"llamacpp args with a flag 0.4.0 does not know", "model \"m\" {\n  source = \"/models/m.gguf\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"llamacpp\"\n    args = [\"--flash-attn-auto\"]\n  }\n}\n",
 			"f.hcl:3: profile m/p: args[0]: --flash-attn-auto: engine \"llamacpp\" (llama-server 0.4.0) would refuse it: "},
+		{"engine_version not a version", profile("    engine = \"vllm\"\n    engine_version = \"latest\"\n"),
+			`f.hcl:6: engine_version: "latest" is not a version: want the engine's release, numbers and dots such as "0.11.0" or "v3.3.7"`},
+		{"engine_version with a space", profile("    engine = \"vllm\"\n    engine_version = \"0.11 .0\"\n"),
+			`f.hcl:6: engine_version: "0.11 .0" is not a version`},
+		{"engine_version on the command engine", profile("    engine = \"command\"\n    engine_version = \"1.0\"\n"),
+			`f.hcl:6: engine_version: engine "command" has no contract to check args against (llmgw passes them as given); remove engine_version`},
+		{"check_args on the command engine", profile("    engine = \"command\"\n\n    check_args = false\n"),
+			`f.hcl:7: check_args: engine "command" has no contract to check args against (llmgw passes them as given); remove check_args`},
+		{"check_args not a bool", profile("    engine = \"vllm\"\n    check_args = \"no\"\n"),
+			"f.hcl:6: check_args: Unsuitable value type: a bool is required"},
+		{"pinned engine_version still checks", profile("    engine = \"vllm\"\n    engine_version = \"0.28.0\"\n    args = [\"--no-such-flag\"]\n"),
+			"f.hcl:3: profile m/p: args[0]: --no-such-flag: engine \"vllm\" (vllm v0.28.0) would refuse it: "},
+		{"unknown engine_version still keeps llmgw's flags", profile("    engine = \"vllm\"\n    engine_version = \"0.99.0\"\n    args = [\"--port\", \"1\"]\n"),
+			"f.hcl:3: profile m/p: args[0]: --port is set by llmgw to the task's port"},
+		{"check_args = false still keeps llmgw's flags", profile("    engine = \"tgi\"\n    check_args = false\n    args = [\"--num-shard\", \"2\"]\n"),
+			"f.hcl:3: profile m/p: args[0]: --num-shard is set by llmgw from tensor_parallel: set that instead"},
+		{"check_args = false still refuses a tgi repeat", profile("    engine = \"tgi\"\n    check_args = false\n    args = [\"--max-total-tokens\", \"8\", \"--max-total-tokens\", \"9\"]\n"),
+			`f.hcl:3: profile m/p: args[2]: --max-total-tokens repeats args[0] (--max-total-tokens): engine "tgi"`},
 		{"zero tensor parallel", profile("    engine = \"vllm\"\n    tensor_parallel = 0\n"),
 			"f.hcl:6: tensor_parallel must be between 1 and 65536, got 0"},
 		{"file escapes the source", "model \"m\" {\n  source = \"org/m\"\n  file = \"../x.gguf\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"llamacpp\"\n  }\n}\n",
@@ -109,6 +128,62 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 	// A llama.cpp source that is the file's absolute path needs no file.
 	if _, err := ParseCatalog("f.hcl", []byte("model \"m\" {\n  source = \"/models/m.gguf\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"llamacpp\"\n  }\n}\n")); err != nil {
 		t.Errorf("absolute GGUF source: %v", err)
+	}
+}
+
+// engine_version picks the contract that checks args: one llmgw has
+// checks them; one it has not, or check_args = false, lets a flag the
+// pinned contract does not know through, with a warning at the profile
+// naming the version and the versions llmgw has.
+func TestEngineVersionAndCheckArgs(t *testing.T) {
+	profile := func(body string) string {
+		return "model \"m\" {\n  source = \"org/m\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"vllm\"\n    args = [\"--a-flag-of-a-later-release\", \"1\"]\n" + body + "  }\n}\n"
+	}
+	if _, err := ParseCatalog("f.hcl", []byte(profile(""))); err == nil {
+		t.Fatal("the pinned contract let a flag it does not know through")
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"later release", "    engine_version = \"0.99.1\"\n",
+			`f.hcl:3: profile m/p: engine_version "0.99.1": llmgw has no contract for vllm 0.99.1 (it has vllm@v0.28.0), so args were not checked against a contract, only for flags llmgw sets`},
+		{"check_args off", "    check_args = false\n",
+			`f.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`},
+		{"both", "    engine_version = \"v0.30.0rc1\"\n    check_args = false\n",
+			`f.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cat, err := ParseCatalog("f.hcl", []byte(profile(tc.body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cat.Warnings(); !slices.Equal(got, []string{tc.want}) {
+				t.Errorf("warnings %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// No warning where the contract checked the args: unset, the pinned
+	// version, check_args = true.
+	for _, body := range []string{"", "    engine_version = \"0.28.0\"\n", "    check_args = true\n"} {
+		src := strings.Replace(profile(body), "--a-flag-of-a-later-release", "--max-model-len", 1)
+		cat, err := ParseCatalog("f.hcl", []byte(src))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if w := cat.Warnings(); len(w) != 0 {
+			t.Errorf("%q: warnings %q, want none", body, w)
+		}
+		if p := cat.Models[0].Profiles[0]; p.SkipArgsCheck || (body != "" && !strings.Contains(body, "check_args") && p.EngineVersion != "0.28.0") {
+			t.Errorf("%q: read as %+v", body, p)
+		}
+	}
+	for _, v := range []string{"0.11.0", "v3.3.7", "0.10.1.1", "0.12.0rc1", "0.9.2+cu128", "1.0-beta.2", "b6500"} {
+		if err := CheckEngineVersion(v); err != nil {
+			t.Errorf("CheckEngineVersion(%q) = %v", v, err)
+		}
+	}
+	for _, v := range []string{"", "latest", "0", "v", "0.11.", ".1.2", "0.11.0 ", "main@abc", "b", "6500", "bb1"} {
+		if err := CheckEngineVersion(v); err == nil {
+			t.Errorf("CheckEngineVersion(%q) passed", v)
+		}
 	}
 }
 

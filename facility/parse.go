@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
@@ -108,20 +109,23 @@ type (
 		Body        hcl.Body  `hcl:",body"`
 	}
 	profileHCL struct {
-		Name       string            `hcl:"name,label"`
-		Engine     string            `hcl:"engine"`
-		GPU        string            `hcl:"gpu"`
-		GPUs       int               `hcl:"gpus,optional"`
-		Nodes      int               `hcl:"nodes,optional"`
-		Watts      float64           `hcl:"watts,optional"`
-		CPUCores   int               `hcl:"cpu_cores,optional"`
-		MemoryGB   int               `hcl:"memory_gb,optional"`
-		KeepWithin string            `hcl:"keep_within,optional"`
-		Spread     []string          `hcl:"spread,optional"`
-		Fabric     string            `hcl:"fabric,optional"`
-		Pool       string            `hcl:"pool,optional"`
-		Args       []string          `hcl:"args,optional"`
-		Env        map[string]string `hcl:"env,optional"`
+		Name       string   `hcl:"name,label"`
+		Engine     string   `hcl:"engine"`
+		GPU        string   `hcl:"gpu"`
+		GPUs       int      `hcl:"gpus,optional"`
+		Nodes      int      `hcl:"nodes,optional"`
+		Watts      float64  `hcl:"watts,optional"`
+		CPUCores   int      `hcl:"cpu_cores,optional"`
+		MemoryGB   int      `hcl:"memory_gb,optional"`
+		KeepWithin string   `hcl:"keep_within,optional"`
+		Spread     []string `hcl:"spread,optional"`
+		Fabric     string   `hcl:"fabric,optional"`
+		Pool       string   `hcl:"pool,optional"`
+		Args       []string `hcl:"args,optional"`
+		// EngineVersion and CheckArgs say which contract checks args.
+		EngineVersion string            `hcl:"engine_version,optional"`
+		CheckArgs     bool              `hcl:"check_args,optional"`
+		Env           map[string]string `hcl:"env,optional"`
 		// EnvFromVariable: engine variables whose values Nomad reads from
 		// a Nomad Variable when it starts the task (catalog.go's
 		// VariableEnv).
@@ -452,6 +456,7 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	d.value(b, "fabric", rp.Fabric, &p.Fabric)
 	d.value(b, "pool", rp.Pool, &p.Pool)
 	set(d, b, "args", rp.Args, &p.Args)
+	d.argsCheck(b, rp, &p)
 	set(d, b, "env", rp.Env, &p.Env)
 	p.EnvFromVariable = d.envFromVariables(p, rp)
 	set(d, b, "ready", rp.Ready, &p.Ready)
@@ -461,6 +466,43 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	d.intIn(b, "data_parallel", rp.DataParallel, &p.DataParallel, 1, maxCount)
 	d.intIn(b, "expert_parallel", rp.ExpertParallel, &p.ExpertParallel, 1, maxCount)
 	return p
+}
+
+// argsCheck reads engine_version and check_args: a version string, and
+// neither on an engine llmgw has no contract for (command), whose args
+// nothing could check.
+func (d *decoder) argsCheck(b hcl.Body, rp *profileHCL, p *Profile) {
+	noContract := func(field string) bool {
+		if desc, ok := engine.Lookup(p.Engine); ok && desc.Pinned.Version == "" {
+			r, _ := d.Given(b, field)
+			d.errorf(r, "%s: engine %q has no contract to check args against (llmgw passes them as given); remove %s", field, p.Engine, field)
+			return true
+		}
+		return false
+	}
+	if r, ok := d.Given(b, "engine_version"); ok && !noContract("engine_version") {
+		if err := CheckEngineVersion(rp.EngineVersion); err != nil {
+			d.errorf(r, "engine_version: %v", err)
+		} else {
+			p.EngineVersion = rp.EngineVersion
+		}
+	}
+	if _, ok := d.Given(b, "check_args"); ok && !noContract("check_args") {
+		p.SkipArgsCheck = !rp.CheckArgs
+	}
+}
+
+// engineVersion is a release version: numbers separated by dots, with an
+// optional leading v and an optional suffix (0.11.0, v3.3.7, 0.10.1.1,
+// 0.12.0rc1, 0.9.2+cu128), or a llama.cpp build tag (b6500).
+var engineVersion = regexp.MustCompile(`^(v?[0-9]+(\.[0-9]+)+|b[0-9]+)([-+.]?[0-9A-Za-z]+([-+.][0-9A-Za-z]+)*)?$`)
+
+// CheckEngineVersion checks a profile's engine_version.
+func CheckEngineVersion(v string) error {
+	if !engineVersion.MatchString(v) {
+		return fmt.Errorf("%q is not a version: want the engine's release, numbers and dots such as \"0.11.0\" or \"v3.3.7\" (llama.cpp: a build tag such as \"b6500\")", v)
+	}
+	return nil
 }
 
 // envFromVariables checks a profile's env_from_variable blocks: a valid

@@ -12,6 +12,7 @@ type Plan struct {
 	Unplaced   []Decision    // not placed, in catalog order
 	Domains    []DomainUsage // budgeted domains, by level then value
 	Holds      []Hold        // the facility's holds, as given
+	Warnings   []string      // the catalog's (Catalog.Warnings)
 }
 
 // PlanCatalog places every replica of the catalog on the fleet, nothing
@@ -85,5 +86,6 @@ func PlanCatalog(fleet Fleet, fac Facility, cat Catalog) (Plan, error) {
 	}
 	plan.Domains = p.Budgeted()
 	plan.Holds = fac.Holds
+	plan.Warnings = cat.Warnings()
 	return plan, nil
 }

@@ -239,6 +239,9 @@ func renderModel(m controller.ModelView, now time.Time) []byte {
 	kv := newTable()
 	kv.row("Model:", m.Name)
 	kv.row("Priority:", fmt.Sprint(m.Priority))
+	for _, w := range m.Warnings {
+		kv.row("Warning:", w)
+	}
 	if !m.Autoscale {
 		kv.row("Replicas:", fmt.Sprintf("%d fixed; %d with a job, %d serving", m.Wanted, m.Has, m.Serving))
 		b.Write(kv.bytes())

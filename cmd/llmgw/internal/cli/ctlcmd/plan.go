@@ -154,6 +154,12 @@ func renderPlan(v controller.PlanView) []byte {
 			fmt.Fprintf(&b, "%s: %s\n", id, v.Waiting[id])
 		}
 	}
+	if len(v.Warnings) > 0 {
+		b.WriteString("\nWARNINGS\n")
+		for _, w := range v.Warnings {
+			fmt.Fprintf(&b, "%s\n", w)
+		}
+	}
 	fmt.Fprintf(&b, "\n%s, %s, %s; nothing applied", plural(v.Creates, "create"), plural(v.Moves, "move"), plural(v.Stops, "stop"))
 	if v.DeferredStops > 0 {
 		fmt.Fprintf(&b, "; %s left for later passes by reconcile.max_stops", plural(v.DeferredStops, "stop"))

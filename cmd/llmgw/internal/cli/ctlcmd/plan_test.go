@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -88,5 +89,29 @@ func TestPlan(t *testing.T) {
 
 	if r := run(t, addrEnv(e), "plan"); r.code != ExitUnauthorized {
 		t.Errorf("plan without the token: exit %d, want %d", r.code, ExitUnauthorized)
+	}
+}
+
+// The catalog's warnings (args no contract checked) show before the
+// summary line.
+func TestRenderPlanWarnings(t *testing.T) {
+	w := `catalog.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`
+	got := string(renderPlan(controller.PlanView{Warnings: []string{w}}))
+	if !strings.Contains(got, "\nWARNINGS\n"+w+"\n\n0 creates") {
+		t.Errorf("plan text has no WARNINGS section before the summary:\n%s", got)
+	}
+	if got := string(renderPlan(controller.PlanView{})); strings.Contains(got, "WARNINGS") {
+		t.Errorf("plan text without warnings shows the section:\n%s", got)
+	}
+}
+
+// explain MODEL shows the model's warnings.
+func TestRenderModelWarnings(t *testing.T) {
+	w := `catalog.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`
+	for _, auto := range []bool{false, true} {
+		got := string(renderModel(controller.ModelView{Name: "m", Autoscale: auto, Warnings: []string{w}}, time.Now()))
+		if !strings.Contains(got, "Warning:") || !strings.Contains(got, w) {
+			t.Errorf("autoscale %v: explain shows no warning:\n%s", auto, got)
+		}
 	}
 }

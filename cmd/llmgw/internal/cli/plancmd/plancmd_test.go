@@ -249,3 +249,43 @@ func TestPlanOutputFlag(t *testing.T) {
 		}
 	}
 }
+
+// A profile whose args no contract checked (an engine_version llmgw has
+// no contract for) plans, and the plan says so in both outputs.
+func TestPlanWarnings(t *testing.T) {
+	catalog := filepath.Join(t.TempDir(), "catalog.hcl")
+	src := `model "m" {
+  source = "org/m"
+  profile "p" {
+    engine         = "vllm"
+    engine_version = "0.99.0"
+    gpu            = "NVIDIA H200"
+    args           = ["--a-flag-of-0.99", "1"]
+  }
+}
+`
+	if err := os.WriteFile(catalog, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := catalog + `:3: profile m/p: engine_version "0.99.0": llmgw has no contract for vllm 0.99.0 (it has vllm@v0.28.0), so args were not checked against a contract, only for flags llmgw sets`
+	o := Options{Fleet: filepath.Join("testdata", "fleet.hcl"), Facility: filepath.Join("testdata", "facility.hcl"), Catalog: catalog}
+	var out bytes.Buffer
+	if err := Run(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "\nWARNINGS\n"+want+"\n") {
+		t.Errorf("table output has no WARNINGS section with %q:\n%s", want, out.String())
+	}
+	o.Output = "json"
+	out.Reset()
+	if err := Run(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Warnings []string }
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{want}, got.Warnings); diff != "" {
+		t.Errorf("json warnings (-want +got):\n%s", diff)
+	}
+}

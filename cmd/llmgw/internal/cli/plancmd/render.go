@@ -17,6 +17,7 @@ type (
 		Placements []jsonPlacement `json:"placements"`
 		Unplaced   []jsonUnplaced  `json:"unplaced"`
 		Domains    []jsonDomain    `json:"domains"`
+		Warnings   []string        `json:"warnings,omitempty"`
 	}
 	jsonPlacement struct {
 		Replica string         `json:"replica"`
@@ -48,7 +49,10 @@ type (
 //	{"placements":[{"replica":…,"model":…,"profile":…,"domain":{"rack":…,"pdu":…},
 //	  "shards":[{"node":…,"watts":…}],"watts":…}],
 //	 "unplaced":[{"replica":…,"model":…,"reasons":[…]}],
-//	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"held":false}]}
+//	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"held":false}],
+//	 "warnings":["catalog.hcl:12: profile m/p: …"]}
+//
+// warnings is left out when there are none.
 func RenderJSON(p facility.Plan) ([]byte, error) {
 	out := jsonPlan{
 		Placements: make([]jsonPlacement, 0, len(p.Placements)),
@@ -72,6 +76,7 @@ func RenderJSON(p facility.Plan) ([]byte, error) {
 	for _, u := range p.Domains {
 		out.Domains = append(out.Domains, jsonDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, DrawWatts: u.DrawWatts, Held: u.Held})
 	}
+	out.Warnings = p.Warnings
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -86,7 +91,8 @@ func watts(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) }
 func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
 
 // RenderText renders a plan as tables: placements, budgeted domains, holds,
-// and the replicas that cannot be placed with their reasons.
+// the replicas that cannot be placed with their reasons, and the catalog's
+// warnings.
 func RenderText(p facility.Plan) []byte {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
@@ -136,6 +142,12 @@ func RenderText(p facility.Plan) []byte {
 			for _, r := range d.Reasons() {
 				fmt.Fprintf(&b, "  %s\n", r)
 			}
+		}
+	}
+	if len(p.Warnings) > 0 {
+		b.WriteString("\nWARNINGS\n")
+		for _, w := range p.Warnings {
+			fmt.Fprintf(&b, "%s\n", w)
 		}
 	}
 	total := len(p.Placements) + len(p.Unplaced)
