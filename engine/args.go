@@ -243,13 +243,17 @@ func CheckContractAt(in Input, version string) error {
 	if err == nil || !errors.As(err, &ce) {
 		return err
 	}
+	msg := ce.Message
+	if ce.Hint != "" {
+		msg += "; " + ce.Hint
+	}
 	// Name the argument of args at fault: the last occurrence of the token
 	// the parser stopped at (a repeat is the second one).
 	for i := len(in.Args) - 1; i >= 0; i-- {
 		a := in.Args[i]
 		if a == ce.Arg || strings.HasPrefix(a, ce.Arg+"=") || (ce.Arg != "" && strings.HasPrefix(ce.Arg, a+"=")) {
-			return fmt.Errorf("args[%d]: %s: engine %q%s would refuse it: %s", i, a, d.Name, d.pinnedAt(), ce.Message)
+			return fmt.Errorf("args[%d]: %s: engine %q%s would refuse it: %s", i, a, d.Name, d.pinnedAt(), msg)
 		}
 	}
-	return fmt.Errorf("args: engine %q%s would refuse the command line: %s", d.Name, d.pinnedAt(), ce.Message)
+	return fmt.Errorf("args: engine %q%s would refuse the command line: %s", d.Name, d.pinnedAt(), msg)
 }

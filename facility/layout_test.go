@@ -81,7 +81,7 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 		{"tgi args repeat a flag", profile("    engine = \"tgi\"\n    args = [\"--max-total-tokens\", \"8\", \"--max-total-tokens\", \"9\"]\n"),
 			`f.hcl:3: profile m/p: args[2]: --max-total-tokens repeats args[0] (--max-total-tokens): engine "tgi" (text-generation-launcher v3.3.7) rejects a flag given twice`},
 		{"vllm args with a flag v0.28.0 does not know", profile("    engine = \"vllm\"\n    args = [\"--max-model-len\", \"4096\", \"--no-such-flag\"]\n"),
-			"f.hcl:3: profile m/p: args[2]: --no-such-flag: engine \"vllm\" (vllm v0.28.0) would refuse it: vllm: error: unrecognized arguments: --no-such-flag"},
+			"f.hcl:3: profile m/p: args[2]: --no-such-flag: engine \"vllm\" (vllm v0.28.0) would refuse it: vllm serve: error: unrecognized arguments: --no-such-flag"},
 		{"vllm args missing a value", profile("    engine = \"vllm\"\n    args = [\"--max-model-len\"]\n"),
 			"f.hcl:3: profile m/p: args[0]: --max-model-len: engine \"vllm\" (vllm v0.28.0) would refuse it: "},
 		{"sglang reads no underscores", profile("    engine = \"sglang\"\n    args = [\"--mem_fraction_static\", \"0.8\"]\n"),

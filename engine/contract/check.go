@@ -3,6 +3,8 @@ package contract
 import (
 	"fmt"
 	"strings"
+
+	"github.com/llmgw/llmgw/internal/suggest"
 )
 
 // ErrorKind says what a parser rejected.
@@ -18,8 +20,6 @@ const (
 	MissingValue
 	// UnexpectedValue: a value given to a flag that takes none.
 	UnexpectedValue
-	// Ambiguous: an abbreviation that matches several flags.
-	Ambiguous
 	// BadValue: a value the flag's own parsing refuses (llama.cpp's
 	// std::stoi of an int option).
 	BadValue
@@ -35,8 +35,6 @@ func (k ErrorKind) String() string {
 		return "missing value"
 	case UnexpectedValue:
 		return "unexpected value"
-	case Ambiguous:
-		return "ambiguous"
 	case BadValue:
 		return "bad value"
 	}
@@ -51,18 +49,18 @@ type Error struct {
 	// Flag is the flag concerned, when the parser knew it; nil for an
 	// unknown argument.
 	Flag *Flag
-	// Message is the line that says what is wrong, in the parser's words
-	// (the first line it prints, or argparse's "PROG: error: ..." line).
+	// Message is the line that says what is wrong, in the shape of the
+	// parser's own (the first line it prints).
 	Message string
-	// Stderr is everything the parser prints for the error, in its shape,
-	// ending in a newline.
+	// Stderr is what fake-engine --strict prints for the error, ending in
+	// a newline: Message, and for llama.cpp the usage block the real
+	// server prints after it.
 	Stderr string
 	// Status is the engine's exit status.
 	Status int
-
-	// status, when not 0, is the exit status of an error raised outside
-	// the parser (a Python exception in the engine's own code exits 1).
-	status int
+	// Hint is "did you mean ...?" for an unknown flag near a known one
+	// (internal/suggest), or "".
+	Hint string
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -70,7 +68,7 @@ func (e *Error) Error() string { return e.Message }
 // Occurrence is one flag on a command line.
 type Occurrence struct {
 	Flag *Flag
-	// Given is the spelling used (an alias, an abbreviation, --x_y).
+	// Given is the spelling used (an alias, --x_y).
 	Given string
 	// Values are the flag's value tokens.
 	Values []string
@@ -97,7 +95,9 @@ func (c *Contract) Check(args []string) error {
 // Walk parses args as the engine's parser would and returns what it read,
 // or an *Error where the parser would fail. It checks the command line's
 // shape (known flags, value counts, repeats), not values: types and choices
-// are not part of the contract.
+// are not part of the contract, except llama.cpp's int values. Where it
+// cannot tell (an argparse abbreviation) it accepts: it errs toward letting
+// through a line the engine might refuse, never refusing one it runs.
 func (c *Contract) Walk(args []string) (*Parsed, error) {
 	var (
 		p   *Parsed
@@ -115,13 +115,25 @@ func (c *Contract) Walk(args []string) (*Parsed, error) {
 	}
 	if err != nil {
 		err.Status = c.Status()
-		if err.status != 0 {
-			err.Status = err.status
+		if err.Stderr == "" {
+			err.Stderr = err.Message
 		}
 		if !strings.HasSuffix(err.Stderr, "\n") {
 			err.Stderr += "\n"
 		}
+		if name, _, _ := strings.Cut(err.Arg, "="); err.Kind == Unknown && err.Flag == nil && strings.HasPrefix(name, "-") {
+			err.Hint = suggest.Hint(name, c.spellings())
+		}
 		return nil, err
 	}
 	return p, nil
+}
+
+// spellings are every flag's names, for hints.
+func (c *Contract) spellings() []string {
+	out := make([]string, 0, len(c.byName))
+	for n := range c.byName {
+		out = append(out, n)
+	}
+	return out
 }

@@ -1,9 +1,13 @@
 // Package contract holds each inference engine's command-line contract at a
 // pinned version: every flag its real parser accepts, with its arity, whether
 // it may repeat, its aliases and the environment variable it reads, read from
-// the engine's own source (see docs/engines/). Check walks an argv exactly as
-// that parser would and fails where it would, with its message shape and exit
-// status.
+// the engine's own source (see docs/engines/). Check walks an argv as that
+// parser reads it and refuses what it refuses for the mistakes worth
+// catching (an unknown flag, a missing value, a forbidden repeat, a removed
+// flag, llama.cpp's int values), with the engine's exit status and a message
+// in the shape of its first line. Where the walk cannot tell (argparse's
+// abbreviations) it accepts: it may let through a line the engine refuses,
+// never refuse one the engine runs.
 //
 // The contracts are the *.txt files beside this package, embedded at build
 // time; the package does no I/O. Their format:
@@ -20,7 +24,8 @@
 // the environment variable the engine reads for the flag, or -. Header fields
 // engine, version and parser are required; parser names the parser kind
 // (argparse, clap or llama.cpp's own loop); error-* fields record the real
-// parser's messages, which this package reproduces.
+// parser's messages (llama.cpp's first lines are reproduced exactly: a
+// differential test compares them with the real server's).
 package contract
 
 import (
@@ -164,7 +169,6 @@ type Contract struct {
 	Prog string
 
 	byName map[string]*Flag
-	ap     *argparser // argparse contracts
 }
 
 // Spec is the contract's ENGINE@VERSION.
@@ -360,12 +364,8 @@ func Parse(name string, data []byte) (*Contract, error) {
 	if len(c.Flags) == 0 {
 		bad(1, "no flag lines")
 	}
-	if c.Kind == Argparse && len(errs) == 0 {
-		ap, err := c.argparser()
-		if err != nil {
-			bad(c.HeaderLine["parser"], "%v", err)
-		}
-		c.ap = ap
+	if _, ok := argparseLayouts[c.Engine]; c.Kind == Argparse && !ok {
+		bad(c.HeaderLine["parser"], "no argparse layout for engine %q (engine/contract/argparse.go)", c.Engine)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
