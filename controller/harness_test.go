@@ -639,9 +639,19 @@ func call(t testing.TB, method, url, token string, body, out any) (int, string) 
 func (h *ctl) replicas(t testing.TB) []ReplicaView {
 	t.Helper()
 	var out []ReplicaView
-	if code, body := call(t, http.MethodGet, h.url+"/v1/replicas", "", nil, &out); code != http.StatusOK {
+	// 503 until the controller has read Nomad and built its first view.
+	wait.For(t, h.name+" to answer GET /v1/replicas", func() (bool, string) {
+		out = nil
+		code, body := call(t, http.MethodGet, h.url+"/v1/replicas", "", nil, &out)
+		switch code {
+		case http.StatusOK:
+			return true, ""
+		case http.StatusServiceUnavailable:
+			return false, body
+		}
 		t.Fatalf("GET /v1/replicas: %d %s", code, body)
-	}
+		return false, ""
+	})
 	return out
 }
 

@@ -37,7 +37,7 @@ var layers = map[string]map[string]string{
 	"internal/testing": {anyRoom: "doubles and harnesses stand in for, or run, every part"},
 
 	// The leaves: no other room of the module.
-	"engine":                 {},
+	"engine":                 {"internal/suggest": "did-you-mean hints for an unknown flag"},
 	"gatewayapi":             {},
 	"nomadplugin":            {},
 	"internal/blockingquery": {},
