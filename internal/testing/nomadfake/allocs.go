@@ -250,9 +250,11 @@ func (s *Server) handleAllocChecks(w http.ResponseWriter, r *http.Request, id st
 				continue
 			}
 			for _, c := range svc.Checks {
-				cid := fmt.Sprintf("%x", sha256.Sum256([]byte(a.ID+"/"+svc.Name+"/"+c.Name)))[:32]
+				// IDs are 64 hex digits and Group is the allocation's
+				// name, as Nomad 2.0.5 answers them.
+				cid := fmt.Sprintf("%x", sha256.Sum256([]byte(a.ID+"/"+svc.Name+"/"+c.Name)))
 				out[cid] = api.AllocCheckStatus{
-					ID: cid, Check: c.Name, Group: a.JobID + "." + a.TaskGroup, Mode: "healthiness",
+					ID: cid, Check: c.Name, Group: a.Name, Mode: "healthiness",
 					Service: svc.Name, Task: c.TaskName, Status: status, StatusCode: code, Timestamp: s.now().Unix(),
 				}
 			}

@@ -107,6 +107,9 @@ func TestBlockingQueryOnMissingObjectWakesWhenCreated(t *testing.T) {
 
 func TestBlockingQueryEndsWithContextAndClose(t *testing.T) {
 	s, c := newFake(t)
+	// A node first: a table never written answers index 0, and ?index=0
+	// does not block.
+	gpuNode(s, "n1", 1, nil)
 	_, qm, err := c.Nodes().List(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,9 @@
 // One raft-like index grows by one with every write (the first write is 2).
 // As in Nomad, each state table (jobs, allocs, evals, nodes, variables)
 // remembers the index of its last change, and every read answers
-// X-Nomad-Index (a single object's ModifyIndex, or for lists and missing
-// objects the table's index floored at 1), X-Nomad-KnownLeader: true and
+// X-Nomad-Index (a single object's ModifyIndex; for a list the table's
+// index, 0 while the table was never written; for a missing object the
+// table's index floored at 1), X-Nomad-KnownLeader: true and
 // X-Nomad-LastContact: 0. With ?index=N a read blocks until its answer's
 // index exceeds N: every write wakes it to re-run, a 404 blocks like any
 // answer, ?wait bounds it (default 5m, capped at 5m as Nomad's
@@ -47,7 +48,8 @@
 //     The check and the write are atomic, so of concurrent create-only
 //     registrations exactly one wins. An unchanged spec (Nomad's
 //     SpecChanged) makes no new version and answers the job's ModifyIndex
-//     as JobModifyIndex, but still runs an evaluation. Only service jobs
+//     as JobModifyIndex, but still runs an evaluation (triggered by
+//     job-register, a stopped job's too). Only service jobs
 //     whose every group is pinned to a node (below) are accepted; others
 //     are answered 501. A job is stopped by registering it with Stop set,
 //     as the controller does.
@@ -71,12 +73,13 @@
 //     InstanceStats per device ID with Summary and
 //     Stats.Attributes["power_draw"] = {FloatNumeratorVal: watts,
 //     FloatDenominatorVal: the group's power_limit attribute, Unit "W"}.
-//     Draw is 0 W until SetPowerDraw. Unknown node: 404 `Unknown node
-//     "<id>"`; a down node: 404 "No path to node". Memory and CPU stats are
+//     Draw is 0 W until SetPowerDraw. Unknown node: 404 "Unknown node
+//     <id>"; a down node: 404 "No path to node". Memory and CPU stats are
 //     placeholders.
 //   - GET /v1/client/allocation/<id>/checks: the nomad-provider checks of
 //     the allocation's group services, as a client answers them
-//     (AllocCheckStatuses by check ID): "success" while it runs healthy,
+//     (AllocCheckStatuses by a 64-hex-digit check ID, Group the
+//     allocation's name): "success" while it runs healthy,
 //     "failure" while it runs unhealthy (SetAllocStatus, AutoRun), none
 //     before it runs or after it ends; an unknown allocation 404 "Unknown
 //     allocation", its node down 404 "No path to node".
@@ -93,7 +96,8 @@
 //   - GET/PUT/DELETE /v1/var/<path>, GET /v1/vars (?prefix, ?namespace
 //     with "*"). ?cas=N checks and sets as Nomad's state store (0: only if
 //     absent; conflict: HTTP 409 whose body is the current variable, or a
-//     zero variable when it is absent). Deletes answer 204. Items are
+//     zero variable when it is absent). Every accepted write is a new
+//     ModifyIndex, unchanged items too. Deletes answer 204. Items are
 //     required, 64 KiB at most; paths match ^[a-zA-Z0-9-_~/]{1,128}$.
 //     Locks: PUT ?lock-acquire (defaults TTL 15s and LockDelay 15s; TTL
 //     between 10s and 24h; the body's lock ID, or a new one; like Nomad it
@@ -134,8 +138,10 @@
 //     FailedTGAllocs, the metric SetPlacementFailureMetric set (zero
 //     otherwise), and the job is pending until an evaluation places it.
 //
-// Job status is running with a live allocation, pending while a slot is
-// unplaced, dead otherwise; its change bumps ModifyIndex.
+// Job status is running with a live allocation, and running too while a
+// slot is unplaced (Nomad 2.0.5 holds a blocked evaluation and shows the
+// job running, not pending; a node going down leaves its pinned slots
+// unplaced), dead otherwise; its change bumps ModifyIndex.
 //
 // # What is modelled, and the real-Nomad test behind it
 //

@@ -16,7 +16,6 @@ import (
 
 // Job statuses, as Nomad computes them.
 const (
-	jobStatusPending = "pending"
 	jobStatusRunning = "running"
 	jobStatusDead    = "dead"
 )
@@ -270,11 +269,8 @@ func (s *Server) registerLocked(job *api.Job, enforce bool, jobModifyIndex uint6
 		// Nomad answers with the existing job's ModifyIndex here.
 		res.JobModifyIndex = *existing.ModifyIndex
 	}
-	trigger := "job-register"
-	if *rec.job.Stop {
-		trigger = "job-deregister"
-	}
-	res.EvalID = s.evaluateLocked(rec, trigger, idx).ID
+	// Nomad's Job.Register triggers job-register, a stopped job's too.
+	res.EvalID = s.evaluateLocked(rec, "job-register", idx).ID
 	s.notifyLocked()
 	return res, nil
 }
@@ -304,7 +300,7 @@ func (s *Server) jobInfo(w http.ResponseWriter, r *http.Request, id string) {
 	s.query(w, r, func() (any, uint64, *httpError) {
 		rec := s.jobs[nsKey{ns, id}]
 		if rec == nil {
-			return nil, s.tableIndexLocked(tableJobs), errorf(http.StatusNotFound, "job not found")
+			return nil, s.missingIndexLocked(tableJobs), errorf(http.StatusNotFound, "job not found")
 		}
 		return rec.job, *rec.job.ModifyIndex, nil
 	})
@@ -377,10 +373,12 @@ func (s *Server) newEvalLocked(rec *jobRecord, trigger string, idx uint64) *api.
 	return e
 }
 
-// refreshJobStatusLocked sets the job's status as Nomad's getJobStatus
-// would with this fake's evaluations: running with a live allocation,
-// pending while a slot is unplaced (Nomad: a blocked evaluation), dead
-// otherwise. A change bumps its ModifyIndex.
+// refreshJobStatusLocked sets the job's status as Nomad 2.0.5 shows it
+// for the controller's jobs: running with a live allocation, and running
+// too while a slot is unplaced (Nomad holds a blocked evaluation; its
+// job reads running, not pending: conformance.HeldDevicesNotGiven and
+// NodeDownLosesAllocations), dead otherwise. A change bumps its
+// ModifyIndex.
 func (s *Server) refreshJobStatusLocked(k nsKey, idx uint64) {
 	rec := s.jobs[k]
 	if rec == nil {
@@ -391,7 +389,7 @@ func (s *Server) refreshJobStatusLocked(k nsKey, idx uint64) {
 	case slices.ContainsFunc(s.allocsByJob[k], func(a *allocRecord) bool { return a.live() }):
 		st = jobStatusRunning
 	case rec.unplaced && !*rec.job.Stop:
-		st = jobStatusPending
+		st = jobStatusRunning
 	}
 	if st == *rec.job.Status {
 		return

@@ -168,6 +168,11 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 		for _, a := range s.allocsByNode[nodeID] {
 			if a.live() {
 				s.setClientStatusLocked(a, api.AllocClientStatusLost, false, idx)
+				// Nomad's node-update evaluation cannot place the slot
+				// again: the group is pinned to this node.
+				if rec := s.jobs[nsKey{a.Namespace, a.JobID}]; rec != nil {
+					rec.unplaced = true
+				}
 				s.refreshJobStatusLocked(nsKey{a.Namespace, a.JobID}, idx)
 			}
 		}
@@ -274,7 +279,7 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request, rest string)
 	s.query(w, r, func() (any, uint64, *httpError) {
 		nr := s.nodes[rest]
 		if nr == nil {
-			return nil, s.tableIndexLocked(tableNodes), errorf(http.StatusNotFound, "node not found")
+			return nil, s.missingIndexLocked(tableNodes), errorf(http.StatusNotFound, "node not found")
 		}
 		return nr.node, nr.node.ModifyIndex, nil
 	})
@@ -288,7 +293,7 @@ func (s *Server) clientNodeLocked(id string, unknownCode int) (*nodeRecord, *htt
 	}
 	nr := s.nodes[id]
 	if nr == nil {
-		return nil, errorf(unknownCode, "Unknown node %q", id)
+		return nil, errorf(unknownCode, "Unknown node %s", id)
 	}
 	if nr.node.Status == api.NodeStatusDown {
 		return nil, errorf(http.StatusNotFound, "No path to node")

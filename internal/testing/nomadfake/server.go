@@ -317,8 +317,18 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-// tableIndexLocked is a table's last index, floored at 1 as Nomad does.
+// tableIndexLocked is a table's last index, as a list answers it: 0 for a
+// table never written, as Nomad 2.0.5 answers (GET /v1/jobs on a new
+// cluster: X-Nomad-Index 0; conformance.IndexesAndHeaders).
 func (s *Server) tableIndexLocked(t string) uint64 {
+	return s.tables[t]
+}
+
+// missingIndexLocked is the index a read of a missing object answers: its
+// table's, floored at 1 (Nomad 2.0.5 answers a missing variable of a
+// table never written with an index of at least 1;
+// conformance.IndexesAndHeaders).
+func (s *Server) missingIndexLocked(t string) uint64 {
 	return max(1, s.tables[t])
 }
 

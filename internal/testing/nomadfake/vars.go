@@ -173,7 +173,7 @@ func (s *Server) handleVar(w http.ResponseWriter, r *http.Request, path string) 
 		s.query(w, r, func() (any, uint64, *httpError) {
 			vr := s.vars[nsKey{ns, path}]
 			if vr == nil {
-				return nil, s.tableIndexLocked(tableVars), errorf(http.StatusNotFound, "variable not found")
+				return nil, s.missingIndexLocked(tableVars), errorf(http.StatusNotFound, "variable not found")
 			}
 			return vr.out(), vr.v.ModifyIndex, nil
 		})
@@ -292,10 +292,6 @@ func (s *Server) varUpsert(w http.ResponseWriter, r *http.Request, ns, path stri
 	}
 	if vr.lockedAgainst(b) {
 		writeConflict(w, zeroVar(ns, path))
-		return
-	}
-	if vr != nil && maps.Equal(vr.v.Items, b.Items) {
-		writeJSON(w, http.StatusOK, s.index, vr.out())
 		return
 	}
 	idx := s.nextIndexLocked()
