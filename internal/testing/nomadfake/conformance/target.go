@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // StaticMetaKey is a static meta key (the client's meta {} block) every
@@ -99,21 +101,11 @@ func Run(t *testing.T, tg *Target) {
 
 // ---- helpers ----
 
-// eventually polls cond every 100 ms until it holds, failing the test after
-// Deadline with cond's last explanation.
+// eventually is wait.For at the suite's pace: cond polled every 100 ms
+// (a real agent answers it) until Deadline.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(Deadline)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s: %s", what, Deadline, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, what, cond, wait.Within(Deadline), wait.Every(100*time.Millisecond))
 }
 
 // job is a service job shaped like the controller's: one group "engine"
