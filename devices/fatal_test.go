@@ -375,7 +375,7 @@ mock {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		p := NewPlugin(ctx, hclog.NewNullLogger(), "test", nil)
 		defer func() {
 			cancel()
@@ -424,7 +424,7 @@ func TestEventsFileLostAndReset(t *testing.T) {
 		mgr, stop := startManager(t, m, testConfig())
 		defer stop()
 		path := filepath.Join(t.TempDir(), "events")
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		fed := make(chan struct{})
 		go func() {
 			defer close(fed)

@@ -74,7 +74,7 @@ func TestGPUTierStatsAndReserve(t *testing.T) {
 	if len(fp.GetDeviceGroup()) == 0 {
 		t.Fatal("real NVML reported no GPUs")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	stream, err := inst.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(time.Second)})
 	if err != nil {

@@ -39,7 +39,7 @@ func (s *syncBuffer) count(substr string) int {
 // runManager runs an already built manager until the returned stop.
 func runManager(t *testing.T, mgr *Manager) (stop func(), done <-chan struct{}) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)

@@ -23,7 +23,7 @@ import (
 func feedFile(t *testing.T, m *MockNVML) func(text string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "events")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	fed := make(chan struct{})
 	go func() {
 		defer close(fed)

@@ -40,7 +40,7 @@ func newMock(t *testing.T, mc MockConfig) *MockNVML {
 func startManager(t *testing.T, lib nvml.Interface, cfg Config) (*Manager, func()) {
 	t.Helper()
 	mgr := NewManager(lib, cfg, hclog.New(&hclog.LoggerOptions{Output: io.Discard}), true)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

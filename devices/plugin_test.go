@@ -32,7 +32,7 @@ const pkg = "github.com/llmgw/llmgw/cmd/nomad-device-nvml"
 func start(t *testing.T, body string) *plugintest.Instance {
 	t.Helper()
 	inst := plugintest.Start(t, plugintest.Build(t, pkg), plugintest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := inst.Configure(ctx, body); err != nil {
 		t.Fatalf("SetConfig: %v", err)
@@ -44,7 +44,7 @@ func start(t *testing.T, body string) *plugintest.Instance {
 // message and the stream.
 func firstFingerprint(t *testing.T, inst *plugintest.Instance) (*devicepb.FingerprintResponse, devicepb.DevicePlugin_FingerprintClient) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	stream, err := inst.Device.Fingerprint(ctx, &devicepb.FingerprintRequest{})
 	if err != nil {
@@ -226,7 +226,7 @@ func TestStats(t *testing.T) {
   power_watts = 350
 }`)
 	firstFingerprint(t, inst)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	stream, err := inst.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(100 * time.Millisecond)})
 	if err != nil {
@@ -272,7 +272,7 @@ func TestStatsMIGUsesParentPower(t *testing.T) {
   mig    = { "0" = ["3g.20gb", "3g.20gb"] }
 }`)
 	firstFingerprint(t, inst)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	stream, err := inst.Device.Stats(ctx, &devicepb.StatsRequest{CollectionInterval: durationpb.New(time.Second)})
 	if err != nil {
@@ -303,7 +303,7 @@ func TestReserve(t *testing.T) {
 }`)
 	fp, _ := firstFingerprint(t, inst)
 	devs := fp.GetDeviceGroup()[0].GetDevices()
-	ctx := context.Background()
+	ctx := t.Context()
 	res, err := inst.Device.Reserve(ctx, &devicepb.ReserveRequest{DeviceIds: []string{devs[6].GetID(), devs[3].GetID()}})
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +364,7 @@ func TestBadConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			inst := plugintest.Start(t, plugintest.Build(t, pkg), plugintest.Options{})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			err := inst.Configure(ctx, tc.body)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -20,7 +20,7 @@ import (
 // resident memory (VmHWM) as peak-RSS-MiB.
 func BenchmarkPluginRSS(b *testing.B) {
 	inst := plugintest.Start(b, plugintest.Build(b, pkg), plugintest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()
 	if err := inst.Configure(ctx, `mock { system = "dgxh200" }`); err != nil {
 		b.Fatal(err)

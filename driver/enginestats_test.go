@@ -42,7 +42,7 @@ args    = ["--max-running-requests", "1", "--tokens-per-second", "20"]
 		t.Errorf("before any stats: engine_metrics %q", attrs["engine_metrics"])
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stats, err := p.Driver.TaskStats(ctx, &driverpb.TaskStatsRequest{TaskId: id, CollectionInterval: durationpb.New(time.Second)})
 	if err != nil {
@@ -124,7 +124,7 @@ args    = ["--metrics=false"]
 	p.start(t, tk)
 	id := tk.cfg.GetId()
 	p.events.wait(t, id, "Ready after", 30*time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stats, err := p.Driver.TaskStats(ctx, &driverpb.TaskStatsRequest{TaskId: id, CollectionInterval: durationpb.New(200 * time.Millisecond)})
 	if err != nil {

@@ -50,7 +50,7 @@ func TestGPUTierEngineSeesExactlyItsGPUs(t *testing.T) {
 	needGPU(t)
 	// The device plugin on real NVML: what a Nomad client would reserve.
 	dp := plugintest.Start(t, plugintest.Build(t, devicePluginPkg), plugintest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	if err := dp.Configure(ctx, ``); err != nil {
 		t.Fatalf("device plugin SetConfig: %v", err)

@@ -49,7 +49,7 @@ func buildDriver(t *testing.T) string {
 func startPlugin(t *testing.T, body string) *plugin {
 	t.Helper()
 	inst := plugintest.Start(t, buildDriver(t), plugintest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := inst.Configure(ctx, body); err != nil {
 		t.Fatalf("SetConfig: %v", err)
@@ -66,7 +66,7 @@ type eventLog struct {
 }
 
 func (l *eventLog) collect(t *testing.T, d driverpb.DriverClient) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	stream, err := d.TaskEvents(ctx, &driverpb.TaskEventsRequest{})
 	if err != nil {
 		cancel()
@@ -298,7 +298,7 @@ func newTask(t *testing.T, o taskOpts) *task {
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -314,7 +314,7 @@ func TestRealLlamaCppModelUnreadableByItsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: running an engine as nobody needs the driver to run as root")
 	}
-	dir, err := os.MkdirTemp("", "llmgw-unreadable-")
+	dir, err := os.MkdirTemp("", "llmgw-unreadable-") //nolint:usetesting // nobody must reach the engine in it; t.TempDir's parents are root's alone
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestReadinessKillDeadlineSurvivesRestart(t *testing.T) {
 	conf.DefaultUser, conf.AllowRoot = "root", true
 	conf.StopTimeout = time.Hour
 	newPlugin := func() *Plugin {
-		p := New(context.Background(), hclog.NewNullLogger(), "test", sup)
+		p := New(t.Context(), hclog.NewNullLogger(), "test", sup)
 		p.now = clock.Now
 		p.conf = conf
 		return p
@@ -118,7 +118,7 @@ ready {
 	}
 
 	p1 := newPlugin()
-	resp, err := p1.StartTask(context.Background(), &driverpb.StartTaskRequest{Task: cfg})
+	resp, err := p1.StartTask(t.Context(), &driverpb.StartTaskRequest{Task: cfg})
 	if err != nil {
 		t.Fatalf("StartTask: %v", err)
 	}
@@ -154,7 +154,7 @@ ready {
 	p1.Close()
 	p2 := newPlugin()
 	defer p2.Close()
-	if _, err := p2.RecoverTask(context.Background(), &driverpb.RecoverTaskRequest{TaskId: cfg.GetId(), Handle: resp.GetHandle()}); err != nil {
+	if _, err := p2.RecoverTask(t.Context(), &driverpb.RecoverTaskRequest{TaskId: cfg.GetId(), Handle: resp.GetHandle()}); err != nil {
 		t.Fatalf("RecoverTask: %v", err)
 	}
 	h, err := p2.task(cfg.GetId())
@@ -177,7 +177,7 @@ ready {
 
 	// Past it: SIGKILL.
 	clock.set(killAt.Add(time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	w, err := p2.WaitTask(ctx, &driverpb.WaitTaskRequest{TaskId: cfg.GetId()})
 	if err != nil {

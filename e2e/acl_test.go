@@ -374,7 +374,7 @@ func batchJob(t *testing.T, c *nomadtest.Cluster, node string, gpus int) {
 	}
 	t.Cleanup(func() {
 		_, _, _ = c.API.Jobs().Deregister(*job.ID, true, &api.WriteOptions{Namespace: ns})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) //nolint:usetesting // a cleanup: the test's context has ended
 		defer cancel()
 		for ctx.Err() == nil {
 			allocs, _, err := c.API.Jobs().Allocations(*job.ID, true, q)
@@ -489,7 +489,7 @@ func runLoggedController(t *testing.T, cfg config.Config, name string) *loggedCo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -167,7 +167,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 	var url string
 	var d gatewayapi.Demand
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gatewayapi.NomadGateways(context.Background(), client, "")
+		gws, err := gatewayapi.NomadGateways(t.Context(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -180,7 +180,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 		if url == "" {
 			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, port)
 		}
-		d, err = gatewayapi.DemandClient{}.Read(context.Background(), url)
+		d, err = gatewayapi.DemandClient{}.Read(t.Context(), url)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -288,7 +288,7 @@ func (l *load) pause() {
 func waitRouted(t *testing.T, gw string, want map[string]int) {
 	t.Helper()
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		d, err := gatewayapi.DemandClient{}.Read(context.Background(), gw)
+		d, err := gatewayapi.DemandClient{}.Read(t.Context(), gw)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -617,7 +617,7 @@ func watchPDU(t *testing.T, client *api.Client) *pduWatch {
 	t.Helper()
 	w := &pduWatch{running: map[string]time.Time{}, ended: map[string]time.Time{},
 		watts: map[string][]float64{}, model: map[string]string{}}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

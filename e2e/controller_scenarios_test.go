@@ -48,7 +48,7 @@ type jobHistory struct {
 func recordJobs(t *testing.T, client *api.Client) *jobHistory {
 	t.Helper()
 	h := &jobHistory{jobs: map[string]*api.JobListStub{}, maxLive: map[string]int{}, both: map[string][]string{}, first: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -171,7 +171,7 @@ func runControllerWith(t *testing.T, cfg config.Config, name string, mod func(*c
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

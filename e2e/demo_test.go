@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 			t.Fatalf("binaries built into %s and %s", bin, dir)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", "./cmd/llmgw-demo", "-once", "-bin", bin)
 	cmd.Dir = ".."

@@ -51,7 +51,7 @@ func sameRackClients(t *testing.T, n int, more ...string) (*nomadtest.Cluster, s
 func installRealEngine(t testing.TB, answer string) llamabuild.Installed {
 	t.Helper()
 	realengine.Require(t)
-	dir, err := os.MkdirTemp("", "llmgw-realengine-")
+	dir, err := os.MkdirTemp("", "llmgw-realengine-") //nolint:usetesting // the engine runs as nobody; t.TempDir's parents are root's alone
 	if err != nil {
 		t.Fatal(err)
 	}

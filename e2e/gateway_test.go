@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -240,7 +239,7 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 	}()
 	var md gatewayapi.ModelDemand
 	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		d, err := gatewayapi.DemandClient{}.Read(context.Background(), gw)
+		d, err := gatewayapi.DemandClient{}.Read(t.Context(), gw)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -136,7 +135,7 @@ func TestGatewayKeysOverRealNomad(t *testing.T) {
 	const n = 200
 	t0 := time.Now()
 	for range n {
-		if _, err := gatewayapi.NomadGateways(context.Background(), c.API, "default"); err != nil {
+		if _, err := gatewayapi.NomadGateways(t.Context(), c.API, "default"); err != nil {
 			t.Fatal(err)
 		}
 	}

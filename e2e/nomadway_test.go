@@ -500,14 +500,14 @@ func gatewayURL(t *testing.T, client *api.Client, port string) string {
 	t.Helper()
 	var url string
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gatewayapi.NomadGateways(context.Background(), client, "")
+		gws, err := gatewayapi.NomadGateways(t.Context(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, u := range gws {
 			if strings.HasSuffix(u, ":"+port) {
 				url = u
-				_, err := gatewayapi.DemandClient{}.Read(context.Background(), u)
+				_, err := gatewayapi.DemandClient{}.Read(t.Context(), u)
 				return err == nil, fmt.Sprint(err)
 			}
 		}

@@ -25,7 +25,7 @@ func TestScrape(t *testing.T) {
 		_, _ = w.Write(body)
 	}))
 	defer srv.Close()
-	s, err := enginemetrics.Scrape(context.Background(), srv.Client(), srv.URL+"/", names(t, engine.LlamaCpp), func() time.Time { return t0 })
+	s, err := enginemetrics.Scrape(t.Context(), srv.Client(), srv.URL+"/", names(t, engine.LlamaCpp), func() time.Time { return t0 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestScrapeErrors(t *testing.T) {
 	}))
 	defer srv.Close()
 	m := names(t, engine.LlamaCpp)
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := enginemetrics.Scrape(ctx, srv.Client(), srv.URL, m, nil); err == nil || !strings.Contains(err.Error(), "501") || !strings.Contains(err.Error(), "--metrics") {
 		t.Errorf("501: got %v", err)
 	}
@@ -92,11 +92,11 @@ func TestScrapeAny(t *testing.T) {
 		_, _ = w.Write(body)
 	}))
 	defer srv.Close()
-	e, s, err := enginemetrics.ScrapeAny(context.Background(), srv.Client(), srv.URL, "/metrics", nil)
+	e, s, err := enginemetrics.ScrapeAny(t.Context(), srv.Client(), srv.URL, "/metrics", nil)
 	if err != nil || e != engine.TGI || s.Waiting != k(4) {
 		t.Errorf("got %q %+v %v", e, s, err)
 	}
-	if _, _, err := enginemetrics.ScrapeAny(context.Background(), srv.Client(), srv.URL, "/nope", nil); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, _, err := enginemetrics.ScrapeAny(t.Context(), srv.Client(), srv.URL, "/nope", nil); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("404: %v", err)
 	}
 }

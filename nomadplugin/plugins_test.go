@@ -25,7 +25,7 @@ import (
 func startExample(t *testing.T, name string) (*plugintest.Instance, context.Context) {
 	t.Helper()
 	inst := plugintest.Start(t, self(t), plugintest.Options{Env: []string{"EXAMPLE_PLUGIN=" + name}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return inst, ctx
 }

@@ -111,7 +111,7 @@ func StartConsul(t testing.TB, clients ...string) *Consul {
 		c.Clients[n] = a
 		all = append(all, a)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	for _, a := range all {
 		if err := a.WaitReady(ctx); err != nil {

@@ -259,7 +259,7 @@ func Build(t testing.TB, pkg string) string {
 		}
 	}
 	if buildDir == "" {
-		d, err := os.MkdirTemp("", "llmgw-plugintest-")
+		d, err := os.MkdirTemp("", "llmgw-plugintest-") //nolint:usetesting // shared by every test of the process (one build each), not one test's
 		if err != nil {
 			t.Fatalf("temp dir: %v", err)
 		}

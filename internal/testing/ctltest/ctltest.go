@@ -252,7 +252,7 @@ func Start(t testing.TB, opts Options) *Env {
 	e.Controller = c
 	srv := httptest.NewServer(c.Handler())
 	e.URL = srv.URL
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -295,7 +295,7 @@ func StartUnread(t testing.TB) *Env {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(c.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -335,7 +335,7 @@ func holdLock(t testing.TB, fake *nomadfake.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := locks.Acquire(context.Background()); err != nil {
+	if _, err := locks.Acquire(t.Context()); err != nil {
 		t.Fatalf("test leader lock: %v", err)
 	}
 }

@@ -118,7 +118,7 @@ func TestRunCrash(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				got := <-startRun(context.Background(), tt.args, nil, lookupEnv())
+				got := <-startRun(t.Context(), tt.args, nil, lookupEnv())
 				if got.code != tt.wantCode || got.after != tt.wantAfter {
 					t.Errorf("Run = %d after %s, want %d after %s\nstderr:\n%s", got.code, got.after, tt.wantCode, tt.wantAfter, got.stderr)
 				}
@@ -136,7 +136,7 @@ func TestRunSignals(t *testing.T) {
 	t.Run("SIGTERM shuts down with 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			sigs := make(chan os.Signal, 1)
-			res := startRun(context.Background(), "serve m --load-seconds 30", sigs, lookupEnv())
+			res := startRun(t.Context(), "serve m --load-seconds 30", sigs, lookupEnv())
 			time.Sleep(2 * time.Second)
 			sigs <- syscall.SIGTERM
 			got := <-res
@@ -153,7 +153,7 @@ func TestRunSignals(t *testing.T) {
 	t.Run("ignored SIGTERM, then SIGINT", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			sigs := make(chan os.Signal, 1)
-			res := startRun(context.Background(), "serve m --ignore-sigterm", sigs, lookupEnv())
+			res := startRun(t.Context(), "serve m --ignore-sigterm", sigs, lookupEnv())
 			sigs <- syscall.SIGTERM
 			time.Sleep(time.Minute)
 			synctest.Wait()
@@ -176,7 +176,7 @@ func TestRunSignals(t *testing.T) {
 	})
 	t.Run("context end shuts down with 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			got := <-startRun(ctx, "serve m", nil, lookupEnv())
 			if got.code != 0 || got.after != 5*time.Second {
@@ -266,7 +266,7 @@ func TestRunStartup(t *testing.T) {
 				if env == nil {
 					env = lookupEnv()
 				}
-				got := <-startRun(context.Background(), tt.args, nil, env)
+				got := <-startRun(t.Context(), tt.args, nil, env)
 				if got.code != tt.wantCode {
 					t.Errorf("Run = %d, want %d\nstderr:\n%s", got.code, tt.wantCode, got.stderr)
 				}
@@ -298,7 +298,7 @@ func TestRunListenError(t *testing.T) {
 	defer busy.Close()
 	_, port, _ := net.SplitHostPort(busy.Addr().String())
 	var stderr syncBuffer
-	code := Run(context.Background(), Options{
+	code := Run(t.Context(), Options{
 		Args: []string{"serve", "m", "--host", "127.0.0.1", "--port", port}, Stdout: io.Discard, Stderr: &stderr,
 	})
 	if code != ExitError || !strings.Contains(stderr.String(), "listen on 127.0.0.1:"+port) {
@@ -314,7 +314,7 @@ func TestRunOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)

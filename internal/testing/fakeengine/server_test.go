@@ -59,7 +59,7 @@ func newTestServer(t *testing.T, tweak func(*Config)) testServer {
 	ts := testServer{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	ts.Server = NewServer(cfg, ts.stdout, ts.stderr)
 	if cfg.LoadTime == 0 {
-		ts.Load(context.Background())
+		ts.Load(t.Context())
 	}
 	return ts
 }
@@ -82,7 +82,7 @@ func decodeJSON[T any](t *testing.T, b []byte) T {
 func TestLoadGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := newTestServer(t, func(c *Config) { c.LoadTime, c.LoadShards = 2500*time.Millisecond, 5 })
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		done := make(chan struct{})
 		go func() { defer close(done); ts.Load(ctx) }()
@@ -122,7 +122,7 @@ func TestLoadGate(t *testing.T) {
 func TestLoadCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := newTestServer(t, func(c *Config) { c.LoadTime = time.Minute })
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { defer close(done); ts.Load(ctx) }()
 		time.Sleep(10 * time.Second)
@@ -427,7 +427,7 @@ func TestTokenPacing(t *testing.T) {
 func TestStreamClientGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := newTestServer(t, func(c *Config) { c.TokensPerSecond = 1 })
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(1500*time.Millisecond, cancel)
 		w := &timedWriter{header: http.Header{}, start: time.Now()}
 		r := httptest.NewRequestWithContext(ctx, "POST", "/v1/completions", strings.NewReader(`{"prompt":"x","max_tokens":1000,"stream":true}`))

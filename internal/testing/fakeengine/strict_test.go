@@ -1,7 +1,6 @@
 package fakeengine
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -89,7 +88,7 @@ func TestStrictMode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				got := <-startRun(context.Background(), tt.args, nil, lookupEnv(tt.env...))
+				got := <-startRun(t.Context(), tt.args, nil, lookupEnv(tt.env...))
 				if got.code != tt.wantCode {
 					t.Errorf("Run = %d, want %d\nstderr:\n%s", got.code, tt.wantCode, got.stderr)
 				}
@@ -112,7 +111,7 @@ func TestStrictMode(t *testing.T) {
 
 func TestStrictHelp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		got := <-startRun(context.Background(), "--strict sglang --help", nil, lookupEnv())
+		got := <-startRun(t.Context(), "--strict sglang --help", nil, lookupEnv())
 		if got.code != 0 || got.stdout != Usage {
 			t.Errorf("Run = %d, stdout %q; want 0 and the usage", got.code, got.stdout)
 		}

@@ -114,7 +114,7 @@ func TestBlockingQueryEndsWithContextAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
 		_, _, err := c.Nodes().List((&api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: time.Minute}).WithContext(ctx))

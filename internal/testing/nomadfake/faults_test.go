@@ -77,7 +77,7 @@ func TestDropConnection(t *testing.T) {
 
 func TestHookCancelsCallerMidRequest(t *testing.T) {
 	s, c := newFake(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	released := make(chan struct{})
 	s.Hook(func(r *http.Request) {

@@ -106,7 +106,7 @@ func newLocks(t *testing.T, c *api.Client, ttl string) *api.Locks {
 func TestVariableLockLeaseWithFakeClock(t *testing.T) {
 	clock := newFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, c := newFake(t, nomadfake.WithClock(clock.Now))
-	ctx := context.Background()
+	ctx := t.Context()
 	leader, standby := newLocks(t, c, "10s"), newLocks(t, c, "10s")
 
 	path, err := leader.Acquire(ctx)
@@ -176,7 +176,7 @@ func TestVariableLockLeaseWithFakeClock(t *testing.T) {
 
 func TestLockLeaserEndToEnd(t *testing.T) {
 	s, c := newFake(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	held := make(chan bool, 1)
 	leaser := c.NewLockLeaser(newLocks(t, c, "15s"), api.LockLeaserOptionWithEarlyReturn(true))
 	err := leaser.Start(ctx, func(ctx context.Context) error {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 )
@@ -34,7 +33,7 @@ func TestExecuteExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := Execute(context.Background(), tt.args, &stdout, &stderr)
+			code := Execute(t.Context(), tt.args, &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Errorf("exit code: got %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
 			}

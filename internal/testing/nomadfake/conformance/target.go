@@ -282,7 +282,7 @@ type rawResponse struct {
 
 func (tg *Target) raw(t *testing.T, method, path, body string) rawResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
+	ctx, cancel := context.WithTimeout(t.Context(), Deadline)
 	defer cancel()
 	var rd io.Reader
 	if body != "" {

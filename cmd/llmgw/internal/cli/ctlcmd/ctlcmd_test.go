@@ -2,7 +2,6 @@ package ctlcmd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -47,7 +46,7 @@ func run(t *testing.T, env map[string]string, args ...string) result {
 	root.SetArgs(append([]string{"ctl"}, args...))
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	err := root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(t.Context())
 	if err != nil {
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			fmt.Fprintf(&stderr, "llmgw: %s\n", line)

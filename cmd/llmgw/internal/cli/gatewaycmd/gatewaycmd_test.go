@@ -56,7 +56,7 @@ func TestGatewayWithConsul(t *testing.T) {
 	cfg := fakeengine.Defaults()
 	cfg.Model, cfg.TokensPerSecond = model, 0
 	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	fe.Load(context.Background())
+	fe.Load(t.Context())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +287,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	}()
 	var d gatewayapi.Demand
 	wait.Until(t, "the request held", func() bool {
-		d, err = gatewayapi.DemandClient{}.Read(context.Background(), base)
+		d, err = gatewayapi.DemandClient{}.Read(t.Context(), base)
 		return err == nil && len(d.Models) == 1 && d.Models[0].Queued == 1
 	})
 	if m := d.Models[0]; m.Model != model || m.Outstanding != 1 || m.ArrivalsTotal != 1 || m.State != gatewayapi.StateScaledToZero {
@@ -300,7 +300,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	cfg := fakeengine.Defaults()
 	cfg.Model, cfg.TokensPerSecond = model, 0
 	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	fe.Load(context.Background())
+	fe.Load(t.Context())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func startGateway(t *testing.T, args []string) (addr string, stderr *syncBuffer,
 	cmd.SetArgs(args)
 	stderr = &syncBuffer{}
 	cmd.SetErr(stderr)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	var once sync.Once

@@ -253,7 +253,7 @@ func TestShareLimits(t *testing.T) {
 	g := gateway.New(gateway.Options{Keys: gateway.StaticKeys{Set: ks}, Registerer: reg})
 	g.UpdateKeys(ks, nil)
 	counts := make(chan func() ([]string, error))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
