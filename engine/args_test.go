@@ -12,6 +12,7 @@ import (
 // pinned one (with or without a leading v) walks them; a version llmgw
 // has no contract for does not, and HasContract says so.
 func TestCheckContractAt(t *testing.T) {
+	t.Parallel()
 	in := engine.Input{Engine: "vllm", Executable: "vllm", Model: "org/m", Host: "127.0.0.1", Port: 8000,
 		GPUs: 1, Nodes: 1, Layout: engine.Layout{Tensor: 1, Pipeline: 1, Data: 1, Expert: 1}, Args: []string{"--a-flag-of-a-later-release"}}
 	for _, v := range []string{"", "v0.28.0", "0.28.0"} {

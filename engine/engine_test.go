@@ -54,6 +54,7 @@ func render(c engine.Cmd) string {
 }
 
 func TestRecipesGolden(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		in   engine.Input
@@ -103,6 +104,7 @@ func TestRecipesGolden(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
+	t.Parallel()
 	ok := engine.Input{Engine: "vllm", Executable: "vllm", Model: "m", Host: "127.0.0.1", Port: 8000, Layout: engine.Layout{Tensor: 1}}
 	cases := []struct {
 		name   string
@@ -186,6 +188,7 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	want := map[string][2]string{
 		"vllm":     {"vllm", "/health"},
 		"sglang":   {"python3", "/health"},
@@ -205,6 +208,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestParseProgress(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		line string
 		want engine.Progress
@@ -246,6 +250,7 @@ func FuzzParseProgress(f *testing.F) {
 // TGI image sets PORT=80). The command line wins, so every setting llmgw
 // owns is always on it, whatever the layout.
 func TestTGIPassesWhatItsEnvironmentCouldSet(t *testing.T) {
+	t.Parallel()
 	for _, tp := range []int{1, 4} {
 		cmd, err := engine.Build(engine.Input{Engine: "tgi", Executable: "text-generation-launcher", Model: "org/m",
 			Host: "10.0.0.7", Port: 8080, Layout: engine.Layout{Tensor: tp}, GPUs: tp})

@@ -9,6 +9,7 @@ import (
 )
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	type L = engine.Layout
 	cases := []struct {
 		engine      string
@@ -81,6 +82,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestPerNode(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		engine string
 		l      engine.Layout
@@ -103,6 +105,7 @@ func TestPerNode(t *testing.T) {
 
 // Every descriptor is whole: what the driver, render and docs read.
 func TestDescriptorsComplete(t *testing.T) {
+	t.Parallel()
 	for _, d := range engine.Descriptors() {
 		if d.ReadyPath == "" || d.Progress == nil {
 			t.Errorf("%s: no readiness path or progress parser", d.Name)
@@ -134,6 +137,7 @@ func TestDescriptorsComplete(t *testing.T) {
 // commit, and its metric names, so that a changed descriptor cannot leave
 // the docs behind.
 func TestDriverDocsFollowTheDescriptors(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../docs/driver.md")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestMetricsOf(t *testing.T) {
+	t.Parallel()
 	for _, e := range engine.Engines() {
 		m, ok := engine.MetricsOf(e)
 		if !ok {
@@ -61,6 +62,7 @@ func TestMetricsOf(t *testing.T) {
 // version (engine/contract lists every flag with its arity), and that the
 // recipe passes it.
 func TestMetricsEnableFlagsInContract(t *testing.T) {
+	t.Parallel()
 	for _, e := range engine.Engines() {
 		m, _ := engine.MetricsOf(e)
 		if len(m.Enable) == 0 {

@@ -53,6 +53,7 @@ var k = enginemetrics.Known
 // first line says which; docs/engines/ has the citations), with that
 // engine's names.
 func TestParseEachEngine(t *testing.T) {
+	t.Parallel()
 	type want struct {
 		waiting, running, kv, tokens enginemetrics.Value
 		ttftCount, ttftSum           float64
@@ -105,6 +106,7 @@ func TestParseEachEngine(t *testing.T) {
 // lacks is missing, not zero; a quantity the engine never exports is
 // absent; neither is an error.
 func TestParseMissing(t *testing.T) {
+	t.Parallel()
 	var kept []string
 	for _, line := range strings.Split(string(readFile(t, "vllm.txt")), "\n") {
 		if !strings.Contains(line, "vllm:kv_cache_usage_perc") && !strings.Contains(line, "vllm:time_to_first_token_seconds") {
@@ -150,6 +152,7 @@ func TestParseMissing(t *testing.T) {
 }
 
 func TestParseError(t *testing.T) {
+	t.Parallel()
 	in := "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\"} 1\nvllm:num_requests_waiting{engine=\"1\" 2\n"
 	_, err := enginemetrics.Parse(strings.NewReader(in), names(t, engine.VLLM), t0)
 	if err == nil || !strings.Contains(err.Error(), "line 3") {
@@ -161,6 +164,7 @@ func TestParseError(t *testing.T) {
 // their first token: 4 in (0.1s, 0.25s], 5 in (0.25s, 0.5s], 1 in
 // (0.5s, 0.75s], summing to 3.2s.
 func TestBetween(t *testing.T) {
+	t.Parallel()
 	prev := parseFile(t, engine.VLLM, "vllm.txt", t0)
 	cur := parseFile(t, engine.VLLM, "vllm_later.txt", t0.Add(10*time.Second))
 	r := enginemetrics.Between(prev, cur)
@@ -193,6 +197,7 @@ func TestBetween(t *testing.T) {
 // TestCounterReset: the engine restarted between the scrapes; its totals
 // start again from zero. The rates count what the new process has done.
 func TestCounterReset(t *testing.T) {
+	t.Parallel()
 	prev := parseFile(t, engine.VLLM, "vllm_later.txt", t0)
 	cur := parseFile(t, engine.VLLM, "vllm_restarted.txt", t0.Add(20*time.Second))
 	r := enginemetrics.Between(prev, cur)
@@ -221,6 +226,7 @@ func TestCounterReset(t *testing.T) {
 }
 
 func TestTrackerFirstScrapeHasNoRates(t *testing.T) {
+	t.Parallel()
 	var tr enginemetrics.Tracker
 	r := tr.Observe(parseFile(t, engine.SGLang, "sglang.txt", t0))
 	if !r.Since.IsZero() || r.TokensPerSecond.Known || r.TTFT.Count.Known {
@@ -243,6 +249,7 @@ func TestTrackerFirstScrapeHasNoRates(t *testing.T) {
 // TestAbsentStaysAbsent: TGI has no time to first token, so a reading
 // over any interval leaves it unknown and says why.
 func TestAbsentStaysAbsent(t *testing.T) {
+	t.Parallel()
 	prev := parseFile(t, engine.TGI, "tgi.txt", t0)
 	cur := parseFile(t, engine.TGI, "tgi.txt", t0.Add(time.Second))
 	r := enginemetrics.Between(prev, cur)
@@ -255,6 +262,7 @@ func TestAbsentStaysAbsent(t *testing.T) {
 }
 
 func TestQuantileInTheInfBucket(t *testing.T) {
+	t.Parallel()
 	prev := enginemetrics.Sample{At: t0, TTFT: &enginemetrics.Histogram{Buckets: []enginemetrics.Bucket{{UpperBound: 1}, {UpperBound: 2}, {UpperBound: math.Inf(1)}}}}
 	cur := enginemetrics.Sample{At: t0.Add(time.Second), TTFT: &enginemetrics.Histogram{Count: 10, Sum: 50,
 		Buckets: []enginemetrics.Bucket{{UpperBound: 1, Count: 5}, {UpperBound: 2, Count: 5}, {UpperBound: math.Inf(1), Count: 10}}}}
@@ -266,6 +274,7 @@ func TestQuantileInTheInfBucket(t *testing.T) {
 }
 
 func TestReadingJSON(t *testing.T) {
+	t.Parallel()
 	prev := parseFile(t, engine.TGI, "tgi.txt", t0)
 	r := enginemetrics.Between(prev, parseFile(t, engine.TGI, "tgi.txt", t0.Add(2*time.Second)))
 	b, err := json.Marshal(r)
@@ -325,6 +334,7 @@ func FuzzParse(f *testing.F) {
 
 // TestParseAny finds each engine from its exposition alone.
 func TestParseAny(t *testing.T) {
+	t.Parallel()
 	for file, want := range map[string]string{
 		"vllm.txt": engine.VLLM, "vllm_dp2.txt": engine.VLLM, "sglang.txt": engine.SGLang,
 		"tgi.txt": engine.TGI, "llamacpp.txt": engine.LlamaCpp,

@@ -13,6 +13,7 @@ import (
 )
 
 func TestScrape(t *testing.T) {
+	t.Parallel()
 	body := readFile(t, "llamacpp.txt")
 	var accept string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +39,7 @@ func TestScrape(t *testing.T) {
 }
 
 func TestScrapeErrors(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/metrics":
@@ -83,6 +85,7 @@ func TestScrapeErrors(t *testing.T) {
 }
 
 func TestScrapeAny(t *testing.T) {
+	t.Parallel()
 	body := readFile(t, "tgi.txt")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {

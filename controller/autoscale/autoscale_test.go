@@ -50,6 +50,7 @@ func expect(t *testing.T, d Decision, want int, rule Rule, reason string) {
 }
 
 func TestUpByTheUpWindowAndMaxStep(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(time.Minute), constant(56)) // 56 ÷ 8: 7 replicas, under 2 × 4
@@ -69,6 +70,7 @@ func TestUpByTheUpWindowAndMaxStep(t *testing.T) {
 
 // The up window is a mean: one busy round in it does not buy the whole burst.
 func TestUpWindowIsAMean(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(time.Minute), constant(16)) // needs 2
@@ -79,6 +81,7 @@ func TestUpWindowIsAMean(t *testing.T) {
 }
 
 func TestPanicJumpsStraightToWhatIsNeeded(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(time.Minute), constant(16)) // 2 replicas
@@ -108,6 +111,7 @@ func TestPanicJumpsStraightToWhatIsNeeded(t *testing.T) {
 }
 
 func TestDownByTheMostOverTheDownWindow(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	start := t0
@@ -131,6 +135,7 @@ func TestDownByTheMostOverTheDownWindow(t *testing.T) {
 // A short dip inside the down window never scales down: the window's most
 // is what counts.
 func TestNoDownOnAShortDip(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(15*time.Minute), constant(40))
@@ -150,6 +155,7 @@ func TestNoDownOnAShortDip(t *testing.T) {
 // No up-down-up inside the down window: a down only down_window after the
 // count last went up, whatever the window's readings say.
 func TestNoDownWithinTheDownWindowOfAnUp(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(20*time.Minute), constant(8)) // 1 replica needed all along
@@ -169,6 +175,7 @@ func TestNoDownWithinTheDownWindowOfAnUp(t *testing.T) {
 // longer lets it fall as soon as it expires (the controller decides every
 // pass, pinned or not, so the scaler sees the raise when it happens).
 func TestARaisingPinStartsTheDownWindowAtTheRaise(t *testing.T) {
+	t.Parallel()
 	p := policy() // down_window 10m
 	for _, tc := range []struct {
 		pin     time.Duration
@@ -208,6 +215,7 @@ func TestARaisingPinStartsTheDownWindowAtTheRaise(t *testing.T) {
 }
 
 func TestMissingSignalsNeverReadAsZero(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	t.Run("source down", func(t *testing.T) {
 		s := New(Config{})
@@ -263,6 +271,7 @@ func TestMissingSignalsNeverReadAsZero(t *testing.T) {
 }
 
 func TestIdleGoesToZeroOnNoArrivals(t *testing.T) {
+	t.Parallel()
 	p := policy(func(a *facility.Autoscale) { a.Min = 0 })
 	quiet := func(at time.Time) Sample { return busy(at, 0) } // busy(…, 0) arrives at 0/4 = 0
 	s := New(Config{})
@@ -331,6 +340,7 @@ func TestIdleGoesToZeroOnNoArrivals(t *testing.T) {
 }
 
 func TestWakeFromZero(t *testing.T) {
+	t.Parallel()
 	p := policy(func(a *facility.Autoscale) { a.Min = 0 })
 	queued := func(n float64) Sample {
 		x := busy(t0, 0)
@@ -362,6 +372,7 @@ func TestWakeFromZero(t *testing.T) {
 }
 
 func TestMinAndMax(t *testing.T) {
+	t.Parallel()
 	p := policy(func(a *facility.Autoscale) { a.Min, a.Max = 2, 6 })
 	s := New(Config{})
 	expect(t, s.Decide(p, t0, 0), 2, RuleMin, "up 0→2: below autoscale min 2")
@@ -384,6 +395,7 @@ func TestMinAndMax(t *testing.T) {
 }
 
 func TestLevelTargets(t *testing.T) {
+	t.Parallel()
 	pk := policy(func(a *facility.Autoscale) { a.Target = facility.Target{Kind: facility.TargetKVCache, Value: 0.7} })
 	s := New(Config{})
 	now := run(s, t0, t0.Add(time.Minute), func(at time.Time) Sample {
@@ -423,6 +435,7 @@ func TestLevelTargets(t *testing.T) {
 // The down window's most is each time's up-window mean, so one busy round
 // in a quiet window counts as its share of an up window, not as a peak.
 func TestDownNeedIsTheMostOfUpWindowMeans(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{})
 	now := run(s, t0, t0.Add(15*time.Minute), constant(8))
@@ -445,6 +458,7 @@ func TestDownNeedIsTheMostOfUpWindowMeans(t *testing.T) {
 }
 
 func TestReadingsAreBounded(t *testing.T) {
+	t.Parallel()
 	p := policy()
 	s := New(Config{MaxSamples: 50})
 	now := run(s, t0, t0.Add(time.Hour), constant(8))
@@ -468,6 +482,7 @@ func TestReadingsAreBounded(t *testing.T) {
 }
 
 func TestRuleNames(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for _, r := range Rules() {
 		n := r.String()

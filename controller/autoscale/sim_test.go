@@ -486,6 +486,7 @@ func BenchmarkAutoscaleSim(b *testing.B) {
 // The goal, checked: at least 99 % of requests queued less than the bound,
 // with at most 60 % of static max's replica-hours, and no flapping.
 func TestAutoscaleSimMeetsItsGoal(t *testing.T) {
+	t.Parallel()
 	cfg := defaultSim()
 	r := runSim(cfg, modeAutoscale)
 	share := 100 * r.replicaHours / r.staticMaxHours
@@ -524,6 +525,7 @@ func TestAutoscaleSimMeetsItsGoal(t *testing.T) {
 // With budgets too small for every peak, the model of highest priority
 // keeps its attainment; the others give.
 func TestAutoscaleSimTightBudgetGoesByPriority(t *testing.T) {
+	t.Parallel()
 	cfg := defaultSim()
 	cfg.pduWatts = 13500
 	r := runSim(cfg, modeAutoscale)

@@ -32,6 +32,7 @@ func gpuNode(id, name, rack string, healthy []bool) *api.Node {
 }
 
 func TestFleet(t *testing.T) {
+	t.Parallel()
 	a := gpuNode("id-a", "a", "k1", []bool{true, true, true, false})
 	b := gpuNode("id-b", "b", "k2", []bool{true, true})
 	b.DrainStrategy = &api.DrainStrategy{}
@@ -74,6 +75,7 @@ func TestFleet(t *testing.T) {
 }
 
 func TestNodePowerCountsMIGParentsOnce(t *testing.T) {
+	t.Parallel()
 	w := func(v float64, parent string) *api.DeviceStats {
 		s := &api.DeviceStats{Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": {FloatNumeratorVal: &v, Unit: "W"}}}}
 		if parent != "" {

@@ -52,6 +52,7 @@ func stopped(a *api.AllocationListStub) *api.AllocationListStub {
 }
 
 func TestJobs(t *testing.T) {
+	t.Parallel()
 	yes := true
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	node := func(name, status string, since time.Duration) *api.Node {
@@ -165,6 +166,7 @@ func TestJobs(t *testing.T) {
 }
 
 func TestNextLost(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	nodes := map[string]*api.Node{
 		"1": {Status: "down", StatusUpdatedAt: 990},         // lost at 1020
@@ -181,6 +183,7 @@ func TestNextLost(t *testing.T) {
 }
 
 func TestReservePending(t *testing.T) {
+	t.Parallel()
 	fleet := facility.Fleet{Nodes: []facility.Node{
 		{Name: "a", GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 8}}},
 		{Name: "b", GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 4}}},
@@ -204,6 +207,7 @@ func TestReservePending(t *testing.T) {
 }
 
 func TestGenerations(t *testing.T) {
+	t.Parallel()
 	gen := func(s *api.JobListStub, g string, stop bool, status string) *api.JobListStub {
 		s.Meta[render.MetaGen], s.Stop, s.Status = g, stop, status
 		return s

@@ -163,6 +163,7 @@ func racksOf(w *world) map[string]int {
 }
 
 func TestCreatesMissingReplicasSpreadOverRacks(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	res := w.plan(t)
 	if diff := cmp.Diff([]string{"create m-0", "create m-1", "create m-2", "create m-3"}, kinds(res.Actions)); diff != "" {
@@ -180,6 +181,7 @@ func TestCreatesMissingReplicasSpreadOverRacks(t *testing.T) {
 }
 
 func TestStopsWhatLeftTheCatalog(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models = append(w.cat.Models, model("x", 2, "p", 1, nil))
 	w.converge(t)
@@ -199,6 +201,7 @@ func TestStopsWhatLeftTheCatalog(t *testing.T) {
 }
 
 func TestDuplicatesKeepTheServingOne(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	// A second controller (or a retry) made a copy of m-1 that is still
@@ -216,6 +219,7 @@ func TestDuplicatesKeepTheServingOne(t *testing.T) {
 }
 
 func TestRollNewCopyFirst(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models[0].MaxSurge = 4
 	w.converge(t)
@@ -253,6 +257,7 @@ func TestRollNewCopyFirst(t *testing.T) {
 // max_surge caps how many replicas of a model have a new copy coming up
 // at once; the others wait and say why.
 func TestRollObeysMaxSurge(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models[0].MaxSurge = 2
 	w.converge(t)
@@ -281,6 +286,7 @@ func TestRollObeysMaxSurge(t *testing.T) {
 // the roll waits and says so; with max_unavailable 1 one replica at a time
 // stops first and is placed again on what it freed.
 func TestRollWithoutRoom(t *testing.T) {
+	t.Parallel()
 	for _, unavailable := range []int{0, 1} {
 		t.Run(fmt.Sprint("max_unavailable=", unavailable), func(t *testing.T) {
 			w := newWorld()
@@ -312,6 +318,7 @@ func TestRollWithoutRoom(t *testing.T) {
 
 // MaxStops caps the stops of one pass; the rest come in later passes.
 func TestMaxStops(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	w.cat.Models[0].Replicas = 0
@@ -330,6 +337,7 @@ func TestMaxStops(t *testing.T) {
 }
 
 func TestDrainHoldMovesNewFirst(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	held, _ := facility.ParseDomain("rack=r1-k1")
@@ -356,6 +364,7 @@ func TestDrainHoldMovesNewFirst(t *testing.T) {
 }
 
 func TestHoldWithoutDrainKeepsWhatRuns(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	held, _ := facility.ParseDomain("rack=r1-k1")
@@ -373,6 +382,7 @@ func TestHoldWithoutDrainKeepsWhatRuns(t *testing.T) {
 }
 
 func TestFailedReplicaPlacedAgain(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	// The node under m-2 is gone from the fleet (down); its job failed.
@@ -398,6 +408,7 @@ func TestFailedReplicaPlacedAgain(t *testing.T) {
 }
 
 func TestPartialPlacementDeadline(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.converge(t)
 	lost := w.jobs[0].Shards[0].Node
@@ -421,6 +432,7 @@ func TestPartialPlacementDeadline(t *testing.T) {
 }
 
 func TestBudgetLeavesReplicaUnplacedWithReason(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models[0].Replicas = 2
 	pdu, _ := facility.ParseDomain("pdu=p-r1-k1")
@@ -448,6 +460,7 @@ func TestBudgetLeavesReplicaUnplacedWithReason(t *testing.T) {
 }
 
 func TestSlotIndex(t *testing.T) {
+	t.Parallel()
 	for replica, want := range map[string]int{"m-0": 0, "m-12": 12, "m-": -1, "m-01": -1, "m-x": -1, "mm-1": -1, "m-1-2": -1} {
 		if got := slotIndex(replica, "m"); got != want {
 			t.Errorf("slotIndex(%q) = %d, want %d", replica, got, want)
@@ -461,6 +474,7 @@ func TestSlotIndex(t *testing.T) {
 // slot ends with two current copies outside holds; at the end, exactly the
 // catalog runs.
 func TestInterruptedPassesConverge(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 200; trial++ {
 		w := newWorld()
@@ -526,6 +540,7 @@ func siteDraw(w *world) float64 {
 }
 
 func TestFailedReplicaFallsBackToAnotherProfile(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	m := model("m", 1, "big", 8, nil)
 	m.Profiles = append(m.Profiles, facility.Profile{Name: "small", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 2, Nodes: 1,
@@ -557,6 +572,7 @@ func TestFailedReplicaFallsBackToAnotherProfile(t *testing.T) {
 // A new job's generation is above every job Nomad still holds for its
 // slot, stopped ones included, whose IDs are not free yet.
 func TestNewGenerationAboveStoppedJobs(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	res, err := Plan(Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac,
 		Gens: map[string]int{"m-0": 2, "m-3": 0}})
@@ -579,6 +595,7 @@ func TestNewGenerationAboveStoppedJobs(t *testing.T) {
 // Before counts on the jobs Nomad holds after them. Before counts every
 // job Nomad holds, those leaving the catalog too (Usage does not).
 func TestAfterIsBeforeOfTheNextPass(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	fac, err := facility.ParseFacility("facility.hcl", []byte(`
 budget "site=s"     { watts = 60000 }

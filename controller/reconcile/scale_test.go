@@ -59,6 +59,7 @@ func (w *world) pduBudgets(n int) {
 }
 
 func TestScaleUpAndDownFollowWant(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models = []facility.Model{autoModel("m", 1, 8, 50)}
 	res := w.planWant(t, map[string]int{"m": 4}, 0)
@@ -124,6 +125,7 @@ func TestScaleUpAndDownFollowWant(t *testing.T) {
 }
 
 func TestNoWantKeepsAtLeastOne(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models = []facility.Model{autoModel("m", 0, 8, 50)}
 	res := w.planWant(t, nil, 0)
@@ -140,6 +142,7 @@ func TestNoWantKeepsAtLeastOne(t *testing.T) {
 }
 
 func TestNoWantStartsAtMin(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models = []facility.Model{autoModel("m", 2, 8, 50)}
 	res := w.planWant(t, nil, 0)
@@ -154,6 +157,7 @@ func TestNoWantStartsAtMin(t *testing.T) {
 // The victims of a scale down: first what does not serve, then what keeps
 // the spread, then the highest slot.
 func TestScaleDownVictimsKeepTheSpread(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.cat.Models = []facility.Model{autoModel("m", 1, 8, 50)}
 	// Slots 0, 1 and 3 in rack r1-k1 (two nodes), slot 2 in r2-k1.
@@ -197,6 +201,7 @@ func TestScaleDownVictimsKeepTheSpread(t *testing.T) {
 }
 
 func TestBudgetStopsAScaleUpWithItsReason(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1)
 	w.cat.Models = []facility.Model{autoModel("m", 1, 8, 50)}
@@ -219,6 +224,7 @@ func TestBudgetStopsAScaleUpWithItsReason(t *testing.T) {
 }
 
 func TestHigherPriorityGetsTheWattsFirst(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1) // 4 replicas in all
 	w.cat.Models = []facility.Model{autoModel("low", 1, 8, 20), autoModel("high", 1, 8, 80)}
@@ -238,6 +244,7 @@ func TestHigherPriorityGetsTheWattsFirst(t *testing.T) {
 
 // One priority shares what is left in proportion to what each lacks.
 func TestSamePriorityShares(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(2) // 8 replicas in all
 	w.cat.Models = []facility.Model{autoModel("a", 1, 16, 50), autoModel("b", 1, 16, 50)}
@@ -257,6 +264,7 @@ func TestSamePriorityShares(t *testing.T) {
 }
 
 func TestHigherPriorityTakesReplicasAboveTheFloorNewCopyFirst(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1) // 4 replicas in all
 	w.cat.Models = []facility.Model{autoModel("low", 1, 8, 20), autoModel("high", 1, 8, 80)}
@@ -297,6 +305,7 @@ func TestHigherPriorityTakesReplicasAboveTheFloorNewCopyFirst(t *testing.T) {
 }
 
 func TestNoTakingAtTheSamePriority(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1)
 	w.cat.Models = []facility.Model{autoModel("a", 1, 8, 50)}
@@ -313,6 +322,7 @@ func TestNoTakingAtTheSamePriority(t *testing.T) {
 
 // A preemption waits while the pass has no stops left under max_stops.
 func TestTakingRespectsMaxStops(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1)
 	w.cat.Models = []facility.Model{autoModel("low", 1, 8, 20)}
@@ -329,6 +339,7 @@ func TestTakingRespectsMaxStops(t *testing.T) {
 
 // A big replica takes several small ones' watts, and no more than it needs.
 func TestTakingSeveralForOneBigReplica(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(2) // 2 × 2600 W per PDU
 	small := autoModel("small", 1, 16, 20)
@@ -366,6 +377,7 @@ func TestTakingSeveralForOneBigReplica(t *testing.T) {
 // With autoscaling on, a fixed model's missing slots take their place by
 // priority among the floors.
 func TestFixedFloorsByPriority(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	w.pduBudgets(1) // 4 in all
 	fixed := model("fixed", 3, "p", 4, nil)
@@ -400,6 +412,7 @@ func TestFixedFloorsByPriority(t *testing.T) {
 // Of the replicas taken together, those the new one fits without are
 // given back; and a model above its floor by one gives one, never more.
 func TestTakingGivesBackWhatItDoesNotNeed(t *testing.T) {
+	t.Parallel()
 	setup := func(mediumMin int) *world {
 		w := newWorld()
 		w.fac.Budgets = nil
@@ -454,6 +467,7 @@ func TestTakingGivesBackWhatItDoesNotNeed(t *testing.T) {
 // A model whose replica yields its place grows back in a later pass, into
 // the slot it gave up, never into a slot past its max in the same pass.
 func TestYieldedModelGrowsBackWithinItsMax(t *testing.T) {
+	t.Parallel()
 	w := newWorld()
 	small := facility.Node{Name: "n-small", Location: facility.Location{Site: "s", Room: "a", Row: "r2", Rack: "r2-k2", PDU: "p-r2-k2"},
 		CPUCores: 128, MemoryGB: 2048, BaseWatts: 1000, GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 1, Free: 1, PowerLimitWatts: 700, MemoryMiB: 143771}}}

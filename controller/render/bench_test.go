@@ -35,6 +35,7 @@ func benchInputs(cat facility.Catalog) []Input {
 // TestBenchCatalogRenders keeps the benchmark honest: its catalog parses
 // and every profile renders.
 func TestBenchCatalogRenders(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(benchCatalog)
 	if err != nil {
 		t.Fatal(err)

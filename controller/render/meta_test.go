@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseMetaRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			job, err := Job(tc.in)
@@ -62,6 +63,7 @@ func TestParseMetaRoundTrip(t *testing.T) {
 }
 
 func TestParseMetaErrors(t *testing.T) {
+	t.Parallel()
 	good := map[string]string{
 		MetaManaged: "true", MetaModel: "m", MetaProfile: "p", MetaReplica: "m-0",
 		MetaProfileFP: "0123456789abcdef", MetaGen: "0", MetaDomain: "site=s,rack=r", MetaShards: "2",
@@ -124,6 +126,7 @@ func TestParseMetaErrors(t *testing.T) {
 }
 
 func TestJobIDStable(t *testing.T) {
+	t.Parallel()
 	m := llama8b
 	p := m.Profiles[0]
 	fp := facility.ProfileFingerprint(m, p)
@@ -210,6 +213,7 @@ func TestJobIDStable(t *testing.T) {
 }
 
 func TestServiceNames(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("very-long-model-name-", 5)
 	for _, tc := range []struct{ got, want string }{
 		{ServiceName("llama-3.1-8b"), "llmgw-llama-3-1-8b"},
@@ -238,6 +242,7 @@ func TestServiceNames(t *testing.T) {
 }
 
 func TestShardIndex(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want int
@@ -259,6 +264,7 @@ func TestShardIndex(t *testing.T) {
 }
 
 func TestScopeRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, s := range []facility.Scope{
 		nil,
 		scope("rack=r01-k01"),

@@ -120,6 +120,7 @@ var secretEnv = []facility.VariableEnv{
 // the task's workload identity: the job names the Variables, never their
 // values, and the Variable's value wins over the setting of the same name.
 func TestVariableEnvTemplate(t *testing.T) {
+	t.Parallel()
 	var in Input
 	for _, tc := range goldenCases() {
 		if tc.name == "variable-env" {
@@ -227,6 +228,7 @@ func goldenCases() []goldenCase {
 }
 
 func TestJobGolden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			job, err := Job(tc.in)
@@ -259,6 +261,7 @@ func TestJobGolden(t *testing.T) {
 // The golden files are what Nomad's own JSON decoding reads back: a job
 // that round-trips through api.Job's JSON form is unchanged.
 func TestJobJSONRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases() {
 		job, err := Job(tc.in)
 		if err != nil {
@@ -287,6 +290,7 @@ func TestJobJSONRoundTrip(t *testing.T) {
 // Facts the golden files show, checked by name so that an -update cannot
 // quietly drop them.
 func TestJobInvariants(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
@@ -391,6 +395,7 @@ func hasConstraint(cs []*api.Constraint, l, op, r string) bool {
 // the engine has a served-name flag (the driver renders it), and as
 // LLMGW_SERVED_MODEL_NAME for every engine; args stay the profile's.
 func TestServedName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		engine string
 		want   any
@@ -420,6 +425,7 @@ func TestServedName(t *testing.T) {
 // What the catalog refuses, render refuses too, for input that did not
 // come through it.
 func TestJobRefusesWhatTheCatalogWould(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		edit func(*facility.Model)
@@ -442,6 +448,7 @@ func TestJobRefusesWhatTheCatalogWould(t *testing.T) {
 }
 
 func TestJobErrors(t *testing.T) {
+	t.Parallel()
 	base := func() Input {
 		return input(deepseek, 0, scope("site=ams1", "rack=r01-k01"),
 			fabricNodes("ib-ndr-1", "n1", "n2"), "n1", "n2")
@@ -499,6 +506,7 @@ func TestJobErrors(t *testing.T) {
 }
 
 func TestJobDeterministic(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases() {
 		a, err := Job(tc.in)
 		if err != nil {
@@ -519,6 +527,7 @@ func TestJobDeterministic(t *testing.T) {
 // Job does not change its input (the controller keeps the catalog and the
 // decision).
 func TestJobLeavesInputAlone(t *testing.T) {
+	t.Parallel()
 	in := goldenCases()[5].in
 	before, _ := json.Marshal(in)
 	job, err := Job(in)
@@ -536,6 +545,7 @@ func TestJobLeavesInputAlone(t *testing.T) {
 }
 
 func TestFormatDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		time.Second:                    "1s",
 		30 * time.Minute:               "30m",
@@ -558,6 +568,7 @@ func TestFormatDuration(t *testing.T) {
 
 // Every placement of the example catalog on the example fleet renders.
 func TestJobExampleCatalog(t *testing.T) {
+	t.Parallel()
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("..", "..", "jobs", "examples", name))
 		if err != nil {
@@ -617,6 +628,7 @@ func TestJobExampleCatalog(t *testing.T) {
 // disconnected node's allocations that long, replaces none itself, keeps
 // the originals if the node returns in time); without it there is none.
 func TestDisconnectFollowsLostAfter(t *testing.T) {
+	t.Parallel()
 	in := input(llama8b, 0, fullScope("r01-k01", "p01"), nil, "n1")
 	job, err := Job(in)
 	if err != nil {

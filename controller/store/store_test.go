@@ -15,6 +15,7 @@ import (
 )
 
 func TestDecisionPathIsAValidVariablePath(t *testing.T) {
+	t.Parallel()
 	valid := regexp.MustCompile("^[a-zA-Z0-9-_~/]{1,128}$") // Nomad's rule
 	for replica, want := range map[string]string{
 		"llama-3.1-70b-0": "llmgw/decisions/llama-3~2e1-70b-0",
@@ -38,6 +39,7 @@ func TestDecisionPathIsAValidVariablePath(t *testing.T) {
 // a model replaces the first, releases and expiries remove only theirs,
 // and two writers racing lose nothing.
 func TestPins(t *testing.T) {
+	t.Parallel()
 	fake := nomadfake.New()
 	t.Cleanup(fake.Close)
 	s := New(fake.Client(t).Variables(), "")

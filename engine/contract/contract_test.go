@@ -21,6 +21,7 @@ func mustLoad(t *testing.T, engine string) *Contract {
 // header fields each one must have, and that its stated flag count (header
 // count: "N flag lines") is what was read.
 func TestEmbeddedContractsParse(t *testing.T) {
+	t.Parallel()
 	all, err := All()
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func TestEmbeddedContractsParse(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
+	t.Parallel()
 	c := mustLoad(t, "tgi")
 	for _, spec := range []string{"tgi", "tgi@" + c.Version, "tgi@" + strings.TrimPrefix(c.Version, "v")} {
 		if got, err := Lookup(spec); err != nil || got.Engine != "tgi" {
@@ -73,6 +75,7 @@ func TestLookup(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	const head = "# engine: x\n# version: 1\n# parser: clap 4\n"
 	for _, tc := range []struct{ name, body, want string }{
 		{"no flags", head, "x.txt:1: no flag lines"},
@@ -154,6 +157,7 @@ func runCases(t *testing.T, c *Contract, cases []checkCase) {
 }
 
 func TestClapTGI(t *testing.T) {
+	t.Parallel()
 	c := mustLoad(t, "tgi")
 	if c.Kind != Clap || c.Status() != 2 || c.Prog != "text-generation-launcher" {
 		t.Fatalf("tgi: kind %v status %d prog %q", c.Kind, c.Status(), c.Prog)
@@ -219,6 +223,7 @@ func hintOf(err error) string {
 }
 
 func TestLlamaCpp(t *testing.T) {
+	t.Parallel()
 	c := mustLoad(t, "llamacpp")
 	if c.Kind != LlamaCpp || c.Status() != 1 || c.Prog != "llama-server" {
 		t.Fatalf("llamacpp: kind %v status %d prog %q", c.Kind, c.Status(), c.Prog)
@@ -257,6 +262,7 @@ func TestLlamaCpp(t *testing.T) {
 }
 
 func TestArgparseVLLM(t *testing.T) {
+	t.Parallel()
 	c := mustLoad(t, "vllm")
 	if c.Kind != Argparse || c.Status() != 2 {
 		t.Fatalf("vllm: kind %v status %d", c.Kind, c.Status())
@@ -314,6 +320,7 @@ func TestArgparseVLLM(t *testing.T) {
 }
 
 func TestArgparseSGLang(t *testing.T) {
+	t.Parallel()
 	c := mustLoad(t, "sglang")
 	if c.Kind != Argparse || c.Status() != 2 {
 		t.Fatalf("sglang: kind %v status %d", c.Kind, c.Status())
@@ -349,6 +356,7 @@ func TestArgparseSGLang(t *testing.T) {
 // TestArgparseLayouts checks the layout this package keeps for each
 // argparse engine against what its contract's header says in prose.
 func TestArgparseLayouts(t *testing.T) {
+	t.Parallel()
 	all, err := All()
 	if err != nil {
 		t.Fatal(err)
@@ -389,6 +397,7 @@ func TestArgparseLayouts(t *testing.T) {
 // and then twice: once is accepted, and twice is refused exactly where the
 // contract says the flag may not repeat.
 func TestEveryFlag(t *testing.T) {
+	t.Parallel()
 	all, err := All()
 	if err != nil {
 		t.Fatal(err)

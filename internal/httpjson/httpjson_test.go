@@ -39,6 +39,7 @@ func check(t *testing.T, name string, rec *httptest.ResponseRecorder, status int
 
 // Write's body is json.Marshal's, byte for byte: no indent, no newline.
 func TestWrite(t *testing.T) {
+	t.Parallel()
 	want, err := json.Marshal(sample)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +55,7 @@ func TestWrite(t *testing.T) {
 // WriteIndented's body is what a json.Encoder indenting by two spaces
 // writes, trailing newline included.
 func TestWriteIndented(t *testing.T) {
+	t.Parallel()
 	var want bytes.Buffer
 	enc := json.NewEncoder(&want)
 	enc.SetIndent("", "  ")
@@ -67,6 +69,7 @@ func TestWriteIndented(t *testing.T) {
 
 // A value JSON cannot hold is a 500 that says why, not a partial body.
 func TestUnmarshalable(t *testing.T) {
+	t.Parallel()
 	for name, write := range map[string]func(http.ResponseWriter, int, any){"Write": Write, "WriteIndented": WriteIndented} {
 		rec := httptest.NewRecorder()
 		write(rec, http.StatusOK, map[string]float64{"watts": math.NaN()})

@@ -3,6 +3,7 @@ package suggest
 import "testing"
 
 func TestHint(t *testing.T) {
+	t.Parallel()
 	names := []string{"gpu-1", "gpu-2", "gpu-10", "rack=r01-k01", "cpu-box"}
 	for _, tc := range []struct{ in, want string }{
 		{"gpu-3", "did you mean gpu-1, gpu-2, gpu-10?"},

@@ -58,6 +58,7 @@ func roundTrip(t *testing.T, body string) (sample, error) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	seven := 7
 	tests := []struct {
 		name string
@@ -106,6 +107,7 @@ any = "free"
 }
 
 func TestErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ body, want string }{
 		{`count = 3`, `"name" is required`},
 		{"name = \"a\"\nperiod = \"soon\"", `period`},
@@ -123,6 +125,7 @@ func TestErrorsNameTheField(t *testing.T) {
 }
 
 func TestToHCLDecRejectsBadSchemas(t *testing.T) {
+	t.Parallel()
 	for name, s := range map[string]*Spec{
 		"empty":        {},
 		"bad type":     Attr("x", "lizt(string)"),
@@ -136,6 +139,7 @@ func TestToHCLDecRejectsBadSchemas(t *testing.T) {
 }
 
 func TestUnknownStructFieldIsAnError(t *testing.T) {
+	t.Parallel()
 	data, err := EncodeHCL(sampleSpec(), "c.hcl", []byte(`name = "x"`), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -66,6 +66,7 @@ func sum(t *testing.T, p string) [32]byte {
 
 // The same options give the same bytes; another seed or answer does not.
 func TestWriteDeterministic(t *testing.T) {
+	t.Parallel()
 	vocab := writeVocab(t)
 	dir := t.TempDir()
 	o := small(vocab)
@@ -91,6 +92,7 @@ func TestWriteDeterministic(t *testing.T) {
 // (without its chat template, which is ours), and every tensor at an
 // aligned offset with the shape llama.cpp's llama architecture loads.
 func TestWriteReadBack(t *testing.T) {
+	t.Parallel()
 	vocab := writeVocab(t)
 	p := filepath.Join(t.TempDir(), "m.gguf")
 	o := small(vocab)
@@ -148,6 +150,7 @@ func TestWriteReadBack(t *testing.T) {
 }
 
 func TestAnswerSpelling(t *testing.T) {
+	t.Parallel()
 	f, err := ReadFile(writeVocab(t))
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +174,7 @@ func TestAnswerSpelling(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
+	t.Parallel()
 	vocab := writeVocab(t)
 	for name, c := range map[string]struct {
 		mod  func(*Options)
@@ -204,6 +208,7 @@ func writeFile(t *testing.T, s string) string {
 
 // f32ToF16 against values whose half-precision bits are known.
 func TestF16(t *testing.T) {
+	t.Parallel()
 	for f, want := range map[float32]uint16{
 		0: 0, 1: 0x3c00, -2: 0xc000, 0.5: 0x3800, 65504: 0x7bff, 1e6: 0x7c00,
 		float32(math.Ldexp(1, -24)): 0x0001, // the smallest subnormal
@@ -218,6 +223,7 @@ func TestF16(t *testing.T) {
 
 // Q8_0 rows come out as blocks of an f16 scale and 32 int8s.
 func TestQ8Encoding(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	err := Encode(&buf, nil, []Tensor{{Name: "x", Dims: []uint64{32}, Type: Q8_0, Row: func(_ uint64, d []float32) {
 		d[0], d[1] = 1.27, -0.635
