@@ -55,20 +55,22 @@ func benchWorld(n int) (Fleet, Facility) {
 	return fleet, fac
 }
 
-// benchCatalog is 2,000 replicas: single-node models of 1, 2, 4 and 8 GPUs,
-// and multi-node models of 2 nodes in a rack and 4 nodes in a row.
-func benchCatalog() Catalog {
+// benchCatalog is replicas replicas (2,000 in BenchmarkPlace): single-node
+// models of 1, 2, 4 and 8 GPUs, and multi-node models of 2 nodes in a rack
+// and 4 nodes in a row, in the shares 40, 25, 20, 7.5, 5 and 2.5%.
+func benchCatalog(replicas int) Catalog {
+	share := func(per2000 int) int { return per2000 * replicas / 2000 }
 	prof := func(gpus, nodes int, within Level, spread ...Level) Profile {
-		return Profile{Name: "p", Engine: "vllm", GPU: "NVIDIA H200", GPUs: gpus, Nodes: nodes, KeepWithin: within,
+		return Profile{Name: fmt.Sprintf("g%dn%d", gpus, nodes), Engine: "vllm", GPU: "NVIDIA H200", GPUs: gpus, Nodes: nodes, KeepWithin: within,
 			CPUCores: 8 * gpus, MemoryGB: 128 * gpus, Spread: spread, Fabric: "ib", Weight: 1}
 	}
 	return Catalog{Models: []Model{
-		{Name: "one", Replicas: 800, Profiles: []Profile{prof(1, 1, 0, LevelRack, LevelPDU)}},
-		{Name: "two", Replicas: 500, Profiles: []Profile{prof(2, 1, 0, LevelRack, LevelPDU)}},
-		{Name: "four", Replicas: 400, Profiles: []Profile{prof(4, 1, 0, LevelRack, LevelPDU), prof(8, 1, 0, LevelRack)}},
-		{Name: "eight", Replicas: 150, Profiles: []Profile{prof(8, 1, 0, LevelRow, LevelRack)}},
-		{Name: "pair", Replicas: 100, Profiles: []Profile{prof(8, 2, LevelRack, LevelRow, LevelRack)}},
-		{Name: "quad", Replicas: 50, Profiles: []Profile{prof(8, 4, LevelRow, LevelRoom, LevelRow)}},
+		{Name: "one", Replicas: share(800), Profiles: []Profile{prof(1, 1, 0, LevelRack, LevelPDU)}},
+		{Name: "two", Replicas: share(500), Profiles: []Profile{prof(2, 1, 0, LevelRack, LevelPDU)}},
+		{Name: "four", Replicas: share(400), Profiles: []Profile{prof(4, 1, 0, LevelRack, LevelPDU), prof(8, 1, 0, LevelRack)}},
+		{Name: "eight", Replicas: share(150), Profiles: []Profile{prof(8, 1, 0, LevelRow, LevelRack)}},
+		{Name: "pair", Replicas: share(100), Profiles: []Profile{prof(8, 2, LevelRack, LevelRow, LevelRack)}},
+		{Name: "quad", Replicas: share(50), Profiles: []Profile{prof(8, 4, LevelRow, LevelRoom, LevelRow)}},
 	}}
 }
 
@@ -93,7 +95,7 @@ var benchSizes = []int{1_000, 10_000, 100_000}
 // BenchmarkPlace places 2,000 replicas (Place, then Commit) on a fresh
 // planner; building the planner is not timed (see BenchmarkNewPlanner).
 func BenchmarkPlace(b *testing.B) {
-	reqs := benchRequests(benchCatalog())
+	reqs := benchRequests(benchCatalog(2000))
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			fleet, fac := benchWorld(n)
