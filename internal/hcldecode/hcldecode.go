@@ -195,7 +195,16 @@ func sortedAttributes(b *hclsyntax.Body) []*hclsyntax.Attribute {
 }
 
 // isNull reports whether a's value is null (and evaluates without error).
+// A literal and a quoted string, nearly every attribute of a file, answer
+// without being evaluated again: a literal knows its value, and a string
+// template is never null (a null inside one is an error).
 func isNull(a *hclsyntax.Attribute, ctx *hcl.EvalContext) bool {
+	switch e := a.Expr.(type) {
+	case *hclsyntax.LiteralValueExpr:
+		return e.Val.IsNull()
+	case *hclsyntax.TemplateExpr:
+		return false
+	}
 	v, diags := a.Expr.Value(ctx)
 	return !diags.HasErrors() && v.IsNull()
 }
