@@ -3,6 +3,8 @@ package facility
 import (
 	"errors"
 	"strconv"
+
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
 // Pos names a place in an input file. The zero Pos means "not from a file"
@@ -20,21 +22,11 @@ func (p Pos) String() string {
 	return p.Filename + ":" + strconv.Itoa(p.Line)
 }
 
-// Error is a problem with an input, at a place in a file. Parsers and
-// validators return one *Error per problem, joined with errors.Join.
-type Error struct {
-	Pos Pos
-	Msg string
+// errAt is a problem with an input at p: parsers and validators return
+// one *hcldecode.Problem per problem, joined with errors.Join.
+func errAt(p Pos, msg string) error {
+	return &hcldecode.Problem{Filename: p.Filename, Line: p.Line, Msg: msg}
 }
-
-func (e *Error) Error() string {
-	if s := e.Pos.String(); s != "" {
-		return s + ": " + e.Msg
-	}
-	return e.Msg
-}
-
-func errAt(p Pos, msg string) error { return &Error{Pos: p, Msg: msg} }
 
 // Sentinel errors, for errors.Is.
 var (

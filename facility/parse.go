@@ -582,9 +582,9 @@ func (d *decoder) duration(body hcl.Body, name, v string, dst *time.Duration, lo
 	if !ok {
 		return false
 	}
-	dur, err := time.ParseDuration(v)
+	dur, err := hcldecode.ParseDuration(name, v)
 	if err != nil {
-		d.errorf(r, "%s: %q is not a duration (such as \"30s\", \"10m\")", name, v)
+		d.errorf(r, "%v", err)
 		return false
 	}
 	if err := checkDuration(name, dur, lo, hi); err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
 func TestParseFleet(t *testing.T) {
@@ -242,9 +244,9 @@ func TestParseErrors(t *testing.T) {
 			if !containsLine(err.Error(), tt.want) {
 				t.Errorf("got error:\n%v\nwant a line starting %q", err, tt.want)
 			}
-			var fe *Error
-			if !errors.As(err, &fe) || fe.Pos.Filename != "f.hcl" || fe.Pos.Line < 1 {
-				t.Errorf("got %#v, want an *Error with a position", err)
+			var fe *hcldecode.Problem
+			if !errors.As(err, &fe) || fe.Filename != "f.hcl" || fe.Line < 1 {
+				t.Errorf("got %#v, want an *hcldecode.Problem with a position", err)
 			}
 		})
 	}

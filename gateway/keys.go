@@ -152,8 +152,8 @@ func ParseKeys(filename string, src []byte) (*KeySet, error) {
 	}
 	if ps := f.Problems(); len(ps) > 0 {
 		errs := make([]error, len(ps))
-		for i, p := range ps {
-			errs[i] = errors.New(p.String())
+		for i := range ps {
+			errs[i] = &ps[i]
 		}
 		return nil, errors.Join(errs...)
 	}

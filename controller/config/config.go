@@ -226,20 +226,6 @@ type Reconcile struct {
 	MaxStopFraction float64
 }
 
-// Error is one problem with a configuration file, at a line.
-type Error struct {
-	Filename string
-	Line     int // 0: not from the file (the environment)
-	Msg      string
-}
-
-func (e *Error) Error() string {
-	if e.Line == 0 {
-		return e.Filename + ": " + e.Msg
-	}
-	return e.Filename + ":" + strconv.Itoa(e.Line) + ": " + e.Msg
-}
-
 // Default returns the configuration of an empty file in an empty
 // environment, in directory dir.
 func Default(dir string) Config {
@@ -375,7 +361,7 @@ func Parse(filename string, src []byte, env func(string) string) (Config, error)
 	f, ok := hcldecode.Decode(filename, src, ctx, &raw)
 	p := &parser{File: f, filename: filename, env: env}
 	for _, pr := range f.Problems() {
-		p.errs = append(p.errs, &Error{Filename: pr.Filename, Line: pr.Line, Msg: pr.Msg})
+		p.errs = append(p.errs, &hcldecode.Problem{Filename: pr.Filename, Line: pr.Line, Msg: pr.Msg})
 	}
 	c := Default(filepath.Dir(filename))
 	c.File = filename
@@ -397,11 +383,11 @@ type parser struct {
 }
 
 func (p *parser) errorf(r hcl.Range, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Filename: p.filename, Line: p.line(r), Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &hcldecode.Problem{Filename: p.filename, Line: p.line(r), Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) envErrorf(format string, args ...any) {
-	p.errs = append(p.errs, &Error{Filename: p.filename, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &hcldecode.Problem{Filename: p.filename, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) line(r hcl.Range) int { return max(r.Start.Line, 1) }
@@ -413,10 +399,10 @@ func (p *parser) duration(body hcl.Body, name, s string, dst *time.Duration, lo 
 	if !ok {
 		return
 	}
-	d, err := time.ParseDuration(s)
+	d, err := hcldecode.ParseDuration(name, s)
 	switch {
 	case err != nil:
-		p.errorf(r, "%s: %q is not a duration (such as \"30s\", \"10m\")", name, s)
+		p.errorf(r, "%v", err)
 	case d < lo:
 		p.errorf(r, "%s: %s is below the minimum of %s", name, d, lo)
 	default:

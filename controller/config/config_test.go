@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -281,9 +282,9 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("%d errors, want %d:\n%v", len(errs), len(tc.want), err)
 			}
 			for i, e := range errs {
-				var ce *Error
+				var ce *hcldecode.Problem
 				if !errors.As(e, &ce) {
-					t.Errorf("error %d (%v) is not a *config.Error", i, e)
+					t.Errorf("error %d (%v) is not a *hcldecode.Problem", i, e)
 				}
 				if !strings.Contains(e.Error(), tc.want[i]) {
 					t.Errorf("error %d = %q, want it to contain %q", i, e, tc.want[i])

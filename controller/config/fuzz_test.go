@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
 // FuzzParse: Parse never panics, and either returns a configuration that
@@ -38,9 +40,9 @@ func FuzzParse(f *testing.F) {
 				errs = []error{err}
 			}
 			for _, e := range errs {
-				var ce *Error
+				var ce *hcldecode.Problem
 				if !errors.As(e, &ce) {
-					t.Fatalf("error %q is not a *config.Error", e)
+					t.Fatalf("error %q is not a *hcldecode.Problem", e)
 				}
 				if !strings.HasPrefix(e.Error(), "f.hcl:") {
 					t.Fatalf("error %q does not name the file", e)

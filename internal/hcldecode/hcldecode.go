@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -38,14 +39,31 @@ import (
 	"github.com/zclconf/go-cty/cty/function"
 )
 
-// Problem is one problem with a file, at a place in it.
+// Problem is one problem with a file, at a place in it. It is the one
+// file:line error of llmgw's readers (the controller's configuration, the
+// catalog, facility and fleet, the gateway's configuration and key files):
+// each returns one *Problem per problem, joined with errors.Join.
 type Problem struct {
 	Filename string
-	Line     int // at least 1
-	Msg      string
+	// Line is at least 1 for a problem in the file; 0 for one about the
+	// file but from elsewhere (the environment, a value built in code).
+	Line int
+	Msg  string
 }
 
-func (p Problem) String() string { return fmt.Sprintf("%s:%d: %s", p.Filename, p.Line, p.Msg) }
+// String is "file:line: msg", "file: msg" without a line, and msg alone
+// without a file.
+func (p Problem) String() string {
+	switch {
+	case p.Filename == "" && p.Line == 0:
+		return p.Msg
+	case p.Line == 0:
+		return p.Filename + ": " + p.Msg
+	}
+	return fmt.Sprintf("%s:%d: %s", p.Filename, p.Line, p.Msg)
+}
+
+func (p *Problem) Error() string { return p.String() }
 
 // File is a decoded file and the problems found in it so far.
 type File struct {
@@ -247,6 +265,17 @@ func Missing(body hcl.Body) hcl.Range {
 // Errorf adds a problem at r.
 func (f *File) Errorf(r hcl.Range, format string, args ...any) {
 	f.problems = append(f.problems, f.problem(&r, fmt.Sprintf(format, args...)))
+}
+
+// ParseDuration reads s, the value of the duration attribute name
+// ("30s", "10m"), with the one message every reader gives for a value
+// that is not one; the caller puts it at the attribute's line.
+func ParseDuration(name, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a duration (such as \"30s\", \"10m\")", name, s)
+	}
+	return d, nil
 }
 
 // Problems returns every problem so far, in the order found: those of

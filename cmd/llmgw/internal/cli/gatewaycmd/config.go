@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/pflag"
@@ -90,7 +89,7 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 	f, ok := hcldecode.Decode(filename, src, ctx, &raw)
 	var errs []error
 	for _, p := range f.Problems() {
-		errs = append(errs, errors.New(p.String()))
+		errs = append(errs, &p)
 	}
 	if !ok {
 		return nil, errors.Join(errs...)
@@ -109,8 +108,8 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 			s.value = fv
 		case duration:
 			s.value = string(fv)
-			if _, err := time.ParseDuration(s.value); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s: %q is not a duration (such as \"30s\", \"10m\")", s.at, name, s.value))
+			if _, err := hcldecode.ParseDuration(name, s.value); err != nil {
+				errs = append(errs, &hcldecode.Problem{Filename: filename, Line: max(r.Start.Line, 1), Msg: err.Error()})
 			}
 		case bool:
 			s.value = strconv.FormatBool(fv)
