@@ -16,6 +16,7 @@ func autoscaleModel(lines string) string {
 }
 
 func TestParseAutoscale(t *testing.T) {
+	t.Parallel()
 	src := autoscaleModel(`  priority = 80
   autoscale {
     min = 0
@@ -50,6 +51,7 @@ func TestParseAutoscale(t *testing.T) {
 }
 
 func TestParseAutoscaleDefaults(t *testing.T) {
+	t.Parallel()
 	cat, err := ParseCatalog("c.hcl", []byte(autoscaleModel("  autoscale {\n    max = 4\n    target { outstanding_per_replica = 8 }\n  }\n")))
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +82,7 @@ func TestParseAutoscaleDefaults(t *testing.T) {
 // Every bad autoscale input is an error naming the field and file:line,
 // and nothing parses.
 func TestParseAutoscaleErrors(t *testing.T) {
+	t.Parallel()
 	block := func(body string) string {
 		return autoscaleModel("  autoscale {\n" + body + "  }\n")
 	}
@@ -137,6 +140,7 @@ func TestParseAutoscaleErrors(t *testing.T) {
 
 // Validate checks a policy built in code as the parser does.
 func TestValidateAutoscale(t *testing.T) {
+	t.Parallel()
 	ok := DefaultAutoscale()
 	ok.Max, ok.Target = 4, Target{Kind: TargetOutstanding, Value: 8}
 	tests := []struct {

@@ -125,6 +125,7 @@ func catalogHCLFile(cat Catalog) []byte {
 // DIR it also writes the 12,800-node files into DIR for timing `llmgw plan`
 // (docs/perf.md).
 func TestBenchFiles(t *testing.T) {
+	t.Parallel()
 	const nodes, replicas = 200, 100
 	fleetSrc, facSrc, catSrc := benchFiles(nodes, replicas)
 	wantFleet, wantFac := benchWorld(nodes)

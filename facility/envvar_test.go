@@ -30,6 +30,7 @@ model "alpha" {
 // env_from_variable names an item of a Nomad Variable per engine variable;
 // the references are part of the fingerprint, sorted by name.
 func TestEnvFromVariable(t *testing.T) {
+	t.Parallel()
 	cat, err := ParseCatalog("catalog.hcl", []byte(envVarCatalog))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,7 @@ func TestEnvFromVariable(t *testing.T) {
 
 // Every bad env_from_variable is reported at its line.
 func TestEnvFromVariableErrors(t *testing.T) {
+	t.Parallel()
 	src := `
 model "alpha" {
   source = "org/alpha"
@@ -116,6 +118,7 @@ model "alpha" {
 }
 
 func TestCheckVariablePath(t *testing.T) {
+	t.Parallel()
 	for path, ok := range map[string]bool{
 		"nomad/jobs": true, "nomad/jobs/llmgw": true, "llmgw/secrets/hf": true, "a~b_c-d": true,
 		"": false, "/x": false, "x/": false, "x//y": false, "x y": false, "x.y": false, "nomad/x": false, "nomad": false,

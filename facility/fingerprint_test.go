@@ -6,6 +6,7 @@ import (
 )
 
 func TestProfileFingerprint(t *testing.T) {
+	t.Parallel()
 	m := Model{Name: "llama", Source: "meta/llama", Replicas: 2}
 	p := Profile{
 		Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 1, Watts: 2600,

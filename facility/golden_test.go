@@ -68,6 +68,7 @@ type parsed struct {
 // values (or errors) with testdata/golden, which the parsers before the
 // move to gohcl wrote: the same files parse to the same values.
 func TestParseGolden(t *testing.T) {
+	t.Parallel()
 	want := map[string]bool{}
 	for kind, files := range exampleFiles(t) {
 		for _, rel := range files {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseCatalogLayout(t *testing.T) {
+	t.Parallel()
 	src := `model "ds" {
   source = "deepseek-ai/DeepSeek-V3"
   profile "p" {
@@ -52,6 +53,7 @@ model "q" {
 // asks, and args that set llmgw's flags are errors at the profile's line,
 // naming the field and the numbers.
 func TestParseCatalogLayoutErrors(t *testing.T) {
+	t.Parallel()
 	profile := func(body string) string {
 		return "model \"m\" {\n  source = \"org/m\"\n  profile \"p\" {\n    gpu = \"H\"\n" + body + "  }\n}\n"
 	}
@@ -136,6 +138,7 @@ func TestParseCatalogLayoutErrors(t *testing.T) {
 // pinned contract does not know through, with a warning at the profile
 // naming the version and the versions llmgw has.
 func TestEngineVersionAndCheckArgs(t *testing.T) {
+	t.Parallel()
 	profile := func(body string) string {
 		return "model \"m\" {\n  source = \"org/m\"\n  profile \"p\" {\n    gpu = \"H\"\n    engine = \"vllm\"\n    args = [\"--a-flag-of-a-later-release\", \"1\"]\n" + body + "  }\n}\n"
 	}
@@ -188,6 +191,7 @@ func TestEngineVersionAndCheckArgs(t *testing.T) {
 }
 
 func TestFingerprintLayout(t *testing.T) {
+	t.Parallel()
 	m := Model{Name: "m", Source: "org/m"}
 	p := Profile{Name: "p", Engine: "vllm", GPU: "H", GPUs: 8, Nodes: 1}
 	base := ProfileFingerprint(m, p)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseFleet(t *testing.T) {
+	t.Parallel()
 	src := `
 node "n-0001" {
   site = "ams1"
@@ -66,6 +67,7 @@ node "n-0002" {
 }
 
 func TestParseFacility(t *testing.T) {
+	t.Parallel()
 	src := `headroom = 0.05
 budget "pdu=p01-a"    { watts = 17300 }
 budget "rack=r01-k01" { watts = 30000 }
@@ -99,6 +101,7 @@ hold "row=r02" {}
 }
 
 func TestParseCatalog(t *testing.T) {
+	t.Parallel()
 	src := `model "llama-3.1-70b" {
   source   = "meta-llama/Llama-3.1-70B-Instruct"
   replicas = 4
@@ -171,6 +174,7 @@ const (
 
 // Every bad input is an error naming file:line.
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		kind string // fleet, facility, catalog
@@ -274,6 +278,7 @@ func checkErrorLines(t *testing.T, filename string, err error) {
 }
 
 func TestCheckCatalog(t *testing.T) {
+	t.Parallel()
 	fleet, err := ParseFleet("fleet.hcl", []byte(okNode+`
 node "n2" {
   rack = "k2"
@@ -330,6 +335,7 @@ node "n2" {
 }
 
 func TestCheckFacility(t *testing.T) {
+	t.Parallel()
 	fleet, err := ParseFleet("fleet.hcl", []byte(okNode))
 	if err != nil {
 		t.Fatal(err)
@@ -345,6 +351,7 @@ func TestCheckFacility(t *testing.T) {
 }
 
 func TestParseExamples(t *testing.T) {
+	t.Parallel()
 	read := func(name string) []byte {
 		b, err := os.ReadFile("../jobs/examples/" + name)
 		if err != nil {

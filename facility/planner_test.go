@@ -59,6 +59,7 @@ func shardNodes(d Decision) []string {
 }
 
 func TestPlaceRules(t *testing.T) {
+	t.Parallel()
 	watts := func(w float64) Profile { p := tprof("p", 4); p.Watts = w; return p }
 	full := []func(*Node){free(0)}
 	onlyN1 := map[string][]func(*Node){"n2": full, "n3": full, "n4": full}
@@ -291,6 +292,7 @@ func TestPlaceRules(t *testing.T) {
 }
 
 func TestPlaceScope(t *testing.T) {
+	t.Parallel()
 	nodes := []Node{
 		tnode("n1", "r1", "k1", "p1"), tnode("n2", "r1", "k1", "p2"),
 		tnode("n3", "r1", "k2", "p3"), tnode("n4", "r1", "k2", "p3"),
@@ -332,6 +334,7 @@ func TestPlaceScope(t *testing.T) {
 }
 
 func TestRejectionsListedAndSummed(t *testing.T) {
+	t.Parallel()
 	var nodes []Node
 	var holds []Hold
 	for i := range 12 {
@@ -354,6 +357,7 @@ func TestRejectionsListedAndSummed(t *testing.T) {
 }
 
 func TestRejectionKindsAndCounts(t *testing.T) {
+	t.Parallel()
 	nodes := []Node{
 		tnode("a1", "r1", "k1", "p1", func(n *Node) { n.Pool = "batch" }),
 		tnode("a2", "r1", "k1", "p1", func(n *Node) { n.GPUs[0].Model = "B" }),
@@ -392,6 +396,7 @@ func TestRejectionKindsAndCounts(t *testing.T) {
 }
 
 func TestCommit(t *testing.T) {
+	t.Parallel()
 	nodes := fourNodes(nil)
 	p, err := NewPlanner(Fleet{Nodes: nodes}, Facility{Budgets: []Budget{budget("rack=k1", 100000), budget("rack=k2", 100000)}}, nil)
 	if err != nil {
@@ -431,6 +436,7 @@ func TestCommit(t *testing.T) {
 }
 
 func TestDraining(t *testing.T) {
+	t.Parallel()
 	fac := Facility{Holds: []Hold{
 		{Domain: mustDomain("rack=k1"), Reason: "PDU swap", Drain: true},
 		{Domain: mustDomain("pdu=p3"), Reason: "look only"},
@@ -453,6 +459,7 @@ func TestDraining(t *testing.T) {
 }
 
 func TestPlaceInvalidProfile(t *testing.T) {
+	t.Parallel()
 	bad := tprof("bad", 1)
 	bad.Spread = []Level{LevelRack, LevelRack, LevelPDU, LevelRow, LevelRoom, LevelSite}
 	gang := tprof("gang", 1)

@@ -311,6 +311,7 @@ func spreadEnclosing(p Profile) bool {
 }
 
 func TestPlaceProperties(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	decisions, placed, gangs, gangSpread := 0, 0, 0, 0
 	for iter := range 1000 {
@@ -431,6 +432,7 @@ func checkDecision(t *testing.T, where string, ref *ref, d Decision, prof Profil
 }
 
 func TestPlanDeterministic(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	ignore := cmpopts.IgnoreFields(Plan{}, "Holds")
 	for iter := range 100 {

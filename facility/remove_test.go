@@ -7,6 +7,7 @@ import (
 )
 
 func TestRemoveAndRestore(t *testing.T) {
+	t.Parallel()
 	nodes := fourNodes(map[string][]func(*Node){"n3": {free(0)}, "n4": {free(0)}})
 	fac := Facility{Budgets: []Budget{budget("rack=k1", 2000+5600)}} // k1 holds one 8-GPU replica
 	running := []Replica{{ID: "old", Model: "m", Profile: "p", Shards: []Shard{{Node: "n1", Watts: 5600, GPU: "H", GPUs: 8}}}}
@@ -57,6 +58,7 @@ func TestRemoveAndRestore(t *testing.T) {
 // A node's measured draw stays: removing a shard frees only what the
 // measurement does not cover.
 func TestRemoveUnderMeasuredDraw(t *testing.T) {
+	t.Parallel()
 	nodes := fourNodes(map[string][]func(*Node){"n1": {measured(5000)}})
 	running := []Replica{{ID: "a", Model: "m", Profile: "p", Shards: []Shard{{Node: "n1", Watts: 2800, GPU: "H", GPUs: 4}}}}
 	p, err := NewPlanner(Fleet{Nodes: nodes}, Facility{}, running)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestScopeJSONRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := Scope{{LevelSite, "ams1"}, {LevelRow, "r01"}, {LevelRack, "r01-k01"}, {LevelPDU, "p01-k01-a"}}
 	b, err := json.Marshal(in)
 	if err != nil {

@@ -21,6 +21,7 @@ func envMap(m map[string]string) func(string) string {
 }
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("etc", "llmgw")
 	file := filepath.Join(dir, "llmgw.hcl")
 	def := Default(dir)
@@ -189,6 +190,7 @@ nomad {
 }
 
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		src  string
@@ -295,6 +297,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "llmgw.hcl")
 	if err := os.WriteFile(path, []byte("catalog = \"cat.hcl\"\n"), 0o600); err != nil {
@@ -325,6 +328,7 @@ func TestLoad(t *testing.T) {
 // The example configuration parses, and points at the example catalog and
 // facility, which parse too.
 func TestExample(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "..", "jobs", "examples", "llmgw.hcl")
 	c, err := Load(path, nil)
 	if err != nil {
@@ -356,6 +360,7 @@ func TestExample(t *testing.T) {
 }
 
 func TestRenderSettings(t *testing.T) {
+	t.Parallel()
 	c, err := Parse("c.hcl", []byte(`
 nomad {
   region    = "eu"
@@ -395,6 +400,7 @@ driver {
 }
 
 func TestAPIConfig(t *testing.T) {
+	t.Parallel()
 	n := Nomad{Address: "https://n:4646", Token: "t", Region: "r", Namespace: "ns",
 		TLS: TLS{CAFile: "ca", CertFile: "c", KeyFile: "k", ServerName: "sn", Insecure: true}}
 	got := n.APIConfig()

@@ -57,6 +57,7 @@ func configFiles(t *testing.T) []string {
 // testdata/golden, which the parser before the move to gohcl wrote: the
 // same files parse to the same values.
 func TestParseGolden(t *testing.T) {
+	t.Parallel()
 	want := map[string]bool{}
 	for _, rel := range configFiles(t) {
 		for _, env := range []string{"noenv", "env"} {

@@ -50,6 +50,7 @@ func msgs(f *File) []string {
 }
 
 func TestDecode(t *testing.T) {
+	t.Parallel()
 	f, v := decode(t, `
 name  = env("A")
 count = 3
@@ -89,6 +90,7 @@ thing "y" {}
 }
 
 func TestDecodeProblems(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, src string
 		want      []string
@@ -136,6 +138,7 @@ func TestDecodeProblems(t *testing.T) {
 }
 
 func TestProblemNamesTheFile(t *testing.T) {
+	t.Parallel()
 	var v testFile
 	f, ok := Decode("dir/t.hcl", []byte("count = {"), nil, &v)
 	if ok {
