@@ -148,7 +148,7 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	status := http.StatusOK
-	body := map[string]any{"leader": c.leader, "synced": c.snap.synced()}
+	body := map[string]any{"leader": c.lead.isLeading(), "synced": c.snap.synced()}
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		body["config_error"] = err.Error()
 	}
@@ -159,7 +159,7 @@ func (c *Controller) currentView() View {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	v := c.view
-	v.Leader = c.leader
+	v.Leader = c.lead.isLeading()
 	// The engine readings are newer than the pass that built the view.
 	v.Replicas = slices.Clone(v.Replicas)
 	for i := range v.Replicas {

@@ -90,11 +90,9 @@ type Controller struct {
 	unsure      map[string]bool
 	behindSince time.Time // when passes began to wait for expect
 
-	// leaseUntil is when this controller's hold on the leader lock may
-	// have lapsed: the moment its last successful acquire or renewal was
-	// sent, plus the lock's TTL. The leader's writes stop before it
-	// (writeContext). Zero while it does not lead. Under mu.
-	leaseUntil time.Time
+	// lead holds the leader lock and its lease, and fences the leader's
+	// writes (leader.go).
+	lead *leader
 
 	// inputGen is the write generation (gen) the last input read with the
 	// snapshot; the view built from that input carries it. Under passMu.
@@ -123,7 +121,6 @@ type Controller struct {
 	prune    bool
 	loadedAt time.Time // when the files in force were loaded
 	snap     snapshot
-	leader   bool
 	view     View
 	saved    map[string]string // replica -> last saved decision, to write only changes
 	// engineObs is what the last round of engine scrapes read, by replica
@@ -218,6 +215,7 @@ func New(opts Options) (*Controller, error) {
 		scalers:       map[string]*autoscale.Scaler{},
 		history:       map[string]*ring{},
 	}
+	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
 	if opts.Config.ServiceProvider == render.ProviderConsul {
 		cc := consulapi.DefaultNonPooledConfig()
 		cc.Address = config.DefaultConsulAddress
@@ -370,7 +368,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	run(c.watchHealth)
 	run(c.watchEngineMetrics)
 	run(c.watchSignals)
-	run(c.leadLoop)
+	run(func(ctx context.Context) { c.lead.run(ctx, c.reconcileLoop) })
 	run(c.viewLoop)
 	wg.Wait()
 	return nil
@@ -579,158 +577,6 @@ func hasGPU(n *api.Node) bool {
 	return false
 }
 
-// Leadership timing. A renewal is sent every TTL/3 and given TTL/3 to
-// answer; one that fails or times out ends the leadership at once. The
-// lease (leaseUntil) runs TTL from the moment the last good renewal was
-// sent: Nomad keeps the lock at least that long after it applied the
-// renewal, and a standby cannot take it before the lock expires and its
-// LockDelay passes, so the leader's writes, each with a deadline inside
-// the lease, end before another controller can lead.
-const (
-	leaseMargin  = time.Second      // writes stop this long before the lease ends
-	writeTimeout = 30 * time.Second // the longest one job write may take
-	callTimeout  = 10 * time.Second // reads that are not blocking queries
-)
-
-// leadLoop tries to hold the leader lock; while it does, it reconciles.
-func (c *Controller) leadLoop(ctx context.Context) {
-	ttl := c.opts.LockTTL
-	locks, err := c.nomad.Locks(*c.wo, api.Variable{
-		Namespace: c.wo.Namespace, Path: store.LeaderPath,
-		Items: api.VariableItems{"holder": c.opts.Identity},
-		Lock:  &api.VariableLock{TTL: ttl.String(), LockDelay: ttl.String()},
-	}, api.LocksOptionWithMaxRetries(2))
-	if err != nil {
-		c.log.Error("leader lock", "error", err)
-		return
-	}
-	for ctx.Err() == nil {
-		// Not cancelled with ctx: an acquire cut off in flight may still
-		// take the lock in Nomad, and its holder would then not know to
-		// release it. It finishes (or times out), and a controller that
-		// is stopping releases what it got.
-		sent := time.Now()
-		actx, acancel := context.WithTimeout(context.Background(), ttl/3)
-		_, err := locks.Acquire(lockCall(actx, locks, c.wo))
-		acancel()
-		if err == nil && ctx.Err() != nil {
-			c.releaseLock(locks)
-			return
-		}
-		if err != nil {
-			if !errors.Is(err, api.ErrLockConflict) && ctx.Err() == nil {
-				c.log.Warn("acquire leader lock", "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(ttl / 2):
-			}
-			continue
-		}
-		c.setLease(sent.Add(ttl))
-		c.log.Info("leading", "identity", c.opts.Identity)
-		c.setLeader(true)
-		lctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.reconcileLoop(lctx)
-		}()
-		renew := time.NewTicker(ttl / 3)
-	hold:
-		for {
-			select {
-			case <-ctx.Done():
-				break hold
-			case <-done:
-				break hold
-			case <-renew.C:
-				sent := time.Now()
-				rctx, rcancel := context.WithTimeout(ctx, ttl/3)
-				err := locks.Renew(lockCall(rctx, locks, c.wo))
-				rcancel()
-				if err != nil {
-					if ctx.Err() == nil {
-						c.log.Warn("lost leadership", "error", err)
-						c.metrics.leaseLost.Inc()
-					}
-					break hold
-				}
-				c.setLease(sent.Add(ttl))
-			}
-		}
-		c.setLease(time.Time{}) // no new write from here on
-		renew.Stop()
-		cancel()
-		<-done
-		c.setLeader(false)
-		c.releaseLock(locks)
-	}
-}
-
-// releaseLock gives the leader lock up, so that a standby need not wait
-// for it to lapse.
-func (c *Controller) releaseLock(locks *api.Locks) {
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := locks.Release(lockCall(rctx, locks, c.wo)); err != nil {
-		c.log.Warn("release leader lock", "error", err)
-	}
-}
-
-// lockCall gives the lock's next call ctx as its deadline. nomad/api's
-// Locks only checks the context it is handed between retries; the HTTP
-// request itself runs under the Locks' own WriteOptions, so a hung
-// connection would hold a renewal forever without this.
-func lockCall(ctx context.Context, l *api.Locks, wo *api.WriteOptions) context.Context {
-	l.WriteOptions = *(*wo).WithContext(ctx)
-	return ctx
-}
-
-func (c *Controller) setLease(t time.Time) {
-	c.mu.Lock()
-	c.leaseUntil = t
-	c.mu.Unlock()
-}
-
-// ErrNotLeading is a fenced write refused because this controller's lease
-// on the leader lock has lapsed (or it never held one).
-var ErrNotLeading = errors.New("not leading: the leader lease has lapsed")
-
-// writeContext bounds one job write: writeTimeout, and for the leader's
-// own passes the end of its lease less leaseMargin. A fenced write past
-// the lease is refused.
-func (c *Controller) writeContext(ctx context.Context, fenced bool) (context.Context, context.CancelFunc, error) {
-	deadline := time.Now().Add(writeTimeout)
-	if fenced {
-		c.mu.RLock()
-		until := c.leaseUntil
-		c.mu.RUnlock()
-		end := until.Add(-leaseMargin)
-		if until.IsZero() || !time.Now().Before(end) {
-			c.metrics.fencedWrites.Inc()
-			return nil, nil, ErrNotLeading
-		}
-		if end.Before(deadline) {
-			deadline = end
-		}
-	}
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	return wctx, cancel, nil
-}
-
-func (c *Controller) setLeader(v bool) {
-	c.mu.Lock()
-	c.leader = v
-	c.mu.Unlock()
-	if v {
-		c.metrics.leader.Set(1)
-	} else {
-		c.metrics.leader.Set(0)
-	}
-}
-
 // reconcileLoop runs a pass on every change (debounced) and at least every
 // reconcile interval. One pass at a time: budgets are shared.
 func (c *Controller) reconcileLoop(ctx context.Context) {
@@ -799,10 +645,7 @@ func (c *Controller) viewLoop(ctx context.Context) {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		c.mu.RLock()
-		leader := c.leader
-		c.mu.RUnlock()
-		if leader {
+		if c.lead.isLeading() {
 			continue
 		}
 		if err := c.refreshView(); err != nil && !errors.Is(err, ErrNotSynced) {
@@ -1259,7 +1102,7 @@ func (c *Controller) execute(ctx context.Context, fenced bool, a reconcile.Actio
 
 // register writes job with check-and-set on index (0: it must not exist).
 func (c *Controller) register(ctx context.Context, fenced bool, job *api.Job, index uint64) error {
-	wctx, cancel, err := c.writeContext(ctx, fenced)
+	wctx, cancel, err := c.lead.writeContext(ctx, fenced)
 	if err != nil {
 		return err
 	}

@@ -525,13 +525,12 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 
 	c.mu.Lock()
 	c.signals, c.sources, c.signalsAt = signals, sources, at
-	leader := c.leader
 	models2 := c.view.Models
 	c.mu.Unlock()
 	c.recordHistory(at, signals, models2, set.Interval)
 	c.metrics.setSignals(signals)
 	c.logSources(st, sources)
-	if leader {
+	if c.lead.isLeading() {
 		c.kick() // the next pass decides with this round
 	}
 }

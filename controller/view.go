@@ -282,8 +282,8 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	}
 	c.metrics.adopted.WithLabelValues("jobs").Set(float64(len(in.Jobs)))
 
+	v.Leader = c.lead.isLeading()
 	c.mu.Lock()
-	v.Leader = c.leader
 	c.view = v
 	c.viewGen = c.inputGen
 	c.notifyLocked()
