@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,15 +80,9 @@ type Controller struct {
 
 	// passMu makes passes (and a standby's view refreshes) one at a time.
 	passMu sync.Mutex
-	// expect is the jobs-table index the job list must have reached before
-	// the next pass: that of this controller's last job write whose outcome
-	// it knows. unsure holds the jobs whose last write's outcome it does not
-	// know (an error, a lost answer, a check-and-set conflict): the next
-	// pass reads them first. Both under mu.
-	expect      uint64
-	unsure      map[string]bool
-	behindSince time.Time // when passes began to wait for expect
-
+	// writes carries out job writes and keeps what the next pass must
+	// wait for (writer.go).
+	writes *writer
 	// lead holds the leader lock and its lease, and fences the leader's
 	// writes (leader.go).
 	lead *leader
@@ -206,7 +199,6 @@ func New(opts Options) (*Controller, error) {
 		viewTrigger:   make(chan struct{}, 1),
 		healthTrigger: make(chan struct{}, 1),
 		wake:          make(chan struct{}, 1),
-		unsure:        map[string]bool{},
 		changed:       make(chan struct{}),
 		metrics:       newMetrics(),
 		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
@@ -216,6 +208,8 @@ func New(opts Options) (*Controller, error) {
 		history:       map[string]*ring{},
 	}
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
+	c.writes = &writer{nomad: client, wo: c.wo, qo: c.qo, log: c.log, metrics: c.metrics, lead: c.lead,
+		settings: opts.Config.RenderSettings(), unsure: map[string]bool{}}
 	if opts.Config.ServiceProvider == render.ProviderConsul {
 		cc := consulapi.DefaultNonPooledConfig()
 		cc.Address = config.DefaultConsulAddress
@@ -492,12 +486,15 @@ func (c *Controller) watchJobs(ctx context.Context) {
 		q.Params = map[string]string{"meta": "true"}
 		return c.nomad.Jobs().List(q)
 	}, func(jobs []*api.JobListStub, index uint64) {
-		c.mu.Lock()
-		if index < c.snap.jobsIndex {
-			// The servers' index went backwards (a snapshot restore): what
-			// this controller expected to see is moot.
-			c.expect = 0
+		// This callback alone writes jobsIndex: read, then forget, then
+		// publish, so that no pass sees the new list with the old expect.
+		c.mu.RLock()
+		backwards := index < c.snap.jobsIndex
+		c.mu.RUnlock()
+		if backwards {
+			c.writes.forgetExpect()
 		}
+		c.mu.Lock()
 		c.snap.jobs, c.snap.jobsSynced, c.snap.jobsIndex = jobs, true, index
 		c.mu.Unlock()
 		c.kick()
@@ -680,10 +677,6 @@ var ErrNotSynced = errors.New("not every Nomad list has been read yet")
 // another replica into the budget the job already uses.
 var ErrBehind = errors.New("the job list has not caught up with this controller's writes yet")
 
-// behindLimit is how long passes wait for the job list to show this
-// controller's writes before they plan anyway.
-const behindLimit = time.Minute
-
 // Pass runs one reconcile pass now, whether or not this controller leads:
 // for tests and tools that drive a controller by hand. The leader's own
 // passes (reconcileLoop) are fenced by its lease.
@@ -694,25 +687,13 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	defer c.passMu.Unlock()
 	start := time.Now()
 	defer func() { c.metrics.reconcileSeconds.Observe(time.Since(start).Seconds()) }()
-	if err := c.resolveUnsure(ctx); err != nil {
+	if err := c.writes.resolveUnsure(ctx); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	behind := c.snap.jobsIndex < c.expect
-	switch {
-	case !behind:
-		c.behindSince = time.Time{}
-	case c.behindSince.IsZero():
-		c.behindSince = time.Now()
-	case time.Since(c.behindSince) > behindLimit:
-		// Never wait forever on an index a write reported but the job
-		// list does not reach.
-		c.log.Warn("job list still behind this controller's writes; planning anyway",
-			"want_index", c.expect, "have_index", c.snap.jobsIndex)
-		c.expect, c.behindSince, behind = 0, time.Time{}, false
-	}
-	c.mu.Unlock()
-	if behind {
+	c.mu.RLock()
+	jobsIndex := c.snap.jobsIndex
+	c.mu.RUnlock()
+	if c.writes.behind(jobsIndex) {
 		return ErrBehind
 	}
 	in, orphans, nodeInfo, info, err := c.input()
@@ -745,7 +726,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	}
 	for _, o := range orphans {
 		c.log.Warn("stopping job with unreadable llmgw meta", "job", o.JobID, "error", o.Err)
-		if err := c.stopJob(ctx, fenced, o.JobID, o.ModifyIndex); err != nil && !errors.Is(err, errConflict) {
+		if err := c.writes.stopJob(ctx, fenced, o.JobID, o.ModifyIndex); err != nil && !errors.Is(err, errConflict) {
 			errs = append(errs, err)
 		}
 	}
@@ -769,7 +750,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			c.log.Info("stop skipped: the create it makes room for was not done", "action", a.String(), "for", a.Yields)
 			continue
 		}
-		err := c.execute(ctx, fenced, a, nodeInfo)
+		err := c.writes.execute(ctx, fenced, a, nodeInfo)
 		if errors.Is(err, ErrNotLeading) {
 			return err
 		}
@@ -914,47 +895,6 @@ func (c *Controller) pruneDecisions(cat facility.Catalog) {
 	}
 }
 
-// wrote records the outcome of a job write: its index when known (the
-// next pass waits for the job list to reach it), else the job as unsure.
-func (c *Controller) wrote(jobID string, index uint64, known bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if known {
-		c.expect = max(c.expect, index)
-		delete(c.unsure, jobID)
-		return
-	}
-	c.unsure[jobID] = true
-}
-
-// resolveUnsure reads the jobs whose last write's outcome is unknown, so
-// that the pass waits for the job list to show them as they are.
-func (c *Controller) resolveUnsure(ctx context.Context) error {
-	c.mu.RLock()
-	ids := make([]string, 0, len(c.unsure))
-	for id := range c.unsure {
-		ids = append(ids, id)
-	}
-	c.mu.RUnlock()
-	sort.Strings(ids)
-	for _, id := range ids {
-		qo := *c.qo
-		rctx, cancel := context.WithTimeout(ctx, callTimeout)
-		job, _, err := c.nomad.Jobs().Info(id, (&qo).WithContext(rctx))
-		cancel()
-		var ue api.UnexpectedResponseError
-		switch {
-		case err == nil && job.ModifyIndex != nil:
-			c.wrote(id, *job.ModifyIndex, true)
-		case errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound:
-			c.wrote(id, 0, true)
-		case err != nil:
-			return fmt.Errorf("read job %s after a write with no answer: %w", id, err)
-		}
-	}
-	return nil
-}
-
 // input assembles one pass's view of the world.
 func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
 	c.mu.RLock()
@@ -1067,109 +1007,4 @@ func withHolds(fac facility.Facility, holds []store.Hold) facility.Facility {
 		}
 	}
 	return out
-}
-
-// execute carries out one action against Nomad. Every write is
-// check-and-set: a create must find no job of its ID, a replace and a stop
-// the job at the index the plan saw. A controller acting on an old view
-// (a deposed leader that wakes up) changes nothing another wrote since.
-func (c *Controller) execute(ctx context.Context, fenced bool, a reconcile.Action, nodes map[string]render.NodeInfo) error {
-	switch a.Kind {
-	case reconcile.Stop:
-		c.log.Info("stop", "job", a.JobID, "replica", a.Replica, "reason", a.Reason)
-		return c.stopJob(ctx, fenced, a.JobID, a.ExpectIndex)
-	case reconcile.Create, reconcile.Replace:
-		job, err := render.Job(render.Input{
-			Model: a.Model, Profile: a.Profile, Gen: a.Gen, Decision: a.Decision,
-			Nodes: nodes, Settings: c.cfg.RenderSettings(),
-		})
-		if err != nil {
-			return fmt.Errorf("render: %w", err)
-		}
-		if a.Kind == reconcile.Replace && *job.ID != a.JobID {
-			return fmt.Errorf("render gave job %s, want %s", *job.ID, a.JobID)
-		}
-		if err := c.register(ctx, fenced, job, a.ExpectIndex); err != nil {
-			return err
-		}
-		c.log.Info(a.Kind.String(), "job", *job.ID, "replica", a.Replica, "profile", a.Profile.Name,
-			"domain", a.Decision.Domain.Key(), "watts", a.Decision.Watts, "reason", a.Reason)
-		c.metrics.placements.WithLabelValues(a.Model.Name).Inc()
-		return nil
-	}
-	return fmt.Errorf("unknown action %v", a.Kind)
-}
-
-// register writes job with check-and-set on index (0: it must not exist).
-func (c *Controller) register(ctx context.Context, fenced bool, job *api.Job, index uint64) error {
-	wctx, cancel, err := c.lead.writeContext(ctx, fenced)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	opts := &api.RegisterOptions{EnforceIndex: true, ModifyIndex: index}
-	wo := *c.wo
-	resp, _, err := c.nomad.Jobs().RegisterOpts(job, opts, (&wo).WithContext(wctx))
-	if isEnforceIndexConflict(err) {
-		// Someone else (a retry, another controller) wrote it first:
-		// level-based, the next pass sees it.
-		c.log.Info("job written by another writer first", "job", *job.ID)
-		c.metrics.casConflicts.Inc()
-		c.wrote(*job.ID, 0, false)
-		return errConflict
-	}
-	if err != nil {
-		c.wrote(*job.ID, 0, false)
-		return fmt.Errorf("register %s: %w", *job.ID, err)
-	}
-	c.wrote(*job.ID, resp.JobModifyIndex, true)
-	return nil
-}
-
-// stopJob stops a job as a check-and-set write: the job as Nomad holds it,
-// re-registered with Stop set, on the JobModifyIndex the plan saw (Nomad's
-// deregister has no such check). A job already gone, or already stopped,
-// is done.
-func (c *Controller) stopJob(ctx context.Context, fenced bool, jobID string, index uint64) error {
-	rctx, cancel := context.WithTimeout(ctx, callTimeout)
-	qo := *c.qo
-	job, _, err := c.nomad.Jobs().Info(jobID, (&qo).WithContext(rctx))
-	cancel()
-	var ue api.UnexpectedResponseError
-	switch {
-	case errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound:
-		c.wrote(jobID, 0, true)
-		return nil
-	case err != nil:
-		c.wrote(jobID, 0, false)
-		return fmt.Errorf("read %s to stop it: %w", jobID, err)
-	case job.Stop != nil && *job.Stop:
-		return nil
-	case job.JobModifyIndex != nil && index != 0 && *job.JobModifyIndex != index:
-		c.log.Info("job changed since the pass read it; its stop waits for the next pass", "job", jobID,
-			"want_index", index, "have_index", *job.JobModifyIndex)
-		c.metrics.casConflicts.Inc()
-		c.wrote(jobID, 0, false)
-		return errConflict
-	}
-	if index == 0 && job.JobModifyIndex != nil {
-		index = *job.JobModifyIndex
-	}
-	job.Stop = new(true)
-	return c.register(ctx, fenced, job, index)
-}
-
-// errConflict is execute's answer to a check-and-set registration that
-// another writer got to first.
-var errConflict = errors.New("job registered by another writer")
-
-// isEnforceIndexConflict reports Nomad's refusal of a check-and-set job
-// registration. Nomad answers it with HTTP 500 and a message starting
-// "Enforcing job modify index"; the API gives no other signal.
-func isEnforceIndexConflict(err error) bool {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		return strings.Contains(ue.Body(), "Enforcing job modify index")
-	}
-	return false
 }
