@@ -156,6 +156,7 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (c *Controller) currentView() View {
+	obs := c.engines.all()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	v := c.view
@@ -163,7 +164,7 @@ func (c *Controller) currentView() View {
 	// The engine readings are newer than the pass that built the view.
 	v.Replicas = slices.Clone(v.Replicas)
 	for i := range v.Replicas {
-		if m, ok := c.engineObs[v.Replicas[i].JobID]; ok && v.Replicas[i].JobID != "" {
+		if m, ok := obs[v.Replicas[i].JobID]; ok && v.Replicas[i].JobID != "" {
 			v.Replicas[i].Engine = &m
 		}
 	}

@@ -36,15 +36,10 @@ type PinRequest struct {
 // models returns the view's models with the latest signals.
 func (c *Controller) models() []ModelView {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	out := make([]ModelView, len(c.view.Models))
 	copy(out, c.view.Models)
-	for i := range out {
-		if s, ok := c.signals[out[i].Name]; ok {
-			out[i].Signals = &s
-		}
-	}
-	return out
+	c.mu.RUnlock()
+	return c.scale.withSignals(out)
 }
 
 func (c *Controller) listModels(w http.ResponseWriter, _ *http.Request) {

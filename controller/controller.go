@@ -15,7 +15,6 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller/autoscale"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
@@ -116,22 +115,11 @@ type Controller struct {
 	snap     snapshot
 	view     View
 	saved    map[string]string // replica -> last saved decision, to write only changes
-	// engineObs is what the last round of engine scrapes read, by replica
-	// job ID (engines.go).
-	engineObs map[string]EngineMetrics
-	// signals and sources are the last round of the autoscaler's signals
-	// (signals.go), taken at signalsAt; lastScale is each model's last
-	// change of count carried out (scaling.go).
-	signals   map[string]ModelSignals
-	sources   []SourceView
-	signalsAt time.Time
-	lastScale map[string]*ScaleEvent
-
-	// scaleMu guards the autoscaler's state: one Scaler per autoscaled
-	// model, and each model's history (history.go).
-	scaleMu sync.Mutex
-	scalers map[string]*autoscale.Scaler
-	history map[string]*ring
+	// engines is what the last round of engine scrapes read (engines.go).
+	engines *engineReadings
+	// scale is the autoscaler's state: scalers, signals, history, the
+	// last changes of count (scalestate.go).
+	scale *scaleState
 	// savedModels is the model list last written (its item), to write
 	// only changes.
 	savedModels string
@@ -203,9 +191,8 @@ func New(opts Options) (*Controller, error) {
 		metrics:       newMetrics(),
 		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
 		saved:         map[string]string{},
-		lastScale:     map[string]*ScaleEvent{},
-		scalers:       map[string]*autoscale.Scaler{},
-		history:       map[string]*ring{},
+		scale:         newScaleState(),
+		engines:       &engineReadings{},
 	}
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
 	c.writes = &writer{nomad: client, wo: c.wo, qo: c.qo, log: c.log, metrics: c.metrics, lead: c.lead,
@@ -946,7 +933,7 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry b
 			// is decided on a partial view.
 			return reconcile.Input{}, nil, nil, scaleInfo{}, fmt.Errorf("read pins: %w", err)
 		}
-		in.Want, si = c.decideCounts(cat, jobs, pins, now, dry)
+		in.Want, si = c.scale.decideCounts(cat, jobs, pins, now, dry)
 	}
 	return in, orphans, info, si, nil
 }

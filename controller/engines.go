@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -134,14 +136,13 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		}
 		targets := c.engineTargets()
 		out := make([]EngineMetrics, len(targets))
-		c.mu.RLock()
+		last := c.engines.all()
 		for i, t := range targets {
-			out[i] = c.engineObs[t.jobID] // keeps the last reading across an error
+			out[i] = last[t.jobID] // keeps the last reading across an error
 			if out[i].AllocID != t.allocID {
 				out[i] = EngineMetrics{}
 			}
 		}
-		c.mu.RUnlock()
 		keep := map[string]bool{}
 		for _, t := range targets {
 			keep[t.allocID] = true
@@ -174,9 +175,7 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		for i, t := range targets {
 			obs[t.jobID] = out[i]
 		}
-		c.mu.Lock()
-		c.engineObs = obs
-		c.mu.Unlock()
+		c.engines.set(obs)
 		c.metrics.setEngines(targets, out)
 	}
 }
@@ -184,11 +183,33 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 // EngineMetrics returns what the controller last read from each serving
 // replica's engine, by replica job ID.
 func (c *Controller) EngineMetrics() map[string]EngineMetrics {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make(map[string]EngineMetrics, len(c.engineObs))
-	for k, v := range c.engineObs {
-		out[k] = v
-	}
+	obs := c.engines.all()
+	out := make(map[string]EngineMetrics, len(obs))
+	maps.Copy(out, obs)
 	return out
+}
+
+// engineReadings is what the last round of engine scrapes read, by
+// replica job ID: written by watchEngineMetrics, read by the API and the
+// signal rounds.
+type engineReadings struct {
+	// mu guards obs. The map is replaced whole by each round, never
+	// changed in place, so that a reader may keep the one it got.
+	mu  sync.Mutex
+	obs map[string]EngineMetrics
+}
+
+// all returns the last round's readings; the caller must not change the
+// map.
+func (e *engineReadings) all() map[string]EngineMetrics {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.obs
+}
+
+// set replaces the readings with a round's.
+func (e *engineReadings) set(obs map[string]EngineMetrics) {
+	e.mu.Lock()
+	e.obs = obs
+	e.mu.Unlock()
 }

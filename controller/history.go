@@ -85,31 +85,43 @@ func historyCap(interval time.Duration) int {
 }
 
 // recordHistory appends a round to each model's ring.
-func (c *Controller) recordHistory(at time.Time, signals map[string]ModelSignals, models []ModelView, interval time.Duration) {
+func (s *scaleState) recordHistory(at time.Time, signals map[string]ModelSignals, models []ModelView, interval time.Duration) {
 	counts := map[string]ModelView{}
 	for _, m := range models {
 		counts[m.Name] = m
 	}
-	c.scaleMu.Lock()
-	defer c.scaleMu.Unlock()
-	for name, s := range signals {
-		r := c.history[name]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, sig := range signals {
+		r := s.history[name]
 		if r == nil || len(r.buf) != historyCap(interval) {
 			r = newRing(historyCap(interval))
-			c.history[name] = r
+			s.history[name] = r
 		}
 		mv := counts[name]
 		r.add(HistoryPoint{
-			At: at, Outstanding: s.Outstanding.Value, Queued: s.Queued.Value, Arrivals: s.Arrivals.Value,
-			TTFTP90: s.TTFTP90.Value, Waiting: s.Waiting.Value, KVCache: s.KVCache.Value,
+			At: at, Outstanding: sig.Outstanding.Value, Queued: sig.Queued.Value, Arrivals: sig.Arrivals.Value,
+			TTFTP90: sig.TTFTP90.Value, Waiting: sig.Waiting.Value, KVCache: sig.KVCache.Value,
 			Wanted: mv.Wanted, Has: mv.Has, Serving: mv.Serving,
 		})
 	}
-	for name := range c.history {
+	for name := range s.history {
 		if _, ok := signals[name]; !ok {
-			delete(c.history, name)
+			delete(s.history, name)
 		}
 	}
+}
+
+// since returns a model's points at or after from; ok is false when the
+// model has none.
+func (s *scaleState) since(model string, from time.Time) ([]HistoryPoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.history[model]
+	if r == nil {
+		return nil, false
+	}
+	return r.since(from), true
 }
 
 // History returns a model's points of the last HistorySpan; ok is false
@@ -117,15 +129,9 @@ func (c *Controller) recordHistory(at time.Time, signals map[string]ModelSignals
 func (c *Controller) History(model string) (HistoryView, bool) {
 	interval := c.cfg.AutoscaleSettings().Interval
 	now := c.now()
-	c.scaleMu.Lock()
-	r := c.history[model]
-	var pts []HistoryPoint
-	if r != nil {
-		pts = r.since(now.Add(-HistorySpan))
-	}
-	c.scaleMu.Unlock()
+	pts, ok := c.scale.since(model, now.Add(-HistorySpan))
 	if pts == nil {
 		pts = []HistoryPoint{}
 	}
-	return HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, r != nil
+	return HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, ok
 }

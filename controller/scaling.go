@@ -133,7 +133,7 @@ func slotsHeld(cat facility.Catalog, jobs []reconcile.Job) map[string]int {
 
 // decideCounts asks every autoscaled model's scaler for its count and
 // applies the pins in force.
-func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time, dry bool) (map[string]reconcile.Want, scaleInfo) {
+func (s *scaleState) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time, dry bool) (map[string]reconcile.Want, scaleInfo) {
 	info := scaleInfo{decisions: map[string]ScaleDecision{}, pins: map[string]store.Pin{}}
 	for _, p := range pins {
 		if p.Active(now) {
@@ -144,19 +144,19 @@ func (c *Controller) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pi
 	}
 	held := slotsHeld(cat, jobs)
 	wants := map[string]reconcile.Want{}
-	c.scaleMu.Lock()
-	defer c.scaleMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, m := range cat.Models {
 		if m.Autoscale == nil {
 			continue
 		}
-		sc := c.scalers[m.Name]
+		sc := s.scalers[m.Name]
 		switch {
 		case sc == nil && dry:
 			sc = autoscale.New(autoscale.Config{})
 		case sc == nil:
 			sc = autoscale.New(autoscale.Config{})
-			c.scalers[m.Name] = sc
+			s.scalers[m.Name] = sc
 		case dry:
 			// A dry run decides on a copy: its cooldowns stay untouched.
 			sc = sc.Clone()
@@ -265,8 +265,6 @@ func (c *Controller) scaleEvents(res reconcile.Result, info scaleInfo, done map[
 			ev.Detail = fmt.Sprintf("%d slot(s) gave their place to a model of higher priority (%v)", yielded, s.Yielded)
 		}
 		c.log.Info("scaled", "model", name, "from", ev.From, "to", ev.To, "reason", ev.Reason, "detail", ev.Detail)
-		c.mu.Lock()
-		c.lastScale[name] = &ev
-		c.mu.Unlock()
+		c.scale.setLastChange(name, ev)
 	}
 }

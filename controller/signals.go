@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -435,8 +434,9 @@ func (c *Controller) newSignalState() *signalState {
 
 // signalRound reads one round of signals and observes it.
 func (c *Controller) signalRound(ctx context.Context, st *signalState) {
+	obs := c.engines.all()
 	c.mu.RLock()
-	cat, view, obs := c.catalog, c.view, c.engineObs
+	cat, view := c.catalog, c.view
 	c.mu.RUnlock()
 	var models []facility.Model
 	for _, m := range cat.Models {
@@ -445,9 +445,7 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 		}
 	}
 	if len(models) == 0 {
-		c.mu.Lock()
-		c.signals, c.sources, c.signalsAt = nil, nil, time.Time{}
-		c.mu.Unlock()
+		c.scale.clearSignals()
 		return
 	}
 	set := c.cfg.AutoscaleSettings()
@@ -507,27 +505,11 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 	}
 	sources = append(sources, engineSources(models, serving, replicaOf, obs, wall, at)...)
 
-	c.scaleMu.Lock()
-	for _, m := range models {
-		sc := c.scalers[m.Name]
-		if sc == nil {
-			sc = autoscale.New(autoscale.Config{})
-			c.scalers[m.Name] = sc
-		}
-		sc.Observe(signals[m.Name].sample())
-	}
-	for name := range c.scalers {
-		if _, ok := signals[name]; !ok {
-			delete(c.scalers, name) // the model left the catalog or stopped autoscaling
-		}
-	}
-	c.scaleMu.Unlock()
-
-	c.mu.Lock()
-	c.signals, c.sources, c.signalsAt = signals, sources, at
+	c.scale.observe(signals, sources, at)
+	c.mu.RLock()
 	models2 := c.view.Models
-	c.mu.Unlock()
-	c.recordHistory(at, signals, models2, set.Interval)
+	c.mu.RUnlock()
+	c.scale.recordHistory(at, signals, models2, set.Interval)
 	c.metrics.setSignals(signals)
 	c.logSources(st, sources)
 	if c.lead.isLeading() {
@@ -560,20 +542,7 @@ func (c *Controller) logSources(st *signalState, sources []SourceView) {
 
 // Signals returns the last round of signals.
 func (c *Controller) Signals() SignalsView {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := SignalsView{At: c.signalsAt, Interval: c.cfg.AutoscaleSettings().Interval.Seconds(),
-		Sources: append([]SourceView{}, c.sources...), Models: map[string]ModelSignals{}}
-	for k, v := range c.signals {
-		out.Models[k] = v
-	}
-	sort.Slice(out.Sources, func(i, j int) bool {
-		if out.Sources[i].Source != out.Sources[j].Source {
-			return out.Sources[i].Source < out.Sources[j].Source
-		}
-		return out.Sources[i].Name < out.Sources[j].Name
-	})
-	return out
+	return c.scale.view(c.cfg.AutoscaleSettings().Interval)
 }
 
 // finite reports whether v is a usable reading.

@@ -28,9 +28,7 @@ func TestEngineSignals(t *testing.T) {
 		return EngineMetrics{Engine: "vllm", Reading: &enginemetrics.Reading{At: time.Now(),
 			RequestsWaiting: enginemetrics.Known(waiting), KVCacheUsage: enginemetrics.Known(kv)}}
 	}
-	s.c.mu.Lock()
-	s.c.engineObs = map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: read(7, 0.7)}
-	s.c.mu.Unlock()
+	s.c.engines.set(map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: read(7, 0.7)})
 	s.rounds(1)
 	sig := s.c.Signals().Models["chat"]
 	if sig.Serving != 2 || sig.Waiting.Value == nil || *sig.Waiting.Value != 12 || sig.KVCache.Value == nil || fmt.Sprintf("%.2f", *sig.KVCache.Value) != "0.60" ||
@@ -54,12 +52,11 @@ func TestEngineSignals(t *testing.T) {
 		{"no kv", noKV, "", "replica chat-1: its engine (vllm) does not export KV-cache use"},
 		{"never read", EngineMetrics{}, "replica chat-1: no engine reading yet", "replica chat-1: no engine reading yet"},
 	} {
-		s.c.mu.Lock()
-		s.c.engineObs = map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: tc.obs}
+		obs := map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: tc.obs}
 		if tc.name == "never read" {
-			delete(s.c.engineObs, jobs["chat-1"])
+			delete(obs, jobs["chat-1"])
 		}
-		s.c.mu.Unlock()
+		s.c.engines.set(obs)
 		s.rounds(1)
 		sig := s.c.Signals().Models["chat"]
 		for _, x := range []struct {

@@ -112,14 +112,7 @@ func explainOf(d facility.Decision, at time.Time) Explain {
 // updateView rebuilds the read API's view and the gauges from a pass.
 func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info scaleInfo) {
 	v := View{At: in.Now}
-	c.mu.RLock()
-	last := make(map[string]*ScaleEvent, len(c.lastScale))
-	for k, e := range c.lastScale {
-		cp := *e
-		last[k] = &cp
-	}
-	c.mu.RUnlock()
-	v.Models = modelViews(in, res, info, last)
+	v.Models = modelViews(in, res, info, c.scale.lastChanges())
 	c.metrics.setModels(v.Models)
 	bySlot := map[string][]reconcile.Job{}
 	for _, j := range in.Jobs {
