@@ -74,17 +74,19 @@ func (c *Controller) routes() map[string]http.HandlerFunc {
 // first read). "" once it can.
 func (c *Controller) notReadYet() string {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if !c.view.At.IsZero() {
+	built := !c.view.At.IsZero()
+	c.mu.RUnlock()
+	if built {
 		return ""
 	}
+	snap := c.obs.snapshot()
 	var missing []string
 	for _, l := range []struct {
 		what string
 		done bool
 	}{
-		{"nodes", c.snap.nodesSynced}, {"allocations", c.snap.allocSynced},
-		{"jobs", c.snap.jobsSynced}, {"service checks", c.snap.checksSynced},
+		{"nodes", snap.nodesSynced}, {"allocations", snap.allocSynced},
+		{"jobs", snap.jobsSynced}, {"service checks", snap.checksSynced},
 	} {
 		if !l.done {
 			missing = append(missing, l.what)
@@ -145,10 +147,11 @@ func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
+	synced := c.obs.snapshot().synced()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	status := http.StatusOK
-	body := map[string]any{"leader": c.lead.isLeading(), "synced": c.snap.synced()}
+	body := map[string]any{"leader": c.lead.isLeading(), "synced": synced}
 	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
 		body["config_error"] = err.Error()
 	}
@@ -536,7 +539,9 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	// Answer once the view shows it, so that the next read does too.
 	want := wantMeta(meta, resp)
 	warn := ""
-	if !c.waitUntil(r.Context(), labelWait, func() bool { return metaShows(c.snap.nodes[id], want) }) {
+	if !waitUntil(r.Context(), labelWait, func() (bool, <-chan struct{}) {
+		return c.obs.nodesShow(func(s snapshot) bool { return metaShows(s.nodes[id], want) })
+	}) {
 		warn = fmt.Sprintf("node %s has the new labels, but Nomad's servers did not show them within %s "+
 			"(a Nomad client sends its metadata with its next node update): the controller shows them once they do", name, labelWait)
 	} else {
@@ -594,23 +599,21 @@ const (
 	viewWait = 10 * time.Second
 )
 
-// notifyLocked wakes the waiters of waitUntil; call it with mu held for
-// writing after changing the snapshot's nodes or the view.
+// notifyLocked wakes the waiters on the view; call it with mu held for
+// writing after changing the view.
 func (c *Controller) notifyLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
 
-// waitUntil waits until cond, called with mu held for reading, holds (it
-// is checked again at each notifyLocked), for at most d or until ctx ends;
-// it reports whether cond held.
-func (c *Controller) waitUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
+// waitUntil waits until check reports true (it is checked again each
+// time the channel it returns with false is closed), for at most d or
+// until ctx ends; it reports whether check held.
+func waitUntil(ctx context.Context, d time.Duration, check func() (bool, <-chan struct{})) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
-		c.mu.RLock()
-		ok, changed := cond(), c.changed
-		c.mu.RUnlock()
+		ok, changed := check()
 		if ok {
 			return true
 		}
@@ -634,7 +637,11 @@ func (c *Controller) awaitView(ctx context.Context) string {
 	target := c.gen
 	c.mu.Unlock()
 	c.kick()
-	if c.waitUntil(ctx, viewWait, func() bool { return c.viewGen >= target }) {
+	if waitUntil(ctx, viewWait, func() (bool, <-chan struct{}) {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		return c.viewGen >= target, c.changed
+	}) {
 		return ""
 	}
 	return fmt.Sprintf("done in Nomad, but the controller has not rebuilt its view within %s (a pass under way, or passes deferred: see its log); "+
@@ -642,10 +649,8 @@ func (c *Controller) awaitView(ctx context.Context) string {
 }
 
 func (c *Controller) nodeID(name string) (string, []string) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	var names []string
-	for id, n := range c.snap.nodes {
+	for id, n := range c.obs.snapshot().nodes {
 		if n.Name == name || id == name {
 			return id, nil
 		}
@@ -664,11 +669,9 @@ func (c *Controller) knownDomain(d facility.Domain) bool {
 }
 
 func (c *Controller) domainKeys() []string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	seen := map[string]bool{}
 	var out []string
-	for _, n := range c.snap.nodes {
+	for _, n := range c.obs.snapshot().nodes {
 		for lvl, key := range observe.LocationKeys {
 			if v := n.Meta[key]; v != "" {
 				k := lvl.String() + "=" + v

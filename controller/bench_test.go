@@ -88,9 +88,8 @@ func BenchmarkAdoption(b *testing.B) {
 		tick := time.NewTicker(time.Millisecond)
 		var seen [4]bool
 		for {
-			c.mu.RLock()
-			now := [4]bool{c.snap.nodesSynced, c.snap.allocSynced, c.snap.jobsSynced, c.snap.checksSynced}
-			c.mu.RUnlock()
+			snap := c.obs.snapshot()
+			now := [4]bool{snap.nodesSynced, snap.allocSynced, snap.jobsSynced, snap.checksSynced}
 			for i := range now {
 				if now[i] && !seen[i] {
 					seen[i] = true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"os"
 	"sort"
@@ -68,10 +67,9 @@ type Controller struct {
 
 	consul *consulapi.Client // nil unless service_provider is consul
 
-	trigger       chan struct{}
-	viewTrigger   chan struct{}
-	healthTrigger chan struct{}
-	metrics       *metrics
+	trigger     chan struct{}
+	viewTrigger chan struct{}
+	metrics     *metrics
 	// wakeAt is when the next pass must run even if nothing changes: the
 	// moment a down node's shards pass lost_after. Under mu.
 	wakeAt time.Time
@@ -79,6 +77,8 @@ type Controller struct {
 
 	// passMu makes passes (and a standby's view refreshes) one at a time.
 	passMu sync.Mutex
+	// obs keeps the snapshot of Nomad (observer.go).
+	obs *observer
 	// writes carries out job writes and keeps what the next pass must
 	// wait for (writer.go).
 	writes *writer
@@ -96,8 +96,8 @@ type Controller struct {
 	// takes the next number, and viewGen is the number the view was built
 	// after. Both under mu.
 	gen, viewGen uint64
-	// changed is closed, and replaced, whenever the snapshot's nodes or
-	// the view change (waitUntil). Under mu.
+	// changed is closed, and replaced, whenever the view changes
+	// (waitUntil). Under mu.
 	changed  chan struct{}
 	catalog  facility.Catalog
 	facility facility.Facility
@@ -112,7 +112,6 @@ type Controller struct {
 	// deleted after the next pass (set at start and by every reload).
 	prune    bool
 	loadedAt time.Time // when the files in force were loaded
-	snap     snapshot
 	view     View
 	saved    map[string]string // replica -> last saved decision, to write only changes
 	// engines is what the last round of engine scrapes read (engines.go).
@@ -123,25 +122,6 @@ type Controller struct {
 	// savedModels is the model list last written (its item), to write
 	// only changes.
 	savedModels string
-}
-
-type snapshot struct {
-	nodes       map[string]*api.Node // by ID
-	nodesSynced bool
-	allocs      []*api.AllocationListStub
-	allocSynced bool
-	jobs        []*api.JobListStub
-	jobsSynced  bool
-	jobsIndex   uint64 // the job list's index (the jobs table's)
-	power       map[string]observe.Power
-	// checks are the service check results of running shard-0
-	// allocations, by allocation ID (watchHealth).
-	checks       map[string]observe.Check
-	checksSynced bool
-}
-
-func (s snapshot) synced() bool {
-	return s.nodesSynced && s.allocSynced && s.jobsSynced && s.checksSynced
 }
 
 // New builds a controller and loads its catalog and facility files; a bad
@@ -180,20 +160,23 @@ func New(opts Options) (*Controller, error) {
 	ns := opts.Config.Nomad.Namespace
 	c := &Controller{
 		opts: opts, cfg: opts.Config, nomad: client, log: opts.Logger, now: opts.Now,
-		store:         store.New(client.Variables(), ns),
-		wo:            &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		qo:            &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
-		trigger:       make(chan struct{}, 1),
-		viewTrigger:   make(chan struct{}, 1),
-		healthTrigger: make(chan struct{}, 1),
-		wake:          make(chan struct{}, 1),
-		changed:       make(chan struct{}),
-		metrics:       newMetrics(),
-		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
-		saved:         map[string]string{},
-		scale:         newScaleState(),
-		engines:       &engineReadings{},
+		store:       store.New(client.Variables(), ns),
+		wo:          &api.WriteOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		qo:          &api.QueryOptions{Namespace: ns, Region: opts.Config.Nomad.Region},
+		trigger:     make(chan struct{}, 1),
+		viewTrigger: make(chan struct{}, 1),
+		wake:        make(chan struct{}, 1),
+		changed:     make(chan struct{}),
+		metrics:     newMetrics(),
+		saved:       map[string]string{},
+		scale:       newScaleState(),
+		engines:     &engineReadings{},
 	}
+	c.obs = newObserver()
+	c.obs.nomad, c.obs.log, c.obs.region, c.obs.namespace = client, c.log, opts.Config.Nomad.Region, ns
+	c.obs.namespaces, c.obs.serviceProvider = opts.Config.Nomad.Namespaces, opts.Config.ServiceProvider
+	c.obs.checkInterval, c.obs.powerInterval = opts.Config.Driver.CheckInterval, opts.PowerInterval
+	c.obs.kick, c.obs.forgetExpect = c.kick, func() { c.writes.forgetExpect() }
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
 	c.writes = &writer{nomad: client, wo: c.wo, qo: c.qo, log: c.log, metrics: c.metrics, lead: c.lead,
 		settings: opts.Config.RenderSettings(), unsure: map[string]bool{}}
@@ -210,6 +193,7 @@ func New(opts Options) (*Controller, error) {
 		if c.consul, err = consulapi.NewClient(cc); err != nil {
 			return nil, fmt.Errorf("consul client: %w", err)
 		}
+		c.obs.consul = c.consul
 	}
 	if err := c.Reload(); err != nil {
 		return nil, err
@@ -342,223 +326,17 @@ func (c *Controller) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
-	run(c.watchNodes)
-	run(c.watchAllocs)
-	run(c.watchJobs)
-	run(c.pollPower)
-	run(c.watchHealth)
+	run(c.obs.watchNodes)
+	run(c.obs.watchAllocs)
+	run(c.obs.watchJobs)
+	run(c.obs.pollPower)
+	run(c.obs.watchHealth)
 	run(c.watchEngineMetrics)
 	run(c.watchSignals)
 	run(func(ctx context.Context) { c.lead.run(ctx, c.reconcileLoop) })
 	run(c.viewLoop)
 	wg.Wait()
 	return nil
-}
-
-// nodeReaders is how many nodes the nodes watch reads at once.
-const nodeReaders = 8
-
-func (c *Controller) watchNodes(ctx context.Context) {
-	watch(ctx, c.log, "nodes", func(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error) {
-		q.Region = c.qo.Region
-		return c.nomad.Nodes().List(q)
-	}, func(stubs []*api.NodeListStub, _ uint64) {
-		c.mu.RLock()
-		have := c.snap.nodes
-		c.mu.RUnlock()
-		next := make(map[string]*api.Node, len(stubs))
-		var changed []*api.NodeListStub
-		for _, s := range stubs {
-			if n, ok := have[s.ID]; ok && n.ModifyIndex == s.ModifyIndex {
-				next[s.ID] = n
-				continue
-			}
-			changed = append(changed, s)
-		}
-		// The list has no meta: read each changed node, a few at a time
-		// (one at a time, a fleet's first read is a round trip per node).
-		read := make([]*api.Node, len(changed))
-		errs := make([]error, len(changed))
-		forEach(ctx, len(changed), nodeReaders, func(i int) {
-			rctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			read[i], _, errs[i] = c.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: c.qo.Region}).WithContext(rctx))
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		for i, s := range changed {
-			if errs[i] != nil || read[i] == nil {
-				c.log.Warn("read node", "node", s.Name, "error", errs[i])
-				if old, ok := have[s.ID]; ok {
-					next[s.ID] = old
-				}
-				continue
-			}
-			next[s.ID] = read[i]
-		}
-		c.mu.Lock()
-		c.snap.nodes, c.snap.nodesSynced = next, true
-		c.notifyLocked()
-		c.mu.Unlock()
-		c.kick()
-	})
-}
-
-// watchAllocs keeps snap.allocs current: the allocations of the
-// namespaces in nomad.namespaces, every one's GPUs counted as taken. With
-// "*" (the default) that is one blocking query over every namespace the
-// token may read. With a list it is one blocking query per namespace, each
-// in its own goroutine, merged in the list's order: each namespace's list
-// is one consistent read, and the merge holds every namespace's latest
-// (Nomad indexes the allocations as one table, so any change wakes every
-// namespace's query). allocSynced is set only once every namespace has
-// been read: a namespace the token may not read (403) keeps the
-// controller from placing anything, and says so in its log, rather than
-// letting that namespace's GPUs look free.
-func (c *Controller) watchAllocs(ctx context.Context) {
-	fetch := func(ns string) func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
-		return func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
-			q.Namespace, q.Region = ns, c.qo.Region
-			// Task states (every task's event history) are the bulk of an
-			// allocation stub, and nothing here reads them.
-			q.Params = map[string]string{"resources": "true", "task_states": "false"}
-			return c.nomad.Allocations().List(q)
-		}
-	}
-	publish := func(allocs []*api.AllocationListStub, synced bool) {
-		c.mu.Lock()
-		c.snap.allocs, c.snap.allocSynced = allocs, synced
-		c.mu.Unlock()
-		select {
-		case c.healthTrigger <- struct{}{}:
-		default:
-		}
-		c.kick()
-	}
-	nss := c.cfg.Nomad.Namespaces
-	all := len(nss) == 0
-	for _, ns := range nss {
-		all = all || ns == config.AllNamespaces
-	}
-	if all {
-		watch(ctx, c.log, "allocations", fetch(config.AllNamespaces), func(allocs []*api.AllocationListStub, _ uint64) {
-			publish(allocs, true)
-		})
-		return
-	}
-	var mu sync.Mutex // orders the merges and their publication
-	lists := make(map[string][]*api.AllocationListStub, len(nss))
-	var wg sync.WaitGroup
-	for _, ns := range nss {
-		wg.Go(func() {
-			watch(ctx, c.log, "allocations in namespace "+ns, fetch(ns), func(allocs []*api.AllocationListStub, _ uint64) {
-				mu.Lock()
-				defer mu.Unlock()
-				lists[ns] = allocs
-				var merged []*api.AllocationListStub
-				for _, n := range nss {
-					merged = append(merged, lists[n]...)
-				}
-				publish(merged, len(lists) == len(nss))
-			})
-		})
-	}
-	wg.Wait()
-}
-
-func (c *Controller) watchJobs(ctx context.Context) {
-	watch(ctx, c.log, "jobs", func(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {
-		q.Namespace, q.Region, q.Prefix = c.qo.Namespace, c.qo.Region, render.JobIDPrefix
-		q.Params = map[string]string{"meta": "true"}
-		return c.nomad.Jobs().List(q)
-	}, func(jobs []*api.JobListStub, index uint64) {
-		// This callback alone writes jobsIndex: read, then forget, then
-		// publish, so that no pass sees the new list with the old expect.
-		c.mu.RLock()
-		backwards := index < c.snap.jobsIndex
-		c.mu.RUnlock()
-		if backwards {
-			c.writes.forgetExpect()
-		}
-		c.mu.Lock()
-		c.snap.jobs, c.snap.jobsSynced, c.snap.jobsIndex = jobs, true, index
-		c.mu.Unlock()
-		c.kick()
-	})
-}
-
-// pollPower reads each schedulable GPU node's measured draw. Client stats
-// go through the servers to the node; a node that does not answer keeps
-// its last reading for one interval, then counts as not measured.
-func (c *Controller) pollPower(ctx context.Context) {
-	tick := time.NewTicker(c.opts.PowerInterval)
-	defer tick.Stop()
-	for {
-		c.mu.RLock()
-		var ids []string
-		for id, n := range c.snap.nodes {
-			if n.Status == api.NodeStatusReady && hasGPU(n) {
-				ids = append(ids, id)
-			}
-		}
-		c.mu.RUnlock()
-		sort.Strings(ids)
-		power := c.readPower(ctx, ids)
-		if ctx.Err() != nil {
-			return
-		}
-		c.mu.Lock()
-		changed := !maps.Equal(c.snap.power, power)
-		c.snap.power = power
-		c.mu.Unlock()
-		if changed {
-			c.kick()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// powerReaders is how many nodes' stats are read at once; each read has
-// callTimeout (a node that does not answer is left out of that round).
-const powerReaders = 8
-
-func (c *Controller) readPower(ctx context.Context, ids []string) map[string]observe.Power {
-	got := make([]*observe.Power, len(ids))
-	forEach(ctx, len(ids), powerReaders, func(i int) {
-		qctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-		stats, err := c.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: c.qo.Region}).WithContext(qctx))
-		if err != nil {
-			c.log.Debug("node stats", "node", ids[i], "error", err)
-			return
-		}
-		p := observe.NodePower(stats)
-		got[i] = &p
-	})
-	power := map[string]observe.Power{}
-	for i, p := range got {
-		if p != nil {
-			power[ids[i]] = *p
-		}
-	}
-	return power
-}
-
-func hasGPU(n *api.Node) bool {
-	if n.NodeResources == nil {
-		return false
-	}
-	for _, d := range n.NodeResources.Devices {
-		if d.Vendor == "nvidia" && d.Type == "gpu" {
-			return true
-		}
-	}
-	return false
 }
 
 // reconcileLoop runs a pass on every change (debounced) and at least every
@@ -677,10 +455,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	if err := c.writes.resolveUnsure(ctx); err != nil {
 		return err
 	}
-	c.mu.RLock()
-	jobsIndex := c.snap.jobsIndex
-	c.mu.RUnlock()
-	if c.writes.behind(jobsIndex) {
+	if c.writes.behind(c.obs.snapshot().jobsIndex) {
 		return ErrBehind
 	}
 	in, orphans, nodeInfo, info, err := c.input()
@@ -895,9 +670,14 @@ func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]rend
 // decides autoscaled counts on copies of the scalers). With autoscaled
 // models in the catalog it also decides their counts (scaling.go).
 func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry bool) (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
+	// The generation first, then the snapshot: an API write takes its
+	// generation once Nomad shows it (a label: once the snapshot's node
+	// does), so a snapshot read after the generation shows every write up
+	// to it.
 	c.mu.RLock()
-	snap, gen := c.snap, c.gen
+	gen := c.gen
 	c.mu.RUnlock()
+	snap := c.obs.snapshot()
 	c.inputGen = gen
 	if !snap.synced() {
 		return reconcile.Input{}, nil, nil, scaleInfo{}, ErrNotSynced

@@ -699,9 +699,8 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				t.Fatalf("%d live jobs after the first pass, want 1", got)
 			}
 			wait.For(t, "the allocation list to show zeta-0", func() (bool, string) {
-				c.mu.RLock()
-				defer c.mu.RUnlock()
-				return len(c.snap.allocs) == 1, fmt.Sprintf("%d allocations", len(c.snap.allocs))
+				snap := c.obs.snapshot()
+				return len(snap.allocs) == 1, fmt.Sprintf("%d allocations", len(snap.allocs))
 			})
 
 			// A model before zeta in the catalog: with zeta-0 unseen, p1

@@ -59,8 +59,10 @@ type engineTarget struct {
 // allocations of managed jobs whose check passes, whose profile's engine
 // has known metrics and which have an http port.
 func (c *Controller) engineTargets() []engineTarget {
+	snap := c.obs.snapshot()
+	jobs, allocs, checks := snap.jobs, snap.allocs, snap.checks
 	c.mu.RLock()
-	jobs, allocs, checks, cat := c.snap.jobs, c.snap.allocs, c.snap.checks, c.catalog
+	cat := c.catalog
 	c.mu.RUnlock()
 	engineOf := map[[2]string]string{} // model, profile -> engine
 	for _, m := range cat.Models {

@@ -368,9 +368,7 @@ func (e *env) caughtUp(c *Controller) (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	c.mu.RLock()
-	snap := c.snap
-	c.mu.RUnlock()
+	snap := c.obs.snapshot()
 	if !snap.synced() {
 		return false, "not synced"
 	}

@@ -47,10 +47,10 @@ type checkTarget struct {
 }
 
 // checkTargets lists the running shard-0 allocations of the managed jobs.
-func (c *Controller) checkTargets() []checkTarget {
-	c.mu.RLock()
-	jobs, allocs := c.snap.jobs, c.snap.allocs
-	c.mu.RUnlock()
+func (o *observer) checkTargets() []checkTarget {
+	o.mu.RLock()
+	jobs, allocs := o.snap.jobs, o.snap.allocs
+	o.mu.RUnlock()
 	service := map[string]string{} // job ID -> service name
 	for _, j := range jobs {
 		if j.Meta[render.MetaManaged] == "true" && j.Meta[render.MetaModel] != "" {
@@ -77,20 +77,20 @@ func (c *Controller) checkTargets() []checkTarget {
 }
 
 // watchHealth keeps snap.checks current until ctx ends.
-func (c *Controller) watchHealth(ctx context.Context) {
+func (o *observer) watchHealth(ctx context.Context) {
 	entries := map[string]*healthEntry{}
-	every := c.cfg.Driver.CheckInterval
+	every := o.checkInterval
 	if every <= 0 {
 		every = render.DefaultCheckInterval
 	}
 	tick := time.NewTicker(healthTick)
 	defer tick.Stop()
 	for {
-		c.mu.RLock()
-		ready := c.snap.allocSynced && c.snap.jobsSynced
-		c.mu.RUnlock()
+		o.mu.RLock()
+		ready := o.snap.allocSynced && o.snap.jobsSynced
+		o.mu.RUnlock()
 		if ready {
-			targets := c.checkTargets()
+			targets := o.checkTargets()
 			now := time.Now()
 			var due []checkTarget
 			keep := map[string]bool{}
@@ -108,7 +108,7 @@ func (c *Controller) watchHealth(ctx context.Context) {
 				}
 			}
 			if len(due) > 0 {
-				for id, chk := range c.readHealth(ctx, due) {
+				for id, chk := range o.readHealth(ctx, due) {
 					e := entries[id]
 					if e == nil {
 						e = &healthEntry{}
@@ -128,36 +128,36 @@ func (c *Controller) watchHealth(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.mu.Lock()
-			first := !c.snap.checksSynced
+			o.mu.Lock()
+			first := !o.snap.checksSynced
 			if changed || first {
 				checks := make(map[string]observe.Check, len(entries))
 				for id, e := range entries {
 					checks[id] = e.check
 				}
-				c.snap.checks, c.snap.checksSynced = checks, true
+				o.snap.checks, o.snap.checksSynced = checks, true
 			}
-			c.mu.Unlock()
+			o.mu.Unlock()
 			if changed || first {
-				c.kick()
+				o.kick()
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-c.healthTrigger:
+		case <-o.healthTrigger:
 		}
 	}
 }
 
 // readHealth reads the checks of targets, a few at a time.
-func (c *Controller) readHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
-	if c.cfg.ServiceProvider == render.ProviderConsul {
-		return c.readConsulHealth(ctx, targets)
+func (o *observer) readHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
+	if o.serviceProvider == render.ProviderConsul {
+		return o.readConsulHealth(ctx, targets)
 	}
 	out := make([]observe.Check, len(targets))
-	forEach(ctx, len(targets), healthReaders, func(i int) { out[i] = c.readNomadChecks(ctx, targets[i]) })
+	forEach(ctx, len(targets), healthReaders, func(i int) { out[i] = o.readNomadChecks(ctx, targets[i]) })
 	m := make(map[string]observe.Check, len(targets))
 	for i, t := range targets {
 		m[t.allocID] = out[i]
@@ -165,11 +165,11 @@ func (c *Controller) readHealth(ctx context.Context, targets []checkTarget) map[
 	return m
 }
 
-func (c *Controller) readNomadChecks(ctx context.Context, t checkTarget) observe.Check {
+func (o *observer) readNomadChecks(ctx context.Context, t checkTarget) observe.Check {
 	cctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
-	q := &api.QueryOptions{Namespace: t.namespace, Region: c.qo.Region}
-	st, err := c.nomad.Allocations().Checks(t.allocID, q.WithContext(cctx))
+	q := &api.QueryOptions{Namespace: t.namespace, Region: o.region}
+	st, err := o.nomad.Allocations().Checks(t.allocID, q.WithContext(cctx))
 	if err != nil {
 		return observe.Check{Detail: oneLine(err.Error())}
 	}
@@ -207,9 +207,9 @@ func nomadVerdict(st api.AllocCheckStatuses, service string) observe.Check {
 // readConsulHealth reads, per service, Consul's health of every instance
 // and picks the targets' by the service IDs Nomad gives them in Consul
 // ("_nomad-task-<alloc ID>-…").
-func (c *Controller) readConsulHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
+func (o *observer) readConsulHealth(ctx context.Context, targets []checkTarget) map[string]observe.Check {
 	out := make(map[string]observe.Check, len(targets))
-	if c.consul == nil {
+	if o.consul == nil {
 		for _, t := range targets {
 			out[t.allocID] = observe.Check{Detail: "service_provider is consul but no Consul client is configured"}
 		}
@@ -226,7 +226,7 @@ func (c *Controller) readConsulHealth(ctx context.Context, targets []checkTarget
 	sort.Strings(names)
 	for _, name := range names {
 		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
-		entries, _, err := c.consul.Health().Service(name, "", false, (&consulapi.QueryOptions{}).WithContext(cctx))
+		entries, _, err := o.consul.Health().Service(name, "", false, (&consulapi.QueryOptions{}).WithContext(cctx))
 		cancel()
 		for _, t := range byService[name] {
 			if err != nil {

@@ -171,7 +171,8 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	for _, h := range c.facility.Holds {
 		fileHolds[h.Domain] = true
 	}
-	for _, n := range c.snap.nodes {
+	c.mu.RUnlock()
+	for _, n := range c.obs.snapshot().nodes {
 		st := n.Status
 		switch {
 		case st != api.NodeStatusReady:
@@ -183,7 +184,6 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 		status[n.Name] = st
 		schedulable[n.Name] = observe.Schedulable(n)
 	}
-	c.mu.RUnlock()
 	for _, h := range in.Facility.Holds {
 		src := "runtime"
 		if fileHolds[h.Domain] {

@@ -1,0 +1,304 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/render"
+)
+
+// observer keeps the controller's snapshot of Nomad current: nodes,
+// allocations and llmgw's jobs through blocking queries (watchNodes,
+// watchAllocs, watchJobs), each GPU node's measured power by polling
+// client stats (pollPower), and the service checks of the serving shards
+// (watchHealth, health.go). Every change kicks a pass. It writes nothing
+// to Nomad.
+type observer struct {
+	nomad             *api.Client
+	consul            *consulapi.Client // nil unless service_provider is consul
+	log               *slog.Logger
+	region, namespace string
+	// namespaces are nomad.namespaces: those whose allocations count.
+	namespaces      []string
+	serviceProvider string
+	checkInterval   time.Duration // the driver's; 0: render.DefaultCheckInterval
+	powerInterval   time.Duration
+	// kick asks for a pass; forgetExpect tells the writer that the job
+	// list's index went backwards.
+	kick, forgetExpect func()
+	healthTrigger      chan struct{} // an allocation list changed: read the checks now
+
+	// mu guards snap and changed. Invariant: each list of snap is
+	// replaced whole, never changed in place (a reader may keep the
+	// snapshot it copied), and its synced flag is set once that list has
+	// been read; changed is closed, and replaced, at every change of the
+	// nodes.
+	mu      sync.RWMutex
+	snap    snapshot
+	changed chan struct{}
+}
+
+func newObserver() *observer {
+	return &observer{
+		healthTrigger: make(chan struct{}, 1),
+		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
+		changed:       make(chan struct{}),
+	}
+}
+
+type snapshot struct {
+	nodes       map[string]*api.Node // by ID
+	nodesSynced bool
+	allocs      []*api.AllocationListStub
+	allocSynced bool
+	jobs        []*api.JobListStub
+	jobsSynced  bool
+	jobsIndex   uint64 // the job list's index (the jobs table's)
+	power       map[string]observe.Power
+	// checks are the service check results of running shard-0
+	// allocations, by allocation ID (watchHealth).
+	checks       map[string]observe.Check
+	checksSynced bool
+}
+
+func (s snapshot) synced() bool {
+	return s.nodesSynced && s.allocSynced && s.jobsSynced && s.checksSynced
+}
+
+// nodeReaders is how many nodes the nodes watch reads at once.
+const nodeReaders = 8
+
+func (o *observer) watchNodes(ctx context.Context) {
+	watch(ctx, o.log, "nodes", func(q *api.QueryOptions) ([]*api.NodeListStub, *api.QueryMeta, error) {
+		q.Region = o.region
+		return o.nomad.Nodes().List(q)
+	}, func(stubs []*api.NodeListStub, _ uint64) {
+		o.mu.RLock()
+		have := o.snap.nodes
+		o.mu.RUnlock()
+		next := make(map[string]*api.Node, len(stubs))
+		var changed []*api.NodeListStub
+		for _, s := range stubs {
+			if n, ok := have[s.ID]; ok && n.ModifyIndex == s.ModifyIndex {
+				next[s.ID] = n
+				continue
+			}
+			changed = append(changed, s)
+		}
+		// The list has no meta: read each changed node, a few at a time
+		// (one at a time, a fleet's first read is a round trip per node).
+		read := make([]*api.Node, len(changed))
+		errs := make([]error, len(changed))
+		forEach(ctx, len(changed), nodeReaders, func(i int) {
+			rctx, cancel := context.WithTimeout(ctx, callTimeout)
+			defer cancel()
+			read[i], _, errs[i] = o.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: o.region}).WithContext(rctx))
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		for i, s := range changed {
+			if errs[i] != nil || read[i] == nil {
+				o.log.Warn("read node", "node", s.Name, "error", errs[i])
+				if old, ok := have[s.ID]; ok {
+					next[s.ID] = old
+				}
+				continue
+			}
+			next[s.ID] = read[i]
+		}
+		o.mu.Lock()
+		o.snap.nodes, o.snap.nodesSynced = next, true
+		o.notifyLocked()
+		o.mu.Unlock()
+		o.kick()
+	})
+}
+
+// watchAllocs keeps snap.allocs current: the allocations of the
+// namespaces in nomad.namespaces, every one's GPUs counted as taken. With
+// "*" (the default) that is one blocking query over every namespace the
+// token may read. With a list it is one blocking query per namespace, each
+// in its own goroutine, merged in the list's order: each namespace's list
+// is one consistent read, and the merge holds every namespace's latest
+// (Nomad indexes the allocations as one table, so any change wakes every
+// namespace's query). allocSynced is set only once every namespace has
+// been read: a namespace the token may not read (403) keeps the
+// controller from placing anything, and says so in its log, rather than
+// letting that namespace's GPUs look free.
+func (o *observer) watchAllocs(ctx context.Context) {
+	fetch := func(ns string) func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+		return func(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error) {
+			q.Namespace, q.Region = ns, o.region
+			// Task states (every task's event history) are the bulk of an
+			// allocation stub, and nothing here reads them.
+			q.Params = map[string]string{"resources": "true", "task_states": "false"}
+			return o.nomad.Allocations().List(q)
+		}
+	}
+	publish := func(allocs []*api.AllocationListStub, synced bool) {
+		o.mu.Lock()
+		o.snap.allocs, o.snap.allocSynced = allocs, synced
+		o.mu.Unlock()
+		select {
+		case o.healthTrigger <- struct{}{}:
+		default:
+		}
+		o.kick()
+	}
+	nss := o.namespaces
+	all := len(nss) == 0
+	for _, ns := range nss {
+		all = all || ns == config.AllNamespaces
+	}
+	if all {
+		watch(ctx, o.log, "allocations", fetch(config.AllNamespaces), func(allocs []*api.AllocationListStub, _ uint64) {
+			publish(allocs, true)
+		})
+		return
+	}
+	var mu sync.Mutex // orders the merges and their publication
+	lists := make(map[string][]*api.AllocationListStub, len(nss))
+	var wg sync.WaitGroup
+	for _, ns := range nss {
+		wg.Go(func() {
+			watch(ctx, o.log, "allocations in namespace "+ns, fetch(ns), func(allocs []*api.AllocationListStub, _ uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				lists[ns] = allocs
+				var merged []*api.AllocationListStub
+				for _, n := range nss {
+					merged = append(merged, lists[n]...)
+				}
+				publish(merged, len(lists) == len(nss))
+			})
+		})
+	}
+	wg.Wait()
+}
+
+func (o *observer) watchJobs(ctx context.Context) {
+	watch(ctx, o.log, "jobs", func(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {
+		q.Namespace, q.Region, q.Prefix = o.namespace, o.region, render.JobIDPrefix
+		q.Params = map[string]string{"meta": "true"}
+		return o.nomad.Jobs().List(q)
+	}, func(jobs []*api.JobListStub, index uint64) {
+		// This callback alone writes jobsIndex: read, then forget, then
+		// publish, so that no pass sees the new list with the old expect.
+		o.mu.RLock()
+		backwards := index < o.snap.jobsIndex
+		o.mu.RUnlock()
+		if backwards {
+			o.forgetExpect()
+		}
+		o.mu.Lock()
+		o.snap.jobs, o.snap.jobsSynced, o.snap.jobsIndex = jobs, true, index
+		o.mu.Unlock()
+		o.kick()
+	})
+}
+
+// pollPower reads each schedulable GPU node's measured draw. Client stats
+// go through the servers to the node; a node that does not answer keeps
+// its last reading for one interval, then counts as not measured.
+func (o *observer) pollPower(ctx context.Context) {
+	tick := time.NewTicker(o.powerInterval)
+	defer tick.Stop()
+	for {
+		o.mu.RLock()
+		var ids []string
+		for id, n := range o.snap.nodes {
+			if n.Status == api.NodeStatusReady && hasGPU(n) {
+				ids = append(ids, id)
+			}
+		}
+		o.mu.RUnlock()
+		sort.Strings(ids)
+		power := o.readPower(ctx, ids)
+		if ctx.Err() != nil {
+			return
+		}
+		o.mu.Lock()
+		changed := !maps.Equal(o.snap.power, power)
+		o.snap.power = power
+		o.mu.Unlock()
+		if changed {
+			o.kick()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// powerReaders is how many nodes' stats are read at once; each read has
+// callTimeout (a node that does not answer is left out of that round).
+const powerReaders = 8
+
+func (o *observer) readPower(ctx context.Context, ids []string) map[string]observe.Power {
+	got := make([]*observe.Power, len(ids))
+	forEach(ctx, len(ids), powerReaders, func(i int) {
+		qctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		stats, err := o.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: o.region}).WithContext(qctx))
+		if err != nil {
+			o.log.Debug("node stats", "node", ids[i], "error", err)
+			return
+		}
+		p := observe.NodePower(stats)
+		got[i] = &p
+	})
+	power := map[string]observe.Power{}
+	for i, p := range got {
+		if p != nil {
+			power[ids[i]] = *p
+		}
+	}
+	return power
+}
+
+func hasGPU(n *api.Node) bool {
+	if n.NodeResources == nil {
+		return false
+	}
+	for _, d := range n.NodeResources.Devices {
+		if d.Vendor == "nvidia" && d.Type == "gpu" {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot returns the snapshot as it is now. Its maps and lists are
+// shared: read them, never change them.
+func (o *observer) snapshot() snapshot {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.snap
+}
+
+// nodesShow reports whether cond holds of the snapshot now, and a
+// channel closed at the next change of the nodes (waitUntil).
+func (o *observer) nodesShow(cond func(snapshot) bool) (bool, <-chan struct{}) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return cond(o.snap), o.changed
+}
+
+// notifyLocked wakes the waiters on the nodes; call it with mu held for
+// writing after changing them.
+func (o *observer) notifyLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
