@@ -73,10 +73,7 @@ func (c *Controller) routes() map[string]http.HandlerFunc {
 // standby's first view refresh, comes within about 200 ms of the last list's
 // first read). "" once it can.
 func (c *Controller) notReadYet() string {
-	c.mu.RLock()
-	built := !c.view.At.IsZero()
-	c.mu.RUnlock()
-	if built {
+	if !c.views.get().At.IsZero() {
 		return ""
 	}
 	snap := c.obs.snapshot()
@@ -148,11 +145,9 @@ func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
 
 func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 	synced := c.obs.snapshot().synced()
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	status := http.StatusOK
 	body := map[string]any{"leader": c.lead.isLeading(), "synced": synced}
-	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
+	if err := c.files.errs(); err != nil {
 		body["config_error"] = err.Error()
 	}
 	httpjson.WriteIndented(w, status, body)
@@ -160,9 +155,7 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 
 func (c *Controller) currentView() View {
 	obs := c.engines.all()
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	v := c.view
+	v := c.views.get()
 	v.Leader = c.lead.isLeading()
 	// The engine readings are newer than the pass that built the view.
 	v.Replicas = slices.Clone(v.Replicas)
@@ -306,9 +299,8 @@ type FacilityView struct {
 
 func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {
 	v := c.currentView()
-	c.mu.RLock()
-	hr := c.facility.Headroom
-	c.mu.RUnlock()
+	_, fac := c.files.get()
+	hr := fac.Headroom
 	httpjson.WriteIndented(w, http.StatusOK, FacilityView{Headroom: hr, Domains: append([]DomainView{}, v.Domains...)})
 }
 
@@ -350,10 +342,9 @@ func redact(models []facility.Model) []facility.Model {
 }
 
 func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt, Warnings: c.catalog.Warnings()}
-	if err := errors.Join(c.loadErr, c.heldBack); err != nil {
+	cat, at := c.files.loaded()
+	cv := CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
+	if err := c.files.errs(); err != nil {
 		cv.Error = err.Error()
 	}
 	httpjson.WriteIndented(w, http.StatusOK, cv)
@@ -411,12 +402,11 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		c.mu.RLock()
+		_, fac := c.files.get()
 		inFile := false
-		for _, h := range c.facility.Holds {
+		for _, h := range fac.Holds {
 			inFile = inFile || h.Domain == d
 		}
-		c.mu.RUnlock()
 		hint := ""
 		if inFile {
 			hint = "this hold is in the facility file: remove it there and reload (SIGHUP)"
@@ -465,9 +455,8 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
-	c.mu.RLock()
-	cv := CatalogView{Models: redact(c.catalog.Models), LoadedAt: c.loadedAt, Warnings: c.catalog.Warnings()}
-	c.mu.RUnlock()
+	cat, at := c.files.loaded()
+	cv := CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
 	httpjson.WriteIndented(w, http.StatusOK, cv)
 }
 
@@ -599,13 +588,6 @@ const (
 	viewWait = 10 * time.Second
 )
 
-// notifyLocked wakes the waiters on the view; call it with mu held for
-// writing after changing the view.
-func (c *Controller) notifyLocked() {
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
 // waitUntil waits until check reports true (it is checked again each
 // time the channel it returns with false is closed), for at most d or
 // until ctx ends; it reports whether check held.
@@ -632,16 +614,9 @@ func waitUntil(ctx context.Context, d time.Duration, check func() (bool, <-chan 
 // it, so that the write's answer comes once the read API shows it. It
 // returns "" then, else a warning for the answer.
 func (c *Controller) awaitView(ctx context.Context) string {
-	c.mu.Lock()
-	c.gen++
-	target := c.gen
-	c.mu.Unlock()
+	target := c.views.nextGen()
 	c.kick()
-	if waitUntil(ctx, viewWait, func() (bool, <-chan struct{}) {
-		c.mu.RLock()
-		defer c.mu.RUnlock()
-		return c.viewGen >= target, c.changed
-	}) {
+	if waitUntil(ctx, viewWait, func() (bool, <-chan struct{}) { return c.views.shows(target) }) {
 		return ""
 	}
 	return fmt.Sprintf("done in Nomad, but the controller has not rebuilt its view within %s (a pass under way, or passes deferred: see its log); "+

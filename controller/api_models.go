@@ -35,10 +35,9 @@ type PinRequest struct {
 
 // models returns the view's models with the latest signals.
 func (c *Controller) models() []ModelView {
-	c.mu.RLock()
-	out := make([]ModelView, len(c.view.Models))
-	copy(out, c.view.Models)
-	c.mu.RUnlock()
+	v := c.views.get()
+	out := make([]ModelView, len(v.Models))
+	copy(out, v.Models)
 	return c.scale.withSignals(out)
 }
 
@@ -57,11 +56,10 @@ func (c *Controller) findModel(w http.ResponseWriter, name string) (ModelView, b
 	}
 	if len(names) == 0 {
 		// No pass yet: the catalog's names still make the hint.
-		c.mu.RLock()
-		for _, m := range c.catalog.Models {
+		cat, _ := c.files.get()
+		for _, m := range cat.Models {
 			names = append(names, m.Name)
 		}
-		c.mu.RUnlock()
 	}
 	writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q", name), suggest.Hint(name, names))
 	return ModelView{}, false
@@ -88,10 +86,9 @@ func (c *Controller) getSignals(w http.ResponseWriter, _ *http.Request) {
 
 // catalogModel returns the catalog's model name.
 func (c *Controller) catalogModel(name string) (facility.Model, []string, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	cat, _ := c.files.get()
 	var names []string
-	for _, m := range c.catalog.Models {
+	for _, m := range cat.Models {
 		if m.Name == name {
 			return m, nil, true
 		}

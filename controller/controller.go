@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -71,54 +72,29 @@ type Controller struct {
 	viewTrigger chan struct{}
 	metrics     *metrics
 	// wakeAt is when the next pass must run even if nothing changes: the
-	// moment a down node's shards pass lost_after. Under mu.
-	wakeAt time.Time
+	// moment, by Options.Now, a down node's shards pass lost_after; nil
+	// or zero: none. Written by passes (setWake), read by reconcileLoop.
+	wakeAt atomic.Pointer[time.Time]
 	wake   chan struct{}
 
-	// passMu makes passes (and a standby's view refreshes) one at a time.
+	// The parts, each with its own lock guarding only its own fields.
+	files   *filesInForce   // the catalog and facility files in force (files.go)
+	obs     *observer       // the snapshot of Nomad and its watches (observer.go)
+	lead    *leader         // the leader lock, its lease, the fence on writes (leader.go)
+	writes  *writer         // check-and-set job writes and what the next pass waits for (writer.go)
+	scale   *scaleState     // the autoscaler's scalers, signals, history, last changes (scalestate.go)
+	engines *engineReadings // the last engine scrapes (engines.go)
+	views   *viewState      // the read API's view and the write generations (view.go)
+
+	// passMu makes passes (and a standby's view refreshes, and plans) one
+	// at a time, and guards what only they touch: inputGen, saved and
+	// savedModels.
 	passMu sync.Mutex
-	// obs keeps the snapshot of Nomad (observer.go).
-	obs *observer
-	// writes carries out job writes and keeps what the next pass must
-	// wait for (writer.go).
-	writes *writer
-	// lead holds the leader lock and its lease, and fences the leader's
-	// writes (leader.go).
-	lead *leader
-
-	// inputGen is the write generation (gen) the last input read with the
-	// snapshot; the view built from that input carries it. Under passMu.
+	// inputGen is the write generation the last input read before the
+	// snapshot; the view built from that input carries it.
 	inputGen uint64
-
-	mu sync.RWMutex
-	// gen counts the API's writes whose effect the view must show before
-	// the write answers (holds, labels): each write, once Nomad shows it,
-	// takes the next number, and viewGen is the number the view was built
-	// after. Both under mu.
-	gen, viewGen uint64
-	// changed is closed, and replaced, whenever the view changes
-	// (waitUntil). Under mu.
-	changed  chan struct{}
-	catalog  facility.Catalog
-	facility facility.Facility
-	loadErr  error // the last reload's error; the previous files stay in force
-	// confirmed: the files in force were loaded with the operator's
-	// say-so for the stops they cause (ReloadConfirmed).
-	confirmed bool
-	// heldBack is the pass guard's refusal of the catalog's stops (files
-	// never confirmed that stop too much); nil when it holds none back.
-	heldBack error
-	// prune: the stored decisions of slots not in the catalog are to be
-	// deleted after the next pass (set at start and by every reload).
-	prune    bool
-	loadedAt time.Time // when the files in force were loaded
-	view     View
-	saved    map[string]string // replica -> last saved decision, to write only changes
-	// engines is what the last round of engine scrapes read (engines.go).
-	engines *engineReadings
-	// scale is the autoscaler's state: scalers, signals, history, the
-	// last changes of count (scalestate.go).
-	scale *scaleState
+	// saved is each replica's last saved decision, to write only changes.
+	saved map[string]string
 	// savedModels is the model list last written (its item), to write
 	// only changes.
 	savedModels string
@@ -166,7 +142,8 @@ func New(opts Options) (*Controller, error) {
 		trigger:     make(chan struct{}, 1),
 		viewTrigger: make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
-		changed:     make(chan struct{}),
+		files:       &filesInForce{},
+		views:       &viewState{changed: make(chan struct{})},
 		metrics:     newMetrics(),
 		saved:       map[string]string{},
 		scale:       newScaleState(),
@@ -222,18 +199,15 @@ func (c *Controller) reload(confirm bool) error {
 	if err == nil && !confirm {
 		err = c.checkStops(cat, fac)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err != nil {
-		c.loadErr = err
+		c.files.refuse(err)
 		c.metrics.reloadFailed.Set(1)
 		return err
 	}
-	c.catalog, c.facility, c.loadErr, c.loadedAt = cat, fac, nil, c.now()
+	c.files.put(cat, fac, confirm, c.now())
 	for _, w := range cat.Warnings() {
 		c.log.Warn("catalog", "warning", w)
 	}
-	c.confirmed, c.prune, c.heldBack = confirm, true, nil
 	c.metrics.reloadFailed.Set(0)
 	c.kick()
 	return nil
@@ -349,9 +323,10 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		c.mu.RLock()
-		wakeAt := c.wakeAt
-		c.mu.RUnlock()
+		var wakeAt time.Time
+		if p := c.wakeAt.Load(); p != nil {
+			wakeAt = *p
+		}
 		var wake <-chan time.Time
 		var timer *time.Timer
 		if !wakeAt.IsZero() {
@@ -551,19 +526,14 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 		c.log.Warn("model list for the gateways", "error", err)
 		return
 	}
-	c.mu.RLock()
-	same := c.savedModels == items[gatewayapi.ModelsItem]
-	c.mu.RUnlock()
-	if same {
+	if c.savedModels == items[gatewayapi.ModelsItem] {
 		return
 	}
 	if err := c.store.SaveModels(items); err != nil {
 		c.log.Warn("save the model list for the gateways", "error", err)
 		return
 	}
-	c.mu.Lock()
 	c.savedModels = items[gatewayapi.ModelsItem]
-	c.mu.Unlock()
 }
 
 // modelList is the catalog as the gateways read it: each model with the
@@ -589,20 +559,14 @@ func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gatewayap
 // controller started on a truncated catalog, say): the error shows in
 // /v1/catalog until a confirmed reload.
 func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []reconcile.Action {
-	c.mu.RLock()
-	confirmed := c.confirmed
-	c.mu.RUnlock()
-	if confirmed {
+	if c.files.isConfirmed() {
 		return acts
 	}
 	err := c.tooManyStops(in, acts, c.cfg.Catalog)
-	c.mu.Lock()
-	if err != nil && c.heldBack == nil {
+	newly, failed := c.files.holdBack(err)
+	if newly {
 		c.log.Error("catalog stops held back", "error", err)
 	}
-	c.heldBack = err
-	failed := c.loadErr != nil || err != nil
-	c.mu.Unlock()
 	if failed {
 		c.metrics.reloadFailed.Set(1)
 	} else {
@@ -623,10 +587,7 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 // pruneDecisions deletes, once after each load of the catalog, the stored
 // decisions of slots that are no longer in it.
 func (c *Controller) pruneDecisions(cat facility.Catalog) {
-	c.mu.RLock()
-	prune := c.prune
-	c.mu.RUnlock()
-	if !prune {
+	if !c.files.toPrune() {
 		return
 	}
 	var keep []string
@@ -644,14 +605,12 @@ func (c *Controller) pruneDecisions(cat facility.Catalog) {
 	for _, k := range keep {
 		kept[k] = true
 	}
-	c.mu.Lock()
-	c.prune = false
+	c.files.pruned()
 	for slot := range c.saved {
 		if !kept[slot] {
 			delete(c.saved, slot)
 		}
 	}
-	c.mu.Unlock()
 	if n > 0 {
 		c.log.Info("deleted the decisions of replicas that left the catalog", "count", n)
 	}
@@ -659,9 +618,7 @@ func (c *Controller) pruneDecisions(cat facility.Catalog) {
 
 // input assembles one pass's view of the world.
 func (c *Controller) input() (reconcile.Input, []observe.Orphan, map[string]render.NodeInfo, scaleInfo, error) {
-	c.mu.RLock()
-	cat, fac := c.catalog, c.facility
-	c.mu.RUnlock()
+	cat, fac := c.files.get()
 	return c.inputFor(cat, fac, false)
 }
 
@@ -674,9 +631,7 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry b
 	// generation once Nomad shows it (a label: once the snapshot's node
 	// does), so a snapshot read after the generation shows every write up
 	// to it.
-	c.mu.RLock()
-	gen := c.gen
-	c.mu.RUnlock()
+	gen := c.views.gen()
 	snap := c.obs.snapshot()
 	c.inputGen = gen
 	if !snap.synced() {
@@ -742,11 +697,11 @@ func (c *Controller) dropExpiredPins(now time.Time) {
 
 // setWake arms the next pass for t (zero: none).
 func (c *Controller) setWake(t time.Time) {
-	c.mu.Lock()
-	changed := !t.Equal(c.wakeAt)
-	c.wakeAt = t
-	c.mu.Unlock()
-	if changed {
+	var prev time.Time
+	if old := c.wakeAt.Swap(&t); old != nil {
+		prev = *old
+	}
+	if !t.Equal(prev) {
 		select {
 		case c.wake <- struct{}{}:
 		default:

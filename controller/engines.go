@@ -61,9 +61,7 @@ type engineTarget struct {
 func (c *Controller) engineTargets() []engineTarget {
 	snap := c.obs.snapshot()
 	jobs, allocs, checks := snap.jobs, snap.allocs, snap.checks
-	c.mu.RLock()
-	cat := c.catalog
-	c.mu.RUnlock()
+	cat, _ := c.files.get()
 	engineOf := map[[2]string]string{} // model, profile -> engine
 	for _, m := range cat.Models {
 		for _, p := range m.Profiles {

@@ -129,9 +129,7 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 			`send {"catalog": "<HCL>", "catalog_name": "catalog.hcl", "facility": "<HCL>", "holds": [{"domain": "rack=r1", "drain": true}]}`)
 		return
 	}
-	c.mu.RLock()
-	cat, fac := c.catalog, c.facility
-	c.mu.RUnlock()
+	cat, fac := c.files.get()
 	catName := c.cfg.Catalog
 	var errs []error
 	if req.Catalog != "" {

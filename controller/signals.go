@@ -435,9 +435,8 @@ func (c *Controller) newSignalState() *signalState {
 // signalRound reads one round of signals and observes it.
 func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 	obs := c.engines.all()
-	c.mu.RLock()
-	cat, view := c.catalog, c.view
-	c.mu.RUnlock()
+	cat, _ := c.files.get()
+	view := c.views.get()
 	var models []facility.Model
 	for _, m := range cat.Models {
 		if m.Autoscale != nil {
@@ -506,9 +505,7 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 	sources = append(sources, engineSources(models, serving, replicaOf, obs, wall, at)...)
 
 	c.scale.observe(signals, sources, at)
-	c.mu.RLock()
-	models2 := c.view.Models
-	c.mu.RUnlock()
+	models2 := c.views.get().Models
 	c.scale.recordHistory(at, signals, models2, set.Interval)
 	c.metrics.setSignals(signals)
 	c.logSources(st, sources)

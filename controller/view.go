@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -167,11 +168,10 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	fileHolds := map[facility.Domain]bool{}
 	status := map[string]string{}
 	schedulable := map[string]bool{}
-	c.mu.RLock()
-	for _, h := range c.facility.Holds {
+	_, fac := c.files.get()
+	for _, h := range fac.Holds {
 		fileHolds[h.Domain] = true
 	}
-	c.mu.RUnlock()
 	for _, n := range c.obs.snapshot().nodes {
 		st := n.Status
 		switch {
@@ -276,11 +276,65 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	c.metrics.adopted.WithLabelValues("jobs").Set(float64(len(in.Jobs)))
 
 	v.Leader = c.lead.isLeading()
-	c.mu.Lock()
-	c.view = v
-	c.viewGen = c.inputGen
-	c.notifyLocked()
-	c.mu.Unlock()
+	c.views.publish(v, c.inputGen)
+}
+
+// viewState is the read API's view as the last pass (or a standby's view
+// refresh) built it, and the generations of the API's writes that wait
+// for it.
+type viewState struct {
+	// mu guards every field below. Invariant: viewGen is the write
+	// generation read before the snapshot the view was built from, so a
+	// write whose generation is at most viewGen shows in the view; changed
+	// is closed, and replaced, at every new view.
+	mu   sync.RWMutex
+	view View
+	// next counts the API's writes whose effect the view must show before
+	// the write answers (holds, labels): each write, once Nomad shows it,
+	// takes the next number (nextGen).
+	next, viewGen uint64
+	changed       chan struct{}
+}
+
+// get returns the view; its lists are shared: read them, never change
+// them.
+func (s *viewState) get() View {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.view
+}
+
+// publish makes v, built from an input read after write generation gen,
+// the view, and wakes the waiters.
+func (s *viewState) publish(v View, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.view, s.viewGen = v, gen
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// gen returns the write generation now.
+func (s *viewState) gen() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.next
+}
+
+// nextGen takes the next write generation.
+func (s *viewState) nextGen() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	return s.next
+}
+
+// shows reports whether the view was built after write generation
+// target, and a channel closed at the next view (waitUntil).
+func (s *viewState) shows(target uint64) (bool, <-chan struct{}) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.viewGen >= target, s.changed
 }
 
 // saveDecisions stores each decision of the pass that changed since it
@@ -294,18 +348,13 @@ func (c *Controller) saveDecisions(res reconcile.Result) {
 		key := e
 		key.At = time.Time{}
 		b, _ := json.Marshal(key)
-		c.mu.RLock()
-		same := c.saved[slot] == string(b)
-		c.mu.RUnlock()
-		if same {
+		if c.saved[slot] == string(b) {
 			continue
 		}
 		if err := c.store.SaveDecision(slot, e); err != nil {
 			c.log.Warn("save decision", "replica", slot, "error", err)
 			continue
 		}
-		c.mu.Lock()
 		c.saved[slot] = string(b)
-		c.mu.Unlock()
 	}
 }
