@@ -146,6 +146,28 @@ func (m *metrics) setModels(models []ModelView) {
 	}
 }
 
+// setView replaces the gauges of the last pass's view with bv's.
+func (m *metrics) setView(bv builtView) {
+	m.setModels(bv.view.Models)
+	m.replicas.Reset()
+	for k, n := range bv.replicas {
+		m.replicas.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+	m.domainCap.Reset()
+	m.domainDraw.Reset()
+	m.domainMeasured.Reset()
+	for _, g := range bv.budgets {
+		m.domainCap.WithLabelValues(g.domain).Set(g.capWatts)
+		m.domainDraw.WithLabelValues(g.domain).Set(g.drawWatts)
+		m.domainMeasured.WithLabelValues(g.domain).Set(g.measuredWatts)
+	}
+	m.rejections.Reset()
+	for k, n := range bv.rejections {
+		m.rejections.WithLabelValues(k).Set(float64(n))
+	}
+	m.adopted.WithLabelValues("jobs").Set(float64(bv.adoptedJobs))
+}
+
 // engineGaugeHelp are the llmgw_engine_* gauges, one series per serving
 // replica, from the last reading of its engine's metrics; a series is
 // absent while the value is unknown (not exported by the engine, not in

@@ -2,13 +2,9 @@ package controller
 
 import (
 	"encoding/json"
-	"sort"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
-	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/facility"
 )
@@ -110,173 +106,16 @@ func explainOf(d facility.Decision, at time.Time) Explain {
 	return e
 }
 
-// updateView rebuilds the read API's view and the gauges from a pass.
+// updateView rebuilds the read API's view and the gauges from a pass,
+// with the view builder (viewbuild.go), and publishes it.
 func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info scaleInfo) {
-	v := View{At: in.Now}
-	v.Models = modelViews(in, res, info, c.scale.lastChanges())
-	c.metrics.setModels(v.Models)
-	bySlot := map[string][]reconcile.Job{}
-	for _, j := range in.Jobs {
-		bySlot[j.Replica] = append(bySlot[j.Replica], j)
-	}
-	c.metrics.replicas.Reset()
-	counts := map[[2]string]int{}
-	for _, m := range in.Catalog.Models {
-		for i := 0; i < m.SlotLimit(); i++ {
-			slot := facility.ReplicaID(m.Name, i)
-			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced", Waiting: res.Waits[slot]}
-			jobs := bySlot[slot]
-			if _, tried := res.Decisions[slot]; m.Autoscale != nil && len(jobs) == 0 && !tried {
-				continue // an autoscaled model's slot it does not want
-			}
-			sort.Slice(jobs, func(a, b int) bool {
-				if jobs[a].State != jobs[b].State {
-					return jobs[a].State < jobs[b].State
-				}
-				return jobs[a].CreateIndex > jobs[b].CreateIndex
-			})
-			if len(jobs) > 0 {
-				j := jobs[0]
-				rv.Profile, rv.State, rv.JobID, rv.Since, rv.Note = j.Profile, j.State.String(), j.ID, j.Since, j.Note
-
-				for _, s := range j.Shards {
-					rv.Nodes = append(rv.Nodes, s.Node)
-					rv.Watts += s.Watts
-				}
-				rv.Domain = j.Domain.Key()
-				if len(jobs) > 1 {
-					for _, x := range jobs {
-						rv.Jobs = append(rv.Jobs, x.ID)
-					}
-				}
-			}
-			counts[[2]string{m.Name, rv.State}]++
-			v.Replicas = append(v.Replicas, rv)
-		}
-	}
-	for k, n := range counts {
-		c.metrics.replicas.WithLabelValues(k[0], k[1]).Set(float64(n))
-	}
-
-	promised := map[string]float64{}
-	for _, j := range in.Jobs {
-		for _, s := range j.Shards {
-			promised[s.Node] += s.Watts
-		}
-	}
-	holds := map[string]Hold{}
-	fileHolds := map[facility.Domain]bool{}
-	status := map[string]string{}
-	schedulable := map[string]bool{}
 	_, fac := c.files.get()
-	for _, h := range fac.Holds {
-		fileHolds[h.Domain] = true
-	}
-	for _, n := range c.obs.snapshot().nodes {
-		st := n.Status
-		switch {
-		case st != api.NodeStatusReady:
-		case n.DrainStrategy != nil:
-			st = "draining"
-		case n.SchedulingEligibility != api.NodeSchedulingEligible:
-			st = "ineligible"
-		}
-		status[n.Name] = st
-		schedulable[n.Name] = observe.Schedulable(n)
-	}
-	for _, h := range in.Facility.Holds {
-		src := "runtime"
-		if fileHolds[h.Domain] {
-			src = "facility"
-		}
-		holds[h.Domain.String()] = Hold{Reason: h.Reason, Drain: h.Drain, Source: src}
-	}
-	type agg struct {
-		nodes               int
-		measured, committed float64
-	}
-	domains := map[string]*agg{}
-	for _, n := range in.Fleet.Nodes {
-		nv := NodeView{Name: n.Name, Location: map[string]string{}, Measured: n.MeasuredWatts}
-		nv.Committed = max(n.MeasuredWatts, n.BaseWatts+promised[n.Name])
-		measured := n.MeasuredWatts
-		if measured == 0 {
-			measured = n.BaseWatts
-		}
-		for _, l := range facility.Levels() {
-			val := n.Location.Get(l)
-			if val == "" {
-				continue
-			}
-			nv.Location[l.String()] = val
-			key := l.String() + "=" + val
-			a := domains[key]
-			if a == nil {
-				a = &agg{}
-				domains[key] = a
-			}
-			a.nodes++
-			a.measured += measured
-			a.committed += nv.Committed
-			if _, held := holds[key]; held {
-				nv.Held = append(nv.Held, key)
-			}
-		}
-		for _, g := range n.GPUs {
-			nv.GPUModel = g.Model
-			nv.GPUsFree += g.Free
-			nv.GPUsTotal += g.Count
-		}
-		nv.Schedulable, nv.Status = schedulable[n.Name], status[n.Name]
-		v.Nodes = append(v.Nodes, nv)
-	}
-	c.metrics.domainCap.Reset()
-	c.metrics.domainDraw.Reset()
-	c.metrics.domainMeasured.Reset()
-	seen := map[string]bool{}
-	// Committed draw per budgeted domain: what runs, through the
-	// planner's own accounting in the pass.
-	for _, u := range res.Usage {
-		key := u.Domain.String()
-		seen[key] = true
-		dv := DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
-		if a := domains[key]; a != nil {
-			dv.Nodes, dv.Measured = a.nodes, a.measured
-		}
-		if h, ok := holds[key]; ok {
-			dv.Hold = &h
-		}
-		v.Domains = append(v.Domains, dv)
-		c.metrics.domainCap.WithLabelValues(key).Set(u.CapWatts)
-		c.metrics.domainDraw.WithLabelValues(key).Set(u.DrawWatts)
-		c.metrics.domainMeasured.WithLabelValues(key).Set(dv.Measured)
-	}
-	for key, h := range holds {
-		if seen[key] {
-			continue
-		}
-		dv := DomainView{Domain: key, Hold: &h}
-		if a := domains[key]; a != nil {
-			dv.Nodes, dv.Measured, dv.Committed = a.nodes, a.measured, a.committed
-		}
-		v.Domains = append(v.Domains, dv)
-	}
-	sort.Slice(v.Domains, func(i, j int) bool { return v.Domains[i].Domain < v.Domains[j].Domain })
-
-	c.metrics.rejections.Reset()
-	byKind := map[string]int{}
-	for _, d := range res.Decisions {
-		for _, r := range d.Rejections {
-			byKind[r.Kind.String()]++
-		}
-	}
-	for k, n := range byKind {
-		c.metrics.rejections.WithLabelValues(k).Set(float64(n))
-	}
-	c.metrics.adopted.WithLabelValues("jobs").Set(float64(len(in.Jobs)))
-
-	v.Leader = c.lead.isLeading()
-	c.views.publish(v, c.inputGen)
+	bv := viewBuilder{
+		in: in, res: res, info: info, last: c.scale.lastChanges(),
+		fileHolds: fac.Holds, nodes: c.obs.snapshot().nodes, leader: c.lead.isLeading(),
+	}.build()
+	c.metrics.setView(bv)
+	c.views.publish(bv.view, c.inputGen)
 }
 
 // viewState is the read API's view as the last pass (or a standby's view
