@@ -40,7 +40,20 @@ type Options struct {
 	// minimum). A standby takes over within about twice the TTL plus the
 	// lock delay after the leader dies.
 	LockTTL time.Duration
-	// Now is the clock; default time.Now.
+	// Now is the controller's clock; default time.Now. It governs the
+	// time a pass plans at (lost_after and the moment a down node's
+	// shards pass it, partial_deadline, pins' expiry, the autoscaler's
+	// windows and cooldowns, the signal rounds and the history) and the
+	// times the API shows (the view's, decisions', holds' and pins' set
+	// times, loaded_at). Tests set it to move that time by hand.
+	//
+	// The wall clock (time.Now) governs what runs against the world
+	// outside, and stays on it whatever Now says: the leader lease
+	// (Nomad's lock TTL runs in real time), deadlines on calls to Nomad,
+	// the gateways, the engines and Prometheus, the wait for the job list
+	// (behindLimit), tickers and debounces, the health checks' schedule,
+	// the age of engine readings (stamped by the wall clock when scraped),
+	// and measured durations (metrics, logs).
 	Now func() time.Time
 	// EngineMetricsInterval is how often the serving replicas' engines'
 	// metrics are read (engines.go); default 10s.
@@ -330,7 +343,10 @@ func (c *Controller) reconcileLoop(ctx context.Context) {
 		var wake <-chan time.Time
 		var timer *time.Timer
 		if !wakeAt.IsZero() {
-			timer = time.NewTimer(max(time.Until(wakeAt), 0))
+			// wakeAt is by the controller's clock (Options.Now), as the
+			// pass that set it planned: wait what is left of it by the
+			// same clock.
+			timer = time.NewTimer(max(wakeAt.Sub(c.now()), 0))
 			wake = timer.C
 		}
 		rearm := false

@@ -91,7 +91,7 @@ func (o *observer) watchHealth(ctx context.Context) {
 		o.mu.RUnlock()
 		if ready {
 			targets := o.checkTargets()
-			now := time.Now()
+			now := time.Now() // the reads' schedule: wall time
 			var due []checkTarget
 			keep := map[string]bool{}
 			for _, t := range targets {

@@ -91,6 +91,9 @@ const promReaders = 4
 func (p *promSource) run(ctx context.Context, q string) promResult {
 	qctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	// Evaluated at the wall clock's now: Prometheus holds real time,
+	// whatever Options.Now says; the round stamps the result with its own
+	// time.
 	v, _, _, err := p.api.Query(qctx, q, time.Now(), promv1.WithTimeout(p.timeout))
 	res := promResult{query: q}
 	if err != nil {
