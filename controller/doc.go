@@ -34,4 +34,16 @@
 // One controller leads, holding the Nomad Variable lock llmgw/leader; the
 // others observe and serve the read API (they plan without acting, to keep
 // their view current), and take over when the leader's lock lapses.
+//
+// Controller is the composition root: New builds its parts, Run starts
+// their loops, Handler serves the API from them. Each part has its own
+// type, file and lock, which guards only that part's fields: the files in
+// force (files.go), the observer and its snapshot (observer.go,
+// health.go), the leader and its lease (leader.go), the writer and what
+// the next pass waits for (writer.go), the autoscaler's state
+// (scalestate.go), the engine readings (engines.go) and the published
+// view (view.go), built by a pure view builder (viewbuild.go). A pass
+// holds passMu and takes the parts' locks under it; nothing else holds
+// two at once. Options.Now is the controller's clock; what stays on the
+// wall clock is listed there.
 package controller

@@ -16,10 +16,11 @@ import (
 // restarted controller starts with none, and a standby keeps its own from
 // its own rounds.
 type scaleState struct {
-	// mu guards every field below. Invariant: scalers and history hold
-	// exactly the models of the last signal round (a model that leaves
-	// the catalog or stops autoscaling loses both at the next round), and
-	// signals, sources and signalsAt are that one round's.
+	// mu guards every field below. Invariant: signals, sources and
+	// signalsAt are all one round's, and after each round scalers and
+	// history hold only that round's models (a model that leaves the
+	// catalog or stops autoscaling loses both); a pass may add the scaler
+	// of a model no round has read yet.
 	mu      sync.Mutex
 	scalers map[string]*autoscale.Scaler
 	history map[string]*ring
