@@ -369,8 +369,8 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !c.knownDomain(d) {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), suggest.Hint(d.String(), c.domainKeys()))
+	if !c.obs.knownDomain(d) {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), suggest.Hint(d.String(), c.obs.domainKeys()))
 		return
 	}
 	h := store.Hold{Domain: d.String(), Reason: req.Reason, Drain: req.Drain, SetAt: c.now().UTC(), SetBy: r.Header.Get("X-LLMGW-User")}
@@ -508,7 +508,7 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "nothing to set or unset", "")
 		return
 	}
-	id, names := c.nodeID(name)
+	id, names := c.obs.nodeID(name)
 	if id == "" {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node %q", name), suggest.Hint(name, names))
 		return
@@ -621,42 +621,4 @@ func (c *Controller) awaitView(ctx context.Context) string {
 	}
 	return fmt.Sprintf("done in Nomad, but the controller has not rebuilt its view within %s (a pass under way, or passes deferred: see its log); "+
 		"its reads show the change after its next pass", viewWait)
-}
-
-func (c *Controller) nodeID(name string) (string, []string) {
-	var names []string
-	for id, n := range c.obs.snapshot().nodes {
-		if n.Name == name || id == name {
-			return id, nil
-		}
-		names = append(names, n.Name)
-	}
-	return "", names
-}
-
-func (c *Controller) knownDomain(d facility.Domain) bool {
-	for _, k := range c.domainKeys() {
-		if k == d.String() {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *Controller) domainKeys() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, n := range c.obs.snapshot().nodes {
-		for lvl, key := range observe.LocationKeys {
-			if v := n.Meta[key]; v != "" {
-				k := lvl.String() + "=" + v
-				if !seen[k] {
-					seen[k] = true
-					out = append(out, k)
-				}
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }

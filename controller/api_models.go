@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controller/store"
-	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
@@ -84,22 +83,9 @@ func (c *Controller) getSignals(w http.ResponseWriter, _ *http.Request) {
 	httpjson.WriteIndented(w, http.StatusOK, c.Signals())
 }
 
-// catalogModel returns the catalog's model name.
-func (c *Controller) catalogModel(name string) (facility.Model, []string, bool) {
-	cat, _ := c.files.get()
-	var names []string
-	for _, m := range cat.Models {
-		if m.Name == name {
-			return m, nil, true
-		}
-		names = append(names, m.Name)
-	}
-	return facility.Model{}, names, false
-}
-
 func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
-	m, names, ok := c.catalogModel(name)
+	m, names, ok := c.files.model(name)
 	if !ok {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q in the catalog", name), suggest.Hint(name, names))
 		return
@@ -153,7 +139,7 @@ func (c *Controller) deletePin(w http.ResponseWriter, r *http.Request) {
 	}
 	if !found {
 		hint := ""
-		if _, names, ok := c.catalogModel(name); !ok {
+		if _, names, ok := c.files.model(name); !ok {
 			hint = suggest.Hint(name, names)
 		}
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no pin on model %q", name), hint)

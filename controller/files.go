@@ -99,3 +99,18 @@ func (f *filesInForce) pruned() {
 	f.prune = false
 	f.mu.Unlock()
 }
+
+// model returns the catalog's model name, or every model's name.
+func (f *filesInForce) model(name string) (facility.Model, []string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	cat := f.catalog
+	var names []string
+	for _, m := range cat.Models {
+		if m.Name == name {
+			return m, nil, true
+		}
+		names = append(names, m.Name)
+	}
+	return facility.Model{}, names, false
+}

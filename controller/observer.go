@@ -14,6 +14,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/facility"
 )
 
 // observer keeps the controller's snapshot of Nomad current: nodes,
@@ -301,4 +302,47 @@ func (o *observer) nodesShow(cond func(snapshot) bool) (bool, <-chan struct{}) {
 func (o *observer) notifyLocked() {
 	close(o.changed)
 	o.changed = make(chan struct{})
+}
+
+// nodeID returns the ID of the node named name (or with that ID), or
+// "" and every node's name.
+func (o *observer) nodeID(name string) (string, []string) {
+	var names []string
+	for id, n := range o.snapshot().nodes {
+		if n.Name == name || id == name {
+			return id, nil
+		}
+		names = append(names, n.Name)
+	}
+	return "", names
+}
+
+// knownDomain reports whether some node is in d.
+func (o *observer) knownDomain(d facility.Domain) bool {
+	for _, k := range o.domainKeys() {
+		if k == d.String() {
+			return true
+		}
+	}
+	return false
+}
+
+// domainKeys returns the domains (level=value) the nodes' meta names,
+// sorted.
+func (o *observer) domainKeys() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range o.snapshot().nodes {
+		for lvl, key := range observe.LocationKeys {
+			if v := n.Meta[key]; v != "" {
+				k := lvl.String() + "=" + v
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -161,8 +161,8 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, http.StatusBadRequest, fmt.Sprintf("holds[%d].domain: %v", i, err), "write level=value, such as rack=r01-k01")
 			return
 		}
-		if !c.knownDomain(d) {
-			writeErr(w, http.StatusNotFound, fmt.Sprintf("holds[%d]: no node is in %s", i, d), suggest.Hint(d.String(), c.domainKeys()))
+		if !c.obs.knownDomain(d) {
+			writeErr(w, http.StatusNotFound, fmt.Sprintf("holds[%d]: no node is in %s", i, d), suggest.Hint(d.String(), c.obs.domainKeys()))
 			return
 		}
 		fac.Holds = append(fac.Holds, facility.Hold{Domain: d, Reason: h.Reason, Drain: h.Drain})
