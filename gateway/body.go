@@ -142,6 +142,48 @@ func readPrefix(r io.Reader, contentLength, limit int64, bud *budget) (*reqBody,
 	return b, model, nil
 }
 
+// fill reads more of the rest into the prefix, before any attempt, until
+// the prefix holds n bytes or the whole body, taking the buffer from the
+// budget: the prefix policy keys a request by its body's first bytes.
+// It stops short, keeping what it read, when the budget is spent or a read
+// fails (an attempt then meets the failure again, as the client's).
+// contentLength is the request's (-1 when unknown).
+func (b *reqBody) fill(n int, contentLength int64) {
+	if contentLength >= 0 {
+		n = int(min(int64(n), contentLength))
+	}
+	if b.rest == nil || len(b.prefix) >= n {
+		return
+	}
+	buf := b.prefix
+	if cap(buf) < n {
+		grow := int64(n - cap(buf))
+		if !b.bud.take(grow) {
+			return
+		}
+		b.held += grow
+		nb := make([]byte, len(buf), n)
+		copy(nb, buf)
+		b.putBuf(buf)
+		buf = nb
+	}
+	for len(buf) < n {
+		k, err := b.rest.Read(buf[len(buf):n])
+		buf = buf[:len(buf)+k]
+		if errors.Is(err, io.EOF) {
+			b.rest = nil
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	if int64(len(buf)) == contentLength {
+		b.rest = nil
+	}
+	b.prefix = buf
+}
+
 // putBuf returns buf to the pool when it is the pooled one.
 func (b *reqBody) putBuf(buf []byte) {
 	if b.pooled != nil && cap(buf) == cap(*b.pooled) && cap(buf) == initialScan {

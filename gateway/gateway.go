@@ -108,26 +108,37 @@ type Options struct {
 	// needs one (auth.go). Without it the gateway is open to anyone who
 	// reaches it.
 	Keys KeySource
+	// Routing is the routing policy of the models it names (RoutePrefix,
+	// RouteLeastOutstanding), over the model list's (ListedModel.Routing);
+	// the others are least-outstanding. CheckRouting checks it.
+	Routing map[string]string
+	// PrefixLoadFactor bounds the load of the prefix policy's replicas: one
+	// whose requests in flight, with the next, would pass this factor
+	// times its weight's share of them all is passed over for the next in
+	// the key's order. DefaultPrefixLoadFactor when 0; below 1 it is 1.
+	PrefixLoadFactor float64
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
 type Gateway struct {
-	src       Source
-	log       *slog.Logger
-	m         *metrics
-	transport http.RoundTripper
-	now       func() time.Time
-	maxScan   int64
-	attempts  int
-	brCfg     BreakerConfig
-	noReplica time.Duration
-	hold      HoldConfig
-	span      time.Duration // the demand window
-	bud       budget
-	started   time.Time
-	models    ModelSource
-	heldAll   atomic.Int64 // requests held, all models
-	auth      *auth        // nil: no keys, open
+	src        Source
+	log        *slog.Logger
+	m          *metrics
+	transport  http.RoundTripper
+	now        func() time.Time
+	maxScan    int64
+	attempts   int
+	brCfg      BreakerConfig
+	noReplica  time.Duration
+	hold       HoldConfig
+	span       time.Duration // the demand window
+	bud        budget
+	started    time.Time
+	models     ModelSource
+	heldAll    atomic.Int64 // requests held, all models
+	auth       *auth        // nil: no keys, open
+	routing    map[string]string
+	loadFactor float64
 
 	updMu      sync.Mutex
 	snap       Snapshot             // the last one discovery published
@@ -148,18 +159,26 @@ type Gateway struct {
 // (Run, or Update directly).
 func New(o Options) *Gateway {
 	g := &Gateway{
-		src:       o.Source,
-		log:       o.Logger,
-		m:         newMetrics(o.Registerer),
-		transport: o.Transport,
-		now:       o.Now,
-		maxScan:   o.MaxModelScan,
-		attempts:  o.Attempts,
-		brCfg:     o.Breaker.withDefaults(),
-		noReplica: o.NoReplicaRetryAfter,
-		hold:      o.Hold.withDefaults(),
-		span:      o.DemandWindow,
-		models:    o.Models,
+		src:        o.Source,
+		log:        o.Logger,
+		m:          newMetrics(o.Registerer),
+		transport:  o.Transport,
+		now:        o.Now,
+		maxScan:    o.MaxModelScan,
+		attempts:   o.Attempts,
+		brCfg:      o.Breaker.withDefaults(),
+		noReplica:  o.NoReplicaRetryAfter,
+		hold:       o.Hold.withDefaults(),
+		span:       o.DemandWindow,
+		models:     o.Models,
+		routing:    o.Routing,
+		loadFactor: o.PrefixLoadFactor,
+	}
+	switch {
+	case g.loadFactor == 0:
+		g.loadFactor = DefaultPrefixLoadFactor
+	case g.loadFactor < 1:
+		g.loadFactor = 1
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

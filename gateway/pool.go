@@ -132,7 +132,7 @@ func (p *pool) pick(tried []*epState, now time.Time) (ep *endpoint, probe bool) 
 		var bestOut, bestW int64
 		for i := range n {
 			e := p.eps[(start+i)%n]
-			if slices.Contains(tried, e.epState) || !e.br.available(now) {
+			if !usable(e, tried, now) {
 				continue
 			}
 			out, w := e.outstanding.Load()+e.others.Load(), int64(e.inst.Weight)

@@ -99,7 +99,12 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 			defer done()
 		}
 	}
-	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, dispatched: g.now()}
+	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start}
+	if g.policy(t, model) == RoutePrefix {
+		body.fill(keyBytes, r.ContentLength)
+		x.key = keyOf(r.URL.Path, body.prefix)
+	}
+	x.dispatched = g.now()
 	x.send(p)
 }
 
@@ -120,6 +125,11 @@ type exchange struct {
 	lastErr  error          // the last attempt's transport error
 	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
 	lastEp   *endpoint      // whose answer lastResp is
+	// lastRoute is why lastEp was chosen.
+	lastRoute string
+
+	key   prefixKey // the prefix policy's key; !key.ok: least-outstanding routes
+	route string    // why the last attempt's replica was chosen (RouteHeader)
 }
 
 // send tries p's replicas, up to the gateway's attempts, until one
@@ -131,7 +141,12 @@ func (x *exchange) send(p *pool) {
 		var ep *endpoint
 		var probe bool
 		if n <= g.attempts && (n == 1 || x.body.canRetry()) {
-			ep, probe = p.pick(x.tried, g.now())
+			if x.key.ok {
+				ep, probe, x.route = p.pickPrefix(x.key, g.loadFactor, x.tried, g.now())
+			} else {
+				ep, probe = p.pick(x.tried, g.now())
+				x.route = RouteLeastOutstanding
+			}
 		}
 		if ep == nil {
 			x.giveUp(p)
@@ -139,7 +154,7 @@ func (x *exchange) send(p *pool) {
 		}
 		if x.lastResp != nil {
 			discard(x.lastResp)
-			x.lastResp, x.lastEp = nil, nil
+			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
 		x.tried = append(x.tried, ep.epState)
 		ep.outstanding.Add(1)
@@ -176,7 +191,7 @@ func (x *exchange) send(p *pool) {
 			if retryStatus(resp.StatusCode) {
 				ep.outstanding.Add(-1)
 				g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
-				x.lastResp, x.lastEp = resp, ep
+				x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 				continue
 			}
 		} else {
@@ -209,6 +224,7 @@ func (x *exchange) giveUp(p *pool) {
 	case x.lastResp != nil:
 		// Every replica tried answered "cannot serve": pass the last
 		// answer on.
+		x.route = x.lastRoute
 		x.finish(x.lastEp, x.lastResp)
 	case x.r.Context().Err() != nil:
 		g.m.request(model, statusClientClosed)
@@ -305,6 +321,7 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	if ep.inst.Replica != "" {
 		h.Set(ReplicaHeader, ep.inst.Replica)
 	}
+	h.Set(RouteHeader, x.route)
 	if resp.StatusCode == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		setRetryAfter(h, time.Second)
 	}

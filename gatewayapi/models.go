@@ -22,6 +22,26 @@ type ListedModel struct {
 	// Replicas is how many replicas the controller wants the model to
 	// have now; 0: it is scaled to zero.
 	Replicas int `json:"replicas"`
+	// Routing is how the gateways choose the replica of each request:
+	// RoutingLeastOutstanding (also when empty) or RoutingPrefix. A
+	// gateway's own setting for the model overrides it.
+	Routing string `json:"routing,omitempty"`
+}
+
+// Routing policies of ListedModel.Routing.
+const (
+	// RoutingLeastOutstanding sends each request to the replica with the
+	// fewest requests in flight per unit of weight: the default.
+	RoutingLeastOutstanding = "least-outstanding"
+	// RoutingPrefix sends requests that share their prompt's first blocks
+	// to the same replica, whose engine has them cached, within a bound
+	// on its load (docs/gateway.md, "Prefix routing").
+	RoutingPrefix = "prefix"
+)
+
+// ValidRouting reports whether p is a routing policy ("" is the default).
+func ValidRouting(p string) bool {
+	return p == "" || p == RoutingLeastOutstanding || p == RoutingPrefix
 }
 
 // Holdable reports whether requests for m are held while it has no
@@ -73,6 +93,9 @@ func (l ModelList) Check() error {
 			errs = append(errs, fmt.Errorf("models[%d]: %q listed twice", i, m.Name))
 		}
 		seen[m.Name] = true
+		if !ValidRouting(m.Routing) {
+			errs = append(errs, fmt.Errorf("models[%d] (%s): routing %q: want %q or %q", i, m.Name, m.Routing, RoutingLeastOutstanding, RoutingPrefix))
+		}
 		if m.Min < 0 || m.Replicas < 0 {
 			errs = append(errs, fmt.Errorf("models[%d] (%s): min %d, replicas %d: want 0 or more", i, m.Name, m.Min, m.Replicas))
 		}

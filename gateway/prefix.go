@@ -1,0 +1,344 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/llmgw/llmgw/gatewayapi"
+)
+
+// Routing policies (gatewayapi.ListedModel.Routing, Options.Routing).
+const (
+	RouteLeastOutstanding = gatewayapi.RoutingLeastOutstanding
+	RoutePrefix           = gatewayapi.RoutingPrefix
+	// RouteSpill is the route of a prefix-routed request whose first
+	// choice was over the load bound.
+	RouteSpill = "spill"
+)
+
+// RouteHeader says, on every proxied answer, why its replica was chosen:
+// RoutePrefix, RouteSpill or RouteLeastOutstanding.
+const RouteHeader = "X-Llmgw-Route"
+
+// DefaultPrefixLoadFactor is Options.PrefixLoadFactor's default: a replica
+// with more than 1.25 times its share of the requests in flight is passed
+// over by the prefix policy.
+const DefaultPrefixLoadFactor = 1.25
+
+// Bounds of the prefix key.
+const (
+	// keyBytes is the most bytes of a request body the prefix key reads:
+	// a prompt of megabytes costs no more to key than its first 32 KiB.
+	keyBytes = 32 << 10
+	// promptBlock is the block of a /v1/completions prompt string: its
+	// key is the hash of its first block.
+	promptBlock = 1 << 10
+)
+
+// prefixKey is what the prefix policy routes a request by: two hashes of
+// its prompt's first blocks, computed from the body alone so that every
+// gateway derives the same. shared is the prefix that conversations share
+// (a chat's system prompt, a completion prompt's first block): its first
+// choice of replica is the request's. conv is the conversation's (the
+// system prompt and the first user turn, which every later turn repeats):
+// its order of the replicas is where the request spills when the first
+// choice is over the load bound. A request with no system prompt has
+// shared == conv.
+type prefixKey struct {
+	shared, conv uint64
+	ok           bool // false: nothing to key by, the default policy routes it
+}
+
+// keyOf derives the prefix key of a request body for path from its first
+// keyBytes bytes (buf may be a prefix of the body). Anything it cannot read
+// as the request's JSON gives no key.
+func keyOf(path string, buf []byte) prefixKey {
+	if len(buf) > keyBytes {
+		buf = buf[:keyBytes]
+	}
+	switch path {
+	case "/v1/chat/completions":
+		return chatKey(buf)
+	case "/v1/completions":
+		return promptKey(buf)
+	}
+	return prefixKey{}
+}
+
+// memberValue returns the offset of the value of the top-level member name
+// of the JSON object buf begins (buf may end early: the value may be cut),
+// or -1 when buf has no such member as far as it goes.
+func memberValue(buf []byte, name string) int {
+	i := skipSpace(buf, 0)
+	if i >= len(buf) || buf[i] != '{' {
+		return -1
+	}
+	i++
+	for {
+		i = skipSpace(buf, i)
+		if i >= len(buf) || buf[i] != '"' {
+			return -1
+		}
+		end, _, err := scanString(buf, i)
+		if err != nil {
+			return -1
+		}
+		key := buf[i+1 : end-1]
+		i = skipSpace(buf, end)
+		if i >= len(buf) || buf[i] != ':' {
+			return -1
+		}
+		i = skipSpace(buf, i+1)
+		if i >= len(buf) {
+			return -1
+		}
+		if string(key) == name {
+			return i
+		}
+		if i, err = skipValue(buf, i); err != nil {
+			return -1
+		}
+		i = skipSpace(buf, i)
+		if i >= len(buf) || buf[i] != ',' {
+			return -1
+		}
+		i++
+	}
+}
+
+// chatKey keys a chat by its messages: each whole message is a block,
+// hashed cumulatively (its role and its content as the client wrote them).
+func chatKey(buf []byte) prefixKey {
+	i := memberValue(buf, "messages")
+	if i < 0 || buf[i] != '[' {
+		return prefixKey{}
+	}
+	var k prefixKey
+	d := xxhash.New()
+	i++
+	for n := 0; ; n++ {
+		i = skipSpace(buf, i)
+		if i >= len(buf) || buf[i] != '{' {
+			break
+		}
+		end, err := skipValue(buf, i)
+		if err != nil {
+			if n == 0 {
+				// The first message runs past the bound: what there
+				// is of it, as written, is the key.
+				h := xxhash.Sum64(buf[i:])
+				return prefixKey{shared: h, conv: h, ok: true}
+			}
+			break
+		}
+		var role, content []byte
+		members(buf[i:end], func(key []byte, vs, ve int) bool {
+			switch string(key) {
+			case "role":
+				role = buf[i+vs : i+ve]
+			case "content":
+				content = buf[i+vs : i+ve]
+			}
+			return true
+		})
+		_, _ = d.Write(role)
+		_, _ = d.Write([]byte{0})
+		_, _ = d.Write(content)
+		_, _ = d.Write([]byte{0})
+		h := d.Sum64()
+		user := string(role) == `"user"`
+		if n == 0 {
+			k = prefixKey{shared: h, conv: h, ok: true}
+			if user {
+				return k // no system prompt: the first turn is both
+			}
+		} else if user {
+			k.conv = h
+			return k
+		}
+		i = skipSpace(buf, end)
+		if i >= len(buf) || buf[i] != ',' {
+			break
+		}
+		i++
+	}
+	return k
+}
+
+// promptKey keys a completion by its prompt string's first promptBlock
+// bytes (as the client wrote them). A shorter prompt, or one that is not a
+// string, has no key: there is little prefix to reuse, and a prompt that
+// grows would change its key.
+func promptKey(buf []byte) prefixKey {
+	i := memberValue(buf, "prompt")
+	if i < 0 || buf[i] != '"' || len(buf)-(i+1) < promptBlock {
+		return prefixKey{}
+	}
+	block := buf[i+1 : i+1+promptBlock]
+	for _, c := range block {
+		if c == '"' || c < 0x20 {
+			// The string ends (or is broken) within the block: an
+			// escaped quote may be there too, but a short prompt is
+			// not worth keying.
+			return prefixKey{}
+		}
+	}
+	h := xxhash.Sum64(block)
+	return prefixKey{shared: h, conv: h, ok: true}
+}
+
+// rank is where endpoint e stands in key k's order: the weighted
+// rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
+// from the key and the replica's address. Every gateway computes the
+// same for the same key and address; a replica joining or leaving changes
+// no other replica's score, so only the keys it wins or held move.
+func rank(k uint64, e *endpoint) float64 {
+	w := e.inst.Weight
+	if w <= 0 {
+		return 0
+	}
+	h := mix(k ^ xxhash.Sum64String(e.inst.Address))
+	u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
+	return -float64(w) / math.Log(u)
+}
+
+// mix is splitmix64's finalizer: it spreads the bits of x.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// maxStackEps is how many endpoints pickPrefix ranks without allocating.
+const maxStackEps = 128
+
+// pickPrefix chooses the endpoint for the next attempt of a request with
+// key k: the first in the key's order (k.shared's first choice, then
+// k.conv's order) that can take a request as pick judges it (not tried,
+// its breaker letting one through) and is within the load bound: its
+// requests in flight (pick's measure: this gateway's plus the others' its
+// engine reported), with this one, at most factor times its weight's
+// share of all of them. route is RoutePrefix for the first such
+// endpoint in the order, RouteSpill when one was passed over for load.
+// When every endpoint is over the bound (factor below 1), pick's choice
+// stands.
+func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now time.Time) (ep *endpoint, probe bool, route string) {
+	n := len(p.eps)
+	if n == 0 {
+		return nil, false, RoutePrefix
+	}
+	var rankBuf [maxStackEps]float64
+	var loadBuf [maxStackEps]int64
+	ranks, loads := rankBuf[:0], loadBuf[:0]
+	if n > maxStackEps {
+		ranks, loads = make([]float64, 0, n), make([]int64, 0, n)
+	}
+	var total, weights int64
+	for _, e := range p.eps {
+		l := e.outstanding.Load() + e.others.Load()
+		loads = append(loads, l)
+		r := -1.0 // not usable
+		if usable(e, tried, now) {
+			r = rank(k.conv, e)
+			total += l
+			weights += int64(max(e.inst.Weight, 0))
+		}
+		ranks = append(ranks, r)
+	}
+	within := func(i int) bool {
+		w := p.eps[i].inst.Weight
+		if w <= 0 || weights == 0 {
+			return false
+		}
+		bound := math.Ceil(factor * float64(total+1) * float64(w) / float64(weights))
+		return float64(loads[i]+1) <= bound
+	}
+	passed := false
+	if k.shared != k.conv {
+		// The shared prefix's first choice comes first.
+		best, bestR := -1, -1.0
+		for i, e := range p.eps {
+			if ranks[i] < 0 {
+				continue
+			}
+			if r := rank(k.shared, e); r > bestR {
+				best, bestR = i, r
+			}
+		}
+		if best >= 0 {
+			if within(best) {
+				if ok, probe := p.eps[best].br.acquire(now); ok {
+					return p.eps[best], probe, RoutePrefix
+				}
+				ranks[best] = -1
+			} else {
+				passed = true
+			}
+		}
+	}
+	for {
+		// The next in k.conv's order: the highest rank left.
+		best, bestR := -1, -1.0
+		for i, r := range ranks {
+			if r > bestR {
+				best, bestR = i, r
+			}
+		}
+		if best < 0 {
+			break
+		}
+		ranks[best] = -1
+		if !within(best) {
+			passed = true
+			continue
+		}
+		if ok, probe := p.eps[best].br.acquire(now); ok {
+			if passed {
+				return p.eps[best], probe, RouteSpill
+			}
+			return p.eps[best], probe, RoutePrefix
+		}
+	}
+	ep, probe = p.pick(tried, now)
+	return ep, probe, RouteSpill
+}
+
+// usable reports whether pick may choose e: not tried already, its breaker
+// letting a request through at now.
+func usable(e *endpoint, tried []*epState, now time.Time) bool {
+	for _, t := range tried {
+		if t == e.epState {
+			return false
+		}
+	}
+	return e.br.available(now)
+}
+
+// policy is the routing policy of model: the gateway's own setting for it
+// (Options.Routing), else the model list's, else least-outstanding.
+func (g *Gateway) policy(t *table, model string) string {
+	if p, ok := g.routing[model]; ok {
+		return p
+	}
+	if lm, ok := t.listed[model]; ok && lm.Routing != "" {
+		return lm.Routing
+	}
+	return RouteLeastOutstanding
+}
+
+// CheckRouting reports an unknown policy in a model → policy map, naming
+// the model.
+func CheckRouting(m map[string]string) error {
+	for model, p := range m {
+		if !gatewayapi.ValidRouting(p) {
+			return fmt.Errorf("routing for model %q: %q is not a policy (%s or %s)", model, p, RouteLeastOutstanding, RoutePrefix)
+		}
+	}
+	return nil
+}
