@@ -57,6 +57,8 @@ type fileHCL struct {
 	ShareLimits           bool     `hcl:"share_limits,optional"`
 	TLSCertFile           string   `hcl:"tls_cert_file,optional"`
 	TLSKeyFile            string   `hcl:"tls_key_file,optional"`
+	Routing               []string `hcl:"routing,optional"`
+	PrefixLoadFactor      float64  `hcl:"prefix_load_factor,optional"`
 	Body                  hcl.Body `hcl:",body"`
 }
 
@@ -117,6 +119,8 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 			s.value = strconv.Itoa(fv)
 		case int64:
 			s.value = strconv.FormatInt(fv, 10)
+		case float64:
+			s.value = strconv.FormatFloat(fv, 'g', -1, 64)
 		case []string:
 			s.list = fv
 		default:

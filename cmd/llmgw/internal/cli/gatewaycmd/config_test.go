@@ -100,6 +100,8 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 		{"keys_file", `"/etc/llmgw/keys.hcl"`, "/etc/llmgw/keys.hcl"},
 		{"keys_variable", `"llmgw/keys"`, "llmgw/keys"},
 		{"keys_namespace", `"ml"`, "ml"},
+		{"routing", `["chat=prefix", "embed=least-outstanding"]`, "chat=prefix,embed=least-outstanding"},
+		{"prefix_load_factor", `1.5`, "1.5"},
 	} {
 		t.Run(tt.attr, func(t *testing.T) {
 			path := writeConfig(t, tt.attr+" = "+tt.hcl+"\n")

@@ -54,6 +54,8 @@ type flags struct {
 	keysFile, keysVariable, keysNamespace                 string
 	shareLimits                                           bool
 	tlsCertFile, tlsKeyFile                               string
+	routing                                               []string // MODEL=POLICY
+	prefixLoadFactor                                      float64
 
 	// from says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -110,6 +112,12 @@ func (f *flags) check() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s: %s: want more than 0", f.where(d.flag), d.v)
 		}
+	}
+	if _, err := routingMap(f.routing); err != nil {
+		return fmt.Errorf("%s: %w", f.where("routing"), err)
+	}
+	if f.prefixLoadFactor < 1 {
+		return fmt.Errorf("%s: %g: want 1 or more", f.where("prefix-load-factor"), f.prefixLoadFactor)
 	}
 	if f.registerCheckInterval < time.Second {
 		return fmt.Errorf("%s: %s: want 1s or more", f.where("register-check-interval"), f.registerCheckInterval)
@@ -263,9 +271,31 @@ says. See docs/gateway.md.`,
 	fl.BoolVar(&f.shareLimits, "share-limits", false, "enforce 1/N of every key's limits, N the llmgw-gateway registrations discovery lists (see docs/gateway.md)")
 	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM; reloaded when it changes, or on SIGHUP)")
 	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
+	fl.StringSliceVar(&f.routing, "routing", nil, `routing policy per model, MODEL=POLICY (comma-separated): "prefix" or "least-outstanding", over the model list's (default: the list's, else least-outstanding)`)
+	fl.Float64Var(&f.prefixLoadFactor, "prefix-load-factor", gateway.DefaultPrefixLoadFactor, "with the prefix policy, a replica with more than this times its share of the requests in flight is passed over (1 or more)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(hashKeyCommand())
 	return cmd
+}
+
+// routingMap reads --routing's MODEL=POLICY entries.
+func routingMap(entries []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, e := range entries {
+		model, policy, ok := strings.Cut(e, "=")
+		model, policy = strings.TrimSpace(model), strings.TrimSpace(policy)
+		if !ok || model == "" {
+			return nil, fmt.Errorf("%q: want MODEL=POLICY", e)
+		}
+		if _, dup := m[model]; dup {
+			return nil, fmt.Errorf("%q: model %q given twice", e, model)
+		}
+		m[model] = policy
+	}
+	if err := gateway.CheckRouting(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // engineInterval is --engine-metrics-interval as gateway.Options takes
@@ -362,6 +392,10 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 			return fmt.Errorf("%s: %w", f.where("tls-cert-file"), err)
 		}
 	}
+	routing, err := routingMap(f.routing)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.where("routing"), err)
+	}
 	g := gateway.New(gateway.Options{
 		Keys:         keys,
 		Source:       src,
@@ -378,6 +412,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		Models:                models,
 		Hold:                  gateway.HoldConfig{Timeout: f.holdTimeout, PerModel: f.holdPerModel, Total: f.holdTotal, Burst: f.wakeBurst},
 		DemandWindow:          f.demandWindow,
+		Routing:               routing,
+		PrefixLoadFactor:      f.prefixLoadFactor,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -191,6 +191,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"--breaker-open", "2m", "--breaker-max-open", "1m", "--listen", "127.0.0.1:0"}, "--breaker-open"},
 		{[]string{"--listen", "256.0.0.1:1", "--nomad", "http://127.0.0.1:1"}, "listen 256.0.0.1:1"},
 		{[]string{"extra"}, "unknown command"},
+		{[]string{"--routing", "chat=fastest", "--listen", "127.0.0.1:0"}, `--routing: routing for model "chat": "fastest" is not a policy`},
+		{[]string{"--routing", "prefix", "--listen", "127.0.0.1:0"}, `--routing: "prefix": want MODEL=POLICY`},
+		{[]string{"--prefix-load-factor", "0.9", "--listen", "127.0.0.1:0"}, "--prefix-load-factor: 0.9: want 1 or more"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
