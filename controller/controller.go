@@ -560,7 +560,7 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gatewayapi.ModelList {
 	l := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{}}
 	for _, m := range cat.Models {
-		lm := gatewayapi.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas}
+		lm := gatewayapi.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas, Routing: m.Routing}
 		if s, ok := scale[m.Name]; ok && m.Autoscale != nil {
 			lm.Replicas = s.Has
 		}

@@ -76,13 +76,13 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 // modelList takes an autoscaled model's count from the pass's Scale.
 func TestModelListOfAutoscaledModels(t *testing.T) {
 	cat := facility.Catalog{Models: []facility.Model{
-		{Name: "fixed", Replicas: 2},
+		{Name: "fixed", Replicas: 2, Routing: gatewayapi.RoutingPrefix},
 		{Name: "asleep", Autoscale: &facility.Autoscale{Min: 0, Max: 4}},
 		{Name: "busy", Replicas: 1, Autoscale: &facility.Autoscale{Min: 1, Max: 8}},
 	}}
 	got := modelList(cat, map[string]reconcile.Scale{"asleep": {Want: 0, Has: 0}, "busy": {Want: 6, Has: 4}})
 	want := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{
-		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2},
+		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2, Routing: gatewayapi.RoutingPrefix},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

@@ -18,6 +18,7 @@ func autoscaleModel(lines string) string {
 func TestParseAutoscale(t *testing.T) {
 	t.Parallel()
 	src := autoscaleModel(`  priority = 80
+  routing = "prefix"
   autoscale {
     min = 0
     max = 8
@@ -37,10 +38,13 @@ func TestParseAutoscale(t *testing.T) {
 	want := &Autoscale{
 		Min: 0, Max: 8, Target: Target{Kind: TargetTTFT, Value: 0.8},
 		UpWindow: 20 * time.Second, DownWindow: 15 * time.Minute, MaxStep: 3, PanicThreshold: 2.5,
-		IdleAfter: time.Hour, Pos: Pos{"c.hcl", 3},
+		IdleAfter: time.Hour, Pos: Pos{"c.hcl", 4},
 	}
 	if diff := cmp.Diff(want, m.Autoscale); diff != "" {
 		t.Errorf("autoscale (-want +got):\n%s", diff)
+	}
+	if m.Routing != "prefix" {
+		t.Errorf("routing %q, want prefix", m.Routing)
 	}
 	if m.Priority != 80 || m.Replicas != 0 || m.SlotLimit() != 8 || m.Floor() != 0 {
 		t.Errorf("priority %d, replicas %d, slot limit %d, floor %d; want 80, 0 (min), 8, 0", m.Priority, m.Replicas, m.SlotLimit(), m.Floor())
@@ -118,6 +122,8 @@ func TestParseAutoscaleErrors(t *testing.T) {
 			"c.hcl:6: autoscale: idle_after (5m) is shorter than down_window (10m)"},
 		{"priority over 100", autoscaleModel("  priority = 101\n"), "c.hcl:2: priority must be between 0 and 100, got 101"},
 		{"priority fractional", autoscaleModel("  priority = 1.5\n"), "c.hcl:2: priority: Unsuitable value type"},
+		{"routing unknown", autoscaleModel("  routing = \"fastest\"\n"), `c.hcl:2: model "m": routing "fastest": want "least-outstanding" or "prefix"`},
+		{"routing empty", autoscaleModel("  routing = \"\"\n"), `c.hcl:2: model "m": routing "": want`},
 		{"two autoscale blocks", autoscaleModel("  autoscale {\n    max = 2\n" + tgt + "  }\n  autoscale {\n    max = 2\n" + tgt + "  }\n"),
 			"c.hcl:6: Duplicate autoscale block"},
 	}

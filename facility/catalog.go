@@ -45,7 +45,12 @@ type Model struct {
 	// Min and Max; Replicas is then Min (the parser sets it), the count a
 	// model starts at. Nil: Replicas is a fixed count.
 	Autoscale *Autoscale `json:",omitempty"`
-	Pos       Pos
+	// Routing is how the gateways choose a replica for each request
+	// (gatewayapi.RoutingPrefix, gatewayapi.RoutingLeastOutstanding); empty
+	// is the gateways' default, least-outstanding. docs/gateway.md, "Prefix
+	// routing".
+	Routing string `json:",omitempty"`
+	Pos     Pos
 }
 
 // Profile is one way to run a replica of a model.

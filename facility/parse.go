@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
@@ -83,6 +84,7 @@ type (
 		MaxSurge       int           `hcl:"max_surge,optional"`
 		MaxUnavailable int           `hcl:"max_unavailable,optional"`
 		Priority       int           `hcl:"priority,optional"`
+		Routing        string        `hcl:"routing,optional"`
 		Autoscale      *autoscaleHCL `hcl:"autoscale,block"`
 		Profiles       []profileHCL  `hcl:"profile,block"`
 		DefRange       hcl.Range     `hcl:",def_range"`
@@ -385,6 +387,13 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 		set(d, b, "file", rm.File, &m.File)
 		d.intIn(b, "replicas", rm.Replicas, &m.Replicas, 0, maxCount)
 		d.intIn(b, "priority", rm.Priority, &m.Priority, 0, MaxPriority)
+		if r, ok := d.Given(b, "routing"); ok {
+			if rm.Routing == "" || !gatewayapi.ValidRouting(rm.Routing) {
+				d.errorf(r, "model %q: routing %q: want %q or %q", m.Name, rm.Routing, gatewayapi.RoutingLeastOutstanding, gatewayapi.RoutingPrefix)
+			} else {
+				m.Routing = rm.Routing
+			}
+		}
 		if rm.Autoscale != nil {
 			if d.Has(b, "replicas") {
 				r, ok := d.Given(b, "replicas")
