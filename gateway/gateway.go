@@ -365,6 +365,9 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 		ep.gone.Store(true)
 		g.m.breaker.Delete(breakerLabels(ep.inst))
 		g.m.engineLoad.Delete(breakerLabels(ep.inst))
+		g.m.promptTokens.Delete(breakerLabels(ep.inst))
+		g.m.cachedTokens.Delete(breakerLabels(ep.inst))
+		g.m.cacheUnknown.Delete(breakerLabels(ep.inst))
 	}
 	// After the deletions: a new registration may have the labels of one
 	// that went.

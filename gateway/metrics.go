@@ -22,6 +22,8 @@ type metrics struct {
 	engineLoad  *prometheus.GaugeVec
 	held        *prometheus.CounterVec
 	holdSeconds *prometheus.HistogramVec
+	// The engines' prompt caches, per replica endpoint.
+	promptTokens, cachedTokens, cacheUnknown *prometheus.CounterVec
 }
 
 // latencyBuckets run from 250 µs to about 4 minutes: a proxied embedding
@@ -82,10 +84,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time a held request waited, from its arrival to its release to a replica.",
 			Buckets: latencyBuckets,
 		}, []string{"model"}),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_prompt_tokens_total",
+			Help: "Prompt tokens of the completions a replica answered that said how many of them its engine's cache held (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings).",
+		}, []string{"model", "replica", "endpoint"}),
+		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_cached_prompt_tokens_total",
+			Help: "Of llmgw_gateway_prompt_tokens_total, those the engine took from its prompt cache: the hit ratio is this over that.",
+		}, []string{"model", "replica", "endpoint"}),
+		cacheUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_cache_unknown_answers_total",
+			Help: "Completions a replica answered (2xx) that did not say how many prompt tokens its engine's cache held: an engine that does not report it, or a stream without usage. Neither hits nor misses.",
+		}, []string{"model", "replica", "endpoint"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight,
-			m.engineLoad, m.held, m.holdSeconds)
+			m.engineLoad, m.held, m.holdSeconds, m.promptTokens, m.cachedTokens, m.cacheUnknown)
 	}
 	return m
 }

@@ -25,6 +25,7 @@ type epState struct {
 	others atomic.Int64
 	br     *breaker
 	gone   atomic.Bool // left discovery: its metrics are deleted
+	cache  epCache
 }
 
 // pool is one model's endpoints.

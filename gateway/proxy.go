@@ -330,9 +330,14 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	events := strings.HasPrefix(ct, "text/event-stream")
 	flush := resp.ContentLength < 0 || events
 	var sse *sseUsage
+	var sseOut *[]byte // what the usage filter passes on, per read
 	var tee []byte
 	teeOK := false
-	if ac != nil {
+	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
+	// A completion's answer says what the engine's prompt cache held of
+	// its prompt: read, with keys on or off.
+	observe := ok2xx && x.cacheObserved()
+	if ac != nil || observe {
 		tp := teeBufs.Get().(*[]byte)
 		tee = (*tp)[:0]
 		defer func() {
@@ -344,15 +349,17 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	}
 	if ac != nil {
 		ac.status = resp.StatusCode
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-			switch {
-			case events:
-				sse = &ac.sse
-				// A length the replica promised cannot lose an event.
-				sse.strip = ac.strip && resp.ContentLength < 0
-			case resp.ContentLength <= maxEvent:
-				teeOK = true
-			}
+	}
+	if ok2xx && (ac != nil || observe) {
+		switch {
+		case events && ac != nil:
+			sse, sseOut = &ac.sse, &ac.out
+			// A length the replica promised cannot lose an event.
+			sse.strip = ac.strip && resp.ContentLength < 0
+		case events:
+			sse, sseOut = &sseUsage{}, new([]byte)
+		case resp.ContentLength <= maxEvent:
+			teeOK = true
 		}
 	}
 	rc := http.NewResponseController(w)
@@ -370,11 +377,11 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 		data := buf[:n]
 		if sse != nil {
 			if errors.Is(rerr, io.EOF) {
-				ac.out = sse.rest(sse.feed(data, ac.out[:0]))
+				*sseOut = sse.rest(sse.feed(data, (*sseOut)[:0]))
 			} else {
-				ac.out = sse.feed(data, ac.out[:0])
+				*sseOut = sse.feed(data, (*sseOut)[:0])
 			}
-			data = ac.out
+			data = *sseOut
 		} else if teeOK && n > 0 {
 			if len(tee)+n > maxEvent {
 				teeOK, tee = false, tee[:0]
@@ -434,13 +441,29 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	if first {
 		g.firstByte(ms, start, dispatched, code)
 	}
+	var u Usage
+	var found bool
+	var cache cacheUse
 	switch {
 	case sse != nil:
-		ac.usage, ac.found = sse.usage, sse.found
+		u, found, cache = sse.usage, sse.found, sse.cache
 	case teeOK:
-		ac.usage, ac.found = responseUsage(tee)
+		u, found, cache = answerUsage(tee)
+	}
+	if ac != nil {
+		ac.usage, ac.found = u, found
+	}
+	if observe {
+		g.observeCache(ep, cache)
 	}
 	return false, false
+}
+
+// cacheObserved reports whether the request's answer is read for the
+// engine's prompt cache: a completion's (chat or not).
+func (x *exchange) cacheObserved() bool {
+	p := x.r.URL.Path
+	return p == "/v1/chat/completions" || p == "/v1/completions"
 }
 
 // midStreamError is the event that ends a stream whose replica failed in

@@ -149,16 +149,80 @@ func withIncludeUsage(body []byte, f requestFields) (out []byte, ok bool) {
 
 // responseUsage reads the top-level "usage" of a whole JSON answer.
 func responseUsage(buf []byte) (Usage, bool) {
-	var u Usage
-	found := false
-	members(buf, func(key []byte, vs, ve int) bool {
-		if string(key) != "usage" {
-			return true
-		}
-		u, found = parseUsage(buf[vs:ve])
-		return false
-	})
+	u, found, _ := answerUsage(buf)
 	return u, found
+}
+
+// answerUsage reads the top-level "usage" of a whole JSON answer (or
+// stream chunk), and what it says of the engine's prompt cache: from
+// "usage", or llama.cpp's "timings".
+func answerUsage(buf []byte) (u Usage, found bool, c cacheUse) {
+	var usage, timings []byte
+	members(buf, func(key []byte, vs, ve int) bool {
+		switch string(key) {
+		case "usage":
+			usage = buf[vs:ve]
+			u, found = parseUsage(usage)
+		case "timings":
+			timings = buf[vs:ve]
+		}
+		return true
+	})
+	return u, found, readCache(usage, timings)
+}
+
+// cacheUse is what an answer says of the engine's prompt cache: of its
+// prompt tokens, how many the engine took from its cache. known is false
+// when the answer does not say (no usage, or one without cached tokens):
+// that is no miss.
+type cacheUse struct {
+	prompt, cached int64
+	known          bool
+}
+
+// readCache reads the cached prompt tokens from an answer's usage
+// (OpenAI's usage.prompt_tokens_details.cached_tokens) or, failing that,
+// from llama.cpp's timings (cache_n of prompt_n + cache_n).
+func readCache(usage, timings []byte) cacheUse {
+	var c cacheUse
+	members(usage, func(key []byte, vs, ve int) bool {
+		switch string(key) {
+		case "prompt_tokens":
+			c.prompt, _ = strconv.ParseInt(string(usage[vs:ve]), 10, 64)
+		case "prompt_tokens_details":
+			d := usage[vs:ve]
+			members(d, func(key []byte, vs, ve int) bool {
+				if string(key) == "cached_tokens" {
+					n, err := strconv.ParseInt(string(d[vs:ve]), 10, 64)
+					c.cached, c.known = n, err == nil && n >= 0
+					return false
+				}
+				return true
+			})
+		}
+		return true
+	})
+	if c.known && c.cached <= c.prompt {
+		return c
+	}
+	var t cacheUse
+	var promptN int64
+	var gotN bool
+	members(timings, func(key []byte, vs, ve int) bool {
+		n, err := strconv.ParseInt(string(timings[vs:ve]), 10, 64)
+		switch string(key) {
+		case "cache_n":
+			t.cached, t.known = n, err == nil && n >= 0
+		case "prompt_n":
+			promptN, gotN = n, err == nil && n >= 0
+		}
+		return true
+	})
+	if t.known && gotN {
+		t.prompt = promptN + t.cached
+		return t
+	}
+	return cacheUse{}
 }
 
 // parseUsage reads a usage object's three counts without reflection (it
@@ -213,6 +277,7 @@ type sseUsage struct {
 	off     bool // an event too long: pass everything on unread
 	usage   Usage
 	found   bool
+	cache   cacheUse // the last event's that said
 }
 
 // feed takes the next bytes from the replica and returns what to send to
@@ -276,7 +341,8 @@ func eventEnd(b []byte) int {
 // usageEvent records the usage ev carries, if any, and reports whether ev
 // is to be left out: a usage-only chunk, when stripping.
 func (s *sseUsage) usageEvent(ev []byte) bool {
-	if !bytes.Contains(ev, []byte(`"usage"`)) {
+	hasUsage := bytes.Contains(ev, []byte(`"usage"`))
+	if !hasUsage && !bytes.Contains(ev, []byte(`"timings"`)) {
 		return false
 	}
 	var data []byte
@@ -287,12 +353,23 @@ func (s *sseUsage) usageEvent(ev []byte) bool {
 		}
 	}
 	var chunk struct {
-		Usage   *Usage            `json:"usage"`
+		Usage   json.RawMessage   `json:"usage"`
+		Timings json.RawMessage   `json:"timings"`
 		Choices []json.RawMessage `json:"choices"`
 	}
-	if json.Unmarshal(data, &chunk) != nil || chunk.Usage == nil {
+	if json.Unmarshal(data, &chunk) != nil {
 		return false
 	}
-	s.usage, s.found = *chunk.Usage, true
+	if c := readCache(chunk.Usage, chunk.Timings); c.known {
+		s.cache = c
+	}
+	if !hasUsage {
+		return false
+	}
+	u, ok := parseUsage(chunk.Usage)
+	if !ok {
+		return false
+	}
+	s.usage, s.found = u, true
 	return s.strip && len(chunk.Choices) == 0
 }
