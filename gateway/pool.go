@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -17,6 +19,17 @@ type endpoint struct {
 	*epState
 }
 
+// addrHash is the hash of the endpoint's address that the prefix policy
+// ranks it by (rank).
+func (ep *endpoint) addrHash() uint64 {
+	if h := ep.hash.Load(); h != 0 {
+		return h
+	}
+	h := xxhash.Sum64String(ep.inst.Address) | 1
+	ep.hash.Store(h)
+	return h
+}
+
 // epState is the part of an endpoint that survives a change of its tags.
 type epState struct {
 	outstanding atomic.Int64
@@ -26,6 +39,7 @@ type epState struct {
 	br     *breaker
 	gone   atomic.Bool // left discovery: its metrics are deleted
 	cache  epCache
+	hash   atomic.Uint64 // addrHash's, 0 until first asked
 }
 
 // pool is one model's endpoints.

@@ -194,13 +194,18 @@ func promptKey(buf []byte) prefixKey {
 // rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
 // from the key and the replica's address. Every gateway computes the
 // same for the same key and address; a replica joining or leaving changes
-// no other replica's score, so only the keys it wins or held move.
-func rank(k uint64, e *endpoint) float64 {
+// no other replica's score, so only the keys it wins or held move. With
+// uniform set (every replica ranked has the same weight) the order is
+// u's, and rank returns u's bits without the logarithm.
+func rank(k uint64, e *endpoint, uniform bool) float64 {
 	w := e.inst.Weight
 	if w <= 0 {
 		return 0
 	}
-	h := mix(k ^ xxhash.Sum64String(e.inst.Address))
+	h := mix(k ^ e.addrHash())
+	if uniform {
+		return float64(h>>11) + 1
+	}
 	u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
 	return -float64(w) / math.Log(u)
 }
@@ -240,12 +245,19 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 		ranks, loads = make([]float64, 0, n), make([]int64, 0, n)
 	}
 	var total, weights int64
+	uniform := true
+	for _, e := range p.eps {
+		if e.inst.Weight != p.eps[0].inst.Weight {
+			uniform = false
+			break
+		}
+	}
 	for _, e := range p.eps {
 		l := e.outstanding.Load() + e.others.Load()
 		loads = append(loads, l)
 		r := -1.0 // not usable
 		if usable(e, tried, now) {
-			r = rank(k.conv, e)
+			r = rank(k.conv, e, uniform)
 			total += l
 			weights += int64(max(e.inst.Weight, 0))
 		}
@@ -267,7 +279,7 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 			if ranks[i] < 0 {
 				continue
 			}
-			if r := rank(k.shared, e); r > bestR {
+			if r := rank(k.shared, e, uniform); r > bestR {
 				best, bestR = i, r
 			}
 		}

@@ -254,10 +254,10 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	sharedTop, convTop := "", ""
 	best, bestC := -1.0, -1.0
 	for _, e := range q.eps {
-		if r := rank(k2.shared, e); r > best {
+		if r := rank(k2.shared, e, true); r > best {
 			best, sharedTop = r, e.inst.ID
 		}
-		if r := rank(k2.conv, e); r > bestC {
+		if r := rank(k2.conv, e, true); r > bestC {
 			bestC, convTop = r, e.inst.ID
 		}
 	}
@@ -360,6 +360,52 @@ func TestPrefixRoutingLongBody(t *testing.T) {
 			replica = got
 		} else if got != replica {
 			t.Errorf("%s went to %s, others to %s", user, got, replica)
+		}
+	}
+}
+
+// One prefix routing decision at 100 replicas, some loaded: the rank of
+// every replica for the conversation key, the shared key's first choice,
+// and the breaker's permission; replicas of one weight (the rank without
+// a logarithm) and of mixed weights.
+func BenchmarkPrefixPick(b *testing.B) {
+	for _, weighted := range []bool{false, true} {
+		name := "uniform"
+		if weighted {
+			name = "weighted"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := testPool(100)
+			for i, e := range p.eps {
+				e.outstanding.Add(int64(i % 7))
+				if weighted {
+					e.inst.Weight = 1 + i%3
+				}
+			}
+			ks := keys(1024)
+			for i := range ks {
+				ks[i].shared = mix(uint64(i) + 99991)
+			}
+			now := time.Unix(0, 0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if ep, _, _ := p.pickPrefix(ks[i%len(ks)], DefaultPrefixLoadFactor, nil, now); ep == nil {
+					b.Fatal("no endpoint")
+				}
+			}
+		})
+	}
+}
+
+// The key of a chat's fourth turn behind a 4 KB system prompt.
+func BenchmarkPrefixKey(b *testing.B) {
+	body := chatBody(b, conversation(strings.Repeat("You are a helpful assistant. ", 150), "alice", 4)...)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if k := keyOf("/v1/chat/completions", body); !k.ok {
+			b.Fatal("no key")
 		}
 	}
 }
