@@ -214,3 +214,55 @@ func TestGatewayRealEngineKilledMidStream(t *testing.T) {
 		t.Errorf("broken attempts %v, want 1", got)
 	}
 }
+
+// The prefix policy over two real llama.cpp servers: both turns of a
+// conversation go to one replica, and the second finds the first's prompt
+// in that engine's cache, as the gateway's cache counters read it from the
+// answers.
+func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
+	model := realengine.TinyModel(t)
+	_, _, a := realReplica(t, model, "r1")
+	_, _, b := realReplica(t, model, "r2")
+	tg := startGateway(t, Options{Routing: map[string]string{"tiny": RoutePrefix}}, a, b)
+	addr := map[string]string{"r1": a.Address, "r2": b.Address}
+	counts := func(replica string) (prompt, cached, unknown float64) {
+		l := []string{"tiny", replica, addr[replica]}
+		return testutil.ToFloat64(tg.m.promptTokens.WithLabelValues(l...)), testutil.ToFloat64(tg.m.cachedTokens.WithLabelValues(l...)),
+			testutil.ToFloat64(tg.m.cacheUnknown.WithLabelValues(l...))
+	}
+	system := strings.Repeat("You are a careful assistant who answers briefly and politely. ", 20)
+	msgs := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": "What is the capital of France?"}}
+	turn := func(n int) (replica, content string) {
+		body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 8})
+		ans := tg.post(t, "/v1/chat/completions", string(body))
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(ans.body, &out); err != nil || ans.status != 200 || len(out.Choices) == 0 {
+			t.Fatalf("turn %d: %d %s (%v)", n, ans.status, ans.body, err)
+		}
+		if r := ans.header.Get(RouteHeader); r != RoutePrefix {
+			t.Errorf("turn %d: route %q, want prefix", n, r)
+		}
+		return ans.header.Get(ReplicaHeader), out.Choices[0].Message.Content
+	}
+	first, answer := turn(1)
+	p1, c1, u1 := counts(first)
+	if p1 == 0 || u1 != 0 {
+		t.Fatalf("turn 1 on %s: prompt tokens %v, unknown answers %v: want the engine's report", first, p1, u1)
+	}
+	msgs = append(msgs, map[string]string{"role": "assistant", "content": answer}, map[string]string{"role": "user", "content": "And of Italy?"})
+	second, _ := turn(2)
+	if second != first {
+		t.Fatalf("turn 2 went to %s, turn 1 to %s", second, first)
+	}
+	p2, c2, _ := counts(first)
+	t.Logf("replica %s: turn 1 prompt %v cached %v; turn 2 prompt %v cached %v", first, p1, c1, p2-p1, c2-c1)
+	if c2-c1 <= 0 {
+		t.Errorf("turn 2: %v cached prompt tokens of %v: want the first turn's prompt found in the cache", c2-c1, p2-p1)
+	}
+}
