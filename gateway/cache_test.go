@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/llmgw/llmgw/gatewayapi"
 )
 
 // The cached prompt tokens come from usage's details, else llama.cpp's
@@ -102,6 +105,15 @@ func TestCacheCounted(t *testing.T) {
 	}
 	if s.prompt.Load() != 0 || s.cached.Load() != 0 || s.unknown.Load() != 3 {
 		t.Errorf("silent: prompt %d cached %d unknown %d, want 0, 0, 3", s.prompt.Load(), s.cached.Load(), s.unknown.Load())
+	}
+	// The demand carries the same counts, per replica.
+	_, md := tg.demandOf(t, "m")
+	want := []gatewayapi.ReplicaCache{
+		{Replica: "reports", Endpoint: insts[0].Address, PromptTokens: 300, CachedTokens: 180},
+		{Replica: "silent", Endpoint: insts[1].Address, UnknownAnswers: 3},
+	}
+	if diff := cmp.Diff(want, md.Cache); diff != "" || md.Routing != RouteLeastOutstanding {
+		t.Errorf("demand routing %q, cache (-want +got):\n%s", md.Routing, diff)
 	}
 	if got := testutil.ToFloat64(tg.m.cachedTokens.WithLabelValues("m", "reports", insts[0].Address)); got != 180 {
 		t.Errorf("llmgw_gateway_cached_prompt_tokens_total{replica=reports}: %v, want 180", got)

@@ -33,7 +33,12 @@ func (g *Gateway) Demand() gatewayapi.Demand {
 		}
 		if p := t.pools[m]; p != nil {
 			md.Replicas = len(p.eps)
+			for _, e := range p.eps {
+				md.Cache = append(md.Cache, gatewayapi.ReplicaCache{Replica: e.inst.Replica, Endpoint: e.inst.Address,
+					PromptTokens: e.cache.prompt.Load(), CachedTokens: e.cache.cached.Load(), UnknownAnswers: e.cache.unknown.Load()})
+			}
 		}
+		md.Routing = g.policy(t, m)
 		if lm, ok := t.listed[m]; ok {
 			md.Listed = &lm
 		}

@@ -100,7 +100,7 @@ func TestDemandOfAModelAtZero(t *testing.T) {
 	clock.Add(time.Second)
 	_, md := tg.demandOf(t, "z")
 	want := gatewayapi.ModelDemand{Model: "z", State: gatewayapi.StateScaledToZero, Listed: &gatewayapi.ListedModel{Name: "z"}, Outstanding: 2, Queued: 2,
-		OldestQueuedSeconds: 5, ArrivalsTotal: 3, ArrivalRate: md.ArrivalRate}
+		OldestQueuedSeconds: 5, ArrivalsTotal: 3, ArrivalRate: md.ArrivalRate, Routing: gatewayapi.RoutingLeastOutstanding}
 	if diff := cmp.Diff(want, md); diff != "" {
 		t.Errorf("demand (-want +got):\n%s", diff)
 	}

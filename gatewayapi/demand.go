@@ -68,6 +68,24 @@ type ModelDemand struct {
 	// none, which is no reading, not a fast one.
 	TTFTP90Seconds *float64 `json:"ttft_p90_seconds"`
 	TTFTSamples    uint64   `json:"ttft_samples"`
+	// Routing is the policy the gateway routes the model by
+	// (RoutingLeastOutstanding, RoutingPrefix).
+	Routing string `json:"routing,omitempty"`
+	// Cache is what each replica's answers said of its engine's prompt
+	// cache, counted since the replica joined this gateway's view.
+	Cache []ReplicaCache `json:"cache,omitempty"`
+}
+
+// ReplicaCache is what one replica's completion answers said of its
+// engine's prompt cache, at one gateway: counters, summed over gateways by
+// a reader. The hit ratio is CachedTokens / PromptTokens; answers that did
+// not say count in UnknownAnswers only (neither hits nor misses).
+type ReplicaCache struct {
+	Replica        string `json:"replica"`
+	Endpoint       string `json:"endpoint"`
+	PromptTokens   int64  `json:"prompt_tokens"`
+	CachedTokens   int64  `json:"cached_prompt_tokens"`
+	UnknownAnswers int64  `json:"unknown_answers"`
 }
 
 // Model states, in /v1/models and the demand.
