@@ -144,7 +144,7 @@ API token; 5 controller unreachable.`,
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(
 		c.modelsCmd(), c.replicasCmd(), c.explainCmd(), c.scaleCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(),
-		c.reloadCmd(), c.planCmd(), completionCmd(),
+		c.reloadCmd(), c.planCmd(), c.cacheCmd(), completionCmd(),
 	)
 	return cmd
 }
