@@ -1,0 +1,702 @@
+// Command prefixload measures the gateway's routing policies on real
+// llama.cpp servers (llama-server, one thread each) serving a tiny model
+// large enough that prefill dominates: a seeded trace of tenants with long
+// shared system prompts, users with multi-turn conversations and one hot
+// tenant, conversations arriving open loop (Poisson), each turn sent when
+// the previous one is answered plus a think time. Each run starts fresh
+// replicas (cold caches) and sends the whole trace through one or two
+// in-process gateways (least-outstanding or prefix; with two, every request
+// goes to one of them at random), or straight to a random replica
+// (random). -churn adds a run per gateway policy where a replica joins at
+// a third of the conversations and one leaves at two thirds.
+//
+// Per run it prints TTFT p50/p90/p99 (to the first content token of a
+// stream), completed requests per second, the hit ratio the engines
+// reported (cached over prompt tokens, from each answer's usage) against
+// the ideal (the share of prompt tokens an unbounded cache with perfect
+// affinity would hit: each request's longest token prefix shared with an
+// earlier request of the trace, tokenized by the engine), and the share of
+// conversations whose turns did not all go to one replica. Bounded: the
+// trace's requests once per run, each run within -run-timeout.
+//
+//	go run ./gateway/internal/prefixload -replicas 3 -tenants 4 -users 4 -turns 4 -rate 0.5
+//
+// Results are in docs/perf.md ("Gateway: prefix routing on real engines").
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
+)
+
+type config struct {
+	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
+	hot, rate                                                                          float64
+	think, runTimeout                                                                  time.Duration
+	seed                                                                               uint64
+	policies                                                                           []string
+	gateways                                                                           []int
+	churn                                                                              bool
+}
+
+func main() {
+	var c config
+	var policies, gateways string
+	flag.IntVar(&c.replicas, "replicas", 3, "llama-server replicas (one thread each)")
+	flag.IntVar(&c.tenants, "tenants", 4, "tenants, each with its own system prompt")
+	flag.IntVar(&c.users, "users", 4, "conversations per ordinary tenant")
+	flag.IntVar(&c.turns, "turns", 4, "turns per conversation")
+	flag.Float64Var(&c.hot, "hot", 0.5, "the hot tenant's share of all conversations (0: none hot)")
+	flag.IntVar(&c.systemWords, "system-words", 700, "words of each system prompt")
+	flag.IntVar(&c.maxTokens, "max-tokens", 8, "max_tokens of each request")
+	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson)")
+	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
+	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
+	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix", "policies to run, in order")
+	flag.StringVar(&gateways, "gateways", "1,2", "gateway counts to run each gateway policy with")
+	flag.BoolVar(&c.churn, "churn", true, "also run each gateway policy with a replica joining and one leaving")
+	flag.IntVar(&c.layers, "layers", 8, "the tiny model's layers")
+	flag.IntVar(&c.embed, "embed", 512, "the tiny model's width")
+	flag.IntVar(&c.slots, "slots", 2, "llama-server's --parallel slots per replica")
+	flag.IntVar(&c.ctx, "ctx", 8192, "llama-server's -c (shared by its slots)")
+	flag.DurationVar(&c.runTimeout, "run-timeout", 4*time.Minute, "the longest one run may take")
+	flag.Parse()
+	c.policies = strings.Split(policies, ",")
+	for _, p := range c.policies {
+		if p != "random" && p != gateway.RouteLeastOutstanding && p != gateway.RoutePrefix {
+			fail(fmt.Errorf("-policies: %q is not least-outstanding, random or prefix", p))
+		}
+	}
+	for _, s := range strings.Split(gateways, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 8 {
+			fail(fmt.Errorf("-gateways: %q: want counts from 1 to 8", s))
+		}
+		c.gateways = append(c.gateways, n)
+	}
+	if c.replicas < 1 || c.tenants < 1 || c.users < 1 || c.turns < 1 || c.rate <= 0 || c.hot < 0 || c.hot >= 1 {
+		fail(errors.New("-replicas, -tenants, -users, -turns at least 1, -rate above 0, -hot in [0, 1)"))
+	}
+	if err := run(c); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "prefixload:", err)
+	os.Exit(1)
+}
+
+// conversation is one user's chat with one tenant's assistant.
+type conversation struct {
+	id, tenant int
+	hot        bool
+	start      time.Duration // from the run's start
+	users      []string      // the user's turns
+	thinks     []time.Duration
+}
+
+// words is the vocabulary the prompts are drawn from.
+var words = strings.Fields(`the of and to in is that for it as with was on be by at this from or an are
+which not have but had they you were their one all we can her has there been if more when will would who
+so no system model answer question data value time first new used two may way long use people make like
+over such only other than then also after work state number each many some these out could into most
+through back much good before well made where right part great same own small large world still around
+every place while point order word course between under never last again keep help city house study
+light water power field line story group short plan early real play hold turn open close begin end`)
+
+// trace builds the conversations: tenant 0 is the hot one (a -hot share
+// of all conversations), the others have -users each.
+func trace(c config) (systems []string, convs []*conversation) {
+	rng := rand.New(rand.NewPCG(c.seed, 0x9e3779b97f4a7c15))
+	for t := range c.tenants {
+		var b strings.Builder
+		fmt.Fprintf(&b, "You are the assistant of tenant %d.", t)
+		for range c.systemWords {
+			b.WriteByte(' ')
+			b.WriteString(words[rng.IntN(len(words))])
+		}
+		systems = append(systems, b.String())
+	}
+	perTenant := make([]int, c.tenants)
+	for t := range perTenant {
+		perTenant[t] = c.users
+	}
+	if c.hot > 0 && c.tenants > 1 {
+		// Hot share h of all: n0 / (n0 + others) = h.
+		others := c.users * (c.tenants - 1)
+		perTenant[0] = max(1, int(math.Round(c.hot*float64(others)/(1-c.hot))))
+	}
+	for t, n := range perTenant {
+		for u := range n {
+			cv := &conversation{tenant: t, hot: t == 0 && c.hot > 0}
+			for k := range c.turns {
+				var b strings.Builder
+				fmt.Fprintf(&b, "User %d-%d, turn %d:", t, u, k+1)
+				for range 20 + rng.IntN(40) {
+					b.WriteByte(' ')
+					b.WriteString(words[rng.IntN(len(words))])
+				}
+				cv.users = append(cv.users, b.String())
+				cv.thinks = append(cv.thinks, time.Duration(rng.ExpFloat64()*float64(c.think)))
+			}
+			convs = append(convs, cv)
+		}
+	}
+	rng.Shuffle(len(convs), func(i, j int) { convs[i], convs[j] = convs[j], convs[i] })
+	var at time.Duration
+	for i, cv := range convs {
+		cv.id = i
+		cv.start = at
+		at += time.Duration(rng.ExpFloat64() / c.rate * float64(time.Second))
+	}
+	return systems, convs
+}
+
+// replica is one llama-server.
+type replica struct {
+	name, addr string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+func startReplica(ctx context.Context, c config, model, name string) (*replica, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	args := []string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
+		"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx), "--context-shift"}
+	cmd := exec.Command(llamabuild.Binary(), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &replica{name: name, addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	if err := llamabuild.WaitReady(ctx, "http://"+r.addr, r.done, time.Minute); err != nil {
+		r.stop()
+		return nil, fmt.Errorf("replica %s: %w", name, err)
+	}
+	return r, nil
+}
+
+func (r *replica) stop() {
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	<-r.done
+}
+
+func (r *replica) instance() gateway.Instance {
+	return gateway.Instance{ID: r.name, Model: "tiny", Replica: r.name, Address: r.addr, Weight: 1}
+}
+
+// sample is one request's outcome.
+type sample struct {
+	conv, turn     int
+	hot            bool
+	sent, end      time.Time
+	ttft           time.Duration
+	ok             bool
+	replica, route string
+	prompt, cached int64
+	cacheKnown     bool
+	messages       []map[string]string
+}
+
+// setup is what one run sends to: gateways, or the replicas direct.
+type setup struct {
+	policy   string
+	gws      []*gateway.Gateway
+	gwURLs   []string
+	mu       sync.Mutex
+	replicas []*replica // in the view now
+}
+
+func (s *setup) view() []*replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.replicas)
+}
+
+func (s *setup) publish(rs []*replica) {
+	s.mu.Lock()
+	s.replicas = rs
+	s.mu.Unlock()
+	var insts []gateway.Instance
+	for _, r := range rs {
+		insts = append(insts, r.instance())
+	}
+	for _, g := range s.gws {
+		g.Update(gateway.Snapshot{Instances: insts})
+	}
+}
+
+var client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, DisableCompression: true}}
+
+// send sends one turn and reads its stream.
+func send(ctx context.Context, url string, msgs []map[string]string, maxTokens int) (s sample, answer string, err error) {
+	body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "max_tokens": maxTokens, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return s, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	s.sent = time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return s, "", err
+	}
+	defer resp.Body.Close()
+	s.replica, s.route = resp.Header.Get(gateway.ReplicaHeader), resp.Header.Get(gateway.RouteHeader)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return s, "", fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	var content strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens int64 `json:"prompt_tokens"`
+				Details      *struct {
+					CachedTokens *int64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+			Timings *struct {
+				CacheN  *int64 `json:"cache_n"`
+				PromptN *int64 `json:"prompt_n"`
+			} `json:"timings"`
+		}
+		if json.Unmarshal([]byte(data), &ev) != nil {
+			continue
+		}
+		for _, ch := range ev.Choices {
+			if ch.Delta.Content != "" && s.ttft == 0 {
+				s.ttft = time.Since(s.sent)
+			}
+			content.WriteString(ch.Delta.Content)
+		}
+		if ev.Usage != nil && ev.Usage.Details != nil && ev.Usage.Details.CachedTokens != nil {
+			s.prompt, s.cached, s.cacheKnown = ev.Usage.PromptTokens, *ev.Usage.Details.CachedTokens, true
+		} else if ev.Timings != nil && ev.Timings.CacheN != nil && ev.Timings.PromptN != nil && !s.cacheKnown {
+			s.prompt, s.cached, s.cacheKnown = *ev.Timings.PromptN+*ev.Timings.CacheN, *ev.Timings.CacheN, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s, "", err
+	}
+	s.end = time.Now()
+	if s.ttft == 0 {
+		s.ttft = s.end.Sub(s.sent)
+	}
+	s.ok = true
+	return s, content.String(), nil
+}
+
+// result is one run's numbers.
+type result struct {
+	name                 string
+	requests, ok         int
+	p50, p90, p99        time.Duration
+	hotP99, otherP99     time.Duration
+	rps                  float64
+	prompt, cached       int64
+	unknown              int
+	ideal                float64
+	moved, convs         int
+	spills, prefixRoutes int
+	wall                 time.Duration
+	errs                 []string
+}
+
+func run(c config) error {
+	if ok, why := llamabuild.Available(); !ok {
+		return errors.New(why)
+	}
+	dir, err := os.MkdirTemp("", "prefixload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	opts := tinymodel.Defaults
+	opts.Vocab = llamabuild.Vocab()
+	opts.Layers, opts.Embed, opts.Heads, opts.FF, opts.Context = c.layers, c.embed, 8, 2*c.embed, max(c.ctx, 4096)
+	model := filepath.Join(dir, "model.gguf")
+	if err := tinymodel.Write(model, opts); err != nil {
+		return err
+	}
+	systems, convs := trace(c)
+	nreq := len(convs) * c.turns
+	fmt.Printf("trace: %d tenants (%d-word system prompts), %d conversations (hot tenant: %d), %d turns each, %d requests; %.2f conversations/s; think %s; seed %d\n",
+		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
+	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d; model %d layers x %d wide\n", c.replicas, llamabuild.Binary(), c.slots, c.ctx, c.layers, c.embed)
+	fmt.Printf("uptime before: %s\n", uptime())
+	var results []result
+	for _, p := range c.policies {
+		counts := c.gateways
+		if p == "random" {
+			counts = []int{0}
+		}
+		for _, n := range counts {
+			r, err := runOnce(c, model, systems, convs, p, n, false)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+			printResult(r)
+		}
+		if c.churn && p != "random" {
+			r, err := runOnce(c, model, systems, convs, p, 1, true)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+			printResult(r)
+		}
+	}
+	fmt.Printf("uptime after: %s\n\n", uptime())
+	fmt.Println("| run | ok/requests | TTFT p50 | p90 | p99 | hot p99 | others p99 | completed/s | hit | ideal | hit/ideal | conversations moved | spills |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		hit := float64(r.cached) / float64(max(r.prompt, 1))
+		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d |\n",
+			r.name, r.ok, r.requests, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.hotP99), ms(r.otherP99), r.rps, 100*hit, 100*r.ideal, 100*hit/max(r.ideal, 1e-9),
+			r.moved, r.convs, r.spills)
+	}
+	return nil
+}
+
+func countHot(convs []*conversation) int {
+	n := 0
+	for _, cv := range convs {
+		if cv.hot {
+			n++
+		}
+	}
+	return n
+}
+
+func uptime() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return "load average " + strings.Join(f[:3], ", ")
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
+
+func runOnce(c config, model string, systems []string, convs []*conversation, policy string, ngw int, churn bool) (result, error) {
+	name := policy
+	switch {
+	case policy == "random":
+		name = "random (direct)"
+	case churn:
+		name += ", 1 gateway, churn"
+	default:
+		name += fmt.Sprintf(", %d gateway", ngw)
+		if ngw > 1 {
+			name += "s"
+		}
+	}
+	fmt.Fprintf(os.Stderr, "run: %s\n", name)
+	ctx, cancel := context.WithTimeout(context.Background(), c.runTimeout)
+	defer cancel()
+	var all []*replica
+	defer func() {
+		for _, r := range all {
+			r.stop()
+		}
+	}()
+	for i := range c.replicas {
+		r, err := startReplica(ctx, c, model, fmt.Sprintf("r%d", i))
+		if err != nil {
+			return result{}, err
+		}
+		all = append(all, r)
+	}
+	var spare *replica
+	if churn {
+		r, err := startReplica(ctx, c, model, fmt.Sprintf("r%d", c.replicas))
+		if err != nil {
+			return result{}, err
+		}
+		all = append(all, r)
+		spare = r
+	}
+	s := &setup{policy: policy}
+	var srvs []*http.Server
+	gctx, gcancel := context.WithCancel(ctx)
+	var gwg sync.WaitGroup
+	defer func() {
+		gcancel()
+		for _, srv := range srvs {
+			_ = srv.Close()
+		}
+		gwg.Wait()
+	}()
+	for range ngw {
+		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: time.Second})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return result{}, err
+		}
+		srv := gateway.NewServer(g.Handler(), nil)
+		srvs = append(srvs, srv)
+		gwg.Go(func() { _ = srv.Serve(ln) })
+		gwg.Go(func() { _ = g.Run(gctx) })
+		s.gws = append(s.gws, g)
+		s.gwURLs = append(s.gwURLs, "http://"+ln.Addr().String())
+	}
+	s.publish(all[:c.replicas])
+
+	samples := make([][]sample, len(convs))
+	var errMu sync.Mutex
+	var errs []string
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, cv := range convs {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(c.seed, uint64(cv.id)+1))
+			select {
+			case <-time.After(time.Until(start.Add(cv.start))):
+			case <-ctx.Done():
+				return
+			}
+			msgs := []map[string]string{{"role": "system", "content": systems[cv.tenant]}}
+			for k, u := range cv.users {
+				msgs = append(msgs, map[string]string{"role": "user", "content": u})
+				var url, direct string
+				if policy == "random" {
+					v := s.view()
+					r := v[rng.IntN(len(v))]
+					url, direct = "http://"+r.addr, r.name
+				} else {
+					url = s.gwURLs[rng.IntN(len(s.gwURLs))]
+				}
+				smp, answer, err := send(ctx, url, msgs, c.maxTokens)
+				smp.conv, smp.turn, smp.hot = cv.id, k, cv.hot
+				smp.messages = slices.Clone(msgs)
+				if direct != "" {
+					smp.replica, smp.route = direct, "random"
+				}
+				if err != nil {
+					errMu.Lock()
+					errs = append(errs, err.Error())
+					errMu.Unlock()
+					samples[cv.id] = append(samples[cv.id], smp)
+					return
+				}
+				samples[cv.id] = append(samples[cv.id], smp)
+				msgs = append(msgs, map[string]string{"role": "assistant", "content": answer})
+				select {
+				case <-time.After(cv.thinks[k]):
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	if churn {
+		// A replica joins when a third of the conversations have started,
+		// the first leaves at two thirds.
+		first, last := convs[len(convs)/3].start, convs[2*len(convs)/3].start
+		for _, cv := range convs {
+			first, last = min(first, cv.start), max(last, cv.start)
+		}
+		join := convs[0].start + (last-convs[0].start)/3
+		leave := convs[0].start + 2*(last-convs[0].start)/3
+		wg.Go(func() {
+			select {
+			case <-time.After(time.Until(start.Add(join))):
+			case <-ctx.Done():
+				return
+			}
+			s.publish(append(slices.Clone(all[:c.replicas]), spare))
+			select {
+			case <-time.After(time.Until(start.Add(leave))):
+			case <-ctx.Done():
+				return
+			}
+			s.publish(append(slices.Clone(all[1:c.replicas]), spare))
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	res := result{name: name, convs: len(convs), wall: wall, errs: errs}
+	var flat []sample
+	for _, ss := range samples {
+		flat = append(flat, ss...)
+		moved := false
+		for i := 1; i < len(ss); i++ {
+			if ss[i].replica != ss[0].replica {
+				moved = true
+			}
+		}
+		if moved {
+			res.moved++
+		}
+	}
+	res.requests = len(convs) * c.turns
+	var ttfts, hot, other []time.Duration
+	var firstSent, lastEnd time.Time
+	for _, smp := range flat {
+		if !smp.ok {
+			continue
+		}
+		res.ok++
+		ttfts = append(ttfts, smp.ttft)
+		if smp.hot {
+			hot = append(hot, smp.ttft)
+		} else {
+			other = append(other, smp.ttft)
+		}
+		if firstSent.IsZero() || smp.sent.Before(firstSent) {
+			firstSent = smp.sent
+		}
+		if smp.end.After(lastEnd) {
+			lastEnd = smp.end
+		}
+		if smp.cacheKnown {
+			res.prompt += smp.prompt
+			res.cached += smp.cached
+		} else {
+			res.unknown++
+		}
+		switch smp.route {
+		case gateway.RouteSpill:
+			res.spills++
+		case gateway.RoutePrefix:
+			res.prefixRoutes++
+		}
+	}
+	res.p50, res.p90, res.p99 = quantile(ttfts, 0.5), quantile(ttfts, 0.9), quantile(ttfts, 0.99)
+	res.hotP99, res.otherP99 = quantile(hot, 0.99), quantile(other, 0.99)
+	if d := lastEnd.Sub(firstSent); d > 0 {
+		res.rps = float64(res.ok) / d.Seconds()
+	}
+	ideal, err := idealHit(ctx, "http://"+all[len(all)-1].addr, flat)
+	if err != nil {
+		return res, fmt.Errorf("%s: the ideal hit ratio: %w", name, err)
+	}
+	res.ideal = ideal
+	if len(errs) > 0 {
+		fmt.Fprintf(os.Stderr, "%s: %d errors, first: %s\n", name, len(errs), errs[0])
+	}
+	return res, nil
+}
+
+func printResult(r result) {
+	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d\n",
+		r.name, r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown)
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+// idealHit is the share of the prompt tokens of the requests sent that an
+// unbounded cache with perfect affinity would hold: each request's longest
+// token prefix in common with a request sent before it, over all its
+// tokens. The prompts are rendered and tokenized by the engine at url.
+func idealHit(ctx context.Context, url string, samples []sample) (float64, error) {
+	sent := slices.Clone(samples)
+	slices.SortFunc(sent, func(a, b sample) int { return a.sent.Compare(b.sent) })
+	var toks [][]int
+	var hit, total int
+	for _, smp := range sent {
+		var tp struct {
+			Prompt string `json:"prompt"`
+		}
+		if err := postJSON(ctx, url+"/apply-template", map[string]any{"messages": smp.messages}, &tp); err != nil {
+			return 0, err
+		}
+		var tk struct {
+			Tokens []int `json:"tokens"`
+		}
+		if err := postJSON(ctx, url+"/tokenize", map[string]any{"content": tp.Prompt, "add_special": true}, &tk); err != nil {
+			return 0, err
+		}
+		best := 0
+		for _, prev := range toks {
+			n := 0
+			for n < len(prev) && n < len(tk.Tokens) && prev[n] == tk.Tokens[n] {
+				n++
+			}
+			best = max(best, n)
+		}
+		hit += best
+		total += len(tk.Tokens)
+		toks = append(toks, tk.Tokens)
+	}
+	if total == 0 {
+		return 0, nil
+	}
+	return float64(hit) / float64(total), nil
+}
+
+func postJSON(ctx context.Context, url string, in, out any) error {
+	b, _ := json.Marshal(in)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %.200s", url, resp.Status, body)
+	}
+	return json.Unmarshal(body, out)
+}
