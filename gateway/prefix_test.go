@@ -409,3 +409,35 @@ func BenchmarkPrefixKey(b *testing.B) {
 		}
 	}
 }
+
+// Two gateways over the same replicas (discovered in other orders, with
+// other IDs) send every conversation to the same replica.
+func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
+	var reps []*replica
+	for i := range 4 {
+		reps = append(reps, startReplica(t, "m", fmt.Sprintf("r%d", i), nil))
+	}
+	var one, two []Instance
+	for i, r := range reps {
+		one = append(one, r.instance())
+		in := reps[len(reps)-1-i].instance()
+		in.ID = "other-" + in.ID
+		two = append(two, in)
+	}
+	opts := Options{Routing: map[string]string{"m": RoutePrefix}}
+	g1, g2 := startGateway(t, opts, one...), startGateway(t, opts, two...)
+	sys := strings.Repeat("Shared instructions. ", 40)
+	seen := map[string]bool{}
+	for u := range 24 {
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(sys+fmt.Sprint(u%6), fmt.Sprintf("user%d", u), 1+u%3), "max_tokens": 4})
+		a1, a2 := g1.post(t, "/v1/chat/completions", string(b)), g2.post(t, "/v1/chat/completions", string(b))
+		r1, r2 := a1.header.Get(ReplicaHeader), a2.header.Get(ReplicaHeader)
+		if a1.status != 200 || a2.status != 200 || r1 != r2 {
+			t.Errorf("conversation %d: gateway 1 sent it to %q (%d), gateway 2 to %q (%d)", u, r1, a1.status, r2, a2.status)
+		}
+		seen[r1] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("six system prompts all went to %v: the keys do not spread", seen)
+	}
+}
