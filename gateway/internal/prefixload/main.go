@@ -54,7 +54,7 @@ import (
 
 type config struct {
 	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
-	hot, rate                                                                          float64
+	hot, rate, loadFactor                                                              float64
 	think, runTimeout                                                                  time.Duration
 	seed                                                                               uint64
 	policies                                                                           []string
@@ -73,6 +73,7 @@ func main() {
 	flag.IntVar(&c.systemWords, "system-words", 700, "words of each system prompt")
 	flag.IntVar(&c.maxTokens, "max-tokens", 8, "max_tokens of each request")
 	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson)")
+	flag.Float64Var(&c.loadFactor, "load-factor", gateway.DefaultPrefixLoadFactor, "the prefix policy's load factor (gateway.Options.PrefixLoadFactor)")
 	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
 	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix", "policies to run, in order")
@@ -273,7 +274,7 @@ func send(ctx context.Context, url string, msgs []map[string]string, maxTokens i
 	if err != nil {
 		return s, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	s.replica, s.route = resp.Header.Get(gateway.ReplicaHeader), resp.Header.Get(gateway.RouteHeader)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -354,7 +355,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	opts := tinymodel.Defaults
 	opts.Vocab = llamabuild.Vocab()
 	opts.Layers, opts.Embed, opts.Heads, opts.FF, opts.Context = c.layers, c.embed, 8, 2*c.embed, max(c.ctx, 4096)
@@ -367,6 +368,7 @@ func run(c config) error {
 	fmt.Printf("trace: %d tenants (%d-word system prompts), %d conversations (hot tenant: %d), %d turns each, %d requests; %.2f conversations/s; think %s; seed %d\n",
 		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
 	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d; model %d layers x %d wide\n", c.replicas, llamabuild.Binary(), c.slots, c.ctx, c.layers, c.embed)
+	fmt.Printf("prefix load factor %g\n", c.loadFactor)
 	fmt.Printf("uptime before: %s\n", uptime())
 	var results []result
 	for _, p := range c.policies {
@@ -474,7 +476,8 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		gwg.Wait()
 	}()
 	for range ngw {
-		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: time.Second})
+		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: time.Second,
+			PrefixLoadFactor: c.loadFactor})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err
@@ -690,7 +693,7 @@ func postJSON(ctx context.Context, url string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return err
