@@ -441,3 +441,25 @@ func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
 		t.Errorf("six system prompts all went to %v: the keys do not spread", seen)
 	}
 }
+
+// Any body: keyOf does not panic, reads no more than keyBytes (a body
+// and its first keyBytes have the same key), and a key is never made of
+// nothing.
+func FuzzPrefixKey(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"a\"b"},{"x":1}],"model":"m"}`))
+	f.Add([]byte(`{"model":"m","prompt":"` + strings.Repeat("p", promptBlock+3) + `"}`))
+	f.Add([]byte(`{"messages":[{"role":`))
+	f.Add([]byte(`{"messages":[{}, {"role":"user"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+			k := keyOf(path, body)
+			if len(body) > keyBytes && keyOf(path, body[:keyBytes]) != k {
+				t.Errorf("%s: the key reads past keyBytes", path)
+			}
+			if k.ok && len(body) == 0 {
+				t.Errorf("%s: a key of an empty body", path)
+			}
+		}
+	})
+}
