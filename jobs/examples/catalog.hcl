@@ -11,6 +11,7 @@
 model "llama-3.1-70b" {
   source   = "meta-llama/Llama-3.1-70B-Instruct"
   replicas = 24
+  # routing = "prefix" # requests sharing a prompt's first blocks go to one replica (docs/gateway.md)
 
   profile "h200x4" {
     engine    = "vllm"
