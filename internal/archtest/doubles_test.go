@@ -38,6 +38,9 @@ var mayImportDoubles = map[string]string{
 	// an in-process fake-engine replica; it is run with go run, make build
 	// does not build it, and gateway/internal keeps it from other importers.
 	module + "/gateway/internal/gwload": "the gateway latency tool serves a fakeengine replica",
+	// prefixload measures the routing policies on real llama-server
+	// replicas (docs/perf.md), run with go run like gwload.
+	module + "/gateway/internal/prefixload": "the routing benchmark runs the real engine with tiny models (llamabuild, tinymodel)",
 }
 
 // TestNoTestDoubleInProduction checks that no production package imports a

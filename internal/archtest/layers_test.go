@@ -49,7 +49,7 @@ var layers = map[string]map[string]string{
 	"internal/version":       {},
 	"internal/archtest":      {},
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
-	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL"},
+	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries"},
 	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam"},
 	"gateway": {
@@ -57,7 +57,7 @@ var layers = map[string]map[string]string{
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
 		"internal/hcldecode":     "API key files are HCL",
 		"internal/httpjson":      "its JSON answers",
-		"internal/testing":       "only gateway/internal/gwload, a measuring tool run with go run (see mayImportDoubles)",
+		"internal/testing":       "only gateway/internal/gwload and prefixload, measuring tools run with go run (see mayImportDoubles)",
 		"gatewayapi":             "the names and wire types it shares with the controller",
 	},
 	"controller": {
