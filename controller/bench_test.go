@@ -6,7 +6,6 @@ package controller
 //	go test ./controller -run '^$' -bench NoopPass -benchtime=100x -benchmem
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,7 +76,7 @@ model "m%d" {
 func BenchmarkAdoption(b *testing.B) {
 	e := bigEnv(b, 5000, 2)
 	e.holdLock()
-	ctx := context.Background()
+	ctx := b.Context()
 	var synced, total time.Duration
 	var lists [4]time.Duration // nodes, allocations, jobs, checks: until each was loaded
 	n := 0
@@ -131,7 +130,7 @@ func BenchmarkNoopPass(b *testing.B) {
 	if w := c.tap.writes(); w != 0 {
 		b.Fatalf("first pass sent %d job writes, want 0", w)
 	}
-	ctx := context.Background()
+	ctx := b.Context()
 	for b.Loop() {
 		if err := c.Pass(ctx); err != nil {
 			b.Fatal(err)

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -691,7 +690,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			if tc.lost {
 				e.fake.FailNextAfterApply(http.MethodPut, "/v1/jobs", 1, nomadfake.DropConnection)
 			}
-			err := c.Pass(context.Background())
+			err := c.Pass(t.Context())
 			if tc.lost == (err == nil) {
 				t.Fatalf("first pass: %v", err)
 			}
@@ -710,7 +709,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := c.tap.writes()
-			if err := c.Pass(context.Background()); !errors.Is(err, ErrBehind) {
+			if err := c.Pass(t.Context()); !errors.Is(err, ErrBehind) {
 				t.Errorf("pass with the job list behind: %v, want ErrBehind", err)
 			}
 			if n := c.tap.writes() - before; n != 0 {

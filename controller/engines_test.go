@@ -49,7 +49,7 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 	cfg := fakeengine.Defaults()
 	cfg.Model, cfg.MaxRunning, cfg.TokensPerSecond = "org/alpha", 1, 20
 	srv := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	srv.Load(context.Background())
+	srv.Load(t.Context())
 	var mu sync.Mutex
 	failing := false
 	engineSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

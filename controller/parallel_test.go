@@ -15,7 +15,7 @@ func TestForEach(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		forEach(context.Background(), len(seen), 4, func(i int) {
+		forEach(t.Context(), len(seen), 4, func(i int) {
 			mu.Lock()
 			inFlight++
 			most = max(most, inFlight)
@@ -43,7 +43,7 @@ func TestForEach(t *testing.T) {
 	}
 
 	// A context that has ended starts nothing.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	calls := 0
 	forEach(ctx, 10, 2, func(int) { calls++ })

@@ -436,7 +436,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	// The gateway's own discovery, over the same Nomad.
 	var mu sync.Mutex
 	var snap gateway.Snapshot
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

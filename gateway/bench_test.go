@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"runtime"
@@ -84,7 +83,7 @@ func BenchmarkHoldWake(b *testing.B) {
 	var wake, update time.Duration
 	for b.Loop() {
 		tg.Update(Snapshot{})
-		ch := tg.postAsync(context.Background(), body)
+		ch := tg.postAsync(b.Context(), body)
 		deadline := time.Now().Add(waitFor)
 		for tg.queued("m") != 1 {
 			if time.Now().After(deadline) {

@@ -20,7 +20,7 @@ import (
 // runGateway runs g's discovery until the test ends.
 func runGateway(t *testing.T, g *Gateway) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	t.Cleanup(func() {
@@ -145,7 +145,7 @@ func TestConsulRegistration(t *testing.T) {
 	t.Cleanup(c.Close)
 	client := c.Client(t)
 	c.FailNext("/v1/agent/service/register", 1) // registration retries
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	reg := ConsulRegistration{ID: "llmgw-gateway-h1-8080", Address: "10.0.0.5", Port: 8080, CheckURL: "http://10.0.0.5:8080/healthz"}
 	go func() { done <- reg.Register(ctx, client, nil) }()
@@ -182,7 +182,7 @@ func TestConsulRegistrationCutOffStillDeregisters(t *testing.T) {
 	t.Cleanup(c.Close)
 	release := c.HoldAnswers("/v1/agent/service/register")
 	defer release()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	reg := ConsulRegistration{ID: "llmgw-gateway-h1-8080", Address: "10.0.0.5", Port: 8080, CheckURL: "http://10.0.0.5:8080/healthz"}
 	go func() { done <- reg.Register(ctx, c.Client(t), nil) }()

@@ -23,7 +23,7 @@ import (
 // returns model's entry.
 func (tg *testGateway) demandOf(t *testing.T, model string) (gatewayapi.Demand, gatewayapi.ModelDemand) {
 	t.Helper()
-	d, err := gatewayapi.DemandClient{HTTP: tg.client}.Read(context.Background(), tg.srv.URL)
+	d, err := gatewayapi.DemandClient{HTTP: tg.client}.Read(t.Context(), tg.srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestDemandCountsArrivals(t *testing.T) {
 	tg := startGateway(t, Options{}, rep.instance("m", "m-0"))
 	var answers []<-chan answer
 	for i := range 3 {
-		answers = append(answers, tg.postAsync(context.Background(), userChat("m", i)))
+		answers = append(answers, tg.postAsync(t.Context(), userChat("m", i)))
 		rep.next(t)
 	}
 	_, md := tg.demandOf(t, "m")
@@ -87,7 +87,7 @@ func TestDemandOfAModelAtZero(t *testing.T) {
 	clock := newFakeClock()
 	tg := startGateway(t, Options{Now: clock.Now, Hold: HoldConfig{Timeout: time.Hour, PerModel: 2}})
 	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	first := tg.postAsync(ctx, chat("z"))
 	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
@@ -196,7 +196,7 @@ func TestDemandTTFT(t *testing.T) {
 	// sample is 200ms.
 	status = http.StatusOK
 	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
-	held := tg.postAsync(context.Background(), chat("z"))
+	held := tg.postAsync(t.Context(), chat("z"))
 	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
 	clock.Add(10 * time.Second)
 	delay <- 200 * time.Millisecond
@@ -284,7 +284,7 @@ func TestDemandClientErrors(t *testing.T) {
 		{srv.URL + "/other", "not a demand answer"},
 		{"http://127.0.0.1:1", "connection refused"},
 	} {
-		_, err := gatewayapi.DemandClient{}.Read(context.Background(), tt.base)
+		_, err := gatewayapi.DemandClient{}.Read(t.Context(), tt.base)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "127.0.0.1") {
 			t.Errorf("%s: %v, want an error naming the URL and %q", tt.base, err, tt.want)
 		}
@@ -306,7 +306,7 @@ func TestFindGateways(t *testing.T) {
 	n.bumpLocked()
 	n.mu.Unlock()
 	n.registerAt("m", "m-0", 9000, "success") // a replica: not a gateway
-	got, err := gatewayapi.NomadGateways(context.Background(), n.client(t), "")
+	got, err := gatewayapi.NomadGateways(t.Context(), n.client(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestFindGateways(t *testing.T) {
 	c.Register(consulfake.Service{ID: "gw-b", Name: gatewayapi.GatewayServiceName, Port: 8080, NodeAddress: "10.0.0.3"})
 	c.Register(consulfake.Service{ID: "gw-c", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.4", Port: 8080, Status: "critical"})
 	c.Register(consulfake.Service{ID: "gw-d", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.5", Port: 8443, Tags: []string{gatewayapi.GatewayServiceName, gatewayapi.TLSTag}})
-	got, err = gatewayapi.ConsulGateways(context.Background(), c.Client(t))
+	got, err = gatewayapi.ConsulGateways(t.Context(), c.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestEngineLoadSteersAwayFromBusyReplica(t *testing.T) {
 		Source:                StaticSource{Instances: []Instance{busy.instance(), idle.instance()}},
 		EngineMetricsInterval: 20 * time.Millisecond,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	wg.Go(func() { _ = tg.Run(ctx) })
@@ -87,7 +87,7 @@ func TestEngineLoadOff(t *testing.T) {
 	if tg.engineEvery != 0 {
 		t.Fatalf("engine reads every %s, want off", tg.engineEvery)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tg.Run(ctx) }()
 	wait.Until(t, "discovery", tg.Synced)

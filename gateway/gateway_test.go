@@ -425,7 +425,7 @@ func TestDisconnectCancelsUpstream(t *testing.T) {
 			// 400 tokens at 20 a second: 20 s, longer than the test waits.
 			r := startReplica(t, "m", "a", func(c *fakeengine.Config) { c.TokensPerSecond = 20 })
 			tg := startGateway(t, Options{}, r.instance())
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"go on"}],"max_tokens":400,"stream":%v}`, stream)
 			req, _ := http.NewRequestWithContext(ctx, "POST", tg.srv.URL+"/v1/chat/completions", strings.NewReader(body))

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -72,7 +71,7 @@ func startReplica(t testing.TB, model, id string, tweak func(*fakeengine.Config)
 	}
 	r := &replica{id: id, model: model, fe: fakeengine.NewServer(cfg, io.Discard, io.Discard), cancelled: make(chan string, 64)}
 	if cfg.LoadTime == 0 {
-		r.fe.Load(context.Background())
+		r.fe.Load(t.Context())
 	}
 	inner := r.fe.Handler()
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

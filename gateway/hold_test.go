@@ -78,7 +78,7 @@ func (tg *testGateway) holdN(t *testing.T, model string, from, n int) []<-chan a
 	var out []<-chan answer
 	for i := from; i < from+n; i++ {
 		before := tg.queued(model)
-		out = append(out, tg.postAsync(context.Background(), userChat(model, i)))
+		out = append(out, tg.postAsync(t.Context(), userChat(model, i)))
 		wait.Until(t, fmt.Sprintf("request %d held", i), func() bool { return tg.queued(model) == before+1 })
 	}
 	return out
@@ -158,7 +158,7 @@ func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 		t.Fatalf("released in flight %d, want 2", got)
 	}
 	// One more arrives while four are held: it queues behind them.
-	late := tg.postAsync(context.Background(), userChat("z", 6))
+	late := tg.postAsync(t.Context(), userChat("z", 6))
 	wait.Until(t, "the late request held", func() bool { return tg.queued("z") == 5 })
 	answers = append(answers, late)
 	for len(order) < 7 {
@@ -188,7 +188,7 @@ func TestHoldDrainsInOrderWithinTheBurst(t *testing.T) {
 		t.Errorf("held_total{released}: %v, want 7", got)
 	}
 	// The queue is empty: the next request goes straight to the replica.
-	direct := tg.postAsync(context.Background(), userChat("z", 7))
+	direct := tg.postAsync(t.Context(), userChat("z", 7))
 	if u := rep.next(t); u != "u7" {
 		t.Errorf("after the drain the replica got %q, want u7", u)
 	}
@@ -234,7 +234,7 @@ func TestHoldBurstPerReplica(t *testing.T) {
 func TestHoldQueueBounds(t *testing.T) {
 	tg := startGateway(t, Options{NoReplicaRetryAfter: 7 * time.Second, Hold: HoldConfig{Timeout: time.Hour, PerModel: 2, Total: 3}})
 	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "a"}, gatewayapi.ListedModel{Name: "b"}), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var held []<-chan answer
 	for range 2 {

@@ -137,7 +137,7 @@ func TestFileKeysReload(t *testing.T) {
 	}
 	ch := make(chan pub, 8)
 	reload := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	src := &FileKeys{Path: path, Interval: time.Hour, Reload: reload}
 	go func() { _ = src.Run(ctx, func(ks *KeySet, err error) { ch <- pub{ks, err} }) }()

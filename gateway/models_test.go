@@ -80,7 +80,7 @@ func TestNomadModels(t *testing.T) {
 	}
 	put(map[string]string{"models": "not json"})
 	wait.Until(t, "the error in the demand", func() bool {
-		d, err := gatewayapi.DemandClient{}.Read(context.Background(), tg.srv.URL)
+		d, err := gatewayapi.DemandClient{}.Read(t.Context(), tg.srv.URL)
 		return err == nil && strings.Contains(d.ModelListError, "nomad variable llmgw/models (namespace default): item \"models\"")
 	})
 	if tg.tbl.Load().listed["z"].Name != "z" {

@@ -468,7 +468,7 @@ func TestNomadCheckReadsBounded(t *testing.T) {
 		}
 	}
 	src := &NomadSource{Client: n.client(t), CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Hour, CheckParallelism: bound}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, func(Snapshot) {}) }()
 	t.Cleanup(func() {
@@ -516,7 +516,7 @@ func TestNomadFirstPublishHasEveryVerdict(t *testing.T) {
 	var mu sync.Mutex
 	var published []Snapshot
 	src := &NomadSource{Client: n.client(t), CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		done <- src.Run(ctx, func(s Snapshot) {

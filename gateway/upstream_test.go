@@ -118,7 +118,7 @@ func TestUpstreamReusesConnections(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	for i := range 20 {
 		body := `{"model":"m","n":` + strconv.Itoa(i) + `}`
-		req := upstreamRequest(t, context.Background(), srv.URL+"/v1/completions", body)
+		req := upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", body)
 		req.Header.Set("Expect", "100-continue")
 		code, got, err := roundTrip(t, tr, req)
 		if err != nil || code != 200 || got != body {
@@ -169,7 +169,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 			})
 			tr := newUpstreamTransport(time.Second, 5*time.Second)
 			defer tr.CloseIdleConnections()
-			code, got, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
+			code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
 			if err != nil || code != 200 || got != `{"conn":0}` {
 				t.Fatalf("first: %d %q %v", code, got, err)
 			}
@@ -182,7 +182,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 				}
 				wait.Until(t, "the replica to close its first connection", func() bool { return !connAlive(idle[0].c) })
 			}
-			code, got, err = roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
+			code, got, err = roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
 			if err != nil || code != 200 || got != `{"conn":1}` {
 				t.Fatalf("second: %d %q %v", code, got, err)
 			}
@@ -198,7 +198,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 func TestUpstreamFreshConnectionFailureNotRetried(t *testing.T) {
 	srv := startRaw(t, func(c net.Conn, _ int) { _, _, _ = readRequest(bufio.NewReader(c)) })
 	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
+	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
 	if err == nil || !strings.Contains(err.Error(), "closed the connection before answering") {
 		t.Fatalf("err = %v, want the replica closing without an answer", err)
 	}
@@ -222,7 +222,7 @@ func TestUpstreamCancelWhileWaiting(t *testing.T) {
 		close(closed)
 	})
 	tr := newUpstreamTransport(time.Second, time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	_, _, err := roundTrip(t, tr, upstreamRequest(t, ctx, srv.url(), `{"model":"m"}`))
 	if !errors.Is(err, context.Canceled) {
@@ -247,7 +247,7 @@ func TestUpstreamCancelMidBody(t *testing.T) {
 		close(closed)
 	})
 	tr := newUpstreamTransport(time.Second, time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	resp, err := tr.RoundTrip(upstreamRequest(t, ctx, srv.url(), `{"model":"m"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestUpstreamHeaderTimeout(t *testing.T) {
 		_, _ = br.ReadByte()
 	})
 	tr := newUpstreamTransport(time.Second, 100*time.Millisecond)
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
+	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
 	if err == nil || !strings.Contains(err.Error(), "no response headers within 100ms") {
 		t.Fatalf("err = %v, want the header timeout", err)
 	}
@@ -293,7 +293,7 @@ func TestUpstreamInterimResponse(t *testing.T) {
 	})
 	tr := newUpstreamTransport(time.Second, 5*time.Second)
 	defer tr.CloseIdleConnections()
-	code, got, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{"model":"m"}`))
+	code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
 	if err != nil || code != 200 || got != `{"ok":true}` {
 		t.Fatalf("%d %q %v, want the final 200", code, got, err)
 	}
@@ -311,7 +311,7 @@ func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
 	tr := newUpstreamTransport(time.Second, 5*time.Second)
 	defer tr.CloseIdleConnections()
 	// Half read, then closed.
-	resp, err := tr.RoundTrip(upstreamRequest(t, context.Background(), srv.URL+"/v1/completions", `{}`))
+	resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", `{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,13 +321,13 @@ func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
 		t.Errorf("a half-read response left %d idle connections", n)
 	}
 	// Connection: close, read whole.
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.URL+"/v1/completions?close=1", `{}`)); err != nil || code != 200 {
+	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.URL+"/v1/completions?close=1", `{}`)); err != nil || code != 200 {
 		t.Fatalf("%d %v", code, err)
 	}
 	if n := len(tr.idle[strings.TrimPrefix(srv.URL, "http://")]); n != 0 {
 		t.Errorf("a Connection: close response left %d idle connections", n)
 	}
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.URL+"/v1/completions", `{}`)); err != nil || code != 200 {
+	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", `{}`)); err != nil || code != 200 {
 		t.Fatalf("%d %v", code, err)
 	}
 	if n := conns.Load(); n != 3 {
@@ -338,8 +338,8 @@ func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
 // Bodies the gateway does not hold whole, or larger than it writes
 // inline, go through net/http's Transport.
 func TestUpstreamInline(t *testing.T) {
-	small := upstreamRequest(t, context.Background(), "http://127.0.0.1:1/", `{}`)
-	big := upstreamRequest(t, context.Background(), "http://127.0.0.1:1/", strings.Repeat(" ", maxInlineBody+1))
+	small := upstreamRequest(t, t.Context(), "http://127.0.0.1:1/", `{}`)
+	big := upstreamRequest(t, t.Context(), "http://127.0.0.1:1/", strings.Repeat(" ", maxInlineBody+1))
 	streaming, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/", io.NopCloser(strings.NewReader("{}")))
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:1/", strings.NewReader("{}"))
 	for _, tc := range []struct {
@@ -373,7 +373,7 @@ func TestUpstreamSweepClosesDeadIdleConnections(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	resps := make([]*http.Response, 2)
 	for i := range 2 {
-		resp, err := tr.RoundTrip(upstreamRequest(t, context.Background(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
+		resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,10 +416,10 @@ func TestUpstreamPartialAnswerNotRetried(t *testing.T) {
 	})
 	tr := newUpstreamTransport(time.Second, 5*time.Second)
 	defer tr.CloseIdleConnections()
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`)); err != nil || code != 200 {
+	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`)); err != nil || code != 200 {
 		t.Fatalf("first: %d %v", code, err)
 	}
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`))
+	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`))
 	if err == nil || strings.Contains(err.Error(), "before answering") {
 		t.Fatalf("err = %v, want the cut-off answer's error", err)
 	}
@@ -447,7 +447,7 @@ func TestUpstreamRetryDialsFresh(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	var resps []*http.Response
 	for range 2 { // two connections in the pool
-		resp, err := tr.RoundTrip(upstreamRequest(t, context.Background(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
+		resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +457,7 @@ func TestUpstreamRetryDialsFresh(t *testing.T) {
 		_, _ = io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 	}
-	code, got, err := roundTrip(t, tr, upstreamRequest(t, context.Background(), srv.url(), `{}`))
+	code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`))
 	if err != nil || code != 200 || got != `{"conn":2}` {
 		t.Fatalf("%d %q %v, want the answer from a third, new connection", code, got, err)
 	}
