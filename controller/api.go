@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controller/ui"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/suggest"
@@ -118,15 +119,8 @@ func (c *Controller) needsRead(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// APIError is the body of every error response.
-type APIError struct {
-	Error string `json:"error"`
-	// Hint says what to do, where there is something to say.
-	Hint string `json:"hint,omitempty"`
-}
-
 func writeErr(w http.ResponseWriter, status int, msg, hint string) {
-	httpjson.WriteIndented(w, status, APIError{Error: msg, Hint: hint})
+	httpjson.WriteIndented(w, status, controllerapi.APIError{Error: msg, Hint: hint})
 }
 
 func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -153,7 +147,7 @@ func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
 	httpjson.WriteIndented(w, status, body)
 }
 
-func (c *Controller) currentView() View {
+func (c *Controller) currentView() controllerapi.View {
 	obs := c.engines.all()
 	v := c.views.get()
 	v.Leader = c.lead.isLeading()
@@ -170,7 +164,7 @@ func (c *Controller) currentView() View {
 func (c *Controller) listReplicas(w http.ResponseWriter, r *http.Request) {
 	v := c.currentView()
 	model := r.URL.Query().Get("model")
-	out := []ReplicaView{}
+	out := []controllerapi.ReplicaView{}
 	for _, rv := range v.Replicas {
 		if model == "" || rv.Model == model {
 			out = append(out, rv)
@@ -179,43 +173,10 @@ func (c *Controller) listReplicas(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
-// ReplicaDetail is one replica with its explanation.
-type ReplicaDetail struct {
-	ReplicaView
-	Explain *Explain `json:"explain,omitempty"`
-	// Nomad is Nomad's own reason when it could not place the replica's
-	// job: the failed-allocation metrics of its latest evaluation.
-	Nomad []NomadReason `json:"nomad,omitempty"`
-	// Scale is, for a replica of an autoscaled model, the model's count
-	// at the last pass and why.
-	Scale *ModelScale `json:"scale,omitempty"`
-}
-
-// ModelScale is an autoscaled model's count at the last pass, and why.
-type ModelScale struct {
-	// Explain: "wants 6, has 4: pdu=p3 would draw 17.6 kW of 17.3 kW; …".
-	Explain string `json:"explain"`
-	// Reason is why it wants what it wants (the autoscaler's reason, or
-	// the pin's).
-	Reason   string         `json:"reason"`
-	Decision *ScaleDecision `json:"decision,omitempty"`
-	Pin      *store.Pin     `json:"pin,omitempty"`
-}
-
-// NomadReason is Nomad's placement failure for one task group.
-type NomadReason struct {
-	Group              string         `json:"group"`
-	NodesEvaluated     int            `json:"nodes_evaluated"`
-	NodesFiltered      int            `json:"nodes_filtered"`
-	NodesExhausted     int            `json:"nodes_exhausted"`
-	ConstraintFiltered map[string]int `json:"constraint_filtered,omitempty"`
-	DimensionExhausted map[string]int `json:"dimension_exhausted,omitempty"`
-}
-
 func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	v := c.currentView()
-	var found *ReplicaView
+	var found *controllerapi.ReplicaView
 	var ids []string
 	for i := range v.Replicas {
 		ids = append(ids, v.Replicas[i].ID)
@@ -227,8 +188,8 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no replica %q", id), suggest.Hint(id, ids))
 		return
 	}
-	d := ReplicaDetail{ReplicaView: *found}
-	var e Explain
+	d := controllerapi.ReplicaDetail{ReplicaView: *found}
+	var e controllerapi.Explain
 	if ok, err := c.store.Decision(id, &e); err != nil {
 		c.log.Warn("read decision", "replica", id, "error", err)
 	} else if ok {
@@ -239,14 +200,14 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, m := range c.models() {
 		if m.Name == found.Model && m.Autoscale {
-			d.Scale = &ModelScale{Explain: m.Explain, Reason: m.Reason, Decision: m.Decision, Pin: m.Pin}
+			d.Scale = &controllerapi.ModelScale{Explain: m.Explain, Reason: m.Reason, Decision: m.Decision, Pin: m.Pin}
 		}
 	}
 	httpjson.WriteIndented(w, http.StatusOK, d)
 }
 
 // nomadReasons reads why Nomad could not place a job's groups.
-func (c *Controller) nomadReasons(ctx context.Context, jobID string) []NomadReason {
+func (c *Controller) nomadReasons(ctx context.Context, jobID string) []controllerapi.NomadReason {
 	qo := *c.qo
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -255,13 +216,13 @@ func (c *Controller) nomadReasons(ctx context.Context, jobID string) []NomadReas
 		return nil
 	}
 	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex > evals[j].CreateIndex })
-	var out []NomadReason
+	var out []controllerapi.NomadReason
 	for _, ev := range evals {
 		if len(ev.FailedTGAllocs) == 0 {
 			continue
 		}
 		for g, m := range ev.FailedTGAllocs {
-			out = append(out, NomadReason{Group: g, NodesEvaluated: m.NodesEvaluated, NodesFiltered: m.NodesFiltered,
+			out = append(out, controllerapi.NomadReason{Group: g, NodesEvaluated: m.NodesEvaluated, NodesFiltered: m.NodesFiltered,
 				NodesExhausted: m.NodesExhausted, ConstraintFiltered: m.ConstraintFiltered, DimensionExhausted: m.DimensionExhausted})
 		}
 		break // the latest evaluation that failed to place
@@ -273,7 +234,7 @@ func (c *Controller) nomadReasons(ctx context.Context, jobID string) []NomadReas
 func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 	v := c.currentView()
 	dom := r.URL.Query().Get("domain")
-	out := []NodeView{}
+	out := []controllerapi.NodeView{}
 	if dom != "" {
 		d, err := facility.ParseDomain(dom)
 		if err != nil {
@@ -291,29 +252,11 @@ func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
-// FacilityView is the facility's budgets, holds and draw.
-type FacilityView struct {
-	Headroom float64      `json:"headroom"`
-	Domains  []DomainView `json:"domains"`
-}
-
 func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {
 	v := c.currentView()
 	_, fac := c.files.get()
 	hr := fac.Headroom
-	httpjson.WriteIndented(w, http.StatusOK, FacilityView{Headroom: hr, Domains: append([]DomainView{}, v.Domains...)})
-}
-
-// CatalogView is the catalog in force and the state of the last reload.
-type CatalogView struct {
-	Models   []facility.Model `json:"models"`
-	LoadedAt time.Time        `json:"loaded_at"`
-	// Error is the last reload's error: the catalog above is still the one
-	// in force.
-	Error string `json:"error,omitempty"`
-	// Warnings are the catalog's (facility.Catalog.Warnings): profiles whose
-	// args no engine contract checked, each naming file:line.
-	Warnings []string `json:"warnings,omitempty"`
+	httpjson.WriteIndented(w, http.StatusOK, controllerapi.FacilityView{Headroom: hr, Domains: append([]controllerapi.DomainView{}, v.Domains...)})
 }
 
 // Redacted stands in for every profile env value the API shows.
@@ -343,17 +286,11 @@ func redact(models []facility.Model) []facility.Model {
 
 func (c *Controller) getCatalog(w http.ResponseWriter, _ *http.Request) {
 	cat, at := c.files.loaded()
-	cv := CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
+	cv := controllerapi.CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
 	if err := c.files.errs(); err != nil {
 		cv.Error = err.Error()
 	}
 	httpjson.WriteIndented(w, http.StatusOK, cv)
-}
-
-// HoldRequest is the body of PUT /v1/facility/holds/{domain}.
-type HoldRequest struct {
-	Reason string `json:"reason"`
-	Drain  bool   `json:"drain"`
 }
 
 func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +299,7 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "domain: "+err.Error(), "write level=value, such as rack=r01-k01")
 		return
 	}
-	var req HoldRequest
+	var req controllerapi.HoldRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
 			writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"reason": "...", "drain": true|false}`)
@@ -422,18 +359,11 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
-// ReloadRequest is the body of POST /v1/reload.
-type ReloadRequest struct {
-	// Confirm lets through a catalog that stops more than
-	// reconcile.max_stop_fraction of the running replicas.
-	Confirm bool `json:"confirm"`
-}
-
 // postReload reads the catalog and facility files again, as SIGHUP does.
 // A refused reload answers 409 (too many stops: confirm) or 422 (a bad
 // file), and the files in force stay.
 func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
-	var req ReloadRequest
+	var req controllerapi.ReloadRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
 			writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"confirm": true|false}`)
@@ -456,16 +386,8 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
 	cat, at := c.files.loaded()
-	cv := CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
+	cv := controllerapi.CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
 	httpjson.WriteIndented(w, http.StatusOK, cv)
-}
-
-// LabelsRequest is the body of PUT /v1/nodes/{node}/labels: location
-// levels to set (site, room, row, rack, pdu, and fabric or hcas) and ones to
-// unset.
-type LabelsRequest struct {
-	Set   map[string]string `json:"set"`
-	Unset []string          `json:"unset"`
 }
 
 var labelKeys = map[string]string{
@@ -477,7 +399,7 @@ var labelKeys = map[string]string{
 // file's meta and survives client restarts.
 func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("node")
-	var req LabelsRequest
+	var req controllerapi.LabelsRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
 		writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"set": {"rack": "r01-k01"}, "unset": ["pdu"]}`)
 		return

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
@@ -23,19 +23,10 @@ const (
 	MaxPinFor     = 7 * 24 * time.Hour
 )
 
-// PinRequest is the body of PUT /v1/models/{model}/pin.
-type PinRequest struct {
-	Replicas int `json:"replicas"`
-	// For is how long the pin holds, a Go duration ("90m"); DefaultPinFor
-	// when empty.
-	For    string `json:"for,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // models returns the view's models with the latest signals.
-func (c *Controller) models() []ModelView {
+func (c *Controller) models() []controllerapi.ModelView {
 	v := c.views.get()
-	out := make([]ModelView, len(v.Models))
+	out := make([]controllerapi.ModelView, len(v.Models))
 	copy(out, v.Models)
 	return c.scale.withSignals(out)
 }
@@ -45,7 +36,7 @@ func (c *Controller) listModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 // findModel returns a model of the view, or writes 404 with a hint.
-func (c *Controller) findModel(w http.ResponseWriter, name string) (ModelView, bool) {
+func (c *Controller) findModel(w http.ResponseWriter, name string) (controllerapi.ModelView, bool) {
 	var names []string
 	for _, m := range c.models() {
 		if m.Name == name {
@@ -61,7 +52,7 @@ func (c *Controller) findModel(w http.ResponseWriter, name string) (ModelView, b
 		}
 	}
 	writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q", name), suggest.Hint(name, names))
-	return ModelView{}, false
+	return controllerapi.ModelView{}, false
 }
 
 func (c *Controller) getModel(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +81,7 @@ func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no model %q in the catalog", name), suggest.Hint(name, names))
 		return
 	}
-	var req PinRequest
+	var req controllerapi.PinRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
 		writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"replicas": 3, "for": "1h", "reason": "..."}`)
 		return
@@ -120,7 +111,7 @@ func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := c.now().UTC()
-	p := store.Pin{Model: name, Replicas: req.Replicas, Until: now.Add(d), Reason: strings.TrimSpace(req.Reason), SetAt: now, SetBy: r.Header.Get("X-LLMGW-User")}
+	p := controllerapi.Pin{Model: name, Replicas: req.Replicas, Until: now.Add(d), Reason: strings.TrimSpace(req.Reason), SetAt: now, SetBy: r.Header.Get("X-LLMGW-User")}
 	if err := c.store.SetPin(p); err != nil {
 		writeErr(w, http.StatusBadGateway, err.Error(), "")
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -25,7 +26,7 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 	e.pass(c)
 
 	code, body := call(t, http.MethodPut, c.url+"/v1/nodes/n1/labels", "",
-		LabelsRequest{Set: map[string]string{"rack": "r9", "fabric": "ib0"}, Unset: []string{"pdu"}}, nil)
+		controllerapi.LabelsRequest{Set: map[string]string{"rack": "r9", "fabric": "ib0"}, Unset: []string{"pdu"}}, nil)
 	if code != http.StatusOK {
 		t.Fatalf("PUT labels: %d %s", code, body)
 	}
@@ -35,7 +36,7 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		t.Errorf("node n1's meta (-want +got):\n%s", diff)
 	}
 	e.pass(c)
-	var nodes []NodeView
+	var nodes []controllerapi.NodeView
 	call(t, http.MethodGet, c.url+"/v1/nodes?domain=rack=r9", "", nil, &nodes)
 	if len(nodes) != 1 || nodes[0].Name != "n1" {
 		t.Fatalf("nodes in rack=r9: %+v, want n1", nodes)
@@ -50,10 +51,10 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		code       int
 		contains   string
 	}{
-		{"unknown label", "n1", LabelsRequest{Set: map[string]string{"cage": "c1"}}, http.StatusBadRequest, `unknown label \"cage\"`},
-		{"bad value", "n1", LabelsRequest{Set: map[string]string{"rack": "r 1"}}, http.StatusBadRequest, "has a comma"},
-		{"nothing", "n1", LabelsRequest{}, http.StatusBadRequest, "nothing to set"},
-		{"unknown node", "n7", LabelsRequest{Set: map[string]string{"rack": "r1"}}, http.StatusNotFound, "did you mean"},
+		{"unknown label", "n1", controllerapi.LabelsRequest{Set: map[string]string{"cage": "c1"}}, http.StatusBadRequest, `unknown label \"cage\"`},
+		{"bad value", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r 1"}}, http.StatusBadRequest, "has a comma"},
+		{"nothing", "n1", controllerapi.LabelsRequest{}, http.StatusBadRequest, "nothing to set"},
+		{"unknown node", "n7", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r1"}}, http.StatusNotFound, "did you mean"},
 	} {
 		code, body := call(t, http.MethodPut, c.url+"/v1/nodes/"+tc.node+"/labels", "", tc.body, nil)
 		if code != tc.code || !strings.Contains(body, tc.contains) {
@@ -82,7 +83,7 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 	c := e.start("ctl")
 	e.pass(c)
 	e.pass(c) // the view has alpha-0's job, pending
-	labels := LabelsRequest{Set: map[string]string{"row": "row2"}}
+	labels := controllerapi.LabelsRequest{Set: map[string]string{"row": "row2"}}
 	var reads []string // every GET of the API (redact_test.go's pathOf)
 	for pattern := range c.routes() {
 		if strings.HasPrefix(pattern, "GET ") {
@@ -105,7 +106,7 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ae APIError
+			var ae controllerapi.APIError
 			err = json.NewDecoder(resp.Body).Decode(&ae)
 			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusUnauthorized || err != nil || ae.Error != "missing or wrong API token" || !strings.Contains(ae.Hint, "LLMGW_TOKEN") {
@@ -149,7 +150,7 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 	if n := evals(); n != 0 {
 		t.Errorf("GET /v1/replicas/alpha-0 without a token made %d evaluation reads in Nomad, want 0", n)
 	}
-	var d ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "s3cret", nil, &d); code != http.StatusOK || d.State == "serving" {
 		t.Fatalf("GET /v1/replicas/alpha-0: %d %s", code, body)
 	}
@@ -162,18 +163,18 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 		body                any
 		code                int
 	}{
-		{http.MethodPut, "/v1/facility/holds/rack=r1", "", HoldRequest{Reason: "x"}, http.StatusUnauthorized},
-		{http.MethodPut, "/v1/facility/holds/rack=r1", "wrong", HoldRequest{Reason: "x"}, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "", controllerapi.HoldRequest{Reason: "x"}, http.StatusUnauthorized},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "wrong", controllerapi.HoldRequest{Reason: "x"}, http.StatusUnauthorized},
 		{http.MethodDelete, "/v1/facility/holds/rack=r1", "", nil, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/nodes/n1/labels", "", labels, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret x", labels, http.StatusUnauthorized},
 		{http.MethodPost, "/v1/reload", "", nil, http.StatusUnauthorized},
-		{http.MethodPost, "/v1/plan", "", PlanRequest{}, http.StatusUnauthorized},
+		{http.MethodPost, "/v1/plan", "", controllerapi.PlanRequest{}, http.StatusUnauthorized},
 		{http.MethodPut, "/v1/models/alpha/pin", "", nil, http.StatusUnauthorized},
-		{http.MethodPut, "/v1/facility/holds/rack=r1", "s3cret", HoldRequest{Reason: "x"}, http.StatusOK},
+		{http.MethodPut, "/v1/facility/holds/rack=r1", "s3cret", controllerapi.HoldRequest{Reason: "x"}, http.StatusOK},
 		{http.MethodDelete, "/v1/facility/holds/rack=r1", "s3cret", nil, http.StatusOK},
 		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret", labels, http.StatusOK},
-		{http.MethodPost, "/v1/plan", "s3cret", PlanRequest{}, http.StatusOK},
+		{http.MethodPost, "/v1/plan", "s3cret", controllerapi.PlanRequest{}, http.StatusOK},
 	} {
 		if code, body := call(t, tc.method, c.url+tc.path, tc.token, tc.body, nil); code != tc.code {
 			t.Errorf("%s %s with token %q: %d %s, want %d", tc.method, tc.path, tc.token, code, body, tc.code)
@@ -203,7 +204,7 @@ func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 	if err == nil {
 		t.Fatal("reload of a bad catalog: no error")
 	}
-	var cv CatalogView
+	var cv controllerapi.CatalogView
 	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK {
 		t.Fatalf("GET catalog: %d %s", code, body)
 	}
@@ -233,7 +234,7 @@ func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	cv = CatalogView{}
+	cv = controllerapi.CatalogView{}
 	call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv)
 	if cv.Error != "" {
 		t.Errorf("catalog error after a good reload = %q, want none", cv.Error)
@@ -287,7 +288,7 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 	}
 	for _, r := range needRead {
 		resp, body := do(r)
-		var ae APIError
+		var ae controllerapi.APIError
 		_ = json.Unmarshal([]byte(body), &ae)
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
 			!strings.Contains(ae.Error, "has not read Nomad yet") || !strings.Contains(ae.Error, "nodes") || ae.Hint == "" {
@@ -317,7 +318,7 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 			t.Errorf("%s %s after the first read: %d %s", r.method, r.path, resp.StatusCode, body)
 		}
 	}
-	var nodes []NodeView
+	var nodes []controllerapi.NodeView
 	call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &nodes)
 	if len(nodes) != len(sixNodes) {
 		t.Errorf("GET /v1/nodes after the first read: %d nodes, want %d", len(nodes), len(sixNodes))
@@ -343,9 +344,9 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 				return code == http.StatusOK && leader == lead, body
 			})
 
-			nodeIn := func(domain string) []NodeView {
+			nodeIn := func(domain string) []controllerapi.NodeView {
 				t.Helper()
-				var nodes []NodeView
+				var nodes []controllerapi.NodeView
 				if code, body := call(t, http.MethodGet, c.url+"/v1/nodes?domain="+domain, "", nil, &nodes); code != http.StatusOK {
 					t.Fatalf("GET /v1/nodes?domain=%s: %d %s", domain, code, body)
 				}
@@ -359,18 +360,18 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 				}
 			}
 
-			write(http.MethodPut, "/v1/nodes/n1/labels", LabelsRequest{Set: map[string]string{"rack": "r9"}})
+			write(http.MethodPut, "/v1/nodes/n1/labels", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r9"}})
 			if nodes := nodeIn("rack=r9"); len(nodes) != 1 || nodes[0].Name != "n1" {
 				t.Errorf("nodes in rack=r9 right after the label: %+v, want n1", nodes)
 			}
 
-			write(http.MethodPut, "/v1/facility/holds/rack=r9", HoldRequest{Reason: "fan swap"})
+			write(http.MethodPut, "/v1/facility/holds/rack=r9", controllerapi.HoldRequest{Reason: "fan swap"})
 			if nodes := nodeIn("rack=r9"); len(nodes) != 1 || !slices.Contains(nodes[0].Held, "rack=r9") {
 				t.Errorf("nodes in rack=r9 right after the hold: %+v, want n1 held", nodes)
 			}
-			var fac FacilityView
+			var fac controllerapi.FacilityView
 			call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
-			if !slices.ContainsFunc(fac.Domains, func(d DomainView) bool { return d.Domain == "rack=r9" && d.Hold != nil }) {
+			if !slices.ContainsFunc(fac.Domains, func(d controllerapi.DomainView) bool { return d.Domain == "rack=r9" && d.Hold != nil }) {
 				t.Errorf("facility right after the hold: %+v, want rack=r9 held", fac.Domains)
 			}
 
@@ -381,8 +382,8 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 
 			// Unset, a label the client file also sets stays masked (Nomad's
 			// merge, as the fake has it): n1 has no rack.
-			write(http.MethodPut, "/v1/nodes/n1/labels", LabelsRequest{Unset: []string{"rack"}})
-			var all []NodeView
+			write(http.MethodPut, "/v1/nodes/n1/labels", controllerapi.LabelsRequest{Unset: []string{"rack"}})
+			var all []controllerapi.NodeView
 			call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &all)
 			for _, n := range all {
 				if rack, ok := n.Location["rack"]; n.Name == "n1" && ok {

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
@@ -223,13 +224,13 @@ func TestAdoptsMultiNodeReplicaFromAllShardsInAnyOrder(t *testing.T) {
 				if n := e.pass(c); n != 0 {
 					t.Errorf("seed %d: adopting controller sent %d job writes, want 0", seed, n)
 				}
-				var got ReplicaView
+				var got controllerapi.ReplicaView
 				for _, r := range c.replicas(t) {
 					if r.ID == "beta-0" {
 						got = r
 					}
 				}
-				want := ReplicaView{ID: "beta-0", Model: "beta", Profile: "x2n", State: tc.want,
+				want := controllerapi.ReplicaView{ID: "beta-0", Model: "beta", Profile: "x2n", State: tc.want,
 					Domain: got.Domain, Nodes: beta.Nodes, Watts: 1800, JobID: beta.ID, Since: got.Since}
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("seed %d: beta-0 (-want +got):\n%s", seed, diff)
@@ -454,8 +455,8 @@ func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 		}
 	}
 
-	var h Hold
-	code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", HoldRequest{Reason: "PDU swap", Drain: true}, nil)
+	var h controllerapi.Hold
+	code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "PDU swap", Drain: true}, nil)
 	if code != http.StatusOK {
 		t.Fatalf("PUT hold: %d %s", code, body)
 	}
@@ -497,14 +498,14 @@ func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 		t.Errorf("%d live jobs after the move, want 4", got)
 	}
 
-	var fv FacilityView
+	var fv controllerapi.FacilityView
 	call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fv)
 	for _, d := range fv.Domains {
 		if d.Domain == "rack="+held {
 			h = *d.Hold
 		}
 	}
-	if diff := cmp.Diff(Hold{Reason: "PDU swap", Drain: true, Source: "runtime"}, h); diff != "" {
+	if diff := cmp.Diff(controllerapi.Hold{Reason: "PDU swap", Drain: true, Source: "runtime"}, h); diff != "" {
 		t.Errorf("hold in /v1/facility (-want +got):\n%s", diff)
 	}
 	if code, body := call(t, http.MethodDelete, c.url+"/v1/facility/holds/rack="+held, "", nil, nil); code != http.StatusOK {
@@ -525,7 +526,7 @@ func TestHoldWithoutDrainPlacesNothingThere(t *testing.T) {
 	e.settle(c)
 	first := e.liveJobs()[0]
 	held := e.rackOf(first.Nodes[0])
-	if code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", HoldRequest{Reason: "firmware"}, nil); code != http.StatusOK {
+	if code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "firmware"}, nil); code != http.StatusOK {
 		t.Fatalf("PUT hold: %d %s", code, body)
 	}
 	if n := e.pass(c); n != 0 {
@@ -569,7 +570,7 @@ budget "pdu=p2" { watts = 1000 }
 	if n := e.pass(c); n != 2 {
 		t.Errorf("pass sent %d job writes, want 2: one replica per PDU", n)
 	}
-	var d ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-2", "", nil, &d); code != http.StatusOK {
 		t.Fatalf("GET replica: %d %s", code, body)
 	}
@@ -597,12 +598,12 @@ budget "pdu=p2" { watts = 1000 }
 	// standby serves it: ctl-2 never leads here.
 	c.stop()
 	c2 := e.start("ctl-2")
-	var d2 ReplicaDetail
+	var d2 controllerapi.ReplicaDetail
 	wait.For(t, "ctl-2 to serve alpha-2", func() (bool, string) {
 		code, body := call(t, http.MethodGet, c2.url+"/v1/replicas/alpha-2", "", nil, &d2)
 		return code == http.StatusOK, body
 	})
-	if diff := cmp.Diff(d.Explain, d2.Explain, cmpopts.IgnoreFields(Explain{}, "At")); diff != "" {
+	if diff := cmp.Diff(d.Explain, d2.Explain, cmpopts.IgnoreFields(controllerapi.Explain{}, "At")); diff != "" {
 		t.Errorf("explain after restart (-before +after):\n%s", diff)
 	}
 	if n := c2.tap.writes(); n != 0 {
@@ -634,14 +635,14 @@ func TestNomadReasonsInExplain(t *testing.T) {
 	if n := e.pass(c); n != 0 {
 		t.Errorf("pass with the job pending sent %d job writes, want 0", n)
 	}
-	var d ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, &d); code != http.StatusOK {
 		t.Fatalf("GET replica: %d %s", code, body)
 	}
 	if d.State != "pending" {
 		t.Errorf("alpha-0 is %s, want pending", d.State)
 	}
-	want := []NomadReason{{Group: "shard-0", NodesEvaluated: 1, NodesFiltered: 1,
+	want := []controllerapi.NomadReason{{Group: "shard-0", NodesEvaluated: 1, NodesFiltered: 1,
 		ConstraintFiltered: map[string]int{"missing devices": 1}}}
 	if diff := cmp.Diff(want, d.Nomad); diff != "" {
 		t.Errorf("Nomad's reasons (-want +got):\n%s", diff)
@@ -730,7 +731,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			if len(over) > 0 {
 				t.Errorf("over budget: %v", over)
 			}
-			var d ReplicaDetail
+			var d controllerapi.ReplicaDetail
 			call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, &d)
 			if d.State != "unplaced" {
 				t.Errorf("alpha-0 is %s, want unplaced", d.State)

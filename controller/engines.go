@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
 )
@@ -34,20 +35,6 @@ const (
 	defaultEngineMetricsInterval = 10 * time.Second
 	engineReaders                = 8
 )
-
-// EngineMetrics is what the controller last read from a replica's engine.
-type EngineMetrics struct {
-	// AllocID is the allocation read (the replica's shard 0), URL where.
-	AllocID string `json:"alloc_id"`
-	URL     string `json:"url"`
-	Engine  string `json:"engine"`
-	// Reading is the last good scrape; nil before the first.
-	Reading *enginemetrics.Reading `json:"reading,omitempty"`
-	// Error is why the last scrape failed (then Reading, if any, is
-	// older: see its At); empty after a good one.
-	Error   string    `json:"error,omitempty"`
-	ErrorAt time.Time `json:"error_at,omitzero"`
-}
 
 // engineTarget is one replica engine to scrape.
 type engineTarget struct {
@@ -135,12 +122,12 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		case <-tick.C:
 		}
 		targets := c.engineTargets()
-		out := make([]EngineMetrics, len(targets))
+		out := make([]controllerapi.EngineMetrics, len(targets))
 		last := c.engines.all()
 		for i, t := range targets {
 			out[i] = last[t.jobID] // keeps the last reading across an error
 			if out[i].AllocID != t.allocID {
-				out[i] = EngineMetrics{}
+				out[i] = controllerapi.EngineMetrics{}
 			}
 		}
 		keep := map[string]bool{}
@@ -171,7 +158,7 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		obs := make(map[string]EngineMetrics, len(targets))
+		obs := make(map[string]controllerapi.EngineMetrics, len(targets))
 		for i, t := range targets {
 			obs[t.jobID] = out[i]
 		}
@@ -182,9 +169,9 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 
 // EngineMetrics returns what the controller last read from each serving
 // replica's engine, by replica job ID.
-func (c *Controller) EngineMetrics() map[string]EngineMetrics {
+func (c *Controller) EngineMetrics() map[string]controllerapi.EngineMetrics {
 	obs := c.engines.all()
-	out := make(map[string]EngineMetrics, len(obs))
+	out := make(map[string]controllerapi.EngineMetrics, len(obs))
 	maps.Copy(out, obs)
 	return out
 }
@@ -196,19 +183,19 @@ type engineReadings struct {
 	// mu guards obs. The map is replaced whole by each round, never
 	// changed in place, so that a reader may keep the one it got.
 	mu  sync.Mutex
-	obs map[string]EngineMetrics
+	obs map[string]controllerapi.EngineMetrics
 }
 
 // all returns the last round's readings; the caller must not change the
 // map.
-func (e *engineReadings) all() map[string]EngineMetrics {
+func (e *engineReadings) all() map[string]controllerapi.EngineMetrics {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.obs
 }
 
 // set replaces the readings with a round's.
-func (e *engineReadings) set(obs map[string]EngineMetrics) {
+func (e *engineReadings) set(obs map[string]controllerapi.EngineMetrics) {
 	e.mu.Lock()
 	e.obs = obs
 	e.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -77,8 +78,8 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 	e.serveAll()
 	e.pass(c)
 
-	byID := func() map[string]ReplicaView {
-		out := map[string]ReplicaView{}
+	byID := func() map[string]controllerapi.ReplicaView {
+		out := map[string]controllerapi.ReplicaView{}
 		for _, r := range c.replicas(t) {
 			out[r.ID] = r
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // When the node of a replica goes down, Nomad marks its allocation lost
@@ -107,7 +108,7 @@ func TestStartOnTruncatedCatalogHoldsStops(t *testing.T) {
 	if got := jobIDs(e.liveJobs()); !slices.Equal(got, before) {
 		t.Fatalf("jobs changed: %v, want %v", got, before)
 	}
-	var cv CatalogView
+	var cv controllerapi.CatalogView
 	if code, body := call(t, "GET", c2.url+"/v1/catalog", "", nil, &cv); code != 200 || !strings.Contains(cv.Error, "would stop 3 of the 4 running replicas") {
 		t.Fatalf("catalog view: %d %s", code, body)
 	}

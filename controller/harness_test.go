@@ -31,6 +31,7 @@ import (
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
@@ -634,9 +635,9 @@ func call(t testing.TB, method, url, token string, body, out any) (int, string) 
 }
 
 // replicas reads GET /v1/replicas.
-func (h *ctl) replicas(t testing.TB) []ReplicaView {
+func (h *ctl) replicas(t testing.TB) []controllerapi.ReplicaView {
 	t.Helper()
-	var out []ReplicaView
+	var out []controllerapi.ReplicaView
 	// 503 until the controller has read Nomad and built its first view.
 	wait.For(t, h.name+" to answer GET /v1/replicas", func() (bool, string) {
 		out = nil

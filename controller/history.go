@@ -2,6 +2,8 @@ package controller
 
 import (
 	"time"
+
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // History: every signal round appends, per autoscaled model, one point of
@@ -21,41 +23,16 @@ const (
 	maxHistoryPoints = 3600
 )
 
-// HistoryPoint is one round of a model: its signals (nil where missing)
-// and its counts as the last pass left them.
-type HistoryPoint struct {
-	At          time.Time `json:"at"`
-	Outstanding *float64  `json:"outstanding"`
-	Queued      *float64  `json:"queued"`
-	Arrivals    *float64  `json:"arrivals"`
-	TTFTP90     *float64  `json:"ttft_p90"`
-	Waiting     *float64  `json:"waiting"`
-	KVCache     *float64  `json:"kv_cache_use"`
-	Wanted      int       `json:"wanted"`
-	Has         int       `json:"has"`
-	Serving     int       `json:"serving"`
-}
-
-// HistoryView is GET /v1/models/{model}/history.
-type HistoryView struct {
-	Model string `json:"model"`
-	// At is the controller's time of the answer: the end of the span.
-	At       time.Time      `json:"at"`
-	Interval float64        `json:"interval_seconds"`
-	Span     float64        `json:"span_seconds"`
-	Points   []HistoryPoint `json:"points"`
-}
-
 // ring is a fixed-size ring of points, oldest first when read.
 type ring struct {
-	buf  []HistoryPoint
+	buf  []controllerapi.HistoryPoint
 	next int
 	full bool
 }
 
-func newRing(n int) *ring { return &ring{buf: make([]HistoryPoint, n)} }
+func newRing(n int) *ring { return &ring{buf: make([]controllerapi.HistoryPoint, n)} }
 
-func (r *ring) add(p HistoryPoint) {
+func (r *ring) add(p controllerapi.HistoryPoint) {
 	r.buf[r.next] = p
 	r.next = (r.next + 1) % len(r.buf)
 	if r.next == 0 {
@@ -64,8 +41,8 @@ func (r *ring) add(p HistoryPoint) {
 }
 
 // since returns the points at or after from, oldest first.
-func (r *ring) since(from time.Time) []HistoryPoint {
-	var out []HistoryPoint
+func (r *ring) since(from time.Time) []controllerapi.HistoryPoint {
+	var out []controllerapi.HistoryPoint
 	if r.full {
 		out = append(out, r.buf[r.next:]...)
 	}
@@ -85,8 +62,8 @@ func historyCap(interval time.Duration) int {
 }
 
 // recordHistory appends a round to each model's ring.
-func (s *scaleState) recordHistory(at time.Time, signals map[string]ModelSignals, models []ModelView, interval time.Duration) {
-	counts := map[string]ModelView{}
+func (s *scaleState) recordHistory(at time.Time, signals map[string]controllerapi.ModelSignals, models []controllerapi.ModelView, interval time.Duration) {
+	counts := map[string]controllerapi.ModelView{}
 	for _, m := range models {
 		counts[m.Name] = m
 	}
@@ -99,7 +76,7 @@ func (s *scaleState) recordHistory(at time.Time, signals map[string]ModelSignals
 			s.history[name] = r
 		}
 		mv := counts[name]
-		r.add(HistoryPoint{
+		r.add(controllerapi.HistoryPoint{
 			At: at, Outstanding: sig.Outstanding.Value, Queued: sig.Queued.Value, Arrivals: sig.Arrivals.Value,
 			TTFTP90: sig.TTFTP90.Value, Waiting: sig.Waiting.Value, KVCache: sig.KVCache.Value,
 			Wanted: mv.Wanted, Has: mv.Has, Serving: mv.Serving,
@@ -114,7 +91,7 @@ func (s *scaleState) recordHistory(at time.Time, signals map[string]ModelSignals
 
 // since returns a model's points at or after from; ok is false when the
 // model has none.
-func (s *scaleState) since(model string, from time.Time) ([]HistoryPoint, bool) {
+func (s *scaleState) since(model string, from time.Time) ([]controllerapi.HistoryPoint, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.history[model]
@@ -126,12 +103,12 @@ func (s *scaleState) since(model string, from time.Time) ([]HistoryPoint, bool) 
 
 // History returns a model's points of the last HistorySpan; ok is false
 // when the model has none (it does not autoscale, or no round ran yet).
-func (c *Controller) History(model string) (HistoryView, bool) {
+func (c *Controller) History(model string) (controllerapi.HistoryView, bool) {
 	interval := c.cfg.AutoscaleSettings().Interval
 	now := c.now()
 	pts, ok := c.scale.since(model, now.Add(-HistorySpan))
 	if pts == nil {
-		pts = []HistoryPoint{}
+		pts = []controllerapi.HistoryPoint{}
 	}
-	return HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, ok
+	return controllerapi.HistoryView{Model: model, At: now, Interval: interval.Seconds(), Span: HistorySpan.Seconds(), Points: pts}, ok
 }

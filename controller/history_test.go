@@ -3,6 +3,8 @@ package controller
 import (
 	"testing"
 	"time"
+
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // The ring keeps the last points in order once it wraps, and since drops
@@ -14,7 +16,7 @@ func TestHistoryRing(t *testing.T) {
 		t.Fatalf("empty ring: %v", got)
 	}
 	for i := range 6 {
-		r.add(HistoryPoint{At: t0.Add(time.Duration(i) * time.Second), Wanted: i})
+		r.add(controllerapi.HistoryPoint{At: t0.Add(time.Duration(i) * time.Second), Wanted: i})
 	}
 	var got []int
 	for _, p := range r.since(t0) {

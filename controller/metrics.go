@@ -3,6 +3,7 @@ package controller
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/enginemetrics"
 )
 
@@ -125,11 +126,11 @@ func (m *metrics) add(cs ...prometheus.Collector) {
 }
 
 // setSignals replaces the llmgw_model_signal series with a round's.
-func (m *metrics) setSignals(signals map[string]ModelSignals) {
+func (m *metrics) setSignals(signals map[string]controllerapi.ModelSignals) {
 	m.modelSignal.Reset()
 	for model, s := range signals {
-		for _, name := range []string{SignalOutstanding, SignalQueued, SignalArrivals, SignalTTFT, SignalWaiting, SignalKVCache} {
-			if v := s.byName(name).Value; v != nil {
+		for _, name := range []string{controllerapi.SignalOutstanding, controllerapi.SignalQueued, controllerapi.SignalArrivals, controllerapi.SignalTTFT, controllerapi.SignalWaiting, controllerapi.SignalKVCache} {
+			if v := signalByName(&s, name).Value; v != nil {
 				m.modelSignal.WithLabelValues(model, name).Set(*v)
 			}
 		}
@@ -137,7 +138,7 @@ func (m *metrics) setSignals(signals map[string]ModelSignals) {
 }
 
 // setModels replaces the per-model replica gauges with a pass's.
-func (m *metrics) setModels(models []ModelView) {
+func (m *metrics) setModels(models []controllerapi.ModelView) {
 	m.modelDesired.Reset()
 	m.modelServing.Reset()
 	for _, mv := range models {
@@ -181,7 +182,7 @@ var engineGaugeHelp = map[string]string{
 }
 
 // setEngines replaces the llmgw_engine_* series with a scrape round's.
-func (m *metrics) setEngines(targets []engineTarget, obs []EngineMetrics) {
+func (m *metrics) setEngines(targets []engineTarget, obs []controllerapi.EngineMetrics) {
 	for _, g := range m.engineGauges {
 		g.Reset()
 	}

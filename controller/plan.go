@@ -6,111 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"time"
 
 	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
-
-// PlanRequest is the body of POST /v1/plan: the files to try in place of
-// the ones in force, and holds to add. Nothing is applied.
-type PlanRequest struct {
-	// Catalog is a catalog file's HCL text; empty: the catalog in force.
-	Catalog string `json:"catalog,omitempty"`
-	// CatalogName is the name problems in Catalog are reported at
-	// (file:line); default "catalog.hcl".
-	CatalogName string `json:"catalog_name,omitempty"`
-	// Facility is a facility file's HCL text; empty: the facility file in
-	// force. The run-time holds (llmgw ctl facility hold) apply either way.
-	Facility     string `json:"facility,omitempty"`
-	FacilityName string `json:"facility_name,omitempty"`
-	// Holds are added to the facility's, as run-time holds would be.
-	Holds []PlanHold `json:"holds,omitempty"`
-}
-
-// PlanHold is a hold a plan adds.
-type PlanHold struct {
-	Domain string `json:"domain"`
-	Reason string `json:"reason,omitempty"`
-	Drain  bool   `json:"drain,omitempty"`
-}
-
-// PlanView is what one reconcile pass would do with a request's files and
-// holds on what Nomad holds now, and the budgets after it.
-type PlanView struct {
-	At time.Time `json:"at"`
-	// Changes are the pass's actions, in the order it would carry them
-	// out.
-	Changes []PlanChange `json:"changes"`
-	// Creates, Moves and Stops count Changes by Change.
-	Creates int `json:"creates"`
-	Moves   int `json:"moves"`
-	Stops   int `json:"stops"`
-	// Unplaced are the replicas the pass tried to place and could not.
-	Unplaced []PlanUnplaced `json:"unplaced"`
-	// Domains are the budgeted domains, their draw now, every job Nomad
-	// holds counted (reconcile.Before), and after the pass's changes
-	// (reconcile.Result.After).
-	Domains []PlanDomain `json:"domains"`
-	// Waiting says, by replica, why a roll or move waits this pass.
-	Waiting map[string]string `json:"waiting,omitempty"`
-	// DeferredStops counts the stops reconcile.max_stops leaves for later
-	// passes.
-	DeferredStops int `json:"deferred_stops,omitempty"`
-	// Refused is set when a reload of this catalog would be refused for
-	// stopping more than reconcile.max_stop_fraction of the running
-	// replicas (it would need llmgw ctl reload --confirm).
-	Refused string `json:"refused,omitempty"`
-	// Warnings are the planned catalog's (facility.Catalog.Warnings):
-	// profiles whose args no engine contract checked.
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-// Changes of a plan.
-const (
-	ChangeCreate = "create" // a new replica where its slot has no job
-	ChangeMove   = "move"   // a new copy or a new placement of a replica that has a job: out of a held domain, off unhealthy GPUs, a roll, a failed job placed again
-	ChangeStop   = "stop"   // a job stopped
-)
-
-// PlanChange is one action of a plan.
-type PlanChange struct {
-	Change  string `json:"change"` // create, move, stop
-	Action  string `json:"action"` // what the controller registers: create, replace, stop
-	Replica string `json:"replica"`
-	Model   string `json:"model"`
-	Profile string `json:"profile,omitempty"`
-	// JobID is the job a replace or stop names.
-	JobID string `json:"job_id,omitempty"`
-	// From is where the replica's job runs now (a move, a stop).
-	From      string   `json:"from,omitempty"`
-	FromNodes []string `json:"from_nodes,omitempty"`
-	// To is where the new placement goes (a create, a move).
-	To    string   `json:"to,omitempty"`
-	Nodes []string `json:"nodes,omitempty"`
-	Watts float64  `json:"watts,omitempty"`
-	// Reason is the pass's reason for the action.
-	Reason string `json:"reason"`
-}
-
-// PlanUnplaced is a replica the plan could not place, with every reason.
-type PlanUnplaced struct {
-	Replica string   `json:"replica"`
-	Model   string   `json:"model"`
-	Reasons []string `json:"reasons"`
-}
-
-// PlanDomain is a budgeted domain before and after a plan.
-type PlanDomain struct {
-	Domain      string  `json:"domain"`
-	CapWatts    float64 `json:"cap_watts"`
-	LimitWatts  float64 `json:"limit_watts"`
-	BeforeWatts float64 `json:"before_watts"`
-	AfterWatts  float64 `json:"after_watts"`
-	Held        bool    `json:"held,omitempty"`
-}
 
 // maxPlanBody bounds POST /v1/plan's body: a catalog and a facility file.
 const maxPlanBody = 4 << 20
@@ -121,7 +23,7 @@ const maxPlanBody = 4 << 20
 // to the controller's view or stored decisions. Bad files answer 422 with
 // every problem at file:line, as a reload does.
 func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
-	var req PlanRequest
+	var req controllerapi.PlanRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPlanBody))
 	dec.DisallowUnknownFields() // a misspelt field is not a plan of the files in force
 	if err := dec.Decode(&req); err != nil {
@@ -182,23 +84,23 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 // plan runs reconcile.Plan on the current view of Nomad with cat and fac
 // (to which withHolds adds the run-time holds, as in a pass) and describes
 // the result.
-func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogName string) (PlanView, error) {
+func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogName string) (controllerapi.PlanView, error) {
 	c.passMu.Lock()
 	in, _, _, _, err := c.inputFor(cat, fac, true)
 	if err != nil {
 		c.passMu.Unlock()
-		return PlanView{}, err
+		return controllerapi.PlanView{}, err
 	}
 	res, err := reconcile.Plan(in)
 	c.passMu.Unlock()
 	if err != nil {
-		return PlanView{}, err
+		return controllerapi.PlanView{}, err
 	}
 	before, err := reconcile.Before(in)
 	if err != nil {
-		return PlanView{}, err
+		return controllerapi.PlanView{}, err
 	}
-	v := PlanView{At: in.Now, Changes: []PlanChange{}, Unplaced: []PlanUnplaced{}, Domains: []PlanDomain{}, DeferredStops: res.DeferredStops,
+	v := controllerapi.PlanView{At: in.Now, Changes: []controllerapi.PlanChange{}, Unplaced: []controllerapi.PlanUnplaced{}, Domains: []controllerapi.PlanDomain{}, DeferredStops: res.DeferredStops,
 		Warnings: cat.Warnings()}
 	if err := c.tooManyStops(in, res.Actions, catalogName); err != nil {
 		v.Refused = err.Error()
@@ -217,15 +119,15 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 		return out
 	}
 	for _, a := range res.Actions {
-		pc := PlanChange{Action: a.Kind.String(), Replica: a.Replica, Model: a.Model.Name, JobID: a.JobID, Reason: a.Reason}
+		pc := controllerapi.PlanChange{Action: a.Kind.String(), Replica: a.Replica, Model: a.Model.Name, JobID: a.JobID, Reason: a.Reason}
 		switch a.Kind {
 		case reconcile.Stop:
-			pc.Change = ChangeStop
+			pc.Change = controllerapi.ChangeStop
 			if j, ok := byID[a.JobID]; ok {
 				pc.Model, pc.Profile, pc.From, pc.FromNodes = j.Model, j.Profile, j.Domain.Key(), nodesOf(j.Shards)
 			}
 		default:
-			pc.Change = ChangeCreate
+			pc.Change = controllerapi.ChangeCreate
 			pc.Profile, pc.To, pc.Nodes, pc.Watts = a.Profile.Name, a.Decision.Domain.Key(), nodesOf(a.Decision.Shards), a.Decision.Watts
 			var from *reconcile.Job
 			if j, ok := byID[a.JobID]; ok {
@@ -234,15 +136,15 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 				from = &js[0] // a new copy beside the slot's job
 			}
 			if from != nil {
-				pc.Change, pc.From, pc.FromNodes = ChangeMove, from.Domain.Key(), nodesOf(from.Shards)
+				pc.Change, pc.From, pc.FromNodes = controllerapi.ChangeMove, from.Domain.Key(), nodesOf(from.Shards)
 			}
 		}
 		switch pc.Change {
-		case ChangeCreate:
+		case controllerapi.ChangeCreate:
 			v.Creates++
-		case ChangeMove:
+		case controllerapi.ChangeMove:
 			v.Moves++
-		case ChangeStop:
+		case controllerapi.ChangeStop:
 			v.Stops++
 		}
 		v.Changes = append(v.Changes, pc)
@@ -254,7 +156,7 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 	sort.Strings(slots)
 	for _, slot := range slots {
 		if d := res.Decisions[slot]; !d.Placed {
-			v.Unplaced = append(v.Unplaced, PlanUnplaced{Replica: slot, Model: d.Model, Reasons: d.Reasons()})
+			v.Unplaced = append(v.Unplaced, controllerapi.PlanUnplaced{Replica: slot, Model: d.Model, Reasons: d.Reasons()})
 		}
 	}
 	after := map[string]facility.DomainUsage{}
@@ -263,7 +165,7 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 	}
 	for _, u := range before {
 		a := after[u.Domain.String()]
-		v.Domains = append(v.Domains, PlanDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, LimitWatts: u.LimitWatts,
+		v.Domains = append(v.Domains, controllerapi.PlanDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, LimitWatts: u.LimitWatts,
 			BeforeWatts: u.DrawWatts, AfterWatts: a.DrawWatts, Held: u.Held})
 	}
 	if len(res.Waits) > 0 {

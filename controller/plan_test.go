@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // planFacility budgets every rack; the plan tests hold r1 with drain.
@@ -28,9 +30,9 @@ func TestPlanEndpoint(t *testing.T) {
 	e.serveAll()
 	e.settle(c)
 	_, replicasBefore := call(t, http.MethodGet, c.url+"/v1/replicas", "", nil, nil)
-	var before []ReplicaView
+	var before []controllerapi.ReplicaView
 	call(t, http.MethodGet, c.url+"/v1/replicas", "", nil, &before)
-	where := map[string]ReplicaView{}
+	where := map[string]controllerapi.ReplicaView{}
 	for _, r := range before {
 		where[r.ID] = r
 	}
@@ -39,9 +41,9 @@ func TestPlanEndpoint(t *testing.T) {
 	// held with drain.
 	cat := strings.Replace(alphaBeta[:strings.Index(alphaBeta, `model "beta"`)], "replicas = 3", "replicas = 5", 1)
 	e.fake.ResetRequests()
-	var v PlanView
+	var v controllerapi.PlanView
 	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "",
-		PlanRequest{Catalog: cat, CatalogName: "new-catalog.hcl", Holds: []PlanHold{{Domain: "rack=r1", Reason: "swap", Drain: true}}}, &v)
+		controllerapi.PlanRequest{Catalog: cat, CatalogName: "new-catalog.hcl", Holds: []controllerapi.PlanHold{{Domain: "rack=r1", Reason: "swap", Drain: true}}}, &v)
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/plan: %d %s", code, body)
 	}
@@ -61,7 +63,7 @@ func TestPlanEndpoint(t *testing.T) {
 	for _, ch := range v.Changes {
 		got[ch.Change] = append(got[ch.Change], ch.Replica)
 		switch ch.Change {
-		case ChangeCreate, ChangeMove:
+		case controllerapi.ChangeCreate, controllerapi.ChangeMove:
 			if ch.To == "" || len(ch.Nodes) == 0 {
 				t.Errorf("%s %s goes to %q %v: want a domain and nodes", ch.Change, ch.Replica, ch.To, ch.Nodes)
 			}
@@ -71,7 +73,7 @@ func TestPlanEndpoint(t *testing.T) {
 				}
 			}
 		}
-		if ch.Change == ChangeMove && (ch.From != where[ch.Replica].Domain || !strings.Contains(ch.Reason, "held")) {
+		if ch.Change == controllerapi.ChangeMove && (ch.From != where[ch.Replica].Domain || !strings.Contains(ch.Reason, "held")) {
 			t.Errorf("move of %s from %q (%s), want from %q out of the held domain", ch.Replica, ch.From, ch.Reason, where[ch.Replica].Domain)
 		}
 	}
@@ -82,13 +84,13 @@ func TestPlanEndpoint(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		ChangeCreate: {"alpha-3", "alpha-4"},
-		ChangeStop:   {"beta-0"},
+		controllerapi.ChangeCreate: {"alpha-3", "alpha-4"},
+		controllerapi.ChangeStop:   {"beta-0"},
 	}
 	if len(inR1) == 0 {
 		t.Fatalf("no alpha replica in rack r1 (%+v): the hold moves nothing", before)
 	}
-	want[ChangeMove] = inR1
+	want[controllerapi.ChangeMove] = inR1
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("changes (-want +got):\n%s\n%s", diff, body)
 	}
@@ -104,7 +106,7 @@ func TestPlanEndpoint(t *testing.T) {
 		for _, n := range ch.Nodes {
 			delta["rack="+e.rackOf(n)] += ch.Watts / float64(len(ch.Nodes))
 		}
-		if ch.Change == ChangeStop {
+		if ch.Change == controllerapi.ChangeStop {
 			for _, r := range before {
 				if r.JobID == ch.JobID {
 					for _, n := range r.Nodes {
@@ -131,16 +133,16 @@ func TestPlanEndpoint(t *testing.T) {
 
 	// A catalog without alpha stops 3 of the 4: a reload of it would be
 	// refused, and the plan says so.
-	v = PlanView{}
+	v = controllerapi.PlanView{}
 	onlyBeta := alphaBeta[strings.Index(alphaBeta, `model "beta"`):]
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: onlyBeta}, &v); code != http.StatusOK ||
+	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: onlyBeta}, &v); code != http.StatusOK ||
 		v.Stops != 3 || !strings.Contains(v.Refused, "max_stop_fraction") {
 		t.Errorf("plan without alpha: %d, %d stops, refused %q; want 3 stops, refused:\n%s", code, v.Stops, v.Refused, body)
 	}
 
 	// The files in force, nothing added: nothing to do.
-	v = PlanView{}
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{}, &v); code != http.StatusOK || len(v.Changes) != 0 {
+	v = controllerapi.PlanView{}
+	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{}, &v); code != http.StatusOK || len(v.Changes) != 0 {
 		t.Errorf("plan of the files in force: %d, %d changes, want none:\n%s", code, len(v.Changes), body)
 	}
 }
@@ -156,15 +158,15 @@ func TestPlanEndpointBadInput(t *testing.T) {
 	badCat := strings.Replace(alphaBeta, `gpus   = 1`, `gpus   = "one"`, 1)
 	for _, tc := range []struct {
 		name string
-		req  PlanRequest
+		req  controllerapi.PlanRequest
 		code int
 		want []string
 	}{
-		{"bad catalog", PlanRequest{Catalog: badCat, CatalogName: "cat/new.hcl"}, http.StatusUnprocessableEntity, []string{"cat/new.hcl:8: gpus"}},
-		{"bad both", PlanRequest{Catalog: badCat, Facility: `budget "rack=r1" { watts = -1 }`, FacilityName: "fac.hcl"}, http.StatusUnprocessableEntity,
+		{"bad catalog", controllerapi.PlanRequest{Catalog: badCat, CatalogName: "cat/new.hcl"}, http.StatusUnprocessableEntity, []string{"cat/new.hcl:8: gpus"}},
+		{"bad both", controllerapi.PlanRequest{Catalog: badCat, Facility: `budget "rack=r1" { watts = -1 }`, FacilityName: "fac.hcl"}, http.StatusUnprocessableEntity,
 			[]string{"catalog.hcl:8: gpus", "fac.hcl:1:"}},
-		{"bad hold", PlanRequest{Holds: []PlanHold{{Domain: "shelf=s1"}}}, http.StatusBadRequest, []string{"holds[0].domain:"}},
-		{"unknown hold", PlanRequest{Holds: []PlanHold{{Domain: "rack=r9"}}}, http.StatusNotFound, []string{"holds[0]: no node is in rack=r9", "did you mean"}},
+		{"bad hold", controllerapi.PlanRequest{Holds: []controllerapi.PlanHold{{Domain: "shelf=s1"}}}, http.StatusBadRequest, []string{"holds[0].domain:"}},
+		{"unknown hold", controllerapi.PlanRequest{Holds: []controllerapi.PlanHold{{Domain: "rack=r9"}}}, http.StatusNotFound, []string{"holds[0]: no node is in rack=r9", "did you mean"}},
 	} {
 		if tc.name == "bad both" {
 			tc.req.CatalogName = ""
@@ -198,21 +200,21 @@ func TestCatalogWarnings(t *testing.T) {
 	c := e.start("ctl")
 	e.pass(c)
 	const want = `:5: profile alpha/h1: engine_version "0.99.0": llmgw has no contract for vllm 0.99.0 (it has vllm@v0.28.0)`
-	var cv CatalogView
+	var cv controllerapi.CatalogView
 	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK || len(cv.Warnings) != 1 || !strings.Contains(cv.Warnings[0], want) {
 		t.Errorf("GET /v1/catalog: %d, warnings %q, want one containing %q\n%s", code, cv.Warnings, want, body)
 	}
-	var mv ModelView
+	var mv controllerapi.ModelView
 	if code, body := call(t, http.MethodGet, c.url+"/v1/models/alpha", "", nil, &mv); code != http.StatusOK || len(mv.Warnings) != 1 || !strings.Contains(mv.Warnings[0], want) {
 		t.Errorf("GET /v1/models/alpha: %d, warnings %q, want one containing %q\n%s", code, mv.Warnings, want, body)
 	}
-	var v PlanView
-	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: unchecked, CatalogName: "new.hcl"}, &v)
+	var v controllerapi.PlanView
+	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: unchecked, CatalogName: "new.hcl"}, &v)
 	if code != http.StatusOK || len(v.Warnings) != 1 || !strings.HasPrefix(v.Warnings[0], "new.hcl"+want) {
 		t.Errorf("POST /v1/plan: %d, warnings %q, want one starting %q\n%s", code, v.Warnings, "new.hcl"+want, body)
 	}
-	var checked PlanView
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: alphaBeta, CatalogName: "new.hcl"}, &checked)
+	var checked controllerapi.PlanView
+	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: alphaBeta, CatalogName: "new.hcl"}, &checked)
 	if code != http.StatusOK || len(checked.Warnings) != 0 {
 		t.Errorf("POST /v1/plan of a checked catalog: %d, warnings %q, want none\n%s", code, checked.Warnings, body)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // The Prometheus source (autoscale { prometheus { … } }): each signal with
@@ -59,7 +60,7 @@ func newPromSource(p config.Prometheus, timeout time.Duration) (*promSource, err
 }
 
 // query runs every query of the source, a few at a time.
-func (p *promSource) query(ctx context.Context, at time.Time) (map[string]promResult, []SourceView) {
+func (p *promSource) query(ctx context.Context, at time.Time) (map[string]promResult, []controllerapi.SourceView) {
 	names := make([]string, 0, len(p.queries))
 	for n := range p.queries {
 		names = append(names, n)
@@ -73,14 +74,14 @@ func (p *promSource) query(ctx context.Context, at time.Time) (map[string]promRe
 		took[i] = time.Since(start)
 	})
 	out := map[string]promResult{}
-	var sources []SourceView
+	var sources []controllerapi.SourceView
 	for i, name := range names {
 		r := results[i]
 		if r.err == "" && r.values == nil {
 			r.err = fmt.Sprintf("query %q not run: the round ended (%v)", p.queries[name], ctx.Err())
 		}
 		out[name] = r
-		sources = append(sources, SourceView{Source: SourcePrometheus, Name: name, OK: r.err == "", Error: r.err, At: at, Took: took[i].Seconds()})
+		sources = append(sources, controllerapi.SourceView{Source: controllerapi.SourcePrometheus, Name: name, OK: r.err == "", Error: r.err, At: at, Took: took[i].Seconds()})
 	}
 	return out, sources
 }
@@ -120,19 +121,19 @@ func (p *promSource) run(ctx context.Context, q string) promResult {
 }
 
 // forModel is the query's reading for one model.
-func (r promResult) forModel(m string) SignalView {
+func (r promResult) forModel(m string) controllerapi.SignalView {
 	switch {
 	case r.err != "":
-		return missing(SourcePrometheus, "%s", r.err)
+		return missing(controllerapi.SourcePrometheus, "%s", r.err)
 	case r.dup[m]:
-		return missing(SourcePrometheus, "query %q answered several series for model %s; aggregate by its model label", r.query, m)
+		return missing(controllerapi.SourcePrometheus, "query %q answered several series for model %s; aggregate by its model label", r.query, m)
 	}
 	v, ok := r.values[m]
 	switch {
 	case !ok:
-		return missing(SourcePrometheus, "query %q has no series for model %s", r.query, m)
+		return missing(controllerapi.SourcePrometheus, "query %q has no series for model %s", r.query, m)
 	case !finite(v) || v < 0:
-		return missing(SourcePrometheus, "query %q gave %s for model %s, not a reading", r.query, strings.TrimSpace(fmt.Sprint(v)), m)
+		return missing(controllerapi.SourcePrometheus, "query %q gave %s for model %s, not a reading", r.query, strings.TrimSpace(fmt.Sprint(v)), m)
 	}
-	return reading(SourcePrometheus, v)
+	return reading(controllerapi.SourcePrometheus, v)
 }

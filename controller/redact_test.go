@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // secretCatalog has env values that must never leave the controller.
@@ -110,13 +112,13 @@ func TestAPINeverReturnsEnvValues(t *testing.T) {
 	check("POST /v1/reload", code, body)
 
 	planCat := strings.Replace(secretCatalog, `wandb_SECRET_three`, `plan_SECRET_four`, 1)
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: planCat}, nil)
+	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: planCat}, nil)
 	if code != http.StatusOK {
 		t.Errorf("POST /v1/plan: %d %s", code, body)
 	}
 	check("POST /v1/plan", code, body)
 	bad := strings.Replace(planCat, `gpus   = 1`, `gpus   = "plan_SECRET_four"`, 1)
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", PlanRequest{Catalog: bad}, nil)
+	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: bad}, nil)
 	if code != http.StatusUnprocessableEntity {
 		t.Errorf("POST /v1/plan of a bad catalog: %d %s, want 422", code, body)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controller/autoscale"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // scaleState is the autoscaler's state in memory: one Scaler per
@@ -26,20 +27,20 @@ type scaleState struct {
 	history map[string]*ring
 	// signals and sources are the last round of the autoscaler's signals,
 	// taken at signalsAt (Options.Now).
-	signals   map[string]ModelSignals
-	sources   []SourceView
+	signals   map[string]controllerapi.ModelSignals
+	sources   []controllerapi.SourceView
 	signalsAt time.Time
 	// lastScale is each model's last change of count carried out.
-	lastScale map[string]*ScaleEvent
+	lastScale map[string]*controllerapi.ScaleEvent
 }
 
 func newScaleState() *scaleState {
-	return &scaleState{scalers: map[string]*autoscale.Scaler{}, history: map[string]*ring{}, lastScale: map[string]*ScaleEvent{}}
+	return &scaleState{scalers: map[string]*autoscale.Scaler{}, history: map[string]*ring{}, lastScale: map[string]*controllerapi.ScaleEvent{}}
 }
 
 // observe gives each model's scaler its sample of a round, drops the
 // scalers of models not in it, and keeps the round as the last.
-func (s *scaleState) observe(signals map[string]ModelSignals, sources []SourceView, at time.Time) {
+func (s *scaleState) observe(signals map[string]controllerapi.ModelSignals, sources []controllerapi.SourceView, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, sig := range signals {
@@ -48,7 +49,7 @@ func (s *scaleState) observe(signals map[string]ModelSignals, sources []SourceVi
 			sc = autoscale.New(autoscale.Config{})
 			s.scalers[name] = sc
 		}
-		sc.Observe(sig.sample())
+		sc.Observe(sampleOf(sig))
 	}
 	for name := range s.scalers {
 		if _, ok := signals[name]; !ok {
@@ -66,11 +67,11 @@ func (s *scaleState) clearSignals() {
 }
 
 // view is GET /v1/signals of the last round.
-func (s *scaleState) view(interval time.Duration) SignalsView {
+func (s *scaleState) view(interval time.Duration) controllerapi.SignalsView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := SignalsView{At: s.signalsAt, Interval: interval.Seconds(),
-		Sources: append([]SourceView{}, s.sources...), Models: map[string]ModelSignals{}}
+	out := controllerapi.SignalsView{At: s.signalsAt, Interval: interval.Seconds(),
+		Sources: append([]controllerapi.SourceView{}, s.sources...), Models: map[string]controllerapi.ModelSignals{}}
 	for k, v := range s.signals {
 		out.Models[k] = v
 	}
@@ -84,7 +85,7 @@ func (s *scaleState) view(interval time.Duration) SignalsView {
 }
 
 // withSignals returns models with each one's last signals set.
-func (s *scaleState) withSignals(models []ModelView) []ModelView {
+func (s *scaleState) withSignals(models []controllerapi.ModelView) []controllerapi.ModelView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range models {
@@ -96,17 +97,17 @@ func (s *scaleState) withSignals(models []ModelView) []ModelView {
 }
 
 // setLastChange records a model's change of count.
-func (s *scaleState) setLastChange(model string, ev ScaleEvent) {
+func (s *scaleState) setLastChange(model string, ev controllerapi.ScaleEvent) {
 	s.mu.Lock()
 	s.lastScale[model] = &ev
 	s.mu.Unlock()
 }
 
 // lastChanges returns a copy of each model's last change of count.
-func (s *scaleState) lastChanges() map[string]*ScaleEvent {
+func (s *scaleState) lastChanges() map[string]*controllerapi.ScaleEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]*ScaleEvent, len(s.lastScale))
+	out := make(map[string]*controllerapi.ScaleEvent, len(s.lastScale))
 	for k, e := range s.lastScale {
 		cp := *e
 		out[k] = &cp

@@ -7,14 +7,14 @@ import (
 
 	"github.com/llmgw/llmgw/controller/autoscale"
 	"github.com/llmgw/llmgw/controller/reconcile"
-	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 )
 
 // Scaling. Each pass (and a standby's view refresh) asks every autoscaled
 // model's Scaler what it wants given the slots the model has in Nomad now
 // (autoscale.Scaler.Decide), puts a pin in its place while one is in force
-// (llmgw ctl scale: store.Pin, in Nomad Variables), and hands the counts
+// (llmgw ctl scale: controllerapi.Pin, in Nomad Variables), and hands the counts
 // to the reconciler as reconcile.Input.Want; the reconciler fits them to
 // the budgets by priority (Result.Scale) and the pass carries its actions
 // out. A scale down stops the victims' jobs as every stop does: Nomad
@@ -22,22 +22,8 @@ import (
 // requests, and keeps the engine serving for the group's shutdown_delay
 // before it signals it (render, docs/controller.md "Autoscaling").
 
-// ScaleDecision is the autoscaler's last decision for a model.
-type ScaleDecision struct {
-	At time.Time `json:"at"`
-	// Current is the slots the model had; Want what the autoscaler wants.
-	Current int    `json:"current"`
-	Want    int    `json:"want"`
-	Rule    string `json:"rule"`
-	Reason  string `json:"reason"`
-	// Needed is the replicas the up window's mean needs, NeededDown the
-	// most the down window needed; absent when unknown.
-	Needed     *float64 `json:"needed,omitempty"`
-	NeededDown *float64 `json:"needed_down,omitempty"`
-}
-
-func decisionView(d autoscale.Decision, at time.Time) ScaleDecision {
-	out := ScaleDecision{At: at, Current: d.Current, Want: d.Want, Rule: d.Rule.String(), Reason: d.Reason}
+func decisionView(d autoscale.Decision, at time.Time) controllerapi.ScaleDecision {
+	out := controllerapi.ScaleDecision{At: at, Current: d.Current, Want: d.Want, Rule: d.Rule.String(), Reason: d.Reason}
 	if d.Needed >= 0 {
 		v := d.Needed
 		out.Needed = &v
@@ -49,66 +35,12 @@ func decisionView(d autoscale.Decision, at time.Time) ScaleDecision {
 	return out
 }
 
-// ScaleEvent is one change of a model's count, as a pass carried it out.
-type ScaleEvent struct {
-	At   time.Time `json:"at"`
-	From int       `json:"from"`
-	To   int       `json:"to"`
-	// Reason is the label of llmgw_scale_events_total: the autoscaler's
-	// rule (up, panic, down, wake, idle, min, max), pin, or yield (taken
-	// by a model of higher priority).
-	Reason string `json:"reason"`
-	// Detail is the reason in words.
-	Detail string `json:"detail"`
-}
-
-// ModelView is one model of the catalog with its count: what it wants,
-// has and serves, and for an autoscaled model its signals, the
-// autoscaler's last decision, a pin, and what the last pass made of them.
-type ModelView struct {
-	Name      string `json:"name"`
-	Priority  int    `json:"priority"`
-	Autoscale bool   `json:"autoscale"`
-	// Min and Max are the autoscale policy's; a fixed model's are its
-	// replicas.
-	Min    int    `json:"min"`
-	Max    int    `json:"max"`
-	Target string `json:"target,omitempty"`
-	// Wanted is what the model is to have: its replicas, or the count the
-	// last pass asked for (the autoscaler's or a pin's, within min and
-	// max). Has is the slots with a job after the pass's actions; Serving
-	// those serving.
-	Wanted  int `json:"wanted"`
-	Has     int `json:"has"`
-	Serving int `json:"serving"`
-	// Explain is the count in one line: "wants 6, has 4: pdu=p3 would
-	// draw …"; Reason why it wants what it wants.
-	Explain string `json:"explain,omitempty"`
-	Reason  string `json:"reason,omitempty"`
-	// Decision is the autoscaler's (with a pin in force it is what the
-	// autoscaler would do without it).
-	Decision *ScaleDecision `json:"decision,omitempty"`
-	Pin      *store.Pin     `json:"pin,omitempty"`
-	Signals  *ModelSignals  `json:"signals,omitempty"`
-	// Added, Stopped and Yielded are the slots the last pass created,
-	// stopped to scale down, and stopped for a model of higher priority.
-	Added   []string `json:"added,omitempty"`
-	Stopped []string `json:"stopped,omitempty"`
-	Yielded []string `json:"yielded,omitempty"`
-	// LastChange is the last change of the count this controller carried
-	// out (in memory: empty after a restart until the next).
-	LastChange *ScaleEvent `json:"last_change,omitempty"`
-	// Warnings are the catalog's about the model's profiles
-	// (facility.Model.Warnings): args no engine contract checked.
-	Warnings []string `json:"warnings,omitempty"`
-}
-
 // scaleInfo is what deciding the counts of a pass found, for the view and
 // the events.
 type scaleInfo struct {
-	decisions map[string]ScaleDecision
-	pins      map[string]store.Pin // in force
-	expired   bool                 // some stored pin has expired
+	decisions map[string]controllerapi.ScaleDecision
+	pins      map[string]controllerapi.Pin // in force
+	expired   bool                         // some stored pin has expired
 }
 
 // slotsHeld counts, per model, the slots with a live job inside the
@@ -133,8 +65,8 @@ func slotsHeld(cat facility.Catalog, jobs []reconcile.Job) map[string]int {
 
 // decideCounts asks every autoscaled model's scaler for its count and
 // applies the pins in force.
-func (s *scaleState) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []store.Pin, now time.Time, dry bool) (map[string]reconcile.Want, scaleInfo) {
-	info := scaleInfo{decisions: map[string]ScaleDecision{}, pins: map[string]store.Pin{}}
+func (s *scaleState) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pins []controllerapi.Pin, now time.Time, dry bool) (map[string]reconcile.Want, scaleInfo) {
+	info := scaleInfo{decisions: map[string]controllerapi.ScaleDecision{}, pins: map[string]controllerapi.Pin{}}
 	for _, p := range pins {
 		if p.Active(now) {
 			info.pins[p.Model] = p
@@ -182,7 +114,7 @@ func (s *scaleState) decideCounts(cat facility.Catalog, jobs []reconcile.Job, pi
 }
 
 // modelViews builds the models of the view from a pass.
-func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last map[string]*ScaleEvent) []ModelView {
+func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last map[string]*controllerapi.ScaleEvent) []controllerapi.ModelView {
 	serving := map[string]int{}
 	slots := map[string]map[string]bool{}
 	for _, j := range in.Jobs {
@@ -198,9 +130,9 @@ func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last m
 			serving[j.Model]++
 		}
 	}
-	out := make([]ModelView, 0, len(in.Catalog.Models))
+	out := make([]controllerapi.ModelView, 0, len(in.Catalog.Models))
 	for _, m := range in.Catalog.Models {
-		mv := ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
+		mv := controllerapi.ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
 			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name], Warnings: m.Warnings()}
 		if a := m.Autoscale; a != nil {
 			mv.Autoscale, mv.Min, mv.Max, mv.Target = true, a.Min, a.Max, a.Target.String()
@@ -251,13 +183,13 @@ func (c *Controller) scaleEvents(res reconcile.Result, info scaleInfo, done map[
 		if _, ok := info.pins[name]; ok {
 			reason = "pin"
 		}
-		var ev ScaleEvent
+		var ev controllerapi.ScaleEvent
 		record := func(label string, n int) {
 			if n == 0 {
 				return
 			}
 			c.metrics.scaleEvents.WithLabelValues(name, label).Inc()
-			ev = ScaleEvent{At: now, From: s.Had, To: s.Had + added - stopped - yielded, Reason: label, Detail: s.Reason}
+			ev = controllerapi.ScaleEvent{At: now, From: s.Had, To: s.Had + added - stopped - yielded, Reason: label, Detail: s.Reason}
 		}
 		record(reason, added+stopped)
 		if yielded > 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/httpjson"
@@ -137,9 +138,9 @@ func (s *scaleEnv) rounds(n int) {
 }
 
 // model reads GET /v1/models/{name}.
-func (s *scaleEnv) model(name string) ModelView {
+func (s *scaleEnv) model(name string) controllerapi.ModelView {
 	s.t.Helper()
-	var mv ModelView
+	var mv controllerapi.ModelView
 	if code, body := call(s.t, http.MethodGet, s.c.url+"/v1/models/"+name, "", nil, &mv); code != http.StatusOK {
 		s.t.Fatalf("GET /v1/models/%s: %d %s", name, code, body)
 	}
@@ -200,7 +201,7 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 		t.Errorf("reason %q", mv.Reason)
 	}
 	s.scaled()
-	if mv.Signals == nil || mv.Signals.Outstanding.Value == nil || *mv.Signals.Outstanding.Value != 12 || mv.Signals.Outstanding.Source != SourceGateways {
+	if mv.Signals == nil || mv.Signals.Outstanding.Value == nil || *mv.Signals.Outstanding.Value != 12 || mv.Signals.Outstanding.Source != controllerapi.SourceGateways {
 		t.Errorf("signals %+v", mv.Signals)
 	}
 	s.serveAll()
@@ -222,7 +223,7 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 		t.Errorf("chat's jobs: %v, want the 3 the room's budget holds", got)
 	}
 	// A replica's explain says it too.
-	var d ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	if code, body := call(t, http.MethodGet, s.c.url+"/v1/replicas/chat-0", "", nil, &d); code != http.StatusOK || d.Scale == nil ||
 		!strings.HasPrefix(d.Scale.Explain, "wants 5, has 3: room=a would draw") || !strings.Contains(d.Scale.Reason, "up 3→5") {
 		t.Errorf("GET /v1/replicas/chat-0: %d scale %+v (%s)", code, d.Scale, body)
@@ -238,7 +239,7 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 		{"serving", testutil.ToFloat64(m.modelServing.WithLabelValues("chat")), 3},
 		{"events min", testutil.ToFloat64(m.scaleEvents.WithLabelValues("chat", "min")), 1},
 		{"events up", testutil.ToFloat64(m.scaleEvents.WithLabelValues("chat", "up")), 1},
-		{"signal", testutil.ToFloat64(m.modelSignal.WithLabelValues("chat", SignalOutstanding)), 20},
+		{"signal", testutil.ToFloat64(m.modelSignal.WithLabelValues("chat", controllerapi.SignalOutstanding)), 20},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("metric %s = %g, want %g", tc.what, tc.got, tc.want)
@@ -277,11 +278,11 @@ func TestMissingSignalHolds(t *testing.T) {
 	if mv.Signals == nil || mv.Signals.Outstanding.Value != nil || !strings.Contains(mv.Signals.Outstanding.Error, s.gw.srv.URL) {
 		t.Errorf("signals: %+v", mv.Signals)
 	}
-	var sv SignalsView
+	var sv controllerapi.SignalsView
 	call(t, http.MethodGet, s.c.url+"/v1/signals", "", nil, &sv)
 	found := false
 	for _, src := range sv.Sources {
-		if src.Source == SourceGateways && src.Name == s.gw.srv.URL {
+		if src.Source == controllerapi.SourceGateways && src.Name == s.gw.srv.URL {
 			found = !src.OK && strings.Contains(src.Error, "500")
 		}
 	}
@@ -329,19 +330,19 @@ func TestPinOverridesAndExpires(t *testing.T) {
 		code int
 		want string
 	}{
-		{PinRequest{Replicas: 9}, http.StatusBadRequest, "outside model chat's autoscale min 2 and max 5"},
-		{PinRequest{Replicas: 4, For: "10s"}, http.StatusBadRequest, "outside 1m0s to 168h"},
-		{PinRequest{Replicas: 4, For: "soon"}, http.StatusBadRequest, "is not a duration"},
+		{controllerapi.PinRequest{Replicas: 9}, http.StatusBadRequest, "outside model chat's autoscale min 2 and max 5"},
+		{controllerapi.PinRequest{Replicas: 4, For: "10s"}, http.StatusBadRequest, "outside 1m0s to 168h"},
+		{controllerapi.PinRequest{Replicas: 4, For: "soon"}, http.StatusBadRequest, "is not a duration"},
 	} {
 		if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, tc.body, nil); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("PUT pin %+v: %d %s; want %d with %q", tc.body, code, body, tc.code, tc.want)
 		}
 	}
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chta/pin", tok, PinRequest{Replicas: 3}, nil); code != http.StatusNotFound || !strings.Contains(body, "chat") {
+	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chta/pin", tok, controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusNotFound || !strings.Contains(body, "chat") {
 		t.Errorf("PUT pin of a mistyped model: %d %s", code, body)
 	}
-	var p store.Pin
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, PinRequest{Replicas: 4, For: "2m", Reason: "launch"}, &p); code != http.StatusOK {
+	var p controllerapi.Pin
+	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, controllerapi.PinRequest{Replicas: 4, For: "2m", Reason: "launch"}, &p); code != http.StatusOK {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
 	if want := s.clock.Now().Add(2 * time.Minute); !p.Until.Equal(want) || p.Replicas != 4 {
@@ -401,7 +402,7 @@ func TestPinOverridesAndExpires(t *testing.T) {
 func TestPinSurvivesRestart(t *testing.T) {
 	s := newScaleEnv(t, chatCatalog, `headroom = 0`)
 	s.settleServing()
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", "", PinRequest{Replicas: 3}, nil); code != http.StatusOK {
+	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusOK {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
 	s.c.stop()
@@ -409,7 +410,7 @@ func TestPinSurvivesRestart(t *testing.T) {
 		o.Gateways = func(context.Context) ([]string, error) { return nil, nil }
 	})
 	s.pass(c2)
-	var mv ModelView
+	var mv controllerapi.ModelView
 	call(t, http.MethodGet, c2.url+"/v1/models/chat", "", nil, &mv)
 	if mv.Wanted != 3 || mv.Pin == nil || mv.Pin.Replicas != 3 {
 		t.Errorf("after a restart: wanted %d, pin %+v; want the pin's 3", mv.Wanted, mv.Pin)

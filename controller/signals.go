@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controller/autoscale"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gatewayapi"
@@ -39,23 +40,6 @@ import (
 // on missing data); each source's state is in GET /v1/signals and each
 // change of it in the log.
 
-// The signals, as the API names them (config.PrometheusSignals).
-const (
-	SignalOutstanding = "outstanding"
-	SignalQueued      = "queued"
-	SignalArrivals    = "arrivals"
-	SignalTTFT        = "ttft_p90"
-	SignalWaiting     = "waiting"
-	SignalKVCache     = "kv_cache_use"
-)
-
-// Signal sources, as SignalView.Source names them.
-const (
-	SourceGateways   = "gateways"
-	SourceEngines    = "engines"
-	SourcePrometheus = "prometheus"
-)
-
 // GatewayFinder lists the base URLs ("http://host:port") of the gateways
 // to read demand from.
 type GatewayFinder func(ctx context.Context) ([]string, error)
@@ -70,91 +54,48 @@ const gatewayReaders = 8
 // taken by) an engine reading may be and still count.
 const engineMaxAge = autoscale.DefaultMaxAge
 
-// SignalView is one signal of one model at one round.
-type SignalView struct {
-	// Value is nil when there is no reading; Error then says why.
-	Value  *float64 `json:"value"`
-	Source string   `json:"source"`
-	Error  string   `json:"error,omitempty"`
-}
-
-func (v SignalView) signal(at time.Time) autoscale.Signal {
+// signalOf is v as the scaler reads it, taken at at.
+func signalOf(v controllerapi.SignalView, at time.Time) autoscale.Signal {
 	if v.Value == nil {
 		return autoscale.Missing(v.Error)
 	}
 	return autoscale.Reading(*v.Value, at)
 }
 
-func reading(source string, v float64) SignalView { return SignalView{Value: &v, Source: source} }
-
-func missing(source, format string, args ...any) SignalView {
-	return SignalView{Source: source, Error: fmt.Sprintf(format, args...)}
+func reading(source string, v float64) controllerapi.SignalView {
+	return controllerapi.SignalView{Value: &v, Source: source}
 }
 
-// ModelSignals is one round of an autoscaled model's signals.
-type ModelSignals struct {
-	At time.Time `json:"at"`
-	// Serving is how many of the model's replicas served at the round.
-	Serving     int        `json:"serving"`
-	Outstanding SignalView `json:"outstanding"`
-	Queued      SignalView `json:"queued"`
-	// Arrivals is requests per second.
-	Arrivals SignalView `json:"arrivals"`
-	// TTFTP90 is seconds.
-	TTFTP90 SignalView `json:"ttft_p90"`
-	Waiting SignalView `json:"waiting"`
-	// KVCache is 0–1.
-	KVCache SignalView `json:"kv_cache_use"`
+func missing(source, format string, args ...any) controllerapi.SignalView {
+	return controllerapi.SignalView{Source: source, Error: fmt.Sprintf(format, args...)}
 }
 
-// sample is the round as the scaler reads it.
-func (s ModelSignals) sample() autoscale.Sample {
+// sampleOf is the round s as the scaler reads it.
+func sampleOf(s controllerapi.ModelSignals) autoscale.Sample {
 	return autoscale.Sample{
 		At: s.At, Serving: s.Serving,
-		Outstanding: s.Outstanding.signal(s.At), Queued: s.Queued.signal(s.At), Arrivals: s.Arrivals.signal(s.At),
-		TTFT: s.TTFTP90.signal(s.At), Waiting: s.Waiting.signal(s.At), KVCache: s.KVCache.signal(s.At),
+		Outstanding: signalOf(s.Outstanding, s.At), Queued: signalOf(s.Queued, s.At), Arrivals: signalOf(s.Arrivals, s.At),
+		TTFT: signalOf(s.TTFTP90, s.At), Waiting: signalOf(s.Waiting, s.At), KVCache: signalOf(s.KVCache, s.At),
 	}
 }
 
-// byName returns the signal named name (the Signal* constants).
-func (s *ModelSignals) byName(name string) *SignalView {
+// signalByName returns s's signal named name (the Signal* constants).
+func signalByName(s *controllerapi.ModelSignals, name string) *controllerapi.SignalView {
 	switch name {
-	case SignalOutstanding:
+	case controllerapi.SignalOutstanding:
 		return &s.Outstanding
-	case SignalQueued:
+	case controllerapi.SignalQueued:
 		return &s.Queued
-	case SignalArrivals:
+	case controllerapi.SignalArrivals:
 		return &s.Arrivals
-	case SignalTTFT:
+	case controllerapi.SignalTTFT:
 		return &s.TTFTP90
-	case SignalWaiting:
+	case controllerapi.SignalWaiting:
 		return &s.Waiting
-	case SignalKVCache:
+	case controllerapi.SignalKVCache:
 		return &s.KVCache
 	}
 	return nil
-}
-
-// SourceView is one signal source's state at the last round.
-type SourceView struct {
-	// Source is gateways, engines or prometheus; Name the gateway's URL,
-	// the Prometheus query's signal, or what was read.
-	Source string `json:"source"`
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
-	// At is when the round began; Took how long this read took.
-	At   time.Time `json:"at"`
-	Took float64   `json:"took_seconds"`
-}
-
-// SignalsView is GET /v1/signals: where the last round read from, and
-// what it read of each autoscaled model.
-type SignalsView struct {
-	At       time.Time               `json:"at,omitzero"`
-	Interval float64                 `json:"interval_seconds"`
-	Sources  []SourceView            `json:"sources"`
-	Models   map[string]ModelSignals `json:"models"`
 }
 
 // gatewayRound is what one round read from the gateways.
@@ -187,7 +128,7 @@ func (c *Controller) findGateways(ctx context.Context) ([]string, error) {
 }
 
 // readGateways reads every gateway's demand.
-func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout time.Duration, read DemandReader) (gatewayRound, []SourceView) {
+func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout time.Duration, read DemandReader) (gatewayRound, []controllerapi.SourceView) {
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	urls, err := c.findGateways(dctx)
@@ -203,14 +144,14 @@ func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout tim
 	}
 	if err != nil {
 		msg := fmt.Sprintf("finding the gateways (%s): %s", where, oneLine(err.Error()))
-		return gatewayRound{err: msg}, []SourceView{{Source: SourceGateways, Name: "discovery", Error: msg, At: at, Took: time.Since(start).Seconds()}}
+		return gatewayRound{err: msg}, []controllerapi.SourceView{{Source: controllerapi.SourceGateways, Name: "discovery", Error: msg, At: at, Took: time.Since(start).Seconds()}}
 	}
 	if len(urls) == 0 {
 		msg := "no gateway to read demand from: no " + where
 		if where == "autoscale.gateways" || where == "the gateways" {
 			msg = "no gateway to read demand from"
 		}
-		return gatewayRound{err: msg}, []SourceView{{Source: SourceGateways, Name: "discovery", Error: msg, At: at, Took: time.Since(start).Seconds()}}
+		return gatewayRound{err: msg}, []controllerapi.SourceView{{Source: controllerapi.SourceGateways, Name: "discovery", Error: msg, At: at, Took: time.Since(start).Seconds()}}
 	}
 	demands := make([]gatewayapi.Demand, len(urls))
 	errs := make([]error, len(urls))
@@ -223,13 +164,13 @@ func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout tim
 		took[i] = time.Since(t0)
 	})
 	round := gatewayRound{models: map[string]*gatewaySum{}}
-	sources := make([]SourceView, 0, len(urls))
+	sources := make([]controllerapi.SourceView, 0, len(urls))
 	var failed []string
 	for i, u := range urls {
 		if errs[i] == nil && ctx.Err() != nil {
 			errs[i] = ctx.Err()
 		}
-		sv := SourceView{Source: SourceGateways, Name: u, OK: errs[i] == nil, At: at, Took: took[i].Seconds()}
+		sv := controllerapi.SourceView{Source: controllerapi.SourceGateways, Name: u, OK: errs[i] == nil, At: at, Took: took[i].Seconds()}
 		if errs[i] != nil {
 			sv.OK, sv.Error = false, oneLine(errs[i].Error())
 			failed = append(failed, fmt.Sprintf("gateway %s: %s", u, sv.Error))
@@ -259,34 +200,34 @@ func (c *Controller) readGateways(ctx context.Context, at time.Time, timeout tim
 }
 
 // gatewaySignals fills the gateway signals of one model.
-func (r gatewayRound) fill(model string, s *ModelSignals) {
-	set := func(name string, v SignalView) { *s.byName(name) = v }
+func (r gatewayRound) fill(model string, s *controllerapi.ModelSignals) {
+	set := func(name string, v controllerapi.SignalView) { *signalByName(s, name) = v }
 	if r.err != "" {
-		for _, n := range []string{SignalOutstanding, SignalQueued, SignalArrivals, SignalTTFT} {
-			set(n, missing(SourceGateways, "%s", r.err))
+		for _, n := range []string{controllerapi.SignalOutstanding, controllerapi.SignalQueued, controllerapi.SignalArrivals, controllerapi.SignalTTFT} {
+			set(n, missing(controllerapi.SourceGateways, "%s", r.err))
 		}
 		return
 	}
 	g, ok := r.models[model]
 	if !ok {
-		for _, n := range []string{SignalOutstanding, SignalQueued, SignalArrivals, SignalTTFT} {
-			set(n, missing(SourceGateways, "no gateway knows model %s (it has no replica registered and is not in the gateways' model list yet)", model))
+		for _, n := range []string{controllerapi.SignalOutstanding, controllerapi.SignalQueued, controllerapi.SignalArrivals, controllerapi.SignalTTFT} {
+			set(n, missing(controllerapi.SourceGateways, "no gateway knows model %s (it has no replica registered and is not in the gateways' model list yet)", model))
 		}
 		return
 	}
-	set(SignalOutstanding, reading(SourceGateways, g.outstanding))
-	set(SignalQueued, reading(SourceGateways, g.queued))
-	set(SignalArrivals, reading(SourceGateways, g.arrivals))
+	set(controllerapi.SignalOutstanding, reading(controllerapi.SourceGateways, g.outstanding))
+	set(controllerapi.SignalQueued, reading(controllerapi.SourceGateways, g.queued))
+	set(controllerapi.SignalArrivals, reading(controllerapi.SourceGateways, g.arrivals))
 	if g.ttftN > 0 {
-		set(SignalTTFT, reading(SourceGateways, g.ttftSum/float64(g.ttftN)))
+		set(controllerapi.SignalTTFT, reading(controllerapi.SourceGateways, g.ttftSum/float64(g.ttftN)))
 	} else {
-		set(SignalTTFT, missing(SourceGateways, "no answer of model %s reached its first byte within the gateways' demand window", model))
+		set(controllerapi.SignalTTFT, missing(controllerapi.SourceGateways, "no answer of model %s reached its first byte within the gateways' demand window", model))
 	}
 }
 
 // servingJobs returns, by model, the job IDs of the serving replicas in
 // the last pass's view.
-func servingJobs(v View) map[string][]string {
+func servingJobs(v controllerapi.View) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range v.Replicas {
 		if r.State == "serving" && r.JobID != "" {
@@ -298,10 +239,10 @@ func servingJobs(v View) map[string][]string {
 
 // engineSignals fills the engine signals of one model from the last
 // readings of its serving replicas' engines.
-func engineSignals(model string, jobs []string, replicaOf map[string]string, obs map[string]EngineMetrics, wall time.Time, s *ModelSignals) {
+func engineSignals(model string, jobs []string, replicaOf map[string]string, obs map[string]controllerapi.EngineMetrics, wall time.Time, s *controllerapi.ModelSignals) {
 	if len(jobs) == 0 {
 		why := fmt.Sprintf("no replica of %s serves yet, so no engine to read", model)
-		s.Waiting, s.KVCache = missing(SourceEngines, "%s", why), missing(SourceEngines, "%s", why)
+		s.Waiting, s.KVCache = missing(controllerapi.SourceEngines, "%s", why), missing(controllerapi.SourceEngines, "%s", why)
 		return
 	}
 	var waiting, kv float64
@@ -338,14 +279,14 @@ func engineSignals(model string, jobs []string, replicaOf map[string]string, obs
 		}
 	}
 	if waitErr != "" {
-		s.Waiting = missing(SourceEngines, "%s", waitErr)
+		s.Waiting = missing(controllerapi.SourceEngines, "%s", waitErr)
 	} else {
-		s.Waiting = reading(SourceEngines, waiting)
+		s.Waiting = reading(controllerapi.SourceEngines, waiting)
 	}
 	if kvErr != "" {
-		s.KVCache = missing(SourceEngines, "%s", kvErr)
+		s.KVCache = missing(controllerapi.SourceEngines, "%s", kvErr)
 	} else {
-		s.KVCache = reading(SourceEngines, kv/float64(len(jobs)))
+		s.KVCache = reading(controllerapi.SourceEngines, kv/float64(len(jobs)))
 	}
 }
 
@@ -354,22 +295,22 @@ func engineSignals(model string, jobs []string, replicaOf map[string]string, obs
 // else one saying they answer. A replica not read yet (it has just begun
 // to serve) is no failure; its model's engine signals are missing
 // meanwhile all the same.
-func engineSources(models []facility.Model, serving map[string][]string, replicaOf map[string]string, obs map[string]EngineMetrics, wall, at time.Time) []SourceView {
-	var out []SourceView
+func engineSources(models []facility.Model, serving map[string][]string, replicaOf map[string]string, obs map[string]controllerapi.EngineMetrics, wall, at time.Time) []controllerapi.SourceView {
+	var out []controllerapi.SourceView
 	for _, m := range models {
 		for _, id := range serving[m.Name] {
 			o, ok := obs[id]
 			switch {
 			case ok && o.Error != "":
-				out = append(out, SourceView{Source: SourceEngines, Name: replicaOf[id], Error: o.Error, At: at})
+				out = append(out, controllerapi.SourceView{Source: controllerapi.SourceEngines, Name: replicaOf[id], Error: o.Error, At: at})
 			case ok && o.Reading != nil && wall.Sub(o.Reading.At) > engineMaxAge:
-				out = append(out, SourceView{Source: SourceEngines, Name: replicaOf[id], At: at,
+				out = append(out, controllerapi.SourceView{Source: controllerapi.SourceEngines, Name: replicaOf[id], At: at,
 					Error: fmt.Sprintf("last read %s ago (at most %s counts)", wall.Sub(o.Reading.At).Round(time.Second), engineMaxAge)})
 			}
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, SourceView{Source: SourceEngines, Name: "serving replicas", OK: true, At: at})
+		out = append(out, controllerapi.SourceView{Source: controllerapi.SourceEngines, Name: "serving replicas", OK: true, At: at})
 	}
 	return out
 }
@@ -457,18 +398,18 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 			fromProm[name] = true
 		}
 	}
-	needGateways := !fromProm[SignalOutstanding] || !fromProm[SignalQueued] || !fromProm[SignalArrivals] || !fromProm[SignalTTFT]
+	needGateways := !fromProm[controllerapi.SignalOutstanding] || !fromProm[controllerapi.SignalQueued] || !fromProm[controllerapi.SignalArrivals] || !fromProm[controllerapi.SignalTTFT]
 
-	var sources []SourceView
+	var sources []controllerapi.SourceView
 	var gw gatewayRound
 	if needGateways {
-		var srcs []SourceView
+		var srcs []controllerapi.SourceView
 		gw, srcs = c.readGateways(ctx, at, set.Timeout, st.read)
 		sources = append(sources, srcs...)
 	}
 	var prom map[string]promResult
 	if st.prom != nil {
-		var srcs []SourceView
+		var srcs []controllerapi.SourceView
 		prom, srcs = st.prom.query(ctx, at)
 		sources = append(sources, srcs...)
 	} else if set.Prometheus != nil {
@@ -488,16 +429,16 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 	for _, r := range view.Replicas {
 		replicaOf[r.JobID] = r.ID
 	}
-	signals := make(map[string]ModelSignals, len(models))
+	signals := make(map[string]controllerapi.ModelSignals, len(models))
 	for _, m := range models {
-		s := ModelSignals{At: at, Serving: len(serving[m.Name])}
+		s := controllerapi.ModelSignals{At: at, Serving: len(serving[m.Name])}
 		if needGateways {
 			gw.fill(m.Name, &s)
 		}
 		engineSignals(m.Name, serving[m.Name], replicaOf, obs, wall, &s)
 		for name, r := range prom {
 			if fromProm[name] {
-				*s.byName(name) = r.forModel(m.Name)
+				*signalByName(&s, name) = r.forModel(m.Name)
 			}
 		}
 		signals[m.Name] = s
@@ -515,7 +456,7 @@ func (c *Controller) signalRound(ctx context.Context, st *signalState) {
 }
 
 // logSources logs each source whose state changed since the last round.
-func (c *Controller) logSources(st *signalState, sources []SourceView) {
+func (c *Controller) logSources(st *signalState, sources []controllerapi.SourceView) {
 	seen := map[string]bool{}
 	for _, s := range sources {
 		key := s.Source + " " + s.Name
@@ -538,7 +479,7 @@ func (c *Controller) logSources(st *signalState, sources []SourceView) {
 }
 
 // Signals returns the last round of signals.
-func (c *Controller) Signals() SignalsView {
+func (c *Controller) Signals() controllerapi.SignalsView {
 	return c.scale.view(c.cfg.AutoscaleSettings().Interval)
 }
 

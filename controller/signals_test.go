@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controller/config"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/enginemetrics"
 )
 
@@ -24,15 +25,15 @@ func TestEngineSignals(t *testing.T) {
 	for _, r := range s.c.replicas(t) {
 		jobs[r.ID] = r.JobID
 	}
-	read := func(waiting, kv float64) EngineMetrics {
-		return EngineMetrics{Engine: "vllm", Reading: &enginemetrics.Reading{At: time.Now(),
+	read := func(waiting, kv float64) controllerapi.EngineMetrics {
+		return controllerapi.EngineMetrics{Engine: "vllm", Reading: &enginemetrics.Reading{At: time.Now(),
 			RequestsWaiting: enginemetrics.Known(waiting), KVCacheUsage: enginemetrics.Known(kv)}}
 	}
-	s.c.engines.set(map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: read(7, 0.7)})
+	s.c.engines.set(map[string]controllerapi.EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: read(7, 0.7)})
 	s.rounds(1)
 	sig := s.c.Signals().Models["chat"]
 	if sig.Serving != 2 || sig.Waiting.Value == nil || *sig.Waiting.Value != 12 || sig.KVCache.Value == nil || fmt.Sprintf("%.2f", *sig.KVCache.Value) != "0.60" ||
-		sig.Waiting.Source != SourceEngines {
+		sig.Waiting.Source != controllerapi.SourceEngines {
 		t.Errorf("engine signals %+v %+v (serving %d)", sig.Waiting, sig.KVCache, sig.Serving)
 	}
 
@@ -43,16 +44,16 @@ func TestEngineSignals(t *testing.T) {
 	noKV.Reading.Absent = []string{enginemetrics.FieldKVCacheUsage}
 	for _, tc := range []struct {
 		name    string
-		obs     EngineMetrics
+		obs     controllerapi.EngineMetrics
 		waiting string // "" : a reading
 		kv      string
 	}{
-		{"scrape failed", EngineMetrics{Engine: "vllm", Error: "connection refused"}, "replica chat-1: engine metrics: connection refused", "replica chat-1: engine metrics: connection refused"},
+		{"scrape failed", controllerapi.EngineMetrics{Engine: "vllm", Error: "connection refused"}, "replica chat-1: engine metrics: connection refused", "replica chat-1: engine metrics: connection refused"},
 		{"stale", stale, "replica chat-1: engine reading is 2m0s old", "replica chat-1: engine reading is 2m0s old"},
 		{"no kv", noKV, "", "replica chat-1: its engine (vllm) does not export KV-cache use"},
-		{"never read", EngineMetrics{}, "replica chat-1: no engine reading yet", "replica chat-1: no engine reading yet"},
+		{"never read", controllerapi.EngineMetrics{}, "replica chat-1: no engine reading yet", "replica chat-1: no engine reading yet"},
 	} {
-		obs := map[string]EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: tc.obs}
+		obs := map[string]controllerapi.EngineMetrics{jobs["chat-0"]: read(5, 0.5), jobs["chat-1"]: tc.obs}
 		if tc.name == "never read" {
 			delete(obs, jobs["chat-1"])
 		}
@@ -61,7 +62,7 @@ func TestEngineSignals(t *testing.T) {
 		sig := s.c.Signals().Models["chat"]
 		for _, x := range []struct {
 			what string
-			v    SignalView
+			v    controllerapi.SignalView
 			want string
 		}{{"waiting", sig.Waiting, tc.waiting}, {"kv", sig.KVCache, tc.kv}} {
 			switch {
@@ -127,7 +128,7 @@ func TestPrometheusSignals(t *testing.T) {
 	prom.answers[qWait] = vector(map[string]string{"other": "1"})
 	e := newEnv(t, sixNodes, chatCatalog, `headroom = 0`)
 	e.cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Prometheus: &config.Prometheus{
-		Address: prom.srv.URL, ModelLabel: "served", Queries: map[string]string{SignalOutstanding: qOut, SignalWaiting: qWait},
+		Address: prom.srv.URL, ModelLabel: "served", Queries: map[string]string{controllerapi.SignalOutstanding: qOut, controllerapi.SignalWaiting: qWait},
 	}}
 	gw := newFakeGateway(t)
 	gw.set("chat", 1)
@@ -139,10 +140,10 @@ func TestPrometheusSignals(t *testing.T) {
 	s.settleServing()
 	s.rounds(1)
 	sig := c.Signals().Models["chat"]
-	if sig.Outstanding.Value == nil || *sig.Outstanding.Value != 20 || sig.Outstanding.Source != SourcePrometheus {
+	if sig.Outstanding.Value == nil || *sig.Outstanding.Value != 20 || sig.Outstanding.Source != controllerapi.SourcePrometheus {
 		t.Errorf("outstanding %+v, want 20 from prometheus", sig.Outstanding)
 	}
-	if sig.Queued.Value == nil || *sig.Queued.Value != 0 || sig.Queued.Source != SourceGateways {
+	if sig.Queued.Value == nil || *sig.Queued.Value != 0 || sig.Queued.Source != controllerapi.SourceGateways {
 		t.Errorf("queued %+v, want 0 from the gateways (no query for it)", sig.Queued)
 	}
 	if sig.Waiting.Value != nil || !strings.Contains(sig.Waiting.Error, "has no series for model chat") {
@@ -163,7 +164,7 @@ func TestPrometheusSignals(t *testing.T) {
 	}
 	failing := 0
 	for _, src := range c.Signals().Sources {
-		if src.Source == SourcePrometheus && !src.OK {
+		if src.Source == controllerapi.SourcePrometheus && !src.OK {
 			failing++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -18,7 +19,7 @@ type viewBuilder struct {
 	res  reconcile.Result
 	info scaleInfo
 	// last is each model's last change of count (scaleState.lastChanges).
-	last map[string]*ScaleEvent
+	last map[string]*controllerapi.ScaleEvent
 	// fileHolds are the facility file's holds: the rest of in.Facility's
 	// are run-time holds.
 	fileHolds []facility.Hold
@@ -30,7 +31,7 @@ type viewBuilder struct {
 // builtView is a pass's view and the gauges that go with it
 // (metrics.setView).
 type builtView struct {
-	view View
+	view controllerapi.View
 	// replicas counts the slots by model and state.
 	replicas map[[2]string]int
 	// budgets are the budgeted domains' cap, committed and measured draw.
@@ -48,7 +49,7 @@ type budgetGauge struct {
 // build makes the view of the pass, and the gauges that go with it.
 func (b viewBuilder) build() builtView {
 	in, res := b.in, b.res
-	v := View{At: in.Now, Leader: b.leader}
+	v := controllerapi.View{At: in.Now, Leader: b.leader}
 	out := builtView{replicas: map[[2]string]int{}, rejections: map[string]int{}, adoptedJobs: len(in.Jobs)}
 	v.Models = modelViews(in, res, b.info, b.last)
 	bySlot := map[string][]reconcile.Job{}
@@ -59,7 +60,7 @@ func (b viewBuilder) build() builtView {
 	for _, m := range in.Catalog.Models {
 		for i := 0; i < m.SlotLimit(); i++ {
 			slot := facility.ReplicaID(m.Name, i)
-			rv := ReplicaView{ID: slot, Model: m.Name, State: "unplaced", Waiting: res.Waits[slot]}
+			rv := controllerapi.ReplicaView{ID: slot, Model: m.Name, State: "unplaced", Waiting: res.Waits[slot]}
 			jobs := bySlot[slot]
 			if _, tried := res.Decisions[slot]; m.Autoscale != nil && len(jobs) == 0 && !tried {
 				continue // an autoscaled model's slot it does not want
@@ -96,7 +97,7 @@ func (b viewBuilder) build() builtView {
 			promised[s.Node] += s.Watts
 		}
 	}
-	holds := map[string]Hold{}
+	holds := map[string]controllerapi.Hold{}
 	fileHolds := map[facility.Domain]bool{}
 	status := map[string]string{}
 	schedulable := map[string]bool{}
@@ -120,7 +121,7 @@ func (b viewBuilder) build() builtView {
 		if fileHolds[h.Domain] {
 			src = "facility"
 		}
-		holds[h.Domain.String()] = Hold{Reason: h.Reason, Drain: h.Drain, Source: src}
+		holds[h.Domain.String()] = controllerapi.Hold{Reason: h.Reason, Drain: h.Drain, Source: src}
 	}
 	type agg struct {
 		nodes               int
@@ -128,7 +129,7 @@ func (b viewBuilder) build() builtView {
 	}
 	domains := map[string]*agg{}
 	for _, n := range in.Fleet.Nodes {
-		nv := NodeView{Name: n.Name, Location: map[string]string{}, Measured: n.MeasuredWatts}
+		nv := controllerapi.NodeView{Name: n.Name, Location: map[string]string{}, Measured: n.MeasuredWatts}
 		nv.Committed = max(n.MeasuredWatts, n.BaseWatts+promised[n.Name])
 		measured := n.MeasuredWatts
 		if measured == 0 {
@@ -167,7 +168,7 @@ func (b viewBuilder) build() builtView {
 	for _, u := range res.Usage {
 		key := u.Domain.String()
 		seen[key] = true
-		dv := DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
+		dv := controllerapi.DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
 		if a := domains[key]; a != nil {
 			dv.Nodes, dv.Measured = a.nodes, a.measured
 		}
@@ -181,7 +182,7 @@ func (b viewBuilder) build() builtView {
 		if seen[key] {
 			continue
 		}
-		dv := DomainView{Domain: key, Hold: &h}
+		dv := controllerapi.DomainView{Domain: key, Hold: &h}
 		if a := domains[key]; a != nil {
 			dv.Nodes, dv.Measured, dv.Committed = a.nodes, a.measured, a.committed
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -61,7 +62,7 @@ func TestViewBuilderNodesAndHolds(t *testing.T) {
 		t.Fatalf("domains %+v, want pdu=p1 and rack=r1", v.Domains)
 	}
 	for _, d := range v.Domains {
-		want := map[string]Hold{
+		want := map[string]controllerapi.Hold{
 			"pdu=p1":  {Reason: "breaker test", Source: "runtime"},
 			"rack=r1": {Reason: "swap", Drain: true, Source: "facility"},
 		}[d.Domain]

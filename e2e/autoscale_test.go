@@ -17,9 +17,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -215,9 +215,9 @@ func logGatewayJob(t *testing.T, client *api.Client, jobID string) {
 	}
 }
 
-func getModel(t *testing.T, base, name string) controller.ModelView {
+func getModel(t *testing.T, base, name string) controllerapi.ModelView {
 	t.Helper()
-	var m controller.ModelView
+	var m controllerapi.ModelView
 	getJSON(t, base+"/v1/models/"+name, &m)
 	return m
 }
@@ -331,10 +331,10 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 
 	waitServing(t, base, 3*time.Minute, "chat-0")
 	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		var sv controller.SignalsView
+		var sv controllerapi.SignalsView
 		getJSON(t, base+"/v1/signals", &sv)
 		for _, s := range sv.Sources {
-			if s.Source == controller.SourceGateways && s.Name == gw && s.OK {
+			if s.Source == controllerapi.SourceGateways && s.Name == gw && s.OK {
 				return true, ""
 			}
 		}
@@ -394,7 +394,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	// load.
 	l := startLoad(t, gw, "chat", 3, 30)
 	loadStart := time.Now()
-	var up controller.ScaleEvent
+	var up controllerapi.ScaleEvent
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		m := getModel(t, base, "chat")
 		if m.LastChange != nil && m.LastChange.Reason == "up" && m.LastChange.To == 2 {
@@ -414,7 +414,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	// 3. A budget one replica short: with 6 outstanding chat wants 3, and
 	// the room's budget, set now to what runs plus less than another
 	// replica's draw, stops it; explain says so.
-	var nodes []controller.NodeView
+	var nodes []controllerapi.NodeView
 	getJSON(t, base+"/v1/nodes", &nodes)
 	draw := 0.0
 	for _, n := range nodes {
@@ -428,7 +428,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 		t.Fatalf("reload with the budget: %d %s", r.StatusCode, r.Body)
 	}
 	more := startLoad(t, gw, "chat", 3, 30)
-	var m controller.ModelView
+	var m controllerapi.ModelView
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		m = getModel(t, base, "chat")
 		return m.Wanted == 3 && m.Has == 2 && strings.HasPrefix(m.Explain, "wants 3, has 2: room=a would draw"), fmt.Sprintf("chat: %s (%s)", m.Explain, m.Reason)
@@ -437,7 +437,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	if r := apiCall(t, http.MethodGet, base+"/v1/replicas/chat-2", ""); r.StatusCode == http.StatusOK {
 		t.Logf("chat-2: %s", r.Body)
 	}
-	var d controller.ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	getJSON(t, base+"/v1/replicas/chat-0", &d)
 	if d.Scale == nil || !strings.HasPrefix(d.Scale.Explain, "wants 3, has 2: room=a would draw") {
 		t.Errorf("chat-0's explain: scale %+v", d.Scale)
@@ -450,7 +450,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 	l.end()
 	loadEnd := time.Now()
 	t.Logf("load: %d requests sent, %d not answered 200", l.sent.Load()+more.sent.Load(), l.bad.Load()+more.bad.Load())
-	var down controller.ScaleEvent
+	var down controllerapi.ScaleEvent
 	var victimJob string
 	var deregistered, drained time.Time
 	nomadtest.Eventually(t, 4*time.Minute, func() (bool, string) {
@@ -500,7 +500,7 @@ func TestAutoscaleOverRealNomad(t *testing.T) {
 		down.At.Sub(loadEnd).Round(100*time.Millisecond), down.Detail, victimJob, drained.Sub(deregistered).Round(100*time.Millisecond))
 
 	// 5. nap, idle for a minute, back to zero.
-	var idle controller.ScaleEvent
+	var idle controllerapi.ScaleEvent
 	nomadtest.Eventually(t, 3*time.Minute, func() (bool, string) {
 		m := getModel(t, base, "nap")
 		if m.LastChange != nil && m.LastChange.Reason == "idle" {
@@ -731,7 +731,7 @@ func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
 	// replica the budget has room for.
 	lowLoad := startLoad(t, gw, "low", 4, 40)
 	lowStart := time.Now()
-	var lowUp controller.ScaleEvent
+	var lowUp controllerapi.ScaleEvent
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		m := getModel(t, base, "low")
 		if m.LastChange != nil {
@@ -749,7 +749,7 @@ func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
 	// break the budget, so high takes a replica of low's, above its floor.
 	highLoad := startLoad(t, gw, "high", 4, 40)
 	highStart := time.Now()
-	var up, yield controller.ScaleEvent
+	var up, yield controllerapi.ScaleEvent
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		hm, lm := getModel(t, base, "high"), getModel(t, base, "low")
 		if hm.LastChange != nil && hm.LastChange.Reason == "up" && hm.LastChange.To == 2 {
@@ -808,7 +808,7 @@ func TestAutoscalePriorityTakesWattsOverRealNomad(t *testing.T) {
 	// floor, has nothing left to give; low's own load wants 2 and high
 	// holds the rest. Explain says both.
 	moreHigh := startLoad(t, gw, "high", 2, 40)
-	var hm, lm controller.ModelView
+	var hm, lm controllerapi.ModelView
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		hm, lm = getModel(t, base, "high"), getModel(t, base, "low")
 		ok := hm.Wanted == 3 && hm.Has == 2 && strings.HasPrefix(hm.Explain, "wants 3, has 2: pdu=p1 would draw ") &&

@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -436,8 +437,8 @@ func serviceAlloc(t *testing.T, c *nomadtest.Cluster, jobID string) string {
 
 // getEngines reads GET /v1/replicas with each replica's engine metrics.
 func getEngines(t *testing.T, base string) []struct {
-	ID     string                    `json:"id"`
-	Engine *controller.EngineMetrics `json:"engine"`
+	ID     string                       `json:"id"`
+	Engine *controllerapi.EngineMetrics `json:"engine"`
 } {
 	t.Helper()
 	resp, err := http.Get(base + "/v1/replicas")
@@ -446,8 +447,8 @@ func getEngines(t *testing.T, base string) []struct {
 	}
 	defer resp.Body.Close()
 	var out []struct {
-		ID     string                    `json:"id"`
-		Engine *controller.EngineMetrics `json:"engine"`
+		ID     string                       `json:"id"`
+		Engine *controllerapi.EngineMetrics `json:"engine"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatal(err)

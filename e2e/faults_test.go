@@ -19,6 +19,7 @@ import (
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
@@ -494,9 +495,9 @@ func TestControllerNomadReasonsInExplain(t *testing.T) {
 		o.LockTTL = time.Minute // the held write must end inside the lease
 	})
 
-	want := []controller.NomadReason{{Group: render.GroupName(0), NodesEvaluated: 1, NodesFiltered: 1,
+	want := []controllerapi.NomadReason{{Group: render.GroupName(0), NodesEvaluated: 1, NodesFiltered: 1,
 		ConstraintFiltered: map[string]int{"missing devices": 1}}}
-	var d controller.ReplicaDetail
+	var d controllerapi.ReplicaDetail
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		if err := hold.failed(); err != nil {
 			t.Fatalf("holding the registration: %v", err)
@@ -506,7 +507,7 @@ func TestControllerNomadReasonsInExplain(t *testing.T) {
 			return false, err.Error()
 		}
 		defer resp.Body.Close()
-		d = controller.ReplicaDetail{}
+		d = controllerapi.ReplicaDetail{}
 		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
 			return false, fmt.Sprintf("GET beta-0: %s %v", resp.Status, err)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -110,39 +111,25 @@ func (s *Store) ReleaseHold(domain string) (bool, error) {
 
 func holdKey(h Hold) string { return h.Domain }
 
-// Pin is a replica count an operator set for an autoscaled model (llmgw
-// ctl scale): it overrides the autoscaler's decision until Until.
-type Pin struct {
-	Model    string    `json:"model"`
-	Replicas int       `json:"replicas"`
-	Until    time.Time `json:"until"`
-	Reason   string    `json:"reason,omitempty"`
-	SetAt    time.Time `json:"set_at"`
-	SetBy    string    `json:"set_by,omitempty"`
-}
-
-// Active reports whether the pin is in force at now.
-func (p Pin) Active(now time.Time) bool { return now.Before(p.Until) }
-
 // Pins returns the pins, expired ones included, sorted by model.
-func (s *Store) Pins() ([]Pin, error) {
-	ps, err := readList[Pin](s, PinsPath, "pins")
+func (s *Store) Pins() ([]controllerapi.Pin, error) {
+	ps, err := readList[controllerapi.Pin](s, PinsPath, "pins")
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Model < ps[j].Model })
 	return ps, err
 }
 
 // SetPin adds or replaces the pin of p.Model.
-func (s *Store) SetPin(p Pin) error {
-	return updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
-		return append(slices.DeleteFunc(ps, func(x Pin) bool { return x.Model == p.Model }), p)
+func (s *Store) SetPin(p controllerapi.Pin) error {
+	return updateList(s, PinsPath, "pins", pinKey, func(ps []controllerapi.Pin) []controllerapi.Pin {
+		return append(slices.DeleteFunc(ps, func(x controllerapi.Pin) bool { return x.Model == p.Model }), p)
 	})
 }
 
 // ReleasePin removes the pin of model; it reports whether there was one.
 func (s *Store) ReleasePin(model string) (bool, error) {
 	found := false
-	err := updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
-		return slices.DeleteFunc(ps, func(x Pin) bool {
+	err := updateList(s, PinsPath, "pins", pinKey, func(ps []controllerapi.Pin) []controllerapi.Pin {
+		return slices.DeleteFunc(ps, func(x controllerapi.Pin) bool {
 			found = found || x.Model == model
 			return x.Model == model
 		})
@@ -152,15 +139,15 @@ func (s *Store) ReleasePin(model string) (bool, error) {
 
 // DropExpiredPins removes the pins that have expired at now, and returns
 // them; it writes nothing when none has.
-func (s *Store) DropExpiredPins(now time.Time) ([]Pin, error) {
+func (s *Store) DropExpiredPins(now time.Time) ([]controllerapi.Pin, error) {
 	ps, err := s.Pins()
-	if err != nil || !slices.ContainsFunc(ps, func(p Pin) bool { return !p.Active(now) }) {
+	if err != nil || !slices.ContainsFunc(ps, func(p controllerapi.Pin) bool { return !p.Active(now) }) {
 		return nil, err
 	}
-	var gone []Pin
-	err = updateList(s, PinsPath, "pins", pinKey, func(ps []Pin) []Pin {
+	var gone []controllerapi.Pin
+	err = updateList(s, PinsPath, "pins", pinKey, func(ps []controllerapi.Pin) []controllerapi.Pin {
 		gone = gone[:0]
-		return slices.DeleteFunc(ps, func(p Pin) bool {
+		return slices.DeleteFunc(ps, func(p controllerapi.Pin) bool {
 			if !p.Active(now) {
 				gone = append(gone, p)
 				return true
@@ -171,7 +158,7 @@ func (s *Store) DropExpiredPins(now time.Time) ([]Pin, error) {
 	return gone, err
 }
 
-func pinKey(p Pin) string { return p.Model }
+func pinKey(p controllerapi.Pin) string { return p.Model }
 
 // readList reads the JSON list in item of the variable at path, sorted by
 // its key; nil when the variable does not exist.

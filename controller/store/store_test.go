@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -47,7 +48,7 @@ func TestPins(t *testing.T) {
 	if ps, err := s.Pins(); err != nil || ps != nil {
 		t.Fatalf("Pins before any: %v, %v", ps, err)
 	}
-	for _, p := range []Pin{
+	for _, p := range []controllerapi.Pin{
 		{Model: "beta", Replicas: 2, Until: t0.Add(time.Hour), SetAt: t0, SetBy: "ann"},
 		{Model: "alpha", Replicas: 3, Until: t0.Add(time.Minute), SetAt: t0},
 		{Model: "beta", Replicas: 4, Until: t0.Add(2 * time.Hour), SetAt: t0, Reason: "launch"},
@@ -60,7 +61,7 @@ func TestPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Pin{
+	want := []controllerapi.Pin{
 		{Model: "alpha", Replicas: 3, Until: t0.Add(time.Minute), SetAt: t0},
 		{Model: "beta", Replicas: 4, Until: t0.Add(2 * time.Hour), SetAt: t0, Reason: "launch"},
 	}
@@ -94,7 +95,7 @@ func TestPins(t *testing.T) {
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Go(func() {
-			errs[i] = s.SetPin(Pin{Model: fmt.Sprintf("m%d", i), Replicas: i, Until: t0.Add(time.Hour)})
+			errs[i] = s.SetPin(controllerapi.Pin{Model: fmt.Sprintf("m%d", i), Replicas: i, Until: t0.Add(time.Hour)})
 		})
 	}
 	wg.Wait()
@@ -108,7 +109,7 @@ func TestPins(t *testing.T) {
 	for i, err := range errs {
 		if err == nil {
 			landed++
-			if !slices.ContainsFunc(ps, func(p Pin) bool { return p.Model == fmt.Sprintf("m%d", i) }) {
+			if !slices.ContainsFunc(ps, func(p controllerapi.Pin) bool { return p.Model == fmt.Sprintf("m%d", i) }) {
 				t.Errorf("m%d's pin was acknowledged and lost: %v", i, ps)
 			}
 		}

@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/ui"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/ctltest"
 )
 
@@ -221,11 +221,11 @@ func TestConsoleHoldsARackInTheBrowser(t *testing.T) {
 	if err != nil || stored != "s3cret" {
 		t.Errorf("token in sessionStorage = %q, %v; want s3cret", stored, err)
 	}
-	var f controller.FacilityView
+	var f controllerapi.FacilityView
 	if code, body := e.Call(http.MethodGet, "/v1/facility", "s3cret", nil, &f); code != http.StatusOK {
 		t.Fatalf("GET /v1/facility: %d %s", code, body)
 	}
-	var hold *controller.Hold
+	var hold *controllerapi.Hold
 	for _, d := range f.Domains {
 		if d.Domain == "rack=r01-k01" {
 			hold = d.Hold

@@ -70,6 +70,12 @@ var layers = map[string]map[string]string{
 		"internal/nomadenv":      "which Nomad API the environment names",
 		"internal/suggest":       "did-you-mean hints",
 		"gatewayapi":             "the names and wire types it shares with the gateway (the model list, demand, finding the gateways)",
+		"controllerapi":          "its API's answers, request bodies and errors, and the pin it stores",
+	},
+	// The controller's API as its clients (llmgw ctl) see it.
+	"controllerapi": {
+		"facility":      "answers carry a catalog's models and a placement's scope and rejections as they are",
+		"enginemetrics": "a replica's answer carries its engine's reading as it is",
 	},
 }
 

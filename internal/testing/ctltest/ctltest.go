@@ -34,6 +34,7 @@ import (
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
@@ -346,7 +347,7 @@ func holdLock(t testing.TB, fake *nomadfake.Server) {
 func (e *Env) settle() {
 	e.T.Helper()
 	e.WaitFor("every node's power reading", func() (bool, string) {
-		var nodes []controller.NodeView
+		var nodes []controllerapi.NodeView
 		if code, body := e.Call(http.MethodGet, "/v1/nodes", e.opts.Token, nil, &nodes); code != http.StatusOK {
 			return false, body
 		}

@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // client calls the controller's HTTP API.
@@ -116,9 +116,9 @@ func unwrapURLError(err error) error {
 // apiError turns an error response into an *Error with the exit status for
 // its class and the API's hint, or one of ours where the API has none.
 func apiError(method, path string, status int, raw []byte) error {
-	var ae controller.APIError
+	var ae controllerapi.APIError
 	if err := json.Unmarshal(raw, &ae); err != nil || ae.Error == "" {
-		ae = controller.APIError{Error: fmt.Sprintf("%s %s: %d %s: %s", method, path, status, http.StatusText(status),
+		ae = controllerapi.APIError{Error: fmt.Sprintf("%s %s: %d %s: %s", method, path, status, http.StatusText(status),
 			strings.TrimSpace(string(raw)))}
 	}
 	e := &Error{Code: ExitError, Msg: ae.Error, Hint: ae.Hint}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
@@ -23,7 +23,7 @@ var labelNames = []string{"site", "room", "row", "rack", "pdu", "fabric", "hcas"
 
 // explainView is GET /v1/replicas/{id} as this command reads it.
 type explainView struct {
-	controller.ReplicaView
+	controllerapi.ReplicaView
 	Explain *struct {
 		Placed     bool                 `json:"placed"`
 		Profile    string               `json:"profile"`
@@ -33,8 +33,8 @@ type explainView struct {
 		Rejections []facility.Rejection `json:"rejections"`
 		At         time.Time            `json:"at"`
 	} `json:"explain"`
-	Nomad []controller.NomadReason `json:"nomad"`
-	Scale *controller.ModelScale   `json:"scale"`
+	Nomad []controllerapi.NomadReason `json:"nomad"`
+	Scale *controllerapi.ModelScale   `json:"scale"`
 }
 
 // printJSON writes an API answer as indented JSON.
@@ -69,7 +69,7 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 			if model != "" {
 				q.Set("model", model)
 			}
-			var reps []controller.ReplicaView
+			var reps []controllerapi.ReplicaView
 			raw, err := cl.get(cmd.Context(), "/v1/replicas", q, &reps)
 			if err != nil {
 				return err
@@ -102,7 +102,7 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 
 // checkModel returns a not-found error when model is not in the catalog.
 func (c *ctl) checkModel(ctx context.Context, cl *client, model string) error {
-	var cat controller.CatalogView
+	var cat controllerapi.CatalogView
 	if _, err := cl.get(ctx, "/v1/catalog", nil, &cat); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ missing.`,
 			var nf *Error
 			if errors.As(err, &nf) && nf.Code == ExitNotFound {
 				// Not a replica: a model?
-				var m controller.ModelView
+				var m controllerapi.ModelView
 				mraw, merr := cl.get(cmd.Context(), "/v1/models/"+a[0], nil, &m)
 				switch {
 				case merr == nil && c.json():
@@ -255,7 +255,7 @@ draining, or nothing free). HELD lists the held domains the node is in.`,
 			if domain != "" {
 				q.Set("domain", domain)
 			}
-			var nodes []controller.NodeView
+			var nodes []controllerapi.NodeView
 			raw, err := cl.get(cmd.Context(), "/v1/nodes", q, &nodes)
 			if err != nil {
 				return err
@@ -308,7 +308,7 @@ them; when that takes longer than 15 s it says so on stderr.
 		Args:              args(cobra.MinimumNArgs(1)),
 		ValidArgsFunction: c.completeLabelArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			req := controller.LabelsRequest{Set: map[string]string{}, Unset: unset}
+			req := controllerapi.LabelsRequest{Set: map[string]string{}, Unset: unset}
 			for _, kv := range a[1:] {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
@@ -368,7 +368,7 @@ HOLD is "hold" or "drain", where the hold comes from ("file": facility.hcl,
 			if err != nil {
 				return err
 			}
-			var f controller.FacilityView
+			var f controllerapi.FacilityView
 			raw, err := cl.get(cmd.Context(), "/v1/facility", nil, &f)
 			if err != nil {
 				return err
@@ -391,7 +391,7 @@ HOLD is "hold" or "drain", where the hold comes from ("file": facility.hcl,
 	return cmd
 }
 
-func holdString(h *controller.Hold) string {
+func holdString(h *controllerapi.Hold) string {
 	if h == nil {
 		return "-"
 	}
@@ -411,7 +411,7 @@ func holdString(h *controller.Hold) string {
 }
 
 func (c *ctl) holdCmd() *cobra.Command {
-	var req controller.HoldRequest
+	var req controllerapi.HoldRequest
 	cmd := &cobra.Command{
 		Use:   "hold DOMAIN [--drain] [--reason R]",
 		Short: "Hold a domain: no new replica is placed in it; --drain also moves what runs there",
@@ -490,7 +490,7 @@ func warnWrite(cmd *cobra.Command, raw []byte) {
 
 // domainKeys lists every domain some node is in, from the nodes' locations.
 func domainKeys(ctx context.Context, cl *client) ([]string, error) {
-	var nodes []controller.NodeView
+	var nodes []controllerapi.NodeView
 	if _, err := cl.get(ctx, "/v1/nodes", nil, &nodes); err != nil {
 		return nil, err
 	}
@@ -516,7 +516,7 @@ func fetchNames[T any](ctx context.Context, cl *client, path string, pick func(T
 
 // runtimeHolds lists the domains held through the API.
 func runtimeHolds(ctx context.Context, cl *client) ([]string, error) {
-	return fetchNames(ctx, cl, "/v1/facility", func(f controller.FacilityView) (out []string) {
+	return fetchNames(ctx, cl, "/v1/facility", func(f controllerapi.FacilityView) (out []string) {
 		for _, d := range f.Domains {
 			if d.Hold != nil && d.Hold.Source == "runtime" {
 				out = append(out, d.Domain)
@@ -537,7 +537,7 @@ func replicaAndModelNames(ctx context.Context, cl *client) ([]string, error) {
 }
 
 func replicaIDs(ctx context.Context, cl *client) ([]string, error) {
-	return fetchNames(ctx, cl, "/v1/replicas", func(reps []controller.ReplicaView) (out []string) {
+	return fetchNames(ctx, cl, "/v1/replicas", func(reps []controllerapi.ReplicaView) (out []string) {
 		for _, r := range reps {
 			out = append(out, r.ID)
 		}
@@ -546,7 +546,7 @@ func replicaIDs(ctx context.Context, cl *client) ([]string, error) {
 }
 
 func nodeNames(ctx context.Context, cl *client) ([]string, error) {
-	return fetchNames(ctx, cl, "/v1/nodes", func(nodes []controller.NodeView) (out []string) {
+	return fetchNames(ctx, cl, "/v1/nodes", func(nodes []controllerapi.NodeView) (out []string) {
 		for _, n := range nodes {
 			out = append(out, n.Name)
 		}
@@ -555,7 +555,7 @@ func nodeNames(ctx context.Context, cl *client) ([]string, error) {
 }
 
 func modelNames(ctx context.Context, cl *client) ([]string, error) {
-	return fetchNames(ctx, cl, "/v1/catalog", func(cat controller.CatalogView) (out []string) {
+	return fetchNames(ctx, cl, "/v1/catalog", func(cat controllerapi.CatalogView) (out []string) {
 		for _, m := range cat.Models {
 			out = append(out, m.Name)
 		}
@@ -573,7 +573,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func (c *ctl) reloadCmd() *cobra.Command {
-	var req controller.ReloadRequest
+	var req controllerapi.ReloadRequest
 	cmd := &cobra.Command{
 		Use:   "reload [--confirm]",
 		Short: "Reload the controller's catalog and facility files (as SIGHUP does)",

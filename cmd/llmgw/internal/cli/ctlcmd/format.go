@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/facility"
 )
@@ -57,7 +57,7 @@ func dash(s string) string {
 
 // engineLoad is the WAIT, RUN, KV, TOK/S and TTFT-P90 cells of a
 // replica: "-" where unknown, "error" when the last scrape failed.
-func engineLoad(m *controller.EngineMetrics) []string {
+func engineLoad(m *controllerapi.EngineMetrics) []string {
 	switch {
 	case m == nil || (m.Reading == nil && m.Error == ""):
 		return []string{"-", "-", "-", "-", "-"}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 func (c *ctl) modelsCmd() *cobra.Command {
@@ -38,7 +38,7 @@ why not more") and the reason for it. llmgw ctl explain MODEL has the rest.`,
 			if err != nil {
 				return err
 			}
-			var models []controller.ModelView
+			var models []controllerapi.ModelView
 			raw, err := cl.get(cmd.Context(), "/v1/models", nil, &models)
 			var e *Error
 			if errors.As(err, &e) && e.Code == ExitNotFound {
@@ -80,11 +80,11 @@ func dashes(n int, last string) []string {
 }
 
 // signalCells are the OUT, QUEUED, ARR/S, TTFT, WAIT and KV cells.
-func signalCells(s *controller.ModelSignals) []string {
+func signalCells(s *controllerapi.ModelSignals) []string {
 	if s == nil {
 		return dashes(5, "-")
 	}
-	num := func(v controller.SignalView, format string, scale float64) string {
+	num := func(v controllerapi.SignalView, format string, scale float64) string {
 		if v.Value == nil {
 			return "-"
 		}
@@ -96,7 +96,7 @@ func signalCells(s *controller.ModelSignals) []string {
 
 // decisionCell is the autoscaler's rule and the change it asks for, or
 // the pin in force.
-func decisionCell(m controller.ModelView, now time.Time) string {
+func decisionCell(m controllerapi.ModelView, now time.Time) string {
 	if m.Pin != nil {
 		return fmt.Sprintf("pin %d (%s left)", m.Pin.Replicas, left(m.Pin.Until, now))
 	}
@@ -120,7 +120,7 @@ func left(until, now time.Time) string {
 
 // catalogTable is the models table of a controller older than /v1/models.
 func (c *ctl) catalogTable(cmd *cobra.Command, cl *client) error {
-	var cat controller.CatalogView
+	var cat controllerapi.CatalogView
 	raw, err := cl.get(cmd.Context(), "/v1/catalog", nil, &cat)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func (c *ctl) catalogTable(cmd *cobra.Command, cl *client) error {
 	if c.json() {
 		return printJSON(cmd, raw)
 	}
-	var reps []controller.ReplicaView
+	var reps []controllerapi.ReplicaView
 	if _, err := cl.get(cmd.Context(), "/v1/replicas", nil, &reps); err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (c *ctl) catalogTable(cmd *cobra.Command, cl *client) error {
 }
 
 func (c *ctl) scaleCmd() *cobra.Command {
-	var req controller.PinRequest
+	var req controllerapi.PinRequest
 	var release bool
 	cmd := &cobra.Command{
 		Use:   "scale MODEL N [--for 1h] [--reason R] | scale MODEL --release",
@@ -223,7 +223,7 @@ survives a restart of the controller. --release ends it early.
 }
 
 func autoscaledNames(ctx context.Context, cl *client) ([]string, error) {
-	return fetchNames(ctx, cl, "/v1/models", func(ms []controller.ModelView) (out []string) {
+	return fetchNames(ctx, cl, "/v1/models", func(ms []controllerapi.ModelView) (out []string) {
 		for _, m := range ms {
 			if m.Autoscale {
 				out = append(out, m.Name)
@@ -234,7 +234,7 @@ func autoscaledNames(ctx context.Context, cl *client) ([]string, error) {
 }
 
 // renderModel is explain for a model.
-func renderModel(m controller.ModelView, now time.Time) []byte {
+func renderModel(m controllerapi.ModelView, now time.Time) []byte {
 	var b bytes.Buffer
 	kv := newTable()
 	kv.row("Model:", m.Name)
@@ -284,11 +284,11 @@ func renderModel(m controller.ModelView, now time.Time) []byte {
 		t := newTable("SIGNAL", "VALUE", "SOURCE", "WHY MISSING")
 		for _, x := range []struct {
 			name string
-			v    controller.SignalView
+			v    controllerapi.SignalView
 			unit string
 		}{
-			{controller.SignalOutstanding, s.Outstanding, ""}, {controller.SignalQueued, s.Queued, ""}, {controller.SignalArrivals, s.Arrivals, "/s"},
-			{controller.SignalTTFT, s.TTFTP90, "s"}, {controller.SignalWaiting, s.Waiting, ""}, {controller.SignalKVCache, s.KVCache, ""},
+			{controllerapi.SignalOutstanding, s.Outstanding, ""}, {controllerapi.SignalQueued, s.Queued, ""}, {controllerapi.SignalArrivals, s.Arrivals, "/s"},
+			{controllerapi.SignalTTFT, s.TTFTP90, "s"}, {controllerapi.SignalWaiting, s.Waiting, ""}, {controllerapi.SignalKVCache, s.KVCache, ""},
 		} {
 			val := "-"
 			if x.v.Value != nil {

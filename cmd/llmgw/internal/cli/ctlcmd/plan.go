@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 )
 
 // maxPlanFile bounds each file ctl plan sends (the API takes 4 MiB in
@@ -44,7 +44,7 @@ with every problem at file:line, as a reload refuses it.`,
 			if drain && len(holds) == 0 {
 				return usageErr("--drain drains the domains --hold names: give --hold DOMAIN")
 			}
-			req := controller.PlanRequest{}
+			req := controllerapi.PlanRequest{}
 			var err error
 			if catalog != "" {
 				if req.Catalog, err = readPlanFile("--catalog", catalog); err != nil {
@@ -59,13 +59,13 @@ with every problem at file:line, as a reload refuses it.`,
 				req.FacilityName = fac
 			}
 			for _, h := range holds {
-				req.Holds = append(req.Holds, controller.PlanHold{Domain: h, Reason: reason, Drain: drain})
+				req.Holds = append(req.Holds, controllerapi.PlanHold{Domain: h, Reason: reason, Drain: drain})
 			}
 			cl, err := c.client()
 			if err != nil {
 				return err
 			}
-			var v controller.PlanView
+			var v controllerapi.PlanView
 			raw, err := cl.do(cmd.Context(), "POST", "/v1/plan", nil, req, &v)
 			if err != nil {
 				return err
@@ -108,7 +108,7 @@ func readPlanFile(flag, path string) (string, error) {
 
 // renderPlan is the plan as tables: the changes, the budgets now and
 // after, the replicas left unplaced, and a summary line.
-func renderPlan(v controller.PlanView) []byte {
+func renderPlan(v controllerapi.PlanView) []byte {
 	var b bytes.Buffer
 	if len(v.Changes) == 0 {
 		b.WriteString("No changes.\n")
@@ -116,7 +116,7 @@ func renderPlan(v controller.PlanView) []byte {
 		t := newTable("CHANGE", "REPLICA", "MODEL", "PROFILE", "FROM", "TO", "NODES", "WATTS", "REASON")
 		for _, ch := range v.Changes {
 			nodes := ch.Nodes
-			if ch.Change == controller.ChangeStop {
+			if ch.Change == controllerapi.ChangeStop {
 				nodes = ch.FromNodes
 			}
 			w := "-"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmgw/llmgw/controller"
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/ctltest"
 )
 
@@ -64,7 +64,7 @@ func TestPlan(t *testing.T) {
 
 	// -o json is the API's answer, and says what the table says.
 	r := step(ExitOK, "plan", "--catalog", catFile, "--hold", "rack=r01-k01", "--drain", "-o", "json")
-	var v controller.PlanView
+	var v controllerapi.PlanView
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 		t.Fatalf("plan -o json: %v\n%s", err, r.stdout)
 	}
@@ -78,8 +78,8 @@ func TestPlan(t *testing.T) {
 	if !strings.Contains(strings.Join(kinds, ","), "stop beta-0") || !strings.Contains(strings.Join(kinds, ","), "create alpha-3") {
 		t.Errorf("plan -o json changes %v: want alpha-3 created and beta-0 stopped", kinds)
 	}
-	var api controller.PlanView
-	req := controller.PlanRequest{Catalog: cat, CatalogName: catFile, Holds: []controller.PlanHold{{Domain: "rack=r01-k01", Drain: true}}}
+	var api controllerapi.PlanView
+	req := controllerapi.PlanRequest{Catalog: cat, CatalogName: catFile, Holds: []controllerapi.PlanHold{{Domain: "rack=r01-k01", Drain: true}}}
 	if code, body := e.Call(http.MethodPost, "/v1/plan", "s3cret", req, &api); code != http.StatusOK {
 		t.Fatalf("POST /v1/plan: %d %s", code, body)
 	}
@@ -96,11 +96,11 @@ func TestPlan(t *testing.T) {
 // summary line.
 func TestRenderPlanWarnings(t *testing.T) {
 	w := `catalog.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`
-	got := string(renderPlan(controller.PlanView{Warnings: []string{w}}))
+	got := string(renderPlan(controllerapi.PlanView{Warnings: []string{w}}))
 	if !strings.Contains(got, "\nWARNINGS\n"+w+"\n\n0 creates") {
 		t.Errorf("plan text has no WARNINGS section before the summary:\n%s", got)
 	}
-	if got := string(renderPlan(controller.PlanView{})); strings.Contains(got, "WARNINGS") {
+	if got := string(renderPlan(controllerapi.PlanView{})); strings.Contains(got, "WARNINGS") {
 		t.Errorf("plan text without warnings shows the section:\n%s", got)
 	}
 }
@@ -109,7 +109,7 @@ func TestRenderPlanWarnings(t *testing.T) {
 func TestRenderModelWarnings(t *testing.T) {
 	w := `catalog.hcl:3: profile m/p: check_args = false: args are not checked against engine "vllm"'s contract, only for flags llmgw sets`
 	for _, auto := range []bool{false, true} {
-		got := string(renderModel(controller.ModelView{Name: "m", Autoscale: auto, Warnings: []string{w}}, time.Now()))
+		got := string(renderModel(controllerapi.ModelView{Name: "m", Autoscale: auto, Warnings: []string{w}}, time.Now()))
 		if !strings.Contains(got, "Warning:") || !strings.Contains(got, w) {
 			t.Errorf("autoscale %v: explain shows no warning:\n%s", auto, got)
 		}
