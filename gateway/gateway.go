@@ -110,7 +110,7 @@ type Options struct {
 	Keys KeySource
 	// Routing is the routing policy of the models it names (RoutePrefix,
 	// RouteLeastOutstanding), over the model list's (ListedModel.Routing);
-	// the others are least-outstanding. CheckRouting checks it.
+	// the others are least-outstanding. gateway/config.CheckRouting checks it.
 	Routing map[string]string
 	// PrefixLoadFactor bounds the load of the prefix policy's replicas: one
 	// whose requests in flight, with the next, would pass this factor

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -342,15 +341,4 @@ func (g *Gateway) policy(t *table, model string) string {
 		return lm.Routing
 	}
 	return RouteLeastOutstanding
-}
-
-// CheckRouting reports an unknown policy in a model → policy map, naming
-// the model.
-func CheckRouting(m map[string]string) error {
-	for model, p := range m {
-		if !gatewayapi.ValidRouting(p) {
-			return fmt.Errorf("routing for model %q: %q is not a policy (%s or %s)", model, p, RouteLeastOutstanding, RoutePrefix)
-		}
-	}
-	return nil
 }

@@ -14,14 +14,16 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/spf13/pflag"
+
+	"github.com/llmgw/llmgw/gateway/config"
 )
 
 // settingsOf runs the command's flag and file handling on args and returns
 // the settings it would serve with.
-func settingsOf(t *testing.T, args ...string) (flags, error) {
+func settingsOf(t *testing.T, args ...string) (config.Settings, error) {
 	t.Helper()
-	var got flags
-	cmd := command(func(_ context.Context, f flags, _ io.Writer) error {
+	var got config.Settings
+	cmd := command(func(_ context.Context, f config.Settings, _ io.Writer) error {
 		got = f
 		return nil
 	})
@@ -29,7 +31,7 @@ func settingsOf(t *testing.T, args ...string) (flags, error) {
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
 	err := cmd.Execute()
-	got.from = nil
+	got.From = nil
 	return got, err
 }
 
@@ -42,7 +44,7 @@ func writeConfig(t *testing.T, src string) string {
 	return path
 }
 
-var cmpFlags = cmp.Options{cmp.AllowUnexported(flags{}), cmpopts.EquateEmpty()}
+var cmpFlags = cmp.Options{cmpopts.EquateEmpty()}
 
 // Every flag is an attribute of the file, and every attribute a flag.
 func TestConfigCoversFlags(t *testing.T) {
@@ -52,7 +54,7 @@ func TestConfigCoversFlags(t *testing.T) {
 			flagNames = append(flagNames, strings.ReplaceAll(f.Name, "-", "_"))
 		}
 	})
-	schema, _ := gohcl.ImpliedBodySchema(fileHCL{})
+	schema, _ := gohcl.ImpliedBodySchema(config.FileHCL{})
 	var attrs []string
 	for _, a := range schema.Attributes {
 		attrs = append(attrs, a.Name)
@@ -120,7 +122,7 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			def.config = path
+			def.Config = path
 			if cmp.Equal(def, fromFile, cmpFlags) {
 				t.Error("the file's value is the default: the test proves nothing")
 			}
@@ -140,16 +142,16 @@ namespace = env("LLMGW_TEST_NS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.listen != "127.0.0.1:9000" || got.attempts != 5 || got.consul != "127.0.0.1:8500" || got.namespace != "from-env" {
-		t.Errorf("file then flags: listen %q attempts %d consul %q namespace %q", got.listen, got.attempts, got.consul, got.namespace)
+	if got.Listen != "127.0.0.1:9000" || got.Attempts != 5 || got.Consul != "127.0.0.1:8500" || got.Namespace != "from-env" {
+		t.Errorf("file then flags: listen %q attempts %d consul %q namespace %q", got.Listen, got.Attempts, got.Consul, got.Namespace)
 	}
 	// --nomad on the command line picks Nomad over the file's consul.
 	got, err = settingsOf(t, "--config", path, "--nomad", "http://127.0.0.1:4646")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.consul != "" || got.nomad != "http://127.0.0.1:4646" {
-		t.Errorf("--nomad over the file's consul: consul %q nomad %q", got.consul, got.nomad)
+	if got.Consul != "" || got.Nomad != "http://127.0.0.1:4646" {
+		t.Errorf("--nomad over the file's consul: consul %q nomad %q", got.Consul, got.Nomad)
 	}
 }
 
@@ -164,7 +166,7 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.config = path
+	want.Config = path
 	if diff := cmp.Diff(want, got, cmpFlags); diff != "" {
 		t.Errorf("example (-defaults +example):\n%s", diff)
 	}
@@ -243,8 +245,8 @@ func TestNewFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.checkTimeout != 3*time.Second || got.checkParallelism != 4 || got.consulWait != time.Minute ||
-		got.registerCheckInterval != 30*time.Second || !cmp.Equal(got.registerTags, []string{"edge", "eu"}) || got.noReplicaRetryAfter != 2*time.Second {
+	if got.CheckTimeout != 3*time.Second || got.CheckParallelism != 4 || got.ConsulWait != time.Minute ||
+		got.RegisterCheckInterval != 30*time.Second || !cmp.Equal(got.RegisterTags, []string{"edge", "eu"}) || got.NoReplicaRetryAfter != 2*time.Second {
 		t.Errorf("settings %+v", got)
 	}
 	for _, args := range [][]string{
@@ -274,7 +276,7 @@ func TestDocExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.consul == "" || len(got.registerTags) == 0 {
+	if got.Consul == "" || len(got.RegisterTags) == 0 {
 		t.Errorf("settings %+v", got)
 	}
 }
@@ -287,7 +289,7 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		cf, err := parseConfig("f.hcl", []byte(src), func(string) string { return "" })
+		cf, err := config.Parse("f.hcl", []byte(src), func(string) string { return "" })
 		if err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
 				if !strings.HasPrefix(line, "f.hcl:") {
@@ -296,8 +298,8 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		for _, s := range cf.settings {
-			if !strings.HasPrefix(s.at, "f.hcl:") || command(nil).Flags().Lookup(s.flag) == nil {
+		for _, s := range cf.Settings {
+			if !strings.HasPrefix(s.At, "f.hcl:") || command(nil).Flags().Lookup(s.Flag) == nil {
 				t.Fatalf("setting %+v", s)
 			}
 		}

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,145 +29,30 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
-// flags are the command's settings: the flags' defaults, then the
-// configuration file's values, then the flags given.
-type flags struct {
-	config                                                string
-	listen, consul, nomad, namespace, advertise, logLevel string
-	register                                              bool
-	registerTags                                          []string
-	registerCheckInterval, consulWait                     time.Duration
-	maxModelScan, bodyMemory                              int64
-	attempts, breakerFailures, checkParallelism           int
-	noReplicaRetryAfter, breakerOpen, breakerMaxOpen      time.Duration
-	dialTimeout, headerTimeout                            time.Duration
-	checkInterval, checkTimeout                           time.Duration
-	engineMetricsInterval                                 time.Duration
-	holdTimeout, demandWindow                             time.Duration
-	holdPerModel, holdTotal, wakeBurst                    int
-	modelsVariable, modelsNamespace, modelsNomad          string
-	keysFile, keysVariable, keysNamespace                 string
-	shareLimits                                           bool
-	tlsCertFile, tlsKeyFile                               string
-	routing                                               []string // MODEL=POLICY
-	prefixLoadFactor                                      float64
-
-	// from says where a setting taken from the file came from, by flag
-	// name: "file:line: attribute".
-	from map[string]string
-}
-
-// where names a setting in an error: the file's line and attribute, or
-// the flag.
-func (f *flags) where(flag string) string {
-	if at, ok := f.from[flag]; ok {
-		return at
-	}
-	return "--" + flag
-}
-
 // resolve reads the configuration file, if any, into the settings the
-// command line left alone.
-func (f *flags) resolve(fl *pflag.FlagSet, env func(string) string) error {
-	if fl.Changed("consul") && f.consul == "" {
+// command line left alone (f holds the flags' values).
+func resolve(f *config.Settings, fl *pflag.FlagSet, env func(string) string) error {
+	if fl.Changed("consul") && f.Consul == "" {
 		return errors.New("--consul: empty address")
 	}
-	if f.config == "" {
+	if f.Config == "" {
 		return nil
 	}
-	src, err := os.ReadFile(f.config)
+	src, err := os.ReadFile(f.Config)
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	cf, err := parseConfig(f.config, src, env)
+	cf, err := config.Parse(f.Config, src, env)
 	if err != nil {
 		return err
 	}
-	f.from, err = cf.apply(fl)
+	f.From, err = apply(cf, fl)
 	return err
-}
-
-// check refuses settings that cannot work, naming each by where it came
-// from.
-func (f *flags) check() error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("%s: %w", f.where("log-level"), err)
-	}
-	if f.maxModelScan <= 0 || f.bodyMemory < f.maxModelScan {
-		return fmt.Errorf("%s %d, %s %d: want 0 < max-model-scan <= body-memory", f.where("max-model-scan"), f.maxModelScan, f.where("body-memory"), f.bodyMemory)
-	}
-	if f.attempts < 1 || f.breakerFailures < 1 || f.breakerOpen <= 0 || f.breakerMaxOpen < f.breakerOpen {
-		return fmt.Errorf("%s and %s must be at least 1, and 0 < %s <= %s", f.where("attempts"), f.where("breaker-failures"), f.where("breaker-open"), f.where("breaker-max-open"))
-	}
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{"check-timeout", f.checkTimeout}, {"consul-wait", f.consulWait}, {"no-replica-retry-after", f.noReplicaRetryAfter}} {
-		if d.v <= 0 {
-			return fmt.Errorf("%s: %s: want more than 0", f.where(d.flag), d.v)
-		}
-	}
-	if _, err := routingMap(f.routing); err != nil {
-		return fmt.Errorf("%s: %w", f.where("routing"), err)
-	}
-	if f.prefixLoadFactor < 1 {
-		return fmt.Errorf("%s: %g: want 1 or more", f.where("prefix-load-factor"), f.prefixLoadFactor)
-	}
-	if f.registerCheckInterval < time.Second {
-		return fmt.Errorf("%s: %s: want 1s or more", f.where("register-check-interval"), f.registerCheckInterval)
-	}
-	if f.engineMetricsInterval < 0 {
-		return fmt.Errorf("%s: %s: want 0 (off) or more", f.where("engine-metrics-interval"), f.engineMetricsInterval)
-	}
-	if f.checkParallelism < 1 {
-		return fmt.Errorf("%s: %d: want at least 1", f.where("check-parallelism"), f.checkParallelism)
-	}
-	if f.holdTimeout < 0 {
-		return fmt.Errorf("%s: %s: want 0 (hold nothing) or more", f.where("hold-timeout"), f.holdTimeout)
-	}
-	for _, n := range []struct {
-		flag string
-		v    int
-	}{{"hold-per-model", f.holdPerModel}, {"hold-total", f.holdTotal}, {"wake-burst", f.wakeBurst}} {
-		if n.v < 1 {
-			return fmt.Errorf("%s: %d: want at least 1", f.where(n.flag), n.v)
-		}
-	}
-	if f.demandWindow < time.Second || f.demandWindow > time.Hour {
-		return fmt.Errorf("%s: %s: want 1s to 1h", f.where("demand-window"), f.demandWindow)
-	}
-	if f.modelsVariable != "" && !validVariablePath(f.modelsVariable) {
-		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.where("models-variable"), f.modelsVariable)
-	}
-	if f.keysFile != "" && f.keysVariable != "" {
-		return fmt.Errorf("%s and %s: read the keys from one of them", f.where("keys-file"), f.where("keys-variable"))
-	}
-	if f.keysVariable != "" && !validVariablePath(f.keysVariable) {
-		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.where("keys-variable"), f.keysVariable)
-	}
-	if f.keysNamespace == "*" {
-		return fmt.Errorf("%s: the keys are one variable in one namespace, not %q", f.where("keys-namespace"), f.keysNamespace)
-	}
-	if f.shareLimits && f.keysFile == "" && f.keysVariable == "" {
-		return fmt.Errorf("%s: there are no limits to share without keys (keys-file or keys-variable)", f.where("share-limits"))
-	}
-	if (f.tlsCertFile == "") != (f.tlsKeyFile == "") {
-		return fmt.Errorf("%s and %s: give both, or neither", f.where("tls-cert-file"), f.where("tls-key-file"))
-	}
-	if f.modelsNamespace == "*" {
-		return fmt.Errorf("%s: the model list is one variable in one namespace, not %q", f.where("models-namespace"), f.modelsNamespace)
-	}
-	if f.advertise != "" {
-		if _, err := registration(f.advertise, &net.TCPAddr{Port: 1}); err != nil {
-			return fmt.Errorf("%s: %w", f.where("advertise"), err)
-		}
-	}
-	return nil
 }
 
 // DefaultListen is --listen's default: loopback only, so that a gateway
@@ -181,13 +65,15 @@ func NewCommand() *cobra.Command { return newCommand(nil) }
 // newCommand is NewCommand; ready, when not nil, is called with the
 // address served on once listening.
 func newCommand(ready func(addr string)) *cobra.Command {
-	return command(func(ctx context.Context, f flags, stderr io.Writer) error { return run(ctx, f, stderr, ready) })
+	return command(func(ctx context.Context, f config.Settings, stderr io.Writer) error {
+		return run(ctx, f, stderr, ready)
+	})
 }
 
 // command is the command, running serve with the settings resolved
 // (flags, file, defaults) and checked.
-func command(serve func(ctx context.Context, f flags, stderr io.Writer) error) *cobra.Command {
-	var f flags
+func command(serve func(ctx context.Context, f config.Settings, stderr io.Writer) error) *cobra.Command {
+	var f config.Settings
 	cmd := &cobra.Command{
 		Use:   "gateway [--config gateway.hcl] [--listen 127.0.0.1:8080] [--consul ADDR | --nomad ADDR]",
 		Short: "Serve one OpenAI-compatible endpoint over the healthy replicas of every model",
@@ -223,79 +109,59 @@ environment (NOMAD_ADDR, NOMAD_NAMESPACE), that over the flag's default;
 says. See docs/gateway.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.resolve(cmd.Flags(), os.Getenv); err != nil {
+			if err := resolve(&f, cmd.Flags(), os.Getenv); err != nil {
 				return err
 			}
-			if err := f.check(); err != nil {
+			if err := f.Check(); err != nil {
 				return err
 			}
 			return serve(cmd.Context(), f, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.config, "config", "", "read settings from this HCL file (flags given win over it; see docs/gateway.md)")
-	fl.StringVar(&f.listen, "listen", DefaultListen, `address to serve on (loopback by default: ":8080" or "0.0.0.0:8080" for every interface)`)
-	fl.StringVar(&f.consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
-	fl.StringVar(&f.nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_UNIX_ADDR, else NOMAD_ADDR, else http://127.0.0.1:4646)")
+	fl.StringVar(&f.Config, "config", "", "read settings from this HCL file (flags given win over it; see docs/gateway.md)")
+	fl.StringVar(&f.Listen, "listen", DefaultListen, `address to serve on (loopback by default: ":8080" or "0.0.0.0:8080" for every interface)`)
+	fl.StringVar(&f.Consul, "consul", "", "discover from the Consul agent at ADDR (host:port or URL) and register there")
+	fl.StringVar(&f.Nomad, "nomad", "", "discover from Nomad at ADDR (default: NOMAD_UNIX_ADDR, else NOMAD_ADDR, else http://127.0.0.1:4646)")
 	cmd.MarkFlagsMutuallyExclusive("consul", "nomad")
-	fl.StringVar(&f.namespace, "namespace", "", `Nomad namespace to discover in, "*" for all (default: NOMAD_NAMESPACE, else "default")`)
-	fl.StringVar(&f.advertise, "advertise", "", "HOST:PORT clients and Consul's check reach this gateway at (default: the listen address; its host, when unspecified, left to Consul: the agent's node address)")
-	fl.BoolVar(&f.register, "register", true, "with --consul, register as llmgw-gateway with an HTTP check")
-	fl.StringSliceVar(&f.registerTags, "register-tags", nil, "with --consul, tags of the registration besides llmgw-gateway (comma-separated)")
-	fl.DurationVar(&f.registerCheckInterval, "register-check-interval", gateway.DefaultRegisterCheckInterval, "with --consul, the interval of the registration's HTTP check (its timeout is a fifth of it, at least 1s)")
-	fl.DurationVar(&f.consulWait, "consul-wait", gateway.DefaultConsulWait, "with --consul, the longest one blocking query waits for a change")
-	fl.Int64Var(&f.maxModelScan, "max-model-scan", gateway.DefaultMaxModelScan, `bytes of a request body read, at most, to find "model" (413 past them)`)
-	fl.Int64Var(&f.bodyMemory, "body-memory", gateway.DefaultBodyMemory, "bytes all requests together may hold while finding their model (503 past them)")
-	fl.IntVar(&f.attempts, "attempts", gateway.DefaultAttempts, "replicas one request may be tried on, before the first byte reaches the client")
-	fl.DurationVar(&f.noReplicaRetryAfter, "no-replica-retry-after", gateway.DefaultNoReplicaRetryAfter, "the Retry-After of a 503 for a model with no healthy replica")
-	fl.IntVar(&f.breakerFailures, "breaker-failures", gateway.DefaultBreakerFailures, "failures or timeouts in a row that open a replica's circuit breaker")
-	fl.DurationVar(&f.breakerOpen, "breaker-open", gateway.DefaultBreakerOpen, "how long an open breaker waits before its half-open probe")
-	fl.DurationVar(&f.breakerMaxOpen, "breaker-max-open", gateway.DefaultBreakerMaxOpen, "the longest open time, which doubles with each failed probe")
-	fl.DurationVar(&f.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "timeout to connect to a replica")
-	fl.DurationVar(&f.headerTimeout, "response-header-timeout", gateway.DefaultHeaderTimeout, "timeout from sending a request to a replica's response headers (a non-streamed completion sends them when done)")
-	fl.DurationVar(&f.checkInterval, "check-interval", gateway.DefaultCheckInterval, "with Nomad, how often allocations' checks are read")
-	fl.DurationVar(&f.checkTimeout, "check-timeout", gateway.DefaultCheckTimeout, "with Nomad, the longest one allocation's check read may take")
-	fl.IntVar(&f.checkParallelism, "check-parallelism", gateway.DefaultCheckParallelism, "with Nomad, the most check reads in flight at once, all services together")
-	fl.DurationVar(&f.engineMetricsInterval, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each replica engine's /metrics is read, to weigh replicas by every gateway's load (0: off)")
-	fl.DurationVar(&f.holdTimeout, "hold-timeout", gateway.DefaultHoldTimeout, "the longest a request for a model at zero is held for a replica (0: not held, 503 at once)")
-	fl.IntVar(&f.holdPerModel, "hold-per-model", gateway.DefaultHoldPerModel, "the most requests held for one model (503 past it)")
-	fl.IntVar(&f.holdTotal, "hold-total", gateway.DefaultHoldTotal, "the most requests held for all models together (503 past it)")
-	fl.IntVar(&f.wakeBurst, "wake-burst", gateway.DefaultWakeBurst, "held requests in flight at once per ready replica while a model wakes")
-	fl.DurationVar(&f.demandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gatewayapi.DemandPath+")")
-	fl.StringVar(&f.modelsVariable, "models-variable", gatewayapi.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
-	fl.StringVar(&f.modelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
-	fl.StringVar(&f.modelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
-	fl.StringVar(&f.keysFile, "keys-file", "", "read API keys (hashed, with model allowlists and limits) from this HCL file, again when it changes or on SIGHUP; without keys, anyone who reaches the gateway may use it")
-	fl.StringVar(&f.keysVariable, "keys-variable", "", `read the API keys' file from item "keys" of this Nomad variable, watched (instead of --keys-file)`)
-	fl.StringVar(&f.keysNamespace, "keys-namespace", "", `the keys variable's namespace (default: --namespace, "default" when that is "*")`)
-	fl.BoolVar(&f.shareLimits, "share-limits", false, "enforce 1/N of every key's limits, N the llmgw-gateway registrations discovery lists (see docs/gateway.md)")
-	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM; reloaded when it changes, or on SIGHUP)")
-	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
-	fl.StringSliceVar(&f.routing, "routing", nil, `routing policy per model, MODEL=POLICY (comma-separated): "prefix" or "least-outstanding", over the model list's (default: the list's, else least-outstanding)`)
-	fl.Float64Var(&f.prefixLoadFactor, "prefix-load-factor", gateway.DefaultPrefixLoadFactor, "with the prefix policy, a replica with more than this times its share of the requests in flight is passed over (1 or more)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.Namespace, "namespace", "", `Nomad namespace to discover in, "*" for all (default: NOMAD_NAMESPACE, else "default")`)
+	fl.StringVar(&f.Advertise, "advertise", "", "HOST:PORT clients and Consul's check reach this gateway at (default: the listen address; its host, when unspecified, left to Consul: the agent's node address)")
+	fl.BoolVar(&f.Register, "register", true, "with --consul, register as llmgw-gateway with an HTTP check")
+	fl.StringSliceVar(&f.RegisterTags, "register-tags", nil, "with --consul, tags of the registration besides llmgw-gateway (comma-separated)")
+	fl.DurationVar(&f.RegisterCheckInterval, "register-check-interval", gateway.DefaultRegisterCheckInterval, "with --consul, the interval of the registration's HTTP check (its timeout is a fifth of it, at least 1s)")
+	fl.DurationVar(&f.ConsulWait, "consul-wait", gateway.DefaultConsulWait, "with --consul, the longest one blocking query waits for a change")
+	fl.Int64Var(&f.MaxModelScan, "max-model-scan", gateway.DefaultMaxModelScan, `bytes of a request body read, at most, to find "model" (413 past them)`)
+	fl.Int64Var(&f.BodyMemory, "body-memory", gateway.DefaultBodyMemory, "bytes all requests together may hold while finding their model (503 past them)")
+	fl.IntVar(&f.Attempts, "attempts", gateway.DefaultAttempts, "replicas one request may be tried on, before the first byte reaches the client")
+	fl.DurationVar(&f.NoReplicaRetryAfter, "no-replica-retry-after", gateway.DefaultNoReplicaRetryAfter, "the Retry-After of a 503 for a model with no healthy replica")
+	fl.IntVar(&f.BreakerFailures, "breaker-failures", gateway.DefaultBreakerFailures, "failures or timeouts in a row that open a replica's circuit breaker")
+	fl.DurationVar(&f.BreakerOpen, "breaker-open", gateway.DefaultBreakerOpen, "how long an open breaker waits before its half-open probe")
+	fl.DurationVar(&f.BreakerMaxOpen, "breaker-max-open", gateway.DefaultBreakerMaxOpen, "the longest open time, which doubles with each failed probe")
+	fl.DurationVar(&f.DialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "timeout to connect to a replica")
+	fl.DurationVar(&f.HeaderTimeout, "response-header-timeout", gateway.DefaultHeaderTimeout, "timeout from sending a request to a replica's response headers (a non-streamed completion sends them when done)")
+	fl.DurationVar(&f.CheckInterval, "check-interval", gateway.DefaultCheckInterval, "with Nomad, how often allocations' checks are read")
+	fl.DurationVar(&f.CheckTimeout, "check-timeout", gateway.DefaultCheckTimeout, "with Nomad, the longest one allocation's check read may take")
+	fl.IntVar(&f.CheckParallelism, "check-parallelism", gateway.DefaultCheckParallelism, "with Nomad, the most check reads in flight at once, all services together")
+	fl.DurationVar(&f.EngineMetricsInterval, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each replica engine's /metrics is read, to weigh replicas by every gateway's load (0: off)")
+	fl.DurationVar(&f.HoldTimeout, "hold-timeout", gateway.DefaultHoldTimeout, "the longest a request for a model at zero is held for a replica (0: not held, 503 at once)")
+	fl.IntVar(&f.HoldPerModel, "hold-per-model", gateway.DefaultHoldPerModel, "the most requests held for one model (503 past it)")
+	fl.IntVar(&f.HoldTotal, "hold-total", gateway.DefaultHoldTotal, "the most requests held for all models together (503 past it)")
+	fl.IntVar(&f.WakeBurst, "wake-burst", gateway.DefaultWakeBurst, "held requests in flight at once per ready replica while a model wakes")
+	fl.DurationVar(&f.DemandWindow, "demand-window", gateway.DefaultDemandWindow, "the span of the demand's arrival rate and TTFT p90 ("+gatewayapi.DemandPath+")")
+	fl.StringVar(&f.ModelsVariable, "models-variable", gatewayapi.ModelsVariable, `the Nomad variable the controller writes the model list to ("": read none, no model is known at zero)`)
+	fl.StringVar(&f.ModelsNamespace, "models-namespace", "", `the model list variable's namespace (default: --namespace, "default" when that is "*")`)
+	fl.StringVar(&f.ModelsNomad, "models-nomad", "", "read the model list from Nomad at ADDR (default: the Nomad discovered from; with --consul, none unless given)")
+	fl.StringVar(&f.KeysFile, "keys-file", "", "read API keys (hashed, with model allowlists and limits) from this HCL file, again when it changes or on SIGHUP; without keys, anyone who reaches the gateway may use it")
+	fl.StringVar(&f.KeysVariable, "keys-variable", "", `read the API keys' file from item "keys" of this Nomad variable, watched (instead of --keys-file)`)
+	fl.StringVar(&f.KeysNamespace, "keys-namespace", "", `the keys variable's namespace (default: --namespace, "default" when that is "*")`)
+	fl.BoolVar(&f.ShareLimits, "share-limits", false, "enforce 1/N of every key's limits, N the llmgw-gateway registrations discovery lists (see docs/gateway.md)")
+	fl.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM; reloaded when it changes, or on SIGHUP)")
+	fl.StringVar(&f.TLSKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
+	fl.StringSliceVar(&f.Routing, "routing", nil, `routing policy per model, MODEL=POLICY (comma-separated): "prefix" or "least-outstanding", over the model list's (default: the list's, else least-outstanding)`)
+	fl.Float64Var(&f.PrefixLoadFactor, "prefix-load-factor", gateway.DefaultPrefixLoadFactor, "with the prefix policy, a replica with more than this times its share of the requests in flight is passed over (1 or more)")
+	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(hashKeyCommand())
 	return cmd
-}
-
-// routingMap reads --routing's MODEL=POLICY entries.
-func routingMap(entries []string) (map[string]string, error) {
-	m := map[string]string{}
-	for _, e := range entries {
-		model, policy, ok := strings.Cut(e, "=")
-		model, policy = strings.TrimSpace(model), strings.TrimSpace(policy)
-		if !ok || model == "" {
-			return nil, fmt.Errorf("%q: want MODEL=POLICY", e)
-		}
-		if _, dup := m[model]; dup {
-			return nil, fmt.Errorf("%q: model %q given twice", e, model)
-		}
-		m[model] = policy
-	}
-	if err := gateway.CheckRouting(m); err != nil {
-		return nil, err
-	}
-	return m, nil
 }
 
 // engineInterval is --engine-metrics-interval as gateway.Options takes
@@ -307,28 +173,13 @@ func engineInterval(d time.Duration) time.Duration {
 	return d
 }
 
-// validVariablePath reports whether p is a path Nomad accepts for a
-// variable.
-func validVariablePath(p string) bool {
-	if len(p) < 1 || len(p) > 128 {
-		return false
-	}
-	for _, c := range p {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_~/", c)
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // run serves until ctx ends. ready, when not nil, receives the address
 // served on once listening (for tests).
 // It takes settings check accepted.
-func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)) error {
+func run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(addr string)) error {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("%s: %w", f.where("log-level"), err)
+	if err := lvl.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return fmt.Errorf("%s: %w", f.Where("log-level"), err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
@@ -336,25 +187,25 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	var consul *consulapi.Client
 	var nomad *nomadapi.Client // the one discovered from
 	var where string
-	if f.consul != "" {
+	if f.Consul != "" {
 		cfg := consulapi.DefaultConfig()
-		cfg.Address = f.consul
+		cfg.Address = f.Consul
 		c, err := consulapi.NewClient(cfg)
 		if err != nil {
-			return fmt.Errorf("consul client %s: %w", f.consul, err)
+			return fmt.Errorf("consul client %s: %w", f.Consul, err)
 		}
-		consul, where = c, "consul "+f.consul
-		src = &gateway.ConsulSource{Client: c, Logger: log, Wait: f.consulWait}
+		consul, where = c, "consul "+f.Consul
+		src = &gateway.ConsulSource{Client: c, Logger: log, Wait: f.ConsulWait}
 	} else {
 		cfg := nomadapi.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, TLS, ...
-		if f.nomad != "" {
-			cfg.Address = f.nomad
+		if f.Nomad != "" {
+			cfg.Address = f.Nomad
 		} else if addr, from := nomadenv.Address(os.Getenv); from == nomadenv.UnixAddr {
 			// In a Nomad task with its workload identity: the task API
 			// socket, which nomad/api's DefaultConfig does not read.
 			cfg.Address = addr
 		}
-		ns := f.namespace
+		ns := f.Namespace
 		if ns == "" {
 			ns = cfg.Namespace
 		}
@@ -365,8 +216,8 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		}
 		defer c.Close()
 		nomad, where = c, "nomad "+addr
-		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.checkInterval,
-			CheckTimeout: f.checkTimeout, CheckParallelism: f.checkParallelism}
+		src = &gateway.NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.CheckInterval,
+			CheckTimeout: f.CheckTimeout, CheckParallelism: f.CheckParallelism}
 	}
 
 	models, modelsFrom, err := modelSource(f, nomad, log)
@@ -387,41 +238,41 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var certs *certReloader
-	if f.tlsCertFile != "" {
-		if certs, err = newCertReloader(f.tlsCertFile, f.tlsKeyFile, log, reg); err != nil {
-			return fmt.Errorf("%s: %w", f.where("tls-cert-file"), err)
+	if f.TLSCertFile != "" {
+		if certs, err = newCertReloader(f.TLSCertFile, f.TLSKeyFile, log, reg); err != nil {
+			return fmt.Errorf("%s: %w", f.Where("tls-cert-file"), err)
 		}
 	}
-	routing, err := routingMap(f.routing)
+	routing, err := config.RoutingMap(f.Routing)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.where("routing"), err)
+		return fmt.Errorf("%s: %w", f.Where("routing"), err)
 	}
 	g := gateway.New(gateway.Options{
 		Keys:         keys,
 		Source:       src,
 		Logger:       log,
 		Registerer:   reg,
-		Transport:    gateway.NewTransport(f.dialTimeout, f.headerTimeout),
-		MaxModelScan: f.maxModelScan,
-		BodyMemory:   f.bodyMemory,
-		Attempts:     f.attempts,
-		Breaker:      gateway.BreakerConfig{Failures: f.breakerFailures, OpenFor: f.breakerOpen, MaxOpenFor: f.breakerMaxOpen},
+		Transport:    gateway.NewTransport(f.DialTimeout, f.HeaderTimeout),
+		MaxModelScan: f.MaxModelScan,
+		BodyMemory:   f.BodyMemory,
+		Attempts:     f.Attempts,
+		Breaker:      gateway.BreakerConfig{Failures: f.BreakerFailures, OpenFor: f.BreakerOpen, MaxOpenFor: f.BreakerMaxOpen},
 
-		NoReplicaRetryAfter:   f.noReplicaRetryAfter,
-		EngineMetricsInterval: engineInterval(f.engineMetricsInterval),
+		NoReplicaRetryAfter:   f.NoReplicaRetryAfter,
+		EngineMetricsInterval: engineInterval(f.EngineMetricsInterval),
 		Models:                models,
-		Hold:                  gateway.HoldConfig{Timeout: f.holdTimeout, PerModel: f.holdPerModel, Total: f.holdTotal, Burst: f.wakeBurst},
-		DemandWindow:          f.demandWindow,
+		Hold:                  gateway.HoldConfig{Timeout: f.HoldTimeout, PerModel: f.HoldPerModel, Total: f.HoldTotal, Burst: f.WakeBurst},
+		DemandWindow:          f.DemandWindow,
 		Routing:               routing,
-		PrefixLoadFactor:      f.prefixLoadFactor,
+		PrefixLoadFactor:      f.PrefixLoadFactor,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", g.Handler())
 
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", f.where("listen"), f.listen, err)
+		return fmt.Errorf("%s %s: %w", f.Where("listen"), f.Listen, err)
 	}
 	srv, scheme := gateway.NewServer(mux, log), "http://"
 	serve := srv.Serve
@@ -429,7 +280,7 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		srv.TLSConfig, scheme = certs.config(), "https://"
 		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 	}
-	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.config)
+	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.Config)
 	if keys == nil && !loopback(ln.Addr()) {
 		log.Warn("no API keys and not on loopback only: anyone who reaches "+ln.Addr().String()+" may use every model (give --keys-file or --keys-variable)", "listen", ln.Addr().String())
 	}
@@ -472,10 +323,10 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 	if certs != nil {
 		wg.Go(func() { certs.run(ctx, certCheckInterval, certReload) })
 	}
-	if f.shareLimits {
+	if f.ShareLimits {
 		count := func(ctx context.Context) ([]string, error) { return gatewayapi.ConsulGateways(ctx, consul) }
 		if consul == nil {
-			ns := f.namespace
+			ns := f.Namespace
 			if ns == "" || ns == "*" {
 				ns = nomadapi.DefaultNamespace
 			}
@@ -483,14 +334,15 @@ func run(ctx context.Context, f flags, stderr io.Writer, ready func(addr string)
 		}
 		wg.Go(func() { shareLimits(ctx, g, count, shareInterval, log) })
 	}
-	if consul != nil && f.register {
-		r, err := registration(f.advertise, ln.Addr())
+	if consul != nil && f.Register {
+		cr, err := config.NewRegistration(f.Advertise, ln.Addr())
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return err
 		}
-		r.CheckInterval, r.Tags = f.registerCheckInterval, f.registerTags
+		r := gateway.ConsulRegistration{ID: cr.ID, Address: cr.Address, Port: cr.Port, CheckURL: cr.CheckURL}
+		r.CheckInterval, r.Tags = f.RegisterCheckInterval, f.RegisterTags
 		if certs != nil {
 			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
 			r.CheckTLSSkipVerify = true
@@ -548,39 +400,39 @@ func loopback(a net.Addr) bool {
 // so a bad file stops the command with its file:line errors), or
 // --keys-variable in the Nomad discovered from (else --models-nomad's);
 // nil without either. from says which, for the log.
-func keySource(f flags, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (gateway.KeySource, string, error) {
+func keySource(f config.Settings, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (gateway.KeySource, string, error) {
 	switch {
-	case f.keysFile != "":
-		src, err := os.ReadFile(f.keysFile)
+	case f.KeysFile != "":
+		src, err := os.ReadFile(f.KeysFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", f.where("keys-file"), err)
+			return nil, "", fmt.Errorf("%s: %w", f.Where("keys-file"), err)
 		}
-		if _, err := gateway.ParseKeys(f.keysFile, src); err != nil {
+		if _, err := gateway.ParseKeys(f.KeysFile, src); err != nil {
 			return nil, "", err
 		}
-		return &gateway.FileKeys{Path: f.keysFile, Reload: reload}, "file " + f.keysFile, nil
-	case f.keysVariable != "":
+		return &gateway.FileKeys{Path: f.KeysFile, Reload: reload}, "file " + f.KeysFile, nil
+	case f.KeysVariable != "":
 		c := discovered
 		if c == nil {
-			if f.modelsNomad == "" {
-				return nil, "", fmt.Errorf("%s: with --consul, --models-nomad names the Nomad to read the keys from", f.where("keys-variable"))
+			if f.ModelsNomad == "" {
+				return nil, "", fmt.Errorf("%s: with --consul, --models-nomad names the Nomad to read the keys from", f.Where("keys-variable"))
 			}
 			cfg := nomadapi.DefaultConfig()
-			cfg.Address = f.modelsNomad
+			cfg.Address = f.ModelsNomad
 			var err error
 			if c, err = nomadapi.NewClient(cfg); err != nil {
-				return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.where("models-nomad"), f.modelsNomad, err)
+				return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.Where("models-nomad"), f.ModelsNomad, err)
 			}
 		}
-		ns := f.keysNamespace
+		ns := f.KeysNamespace
 		if ns == "" {
-			ns = f.namespace
+			ns = f.Namespace
 		}
 		if ns == "" || ns == "*" {
 			ns = nomadapi.DefaultNamespace
 		}
-		return &gateway.NomadKeys{Client: c, Logger: log, Namespace: ns, Path: f.keysVariable},
-			fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.keysVariable, ns), nil
+		return &gateway.NomadKeys{Client: c, Logger: log, Namespace: ns, Path: f.KeysVariable},
+			fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.KeysVariable, ns), nil
 	}
 	return nil, "none: open to every client", nil
 }
@@ -589,25 +441,25 @@ func keySource(f flags, discovered *nomadapi.Client, reload <-chan struct{}, log
 // the Nomad of --models-nomad, else the one discovered from (nil with
 // --consul), in --models-namespace, else the discovery namespace. from
 // says which, for the log.
-func modelSource(f flags, discovered *nomadapi.Client, log *slog.Logger) (gateway.ModelSource, string, error) {
-	if f.modelsVariable == "" {
+func modelSource(f config.Settings, discovered *nomadapi.Client, log *slog.Logger) (gateway.ModelSource, string, error) {
+	if f.ModelsVariable == "" {
 		return nil, "none (--models-variable is empty)", nil
 	}
 	c := discovered
 	cfg := nomadapi.DefaultConfig()
-	if f.modelsNomad != "" {
-		cfg.Address = f.modelsNomad
+	if f.ModelsNomad != "" {
+		cfg.Address = f.ModelsNomad
 		var err error
 		if c, err = nomadapi.NewClient(cfg); err != nil {
-			return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.where("models-nomad"), f.modelsNomad, err)
+			return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.Where("models-nomad"), f.ModelsNomad, err)
 		}
 	}
 	if c == nil {
 		return nil, "none (with --consul, --models-nomad names the Nomad to read it from)", nil
 	}
-	ns := f.modelsNamespace
-	if ns == "" && discovered != nil && f.modelsNomad == "" {
-		ns = f.namespace
+	ns := f.ModelsNamespace
+	if ns == "" && discovered != nil && f.ModelsNomad == "" {
+		ns = f.Namespace
 	}
 	if ns == "" {
 		ns = cfg.Namespace
@@ -615,41 +467,6 @@ func modelSource(f flags, discovered *nomadapi.Client, log *slog.Logger) (gatewa
 	if ns == "" || ns == "*" {
 		ns = nomadapi.DefaultNamespace
 	}
-	from := fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.modelsVariable, ns)
-	return &gateway.NomadModels{Client: c, Logger: log, Namespace: ns, Path: f.modelsVariable}, from, nil
-}
-
-// registration is how the gateway registers itself: at --advertise, else
-// at the listen address (its host left to Consul when unspecified), with
-// the check on /healthz at the same address (127.0.0.1 for an unspecified
-// host: the agent is local).
-func registration(advertise string, listen net.Addr) (gateway.ConsulRegistration, error) {
-	host, portStr, err := net.SplitHostPort(listen.String())
-	if err != nil {
-		return gateway.ConsulRegistration{}, fmt.Errorf("listen address %s: %w", listen, err)
-	}
-	if advertise != "" {
-		host, portStr, err = net.SplitHostPort(advertise)
-		if err != nil {
-			return gateway.ConsulRegistration{}, fmt.Errorf("%q: want HOST:PORT: %w", advertise, err)
-		}
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port <= 0 || port > 65535 {
-		return gateway.ConsulRegistration{}, fmt.Errorf("advertised port %q: want 1 to 65535", portStr)
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = ""
-	}
-	checkHost := host
-	if checkHost == "" {
-		checkHost = "127.0.0.1"
-	}
-	name, _ := os.Hostname()
-	return gateway.ConsulRegistration{
-		ID:       fmt.Sprintf("%s-%s-%d", gatewayapi.GatewayServiceName, name, port),
-		Address:  host,
-		Port:     port,
-		CheckURL: "http://" + net.JoinHostPort(checkHost, strconv.Itoa(port)) + "/healthz",
-	}, nil
+	from := fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.ModelsVariable, ns)
+	return &gateway.NomadModels{Client: c, Logger: log, Namespace: ns, Path: f.ModelsVariable}, from, nil
 }

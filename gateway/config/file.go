@@ -1,4 +1,9 @@
-package gatewaycmd
+// Package config is the gateway's configuration: the file format of
+// `llmgw gateway --config` (Parse: every flag as an attribute) and the
+// resolved settings the runtime serves with (Settings, with Check).
+// The command (cmd/llmgw/internal/cli/gatewaycmd) defines the flags and
+// applies a parsed file to the flags the command line left alone.
+package config
 
 import (
 	"errors"
@@ -8,18 +13,17 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/spf13/pflag"
 	"github.com/zclconf/go-cty/cty/function"
 
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
-// fileHCL is the gateway's configuration file (--config): every flag's
+// FileHCL is the gateway's configuration file (--config): every flag's
 // setting, as an attribute named like the flag with "_" for "-"
 // (--breaker-max-open is breaker_max_open). A value means what the flag
 // means: durations are strings such as "30s". To add a setting, add its
 // flag and a field here; TestConfigCoversFlags holds the two together.
-type fileHCL struct {
+type FileHCL struct {
 	Listen                string   `hcl:"listen,optional"`
 	Consul                string   `hcl:"consul,optional"`
 	Nomad                 string   `hcl:"nomad,optional"`
@@ -65,29 +69,29 @@ type fileHCL struct {
 // duration is a duration attribute: a string such as "30s", "10m".
 type duration string
 
-// fileSetting is one setting the file gives: its flag, its value as the
+// Setting is one setting the file gives: its flag, its value as the
 // flag would take it, and where.
-type fileSetting struct {
-	flag  string
-	value string   // for a scalar flag
-	list  []string // for a list flag (register_tags)
-	attr  string
-	at    string // "file:line"
+type Setting struct {
+	Flag  string
+	Value string   // for a scalar flag
+	List  []string // for a list flag (register_tags)
+	Attr  string
+	At    string // "file:line"
 }
 
-// configFile is a parsed configuration file: its settings in the order
+// File is a parsed configuration file: its settings in the order
 // of the schema.
-type configFile struct {
-	filename string
-	settings []fileSetting
+type File struct {
+	Filename string
+	Settings []Setting
 }
 
-// parseConfig parses a configuration file's contents. env looks up the
+// Parse parses a configuration file's contents. env looks up the
 // variables env("NAME") reads (os.Getenv in the command). Every problem is
 // an error naming filename:line, joined with errors.Join.
-func parseConfig(filename string, src []byte, env func(string) string) (*configFile, error) {
+func Parse(filename string, src []byte, env func(string) string) (*File, error) {
 	ctx := &hcl.EvalContext{Functions: map[string]function.Function{"env": hcldecode.EnvFunc(env)}}
-	var raw fileHCL
+	var raw FileHCL
 	f, ok := hcldecode.Decode(filename, src, ctx, &raw)
 	var errs []error
 	for _, p := range f.Problems() {
@@ -96,7 +100,7 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 	if !ok {
 		return nil, errors.Join(errs...)
 	}
-	cf := &configFile{filename: filename}
+	cf := &File{Filename: filename}
 	v := reflect.ValueOf(raw)
 	for i := range v.NumField() {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("hcl"), ",")
@@ -104,37 +108,37 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 		if name == "" || !given {
 			continue
 		}
-		s := fileSetting{flag: strings.ReplaceAll(name, "_", "-"), attr: name, at: fmt.Sprintf("%s:%d", filename, max(r.Start.Line, 1))}
+		s := Setting{Flag: strings.ReplaceAll(name, "_", "-"), Attr: name, At: fmt.Sprintf("%s:%d", filename, max(r.Start.Line, 1))}
 		switch fv := v.Field(i).Interface().(type) {
 		case string:
-			s.value = fv
+			s.Value = fv
 		case duration:
-			s.value = string(fv)
-			if _, err := hcldecode.ParseDuration(name, s.value); err != nil {
+			s.Value = string(fv)
+			if _, err := hcldecode.ParseDuration(name, s.Value); err != nil {
 				errs = append(errs, &hcldecode.Problem{Filename: filename, Line: max(r.Start.Line, 1), Msg: err.Error()})
 			}
 		case bool:
-			s.value = strconv.FormatBool(fv)
+			s.Value = strconv.FormatBool(fv)
 		case int:
-			s.value = strconv.Itoa(fv)
+			s.Value = strconv.Itoa(fv)
 		case int64:
-			s.value = strconv.FormatInt(fv, 10)
+			s.Value = strconv.FormatInt(fv, 10)
 		case float64:
-			s.value = strconv.FormatFloat(fv, 'g', -1, 64)
+			s.Value = strconv.FormatFloat(fv, 'g', -1, 64)
 		case []string:
-			s.list = fv
+			s.List = fv
 		default:
-			panic(fmt.Sprintf("gatewaycmd: config attribute %s of type %T", name, fv))
+			panic(fmt.Sprintf("gateway/config: attribute %s of type %T", name, fv))
 		}
-		cf.settings = append(cf.settings, s)
+		cf.Settings = append(cf.Settings, s)
 	}
-	for _, s := range cf.settings {
-		if (s.attr == "consul" || s.attr == "nomad") && s.value == "" {
-			errs = append(errs, fmt.Errorf("%s: %s: empty address", s.at, s.attr))
+	for _, s := range cf.Settings {
+		if (s.Attr == "consul" || s.Attr == "nomad") && s.Value == "" {
+			errs = append(errs, fmt.Errorf("%s: %s: empty address", s.At, s.Attr))
 		}
 	}
-	if c, n := cf.setting("consul"), cf.setting("nomad"); c != nil && n != nil {
-		errs = append(errs, fmt.Errorf("%s: consul and nomad (%s): discover from one of them", c.at, n.at))
+	if c, n := cf.Lookup("consul"), cf.Lookup("nomad"); c != nil && n != nil {
+		errs = append(errs, fmt.Errorf("%s: consul and nomad (%s): discover from one of them", c.At, n.At))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -142,41 +146,13 @@ func parseConfig(filename string, src []byte, env func(string) string) (*configF
 	return cf, nil
 }
 
-func (cf *configFile) setting(attr string) *fileSetting {
-	for i := range cf.settings {
-		if cf.settings[i].attr == attr {
-			return &cf.settings[i]
+// Lookup returns the setting of attribute attr, nil when the file does
+// not give it.
+func (cf *File) Lookup(attr string) *Setting {
+	for i := range cf.Settings {
+		if cf.Settings[i].Attr == attr {
+			return &cf.Settings[i]
 		}
 	}
 	return nil
-}
-
-// apply sets every flag the command line left alone to the file's value,
-// and returns where each setting applied came from (flag name to
-// "file:line: attribute"). --consul or --nomad on the command line choose
-// the source whatever the file says: the file's consul and nomad are
-// then both left out.
-func (cf *configFile) apply(fl *pflag.FlagSet) (map[string]string, error) {
-	from := map[string]string{}
-	sourceFlag := fl.Changed("consul") || fl.Changed("nomad")
-	for _, s := range cf.settings {
-		if fl.Changed(s.flag) || (sourceFlag && (s.flag == "consul" || s.flag == "nomad")) {
-			continue
-		}
-		f := fl.Lookup(s.flag)
-		if f == nil {
-			return nil, fmt.Errorf("%s: %s: no flag --%s", s.at, s.attr, s.flag)
-		}
-		var err error
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			err = sv.Replace(s.list)
-		} else {
-			err = f.Value.Set(s.value)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", s.at, s.attr, err)
-		}
-		from[s.flag] = s.at + ": " + s.attr
-	}
-	return from, nil
 }
