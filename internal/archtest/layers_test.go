@@ -57,6 +57,7 @@ var layers = map[string]map[string]string{
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
 		"internal/hcldecode":     "API key files are HCL",
 		"internal/httpjson":      "its JSON answers",
+		"internal/nomadenv":      "which Nomad API the environment names (Run, discovering from Nomad in a task)",
 		"internal/testing":       "only gateway/internal/gwload and prefixload, measuring tools run with go run (see mayImportDoubles)",
 		"gatewayapi":             "the names and wire types it shares with the controller",
 	},

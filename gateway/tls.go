@@ -1,4 +1,4 @@
-package gatewaycmd
+package gateway
 
 import (
 	"context"
