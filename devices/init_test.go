@@ -1,7 +1,6 @@
 package devices
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	hclog "github.com/hashicorp/go-hclog"
+
+	"github.com/llmgw/llmgw/internal/testing/syncbuf"
 )
 
 // These tests run in synctest bubbles: the retry waits are either the
@@ -19,22 +20,9 @@ import (
 // waits on the wall clock.
 
 // syncBuffer is a log sink the manager's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(substr string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), substr)
-}
+func (s *syncBuffer) count(substr string) int { return strings.Count(s.String(), substr) }
 
 // runManager runs an already built manager until the returned stop.
 func runManager(t *testing.T, mgr *Manager) (stop func(), done <-chan struct{}) {
@@ -103,13 +91,13 @@ func TestInitRetriesUntilDriverLoads(t *testing.T) {
 			t.Fatalf("after Init succeeded (-want +got):\n%s", diff)
 		}
 		if n := logs.count("NVML library not found"); n != 1 {
-			t.Errorf("logged the missing library %d times, want once:\n%s", n, logs.b.String())
+			t.Errorf("logged the missing library %d times, want once:\n%s", n, logs.String())
 		}
 		if n := logs.count("NVML init failed"); n != 1 {
-			t.Errorf("logged the init failure %d times, want once:\n%s", n, logs.b.String())
+			t.Errorf("logged the init failure %d times, want once:\n%s", n, logs.String())
 		}
 		if n := logs.count("NVML initialised"); n != 1 {
-			t.Errorf("logged the success %d times, want once:\n%s", n, logs.b.String())
+			t.Errorf("logged the success %d times, want once:\n%s", n, logs.String())
 		}
 	})
 }

@@ -1,41 +1,21 @@
 package gateway
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/llmgw/llmgw/internal/testing/syncbuf"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
-
-// syncBuffer is a bytes.Buffer the server's goroutines and the test may
-// use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // NewServer's server sends what net/http has to say (here a handler's
 // panic) to the logger, at warn, and answers a request whose headers pass
 // ServerMaxHeaderBytes with 431.
 func TestNewServer(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })

@@ -10,32 +10,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/syncbuf"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines and the
 // test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 func (s *syncBuffer) lines() []string {
 	return strings.Split(strings.TrimSuffix(s.String(), "\n"), "\n")

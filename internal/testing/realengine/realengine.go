@@ -10,7 +10,6 @@
 package realengine
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
+	"github.com/llmgw/llmgw/internal/testing/syncbuf"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
@@ -88,7 +88,7 @@ type Server struct {
 	URL  string
 	Port int
 	Cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
@@ -137,7 +137,7 @@ func Launch(t testing.TB, model string, args ...string) *Server {
 	port := FreePort(t)
 	full := append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "-np", "2", "-c", "2048"}, args...)
 	cmd := exec.Command(llamabuild.Binary(), full...)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -172,23 +172,6 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // Get fetches url and returns the answer's status and body.

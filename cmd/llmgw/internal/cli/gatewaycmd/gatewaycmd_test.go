@@ -1,7 +1,6 @@
 package gatewaycmd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,29 +23,13 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/syncbuf"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // waitFor bounds a test's waits on a channel or a client, as wait.For's
 // polls are bounded.
 const waitFor = wait.Timeout
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The whole command against a fake Consul and an in-process fake-engine:
 // it registers itself, discovers the replica, routes to it, serves
@@ -299,12 +282,12 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 // the test, and returns the address it listens on and what it writes to
 // stderr. stop ends it and returns what it ended with; at the end of the
 // test an error it stops with fails the test.
-func startGateway(t *testing.T, args []string) (addr string, stderr *syncBuffer, stop func() error) {
+func startGateway(t *testing.T, args []string) (addr string, stderr *syncbuf.Buffer, stop func() error) {
 	t.Helper()
 	addrc := make(chan string, 1)
 	cmd := newCommand(func(a string) { addrc <- a })
 	cmd.SetArgs(args)
-	stderr = &syncBuffer{}
+	stderr = &syncbuf.Buffer{}
 	cmd.SetErr(stderr)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
