@@ -65,3 +65,18 @@ func TestForFailsNamingWhatAndTheLastSaw(t *testing.T) {
 		t.Errorf("failure %q: want what and the last saw", ft.msg)
 	}
 }
+
+// A cleanup may wait: the test's context has ended by then, and For
+// still polls until the condition holds.
+func TestForInACleanup(t *testing.T) {
+	t.Parallel()
+	n := 0
+	t.Run("sub", func(t *testing.T) {
+		t.Cleanup(func() {
+			wait.For(t, "the third call, in a cleanup", func() (bool, string) { n++; return n == 3, "" })
+		})
+	})
+	if n != 3 {
+		t.Errorf("cond called %d times in the cleanup, want 3", n)
+	}
+}
