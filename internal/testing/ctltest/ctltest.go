@@ -251,8 +251,15 @@ func Start(t testing.TB, opts Options) *Env {
 		t.Fatal(err)
 	}
 	e.Controller = c
+	e.URL = serve(t, c, client)
+	e.settle()
+	return e
+}
+
+// serve runs c until the test ends, its API on a loopback server whose URL
+// it returns; the test's end stops c, then closes the server and client.
+func serve(t testing.TB, c *controller.Controller, client *api.Client) string {
 	srv := httptest.NewServer(c.Handler())
-	e.URL = srv.URL
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -265,8 +272,7 @@ func Start(t testing.TB, opts Options) *Env {
 		srv.Close()
 		client.Close()
 	})
-	e.settle()
-	return e
+	return srv.URL
 }
 
 // StartUnread runs a controller with the test catalog and facility whose
@@ -295,20 +301,7 @@ func StartUnread(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(c.Handler())
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-		client.Close()
-	})
-	return &Env{T: t, Controller: c, URL: srv.URL}
+	return &Env{T: t, Controller: c, URL: serve(t, c, client)}
 }
 
 // serveDemand answers a gateway's demand (gatewayapi.DemandPath) with Demand.

@@ -31,12 +31,10 @@ import (
 // polls are bounded.
 const waitFor = wait.Timeout
 
-// The whole command against a fake Consul and an in-process fake-engine:
-// it registers itself, discovers the replica, routes to it, serves
-// metrics, and deregisters when stopped: health, registration, the model
-// list, a completion, a streamed completion and the metrics.
-func TestGatewayWithConsul(t *testing.T) {
-	const model = "llama-3.1-8b"
+// startEngine serves a loaded in-process fake-engine of model on loopback
+// until the test ends, and returns its port.
+func startEngine(t *testing.T, model string) int {
+	t.Helper()
 	cfg := fakeengine.Defaults()
 	cfg.Model, cfg.TokensPerSecond = model, 0
 	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
@@ -48,10 +46,20 @@ func TestGatewayWithConsul(t *testing.T) {
 	engine := &http.Server{Handler: fe.Handler(), ReadHeaderTimeout: time.Second}
 	go func() { _ = engine.Serve(ln) }()
 	t.Cleanup(func() { _ = engine.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The whole command against a fake Consul and an in-process fake-engine:
+// it registers itself, discovers the replica, routes to it, serves
+// metrics, and deregisters when stopped: health, registration, the model
+// list, a completion, a streamed completion and the metrics.
+func TestGatewayWithConsul(t *testing.T) {
+	const model = "llama-3.1-8b"
+	enginePort := startEngine(t, model)
 
 	c := consulfake.New()
 	t.Cleanup(c.Close)
-	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
+	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: enginePort,
 		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
 
 	addr, stderr, stop := startGateway(t, []string{"--listen", "127.0.0.1:0", "--consul", c.Addr(), "--log-level", "debug"})
@@ -249,18 +257,8 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 		t.Error("/metrics lacks the held request")
 	}
 
-	cfg := fakeengine.Defaults()
-	cfg.Model, cfg.TokensPerSecond = model, 0
-	fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	fe.Load(t.Context())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := &http.Server{Handler: fe.Handler(), ReadHeaderTimeout: time.Second}
-	go func() { _ = engine.Serve(ln) }()
-	t.Cleanup(func() { _ = engine.Close() })
-	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
+	enginePort := startEngine(t, model)
+	c.Register(consulfake.Service{ID: "r0", Name: render.ServiceName(model), Address: "127.0.0.1", Port: enginePort,
 		Tags: []string{"llmgw", "model=" + model, "profile=p", "replica=" + model + "-0"}})
 	select {
 	case got := <-answer:
