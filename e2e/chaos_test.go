@@ -451,7 +451,9 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 		a := r.pickClient()
 		f.detail = a.Name
 		r.setDown(a.Name, true)
-		a.Stop()
+		if err := a.Stop(); err != nil {
+			r.violate("client restart: %v", err)
+		}
 		r.hold(2*time.Second, 8*time.Second)
 		if err := a.Start(); err != nil {
 			r.t.Fatal(err)
@@ -461,7 +463,9 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 	case "server-restart":
 		f.detail = "the only server"
 		r.setDown(r.c.Server.Name, true)
-		r.c.Server.Stop()
+		if err := r.c.Server.Stop(); err != nil {
+			r.violate("server restart: %v", err)
+		}
 		r.hold(2*time.Second, 8*time.Second)
 		if err := r.c.Server.Start(); err != nil {
 			r.t.Fatal(err)

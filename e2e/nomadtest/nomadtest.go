@@ -95,7 +95,9 @@ func StartConsul(t testing.TB, clients ...string) *Consul {
 	all := []*localnomad.ConsulAgent{srv}
 	t.Cleanup(func() {
 		for _, a := range slices.Backward(all) {
-			a.Stop()
+			if err := a.Stop(); err != nil {
+				t.Errorf("stopping consul: %v", err)
+			}
 		}
 		if t.Failed() {
 			for _, a := range all {

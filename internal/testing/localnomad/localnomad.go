@@ -375,23 +375,35 @@ func (a *Agent) Start() error {
 	return nil
 }
 
-// Stop sends SIGINT and waits for the agent to exit (SIGKILL after 30s).
-func (a *Agent) Stop() {
+// Stop sends SIGINT and waits for the agent to exit. An agent still running
+// 30 s later is killed with SIGKILL, and so are the processes it started
+// (its plugins, which Nomad leaves running when it is killed so that its
+// next start can reattach to them: nothing would end them here); the
+// error then says so and names them. An agent that stops by itself ends
+// its plugins itself: what is left after that is a leak the caller sees.
+func (a *Agent) Stop() error {
 	a.mu.Lock()
 	cmd, exited, lf := a.cmd, a.exited, a.logFile
 	a.cmd = nil
 	a.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil
 	}
+	var err error
 	_ = cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
+		victims := processesOf(cmd.Process.Pid, a.Dir)
 		_ = cmd.Process.Kill()
+		for _, pid := range victims {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		<-exited
+		err = fmt.Errorf("agent %s did not stop within 30s of SIGINT: killed it and the processes it started %v", a.Name, victims)
 	}
 	_ = lf.Close()
+	return err
 }
 
 // Exited reports whether the agent process has ended (or was never started).
@@ -524,9 +536,13 @@ func (c *Cluster) Shutdown(keep bool) error {
 		cancel()
 	}
 	for _, a := range c.Clients {
-		a.Stop()
+		if err := a.Stop(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	c.Server.Stop()
+	if err := c.Server.Stop(); err != nil {
+		errs = append(errs, err)
+	}
 	unmountUnder(c.Root)
 	if !keep {
 		if err := os.RemoveAll(c.Root); err != nil {
