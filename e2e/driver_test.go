@@ -193,7 +193,9 @@ func TestDriverInRealNomad(t *testing.T) {
 
 	// Restart the client agent on the same data dir: the engine keeps
 	// running and the task is recovered, not restarted.
-	client.Stop()
+	if err := client.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	if !engineRef.Alive() {
 		t.Fatal("engine died with the Nomad client")
 	}

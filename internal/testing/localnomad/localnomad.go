@@ -165,8 +165,7 @@ consul {
 		ctx, cancel := context.WithTimeout(context.Background(), aclBootstrapTimeout)
 		defer cancel()
 		if err := c.bootstrapACL(ctx); err != nil {
-			srv.Stop()
-			return nil, err
+			return nil, errors.Join(err, srv.Stop())
 		}
 	}
 	return c, nil
