@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
@@ -157,27 +157,30 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		ready(ln.Addr().String())
 	}
 
+	// Every part runs until ctx ends or the gateway's Run returns; the
+	// first error (the listener's, the gateway's) ends them all and is
+	// what Run returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	wg.Go(func() {
-		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
-			cancel()
+	grp, ctx := errgroup.WithContext(ctx)
+	grp.Go(func() error {
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
 		}
+		return nil
 	})
-	wg.Go(func() {
+	grp.Go(func() error {
 		<-ctx.Done()
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
+		return nil
 	})
-	wg.Go(func() {
+	grp.Go(func() error {
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-hup:
 				log.Info("SIGHUP: reading the keys and the TLS certificate again")
 				for _, c := range []chan struct{}{keysReload, certReload} {
@@ -190,7 +193,7 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		}
 	})
 	if certs != nil {
-		wg.Go(func() { certs.run(ctx, certCheckInterval, certReload) })
+		grp.Go(func() error { certs.run(ctx, certCheckInterval, certReload); return nil })
 	}
 	if f.ShareLimits {
 		count := func(ctx context.Context) ([]string, error) { return gatewayapi.ConsulGateways(ctx, consul) }
@@ -201,13 +204,13 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 			}
 			count = func(ctx context.Context) ([]string, error) { return gatewayapi.NomadGateways(ctx, nomad, ns) }
 		}
-		wg.Go(func() { shareLimits(ctx, g, count, shareInterval, log) })
+		grp.Go(func() error { shareLimits(ctx, g, count, shareInterval, log); return nil })
 	}
 	if consul != nil && f.Register {
 		cr, err := config.NewRegistration(f.Advertise, ln.Addr())
 		if err != nil {
 			cancel()
-			wg.Wait()
+			_ = grp.Wait()
 			return err
 		}
 		r := ConsulRegistration{ID: cr.ID, Address: cr.Address, Port: cr.Port, CheckURL: cr.CheckURL}
@@ -218,21 +221,18 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 			// The controller reads this gateway's demand over HTTPS.
 			r.Tags = append(slices.Clone(r.Tags), gatewayapi.TLSTag)
 		}
-		wg.Go(func() {
+		grp.Go(func() error {
 			if err := r.Register(ctx, consul, log); err != nil {
 				log.Warn("consul", "error", err)
 			}
+			return nil
 		})
 	}
-	err = g.Run(ctx)
-	cancel()
-	wg.Wait()
-	select {
-	case e := <-errc:
-		return e
-	default:
-	}
-	return err
+	grp.Go(func() error {
+		defer cancel()
+		return g.Run(ctx)
+	})
+	return grp.Wait()
 }
 
 // shareInterval is how often --share-limits counts the gateways.

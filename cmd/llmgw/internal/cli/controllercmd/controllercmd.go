@@ -12,11 +12,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
@@ -64,34 +64,33 @@ func run(ctx context.Context, path, level string) error {
 	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("llmgw controller", "api", "http://"+ln.Addr().String(), "nomad", cfg.Nomad.Address, "catalog", cfg.Catalog)
 
+	// Every part runs until ctx ends or the controller's Run returns; the
+	// first error (the listener's, the controller's) ends them all and is
+	// what run returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
-			cancel()
+	grp, ctx := errgroup.WithContext(ctx)
+	grp.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
+		return nil
+	})
+	grp.Go(func() error {
 		<-ctx.Done()
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
-	}()
-	go func() {
-		defer wg.Done()
+		return nil
+	})
+	grp.Go(func() error {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-hup:
 				if err := c.Reload(); err != nil {
 					log.Error("reload refused; the previous catalog and facility stay in force", "error", err)
@@ -100,16 +99,12 @@ func run(ctx context.Context, path, level string) error {
 				}
 			}
 		}
-	}()
-	err = c.Run(ctx)
-	cancel()
-	wg.Wait()
-	select {
-	case e := <-errc:
-		return e
-	default:
-	}
-	return err
+	})
+	grp.Go(func() error {
+		defer cancel()
+		return c.Run(ctx)
+	})
+	return grp.Wait()
 }
 
 // identity names this controller in the leader lock (and in the holds it
