@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/llmgw/llmgw/internal/testing/proctest"
 	"github.com/llmgw/llmgw/nomadplugin"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -281,7 +282,7 @@ ready_interval   = "100ms"
 // not under cgroup_parent; it is removed when the engine exits. Skipped
 // where no cgroup v2 hierarchy is writable.
 func TestEngineCgroupInNomadPartition(t *testing.T) {
-	parent, why := writableCgroup(t)
+	parent, why := proctest.WritableCgroup(t)
 	if parent == "" {
 		t.Skipf("no writable cgroup v2 hierarchy here: %s", why)
 	}

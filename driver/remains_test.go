@@ -6,93 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/testing/proctest"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
-
-// writableCgroup returns a fresh cgroup v2 directory this process may
-// create cgroups in (to be the driver's cgroup_parent), removed at the
-// end of the test, or "" and why there is none.
-func writableCgroup(t *testing.T) (string, string) {
-	t.Helper()
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err.Error()
-	}
-	own := ""
-	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if p, ok := strings.CutPrefix(l, "0::"); ok {
-				own = p
-			}
-		}
-	}
-	var why []string
-	for _, l := range strings.Split(string(mounts), "\n") {
-		f := strings.Fields(l)
-		sep := -1
-		for i, x := range f {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(f) || f[sep+1] != "cgroup2" {
-			continue
-		}
-		dir := filepath.Join(f[4], own, fmt.Sprintf("llmgw-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			why = append(why, err.Error())
-			continue
-		}
-		t.Cleanup(func() {
-			entries, _ := os.ReadDir(dir)
-			for _, e := range entries {
-				if e.IsDir() {
-					_ = os.Remove(filepath.Join(dir, e.Name()))
-				}
-			}
-			_ = os.Remove(dir)
-		})
-		return dir, ""
-	}
-	if len(why) == 0 {
-		why = append(why, "no cgroup2 file system mounted")
-	}
-	return "", strings.Join(why, "; ")
-}
-
-// pidFileRef waits for a pid file and returns the Ref of the running
-// process it names.
-func pidFileRef(t *testing.T, path string) procfs.Ref {
-	t.Helper()
-	var ref procfs.Ref
-	wait.Until(t, "a running process named in "+path, func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil || !strings.HasSuffix(string(b), "\n") {
-			return false
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			return false
-		}
-		ref, err = procfs.RefOf(pid)
-		return err == nil
-	})
-	t.Cleanup(func() {
-		if ref.Alive() {
-			_ = syscall.Kill(ref.Pid, syscall.SIGKILL)
-		}
-	})
-	return ref
-}
 
 // TestSupervisorSIGKILLLeavesNothing: the engine forks a worker (as vLLM
 // does) and, with a cgroup, a second worker that leaves the engine's
@@ -104,7 +27,7 @@ func pidFileRef(t *testing.T, path string) procfs.Ref {
 func TestSupervisorSIGKILLLeavesNothing(t *testing.T) {
 	t.Run("no cgroup", func(t *testing.T) { supervisorSIGKILL(t, "") })
 	t.Run("cgroup", func(t *testing.T) {
-		cgParent, why := writableCgroup(t)
+		cgParent, why := proctest.WritableCgroup(t)
 		if cgParent == "" {
 			t.Skipf("no writable cgroup v2 hierarchy here: %s", why)
 		}
@@ -137,12 +60,12 @@ ready { skip = true }
 		t.Fatal(err)
 	}
 	taskDir := filepath.Join(tk.cfg.GetAllocDir(), tk.cfg.GetName())
-	procs := map[string]procfs.Ref{"engine": st.Engine, "worker": pidFileRef(t, filepath.Join(taskDir, "worker.pid"))}
+	procs := map[string]procfs.Ref{"engine": st.Engine, "worker": proctest.PidFileRef(t, filepath.Join(taskDir, "worker.pid"))}
 	if cgParent != "" {
 		if st.Cgroup == "" || !strings.HasPrefix(st.Cgroup, cgParent+"/") {
 			t.Fatalf("engine cgroup %q, want one under %s", st.Cgroup, cgParent)
 		}
-		procs["escaped worker"] = pidFileRef(t, filepath.Join(taskDir, "escaped.pid"))
+		procs["escaped worker"] = proctest.PidFileRef(t, filepath.Join(taskDir, "escaped.pid"))
 		if s, err := procfs.ReadStat(procs["escaped worker"].Pid); err != nil || s.Session == st.Supervisor.Pid {
 			t.Fatalf("escaped worker still in the supervisor's session: %+v %v", s, err)
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/proctest"
 )
 
 func TestLimitsFilesAndControllers(t *testing.T) {
@@ -192,7 +194,7 @@ func TestLimitsEnforcedInCgroup(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q", file, b, err, want)
 		}
 	}
-	engine := readPidFile(t, filepath.Join(dir, "engine.pid"))
+	engine := proctest.PidFileRef(t, filepath.Join(dir, "engine.pid"))
 	if !slices.Contains(readPids(filepath.Join(cg, "cgroup.procs")), engine.Pid) {
 		t.Errorf("engine pid %d not in %s/cgroup.procs", engine.Pid, cg)
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/testing/proctest"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -55,34 +56,6 @@ func launchScript(t *testing.T, stateDir, script, cgroupParent string) *Launched
 	return l
 }
 
-// readPidFile waits for a pid file the engine writes and returns the Ref
-// of that (still running) process.
-func readPidFile(t *testing.T, path string) procfs.Ref {
-	t.Helper()
-	var ref procfs.Ref
-	wait.Until(t, "a running process named in "+path, func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil || !strings.HasSuffix(string(b), "\n") {
-			return false
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			return false
-		}
-		ref, err = procfs.RefOf(pid)
-		return err == nil
-	})
-	t.Cleanup(func() { killRef(ref) })
-	return ref
-}
-
-// killRef ends what a failed test left running, if ref still names it.
-func killRef(ref procfs.Ref) {
-	if ref.Alive() {
-		_ = syscall.Kill(ref.Pid, syscall.SIGKILL)
-	}
-}
-
 // TestEngineDiesWithKilledSupervisor: SIGKILL the supervisor and nothing
 // else; the engine's parent-death signal ends it.
 func TestEngineDiesWithKilledSupervisor(t *testing.T) {
@@ -108,7 +81,7 @@ func TestOrphansKilledBeforeExitRecord(t *testing.T) {
 	l := launchScript(t, dir, `setsid sh -c 'echo $$ > worker.pid; exec sleep 3600' &
 while [ ! -e go ]; do sleep 0.02; done
 exit 3`, "")
-	worker := readPidFile(t, filepath.Join(dir, "worker.pid"))
+	worker := proctest.PidFileRef(t, filepath.Join(dir, "worker.pid"))
 	st, err := procfs.ReadStat(worker.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -220,49 +193,15 @@ func TestCleanupSessionGroupAndReuse(t *testing.T) {
 	}
 }
 
-// writableCgroup returns a fresh cgroup v2 directory this process may
-// create cgroups in and move processes into, removed at the end of the
-// test, or skips the test saying why there is none.
+// writableCgroup is proctest.WritableCgroup, or skips the test saying why
+// there is none.
 func writableCgroup(t *testing.T) string {
 	t.Helper()
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Skipf("cgroup part skipped: %v", err)
+	dir, why := proctest.WritableCgroup(t)
+	if dir == "" {
+		t.Skipf("cgroup part skipped: no writable cgroup v2 hierarchy here (%s)", why)
 	}
-	own := ""
-	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if p, ok := strings.CutPrefix(l, "0::"); ok {
-				own = p
-			}
-		}
-	}
-	var why []string
-	for _, l := range strings.Split(string(mounts), "\n") {
-		f := strings.Fields(l)
-		sep := -1
-		for i, x := range f {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(f) || f[sep+1] != "cgroup2" {
-			continue
-		}
-		dir := filepath.Join(f[4], own, fmt.Sprintf("llmgw-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			why = append(why, err.Error())
-			continue
-		}
-		t.Cleanup(func() { _ = removeCgroupTree(dir, time.Now().Add(5*time.Second)) })
-		return dir
-	}
-	if len(why) == 0 {
-		why = append(why, "no cgroup2 file system mounted")
-	}
-	t.Skipf("cgroup part skipped: no writable cgroup v2 hierarchy here (%s)", strings.Join(why, "; "))
-	return ""
+	return dir
 }
 
 // TestCleanupKillsCgroup: processes in the engine's cgroup and in a
@@ -335,7 +274,7 @@ exit 0`, parent)
 	if l.Started.Cgroup == "" {
 		t.Fatalf("no cgroup under %s: %s", parent, l.Started.CgroupError)
 	}
-	worker := readPidFile(t, filepath.Join(dir, "worker.pid"))
+	worker := proctest.PidFileRef(t, filepath.Join(dir, "worker.pid"))
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
