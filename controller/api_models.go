@@ -117,8 +117,7 @@ func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("pin set", "model", name, "replicas", p.Replicas, "until", p.Until, "by", p.SetBy, "reason", p.Reason)
-	c.kick()
-	httpjson.WriteIndented(w, http.StatusOK, p)
+	httpjson.WriteIndented(w, http.StatusOK, controllerapi.PinAnswer{Pin: p, Warning: c.awaitView(r.Context())})
 }
 
 func (c *Controller) deletePin(w http.ResponseWriter, r *http.Request) {
@@ -137,8 +136,11 @@ func (c *Controller) deletePin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("pin released", "model", name, "by", r.Header.Get("X-LLMGW-User"))
-	c.kick()
-	httpjson.WriteIndented(w, http.StatusOK, map[string]string{"released": name})
+	out := map[string]string{"released": name}
+	if warn := c.awaitView(r.Context()); warn != "" {
+		out["warning"] = warn
+	}
+	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 
 func fmtHours(d time.Duration) string {

@@ -518,3 +518,24 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 		}
 	}
 }
+
+// A pin and its release answer once the controller's view shows them, so
+// that the read right after (llmgw ctl scale, then llmgw ctl models) does.
+func TestPinShowsInTheNextRead(t *testing.T) {
+	s := newScaleEnv(t, chatCatalog, `headroom = 0`)
+	s.settleServing()
+	code, raw := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 4, Reason: "launch"}, nil)
+	if code != http.StatusOK || strings.Contains(raw, "warning") {
+		t.Fatalf("PUT pin: %d %s, want 200 without a warning", code, raw)
+	}
+	if mv := s.model("chat"); mv.Pin == nil || mv.Pin.Replicas != 4 {
+		t.Errorf("right after the pin: pin %+v, want 4", mv.Pin)
+	}
+	code, raw = call(t, http.MethodDelete, s.c.url+"/v1/models/chat/pin", "", nil, nil)
+	if code != http.StatusOK || strings.Contains(raw, "warning") {
+		t.Fatalf("DELETE pin: %d %s, want 200 without a warning", code, raw)
+	}
+	if mv := s.model("chat"); mv.Pin != nil {
+		t.Errorf("right after the release: pin %+v, want none", mv.Pin)
+	}
+}

@@ -15,5 +15,13 @@ type Pin struct {
 	SetBy    string    `json:"set_by,omitempty"`
 }
 
+// PinAnswer is the answer to PUT /v1/models/{model}/pin: the pin as
+// stored, and a warning when the controller's view did not show it in
+// time (the pin is set all the same).
+type PinAnswer struct {
+	Pin
+	Warning string `json:"warning,omitempty"`
+}
+
 // Active reports whether the pin is in force at now.
 func (p Pin) Active(now time.Time) bool { return now.Before(p.Until) }

@@ -185,6 +185,7 @@ survives a restart of the controller. --release ends it early.
 				if err != nil {
 					return err
 				}
+				warnWrite(cmd, raw)
 				if c.json() {
 					return printJSON(cmd, raw)
 				}
@@ -210,6 +211,7 @@ survives a restart of the controller. --release ends it early.
 			if err != nil {
 				return err
 			}
+			warnWrite(cmd, raw)
 			if c.json() {
 				return printJSON(cmd, raw)
 			}
