@@ -26,6 +26,11 @@ type MockConfig struct {
 	Seed       string              `codec:"seed"`
 	MIG        map[string][]string `codec:"mig"`
 	EventsFile string              `codec:"events_file"`
+	// Draw is DrawFixed (the default) or DrawLoad.
+	Draw string `codec:"draw"`
+	// DenyPowerLimit makes setting a power limit fail with NO_PERMISSION,
+	// as on a real GPU when the plugin does not run as root.
+	DenyPowerLimit bool `codec:"deny_power_limit"`
 }
 
 // DefaultIgnoredXIDs are the XIDs that an application, not the GPU, causes
@@ -53,6 +58,10 @@ func ConfigSpec() *hclspec.Spec {
 			"seed":        hclspec.Attr("seed", "string"),
 			"mig":         hclspec.Attr("mig", "map(list(string))"),
 			"events_file": hclspec.Attr("events_file", "string"),
+			"draw": hclspec.Default(
+				hclspec.Attr("draw", "string"), hclspec.Literal(`"fixed"`)),
+			"deny_power_limit": hclspec.Default(
+				hclspec.Attr("deny_power_limit", "bool"), hclspec.Literal("false")),
 		})),
 	})
 }

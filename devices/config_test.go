@@ -35,6 +35,29 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+func TestConfigMockPower(t *testing.T) {
+	got, err := decodeHCL(t, `
+mock {
+  system           = "dgxh200"
+  draw             = "load"
+  deny_power_limit = true
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mock.Draw != DrawLoad || !got.Mock.DenyPowerLimit {
+		t.Fatalf("draw %q, deny_power_limit %v; want load, true", got.Mock.Draw, got.Mock.DenyPowerLimit)
+	}
+	_, err = decodeHCL(t, `
+mock {
+  system = "dgxh200"
+  draw   = "loud"
+}`)
+	if err == nil || !strings.Contains(err.Error(), `mock.draw: "loud" is not a draw mode`) {
+		t.Fatalf("bad draw: %v", err)
+	}
+}
+
 func TestConfigMock(t *testing.T) {
 	got, err := decodeHCL(t, `
 fingerprint_period = "30s"
@@ -50,7 +73,7 @@ mock {
 		t.Fatal(err)
 	}
 	four, watts := 4, 500.5
-	want := &MockConfig{System: "dgxb200", GPUs: &four, PowerWatts: &watts, Seed: "node-7", MIG: map[string][]string{"1": {"1g.23gb"}}}
+	want := &MockConfig{System: "dgxb200", GPUs: &four, PowerWatts: &watts, Seed: "node-7", MIG: map[string][]string{"1": {"1g.23gb"}}, Draw: DrawFixed}
 	if diff := cmp.Diff(want, got.Mock); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}

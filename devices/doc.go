@@ -24,7 +24,10 @@
 //
 // One device group per product name; a MIG instance is in the group
 // "<product> MIG <profile>" and its parent GPU is not offered. Group
-// attributes are memory (MiB), power_limit (W, the enforced board limit),
+// attributes are memory (MiB), power_limit (W, the board's default power
+// limit, not the enforced one: a power cap must change neither the
+// fingerprint nor the draw placement derives from it; a GPU that reports
+// no default gives its enforced limit),
 // bar1 (MiB), driver_version, cuda_compute_capability, cores_clock and
 // memory_clock (max MHz), pci_bandwidth (MB/s); MIG groups carry mig_slices
 // and parent_power_limit instead of power_limit and bar1. When GPUs of one

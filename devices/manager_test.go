@@ -436,20 +436,26 @@ func TestReserveListsHostDeviceNodes(t *testing.T) {
 	})
 }
 
-func TestAttributesFollowPowerLimitChange(t *testing.T) {
+func TestPowerLimitAttributeIgnoresCaps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMock(t, MockConfig{System: "dgxh200"})
 		mgr, stop := startManager(t, m, testConfig())
 		defer stop()
 		synctest.Wait()
+		before, _, _ := mgr.Current()
 		for _, g := range m.GPUs() {
-			g.Update(func(g *MockGPU) { g.LimitMW = 600000 })
+			if ret := g.SetPowerManagementLimit(400000); ret != nvml.SUCCESS {
+				t.Fatalf("set 400 W on %s: %s", g.UUID, nvml.ErrorString(ret))
+			}
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		fp, _, _ := mgr.Current()
-		if got := fp.GetDeviceGroup()[0].GetAttributes()["power_limit"].GetIntVal(); got != 600 {
-			t.Fatalf("power_limit after an operator lowered it: got %d, want 600", got)
+		if got := fp.GetDeviceGroup()[0].GetAttributes()["power_limit"].GetIntVal(); got != 700 {
+			t.Fatalf("power_limit with every GPU capped at 400 W: got %d, want the default 700", got)
+		}
+		if fp != before {
+			t.Fatalf("a cap changed the fingerprint:\nbefore %v\nafter  %v", before, fp)
 		}
 	})
 }

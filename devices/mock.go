@@ -26,7 +26,8 @@ import (
 type mockSystem struct {
 	newServer   func() *server.Server
 	productName string // what real NVML reports for this board
-	powerLimitW uint32
+	powerLimitW uint32 // the default, and the highest a limit may be set to
+	minLimitW   uint32 // the lowest a power limit may be set to
 	smClockMHz  uint32
 	memClockMHz uint32
 	bar1MiB     uint64
@@ -35,10 +36,10 @@ type mockSystem struct {
 }
 
 var mockSystems = map[string]mockSystem{
-	"dgxa100": {dgxa100.New, "NVIDIA A100-SXM4-40GB", 400, 1410, 1215, 65536, 4, 16},
-	"dgxh100": {dgxh100.New, "NVIDIA H100 80GB HBM3", 700, 1980, 2619, 131072, 5, 16},
-	"dgxh200": {dgxh200.New, "NVIDIA H200", 700, 1980, 3201, 262144, 5, 16},
-	"dgxb200": {dgxb200.New, "NVIDIA B200", 1000, 1965, 3996, 262144, 5, 16},
+	"dgxa100": {dgxa100.New, "NVIDIA A100-SXM4-40GB", 400, 100, 1410, 1215, 65536, 4, 16},
+	"dgxh100": {dgxh100.New, "NVIDIA H100 80GB HBM3", 700, 200, 1980, 2619, 131072, 5, 16},
+	"dgxh200": {dgxh200.New, "NVIDIA H200", 700, 200, 1980, 3201, 262144, 5, 16},
+	"dgxb200": {dgxb200.New, "NVIDIA B200", 1000, 200, 1965, 3996, 262144, 5, 16},
 }
 
 // MockSystems lists the names the mock block accepts, sorted.
@@ -54,25 +55,48 @@ func MockSystems() []string {
 // dgx PCI bus numbers, as an eight-GPU HGX board enumerates them.
 var mockBuses = []int{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
 
+// Draw modes of the mock (mock.draw).
+const (
+	// DrawFixed: every GPU draws power_watts (40% of its limit by default).
+	DrawFixed = "fixed"
+	// DrawLoad: a GPU's draw follows the CPU use of the processes bound to
+	// it (see loadSampler); power_watts is its idle draw.
+	DrawLoad = "load"
+)
+
 // MockNVML is an nvml.Interface serving one of go-nvml's mock systems, with
-// power, temperature, utilisation, clocks, ECC, energy, PCI and MIG filled in
-// and an event set that tests (and nothing else) can feed.
+// power, power limits, temperature, utilisation, clocks, ECC, energy, PCI
+// and MIG filled in and an event set that tests (and nothing else) can feed.
 type MockNVML struct {
 	*server.Server
 	system  mockSystem
-	start   time.Time
 	events  chan nvml.EventData
 	devices []*MockGPU
+	// load, in draw = "load" mode, reads how busy each GPU's processes are.
+	load *loadSampler
 }
 
 // MockGPU is one GPU of a MockNVML. Tests change its exported fields through
 // Update to inject faults while the plugin reads them.
 type MockGPU struct {
 	*server.Device
-	mu        sync.Mutex
-	PowerMW   uint32      // current draw
-	LimitMW   uint32      // enforced power limit
-	Err       nvml.Return // when not SUCCESS, every query of this GPU fails with it
+	mu sync.Mutex
+	// PowerMW is what the GPU would draw with no limit: fixed, or (draw =
+	// "load") set from its processes' load at each reading. It reports
+	// min(PowerMW, LimitMW), as a GPU held at its limit does.
+	PowerMW uint32
+	LimitMW uint32 // enforced power limit
+	// The range SetPowerManagementLimit accepts, and the default limit.
+	MinLimitMW, MaxLimitMW, DefaultLimitMW uint32
+	// SetLimitErr, when not SUCCESS, is what SetPowerManagementLimit
+	// answers (NO_PERMISSION: a plugin not running as root).
+	SetLimitErr nvml.Return
+	Err         nvml.Return // when not SUCCESS, every query of this GPU fails with it
+	// IdleMW is the draw at no load (draw = "load").
+	IdleMW uint32
+	// energyMJ is the energy drawn up to energyAt.
+	energyMJ  float64
+	energyAt  time.Time
 	ECCCorr   uint64
 	ECCUncorr uint64
 	// What NVML keeps of past faults (see Traces); a reset clears all but
@@ -82,6 +106,7 @@ type MockGPU struct {
 	RemapFailed   bool
 	Recovery      nvml.DeviceGpuRecoveryAction
 	MIG           []*mock.Device
+	migUUIDs      []string
 }
 
 // NewMockNVML builds the mock for cfg. It never touches real hardware.
@@ -99,9 +124,17 @@ func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
 		n = *cfg.GPUs
 	}
 	s.Devices = s.Devices[:n]
-	m := &MockNVML{Server: s, system: sys, start: time.Now(), events: make(chan nvml.EventData, 64)}
+	m := &MockNVML{Server: s, system: sys, events: make(chan nvml.EventData, 64)}
 	limitMW := sys.powerLimitW * 1000
 	drawMW := uint32(float64(limitMW) * 0.4)
+	switch cfg.Draw {
+	case "", DrawFixed:
+	case DrawLoad:
+		drawMW = uint32(float64(limitMW) * 0.1)
+		m.load = newLoadSampler(procRoot)
+	default:
+		return nil, fmt.Errorf("mock.draw: %q is not a draw mode (want %q or %q)", cfg.Draw, DrawFixed, DrawLoad)
+	}
 	if cfg.PowerWatts != nil {
 		if *cfg.PowerWatts < 0 || math.IsNaN(*cfg.PowerWatts) {
 			return nil, fmt.Errorf("mock.power_watts: must be zero or more, got %v", *cfg.PowerWatts)
@@ -117,7 +150,12 @@ func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
 		sd.PciBusID = fmt.Sprintf("00000000:%02X:00.0", mockBuses[i%len(mockBuses)]+i/len(mockBuses))
 		sd.Config.Name = sys.productName
 		sd.MemoryInfo.Free = sd.MemoryInfo.Total - sd.MemoryInfo.Used
-		g := &MockGPU{Device: sd, PowerMW: drawMW, LimitMW: limitMW, Err: nvml.SUCCESS}
+		g := &MockGPU{Device: sd, PowerMW: drawMW, LimitMW: limitMW, Err: nvml.SUCCESS,
+			MinLimitMW: sys.minLimitW * 1000, MaxLimitMW: limitMW, DefaultLimitMW: limitMW,
+			IdleMW: drawMW, energyAt: time.Now()}
+		if cfg.DenyPowerLimit {
+			g.SetLimitErr = nvml.ERROR_NO_PERMISSION
+		}
 		m.wire(g)
 		m.devices = append(m.devices, g)
 	}
@@ -152,7 +190,39 @@ func NewMockNVML(cfg MockConfig) (*MockNVML, error) {
 func (g *MockGPU) Update(f func(g *MockGPU)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.accrueLocked(time.Now())
 	f(g)
+}
+
+// drawLocked is what the GPU draws now: its load's draw, held at its
+// enforced limit.
+func (g *MockGPU) drawLocked() uint32 { return min(g.PowerMW, g.LimitMW) }
+
+// accrueLocked adds the energy drawn since the last reading, at the draw
+// now, so the counter only grows while the draw changes.
+func (g *MockGPU) accrueLocked(now time.Time) {
+	if dt := now.Sub(g.energyAt).Seconds(); dt > 0 {
+		g.energyMJ += float64(g.drawLocked()) * dt
+	}
+	g.energyAt = now
+}
+
+// follow sets a GPU's unlimited draw from its processes' load (draw =
+// "load"): idle + utilisation × (default limit − idle).
+func (m *MockNVML) follow(g *MockGPU) {
+	if m.load == nil {
+		return
+	}
+	util := m.load.Util(g.UUID)
+	for _, u := range g.migUUIDs {
+		util += m.load.Util(u) // a process bound to one of its MIG instances
+	}
+	util = min(util, 1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.accrueLocked(time.Now())
+	idle := min(g.IdleMW, g.DefaultLimitMW)
+	g.PowerMW = idle + uint32(util*float64(g.DefaultLimitMW-idle))
 }
 
 // GPUs returns the mock's GPUs in NVML index order.
@@ -242,28 +312,59 @@ func (m *MockNVML) wire(g *MockGPU) {
 		return g.LimitMW, g.Err
 	}
 	d.GetPowerManagementLimitFunc = d.GetEnforcedPowerLimitFunc
-	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+	d.GetPowerManagementLimitConstraintsFunc = func() (uint32, uint32, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.PowerMW, g.Err
+		return g.MinLimitMW, g.MaxLimitMW, g.Err
+	}
+	d.GetPowerManagementDefaultLimitFunc = func() (uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.DefaultLimitMW, g.Err
+	}
+	d.SetPowerManagementLimitFunc = func(mw uint32) nvml.Return {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		switch {
+		case g.Err != nvml.SUCCESS:
+			return g.Err
+		case g.SetLimitErr != nvml.SUCCESS:
+			return g.SetLimitErr
+		case mw < g.MinLimitMW || mw > g.MaxLimitMW:
+			// Real NVML's answer to a limit outside the constraints.
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		g.LimitMW = mw
+		return nvml.SUCCESS
+	}
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
+		m.follow(g)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.drawLocked(), g.Err
 	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+		m.follow(g)
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		// An idle HGX board sits near 30 C and nears 70 C at its limit.
-		return 30 + uint32(40*float64(g.PowerMW)/float64(max(g.LimitMW, 1))), g.Err
+		return 30 + uint32(40*float64(g.drawLocked())/float64(max(g.DefaultLimitMW, 1))), g.Err
 	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+		m.follow(g)
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		frac := float64(g.PowerMW) / float64(max(g.LimitMW, 1))
+		frac := float64(g.drawLocked()) / float64(max(g.DefaultLimitMW, 1))
 		return nvml.Utilization{Gpu: uint32(100 * frac), Memory: uint32(60 * frac)}, g.Err
 	}
 	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
+		m.follow(g)
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		// mJ drawn since the mock started, at the current draw.
-		return uint64(float64(g.PowerMW) * time.Since(m.start).Seconds()), g.Err
+		// mJ drawn since the mock started, at the draw seen at each
+		// reading.
+		g.accrueLocked(time.Now())
+		return uint64(g.energyMJ), g.Err
 	}
 	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
 		g.mu.Lock()
@@ -399,6 +500,7 @@ func (m *MockNVML) partition(g *MockGPU, seed, system string, profiles []string)
 			GetDeviceHandleFromMigDeviceHandleFunc: func() (nvml.Device, nvml.Return) { return g, nvml.SUCCESS },
 		}
 		g.MIG = append(g.MIG, mig)
+		g.migUUIDs = append(g.migUUIDs, uuid)
 	}
 	return nil
 }

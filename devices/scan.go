@@ -194,9 +194,7 @@ func describe(dev nvmlseam.Device, index int, driver string) ([]GPU, error) {
 		g.PCIBusID = nvmlseam.BusID(pci)
 	}
 	a := Attrs{MemoryMiB: int64(mem.Total >> 20), DriverVersion: driver}
-	if mw, ret := dev.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
-		a.PowerLimitW = int64(mw / 1000)
-	}
+	a.PowerLimitW = boardLimitW(dev)
 	if bar1, ret := dev.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
 		a.BAR1MiB = int64(bar1.Bar1Total >> 20)
 	}
@@ -285,6 +283,21 @@ func describeMIG(parent GPU) ([]GPU, error) {
 		})
 	}
 	return out, nil
+}
+
+// boardLimitW is a GPU's power_limit attribute: its default power limit,
+// not the enforced one, so that a power cap (the plugin's own, or an
+// operator's) changes neither the fingerprint nor the draw placement derives
+// from it. A GPU that does not report a default reports its enforced limit.
+// 0 when neither answers.
+func boardLimitW(dev nvmlseam.Device) int64 {
+	if mw, ret := dev.GetPowerManagementDefaultLimit(); ret == nvml.SUCCESS && mw > 0 {
+		return int64(mw / 1000)
+	}
+	if mw, ret := dev.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
+		return int64(mw / 1000)
+	}
+	return 0
 }
 
 // pcieLaneMBps is the usable one-direction bandwidth of one PCIe lane.

@@ -42,7 +42,10 @@ plugin "nomad-device-nvml" {
     # mock {
     #   system      = "dgxh200"     # dgxa100 | dgxh100 | dgxh200 | dgxb200
     #   gpus        = 8             # how many to show (default: all 8)
-    #   power_watts = 280           # draw each mock GPU reports (default: 40% of its limit)
+    #   power_watts = 280           # draw each mock GPU reports (default: 40% of its limit;
+    #                               # with draw = "load", the idle draw, default 10%)
+    #   draw        = "fixed"       # "load": draw follows the CPU load of the GPU's processes
+    #   deny_power_limit = false    # true: setting a power limit fails (no permission)
     #   seed        = "node-1"      # makes UUIDs unique per node; use the node name
     #   mig         = { "7" = ["3g.71gb", "3g.71gb"] }  # GPU index -> MIG profiles
     #   events_file = "/tmp/nvml-events"  # append "<UUID> xid 79" or "<UUID> ecc" to inject faults

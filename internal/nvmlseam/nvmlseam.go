@@ -11,8 +11,9 @@
 // (github.com/NVIDIA/go-nvml/pkg/nvml/mock, and the DGX systems under
 // mock/) satisfy Lib and Device as they are, so a test hands a mock to the
 // very code that runs on a GPU host. The interfaces list only what llmgw
-// reads, so a reader sees at a glance which NVML calls the plugins depend
-// on. A handle keeps its dynamic type: NVML's handles (and the mocks') are
+// reads, and the one thing it sets (a GPU's power limit, for the device
+// plugin's power caps), so a reader sees at a glance which NVML calls the
+// plugins depend on. A handle keeps its dynamic type: NVML's handles (and the mocks') are
 // the values go-nvml returns, compared and passed back to it unchanged.
 //
 // This package links no mock: the binaries that import it (the device
@@ -39,8 +40,8 @@ type Lib interface {
 	EventSetCreate() (nvml.EventSet, nvml.Return)
 }
 
-// Device is what llmgw reads of one NVML device handle: a whole GPU or a
-// MIG instance.
+// Device is what llmgw reads of one NVML device handle (a whole GPU or a
+// MIG instance) and the power limit it sets on a whole GPU.
 type Device interface {
 	// Identity and place on the host.
 	GetUUID() (string, nvml.Return)
@@ -59,6 +60,12 @@ type Device interface {
 
 	// Power, temperature, use and wear.
 	GetEnforcedPowerLimit() (uint32, nvml.Return)
+	// The range a power limit may be set in and the board's default, in
+	// mW; SetPowerManagementLimit sets the limit (root only on real GPUs:
+	// NO_PERMISSION otherwise; INVALID_ARGUMENT outside the range).
+	GetPowerManagementLimitConstraints() (minMW, maxMW uint32, ret nvml.Return)
+	GetPowerManagementDefaultLimit() (uint32, nvml.Return)
+	SetPowerManagementLimit(mw uint32) nvml.Return
 	GetPowerUsage() (uint32, nvml.Return)
 	GetTemperature(nvml.TemperatureSensors) (uint32, nvml.Return)
 	GetUtilizationRates() (nvml.Utilization, nvml.Return)
