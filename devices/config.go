@@ -2,6 +2,10 @@ package devices
 
 import (
 	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
@@ -16,7 +20,40 @@ type Config struct {
 	IgnoredXIDs       []uint64      `codec:"ignored_xids"`
 	HealthRecovery    time.Duration `codec:"health_recovery"`
 	Mock              *MockConfig   `codec:"mock"`
+	PowerCaps         *PowerCaps    `codec:"power_caps"`
 }
+
+// PowerCaps is the power_caps block: where the controller's caps for this
+// node are (Nomad variables) and what to do when the controller is lost.
+// The plugin caps nothing while the block is absent.
+type PowerCaps struct {
+	// NomadAddr is Nomad's HTTP API; empty: NOMAD_ADDR, else
+	// http://127.0.0.1:4646 (as Nomad's API client reads them).
+	NomadAddr string `codec:"nomad_addr"`
+	// TokenFile holds the ACL token (read at configuration); empty:
+	// NOMAD_TOKEN, else none.
+	TokenFile string `codec:"token_file"`
+	Namespace string `codec:"namespace"`
+	// NodeName is this node's name in Nomad; empty: the host name, Nomad's
+	// default node name.
+	NodeName string `codec:"node_name"`
+	// Prefix of the variables: <Prefix>/<NodeName> holds the caps,
+	// <Prefix>/_heartbeat the controller's lease.
+	Prefix string        `codec:"variable_prefix"`
+	Lease  time.Duration `codec:"lease"`
+	// FallbackWatts caps a GPU when the controller is lost and gave no
+	// fallback for it; nil: keep its last cap.
+	FallbackWatts *float64 `codec:"fallback_watts"`
+
+	token string // read from TokenFile by Validate
+}
+
+// HeartbeatVar is the cluster-wide variable whose every new version renews
+// the controller's lease, under the prefix.
+const HeartbeatVar = "_heartbeat"
+
+// validVarPath is what Nomad accepts as a variable path.
+var validVarPath = regexp.MustCompile("^[a-zA-Z0-9-_~/]{1,128}$")
 
 // MockConfig selects one of go-nvml's mock systems instead of real NVML.
 type MockConfig struct {
@@ -51,6 +88,18 @@ func ConfigSpec() *hclspec.Spec {
 			hclspec.Attr("ignored_xids", "list(number)"), hclspec.Literal("[13, 31, 43, 45, 68, 109]")),
 		"health_recovery": hclspec.Default(
 			hclspec.Attr("health_recovery", "string"), hclspec.Literal(`"5m"`)),
+		"power_caps": hclspec.Block("power_caps", false, hclspec.Object(map[string]*hclspec.Spec{
+			"nomad_addr": hclspec.Attr("nomad_addr", "string"),
+			"token_file": hclspec.Attr("token_file", "string"),
+			"namespace": hclspec.Default(
+				hclspec.Attr("namespace", "string"), hclspec.Literal(`"default"`)),
+			"node_name": hclspec.Attr("node_name", "string"),
+			"variable_prefix": hclspec.Default(
+				hclspec.Attr("variable_prefix", "string"), hclspec.Literal(`"llmgw/power-caps"`)),
+			"lease": hclspec.Default(
+				hclspec.Attr("lease", "string"), hclspec.Literal(`"45s"`)),
+			"fallback_watts": hclspec.Attr("fallback_watts", "number"),
+		})),
 		"mock": hclspec.Block("mock", false, hclspec.Object(map[string]*hclspec.Spec{
 			"system":      hclspec.RequiredAttr("system", "string"),
 			"gpus":        hclspec.Attr("gpus", "number"),
@@ -79,8 +128,9 @@ func DecodeConfig(msgpack []byte) (Config, error) {
 	return c, nil
 }
 
-// Validate checks the values the schema cannot.
-func (c Config) Validate() error {
+// Validate checks the values the schema cannot, and resolves power_caps'
+// defaults that come from the host (node name, token file).
+func (c *Config) Validate() error {
 	if c.FingerprintPeriod < time.Second {
 		return fmt.Errorf("fingerprint_period: %s is too short (minimum 1s)", c.FingerprintPeriod)
 	}
@@ -99,10 +149,57 @@ func (c Config) Validate() error {
 		if m.PowerWatts != nil && *m.PowerWatts < 0 {
 			return fmt.Errorf("mock.power_watts: must be zero or more, got %v", *m.PowerWatts)
 		}
+		if m.Draw != "" && m.Draw != DrawFixed && m.Draw != DrawLoad {
+			return fmt.Errorf("mock.draw: %q is not a draw mode (want %q or %q)", m.Draw, DrawFixed, DrawLoad)
+		}
 		// Building the mock checks the rest (GPU count, power against the
 		// board limit, MIG profiles) with the system's own numbers.
 		if _, err := NewMockNVML(*m); err != nil {
 			return err
+		}
+	}
+	if pc := c.PowerCaps; pc != nil {
+		if err := pc.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the block and fills in what it leaves to the
+// environment: the token from token_file, the node name from the host.
+func (pc *PowerCaps) validate() error {
+	if pc.Lease < time.Second {
+		return fmt.Errorf("power_caps.lease: %s is too short (minimum 1s)", pc.Lease)
+	}
+	if pc.FallbackWatts != nil && (math.IsNaN(*pc.FallbackWatts) || *pc.FallbackWatts <= 0) {
+		return fmt.Errorf("power_caps.fallback_watts: must be above zero, got %v", *pc.FallbackWatts)
+	}
+	if pc.Namespace == "" {
+		pc.Namespace = "default"
+	}
+	if pc.Prefix == "" {
+		pc.Prefix = "llmgw/power-caps"
+	}
+	pc.Prefix = strings.Trim(pc.Prefix, "/")
+	if pc.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("power_caps.node_name: not set, and the host name cannot be read: %w", err)
+		}
+		pc.NodeName = h
+	}
+	if p := pc.Prefix + "/" + pc.NodeName; !validVarPath.MatchString(p) {
+		return fmt.Errorf("power_caps: variable path %q (variable_prefix/node_name) is not a Nomad variable path (letters, digits, - _ ~ /; at most 128)", p)
+	}
+	if pc.TokenFile != "" {
+		b, err := os.ReadFile(pc.TokenFile)
+		if err != nil {
+			return fmt.Errorf("power_caps.token_file: %w", err)
+		}
+		pc.token = strings.TrimSpace(string(b))
+		if pc.token == "" {
+			return fmt.Errorf("power_caps.token_file: %s is empty", pc.TokenFile)
 		}
 	}
 	return nil

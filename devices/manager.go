@@ -102,6 +102,9 @@ type Manager struct {
 	fp      *devicepb.FingerprintResponse
 	changed chan struct{}
 	ready   bool
+
+	// caps sets power caps (power_caps); nil when the block is absent.
+	caps *capper
 }
 
 // NewManager prepares a manager; nothing touches NVML until Run.
@@ -138,6 +141,38 @@ func NewManager(lib nvmlseam.Lib, cfg Config, log hclog.Logger, mock bool) *Mana
 	return m
 }
 
+// enableCaps makes Run hold the GPUs' power limits where the controller's
+// caps say (the power_caps block).
+func (m *Manager) enableCaps(pc PowerCaps) error {
+	c, err := newCapper(pc, m.log, m.boards)
+	if err != nil {
+		return err
+	}
+	m.caps = c
+	return nil
+}
+
+// boards are the physical GPUs of the last scan, MIG instances' parents
+// once each, with their handles.
+func (m *Manager) boards() []capBoard {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	var out []capBoard
+	for _, g := range m.gpus {
+		b := capBoard{uuid: g.UUID, dev: g.dev}
+		if g.Parent != "" {
+			b = capBoard{uuid: g.Parent, dev: g.parent}
+		}
+		if b.dev == nil || seen[b.uuid] {
+			continue
+		}
+		seen[b.uuid] = true
+		out = append(out, b)
+	}
+	return out
+}
+
 // Current returns the latest fingerprint, a channel closed when a newer one
 // is published, and whether the first scan has finished.
 func (m *Manager) Current() (*devicepb.FingerprintResponse, <-chan struct{}, bool) {
@@ -159,6 +194,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.refresh()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if m.caps != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.caps.run(ctx)
+		}()
+	}
 	if m.cfg.HealthEvents {
 		wg.Add(1)
 		go func() {

@@ -80,6 +80,11 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) (*ba
 		lib = p.newNVML()
 	}
 	mgr := NewManager(lib, cfg, p.log, mock)
+	if cfg.PowerCaps != nil {
+		if err := mgr.enableCaps(*cfg.PowerCaps); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "nomad-device-nvml config: "+err.Error())
+		}
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

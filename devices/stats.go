@@ -1,12 +1,14 @@
 package devices
 
 import (
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
@@ -31,7 +33,7 @@ func (m *Manager) Stats() []*devicepb.DeviceGroupStats {
 			groups[g.Group] = grp
 			order = append(order, g.Group)
 		}
-		grp.InstanceStats[g.UUID] = deviceStats(g, now)
+		grp.InstanceStats[g.UUID] = deviceStats(g, now, m.caps)
 	}
 	out := make([]*devicepb.DeviceGroupStats, 0, len(order))
 	for _, n := range order {
@@ -40,12 +42,13 @@ func (m *Manager) Stats() []*devicepb.DeviceGroupStats {
 	return out
 }
 
-func deviceStats(g GPU, now *timestamppb.Timestamp) *devicepb.DeviceStats {
+func deviceStats(g GPU, now *timestamppb.Timestamp, caps *capper) *devicepb.DeviceStats {
 	board := g.dev
 	if g.parent != nil {
 		board = g.parent
 	}
 	attrs := map[string]*structspb.StatValue{}
+	powerLimits(attrs, g.board(), board, caps)
 	var power, memory *structspb.StatValue
 	if mw, ret := board.GetPowerUsage(); ret == nvml.SUCCESS {
 		power = &structspb.StatValue{FloatNumeratorVal: wrapperspb.Double(float64(mw) / 1000), Unit: "W", Desc: "Power draw"}
@@ -96,6 +99,39 @@ func deviceStats(g GPU, now *timestamppb.Timestamp) *devicepb.DeviceStats {
 		Stats:     &structspb.StatObject{Attributes: attrs},
 		Timestamp: now,
 	}
+}
+
+// powerLimits adds the board's power limits (W) and its cap state: what the
+// controller reads back to see its caps in place.
+func powerLimits(attrs map[string]*structspb.StatValue, uuid string, board nvmlseam.Device, caps *capper) {
+	enforced, ret := board.GetEnforcedPowerLimit()
+	if ret != nvml.SUCCESS {
+		return
+	}
+	attrs["enforced_power_limit"] = wattStat(enforced, "Enforced power limit")
+	def, ret := board.GetPowerManagementDefaultLimit()
+	if ret == nvml.SUCCESS {
+		attrs["default_power_limit"] = wattStat(def, "Default power limit")
+	}
+	if lo, hi, ret := board.GetPowerManagementLimitConstraints(); ret == nvml.SUCCESS {
+		attrs["min_power_limit"] = wattStat(lo, "Lowest power limit the GPU accepts")
+		attrs["max_power_limit"] = wattStat(hi, "Highest power limit the GPU accepts")
+	}
+	var st CapState
+	ok := false
+	if caps != nil {
+		st, ok = caps.State(uuid)
+	}
+	if !ok || (!strings.HasPrefix(st.State, "error:") && st.EnforcedW != watts(enforced)) {
+		// No capper, or the limit moved since it looked: say what NVML
+		// says.
+		st = (&capGPU{enforcedMW: enforced, defaultMW: def}).state()
+	}
+	attrs["power_cap"] = &structspb.StatValue{StringVal: wrapperspb.String(st.State), Desc: "Power cap: who set the enforced limit"}
+}
+
+func wattStat(mw uint32, desc string) *structspb.StatValue {
+	return &structspb.StatValue{FloatNumeratorVal: wrapperspb.Double(watts(mw)), Unit: "W", Desc: desc}
 }
 
 func intStat(v int64, unit, desc string) *structspb.StatValue {

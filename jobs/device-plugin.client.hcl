@@ -37,6 +37,20 @@ plugin "nomad-device-nvml" {
     # with no new critical event, if it answers NVML. "0s": never by itself.
     health_recovery = "5m"
 
+    # Hold the GPUs' power limits where llmgw's controller says (Nomad
+    # variables <variable_prefix>/<node_name> and <variable_prefix>/_heartbeat),
+    # falling back to safe caps when its heartbeat stops for a lease. Leave
+    # the block out and the plugin sets no limit. Needs root for NVML.
+    # power_caps {
+    #   nomad_addr      = "http://127.0.0.1:4646"  # default: NOMAD_ADDR, else this
+    #   token_file      = "/etc/nomad.d/caps.token" # default: NOMAD_TOKEN, else none
+    #   namespace       = "default"
+    #   node_name       = "gpu-17"                 # default: the host name
+    #   variable_prefix = "llmgw/power-caps"
+    #   lease           = "45s"
+    #   fallback_watts  = 400                      # default: none, keep the last cap
+    # }
+
     # For laptops, demos and CI: serve go-nvml's mock DGX systems instead of
     # real NVML. Leave this block out on GPU nodes.
     # mock {

@@ -50,7 +50,7 @@ var layers = map[string]map[string]string{
 	"internal/archtest":      {},
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
 	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
-	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries"},
+	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables"},
 	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
