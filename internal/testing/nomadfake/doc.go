@@ -223,6 +223,9 @@
 //     TestControllerKilledMidPlacementLeavesNoDuplicates (the killed
 //     controller's lock lapses), TestChaos (controller kill -9),
 //     TestControllerWithACLs.
+//   - Blocking reads of one variable across its write and its delete
+//     [VariableBlockingRead]: the device plugin's power caps tests
+//     (devices/caps_test.go).
 //   - Job status [RegisterCreatesVersionZero, StopByRegistration,
 //     HeldDevicesNotGiven, NodeDownLosesAllocations]: only the tests' own
 //     budget check reads it (a dead job

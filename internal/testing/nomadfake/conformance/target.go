@@ -89,6 +89,7 @@ var Cases = []Case{
 	{"VariablesValidation", VariablesValidation},
 	{"VariableLocks", VariableLocks},
 	{"VariableLockExpiry", VariableLockExpiry},
+	{"VariableBlockingRead", VariableBlockingRead},
 	{"NodeDownLosesAllocations", NodeDownLosesAllocations},
 }
 

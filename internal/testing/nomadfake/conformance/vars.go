@@ -236,3 +236,68 @@ func VariableLockExpiry(t *testing.T, tg *Target) {
 		return true, ""
 	})
 }
+
+// VariableBlockingRead: a blocking read of one variable at its
+// ModifyIndex answers its next version once written, with that version's
+// ModifyIndex as X-Nomad-Index; a blocking read at that index answers
+// 404 once the variable is deleted, with an index above the one it waited
+// on. (The device plugin's power caps watch their variables so.)
+func VariableBlockingRead(t *testing.T, tg *Target) {
+	vars := tg.Client.Variables()
+	const path = "conf-vwatch/v"
+	v, _, err := vars.Create(&api.Variable{Path: path, Items: api.VariableItems{"k": "1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = vars.Delete(path, nil) })
+
+	type answer struct {
+		v   *api.Variable
+		idx uint64
+		err error
+	}
+	read := func(idx uint64) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			got, qm, err := vars.Peek(path, &api.QueryOptions{WaitIndex: idx, WaitTime: 5 * time.Minute})
+			var at uint64
+			if qm != nil {
+				at = qm.LastIndex
+			}
+			ch <- answer{got, at, err}
+		}()
+		return ch
+	}
+	wait := func(what string, ch <-chan answer) answer {
+		t.Helper()
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				t.Fatalf("%s: %v", what, a.err)
+			}
+			return a
+		case <-time.After(Deadline):
+			t.Fatalf("%s: no answer within %s", what, Deadline)
+			return answer{}
+		}
+	}
+
+	pending := read(v.ModifyIndex)
+	w, _, err := vars.Update(&api.Variable{Path: path, Items: api.VariableItems{"k": "2"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := wait("a blocking read across a write", pending)
+	if a.v == nil || a.v.Items["k"] != "2" || a.idx != w.ModifyIndex || a.v.ModifyIndex != w.ModifyIndex {
+		t.Fatalf("a blocking read at %d across a write answered %+v at index %d; want items k=2 at the write's index %d", v.ModifyIndex, a.v, a.idx, w.ModifyIndex)
+	}
+
+	pending = read(a.idx)
+	if _, err := vars.Delete(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	a2 := wait("a blocking read across a delete", pending)
+	if a2.v != nil || a2.idx <= a.idx {
+		t.Fatalf("a blocking read at %d across a delete answered %+v at index %d; want 404 at a higher index", a.idx, a2.v, a2.idx)
+	}
+}
