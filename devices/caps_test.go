@@ -214,7 +214,11 @@ func TestPowerCapsAppliedRealNomad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Server.Stop)
+	t.Cleanup(func() {
+		if err := c.Server.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
