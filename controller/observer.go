@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -51,7 +52,7 @@ type observer struct {
 func newObserver() *observer {
 	return &observer{
 		healthTrigger: make(chan struct{}, 1),
-		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}},
+		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}, gpus: map[string][]observe.GPUReading{}},
 		changed:       make(chan struct{}),
 	}
 }
@@ -65,6 +66,7 @@ type snapshot struct {
 	jobsSynced  bool
 	jobsIndex   uint64 // the job list's index (the jobs table's)
 	power       map[string]observe.Power
+	gpus        map[string][]observe.GPUReading // by node ID, from the same reads as power
 	// checks are the service check results of running shard-0
 	// allocations, by allocation ID (watchHealth).
 	checks       map[string]observe.Check
@@ -224,13 +226,13 @@ func (o *observer) pollPower(ctx context.Context) {
 		}
 		o.mu.RUnlock()
 		sort.Strings(ids)
-		power := o.readPower(ctx, ids)
+		power, gpus := o.readPower(ctx, ids)
 		if ctx.Err() != nil {
 			return
 		}
 		o.mu.Lock()
-		changed := !maps.Equal(o.snap.power, power)
-		o.snap.power = power
+		changed := !maps.Equal(o.snap.power, power) || !maps.EqualFunc(o.snap.gpus, gpus, slices.Equal)
+		o.snap.power, o.snap.gpus = power, gpus
 		o.mu.Unlock()
 		if changed {
 			o.kick()
@@ -247,8 +249,9 @@ func (o *observer) pollPower(ctx context.Context) {
 // callTimeout (a node that does not answer is left out of that round).
 const powerReaders = 8
 
-func (o *observer) readPower(ctx context.Context, ids []string) map[string]observe.Power {
+func (o *observer) readPower(ctx context.Context, ids []string) (map[string]observe.Power, map[string][]observe.GPUReading) {
 	got := make([]*observe.Power, len(ids))
+	readings := make([][]observe.GPUReading, len(ids))
 	forEach(ctx, len(ids), powerReaders, func(i int) {
 		qctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
@@ -258,15 +261,15 @@ func (o *observer) readPower(ctx context.Context, ids []string) map[string]obser
 			return
 		}
 		p := observe.NodePower(stats)
-		got[i] = &p
+		got[i], readings[i] = &p, observe.GPUReadings(stats)
 	})
-	power := map[string]observe.Power{}
+	power, gpus := map[string]observe.Power{}, map[string][]observe.GPUReading{}
 	for i, p := range got {
 		if p != nil {
-			power[ids[i]] = *p
+			power[ids[i]], gpus[ids[i]] = *p, readings[i]
 		}
 	}
-	return power
+	return power, gpus
 }
 
 func hasGPU(n *api.Node) bool {

@@ -209,8 +209,8 @@ func NodePower(stats *api.HostStats) Power {
 			if s == nil || s.Stats == nil {
 				continue
 			}
-			v := s.Stats.Attributes["power_draw"]
-			if v == nil || v.FloatNumeratorVal == nil {
+			w, ok := statWatts(s.Stats.Attributes["power_draw"])
+			if !ok {
 				continue
 			}
 			if parent := s.Stats.Attributes["parent"]; parent != nil && parent.StringVal != nil {
@@ -219,16 +219,81 @@ func NodePower(stats *api.HostStats) Power {
 				}
 				boards[*parent.StringVal] = true
 			}
-			w := *v.FloatNumeratorVal
-			switch v.Unit {
-			case "mW":
-				w /= 1000
-			case "kW":
-				w *= 1000
-			}
 			p.GPUWatts += w
 			p.Devices++
 		}
 	}
 	return p
+}
+
+// GPUReading is one whole GPU as its node's device stats show it (as
+// nomad-device-nvml reports them): its draw, its power limits and who set
+// the enforced one. A MIG instance reads as its parent board, once.
+type GPUReading struct {
+	ID    string // the device instance ID Nomad allocates: a GPU's UUID
+	Model string // the device group's name: the GPU's product name
+	Watts float64
+	// The power limits, W; 0 where the plugin does not report them.
+	EnforcedW, DefaultW, MinW, MaxW float64
+	// CapState is the plugin's power_cap stat: "default", "capped 450 W
+	// by controller", "fallback 400 W: controller lost", "error: …".
+	CapState string
+}
+
+// GPUReadings lists the node's NVIDIA GPUs from its client stats, sorted
+// by ID; a GPU that reports no power_draw is left out.
+func GPUReadings(stats *api.HostStats) []GPUReading {
+	if stats == nil {
+		return nil
+	}
+	var out []GPUReading
+	boards := map[string]bool{}
+	for _, g := range stats.DeviceStats {
+		if g == nil || g.Vendor != "nvidia" || g.Type != "gpu" {
+			continue
+		}
+		for id, s := range g.InstanceStats {
+			if s == nil || s.Stats == nil {
+				continue
+			}
+			a := s.Stats.Attributes
+			w, ok := statWatts(a["power_draw"])
+			if !ok {
+				continue
+			}
+			if parent := a["parent"]; parent != nil && parent.StringVal != nil {
+				if boards[*parent.StringVal] {
+					continue
+				}
+				boards[*parent.StringVal] = true
+				id = *parent.StringVal
+			}
+			r := GPUReading{ID: id, Model: g.Name, Watts: w}
+			r.EnforcedW, _ = statWatts(a["enforced_power_limit"])
+			r.DefaultW, _ = statWatts(a["default_power_limit"])
+			r.MinW, _ = statWatts(a["min_power_limit"])
+			r.MaxW, _ = statWatts(a["max_power_limit"])
+			if c := a["power_cap"]; c != nil && c.StringVal != nil {
+				r.CapState = *c.StringVal
+			}
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// statWatts reads a device stat in W (or mW, kW).
+func statWatts(v *api.StatValue) (float64, bool) {
+	if v == nil || v.FloatNumeratorVal == nil {
+		return 0, false
+	}
+	w := *v.FloatNumeratorVal
+	switch v.Unit {
+	case "mW":
+		w /= 1000
+	case "kW":
+		w *= 1000
+	}
+	return w, true
 }

@@ -92,3 +92,35 @@ func TestNodePowerCountsMIGParentsOnce(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
+
+func TestGPUReadings(t *testing.T) {
+	t.Parallel()
+	f := func(v float64, unit string) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: unit} }
+	str := func(s string) *api.StatValue { return &api.StatValue{StringVal: &s} }
+	stats := &api.HostStats{DeviceStats: []*api.DeviceGroupStats{
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200", InstanceStats: map[string]*api.DeviceStats{
+			"GPU-b": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
+				"power_draw": f(450000, "mW"), "enforced_power_limit": f(450, "W"), "default_power_limit": f(700, "W"),
+				"min_power_limit": f(200, "W"), "max_power_limit": f(700, "W"), "power_cap": str("capped 450 W by controller"),
+			}}},
+			"GPU-a":     {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": f(120, "W")}}},
+			"GPU-quiet": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"temperature": f(40, "C")}}},
+		}},
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA H200 MIG 3g.71gb", InstanceStats: map[string]*api.DeviceStats{
+			"MIG-1": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": f(300, "W"), "parent": str("GPU-p")}}},
+			"MIG-2": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": f(300, "W"), "parent": str("GPU-p")}}},
+		}},
+		{Vendor: "other", Type: "fpga", Name: "x", InstanceStats: map[string]*api.DeviceStats{"f": {Stats: &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": f(9, "W")}}}}},
+	}}
+	want := []GPUReading{
+		{ID: "GPU-a", Model: "NVIDIA H200", Watts: 120},
+		{ID: "GPU-b", Model: "NVIDIA H200", Watts: 450, EnforcedW: 450, DefaultW: 700, MinW: 200, MaxW: 700, CapState: "capped 450 W by controller"},
+		{ID: "GPU-p", Model: "NVIDIA H200 MIG 3g.71gb", Watts: 300},
+	}
+	if diff := cmp.Diff(want, GPUReadings(stats)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if GPUReadings(nil) != nil {
+		t.Error("no stats: want no readings")
+	}
+}
