@@ -14,15 +14,9 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/nvmlseam"
-)
-
-// Items of the node's caps variable, <prefix>/<node name>.
-const (
-	capItem      = "cap."      // cap.<GPU UUID> = watts: the controller's cap
-	fallbackItem = "fallback." // fallback.<GPU UUID> = watts: the cap if the controller is lost
-	leaseItem    = "lease"     // in the heartbeat variable: a duration overriding power_caps.lease
 )
 
 // capSource says who set a GPU's enforced limit.
@@ -135,7 +129,7 @@ func newCapper(cfg PowerCaps, log hclog.Logger, boards func() []capBoard) (*capp
 }
 
 func (c *capper) nodePath() string { return c.cfg.Prefix + "/" + c.cfg.NodeName }
-func (c *capper) beatPath() string { return c.cfg.Prefix + "/" + HeartbeatVar }
+func (c *capper) beatPath() string { return c.cfg.Prefix + "/" + devicesapi.Heartbeat }
 
 // State returns a GPU's cap state, false when the capper has not seen it.
 func (c *capper) State(uuid string) (CapState, bool) {
@@ -179,7 +173,7 @@ func (c *capper) run(ctx context.Context) {
 		c.watch(ctx, c.beatPath(), func(v *api.Variable, idx uint64) {
 			hb := heartbeat{index: idx}
 			if v != nil {
-				hb = heartbeat{exists: true, index: v.ModifyIndex, lease: v.Items[leaseItem]}
+				hb = heartbeat{exists: true, index: v.ModifyIndex, lease: v.Items[devicesapi.LeaseItem]}
 			}
 			select {
 			case beatCh <- hb:
@@ -486,10 +480,10 @@ func parseCaps(path string, items map[string]string) (caps, fallbacks map[string
 		var into map[string]uint32
 		var uuid string
 		switch {
-		case strings.HasPrefix(k, capItem):
-			into, uuid = caps, strings.TrimPrefix(k, capItem)
-		case strings.HasPrefix(k, fallbackItem):
-			into, uuid = fallbacks, strings.TrimPrefix(k, fallbackItem)
+		case strings.HasPrefix(k, devicesapi.CapItem):
+			into, uuid = caps, strings.TrimPrefix(k, devicesapi.CapItem)
+		case strings.HasPrefix(k, devicesapi.FallbackItem):
+			into, uuid = fallbacks, strings.TrimPrefix(k, devicesapi.FallbackItem)
 		default:
 			continue // room for other items
 		}

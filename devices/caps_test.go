@@ -15,6 +15,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
@@ -104,7 +105,7 @@ func (r *capsRig) beat(lease string) {
 	if lease != "" {
 		items["lease"] = lease
 	}
-	if _, _, err := r.nc.Variables().Update(&api.Variable{Path: r.pc.Prefix + "/" + HeartbeatVar, Items: items}, nil); err != nil {
+	if _, _, err := r.nc.Variables().Update(&api.Variable{Path: r.pc.Prefix + "/" + devicesapi.Heartbeat, Items: items}, nil); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/nomadplugin/hclspec"
 )
 
@@ -47,10 +49,6 @@ type PowerCaps struct {
 
 	token string // read from TokenFile by Validate
 }
-
-// HeartbeatVar is the cluster-wide variable whose every new version renews
-// the controller's lease, under the prefix.
-const HeartbeatVar = "_heartbeat"
 
 // validVarPath is what Nomad accepts as a variable path.
 var validVarPath = regexp.MustCompile("^[a-zA-Z0-9-_~/]{1,128}$")
@@ -95,7 +93,7 @@ func ConfigSpec() *hclspec.Spec {
 				hclspec.Attr("namespace", "string"), hclspec.Literal(`"default"`)),
 			"node_name": hclspec.Attr("node_name", "string"),
 			"variable_prefix": hclspec.Default(
-				hclspec.Attr("variable_prefix", "string"), hclspec.Literal(`"llmgw/power-caps"`)),
+				hclspec.Attr("variable_prefix", "string"), hclspec.Literal(strconv.Quote(devicesapi.PowerCapsPrefix))),
 			"lease": hclspec.Default(
 				hclspec.Attr("lease", "string"), hclspec.Literal(`"45s"`)),
 			"fallback_watts": hclspec.Attr("fallback_watts", "number"),
@@ -179,7 +177,7 @@ func (pc *PowerCaps) validate() error {
 		pc.Namespace = "default"
 	}
 	if pc.Prefix == "" {
-		pc.Prefix = "llmgw/power-caps"
+		pc.Prefix = devicesapi.PowerCapsPrefix
 	}
 	pc.Prefix = strings.Trim(pc.Prefix, "/")
 	if pc.NodeName == "" {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/internal/nvmlseam"
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
@@ -56,7 +57,7 @@ func deviceStats(g GPU, now *timestamppb.Timestamp, caps *capper) *devicepb.Devi
 			power.FloatDenominatorVal = wrapperspb.Double(float64(lim) / 1000)
 			power.Desc = "Power draw of enforced power limit"
 		}
-		attrs["power_draw"] = power
+		attrs[devicesapi.StatPowerDraw] = power
 	}
 	if t, ret := board.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
 		attrs["temperature"] = intStat(int64(t), "C", "GPU temperature")
@@ -88,7 +89,7 @@ func deviceStats(g GPU, now *timestamppb.Timestamp, caps *capper) *devicepb.Devi
 	if g.Parent != "" {
 		// MIG instances report their parent's power; name the parent so that
 		// a consumer summing a node's draw counts each board once.
-		attrs["parent"] = &structspb.StatValue{StringVal: wrapperspb.String(g.Parent), Desc: "Parent GPU of this MIG instance"}
+		attrs[devicesapi.StatParent] = &structspb.StatValue{StringVal: wrapperspb.String(g.Parent), Desc: "Parent GPU of this MIG instance"}
 	}
 	summary := power
 	if g.parent != nil || summary == nil {
@@ -108,14 +109,14 @@ func powerLimits(attrs map[string]*structspb.StatValue, uuid string, board nvmls
 	if ret != nvml.SUCCESS {
 		return
 	}
-	attrs["enforced_power_limit"] = wattStat(enforced, "Enforced power limit")
+	attrs[devicesapi.StatEnforcedLimit] = wattStat(enforced, "Enforced power limit")
 	def, ret := board.GetPowerManagementDefaultLimit()
 	if ret == nvml.SUCCESS {
-		attrs["default_power_limit"] = wattStat(def, "Default power limit")
+		attrs[devicesapi.StatDefaultLimit] = wattStat(def, "Default power limit")
 	}
 	if lo, hi, ret := board.GetPowerManagementLimitConstraints(); ret == nvml.SUCCESS {
-		attrs["min_power_limit"] = wattStat(lo, "Lowest power limit the GPU accepts")
-		attrs["max_power_limit"] = wattStat(hi, "Highest power limit the GPU accepts")
+		attrs[devicesapi.StatMinLimit] = wattStat(lo, "Lowest power limit the GPU accepts")
+		attrs[devicesapi.StatMaxLimit] = wattStat(hi, "Highest power limit the GPU accepts")
 	}
 	var st CapState
 	ok := false
@@ -127,7 +128,7 @@ func powerLimits(attrs map[string]*structspb.StatValue, uuid string, board nvmls
 		// says.
 		st = (&capGPU{enforcedMW: enforced, defaultMW: def}).state()
 	}
-	attrs["power_cap"] = &structspb.StatValue{StringVal: wrapperspb.String(st.State), Desc: "Power cap: who set the enforced limit"}
+	attrs[devicesapi.StatPowerCap] = &structspb.StatValue{StringVal: wrapperspb.String(st.State), Desc: "Power cap: who set the enforced limit"}
 }
 
 func wattStat(mw uint32, desc string) *structspb.StatValue {

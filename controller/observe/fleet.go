@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -209,11 +210,11 @@ func NodePower(stats *api.HostStats) Power {
 			if s == nil || s.Stats == nil {
 				continue
 			}
-			w, ok := statWatts(s.Stats.Attributes["power_draw"])
+			w, ok := statWatts(s.Stats.Attributes[devicesapi.StatPowerDraw])
 			if !ok {
 				continue
 			}
-			if parent := s.Stats.Attributes["parent"]; parent != nil && parent.StringVal != nil {
+			if parent := s.Stats.Attributes[devicesapi.StatParent]; parent != nil && parent.StringVal != nil {
 				if boards[*parent.StringVal] {
 					continue
 				}
@@ -257,11 +258,11 @@ func GPUReadings(stats *api.HostStats) []GPUReading {
 				continue
 			}
 			a := s.Stats.Attributes
-			w, ok := statWatts(a["power_draw"])
+			w, ok := statWatts(a[devicesapi.StatPowerDraw])
 			if !ok {
 				continue
 			}
-			if parent := a["parent"]; parent != nil && parent.StringVal != nil {
+			if parent := a[devicesapi.StatParent]; parent != nil && parent.StringVal != nil {
 				if boards[*parent.StringVal] {
 					continue
 				}
@@ -269,11 +270,11 @@ func GPUReadings(stats *api.HostStats) []GPUReading {
 				id = *parent.StringVal
 			}
 			r := GPUReading{ID: id, Model: g.Name, Watts: w}
-			r.EnforcedW, _ = statWatts(a["enforced_power_limit"])
-			r.DefaultW, _ = statWatts(a["default_power_limit"])
-			r.MinW, _ = statWatts(a["min_power_limit"])
-			r.MaxW, _ = statWatts(a["max_power_limit"])
-			if c := a["power_cap"]; c != nil && c.StringVal != nil {
+			r.EnforcedW, _ = statWatts(a[devicesapi.StatEnforcedLimit])
+			r.DefaultW, _ = statWatts(a[devicesapi.StatDefaultLimit])
+			r.MinW, _ = statWatts(a[devicesapi.StatMinLimit])
+			r.MaxW, _ = statWatts(a[devicesapi.StatMaxLimit])
+			if c := a[devicesapi.StatPowerCap]; c != nil && c.StringVal != nil {
 				r.CapState = *c.StringVal
 			}
 			out = append(out, r)

@@ -39,6 +39,7 @@ var layers = map[string]map[string]string{
 	// The leaves: no other room of the module.
 	"engine":                 {"internal/suggest": "did-you-mean hints for an unknown flag"},
 	"gatewayapi":             {},
+	"devicesapi":             {},
 	"nomadplugin":            {},
 	"internal/blockingquery": {},
 	"internal/hcldecode":     {},
@@ -50,7 +51,7 @@ var layers = map[string]map[string]string{
 	"internal/archtest":      {},
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
 	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
-	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables"},
+	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
 	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
@@ -72,6 +73,7 @@ var layers = map[string]map[string]string{
 		"internal/suggest":       "did-you-mean hints",
 		"gatewayapi":             "the names and wire types it shares with the gateway (the model list, demand, finding the gateways)",
 		"controllerapi":          "its API's answers, request bodies and errors, and the pin it stores",
+		"devicesapi":             "the device plugin's stat names it reads, and the power-caps variables it writes",
 	},
 	// The controller's API as its clients (llmgw ctl) see it.
 	"controllerapi": {
