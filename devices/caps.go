@@ -128,7 +128,7 @@ func newCapper(cfg PowerCaps, log hclog.Logger, boards func() []capBoard) (*capp
 	return &capper{cfg: cfg, client: client, log: log.Named("power_caps"), boards: boards, now: time.Now, gpus: map[string]*capGPU{}}, nil
 }
 
-func (c *capper) nodePath() string { return c.cfg.Prefix + "/" + c.cfg.NodeName }
+func (c *capper) nodePath() string { return devicesapi.NodeCapsPath(c.cfg.Prefix, c.cfg.NodeName) }
 func (c *capper) beatPath() string { return c.cfg.Prefix + "/" + devicesapi.Heartbeat }
 
 // State returns a GPU's cap state, false when the capper has not seen it.

@@ -410,7 +410,7 @@ func TestPowerCapsConfig(t *testing.T) {
 		{`power_caps { lease = "500ms" }`, "power_caps.lease: 500ms is too short (minimum 1s)"},
 		{`power_caps { fallback_watts = 0 }`, "power_caps.fallback_watts: must be above zero, got 0"},
 		{`power_caps { token_file = "/nonexistent/token" }`, "power_caps.token_file: open /nonexistent/token: no such file or directory"},
-		{`power_caps { node_name = "a b" }`, `power_caps: variable path "llmgw/power-caps/a b" (variable_prefix/node_name) is not a Nomad variable path`},
+		{`power_caps { variable_prefix = "llmgw/power caps" }`, `power_caps: variable path "llmgw/power caps/`},
 	} {
 		_, err := decodeHCL(t, c.hcl)
 		if err == nil || !strings.Contains(err.Error(), c.err) {

@@ -187,8 +187,8 @@ func (pc *PowerCaps) validate() error {
 		}
 		pc.NodeName = h
 	}
-	if p := pc.Prefix + "/" + pc.NodeName; !validVarPath.MatchString(p) {
-		return fmt.Errorf("power_caps: variable path %q (variable_prefix/node_name) is not a Nomad variable path (letters, digits, - _ ~ /; at most 128)", p)
+	if p := devicesapi.NodeCapsPath(pc.Prefix, pc.NodeName); !validVarPath.MatchString(p) {
+		return fmt.Errorf("power_caps: variable path %q (variable_prefix, then node_name escaped) is not a Nomad variable path (letters, digits, - _ ~ /; at most 128)", p)
 	}
 	if pc.TokenFile != "" {
 		b, err := os.ReadFile(pc.TokenFile)

@@ -5,6 +5,11 @@
 // plugin applies the caps (docs/device-plugin.md, "Power caps").
 package devicesapi
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Device stats of a GPU (nomad-device-nvml's Stats; Nomad's client stats).
 const (
 	StatPowerDraw     = "power_draw"           // W; the enforced limit as denominator
@@ -27,3 +32,26 @@ const (
 	FallbackItem    = "fallback." // fallback.<GPU UUID> = watts: the cap if the controller is lost
 	LeaseItem       = "lease"     // in the heartbeat: a duration overriding the plugin's lease
 )
+
+// NodeCapsPath is the variable holding the caps of the node named node,
+// under prefix. Nomad variable paths allow only letters, digits and -_~/,
+// so every other byte of the name (the dots of "gpu-1.dc1") is written
+// ~XX in hex, as EscapePath does.
+func NodeCapsPath(prefix, node string) string { return prefix + "/" + EscapePath(node) }
+
+// EscapePath writes s as one segment of a Nomad variable path: letters,
+// digits, - and _ as they are, every other byte ~XX in hex. The
+// controller's other per-name variables (a replica's decision) use it too.
+func EscapePath(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "~%02x", c)
+		}
+	}
+	return b.String()
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -318,20 +319,7 @@ func (s *Store) peek(path string) (*api.Variable, error) {
 	return v, nil
 }
 
-// DecisionPath is the variable of a replica's decision. Nomad variable
-// paths allow only letters, digits and -_~/, so every other byte of the
-// replica id (the dots of "llama-3.1-70b-0") is written ~XX in hex.
-func DecisionPath(replica string) string {
-	var b strings.Builder
-	b.WriteString(DecisionsPath)
-	for i := 0; i < len(replica); i++ {
-		c := replica[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "~%02x", c)
-		}
-	}
-	return b.String()
-}
+// DecisionPath is the variable of a replica's decision, the replica id
+// escaped as Nomad variable paths need (devicesapi.EscapePath: the dots of
+// "llama-3.1-70b-0" are written ~2e).
+func DecisionPath(replica string) string { return DecisionsPath + devicesapi.EscapePath(replica) }
