@@ -4,7 +4,8 @@
 // last placement decision with its rejections (llmgw/decisions/<replica>),
 // so that holds, pins and explanations survive a controller restart. It
 // also writes the catalog's model list for the gateways (llmgw/models, read
-// by gateway.NomadModels). Nothing else is stored: jobs and allocations are
+// by gateway.NomadModels) and the GPUs' power caps (llmgw/power-caps/<node>, and
+// the heartbeat renewing their lease: devicesapi). Nothing else is stored: jobs and allocations are
 // read from Nomad itself.
 //
 // Writes to the holds and the pins are check-and-set on the variable's
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -323,3 +325,70 @@ func (s *Store) peek(path string) (*api.Variable, error) {
 // escaped as Nomad variable paths need (devicesapi.EscapePath: the dots of
 // "llama-3.1-70b-0" are written ~2e).
 func DecisionPath(replica string) string { return DecisionsPath + devicesapi.EscapePath(replica) }
+
+// SetNodeCaps writes the power caps of the node named node
+// (devicesapi.NodeCapsPath): each GPU's cap and its fallback for when the
+// node loses the controller, in watts by GPU UUID. A GPU in neither map
+// runs at its default limit. The latest write wins; only the leader writes.
+func (s *Store) SetNodeCaps(node string, caps, fallback map[string]float64) error {
+	items := api.VariableItems{}
+	for uuid, w := range caps {
+		items[devicesapi.CapItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
+	}
+	for uuid, w := range fallback {
+		items[devicesapi.FallbackItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
+	}
+	path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
+	wo, cancel := s.wo()
+	defer cancel()
+	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: path, Items: items}, wo); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// CappedNodes lists the variables of the nodes whose power the controller
+// manages, as paths (devicesapi.NodeCapsPath), the heartbeat left out.
+func (s *Store) CappedNodes() ([]string, error) {
+	qo, cancel := s.qo()
+	vs, _, err := s.vars.PrefixList(devicesapi.PowerCapsPrefix+"/", qo)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", devicesapi.PowerCapsPrefix, err)
+	}
+	var out []string
+	for _, v := range vs {
+		if v.Path != devicesapi.PowerCapsPrefix+"/"+devicesapi.Heartbeat {
+			out = append(out, v.Path)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// DeletePath deletes one variable the controller owns, by path. Deleting
+// a node's caps (a path CappedNodes lists) stops managing its power: its
+// device plugin puts every GPU llmgw capped back to its default limit.
+func (s *Store) DeletePath(path string) error {
+	wo, cancel := s.wo()
+	defer cancel()
+	if _, err := s.vars.Delete(path, wo); err != nil {
+		return fmt.Errorf("delete %s: %w", path, err)
+	}
+	return nil
+}
+
+// Heartbeat renews the lease of every node's caps: each write is a new
+// version of the heartbeat variable, and a node whose plugin sees none for
+// lease applies its fallback caps. beat is written as an item so that each
+// write differs (the controller's pass count, say).
+func (s *Store) Heartbeat(lease time.Duration, beat uint64) error {
+	path := devicesapi.PowerCapsPrefix + "/" + devicesapi.Heartbeat
+	wo, cancel := s.wo()
+	defer cancel()
+	items := api.VariableItems{devicesapi.LeaseItem: lease.String(), "beat": strconv.FormatUint(beat, 10)}
+	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: path, Items: items}, wo); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -118,3 +118,51 @@ func TestPins(t *testing.T) {
 		t.Errorf("%d pins acknowledged, %d stored", landed, len(ps))
 	}
 }
+
+func TestPowerCapsVariables(t *testing.T) {
+	t.Parallel()
+	fake := nomadfake.New()
+	t.Cleanup(fake.Close)
+	s := New(fake.Client(t).Variables(), "")
+	if err := s.SetNodeCaps("gpu-1.dc1", map[string]float64{"GPU-a": 450}, map[string]float64{"GPU-a": 300, "GPU-b": 300.5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetNodeCaps("gpu-2", nil, map[string]float64{"GPU-c": 400}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(45*time.Second, 1); err != nil {
+		t.Fatal(err)
+	}
+	v := fake.Variable("default", "llmgw/power-caps/gpu-1~2edc1")
+	if v == nil {
+		t.Fatal("no caps variable for gpu-1.dc1")
+	}
+	want := map[string]string{"cap.GPU-a": "450", "fallback.GPU-a": "300", "fallback.GPU-b": "300.5"}
+	if diff := cmp.Diff(want, map[string]string(v.Items)); diff != "" {
+		t.Errorf("gpu-1.dc1's items (-want +got):\n%s", diff)
+	}
+	hb := fake.Variable("default", "llmgw/power-caps/_heartbeat")
+	if hb == nil || hb.Items["lease"] != "45s" {
+		t.Fatalf("heartbeat %+v, want lease 45s", hb)
+	}
+	first := hb.ModifyIndex
+	if err := s.Heartbeat(45*time.Second, 2); err != nil {
+		t.Fatal(err)
+	}
+	if hb := fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb.ModifyIndex <= first {
+		t.Errorf("a second beat kept the index %d", hb.ModifyIndex)
+	}
+	nodes, err := s.CappedNodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"llmgw/power-caps/gpu-1~2edc1", "llmgw/power-caps/gpu-2"}, nodes); diff != "" {
+		t.Errorf("capped nodes (-want +got):\n%s", diff)
+	}
+	if err := s.DeletePath(nodes[1]); err != nil {
+		t.Fatal(err)
+	}
+	if v := fake.Variable("default", "llmgw/power-caps/gpu-2"); v != nil {
+		t.Errorf("gpu-2's caps left after the delete: %+v", v)
+	}
+}
