@@ -37,12 +37,16 @@ func CheckFacility(fleet Fleet, fac Facility) error {
 // CPU cores and memory, on its fabric, whose budgeted domains could take
 // one shard over the base draw of all their nodes; and for a multi-node
 // profile, no keep_within domain with enough such nodes on one fabric. Holds
-// and measured draw are ignored: they pass.
+// and measured draw are ignored: they pass. A measured budget counts the
+// shard as it would (its learned draw, when enough is learned).
 func CheckCatalog(fleet Fleet, fac Facility, cat Catalog) error {
 	limit := map[Domain]float64{}
+	measured := map[Domain]bool{}
 	for _, b := range fac.Budgets {
 		limit[b.Domain] = fac.Limit(b)
+		measured[b.Domain] = fac.CountOf(b) == CountMeasured
 	}
+	table := countedTable(fleet.Learned, fac.MeasuredRule())
 	base := map[Domain]float64{}
 	for _, n := range fleet.Nodes {
 		for _, l := range Levels() {
@@ -54,7 +58,15 @@ func CheckCatalog(fleet Fleet, fac Facility, cat Catalog) error {
 	var errs []error
 	for _, m := range cat.Models {
 		for _, p := range m.Profiles {
-			if why := neverFits(fleet, limit, base, p); why != "" {
+			// What one shard counts at in domain d, on a GPU of power limit pl.
+			w := func(d Domain, pl float64) float64 {
+				c := counted(table, LearnedKey{Model: m.Name, Profile: p.Name, GPU: p.GPU}, p.ShardWatts(pl))
+				if measured[d] {
+					return c[modeMeasured]
+				}
+				return c[modeDeclared]
+			}
+			if why := neverFits(fleet, limit, base, p, w); why != "" {
 				errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: no node could ever hold it: %s", m.Name, p.Name, why)))
 			}
 		}
@@ -62,7 +74,7 @@ func CheckCatalog(fleet Fleet, fac Facility, cat Catalog) error {
 	return errors.Join(errs...)
 }
 
-func neverFits(fleet Fleet, limit, base map[Domain]float64, p Profile) string {
+func neverFits(fleet Fleet, limit, base map[Domain]float64, p Profile, shardW func(Domain, float64) float64) string {
 	pool := p.pool()
 	var most [3]int // GPUs, CPU, memory among nodes that passed the checks before
 	stage := 0      // how far the best node got
@@ -100,10 +112,10 @@ func neverFits(fleet Fleet, limit, base map[Domain]float64, p Profile) string {
 			s = 5
 		default:
 			s = 7
-			w := p.ShardWatts(g.PowerLimitWatts)
 			for _, l := range Levels() {
 				d := Domain{l, n.Location.Get(l)}
-				if lim, ok := limit[d]; ok && d.Value != "" && base[d]+w > lim {
+				if lim, ok := limit[d]; ok && d.Value != "" && base[d]+shardW(d, g.PowerLimitWatts) > lim {
+					w := shardW(d, g.PowerLimitWatts)
 					s = 6
 					if over == "" {
 						a, b := kWPair(base[d]+w, lim)

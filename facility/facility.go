@@ -10,6 +10,11 @@ import (
 type Facility struct {
 	// Headroom is the fraction of every budget kept free, in [0, 1).
 	Headroom float64
+	// Count is how budgets that set no count of their own count shards:
+	// CountDefault is CountDeclared.
+	Count CountMode `json:",omitempty"`
+	// Measured is the measured rule; nil is DefaultMeasured (MeasuredRule).
+	Measured *Measured `json:",omitempty"`
 	Budgets  []Budget
 	Holds    []Hold
 }
@@ -18,7 +23,10 @@ type Facility struct {
 type Budget struct {
 	Domain Domain
 	Watts  float64
-	Pos    Pos
+	// Count is how the budget counts the shards in its domain;
+	// CountDefault takes the facility's (CountOf).
+	Count CountMode `json:",omitempty"`
+	Pos   Pos
 }
 
 // Hold takes a domain out of placement: no new shard goes into it. With
@@ -51,11 +59,20 @@ func (f Facility) HoldOn(loc Location) (Hold, bool) {
 
 // Validate reports every problem with the facility, each an *Error at the
 // budget or hold: headroom out of range, watts not positive, a domain
-// budgeted or held twice.
+// budgeted or held twice, an unknown count mode, a measured rule out of
+// range.
 func (f Facility) Validate() error {
 	var errs []error
 	if math.IsNaN(f.Headroom) || f.Headroom < 0 || f.Headroom >= 1 {
 		errs = append(errs, fmt.Errorf("headroom must be at least 0 and less than 1, got %v", f.Headroom))
+	}
+	if f.Count > CountMeasured {
+		errs = append(errs, fmt.Errorf("count: unknown count mode %d", f.Count))
+	}
+	if f.Measured != nil {
+		for _, b := range f.Measured.check() {
+			errs = append(errs, errAt(f.Measured.Pos, "measured: "+b))
+		}
 	}
 	budgets := map[Domain]Pos{}
 	for _, b := range f.Budgets {
@@ -66,6 +83,9 @@ func (f Facility) Validate() error {
 		}
 		if err := checkWatts("watts", b.Watts, true); err != nil {
 			errs = append(errs, errAt(b.Pos, fmt.Sprintf("budget %q: %v", b.Domain, err)))
+		}
+		if b.Count > CountMeasured {
+			errs = append(errs, errAt(b.Pos, fmt.Sprintf("budget %q: count: unknown count mode %d", b.Domain, b.Count)))
 		}
 		if p, dup := budgets[b.Domain]; dup {
 			errs = append(errs, errAt(b.Pos, fmt.Sprintf("budget %q: duplicate (first at %s)", b.Domain, p)))

@@ -43,6 +43,9 @@ type Node struct {
 // Fleet is every node placement may use.
 type Fleet struct {
 	Nodes []Node
+	// Learned is the learned draw per shard of profiles on GPU models,
+	// which measured budgets count (docs/power.md, "Measured admission").
+	Learned []Learned `json:",omitempty"`
 }
 
 // Limits on values, so that arithmetic stays exact and bounded.
@@ -88,7 +91,8 @@ func checkName(what, s string) error {
 
 // Validate reports every problem with the fleet, each an *Error at the node:
 // duplicate names, bad values, and locations that do not nest (a rack in two
-// rows, a row in two rooms, a room in two sites).
+// rows, a row in two rooms, a room in two sites); and bad or duplicate
+// learned draws.
 func (f Fleet) Validate() error {
 	var errs []error
 	seen := make(map[string]Pos, len(f.Nodes))
@@ -182,5 +186,6 @@ func (f Fleet) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, validateLearned(f.Learned)...)
 	return errors.Join(errs...)
 }

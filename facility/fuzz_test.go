@@ -33,6 +33,8 @@ func FuzzParseFleet(f *testing.F) {
 	f.Add([]byte(okNode + okNode))
 	f.Add([]byte("node \"n1\" {\n  row = \"r1\"\n  rack = \"k1\"\n}\nnode \"n2\" {\n  row = \"r2\"\n  rack = \"k1\"\n}\n"))
 	f.Add([]byte("node \"n1\" {\n  gpu \"H\" {\n    count = 1\n    free = 2\n    power_limit = 1e400\n  }\n}\n"))
+	f.Add([]byte(okNode + "learned \"m\" \"p\" {\n  gpu = \"H\"\n  watts = 310.5\n  samples = 4000\n}\n"))
+	f.Add([]byte("learned \"m\" \"p\" {\n  gpu = \"\"\n  watts = -1\n  samples = 1e12\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		fleet, err := ParseFleet("fuzz.hcl", src)
 		fuzzCheck(t, err, fleet.Validate)
@@ -49,6 +51,8 @@ func FuzzParseFacility(f *testing.F) {
 	f.Add([]byte("headroom = 0.05\nbudget \"pdu=p01-a\" { watts = 17300 }\nhold \"rack=r01-k03\" {\n  reason = \"PDU swap\"\n  drain = true\n}\n"))
 	f.Add([]byte("budget \"shelf=s1\" { watts = -1 }\n"))
 	f.Add([]byte("headroom = 1\nbudget \"rack\" {}\n"))
+	f.Add([]byte("count = \"measured\"\nmeasured {\n  percentile = 99\n  window = \"30m\"\n  margin = 0.2\n  min_samples = 60\n}\nbudget \"pdu=p1\" {\n  watts = 17300\n  count = \"declared\"\n}\n"))
+	f.Add([]byte("count = \"x\"\nmeasured {\n  percentile = 1e400\n  window = \"-1h\"\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		fac, err := ParseFacility("fuzz.hcl", src)
 		fuzzCheck(t, err, fac.Validate)

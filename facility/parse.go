@@ -23,7 +23,18 @@ import (
 // struct keeps its body, so that the checks know what was given and where.
 type (
 	fleetHCL struct {
-		Nodes []nodeHCL `hcl:"node,block"`
+		Nodes   []nodeHCL    `hcl:"node,block"`
+		Learned []learnedHCL `hcl:"learned,block"`
+	}
+	// learnedHCL is one learned "MODEL" "PROFILE" { gpu, watts, samples }.
+	learnedHCL struct {
+		Model    string    `hcl:"model,label"`
+		Profile  string    `hcl:"profile,label"`
+		GPU      string    `hcl:"gpu"`
+		Watts    float64   `hcl:"watts"`
+		Samples  int       `hcl:"samples"`
+		DefRange hcl.Range `hcl:",def_range"`
+		Body     hcl.Body  `hcl:",body"`
 	}
 	nodeHCL struct {
 		Name          string    `hcl:"name,label"`
@@ -53,14 +64,25 @@ type (
 	}
 
 	facilityHCL struct {
-		Headroom float64     `hcl:"headroom,optional"`
-		Budgets  []budgetHCL `hcl:"budget,block"`
-		Holds    []holdHCL   `hcl:"hold,block"`
-		Body     hcl.Body    `hcl:",body"`
+		Headroom float64      `hcl:"headroom,optional"`
+		Count    string       `hcl:"count,optional"`
+		Measured *measuredHCL `hcl:"measured,block"`
+		Budgets  []budgetHCL  `hcl:"budget,block"`
+		Holds    []holdHCL    `hcl:"hold,block"`
+		Body     hcl.Body     `hcl:",body"`
+	}
+	measuredHCL struct {
+		Percentile float64   `hcl:"percentile,optional"`
+		Window     string    `hcl:"window,optional"`
+		Margin     float64   `hcl:"margin,optional"`
+		MinSamples int       `hcl:"min_samples,optional"`
+		DefRange   hcl.Range `hcl:",def_range"`
+		Body       hcl.Body  `hcl:",body"`
 	}
 	budgetHCL struct {
 		Domain      string    `hcl:"domain,label"`
 		Watts       float64   `hcl:"watts"`
+		Count       string    `hcl:"count,optional"`
 		DomainRange hcl.Range `hcl:"domain,label_range"`
 		DefRange    hcl.Range `hcl:",def_range"`
 		Body        hcl.Body  `hcl:",body"`
@@ -313,6 +335,7 @@ func ParseFleet(filename string, src []byte) (Fleet, error) {
 		}
 		fleet.Nodes = append(fleet.Nodes, n)
 	}
+	fleet.Learned = d.learned(raw.Learned)
 	if len(d.errs) > 0 {
 		return Fleet{}, d.err()
 	}
@@ -347,11 +370,17 @@ func ParseFacility(filename string, src []byte) (Facility, error) {
 		}
 		return dom
 	}
+	d.count(raw.Body, raw.Count, &fac.Count)
+	if raw.Measured != nil {
+		m := d.measured(raw.Measured)
+		fac.Measured = &m
+	}
 	for _, rb := range raw.Budgets {
 		bud := Budget{Domain: domain("budget", rb.Domain, rb.DomainRange), Pos: d.pos(rb.DefRange)}
 		if !d.watts(rb.Body, "watts", rb.Watts, &bud.Watts, true) {
 			bud.Watts = 1 // reported; keep Validate quiet about it
 		}
+		d.count(rb.Body, rb.Count, &bud.Count)
 		fac.Budgets = append(fac.Budgets, bud)
 	}
 	for _, rh := range raw.Holds {
@@ -366,6 +395,79 @@ func ParseFacility(filename string, src []byte) (Facility, error) {
 		return Facility{}, d.err()
 	}
 	return fac, nil
+}
+
+// count reads a count attribute: "declared" or "measured".
+func (d *decoder) count(body hcl.Body, v string, dst *CountMode) {
+	r, ok := d.Given(body, "count")
+	if !ok {
+		return
+	}
+	m, err := ParseCountMode(v)
+	if err != nil {
+		d.errorf(r, "%v", err)
+		return
+	}
+	*dst = m
+}
+
+// measured reads facility.hcl's measured block: the defaults
+// (DefaultMeasured), then each field given, checked at its line.
+func (d *decoder) measured(rm *measuredHCL) Measured {
+	m := DefaultMeasured()
+	m.Pos = d.pos(rm.DefRange)
+	b := rm.Body
+	field := func(name string, apply func(*Measured)) {
+		r, ok := d.Given(b, name)
+		if !ok {
+			return
+		}
+		try := m
+		apply(&try)
+		if bad := try.check(); len(bad) > 0 {
+			d.errorf(r, "measured: %s", bad[0])
+			return
+		}
+		m = try
+	}
+	field("percentile", func(m *Measured) { m.Percentile = rm.Percentile })
+	if r, ok := d.Given(b, "window"); ok {
+		dur, err := hcldecode.ParseDuration("window", rm.Window)
+		if err != nil {
+			d.errorf(r, "measured: %v", err)
+		} else {
+			field("window", func(m *Measured) { m.Window = dur })
+		}
+	}
+	field("margin", func(m *Measured) { m.Margin = rm.Margin })
+	field("min_samples", func(m *Measured) { m.MinSamples = rm.MinSamples })
+	return m
+}
+
+// learned reads fleet.hcl's learned blocks, each field checked at its
+// line (duplicates are Fleet.Validate's).
+func (d *decoder) learned(raw []learnedHCL) []Learned {
+	var out []Learned
+	for _, rl := range raw {
+		l := Learned{LearnedKey: LearnedKey{Model: rl.Model, Profile: rl.Profile, GPU: rl.GPU}, Pos: d.pos(rl.DefRange)}
+		b := rl.Body
+		n := len(d.errs)
+		if err := checkName("model", l.Model); err != nil {
+			d.errorf(rl.DefRange, "learned %s: %v", l.LearnedKey, err)
+		}
+		if err := checkName("profile", l.Profile); err != nil {
+			d.errorf(rl.DefRange, "learned %s: %v", l.LearnedKey, err)
+		}
+		if r, ok := d.Given(b, "gpu"); ok && l.GPU == "" {
+			d.errorf(r, "learned %s: gpu must name a GPU model", l.LearnedKey)
+		}
+		d.watts(b, "watts", rl.Watts, &l.Watts, false)
+		d.intIn(b, "samples", rl.Samples, &l.Samples, 0, math.MaxInt32)
+		if len(d.errs) == n {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // ParseCatalog parses a catalog file (catalog.hcl): model blocks with their

@@ -15,14 +15,18 @@ type shapeKey struct{ model, profile string }
 // lives), the static rejections, and per cell the best node for it, cached
 // until a node of the cell changes.
 type shape struct {
-	prof     Profile
-	invalid  error // why the profile cannot be placed at all, or nil
-	gpu      int32
-	fail     []Kind      // per node: the static check it fails, or 0
-	static   []Rejection // rejections from the static checks
-	cells    []scell     // the cells with a node passing the static checks, and their cache
-	lists    [][]centry  // per cells[i], multi-node only: its nodes with room, best first
-	gangDoms []gangDom   // multi-node: keep_within domains with such cells
+	prof    Profile
+	invalid error // why the profile cannot be placed at all, or nil
+	gpu     int32
+	// learned: what a measured domain counts a shard at, when learnedOK
+	// (else at its declared draw).
+	learned   float64
+	learnedOK bool
+	fail      []Kind      // per node: the static check it fails, or 0
+	static    []Rejection // rejections from the static checks
+	cells     []scell     // the cells with a node passing the static checks, and their cache
+	lists     [][]centry  // per cells[i], multi-node only: its nodes with room, best first
+	gangDoms  []gangDom   // multi-node: keep_within domains with such cells
 }
 
 // scell is a cell as a shape scans it, with what the scan reads inline and
@@ -30,6 +34,7 @@ type shape struct {
 type scell struct {
 	cellHot
 	cell   int32
+	rmode  uint8            // the count mode nodes of the cell are ordered by: its finest budget's
 	nb     int32            // budgeted domains in bud
 	bud    [NumLevels]int32 // budgeted domains holding the cell, coarse to fine
 	spread [NumLevels]int32 // the cell's domain per spread level, -1 for none
@@ -52,10 +57,11 @@ type cellHot struct {
 // centry is a node with room for a shard.
 type centry struct {
 	node  int32
-	rank  int32   // the node's place in name order
-	free  int32   // GPUs free after the shard
-	w     float64 // the shard's draw there
-	delta float64 // how much the node's draw grows
+	rank  int32      // the node's place in name order
+	free  int32      // GPUs free after the shard
+	w     float64    // the shard's declared draw there
+	delta [2]float64 // how much the node's draw grows, counted declared and measured
+	rd    float64    // delta in the cell's rmode: what orders nodes of one cell
 }
 
 // samePlacement reports whether two profiles place alike.
@@ -72,6 +78,7 @@ func (p *Planner) shape(model string, prof *Profile) *shape {
 		return sh
 	}
 	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU)}
+	sh.learned, sh.learnedOK = p.counted[LearnedKey{Model: model, Profile: prof.Name, GPU: prof.GPU}]
 	sh.prof.Spread = slices.Clone(prof.Spread)
 	p.shapes[key] = sh
 	if err := prof.validate(model); err != nil {
@@ -117,6 +124,7 @@ func (p *Planner) shape(model string, prof *Profile) *shape {
 			for _, d := range c.budgeted {
 				sc.bud[sc.nb] = d
 				sc.nb++
+				sc.rmode = p.mode[d]
 			}
 			for i := range sc.spread {
 				sc.spread[i] = -1
@@ -182,12 +190,12 @@ func (p *Planner) shape(model string, prof *Profile) *shape {
 	return sh
 }
 
-// entryLess orders nodes of one cell: least growth of draw first (the most
-// power headroom left, when the cell has a budget), then fewest GPUs left
-// free (best fit), then name.
+// entryLess orders nodes of one cell: least growth of draw first, as the
+// cell's finest budget counts (the most power headroom left, when the cell
+// has a budget), then fewest GPUs left free (best fit), then name.
 func (p *Planner) entryLess(a, b *centry, budgeted bool) bool {
-	if budgeted && a.delta != b.delta {
-		return a.delta < b.delta
+	if budgeted && a.rd != b.rd {
+		return a.rd < b.rd
 	}
 	if a.free != b.free {
 		return a.free < b.free
@@ -241,7 +249,13 @@ func (p *Planner) recache(sh *shape, i int32) {
 			continue
 		}
 		w := pr.ShardWatts(g.power)
-		e := centry{node: n, rank: nd.rank, free: int32(g.free - pr.GPUs), w: w, delta: nd.delta(w)}
+		wm := w
+		if sh.learnedOK {
+			wm = sh.learned
+		}
+		e := centry{node: n, rank: nd.rank, free: int32(g.free - pr.GPUs), w: w,
+			delta: [2]float64{nd.delta(modeDeclared, w), nd.delta(modeMeasured, wm)}}
+		e.rd = e.delta[ce.rmode]
 		if ce.feasible == 0 || p.entryLess(&e, &ce.best, budgeted) {
 			ce.best = e
 		}
@@ -268,10 +282,10 @@ func (p *Planner) recache(sh *shape, i int32) {
 // what p.addW holds). It returns the first of them (coarse to fine) that
 // would go over its limit and what it would draw, or -1; and the least
 // headroom any of them keeps, min(limit − draw after), +Inf for none.
-func (p *Planner) budgets(bud []int32, delta float64) (over int32, after, head float64) {
+func (p *Planner) budgets(bud []int32, delta *[2]float64) (over int32, after, head float64) {
 	head = math.Inf(1)
 	for _, d := range bud {
-		a := p.draw[d] + p.addW[d] + delta
+		a := p.draw[d] + p.addW[d] + delta[p.mode[d]]
 		if a > p.limit[d] {
 			return d, a, 0
 		}
@@ -347,12 +361,12 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 			continue
 		}
 		// Budgets: the first over its limit, else the least headroom.
-		delta := sc.best.delta
+		delta := &sc.best.delta
 		head := math.Inf(1)
 		over := int32(-1)
 		var after float64
 		for _, bd := range sc.bud[:sc.nb] {
-			a := p.draw[bd] + delta
+			a := p.draw[bd] + delta[p.mode[bd]]
 			if lim := p.limit[bd]; a > lim {
 				over, after = bd, a
 				break
@@ -528,7 +542,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 					return c
 				}
 			}
-			if c := cmp.Compare(a.delta, b.delta); c != 0 {
+			if c := cmp.Compare(a.rd, b.rd); c != 0 {
 				return c
 			}
 			if c := cmp.Compare(a.free, b.free); c != 0 {
@@ -553,7 +567,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 			picked := p.picked[:0]
 			for _, e := range run {
 				sc := &sh.cells[e.cell]
-				if od, after, _ := p.budgets(sc.bud[:sc.nb], e.delta); od >= 0 {
+				if od, after, _ := p.budgets(sc.bud[:sc.nb], &e.delta); od >= 0 {
 					if blocked < 0 {
 						blocked, blockedAt = od, after
 					}
@@ -565,7 +579,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 						p.touched[bd] = true
 						p.added = append(p.added, bd)
 					}
-					p.addW[bd] += e.delta
+					p.addW[bd] += e.delta[p.mode[bd]]
 				}
 				if len(picked) == need {
 					break

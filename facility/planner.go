@@ -85,16 +85,22 @@ func (d Decision) Running() Replica {
 type Planner struct {
 	fac Facility
 
-	nodes     []pnode
-	nodeIndex map[string]int32
-	gpuIndex  map[string]int32
-	cells     []cell
-	doms      []pdomain
-	draw      []float64 // per domain: Σ draw of its nodes
-	limit     []float64 // per domain: budget × (1 − headroom), +Inf without a budget
-	cellVer   []uint32  // per cell: bumped when a node in it changes
-	domIndex  map[Domain]int32
-	levelDoms [NumLevels][]int32
+	nodes         []pnode
+	nodeIndex     map[string]int32
+	gpuIndex      map[string]int32
+	cells         []cell
+	doms          []pdomain
+	draw          []float64              // per domain: Σ draw of its nodes, as the domain counts
+	limit         []float64              // per domain: budget × (1 − headroom), +Inf without a budget
+	mode          []uint8                // per domain: how it counts, modeDeclared or modeMeasured
+	declDraw      []float64              // per domain: Σ draw of its nodes were it counted declared
+	counted       map[LearnedKey]float64 // what measured domains count a shard at (countedTable)
+	now           []float64              // per domain: Σ measured_watts of its nodes
+	nodeCount     []int32                // per domain: its nodes
+	measuredCount []int32                // per domain: its nodes that are measured
+	cellVer       []uint32               // per cell: bumped when a node in it changes
+	domIndex      map[Domain]int32
+	levelDoms     [NumLevels][]int32
 
 	counts  map[string][]int32 // model → replicas of it per domain
 	running []Replica
@@ -132,6 +138,19 @@ type cell struct {
 	hold     int32   // first held domain holding the cell, coarse to fine, or -1
 }
 
+// The count modes as indexes into per-mode arrays.
+const (
+	modeDeclared = 0
+	modeMeasured = 1
+)
+
+func modeIndex(m CountMode) uint8 {
+	if m == CountMeasured {
+		return modeMeasured
+	}
+	return modeDeclared
+}
+
 type pnode struct {
 	name       string
 	pool       string
@@ -142,7 +161,7 @@ type pnode struct {
 	cpu, mem   int
 	base       float64
 	measured   float64
-	promised   float64 // Σ draw of its shards
+	promised   [2]float64 // Σ draw of its shards, counted declared and measured
 	gpus       []pgpu
 }
 
@@ -152,12 +171,13 @@ type pgpu struct {
 	power float64
 }
 
-// draw is max(measured, base + Σ shards).
-func (n *pnode) draw() float64 { return max(n.measured, n.base+n.promised) }
+// draw is max(measured, base + Σ shards), the shards counted in mode m.
+func (n *pnode) draw(m int) float64 { return max(n.measured, n.base+n.promised[m]) }
 
-// delta is how much the node's draw grows with one more shard of w.
-func (n *pnode) delta(w float64) float64 {
-	return max(n.measured, n.base+n.promised+w) - n.draw()
+// delta is how much the node's draw, counted in mode m, grows with one
+// more shard counting w.
+func (n *pnode) delta(m int, w float64) float64 {
+	return max(n.measured, n.base+n.promised[m]+w) - n.draw(m)
 }
 
 func (n *pnode) gpu(model int32) *pgpu {
@@ -221,15 +241,23 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 	p.doms = make([]pdomain, len(all))
 	p.draw = make([]float64, len(all))
 	p.limit = make([]float64, len(all))
+	p.mode = make([]uint8, len(all))
+	p.declDraw = make([]float64, len(all))
+	p.now = make([]float64, len(all))
+	p.nodeCount = make([]int32, len(all))
+	p.measuredCount = make([]int32, len(all))
+	p.counted = countedTable(fleet.Learned, fac.MeasuredRule())
 	for i, d := range all {
 		p.domIndex[d] = int32(i)
 		p.doms[i] = pdomain{dom: d, key: d.String(), hold: -1}
 		p.limit[i] = math.Inf(1)
+		p.mode[i] = modeIndex(fac.countDefault())
 		p.levelDoms[d.Level] = append(p.levelDoms[d.Level], int32(i))
 	}
 	for _, b := range fac.Budgets {
 		i := p.domIndex[b.Domain]
 		p.doms[i].budgeted, p.doms[i].cap, p.limit[i] = true, b.Watts, fac.Limit(b)
+		p.mode[i] = modeIndex(fac.CountOf(b))
 	}
 	for i, h := range fac.Holds {
 		p.doms[p.domIndex[h.Domain]].hold = int32(i)
@@ -316,7 +344,13 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 		p.nodes[i] = pn
 		for _, d := range p.cells[pn.cell].dom {
 			if d >= 0 {
-				p.draw[d] += pn.draw()
+				p.draw[d] += pn.draw(int(p.mode[d]))
+				p.declDraw[d] += pn.draw(modeDeclared)
+				p.now[d] += pn.measured
+				p.nodeCount[d]++
+				if pn.measured > 0 {
+					p.measuredCount[d]++
+				}
 			}
 		}
 	}
@@ -336,7 +370,7 @@ func (p *Planner) Add(r Replica) error {
 		return err
 	}
 	for i, s := range r.Shards {
-		p.addDraw(idx[i], s.Watts)
+		p.addDraw(idx[i], p.shardCounts(r.Model, r.Profile, s))
 	}
 	p.count(r.Model, idx)
 	p.running = append(p.running, Replica{ID: r.ID, Model: r.Model, Profile: r.Profile, Shards: slices.Clone(r.Shards)})
@@ -372,7 +406,7 @@ func (p *Planner) Commit(d Decision) error {
 		}
 		n.cpu -= s.CPUCores
 		n.mem -= s.MemoryGB
-		p.addDraw(idx[i], s.Watts)
+		p.addDraw(idx[i], p.shardCounts(d.Model, d.Profile, s))
 	}
 	p.count(d.Model, idx)
 	p.running = append(p.running, r)
@@ -401,15 +435,25 @@ func (p *Planner) shardNodes(r Replica) ([]int32, error) {
 	return idx, nil
 }
 
-func (p *Planner) addDraw(n int32, w float64) {
+// shardCounts is what a shard of a profile counts at: [declared, measured].
+func (p *Planner) shardCounts(model, profile string, s Shard) [2]float64 {
+	return counted(p.counted, LearnedKey{Model: model, Profile: profile, GPU: s.GPU}, s.Watts)
+}
+
+// addDraw adds a shard counting w (declared, measured) to node n.
+func (p *Planner) addDraw(n int32, w [2]float64) {
 	nd := &p.nodes[n]
-	old := nd.draw()
-	nd.promised += w
-	delta := nd.draw() - old
+	var delta [2]float64
+	for m := range delta {
+		old := nd.draw(m)
+		nd.promised[m] += w[m]
+		delta[m] = nd.draw(m) - old
+	}
 	p.cellVer[nd.cell]++
 	for _, d := range p.cells[nd.cell].dom {
 		if d >= 0 {
-			p.draw[d] += delta
+			p.draw[d] += delta[p.mode[d]]
+			p.declDraw[d] += delta[modeDeclared]
 		}
 	}
 }
@@ -462,21 +506,104 @@ type DomainUsage struct {
 	Budgeted   bool
 	CapWatts   float64 // the budget; 0 without one
 	LimitWatts float64 // CapWatts × (1 − headroom); +Inf without a budget
-	DrawWatts  float64 // Σ draw of its nodes
-	Held       bool
-	Hold       Hold
+	// DrawWatts is Σ draw of its nodes, each shard counted as the domain
+	// counts (Count): what it has admitted.
+	DrawWatts float64
+	// Count is how the domain counts shards: CountDeclared or CountMeasured
+	// (a domain without a budget counts as the facility does).
+	Count CountMode
+	// DeclaredWatts is what DrawWatts would be were every shard counted at
+	// its declared draw; equal to DrawWatts in a declared domain.
+	DeclaredWatts float64
+	// NowWatts is Σ measured_watts of its nodes that are measured, of
+	// Nodes; MeasuredNodes of them are.
+	NowWatts      float64
+	Nodes         int
+	MeasuredNodes int
+	Held          bool
+	Hold          Hold
 }
 
 // HeadroomWatts is how much more the domain may draw: LimitWatts − DrawWatts.
 func (u DomainUsage) HeadroomWatts() float64 { return u.LimitWatts - u.DrawWatts }
 
+// Explain says how the domain counted, for explain and events:
+// "pdu=p3: admitted 17.1 kW measured (declared would be 24.5 kW) of 20.0 kW,
+// now drawing 12.2 kW".
+func (u DomainUsage) Explain() string {
+	var b strings.Builder
+	b.WriteString(u.Domain.String())
+	b.WriteString(": admitted ")
+	b.WriteString(kW(u.DrawWatts))
+	b.WriteString(" ")
+	b.WriteString(u.Count.String())
+	if u.Count == CountMeasured {
+		b.WriteString(" (declared would be " + kW(u.DeclaredWatts) + ")")
+	}
+	if u.Budgeted {
+		b.WriteString(" of " + kW(u.LimitWatts))
+	}
+	switch {
+	case u.MeasuredNodes == 0:
+		b.WriteString(", not measured")
+	case u.MeasuredNodes < u.Nodes:
+		fmt.Fprintf(&b, ", now drawing %s on %d of %d nodes", kW(u.NowWatts), u.MeasuredNodes, u.Nodes)
+	default:
+		b.WriteString(", now drawing " + kW(u.NowWatts))
+	}
+	return b.String()
+}
+
+func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
+
 func (p *Planner) usage(i int32) DomainUsage {
 	d := &p.doms[i]
-	u := DomainUsage{Domain: d.dom, Budgeted: d.budgeted, CapWatts: d.cap, LimitWatts: p.limit[i], DrawWatts: p.draw[i]}
+	u := DomainUsage{Domain: d.dom, Budgeted: d.budgeted, CapWatts: d.cap, LimitWatts: p.limit[i], DrawWatts: p.draw[i],
+		Count: CountDeclared, DeclaredWatts: p.declDraw[i], NowWatts: p.now[i], Nodes: int(p.nodeCount[i]), MeasuredNodes: int(p.measuredCount[i])}
+	if p.mode[i] == modeMeasured {
+		u.Count = CountMeasured
+	}
 	if d.hold >= 0 {
 		u.Held, u.Hold = true, p.fac.Holds[d.hold]
 	}
 	return u
+}
+
+// After returns the budgeted domains holding a placed decision's shards,
+// coarse to fine, as they would be once it is committed: what explain
+// shows of a decision. It changes nothing.
+func (p *Planner) After(d Decision) ([]DomainUsage, error) {
+	if !d.Placed {
+		return nil, nil
+	}
+	idx, err := p.shardNodes(d.Running())
+	if err != nil {
+		return nil, err
+	}
+	add := map[int32]*DomainUsage{}
+	var order []int32
+	for k, s := range d.Shards {
+		nd := &p.nodes[idx[k]]
+		w := p.shardCounts(d.Model, d.Profile, s)
+		delta := [2]float64{nd.delta(modeDeclared, w[0]), nd.delta(modeMeasured, w[1])}
+		for _, dom := range p.cells[nd.cell].budgeted {
+			u, ok := add[dom]
+			if !ok {
+				uu := p.usage(dom)
+				u = &uu
+				add[dom] = u
+				order = append(order, dom)
+			}
+			u.DrawWatts += delta[p.mode[dom]]
+			u.DeclaredWatts += delta[modeDeclared]
+		}
+	}
+	slices.Sort(order) // domains are indexed by level, then value
+	out := make([]DomainUsage, 0, len(order))
+	for _, dom := range order {
+		out = append(out, *add[dom])
+	}
+	return out, nil
 }
 
 // Usage returns a domain's budget, draw and hold.

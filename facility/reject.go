@@ -184,6 +184,9 @@ func (p *Planner) finish(c *collector, sh *shape, placedGang bool, out []Rejecti
 			case dynOverBudget:
 				a, b := kWPair(e.a, e.b)
 				msg = "over budget: " + key + " would draw " + a + " of " + b
+				if p.mode[e.dom] == modeMeasured {
+					msg += ", counted measured"
+				}
 			case dynKeepWithin:
 				msg = fmt.Sprintf("keep_within: %s has %d %s, needs %d",
 					key, int(e.a), plural(int(e.a), "node that fits", "nodes that fit"), pr.Nodes)

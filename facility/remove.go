@@ -37,7 +37,8 @@ func (p *Planner) Remove(id string) (Replica, error) {
 		}
 		n.cpu += s.CPUCores
 		n.mem += s.MemoryGB
-		p.addDraw(idx[k], -s.Watts)
+		w := p.shardCounts(r.Model, r.Profile, s)
+		p.addDraw(idx[k], [2]float64{-w[0], -w[1]})
 	}
 	p.uncount(r.Model, idx)
 	p.running = slices.Delete(p.running, i, i+1)
