@@ -205,13 +205,9 @@ type simJob struct {
 	ready time.Time
 }
 
-// runSim replays a day in one mode.
-func runSim(cfg simConfig, mode simMode) simResult {
-	rng := rand.New(rand.NewPCG(cfg.seed, 0x5ca1e)) // bursts, then load times
-	start := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
-	end := start.Add(cfg.day)
-
-	// 3 racks, one PDU each, 4 nodes of 8 H200 per rack.
+// simFleet is the simulated data centre: 3 racks, one PDU each of
+// pduWatts, 4 nodes of 8 H200 (700 W) per rack, 1000 W base per node.
+func simFleet(pduWatts float64) ([]facility.Node, []facility.Budget) {
 	var nodes []facility.Node
 	var budgets []facility.Budget
 	for r := 1; r <= 3; r++ {
@@ -223,8 +219,18 @@ func runSim(cfg simConfig, mode simMode) simResult {
 				GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 8, PowerLimitWatts: 700}},
 			})
 		}
-		budgets = append(budgets, facility.Budget{Domain: facility.Domain{Level: facility.LevelPDU, Value: "p-" + rack}, Watts: cfg.pduWatts})
+		budgets = append(budgets, facility.Budget{Domain: facility.Domain{Level: facility.LevelPDU, Value: "p-" + rack}, Watts: pduWatts})
 	}
+	return nodes, budgets
+}
+
+// runSim replays a day in one mode.
+func runSim(cfg simConfig, mode simMode) simResult {
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x5ca1e)) // bursts, then load times
+	start := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	end := start.Add(cfg.day)
+
+	nodes, budgets := simFleet(cfg.pduWatts)
 	fac := facility.Facility{Budgets: budgets}
 
 	var cat facility.Catalog
