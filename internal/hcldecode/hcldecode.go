@@ -9,9 +9,11 @@
 // repeated one), a block label `hcl:"name,label"`. Every struct that needs
 // to know which attributes were given, or where, carries its body in a field
 // tagged `hcl:",body"`; a block struct may carry its header's range in a
-// field tagged `hcl:",def_range"`. Decode parses and decodes in one step;
-// what gohcl cannot say (durations, enums, ranges, defaults, one field
-// against another) is checked after it, in Go, with Given and Errorf.
+// field tagged `hcl:",def_range"`. Decode parses and decodes in one step,
+// as gohcl.DecodeBody would but deriving each struct type's schema once
+// (decode.go); what gohcl cannot say (durations, enums, ranges, defaults,
+// one field against another) is checked after it, in Go, with Given and
+// Errorf.
 //
 // Decode keeps every problem at its file:line and names the attribute a bad
 // value belongs to ("priority: Unsuitable value type: a number is
@@ -28,12 +30,12 @@ package hcldecode
 import (
 	"cmp"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
@@ -69,31 +71,26 @@ func (p *Problem) Error() string { return p.String() }
 type File struct {
 	filename string
 	problems []Problem
-	// bad holds the attributes (by the byte offset of their start) whose
-	// name or value had a problem: Given reports them absent, so that a
-	// value that failed to decode is not checked again.
-	bad map[int]bool
 }
 
 // Decode parses src (HCL native syntax) as the file filename and decodes
 // it into val, a pointer to a struct with gohcl tags, evaluating
-// expressions in ctx (nil: constants only, no functions). ok is false when
-// the file does not parse, and val is then untouched; otherwise val holds
-// what decoded cleanly, and the File the problems of what did not.
+// expressions in ctx (nil: constants only, no functions). ok is false when the file does not parse, and val is then
+// untouched; otherwise val holds what decoded cleanly, and the File the
+// problems of what did not.
 func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
-	f = &File{filename: filename, bad: map[int]bool{}}
+	f = &File{filename: filename}
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() || file == nil {
 		f.diagnostics(diags)
 		return f, false
 	}
-	body, _ := file.Body.(*hclsyntax.Body)
-	if body == nil {
-		f.Errorf(hcl.Range{Filename: filename}, "not an HCL native syntax file")
-		return f, false
+	d := decoder{ctx: ctx}
+	d.value(file.Body, reflect.ValueOf(val).Elem())
+	slices.SortStableFunc(d.found, func(a, b found) int { return cmp.Compare(a.at.Byte, b.at.Byte) })
+	for _, p := range d.found {
+		f.problems = append(f.problems, Problem{Filename: filename, Line: max(p.at.Line, 1), Msg: p.msg})
 	}
-	diags = gohcl.DecodeBody(body, ctx, val)
-	f.decoded(body, ctx, diags)
 	return f, true
 }
 
@@ -129,127 +126,33 @@ func (f *File) problem(r *hcl.Range, msg string) Problem {
 	return p
 }
 
-// decoded files the diagnostics of decoding body: each attribute keeps its
-// first problem (a problem with its name before one with its value), a
-// value problem is prefixed with the attribute's name, and a null value is
-// refused. The problems are in the order of the file.
-func (f *File) decoded(body *hclsyntax.Body, ctx *hcl.EvalContext, diags hcl.Diagnostics) {
-	type found struct {
-		at  hcl.Pos
-		msg string
+// attribute returns attribute name of b, nil when it has none (or b is
+// not from Decode: nil, for a block not given), and whether its name or
+// value had a problem.
+func attribute(b hcl.Body, name string) (a *hcl.Attribute, bad bool) {
+	db, _ := b.(*body)
+	if db == nil {
+		return nil, false
 	}
-	var out []found
-	var errs hcl.Diagnostics
-	for _, d := range diags {
-		if d.Severity == hcl.DiagError {
-			errs = append(errs, d)
-		}
-	}
-	taken := make([]bool, len(errs))
-	// within returns the diagnostics whose subject starts in r, marking
-	// them taken.
-	within := func(r hcl.Range) []*hcl.Diagnostic {
-		var in []*hcl.Diagnostic
-		for i, d := range errs {
-			if !taken[i] && d.Subject != nil && r.ContainsOffset(d.Subject.Start.Byte) {
-				taken[i] = true
-				in = append(in, d)
-			}
-		}
-		return in
-	}
-	var walk func(b *hclsyntax.Body)
-	walk = func(b *hclsyntax.Body) {
-		for _, a := range sortedAttributes(b) {
-			names, values := within(a.NameRange), within(a.Expr.Range())
-			switch {
-			case len(names) > 0:
-				// Unsupported, or given twice: its value is not looked at.
-				f.bad[a.SrcRange.Start.Byte] = true
-				out = append(out, found{names[0].Subject.Start, message(names[0])})
-			case isNull(a, ctx):
-				f.bad[a.SrcRange.Start.Byte] = true
-				out = append(out, found{a.SrcRange.Start, a.Name + ": must not be null"})
-			case len(values) > 0:
-				f.bad[a.SrcRange.Start.Byte] = true
-				out = append(out, found{a.SrcRange.Start, a.Name + ": " + message(values[0])})
-			}
-		}
-		for _, blk := range b.Blocks {
-			// A block refused as a whole (unknown type, a label too many, a
-			// second one of a kind) was not decoded: its contents are not
-			// checked.
-			if header := hcl.RangeBetween(blk.TypeRange, blk.OpenBraceRange); slices.ContainsFunc(errs, func(d *hcl.Diagnostic) bool {
-				return d.Subject != nil && header.ContainsOffset(d.Subject.Start.Byte) && d.Subject.Start.Byte < blk.OpenBraceRange.Start.Byte
-			}) {
-				continue
-			}
-			walk(blk.Body)
-		}
-	}
-	walk(body)
-	for i, d := range errs {
-		if !taken[i] {
-			at := hcl.Pos{Line: 1}
-			if d.Subject != nil {
-				at = d.Subject.Start
-			}
-			out = append(out, found{at, message(d)})
-		}
-	}
-	slices.SortStableFunc(out, func(a, b found) int { return cmp.Compare(a.at.Byte, b.at.Byte) })
-	for _, p := range out {
-		f.problems = append(f.problems, Problem{Filename: f.filename, Line: max(p.at.Line, 1), Msg: p.msg})
-	}
-}
-
-func sortedAttributes(b *hclsyntax.Body) []*hclsyntax.Attribute {
-	as := make([]*hclsyntax.Attribute, 0, len(b.Attributes))
-	for _, a := range b.Attributes {
-		as = append(as, a)
-	}
-	slices.SortFunc(as, func(x, y *hclsyntax.Attribute) int { return cmp.Compare(x.SrcRange.Start.Byte, y.SrcRange.Start.Byte) })
-	return as
-}
-
-// isNull reports whether a's value is null (and evaluates without error).
-// A literal and a quoted string, nearly every attribute of a file, answer
-// without being evaluated again: a literal knows its value, and a string
-// template is never null (a null inside one is an error).
-func isNull(a *hclsyntax.Attribute, ctx *hcl.EvalContext) bool {
-	switch e := a.Expr.(type) {
-	case *hclsyntax.LiteralValueExpr:
-		return e.Val.IsNull()
-	case *hclsyntax.TemplateExpr:
-		return false
-	}
-	v, diags := a.Expr.Value(ctx)
-	return !diags.HasErrors() && v.IsNull()
-}
-
-// attribute returns attribute name of body, nil when it has none (or body
-// is not from Decode: nil, for a block not given).
-func attribute(body hcl.Body, name string) *hclsyntax.Attribute {
-	b, _ := body.(*hclsyntax.Body)
-	if b == nil {
-		return nil
-	}
-	return b.Attributes[name]
+	return db.attrs[name], db.bad[name]
 }
 
 // Has reports whether body (a decoded struct's `hcl:",body"` field) has
 // attribute name, whatever its value.
-func (f *File) Has(body hcl.Body, name string) bool { return attribute(body, name) != nil }
+func (f *File) Has(body hcl.Body, name string) bool {
+	a, _ := attribute(body, name)
+	return a != nil
+}
 
 // Given returns the range of attribute name of body (a decoded struct's
 // `hcl:",body"` field) and true when the attribute is there and its value
 // decoded cleanly: the struct's field holds it, for Go to check further.
 func (f *File) Given(body hcl.Body, name string) (hcl.Range, bool) {
-	a := attribute(body, name)
-	if a == nil || f.bad[a.SrcRange.Start.Byte] {
+	a, bad := attribute(body, name)
+	if a == nil || bad {
 		return hcl.Range{}, false
 	}
-	return a.SrcRange, true
+	return a.Range, true
 }
 
 // Missing is the range to report something absent from body at: where
