@@ -1,6 +1,7 @@
 package facility
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -23,13 +24,119 @@ const (
 )
 
 var benchFilesDir = flag.String("bench-files", "",
-	"TestBenchFiles writes the fleet.hcl, facility.hcl and catalog.hcl of the 12,800-node bench fleet into this directory")
+	"TestBenchFiles writes the fleet, facility and catalog files of the 12,800-node bench fleet into this directory, as .hcl and as .json")
 
 // benchFiles writes benchWorld(nodes) and benchCatalog(replicas) as the
 // fleet, facility and catalog files `llmgw plan` reads.
 func benchFiles(nodes, replicas int) (fleetSrc, facSrc, catSrc []byte) {
 	fleet, fac := benchWorld(nodes)
 	return fleetHCLFile(fleet), facilityHCLFile(fac), catalogHCLFile(benchCatalog(replicas))
+}
+
+// benchJSONFiles is benchFiles in HCL's JSON syntax.
+func benchJSONFiles(nodes, replicas int) (fleetSrc, facSrc, catSrc []byte) {
+	fleet, fac := benchWorld(nodes)
+	return fleetJSONFile(fleet), facilityJSONFile(fac), catalogJSONFile(benchCatalog(replicas))
+}
+
+// jsonObject is an attribute or block body in HCL's JSON syntax.
+type jsonObject = map[string]any
+
+// jsonBlock is a block with one label: an array of one-property objects
+// keeps the blocks in their order (an object's properties would come out
+// sorted by encoding/json).
+func jsonBlock(label string, body jsonObject) jsonObject { return jsonObject{label: body} }
+
+func marshalJSONFile(v any) []byte {
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+// fleetJSONFile writes the fleet as a program generating it from an
+// inventory would: encoding/json, no HCL library.
+func fleetJSONFile(fleet Fleet) []byte {
+	nodes := make([]jsonObject, 0, len(fleet.Nodes))
+	for _, n := range fleet.Nodes {
+		b := jsonObject{}
+		for _, l := range Levels() {
+			if v := n.Location.Get(l); v != "" {
+				b[l.String()] = v
+			}
+		}
+		if n.Pool != "" {
+			b["pool"] = n.Pool
+		}
+		b["cpu_cores"], b["memory_gb"], b["base_watts"] = n.CPUCores, n.MemoryGB, n.BaseWatts
+		if n.MeasuredWatts > 0 {
+			b["measured_watts"] = n.MeasuredWatts
+		}
+		if n.Fabric != "" {
+			b["fabric"] = n.Fabric
+		}
+		var gpus []jsonObject
+		for _, g := range n.GPUs {
+			gb := jsonObject{"count": g.Count, "power_limit": g.PowerLimitWatts}
+			if g.Free != g.Count {
+				gb["free"] = g.Free
+			}
+			if g.MemoryMiB > 0 {
+				gb["memory"] = g.MemoryMiB
+			}
+			gpus = append(gpus, jsonBlock(g.Model, gb))
+		}
+		if gpus != nil {
+			b["gpu"] = gpus
+		}
+		nodes = append(nodes, jsonBlock(n.Name, b))
+	}
+	return marshalJSONFile(jsonObject{"node": nodes})
+}
+
+func facilityJSONFile(fac Facility) []byte {
+	budgets := make([]jsonObject, 0, len(fac.Budgets))
+	for _, b := range fac.Budgets {
+		budgets = append(budgets, jsonBlock(b.Domain.String(), jsonObject{"watts": b.Watts}))
+	}
+	holds := make([]jsonObject, 0, len(fac.Holds))
+	for _, h := range fac.Holds {
+		hb := jsonObject{}
+		if h.Reason != "" {
+			hb["reason"] = h.Reason
+		}
+		if h.Drain {
+			hb["drain"] = true
+		}
+		holds = append(holds, jsonBlock(h.Domain.String(), hb))
+	}
+	return marshalJSONFile(jsonObject{"headroom": fac.Headroom, "budget": budgets, "hold": holds})
+}
+
+func catalogJSONFile(cat Catalog) []byte {
+	models := make([]jsonObject, 0, len(cat.Models))
+	for _, m := range cat.Models {
+		var profiles []jsonObject
+		for _, p := range m.Profiles {
+			pb := jsonObject{"engine": p.Engine, "gpu": p.GPU, "gpus": p.GPUs, "nodes": p.Nodes,
+				"cpu_cores": p.CPUCores, "memory_gb": p.MemoryGB, "weight": p.Weight}
+			if p.Nodes > 1 {
+				pb["keep_within"] = p.KeepWithin.String()
+			}
+			spread := make([]string, 0, len(p.Spread))
+			for _, l := range p.Spread {
+				spread = append(spread, l.String())
+			}
+			pb["spread"] = spread
+			if p.Fabric != "" {
+				pb["fabric"] = p.Fabric
+			}
+			profiles = append(profiles, jsonBlock(p.Name, pb))
+		}
+		models = append(models, jsonBlock(m.Name, jsonObject{"replicas": m.Replicas, "profile": profiles}))
+	}
+	return marshalJSONFile(jsonObject{"model": models})
 }
 
 func fleetHCLFile(fleet Fleet) []byte {
@@ -119,8 +226,9 @@ func catalogHCLFile(cat Catalog) []byte {
 	return f.Bytes()
 }
 
-// TestBenchFiles checks that the bench fleet's files read back as the
-// world they were written from (at 200 nodes), so that the reading
+// TestBenchFiles checks that the bench fleet's files, in HCL and in HCL's
+// JSON syntax, read back as the world they were written from (at 200
+// nodes), so that the reading
 // benchmark reads what the placement benchmark places. With -bench-files
 // DIR it also writes the 12,800-node files into DIR for timing `llmgw plan`
 // (docs/perf.md).
@@ -128,6 +236,7 @@ func TestBenchFiles(t *testing.T) {
 	t.Parallel()
 	const nodes, replicas = 200, 100
 	fleetSrc, facSrc, catSrc := benchFiles(nodes, replicas)
+	fleetJSON, facJSON, catJSON := benchJSONFiles(nodes, replicas)
 	wantFleet, wantFac := benchWorld(nodes)
 	for i := range wantFleet.Nodes {
 		wantFleet.Nodes[i].Pool = DefaultPool
@@ -141,39 +250,47 @@ func TestBenchFiles(t *testing.T) {
 		}
 	}
 	ignorePos := cmpopts.IgnoreTypes(Pos{})
-	fleet, err := ParseFleet("fleet.hcl", fleetSrc)
-	if err != nil {
-		t.Fatal(err)
+	read := func(ext string, fleetSrc, facSrc, catSrc []byte) {
+		fleet, err := ParseFleet("fleet"+ext, fleetSrc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantFleet, fleet, ignorePos); diff != "" {
+			t.Errorf("fleet%s (-want +got):\n%s", ext, diff)
+		}
+		fac, err := ParseFacility("facility"+ext, facSrc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantFac, fac, ignorePos); diff != "" {
+			t.Errorf("facility%s (-want +got):\n%s", ext, diff)
+		}
+		cat, err := ParseCatalog("catalog"+ext, catSrc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantCat, cat, ignorePos, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("catalog%s (-want +got):\n%s", ext, diff)
+		}
+		if err := CheckFacility(fleet, fac); err != nil {
+			t.Error(err)
+		}
+		if err := CheckCatalog(fleet, fac, cat); err != nil {
+			t.Error(err)
+		}
 	}
-	if diff := cmp.Diff(wantFleet, fleet, ignorePos); diff != "" {
-		t.Errorf("fleet (-want +got):\n%s", diff)
-	}
-	fac, err := ParseFacility("facility.hcl", facSrc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(wantFac, fac, ignorePos); diff != "" {
-		t.Errorf("facility (-want +got):\n%s", diff)
-	}
-	cat, err := ParseCatalog("catalog.hcl", catSrc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(wantCat, cat, ignorePos, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("catalog (-want +got):\n%s", diff)
-	}
-	if err := CheckFacility(fleet, fac); err != nil {
-		t.Error(err)
-	}
-	if err := CheckCatalog(fleet, fac, cat); err != nil {
-		t.Error(err)
-	}
+	read(".hcl", fleetSrc, facSrc, catSrc)
+	read(".json", fleetJSON, facJSON, catJSON)
 
 	if *benchFilesDir == "" {
 		return
 	}
 	fleetSrc, facSrc, catSrc = benchFiles(benchFileNodes, benchFileReplicas)
-	for name, src := range map[string][]byte{"fleet.hcl": fleetSrc, "facility.hcl": facSrc, "catalog.hcl": catSrc} {
+	fleetJSON, facJSON, catJSON = benchJSONFiles(benchFileNodes, benchFileReplicas)
+	for name, src := range map[string][]byte{
+		"fleet.hcl": fleetSrc, "facility.hcl": facSrc, "catalog.hcl": catSrc,
+		"fleet.json": fleetJSON, "facility.json": facJSON, "catalog.json": catJSON,
+	} {
 		path := filepath.Join(*benchFilesDir, name)
 		if err := os.WriteFile(path, src, 0o644); err != nil {
 			t.Fatal(err)
@@ -184,12 +301,15 @@ func TestBenchFiles(t *testing.T) {
 
 // BenchmarkRead reads the files of the 12,800-node bench fleet as `llmgw
 // plan` does (plancmd.Load): each file parsed, then the checks of the
-// facility and the catalog against the fleet. all is the four together.
-// cpu-ms/op is the process's CPU time (user and system, every thread, the
-// garbage collector's too) per op: on a shared machine it varies less than
-// the wall time, and it counts work done on more than one CPU.
+// facility and the catalog against the fleet. all is the four together;
+// the -json sub-benchmarks read the same files written in HCL's JSON
+// syntax. cpu-ms/op is the process's CPU time (user and system, every
+// thread, the garbage collector's too) per op: on a shared machine it
+// varies less than the wall time, and it counts work done on more than one
+// CPU.
 func BenchmarkRead(b *testing.B) {
 	fleetSrc, facSrc, catSrc := benchFiles(benchFileNodes, benchFileReplicas)
+	fleetJSON, facJSON, catJSON := benchJSONFiles(benchFileNodes, benchFileReplicas)
 	fleet, err := ParseFleet("fleet.hcl", fleetSrc)
 	if err != nil {
 		b.Fatal(err)
@@ -202,16 +322,24 @@ func BenchmarkRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	steps := []struct {
+	type step struct {
 		name string
 		run  func() error
-	}{
+	}
+	check := step{"check", func() error { return errors.Join(CheckFacility(fleet, fac), CheckCatalog(fleet, fac, cat)) }}
+	steps := []step{
 		{"fleet", func() error { _, err := ParseFleet("fleet.hcl", fleetSrc); return err }},
 		{"facility", func() error { _, err := ParseFacility("facility.hcl", facSrc); return err }},
 		{"catalog", func() error { _, err := ParseCatalog("catalog.hcl", catSrc); return err }},
-		{"check", func() error { return errors.Join(CheckFacility(fleet, fac), CheckCatalog(fleet, fac, cat)) }},
+		check,
 	}
-	for _, s := range steps {
+	jsonSteps := []step{
+		{"fleet-json", func() error { _, err := ParseFleet("fleet.json", fleetJSON); return err }},
+		{"facility-json", func() error { _, err := ParseFacility("facility.json", facJSON); return err }},
+		{"catalog-json", func() error { _, err := ParseCatalog("catalog.json", catJSON); return err }},
+		check,
+	}
+	for _, s := range append(steps, jsonSteps[:3]...) {
 		b.Run(s.name, func(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for range b.N {
@@ -222,17 +350,22 @@ func BenchmarkRead(b *testing.B) {
 			reportCPU(b, cpu0)
 		})
 	}
-	b.Run("all", func(b *testing.B) {
-		cpu0 := cpuTime(b)
-		for range b.N {
-			for _, s := range steps {
-				if err := s.run(); err != nil {
-					b.Fatal(err)
+	for _, all := range []struct {
+		name  string
+		steps []step
+	}{{"all", steps}, {"all-json", jsonSteps}} {
+		b.Run(all.name, func(b *testing.B) {
+			cpu0 := cpuTime(b)
+			for range b.N {
+				for _, s := range all.steps {
+					if err := s.run(); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
-		}
-		reportCPU(b, cpu0)
-	})
+			reportCPU(b, cpu0)
+		})
+	}
 }
 
 // cpuTime is the CPU time this process has used, user and system.

@@ -187,7 +187,9 @@ type decoder struct {
 }
 
 // decode parses and decodes src into raw; ok is false when the file does
-// not parse.
+// not parse. A file whose name ends in ".json" is in HCL's JSON syntax
+// (hcldecode.IsJSON), any other in the native syntax: the fleet, facility
+// and catalog may each be either.
 func decode(filename string, src []byte, raw any) (*decoder, bool) {
 	f, ok := hcldecode.Decode(filename, src, nil, raw)
 	d := &decoder{File: f, filename: filename}
@@ -290,8 +292,9 @@ func (d *decoder) validated(err error) {
 	d.errs = append(d.errs, err)
 }
 
-// ParseFleet parses a fleet file (fleet.hcl): node blocks with their
-// location, resources, power and GPUs. Every problem is an *Error naming
+// ParseFleet parses a fleet file (fleet.hcl, or fleet.json when a program
+// writes it): node blocks with their location, resources, power and GPUs.
+// Every problem is an *Error naming
 // filename:line; they are joined with errors.Join.
 func ParseFleet(filename string, src []byte) (Fleet, error) {
 	var raw fleetHCL

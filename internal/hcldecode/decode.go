@@ -2,6 +2,7 @@ package hcldecode
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -147,8 +148,10 @@ type decoder struct {
 	found   []found
 }
 
-// diagnostics files the errors of diags, each at the start of its subject.
+// diagnostics files the errors of diags, each at the start of its subject,
+// and each once (a JSON body that is not an object says so twice).
 func (d *decoder) diagnostics(diags hcl.Diagnostics) {
+	first := len(d.found)
 	for _, g := range diags {
 		if g.Severity != hcl.DiagError {
 			continue
@@ -157,7 +160,10 @@ func (d *decoder) diagnostics(diags hcl.Diagnostics) {
 		if g.Subject != nil {
 			at = g.Subject.Start
 		}
-		d.found = append(d.found, found{at, message(g)})
+		p := found{at, message(g)}
+		if !slices.Contains(d.found[first:], p) {
+			d.found = append(d.found, p)
+		}
 	}
 }
 

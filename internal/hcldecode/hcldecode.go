@@ -13,7 +13,8 @@
 // as gohcl.DecodeBody would but deriving each struct type's schema once
 // (decode.go); what gohcl cannot say (durations, enums, ranges, defaults,
 // one field against another) is checked after it, in Go, with Given and
-// Errorf.
+// Errorf. A file whose name ends in ".json" is read in HCL's JSON syntax
+// into the same structs, with the same problems at its own lines.
 //
 // Decode keeps every problem at its file:line and names the attribute a bad
 // value belongs to ("priority: Unsuitable value type: a number is
@@ -37,6 +38,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 )
@@ -73,14 +75,26 @@ type File struct {
 	problems []Problem
 }
 
-// Decode parses src (HCL native syntax) as the file filename and decodes
-// it into val, a pointer to a struct with gohcl tags, evaluating
-// expressions in ctx (nil: constants only, no functions). ok is false when the file does not parse, and val is then
+// Decode parses src as the file filename and decodes it into val, a
+// pointer to a struct with gohcl tags, evaluating expressions in ctx (nil:
+// constants only, no functions). A filename ending in ".json" is read in
+// HCL's JSON syntax (github.com/hashicorp/hcl/v2/json: an object per body,
+// a block as an object property keyed by its labels), any other in the
+// native syntax; both decode into the same structs, with the same
+// problems. ok is false when the file does not parse, and val is then
 // untouched; otherwise val holds what decoded cleanly, and the File the
 // problems of what did not.
 func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
 	f = &File{filename: filename}
-	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	var (
+		file  *hcl.File
+		diags hcl.Diagnostics
+	)
+	if IsJSON(filename) {
+		file, diags = hcljson.Parse(src, filename)
+	} else {
+		file, diags = hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	}
 	if diags.HasErrors() || file == nil {
 		f.diagnostics(diags)
 		return f, false
@@ -93,6 +107,10 @@ func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File
 	}
 	return f, true
 }
+
+// IsJSON reports whether Decode reads filename in HCL's JSON syntax: its
+// name ends in ".json" (fleet.json, fleet.hcl.json).
+func IsJSON(filename string) bool { return strings.HasSuffix(filename, ".json") }
 
 // diagnostics adds the errors of diags, each at the start of its subject.
 func (f *File) diagnostics(diags hcl.Diagnostics) {

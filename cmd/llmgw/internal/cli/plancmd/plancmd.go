@@ -69,9 +69,9 @@ placed, 2 when some replica is not, 1 on bad input.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Fleet, "fleet", "", "fleet file: the nodes (HCL)")
-	f.StringVar(&o.Facility, "facility", "", "facility file: budgets and holds (HCL)")
-	f.StringVar(&o.Catalog, "catalog", "", "catalog file: models and profiles (HCL)")
+	f.StringVar(&o.Fleet, "fleet", "", "fleet file: the nodes (HCL; HCL's JSON syntax when the name ends in .json)")
+	f.StringVar(&o.Facility, "facility", "", "facility file: budgets and holds (HCL, or JSON as --fleet)")
+	f.StringVar(&o.Catalog, "catalog", "", "catalog file: models and profiles (HCL, or JSON as --fleet)")
 	f.StringVarP(&o.Output, "output", "o", "table", "output format: table or json")
 	// Not cobra's MarkDeprecated: its notice goes to the command's output,
 	// which is stdout, into the JSON a script reads.

@@ -56,6 +56,8 @@ func TestPlanGolden(t *testing.T) {
 		{"plan", td("fleet.hcl"), td("facility.hcl"), td("catalog.hcl"), ExitPlaced},
 		{"over", td("fleet.hcl"), td("facility.hcl"), td("catalog-over.hcl"), ExitUnplaced},
 		{"examples", ex("fleet.hcl"), ex("facility.hcl"), ex("catalog.hcl"), ExitPlaced},
+		// The fleet and facility in HCL's JSON syntax place as in HCL.
+		{"plan", td("fleet.json"), td("facility.json"), td("catalog.hcl"), ExitPlaced},
 	}
 	for _, tt := range tests {
 		for _, asJSON := range []bool{false, true} {
@@ -163,6 +165,11 @@ func TestPlanBadInput(t *testing.T) {
 				`testdata/bad-facility.hcl:2: budget: domain "shelf=s1": unknown level "shelf" (want site, room, row, rack or pdu)`,
 				`testdata/bad-facility.hcl:4: watts must not be negative, got -17300`,
 			},
+		},
+		{
+			"a JSON fleet: a value of the wrong type",
+			td("bad-fleet.json"), td("facility.json"), td("catalog.hcl"),
+			[]string{`testdata/bad-fleet.json:4: count: Unsuitable value type: a number is required`},
 		},
 		{
 			"a profile no node could ever hold",
