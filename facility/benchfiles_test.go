@@ -380,3 +380,30 @@ func cpuTime(tb testing.TB) time.Duration {
 func reportCPU(b *testing.B, since time.Duration) {
 	b.ReportMetric(float64(cpuTime(b)-since)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }
+
+// BenchmarkPlanCatalog is the placing part of `llmgw plan` on the bench
+// fleet: PlanCatalog with 2,560 replicas on 12,800 nodes, the planner
+// built included.
+func BenchmarkPlanCatalog(b *testing.B) {
+	fleet, fac := benchWorld(benchFileNodes)
+	cat := benchCatalog(benchFileReplicas)
+	for i := range fleet.Nodes {
+		fleet.Nodes[i].Pool = DefaultPool
+	}
+	for i := range cat.Models {
+		for j := range cat.Models[i].Profiles {
+			cat.Models[i].Profiles[j].Pool = DefaultPool
+		}
+	}
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	var plan Plan
+	for range b.N {
+		var err error
+		if plan, err = PlanCatalog(fleet, fac, cat); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu0)
+	b.ReportMetric(float64(len(plan.Placements)), "placed")
+}
