@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,7 @@ placed, 2 when some replica is not, 1 on bad input.`,
 				}
 				o.Output = "json"
 			}
+			collectLessOften()
 			return Run(o, cmd.OutOrStdout())
 		},
 	}
@@ -82,6 +84,25 @@ placed, 2 when some replica is not, 1 on bad input.`,
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
+}
+
+// planGCPercent is the garbage collector's target for `llmgw plan`.
+//
+// The command is one batch: reading a large fleet allocates close to a
+// gigabyte (HCL's parsers keep every token of the file, 3.8 MB of fleet.hcl
+// for 12,800 nodes, with its position), nearly all of it garbage once the
+// file is decoded, and the process exits when the plan is printed. With
+// Go's default of 100 the collector scans the growing token slices again
+// and again; at 400 it runs about a quarter as often, for a higher peak of
+// memory (docs/perf.md, issue 23: the numbers of both).
+const planGCPercent = 400
+
+// collectLessOften sets the garbage collector's target to planGCPercent,
+// unless GOGC says otherwise.
+func collectLessOften() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(planGCPercent)
+	}
 }
 
 // Run plans and prints to stdout. Its error has an ExitCode method: 1 for bad
