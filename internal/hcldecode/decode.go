@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/gocty"
 )
 
 // This file decodes a body into a struct with gohcl tags as
@@ -43,6 +44,27 @@ type attrField struct {
 	index int
 	// Fields taking the attribute's ranges, -1 for none.
 	rng, nameRng, valueRng int
+	target
+}
+
+// target is what an attribute's value goes into.
+type target struct {
+	// keep: the field is an hcl.Expression or *hcl.Attribute, set as given.
+	keep bool
+	// ty is the cty type gohcl converts the value to (gocty.ImpliedType),
+	// cty.NilType when there is none.
+	ty cty.Type
+}
+
+func targetOf(t reflect.Type) target {
+	if attrType.AssignableTo(t) || exprType.AssignableTo(t) {
+		return target{keep: true}
+	}
+	ty, err := gocty.ImpliedType(reflect.New(t).Interface())
+	if err != nil {
+		return target{ty: cty.NilType} // gohcl.DecodeExpression will say why
+	}
+	return target{ty: ty}
 }
 
 type blockField struct {
@@ -79,7 +101,7 @@ func (d *decoder) layoutOf(t reflect.Type) *layout {
 		}
 		switch kind {
 		case "attr", "optional":
-			l.attrs = append(l.attrs, attrField{name: name, index: i})
+			l.attrs = append(l.attrs, attrField{name: name, index: i, target: targetOf(f.Type)})
 		case "block":
 			bf := blockField{typ: name, index: i, elem: f.Type}
 			if bf.elem.Kind() == reflect.Slice {
@@ -222,15 +244,16 @@ func (d *decoder) value(b hcl.Body, v reflect.Value) {
 			}
 			continue
 		}
-		for _, r := range []struct {
-			index int
-			r     hcl.Range
-		}{{af.rng, a.Range}, {af.nameRng, a.NameRange}, {af.valueRng, a.Expr.Range()}} {
-			if r.index >= 0 {
-				v.Field(r.index).Set(reflect.ValueOf(r.r))
-			}
+		if af.rng >= 0 {
+			v.Field(af.rng).Set(reflect.ValueOf(a.Range))
 		}
-		if !d.attribute(a, fv) && given != nil {
+		if af.nameRng >= 0 {
+			v.Field(af.nameRng).Set(reflect.ValueOf(a.NameRange))
+		}
+		if af.valueRng >= 0 {
+			v.Field(af.valueRng).Set(reflect.ValueOf(a.Expr.Range()))
+		}
+		if !d.attribute(a, fv, af.target) && given != nil {
 			if given.bad == nil {
 				given.bad = map[string]bool{}
 			}
@@ -243,8 +266,8 @@ func (d *decoder) value(b hcl.Body, v reflect.Value) {
 // attribute decodes a into fv and reports whether it did cleanly. It files
 // at most one problem, at the attribute's start, naming it: "must not be
 // null" before any other.
-func (d *decoder) attribute(a *hcl.Attribute, fv reflect.Value) bool {
-	keep := attrType.AssignableTo(fv.Type()) || exprType.AssignableTo(fv.Type())
+func (d *decoder) attribute(a *hcl.Attribute, fv reflect.Value, t target) bool {
+	keep := t.keep
 	var (
 		val   cty.Value
 		diags hcl.Diagnostics
@@ -273,8 +296,14 @@ func (d *decoder) attribute(a *hcl.Attribute, fv reflect.Value) bool {
 		return setExpr(a, fv)
 	}
 	if !diags.HasErrors() {
-		// The value is converted as gohcl converts an expression's.
-		diags = gohcl.DecodeExpression(hcl.StaticExpr(val, a.Expr.Range()), d.ctx, fv.Addr().Interface())
+		// The value is converted as gohcl converts an expression's: to the
+		// field's cty type (nothing to convert when it has it already),
+		// then into the field with gocty. gohcl.DecodeExpression does the
+		// conversion, and says what is wrong, when there is one to do or
+		// it fails.
+		if t.ty == cty.NilType || !val.Type().Equals(t.ty) || gocty.FromCtyValue(val, fv.Addr().Interface()) != nil {
+			diags = gohcl.DecodeExpression(hcl.StaticExpr(val, a.Expr.Range()), d.ctx, fv.Addr().Interface())
+		}
 	}
 	for _, g := range diags {
 		if g.Severity == hcl.DiagError {
@@ -300,9 +329,10 @@ func (d *decoder) toMap(b hcl.Body, v reflect.Value) {
 	attrs, diags := b.JustAttributes()
 	d.diagnostics(diags)
 	m := reflect.MakeMapWithSize(v.Type(), len(attrs))
+	t := targetOf(v.Type().Elem())
 	for name, a := range attrs {
 		ev := reflect.New(v.Type().Elem()).Elem()
-		if d.attribute(a, ev) {
+		if d.attribute(a, ev, t) {
 			m.SetMapIndex(reflect.ValueOf(name), ev)
 		}
 	}
