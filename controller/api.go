@@ -53,6 +53,7 @@ func (c *Controller) routes() map[string]http.HandlerFunc {
 		"GET /v1/replicas/{id}":              read(c.getReplica),
 		"GET /v1/nodes":                      read(c.listNodes),
 		"GET /v1/facility":                   read(c.getFacility),
+		"GET /v1/power":                      read(c.getPower),
 		"GET /v1/catalog":                    c.getCatalog,
 		"PUT /v1/facility/holds/{domain}":    read(c.putHold),
 		"DELETE /v1/facility/holds/{domain}": c.deleteHold,
@@ -250,6 +251,10 @@ func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 		out = append(out, v.Nodes...)
 	}
 	httpjson.WriteIndented(w, http.StatusOK, out)
+}
+
+func (c *Controller) getPower(w http.ResponseWriter, _ *http.Request) {
+	httpjson.WriteIndented(w, http.StatusOK, c.powerView())
 }
 
 func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {

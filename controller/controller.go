@@ -98,6 +98,7 @@ type Controller struct {
 	scale   *scaleState     // the autoscaler's scalers, signals, history, last changes (scalestate.go)
 	engines *engineReadings // the last engine scrapes (engines.go)
 	views   *viewState      // the read API's view and the write generations (view.go)
+	power   *powerState     // learned draw, GPU power caps and their events (power.go)
 
 	// passMu makes passes (and a standby's view refreshes, and plans) one
 	// at a time, and guards what only they touch: inputGen, saved and
@@ -161,12 +162,14 @@ func New(opts Options) (*Controller, error) {
 		saved:       map[string]string{},
 		scale:       newScaleState(),
 		engines:     &engineReadings{},
+		power:       newPowerState(),
 	}
 	c.obs = newObserver()
 	c.obs.nomad, c.obs.log, c.obs.region, c.obs.namespace = client, c.log, opts.Config.Nomad.Region, ns
 	c.obs.namespaces, c.obs.serviceProvider = opts.Config.Nomad.Namespaces, opts.Config.ServiceProvider
 	c.obs.checkInterval, c.obs.powerInterval = opts.Config.Driver.CheckInterval, opts.PowerInterval
 	c.obs.kick, c.obs.forgetExpect = c.kick, func() { c.writes.forgetExpect() }
+	c.obs.afterPower = c.powerRound
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
 	c.writes = &writer{nomad: client, wo: c.wo, qo: c.qo, log: c.log, metrics: c.metrics, lead: c.lead,
 		settings: opts.Config.RenderSettings(), unsure: map[string]bool{}}
@@ -671,6 +674,8 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry b
 	c.setWake(observe.NextLost(snap.nodes, c.cfg.Reconcile.LostAfter, now))
 	fleet := observe.Fleet(nodes, snap.allocs, snap.power, c.cfg.NodeBaseWatts)
 	fleet = observe.ReservePending(fleet, jobs, snap.allocs)
+	fleet.Learned = c.power.learned(fac, now)
+	fac = c.power.withRefusals(fac)
 	in := reconcile.Input{
 		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),

@@ -36,6 +36,7 @@ type metrics struct {
 	modelServing     *prometheus.GaugeVec
 	scaleEvents      *prometheus.CounterVec
 	modelSignal      *prometheus.GaugeVec
+	powerCapEvents   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -115,7 +116,10 @@ func newMetrics() *metrics {
 	m.modelSignal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "llmgw_model_signal", Help: "The last reading of an autoscaled model's signal (outstanding, queued, arrivals per second, ttft_p90 seconds, waiting, kv_cache_use 0-1); absent while it is missing.",
 	}, []string{"model", "signal"})
-	m.add(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal)
+	m.powerCapEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_power_cap_events_total", Help: "GPU power cap decisions, by budgeted domain and kind: cap, change, lift (one per GPU), refused (a GPU in the domain could not be capped).",
+	}, []string{"domain", "kind"})
+	m.add(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal, m.powerCapEvents)
 	return m
 }
 

@@ -37,7 +37,10 @@ type observer struct {
 	// kick asks for a pass; forgetExpect tells the writer that the job
 	// list's index went backwards.
 	kick, forgetExpect func()
-	healthTrigger      chan struct{} // an allocation list changed: read the checks now
+	// afterPower runs after every power poll, with the new readings in the
+	// snapshot (the controller's power part: learning and caps).
+	afterPower    func(context.Context)
+	healthTrigger chan struct{} // an allocation list changed: read the checks now
 
 	// mu guards snap and changed. Invariant: each list of snap is
 	// replaced whole, never changed in place (a reader may keep the
@@ -234,6 +237,9 @@ func (o *observer) pollPower(ctx context.Context) {
 		changed := !maps.Equal(o.snap.power, power) || !maps.EqualFunc(o.snap.gpus, gpus, slices.Equal)
 		o.snap.power, o.snap.gpus = power, gpus
 		o.mu.Unlock()
+		if o.afterPower != nil {
+			o.afterPower(ctx)
+		}
 		if changed {
 			o.kick()
 		}

@@ -168,7 +168,8 @@ func (b viewBuilder) build() builtView {
 	for _, u := range res.Usage {
 		key := u.Domain.String()
 		seen[key] = true
-		dv := controllerapi.DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts()}
+		dv := controllerapi.DomainView{Domain: key, CapWatts: u.CapWatts, LimitWatts: u.LimitWatts, Committed: u.DrawWatts, Headroom: u.HeadroomWatts(),
+			Count: u.Count.String(), DeclaredWatts: u.DeclaredWatts, Explain: u.Explain()}
 		if a := domains[key]; a != nil {
 			dv.Nodes, dv.Measured = a.nodes, a.measured
 		}

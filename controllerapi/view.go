@@ -69,6 +69,13 @@ type DomainView struct {
 	Measured   float64 `json:"measured_watts"`
 	Headroom   float64 `json:"headroom_watts,omitempty"`
 	Hold       *Hold   `json:"hold,omitempty"`
+	// Count is how its budget counts shards: "declared" or "measured"
+	// (docs/power.md); DeclaredWatts what Committed would be counted
+	// declared; Explain says both in words: "pdu=p3: admitted 17.1 kW
+	// measured (declared would be 24.5 kW) of 20.0 kW, now drawing 12.2 kW".
+	Count         string  `json:"count,omitempty"`
+	DeclaredWatts float64 `json:"declared_watts,omitempty"`
+	Explain       string  `json:"explain,omitempty"`
 }
 
 // Hold is a domain held for maintenance.

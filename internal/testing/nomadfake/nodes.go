@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/devicesapi"
 )
 
 // NodeSpec describes a client node for AddNode: a ready, eligible node in
@@ -58,6 +60,9 @@ type nodeRecord struct {
 	static  map[string]string
 	dynamic map[string]*string
 	power   map[string]float64
+	// stats are further device stats by device ID (SetDeviceStats), as a
+	// device plugin reports them beside power_draw.
+	stats map[string]map[string]*api.StatValue
 }
 
 // recomputeMeta is the client's merge: static meta, overridden by dynamic
@@ -221,6 +226,31 @@ func (s *Server) SetPowerDraw(nodeID, deviceID string, watts float64) error {
 		for _, in := range g.Instances {
 			if in.ID == deviceID {
 				nr.power[deviceID] = watts
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("nomadfake: node %q has no device %q", nodeID, deviceID)
+}
+
+// SetDeviceStats sets further stats one device reports in the node's
+// client stats, beside power_draw (what nomad-device-nvml adds: its power
+// limits and cap state, devicesapi). Stats are not raft state: no index
+// changes.
+func (s *Server) SetDeviceStats(nodeID, deviceID string, stats map[string]*api.StatValue) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nr := s.nodes[nodeID]
+	if nr == nil {
+		return fmt.Errorf("nomadfake: unknown node %q", nodeID)
+	}
+	for _, g := range nr.node.NodeResources.Devices {
+		for _, in := range g.Instances {
+			if in.ID == deviceID {
+				if nr.stats == nil {
+					nr.stats = map[string]map[string]*api.StatValue{}
+				}
+				nr.stats[deviceID] = stats
 				return nil
 			}
 		}
@@ -440,9 +470,13 @@ func (s *Server) hostStatsLocked(nr *nodeRecord) *api.HostStats {
 				pw.FloatDenominatorVal = new(*limit)
 				pw.Desc = "Power draw of enforced power limit"
 			}
+			attrs := map[string]*api.StatValue{devicesapi.StatPowerDraw: pw}
+			for k, v := range nr.stats[in.ID] {
+				attrs[k] = v
+			}
 			gs.InstanceStats[in.ID] = &api.DeviceStats{
 				Summary:   pw,
-				Stats:     &api.StatObject{Attributes: map[string]*api.StatValue{"power_draw": pw}},
+				Stats:     &api.StatObject{Attributes: attrs},
 				Timestamp: now,
 			}
 		}

@@ -1,0 +1,376 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/devicesapi"
+	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/facility/powercap"
+)
+
+// powerState is the controller's power part. After every power poll it
+// learns each profile's draw per shard from the GPUs' readings (what
+// measured budgets count: docs/power.md, "Measured admission"), and, while
+// it leads, caps GPUs so that every budgeted domain stays under its limit
+// (facility/powercap), writing each node's caps and fallbacks to Nomad
+// Variables for its device plugin and renewing their lease. Its lock
+// guards only its own fields.
+type powerState struct {
+	mu      sync.Mutex
+	rule    facility.Measured
+	learner *powercap.Learner
+	alloc   *powercap.Allocator
+	// written is the items last written per node caps variable (path), so
+	// that only a change is written.
+	written map[string]nodeCaps
+	// cleaned: the variables of nodes no longer managed were looked for
+	// since this controller began to lead.
+	cleaned bool
+	beats   uint64
+	// refused are the measured domains holding a GPU whose plugin reports
+	// a cap it could not set: they admit as declared until caps work again.
+	refused map[facility.Domain]string
+	view    controllerapi.PowerView
+	events  []controllerapi.PowerEvent // the last maxPowerEvents, oldest first
+}
+
+// maxPowerEvents is how many cap events the API keeps.
+const maxPowerEvents = 200
+
+func newPowerState() *powerState {
+	rule := facility.DefaultMeasured()
+	alloc, err := powercap.NewAllocator(powercap.DefaultConfig())
+	if err != nil {
+		panic(err) // the default config is valid (powercap's tests)
+	}
+	return &powerState{rule: rule, learner: powercap.NewLearner(rule), alloc: alloc, written: map[string]nodeCaps{}, refused: map[facility.Domain]string{}}
+}
+
+// capsLease is the lease the controller gives its caps: three power polls,
+// and never under 15 s, so that one slow poll does not drop every node to
+// its fallback.
+func capsLease(interval time.Duration) time.Duration { return max(3*interval, 15*time.Second) }
+
+// learned returns what measured budgets count, for the pass's fleet. A new
+// measured rule (a reload) starts learning afresh.
+func (p *powerState) learned(fac facility.Facility, now time.Time) []facility.Learned {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rule := fac.MeasuredRule(); rule.Percentile != p.rule.Percentile || rule.Window != p.rule.Window || rule.Margin != p.rule.Margin || rule.MinSamples != p.rule.MinSamples {
+		p.rule, p.learner = rule, powercap.NewLearner(rule)
+	}
+	return p.learner.Learned(now)
+}
+
+// withRefusals makes every measured domain whose caps do not work count as
+// declared (docs/power.md): what measured admission admits rests on caps.
+func (p *powerState) withRefusals(fac facility.Facility) facility.Facility {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.refused) == 0 {
+		return fac
+	}
+	out := fac
+	out.Budgets = slices.Clone(fac.Budgets)
+	for i, b := range out.Budgets {
+		if _, bad := p.refused[b.Domain]; bad && fac.CountOf(b) == facility.CountMeasured {
+			out.Budgets[i].Count = facility.CountDeclared
+		}
+	}
+	return out
+}
+
+// powerRound runs after every power poll: it learns from the shards'
+// draws and, while this controller leads, decides and writes the caps.
+func (c *Controller) powerRound(ctx context.Context) {
+	snap := c.obs.snapshot()
+	now := c.now()
+	_, fac := c.files.get()
+	p := c.power
+	p.mu.Lock()
+	for _, d := range observe.ShardDraws(snap.jobs, snap.allocs, snap.gpus) {
+		if err := p.learner.Add(d.Key, now, d.Watts); err != nil {
+			c.log.Debug("power sample refused", "alloc", d.Alloc, "error", err)
+		}
+	}
+	p.mu.Unlock()
+	if !snap.synced() || !c.lead.isLeading() {
+		p.mu.Lock()
+		p.cleaned = false
+		p.mu.Unlock()
+		return
+	}
+	c.capRound(ctx, snap, fac, now)
+}
+
+// gpuSite is one GPU as the cap round sees it.
+type gpuSite struct {
+	node  string
+	read  observe.GPUReading
+	model string
+}
+
+// capRound decides every budgeted domain's caps from the GPUs' readings and
+// writes the nodes' caps that changed, then renews the lease.
+func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.Facility, now time.Time) {
+	p := c.power
+	cat, _ := c.files.get()
+	prio := map[string]int{}
+	for _, m := range cat.Models {
+		prio[m.Name] = m.Priority
+	}
+	// Which model each GPU serves, from the allocations' devices.
+	modelOf := map[string]string{}
+	jobModel := map[string]string{}
+	for _, j := range snap.jobs {
+		if j.Meta[render.MetaManaged] == "true" {
+			jobModel[j.ID] = j.Meta[render.MetaModel]
+		}
+	}
+	for _, a := range snap.allocs {
+		if !observe.Live(a) || a.AllocatedResources == nil || jobModel[a.JobID] == "" {
+			continue
+		}
+		for _, t := range a.AllocatedResources.Tasks {
+			if t == nil {
+				continue
+			}
+			for _, d := range t.Devices {
+				for _, id := range d.DeviceIDs {
+					modelOf[id] = jobModel[a.JobID]
+				}
+			}
+		}
+	}
+	budgets := map[facility.Domain]facility.Budget{}
+	for _, b := range fac.Budgets {
+		budgets[b.Domain] = b
+	}
+	type dsum struct{ base, draw float64 }
+	sums := map[facility.Domain]*dsum{}
+	var gpus []powercap.GPU
+	var sites []gpuSite
+	refused := map[facility.Domain]string{}
+	for id, n := range snap.nodes {
+		loc := facility.Location{Site: n.Meta[observe.MetaSite], Room: n.Meta[observe.MetaRoom], Row: n.Meta[observe.MetaRow], Rack: n.Meta[observe.MetaRack], PDU: n.Meta[observe.MetaPDU]}
+		var doms []facility.Domain
+		for _, l := range facility.Levels() {
+			if v := loc.Get(l); v != "" {
+				if d := (facility.Domain{Level: l, Value: v}); budgets[d].Watts > 0 {
+					doms = append(doms, d)
+				}
+			}
+		}
+		if len(doms) == 0 {
+			continue
+		}
+		base := c.cfg.NodeBaseWatts
+		for _, d := range doms {
+			s := sums[d]
+			if s == nil {
+				s = &dsum{}
+				sums[d] = s
+			}
+			s.base += base
+			s.draw += base
+		}
+		for _, r := range snap.gpus[id] {
+			g := powercap.GPU{UUID: r.ID, Node: n.Name, Model: modelOf[r.ID], Priority: math.MinInt32, Domains: doms, DrawWatts: r.Watts}
+			if pr, ok := prio[g.Model]; ok {
+				g.Priority = pr
+			}
+			// A GPU whose plugin does not manage caps (no power_cap stat)
+			// or whose limits it does not report counts at what it may draw
+			// and cannot be lowered.
+			g.MaxWatts = max(r.DefaultW, r.EnforcedW, r.Watts)
+			g.FloorWatts = g.MaxWatts
+			if r.CapState != "" && r.MinW > 0 && r.DefaultW > 0 {
+				g.FloorWatts = min(r.MinW, g.MaxWatts)
+			}
+			if strings.HasPrefix(r.CapState, "error") {
+				for _, d := range doms {
+					refused[d] = fmt.Sprintf("GPU %s on %s: %s", r.ID, n.Name, r.CapState)
+				}
+			}
+			for _, d := range doms {
+				sums[d].draw += r.Watts
+			}
+			gpus = append(gpus, g)
+			sites = append(sites, gpuSite{node: n.Name, read: r, model: g.Model})
+		}
+	}
+	var doms []powercap.Domain
+	for d, s := range sums {
+		doms = append(doms, powercap.Domain{Domain: d, LimitWatts: fac.Limit(budgets[d]), BaseWatts: s.base, DrawWatts: s.draw})
+	}
+	sort.Slice(doms, func(i, j int) bool { return doms[i].Domain.String() < doms[j].Domain.String() })
+	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].UUID < gpus[j].UUID })
+	sort.SliceStable(sites, func(i, j int) bool { return sites[i].read.ID < sites[j].read.ID })
+
+	p.mu.Lock()
+	res := p.alloc.Decide(now, doms, gpus)
+	fb := powercap.Fallback(doms, gpus)
+	p.refused = refused
+	p.mu.Unlock()
+
+	// The caps and fallbacks per node, written where they changed.
+	want := map[string]nodeCaps{}
+	for i, g := range gpus {
+		if sites[i].read.CapState == "" {
+			continue // its plugin takes no caps
+		}
+		nc, ok := want[g.Node]
+		if !ok {
+			nc = nodeCaps{caps: map[string]float64{}, fallback: map[string]float64{}}
+			want[g.Node] = nc
+		}
+		if cp := res.Caps[i]; cp.Capped {
+			nc.caps[g.UUID] = math.Round(cp.Watts)
+		}
+		if f := fb.Caps[i]; f.Capped && f.Watts < g.MaxWatts {
+			nc.fallback[g.UUID] = math.Round(f.Watts)
+		}
+	}
+	c.writeCaps(want)
+	p.mu.Lock()
+	p.beats++
+	beat := p.beats
+	p.mu.Unlock()
+	if len(want) > 0 {
+		if err := c.store.Heartbeat(capsLease(c.obs.powerInterval), beat); err != nil {
+			c.log.Warn("power caps: heartbeat not written; nodes fall back to their safe caps when the lease ends", "error", err)
+		}
+	}
+	c.recordCaps(now, res, gpus, sites)
+}
+
+// nodeCaps is what one node's caps variable holds: caps and fallbacks, W
+// by GPU UUID.
+type nodeCaps struct{ caps, fallback map[string]float64 }
+
+func (a nodeCaps) equal(b nodeCaps) bool {
+	return maps.Equal(a.caps, b.caps) && maps.Equal(a.fallback, b.fallback)
+}
+
+// writeCaps writes every node's caps variable that differs from what was
+// last written, and deletes the variables of nodes no longer managed (all
+// of them once after this controller began to lead, then as they go).
+func (c *Controller) writeCaps(want map[string]nodeCaps) {
+	p := c.power
+	p.mu.Lock()
+	written, cleaned := maps.Clone(p.written), p.cleaned
+	p.mu.Unlock()
+	wantPaths := map[string]bool{}
+	for node, nc := range want {
+		path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
+		wantPaths[path] = true
+		if old, ok := written[path]; ok && old.equal(nc) {
+			continue
+		}
+		if err := c.store.SetNodeCaps(node, nc.caps, nc.fallback); err != nil {
+			c.log.Warn("power caps not written", "node", node, "error", err)
+			continue
+		}
+		written[path] = nc
+	}
+	var gone []string
+	if !cleaned {
+		paths, err := c.store.CappedNodes()
+		if err != nil {
+			c.log.Warn("power caps: the managed nodes cannot be listed", "error", err)
+		} else {
+			cleaned = true
+			for _, path := range paths {
+				if !wantPaths[path] {
+					gone = append(gone, path)
+				}
+			}
+		}
+	}
+	for path := range written {
+		if !wantPaths[path] && !slices.Contains(gone, path) {
+			gone = append(gone, path)
+		}
+	}
+	for _, path := range gone {
+		if err := c.store.DeletePath(path); err != nil {
+			c.log.Warn("power caps: a node no longer managed keeps its variable", "variable", path, "error", err)
+			continue
+		}
+		c.log.Info("power caps: node no longer managed; its GPUs go back to their default limits", "variable", path)
+		delete(written, path)
+	}
+	p.mu.Lock()
+	p.written, p.cleaned = written, cleaned
+	p.mu.Unlock()
+}
+
+// recordCaps keeps the round's outcome for the API, logs and counts every
+// cap decision as an event, and names the GPUs that refused a cap.
+func (c *Controller) recordCaps(now time.Time, res powercap.Result, gpus []powercap.GPU, sites []gpuSite) {
+	p := c.power
+	v := controllerapi.PowerView{At: now}
+	for _, d := range res.Domains {
+		pd := controllerapi.PowerDomain{Domain: d.Domain.String(), Engaged: d.Engaged, LimitWatts: d.LimitWatts, DrawWatts: d.DrawWatts, BoundWatts: d.BoundWatts, ShortfallWatts: d.ShortfallWatts}
+		v.Domains = append(v.Domains, pd)
+	}
+	for i, g := range gpus {
+		cp := res.Caps[i]
+		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, State: sites[i].read.CapState, EnforcedWatts: sites[i].read.EnforcedW}
+		if cp.Capped {
+			gv.CapWatts, gv.CapDomain, gv.Reason = cp.Watts, cp.Domain.String(), cp.Reason
+		}
+		v.GPUs = append(v.GPUs, gv)
+	}
+	var evs []controllerapi.PowerEvent
+	for _, d := range res.Decisions {
+		ev := controllerapi.PowerEvent{At: now, Kind: d.Kind.String(), Domain: d.Domain.String(), GPU: d.UUID, Node: d.Node, Model: d.Model, Watts: d.Watts, Reason: d.Reason}
+		evs = append(evs, ev)
+		c.log.Info("power cap", "kind", ev.Kind, "domain", ev.Domain, "gpu", ev.GPU, "node", ev.Node, "model", ev.Model, "watts", ev.Watts, "reason", ev.Reason)
+		c.metrics.powerCapEvents.WithLabelValues(ev.Domain, ev.Kind).Inc()
+	}
+	p.mu.Lock()
+	for d, why := range p.refused {
+		v.Refused = append(v.Refused, controllerapi.PowerRefusal{Domain: d.String(), Reason: why})
+	}
+	sort.Slice(v.Refused, func(i, j int) bool { return v.Refused[i].Domain < v.Refused[j].Domain })
+	for _, r := range v.Refused {
+		if !slices.ContainsFunc(p.view.Refused, func(o controllerapi.PowerRefusal) bool { return o == r }) {
+			ev := controllerapi.PowerEvent{At: now, Kind: "refused", Domain: r.Domain, Reason: r.Reason + "; the domain admits as declared until caps work again"}
+			evs = append(evs, ev)
+			c.log.Error("power cap refused", "domain", r.Domain, "reason", r.Reason)
+			c.metrics.powerCapEvents.WithLabelValues(r.Domain, "refused").Inc()
+		}
+	}
+	v.Learned = controllerapi.LearnedDraws(p.learner.Learned(now), p.rule.MinSamples)
+	p.events = append(p.events, evs...)
+	if n := len(p.events) - maxPowerEvents; n > 0 {
+		p.events = slices.Delete(p.events, 0, n)
+	}
+	v.Events = slices.Clone(p.events)
+	p.view = v
+	p.mu.Unlock()
+}
+
+// powerView answers GET /v1/power.
+func (c *Controller) powerView() controllerapi.PowerView {
+	p := c.power
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.view
+	if v.Learned == nil {
+		v.Learned = controllerapi.LearnedDraws(p.learner.Learned(c.now()), p.rule.MinSamples)
+	}
+	return v
+}

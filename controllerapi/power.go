@@ -1,0 +1,90 @@
+package controllerapi
+
+import (
+	"time"
+
+	"github.com/llmgw/llmgw/facility"
+)
+
+// PowerView is GET /v1/power: what measured budgets count (the draw learned
+// per shard of each profile on each GPU model), each budgeted domain's caps
+// as the last cap round left them, every GPU's draw and cap, the domains
+// admitting as declared because a cap was refused, and the last cap events.
+type PowerView struct {
+	At      time.Time      `json:"at"` // the last cap round; zero before one
+	Learned []LearnedDraw  `json:"learned"`
+	Domains []PowerDomain  `json:"domains,omitempty"`
+	GPUs    []GPUPower     `json:"gpus,omitempty"`
+	Refused []PowerRefusal `json:"refused,omitempty"`
+	Events  []PowerEvent   `json:"events,omitempty"`
+}
+
+// LearnedDraw is what one shard of a model's profile draws on a GPU
+// model, as learned (the measured rule's percentile over its window) and
+// from how many samples; measured budgets count it once it rests on
+// enough of them (Counted).
+type LearnedDraw struct {
+	Model   string  `json:"model"`
+	Profile string  `json:"profile"`
+	GPU     string  `json:"gpu"`
+	Watts   float64 `json:"watts"`
+	Samples int     `json:"samples"`
+	Counted bool    `json:"counted"` // Samples reached the rule's min_samples
+}
+
+// LearnedDraws converts what facility learned for the API; minSamples is
+// the measured rule's.
+func LearnedDraws(ls []facility.Learned, minSamples int) []LearnedDraw {
+	out := make([]LearnedDraw, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, LearnedDraw{Model: l.Model, Profile: l.Profile, GPU: l.GPU, Watts: l.Watts, Samples: l.Samples, Counted: l.Samples >= minSamples})
+	}
+	return out
+}
+
+// PowerDomain is one budgeted domain in the last cap round.
+type PowerDomain struct {
+	Domain     string  `json:"domain"`
+	Engaged    bool    `json:"engaged"` // its caps are on
+	LimitWatts float64 `json:"limit_watts"`
+	DrawWatts  float64 `json:"draw_watts"` // measured: base and GPUs
+	// BoundWatts is the most it could draw with every GPU at its cap (or
+	// its default limit uncapped).
+	BoundWatts float64 `json:"bound_watts"`
+	// ShortfallWatts: by how much even every GPU at its floor leaves it
+	// over its limit.
+	ShortfallWatts float64 `json:"shortfall_watts,omitempty"`
+}
+
+// GPUPower is one GPU in the last cap round.
+type GPUPower struct {
+	UUID          string  `json:"uuid"`
+	Node          string  `json:"node"`
+	Model         string  `json:"model,omitempty"` // the llmgw model it serves
+	DrawWatts     float64 `json:"draw_watts"`
+	EnforcedWatts float64 `json:"enforced_watts,omitempty"` // its limit, as its plugin reports it
+	CapWatts      float64 `json:"cap_watts,omitempty"`      // the controller's cap; 0: none
+	CapDomain     string  `json:"cap_domain,omitempty"`
+	Reason        string  `json:"reason,omitempty"`
+	State         string  `json:"state,omitempty"` // the plugin's power_cap stat
+}
+
+// PowerRefusal is a measured domain admitting as declared because a GPU in
+// it refused a cap.
+type PowerRefusal struct {
+	Domain string `json:"domain"`
+	Reason string `json:"reason"`
+}
+
+// PowerEvent is one cap decision: a cap set ("cap"), moved ("change") or
+// lifted ("lift") on a GPU, or a domain whose caps were refused ("refused").
+type PowerEvent struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	Domain string    `json:"domain"`
+	GPU    string    `json:"gpu,omitempty"`
+	Node   string    `json:"node,omitempty"`
+	Model  string    `json:"model,omitempty"`
+	Watts  float64   `json:"watts,omitempty"`
+	Reason string    `json:"reason"`
+}
