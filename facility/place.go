@@ -27,6 +27,8 @@ type shape struct {
 	cells     []scell     // the cells with a node passing the static checks, and their cache
 	lists     [][]centry  // per cells[i], multi-node only: its nodes with room, best first
 	gangDoms  []gangDom   // multi-node: keep_within domains with such cells
+	model     string      // the model it places
+	one       *oneIndex   // single-node: the index placeOne reads, built on first use
 }
 
 // scell is a cell as a shape scans it, with what the scan reads inline and
@@ -77,7 +79,7 @@ func (p *Planner) shape(model string, prof *Profile) *shape {
 	if sh, ok := p.shapes[key]; ok && samePlacement(&sh.prof, prof) {
 		return sh
 	}
-	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU)}
+	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU), model: model}
 	sh.learned, sh.learnedOK = p.counted[LearnedKey{Model: model, Profile: prof.Name, GPU: prof.GPU}]
 	sh.prof.Spread = slices.Clone(prof.Spread)
 	p.shapes[key] = sh
@@ -336,9 +338,10 @@ type cand struct {
 	sv    [NumLevels]int32
 }
 
-// placeOne places a single-node replica: every cell offers its best node
-// (cached), and the best of those wins.
-func (p *Planner) placeOne(sh *shape, d *Decision) bool {
+// placeOneScan places a single-node replica by visiting every cell: every
+// cell offers its best node (cached), and the best of those wins. placeOne
+// decides the same from the shape's index; this is what it is held to.
+func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 	pr := &sh.prof
 	ns := len(pr.Spread)
 	counts := p.countsOf(d.Model)
@@ -428,10 +431,15 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 		col.ranked.places-- // the winner
 		col.ranked.nodes--
 	}
-	e := cells[best].best
+	p.oneShard(sh, d, cells[best].best)
+	return true
+}
+
+// oneShard puts a single-node replica on the node of e.
+func (p *Planner) oneShard(sh *shape, d *Decision, e centry) {
+	pr := &sh.prof
 	d.Shards = []Shard{{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB}}
 	d.Domain = p.scope([]int32{e.node}, LevelPDU)
-	return true
 }
 
 // spreadOrRanked files a place that fits but lost: to spread, at the first

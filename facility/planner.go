@@ -106,6 +106,12 @@ type Planner struct {
 	running []Replica
 	shapes  map[shapeKey]*shape
 
+	// What changed since each shape's index last looked (see oneindex.go).
+	chg      []change
+	chgGen   uint32
+	modelIDs map[string]int32
+	scanOnly bool // place single-node replicas by visiting every cell (placeOneScan); for tests
+
 	// scratch, reused across decisions
 	stamp   uint32
 	mark    [numDynKinds][]uint32
@@ -205,6 +211,7 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 		domIndex:  map[Domain]int32{},
 		counts:    map[string][]int32{},
 		shapes:    map[shapeKey]*shape{},
+		modelIDs:  map[string]int32{},
 	}
 	for _, n := range fleet.Nodes {
 		if _, dup := p.nodeIndex[n.Name]; dup {
@@ -450,6 +457,7 @@ func (p *Planner) addDraw(n int32, w [2]float64) {
 		delta[m] = nd.draw(m) - old
 	}
 	p.cellVer[nd.cell]++
+	p.logChange(nd.cell, -1)
 	for _, d := range p.cells[nd.cell].dom {
 		if d >= 0 {
 			p.draw[d] += delta[p.mode[d]]
@@ -461,6 +469,7 @@ func (p *Planner) addDraw(n int32, w [2]float64) {
 // count adds one replica of model to every domain its nodes are in.
 func (p *Planner) count(model string, nodes []int32) {
 	cs := p.countsOf(model)
+	p.logCounts(model, nodes)
 	for _, l := range Levels() {
 		for i, n := range nodes {
 			d := p.cells[p.nodes[n].cell].dom[l]
@@ -478,6 +487,14 @@ func (p *Planner) count(model string, nodes []int32) {
 				cs[d]++
 			}
 		}
+	}
+}
+
+// logCounts notes that the model's counts change in the domains of nodes.
+func (p *Planner) logCounts(model string, nodes []int32) {
+	m := p.modelIndex(model)
+	for _, n := range nodes {
+		p.logChange(p.nodes[n].cell, m)
 	}
 }
 

@@ -53,6 +53,7 @@ func (p *Planner) Restore(r Replica) error {
 // uncount takes one replica of model out of every domain its nodes are in.
 func (p *Planner) uncount(model string, nodes []int32) {
 	cs := p.countsOf(model)
+	p.logCounts(model, nodes)
 	for _, l := range Levels() {
 		for i, n := range nodes {
 			d := p.cells[p.nodes[n].cell].dom[l]

@@ -1,0 +1,134 @@
+package facility
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// twin is two planners on one world: one placing single-node replicas from
+// the shapes' indexes (placeOne), one visiting every cell (placeOneScan).
+type twin struct {
+	t            *testing.T
+	idx, scan    *Planner
+	ops, placed  int
+	removed      int
+	singleChecks int
+}
+
+func newTwin(t *testing.T, fleet Fleet, fac Facility) *twin {
+	t.Helper()
+	a, err := NewPlanner(fleet, fac, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewPlanner(fleet, fac, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.scanOnly = true
+	return &twin{t: t, idx: a, scan: b}
+}
+
+// place places req on both and fails unless the decisions, rejections
+// included, are the same; it commits a placed one on both.
+func (w *twin) place(where string, req Request) {
+	w.t.Helper()
+	got, want := w.idx.Place(req), w.scan.Place(req)
+	w.ops++
+	if diff := cmp.Diff(want, got); diff != "" {
+		w.t.Fatalf("%s: %s: indexed and scanned decisions differ (-scan +indexed):\n%s", where, req.Replica, diff)
+	}
+	if len(req.Model.Profiles) > 0 && req.Model.Profiles[0].Nodes <= 1 {
+		w.singleChecks++
+	}
+	if !got.Placed {
+		return
+	}
+	w.placed++
+	if err := w.idx.Commit(got); err != nil {
+		w.t.Fatalf("%s: commit: %v", where, err)
+	}
+	if err := w.scan.Commit(want); err != nil {
+		w.t.Fatalf("%s: commit: %v", where, err)
+	}
+}
+
+// remove takes a random running replica off both.
+func (w *twin) remove(r *rand.Rand) {
+	w.t.Helper()
+	if len(w.idx.running) == 0 {
+		return
+	}
+	id := w.idx.running[r.IntN(len(w.idx.running))].ID
+	if _, err := w.idx.Remove(id); err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.scan.Remove(id); err != nil {
+		w.t.Fatal(err)
+	}
+	w.removed++
+}
+
+// TestIndexedPlaceMatchesScan places random worlds, with commits and
+// removals between decisions, from the index and by the full scan: every
+// decision and every rejection must be the same.
+func TestIndexedPlaceMatchesScan(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(23, 5))
+	total := 0
+	for iter := range 300 {
+		w := randomWorld(r, iter%4 != 0)
+		tw := newTwin(t, w.fleet, w.fac)
+		var reqs []Request
+		for _, m := range w.cat.Models {
+			for i := range m.Replicas + 2 {
+				reqs = append(reqs, Request{Replica: ReplicaID(m.Name, i), Model: m})
+			}
+		}
+		r.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+		for k, req := range reqs {
+			tw.place(fmt.Sprintf("world %d, request %d", iter, k), req)
+			if r.IntN(5) == 0 {
+				tw.remove(r)
+			}
+		}
+		total += tw.ops
+	}
+	if total < 3000 {
+		t.Errorf("only %d decisions compared", total)
+	}
+}
+
+// TestIndexedPlaceMatchesScanBench does the same on a slice of the bench
+// fleet (fractional limits, measured nodes, holds, more than MaxListed
+// domains of each kind), placing the bench catalog twice over, taking
+// replicas out between, and long enough that the change log starts again.
+func TestIndexedPlaceMatchesScanBench(t *testing.T) {
+	t.Parallel()
+	fleet, fac := benchWorld(640)
+	cat := benchCatalog(400)
+	r := rand.New(rand.NewPCG(9, 9))
+	tw := newTwin(t, fleet, fac)
+	reqs := benchRequests(cat)
+	for round := range 2 {
+		for k, req := range reqs {
+			tw.place(fmt.Sprintf("round %d, request %d", round, k), req)
+			if r.IntN(4) == 0 {
+				tw.remove(r)
+			}
+		}
+	}
+	// Churn: remove and place one model's replicas again until the log wraps.
+	gen := tw.idx.chgGen
+	for k := 0; tw.idx.chgGen == gen || k < 200; k++ {
+		tw.remove(r)
+		tw.place(fmt.Sprintf("churn %d", k), reqs[r.IntN(len(reqs))])
+		if k > 100_000 {
+			t.Fatal("the change log never started again")
+		}
+	}
+	t.Logf("%d decisions (%d single-node), %d placed, %d removed", tw.ops, tw.singleChecks, tw.placed, tw.removed)
+}
