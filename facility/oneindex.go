@@ -74,15 +74,72 @@ type oneAgg struct {
 	shortBest [3]int32 // the most any of those has, -1 for none
 }
 
+// watch is a shape's reading of the change log: which of its cells
+// changed since it last looked.
+type watch struct {
+	model int32
+	gen   uint32   // the change log's generation it has read
+	read  int      // how much of the log it has read
+	pos   []int32  // per planner cell: its index in shape.cells, or -1
+	dirty []uint64 // per shape cell: to be evaluated again
+}
+
+func (p *Planner) newWatch(sh *shape) watch {
+	w := watch{model: p.modelIndex(sh.model), gen: p.chgGen, read: len(p.chg), pos: make([]int32, len(p.cells)),
+		dirty: make([]uint64, (len(sh.cells)+63)/64)}
+	for i := range w.pos {
+		w.pos[i] = -1
+	}
+	for i := range sh.cells {
+		w.pos[sh.cells[i].cell] = int32(i)
+	}
+	return w
+}
+
+// catchUp reads the log's new entries and marks the shape's cells they
+// reach dirty. It reports false, marking nothing, when the shape has to
+// evaluate every cell again (the log started again, or it holds more
+// changes than the shape has cells).
+func (p *Planner) catchUp(sh *shape, w *watch) bool {
+	if w.gen != p.chgGen || len(p.chg)-w.read > len(sh.cells) {
+		w.gen, w.read = p.chgGen, len(p.chg)
+		return false
+	}
+	for _, c := range p.chg[w.read:] {
+		if c.model < 0 {
+			w.markCell(c.cell)
+			for _, d := range p.cells[c.cell].budgeted {
+				w.markDomain(p, d)
+			}
+		} else if c.model == w.model {
+			for _, l := range sh.prof.Spread {
+				if d := p.cells[c.cell].dom[l]; d >= 0 {
+					w.markDomain(p, d)
+				}
+			}
+		}
+	}
+	w.read = len(p.chg)
+	return true
+}
+
+func (w *watch) markCell(c int32) {
+	if i := w.pos[c]; i >= 0 {
+		bitSet(w.dirty, i)
+	}
+}
+
+func (w *watch) markDomain(p *Planner, d int32) {
+	for _, c := range p.doms[d].cells {
+		w.markCell(c)
+	}
+}
+
 type oneIndex struct {
-	model   int32
-	gen     uint32  // the change log's generation it has read
-	read    int     // how much of the log it has read
-	pos     []int32 // per planner cell: its index in shape.cells, or -1
+	watch
 	eval    []oneEval
 	size    int // leaves of the tree, a power of two
 	tree    []oneAgg
-	dirty   []uint64 // per shape cell: to be evaluated again
 	over    []uint64 // per shape cell: oneOver
 	spread  []uint64 // per shape cell: oneSpread
 	pending []int32  // scratch: tree nodes to recompute
@@ -115,62 +172,27 @@ func (p *Planner) index(sh *shape) *oneIndex {
 	ix := sh.one
 	if ix == nil {
 		n := len(sh.cells)
-		ix = &oneIndex{model: p.modelIndex(sh.model), pos: make([]int32, len(p.cells)), eval: make([]oneEval, n)}
-		for i := range ix.pos {
-			ix.pos[i] = -1
-		}
-		for i := range sh.cells {
-			ix.pos[sh.cells[i].cell] = int32(i)
-		}
+		ix = &oneIndex{watch: p.newWatch(sh), eval: make([]oneEval, n)}
 		ix.size = 1
 		for ix.size < n {
 			ix.size *= 2
 		}
 		ix.tree = make([]oneAgg, 2*ix.size)
-		words := (n + 63) / 64
-		ix.dirty, ix.over, ix.spread = make([]uint64, words), make([]uint64, words), make([]uint64, words)
+		ix.over, ix.spread = make([]uint64, len(ix.dirty)), make([]uint64, len(ix.dirty))
 		sh.one = ix
 		p.rebuildOne(sh, ix)
 		return ix
 	}
-	if ix.gen != p.chgGen || len(p.chg)-ix.read > len(sh.cells) {
+	if !p.catchUp(sh, &ix.watch) {
 		p.rebuildOne(sh, ix)
 		return ix
 	}
-	for _, c := range p.chg[ix.read:] {
-		if c.model < 0 {
-			ix.markCell(c.cell)
-			for _, d := range p.cells[c.cell].budgeted {
-				ix.markDomain(p, d)
-			}
-		} else if c.model == ix.model {
-			for _, l := range sh.prof.Spread {
-				if d := p.cells[c.cell].dom[l]; d >= 0 {
-					ix.markDomain(p, d)
-				}
-			}
-		}
-	}
-	ix.read = len(p.chg)
 	p.updateOne(sh, ix)
 	return ix
 }
 
-func (ix *oneIndex) markCell(c int32) {
-	if i := ix.pos[c]; i >= 0 {
-		bitSet(ix.dirty, i)
-	}
-}
-
-func (ix *oneIndex) markDomain(p *Planner, d int32) {
-	for _, c := range p.doms[d].cells {
-		ix.markCell(c)
-	}
-}
-
 // rebuildOne evaluates every cell and builds the tree.
 func (p *Planner) rebuildOne(sh *shape, ix *oneIndex) {
-	ix.gen, ix.read = p.chgGen, len(p.chg)
 	counts := p.countsOf(sh.model)
 	for i := range sh.cells {
 		p.evalOne(sh, ix, int32(i), counts)

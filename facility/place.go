@@ -29,6 +29,7 @@ type shape struct {
 	gangDoms  []gangDom   // multi-node: keep_within domains with such cells
 	model     string      // the model it places
 	one       *oneIndex   // single-node: the index placeOne reads, built on first use
+	gang      *gangIndex  // multi-node: the index placeGang reads, built on first use
 }
 
 // scell is a cell as a shape scans it, with what the scan reads inline and
@@ -504,118 +505,51 @@ type gcand struct {
 	svDom  [NumLevels]int32 // per spread level, the domain holding the most
 	head   float64
 	free   int
-	picked int // where its nodes are in p.best, or -1
+	picked int // where its nodes are in its gangEval's picked
 }
 
 // placeGang places a multi-node replica whole inside one domain of its
 // keep_within level, all shards on one fabric. In each domain and fabric it
 // takes nodes greedily (fewest of the model at the spread levels, least
 // growth of draw, best GPU fit, name) while every budget holds; then the
-// places that can hold it are ranked as single nodes are.
+// places that can hold it are ranked as single nodes are. Each domain's
+// part (evalGangDom) comes from the shape's index, evaluated again only
+// when a change reaches it (gangindex.go), or, with scanOnly, afresh.
 func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 	pr := &sh.prof
 	need := pr.Nodes
 	ns := len(pr.Spread)
-	counts := p.countsOf(d.Model)
 	col := &p.col
+	var evals []gangEval
+	if !p.scanOnly {
+		evals = p.gangIndex(sh).evals
+	}
+	counts := p.countsOf(d.Model)
 	runs := p.gruns[:0]
 	best := -1
-	p.best = p.best[:0]
-	for _, g := range sh.gangDoms {
-		svs := p.gsort[:0]
-		for _, c := range g.cells {
-			ce := p.refresh(sh, c)
-			col.short(&ce.cellHot)
-			if ce.feasible == 0 {
-				continue
-			}
-			sv := spreadVec(counts, ce, ns)
-			for _, e := range sh.lists[c] {
-				svs = append(svs, gsortable{e, c, p.nodes[e.node].fabricRank, sv})
+	for gi := range sh.gangDoms {
+		var ge *gangEval
+		if evals != nil {
+			ge = &evals[gi]
+		} else {
+			ge = &p.gscratch
+			p.evalGangDom(sh, &sh.gangDoms[gi], counts, ge)
+		}
+		for k := range ge.short {
+			if ge.short[k] > 0 {
+				col.shortNodes[k] += int(ge.short[k])
+				col.shortBest[k] = max(col.shortBest[k], int(ge.shortBest[k]))
 			}
 		}
-		p.gsort = svs
-		if len(svs) < need {
-			if len(svs) > 0 {
-				p.record(col, dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(len(svs)))
-			}
-			continue
+		if ge.rec >= 0 {
+			p.record(col, int(ge.rec), ge.recDom, ge.recNodes, ge.recA, ge.recB)
 		}
-		slices.SortFunc(svs, func(a, b gsortable) int {
-			if c := cmp.Compare(a.fabric, b.fabric); c != 0 {
-				return c
+		for _, gc := range ge.runs {
+			if best < 0 || p.gangBetter(&gc, &runs[best]) {
+				p.best = append(p.best[:0], ge.picked[gc.picked:gc.picked+need]...)
+				best = len(runs)
 			}
-			for i := range a.sv {
-				if c := cmp.Compare(a.sv[i], b.sv[i]); c != 0 {
-					return c
-				}
-			}
-			if c := cmp.Compare(a.rd, b.rd); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.free, b.free); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.rank, b.rank)
-		})
-		longest := 0
-		blocked, blockedAt := int32(-1), 0.0
-		found := false
-		for i := 0; i < len(svs); {
-			j := i
-			for j < len(svs) && svs[j].fabric == svs[i].fabric {
-				j++
-			}
-			run := svs[i:j]
-			i = j
-			longest = max(longest, len(run))
-			if len(run) < need {
-				continue
-			}
-			picked := p.picked[:0]
-			for _, e := range run {
-				sc := &sh.cells[e.cell]
-				if od, after, _ := p.budgets(sc.bud[:sc.nb], &e.delta); od >= 0 {
-					if blocked < 0 {
-						blocked, blockedAt = od, after
-					}
-					continue
-				}
-				picked = append(picked, e.centry)
-				for _, bd := range sc.bud[:sc.nb] {
-					if !p.touched[bd] {
-						p.touched[bd] = true
-						p.added = append(p.added, bd)
-					}
-					p.addW[bd] += e.delta[p.mode[bd]]
-				}
-				if len(picked) == need {
-					break
-				}
-			}
-			p.picked = picked
-			if len(picked) == need {
-				found = true
-				gc := p.rankGang(g.dom, picked, counts, pr.Spread)
-				if best < 0 || p.gangBetter(&gc, &runs[best]) {
-					gc.picked = len(p.best)
-					p.best = append(p.best, picked...)
-					best = len(runs)
-				}
-				runs = append(runs, gc)
-			}
-			for _, bd := range p.added {
-				p.addW[bd], p.touched[bd] = 0, false
-			}
-			p.added = p.added[:0]
-		}
-		if !found {
-			switch {
-			case blocked >= 0:
-				p.record(col, dynOverBudget, blocked, len(svs), blockedAt, p.limit[blocked])
-			default:
-				p.record(col, dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(longest))
-			}
+			runs = append(runs, gc)
 		}
 	}
 	p.gruns = runs
@@ -628,7 +562,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 			p.spreadOrRanked(col, &runs[i].sv, &b.sv, &runs[i].svDom, ns, runs[i].nodes, 1)
 		}
 	}
-	picked := p.best[b.picked : b.picked+need]
+	picked := p.best
 	slices.SortFunc(picked, func(a, b centry) int { return cmp.Compare(a.rank, b.rank) })
 	idx := make([]int32, need)
 	d.Shards = make([]Shard, need)
@@ -638,6 +572,124 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 	}
 	d.Domain = p.scope(idx, pr.KeepWithin)
 	return true
+}
+
+// gangEval is what one keep_within domain brings to a multi-node decision.
+type gangEval struct {
+	short     [3]int32 // its nodes short of GPUs, CPU, memory
+	shortBest [3]int32 // the most any of those has, -1 for none
+	// rec is the rejection it files (dynOverBudget or dynKeepWithin), or -1.
+	rec        int8
+	recDom     int32
+	recNodes   int
+	recA, recB float64
+	runs       []gcand  // the places in it that fit, one per fabric; picked indexes picked
+	picked     []centry // their nodes
+}
+
+// evalGangDom finds where in domain g a multi-node replica fits, per
+// fabric, and what it files if nowhere.
+func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEval) {
+	pr := &sh.prof
+	need := pr.Nodes
+	ns := len(pr.Spread)
+	ge.short, ge.shortBest, ge.rec = [3]int32{}, [3]int32{-1, -1, -1}, -1
+	ge.runs, ge.picked = ge.runs[:0], ge.picked[:0]
+	svs := p.gsort[:0]
+	for _, c := range g.cells {
+		ce := p.refresh(sh, c)
+		for k := range ce.short {
+			if ce.short[k] > 0 {
+				ge.short[k] += ce.short[k]
+				ge.shortBest[k] = max(ge.shortBest[k], ce.shortBest[k])
+			}
+		}
+		if ce.feasible == 0 {
+			continue
+		}
+		sv := spreadVec(counts, ce, ns)
+		for _, e := range sh.lists[c] {
+			svs = append(svs, gsortable{e, c, p.nodes[e.node].fabricRank, sv})
+		}
+	}
+	p.gsort = svs
+	if len(svs) < need {
+		if len(svs) > 0 {
+			ge.rec, ge.recDom, ge.recNodes, ge.recA, ge.recB = dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(len(svs))
+		}
+		return
+	}
+	slices.SortFunc(svs, func(a, b gsortable) int {
+		if c := cmp.Compare(a.fabric, b.fabric); c != 0 {
+			return c
+		}
+		for i := range a.sv {
+			if c := cmp.Compare(a.sv[i], b.sv[i]); c != 0 {
+				return c
+			}
+		}
+		if c := cmp.Compare(a.rd, b.rd); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.free, b.free); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rank, b.rank)
+	})
+	longest := 0
+	blocked, blockedAt := int32(-1), 0.0
+	for i := 0; i < len(svs); {
+		j := i
+		for j < len(svs) && svs[j].fabric == svs[i].fabric {
+			j++
+		}
+		run := svs[i:j]
+		i = j
+		longest = max(longest, len(run))
+		if len(run) < need {
+			continue
+		}
+		picked := p.picked[:0]
+		for _, e := range run {
+			sc := &sh.cells[e.cell]
+			if od, after, _ := p.budgets(sc.bud[:sc.nb], &e.delta); od >= 0 {
+				if blocked < 0 {
+					blocked, blockedAt = od, after
+				}
+				continue
+			}
+			picked = append(picked, e.centry)
+			for _, bd := range sc.bud[:sc.nb] {
+				if !p.touched[bd] {
+					p.touched[bd] = true
+					p.added = append(p.added, bd)
+				}
+				p.addW[bd] += e.delta[p.mode[bd]]
+			}
+			if len(picked) == need {
+				break
+			}
+		}
+		p.picked = picked
+		if len(picked) == need {
+			gc := p.rankGang(g.dom, picked, counts, pr.Spread)
+			gc.picked = len(ge.picked)
+			ge.picked = append(ge.picked, picked...)
+			ge.runs = append(ge.runs, gc)
+		}
+		for _, bd := range p.added {
+			p.addW[bd], p.touched[bd] = 0, false
+		}
+		p.added = p.added[:0]
+	}
+	if len(ge.runs) == 0 {
+		switch {
+		case blocked >= 0:
+			ge.rec, ge.recDom, ge.recNodes, ge.recA, ge.recB = dynOverBudget, blocked, len(svs), blockedAt, p.limit[blocked]
+		default:
+			ge.rec, ge.recDom, ge.recNodes, ge.recA, ge.recB = dynKeepWithin, g.dom, len(svs), float64(len(svs)), float64(longest)
+		}
+	}
 }
 
 // rankGang measures a multi-node place: per spread level the most replicas

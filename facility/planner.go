@@ -113,18 +113,19 @@ type Planner struct {
 	scanOnly bool // place single-node replicas by visiting every cell (placeOneScan); for tests
 
 	// scratch, reused across decisions
-	stamp   uint32
-	mark    [numDynKinds][]uint32
-	slot    [numDynKinds][]int32
-	col     collector
-	cands   []cand
-	gsort   []gsortable
-	gruns   []gcand
-	picked  []centry
-	best    []centry
-	addW    []float64 // draw a multi-node replica being placed adds, per domain
-	touched []bool
-	added   []int32 // the domains it touches
+	stamp    uint32
+	mark     [numDynKinds][]uint32
+	slot     [numDynKinds][]int32
+	col      collector
+	cands    []cand
+	gsort    []gsortable
+	gscratch gangEval
+	gruns    []gcand
+	picked   []centry
+	best     []centry
+	addW     []float64 // draw a multi-node replica being placed adds, per domain
+	touched  []bool
+	added    []int32 // the domains it touches
 }
 
 type pdomain struct {
