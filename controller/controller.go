@@ -34,7 +34,7 @@ type Options struct {
 	// sets; default hostname:pid.
 	Identity string
 	// PowerInterval is how often GPU nodes' power is read (client stats
-	// cannot be watched); default 30s.
+	// cannot be watched); default Config.PowerInterval, else 30s.
 	PowerInterval time.Duration
 	// LockTTL is the leader lock's TTL; default 15s, at least 10s (Nomad's
 	// minimum). A standby takes over within about twice the TTL plus the
@@ -127,7 +127,10 @@ func New(opts Options) (*Controller, error) {
 		opts.EngineMetricsInterval = defaultEngineMetricsInterval
 	}
 	if opts.PowerInterval <= 0 {
-		opts.PowerInterval = 30 * time.Second
+		opts.PowerInterval = opts.Config.PowerInterval
+	}
+	if opts.PowerInterval <= 0 {
+		opts.PowerInterval = config.DefaultPowerInterval
 	}
 	if opts.LockTTL <= 0 {
 		opts.LockTTL = 15 * time.Second
@@ -162,7 +165,7 @@ func New(opts Options) (*Controller, error) {
 		saved:       map[string]string{},
 		scale:       newScaleState(),
 		engines:     &engineReadings{},
-		power:       newPowerState(),
+		power:       newPowerState(opts.Config.PowerCapHold),
 	}
 	c.obs = newObserver()
 	c.obs.nomad, c.obs.log, c.obs.region, c.obs.namespace = client, c.log, opts.Config.Nomad.Region, ns

@@ -48,11 +48,17 @@ type powerState struct {
 // maxPowerEvents is how many cap events the API keeps.
 const maxPowerEvents = 200
 
-func newPowerState() *powerState {
+// newPowerState's allocator has powercap's defaults, with caps lifting
+// after hold under the lift threshold (0: powercap's default hold).
+func newPowerState(hold time.Duration) *powerState {
 	rule := facility.DefaultMeasured()
-	alloc, err := powercap.NewAllocator(powercap.DefaultConfig())
+	cfg := powercap.DefaultConfig()
+	if hold > 0 {
+		cfg.Hold = hold
+	}
+	alloc, err := powercap.NewAllocator(cfg)
 	if err != nil {
-		panic(err) // the default config is valid (powercap's tests)
+		panic(err) // the default config is valid (powercap's tests), and so is any positive hold
 	}
 	return &powerState{rule: rule, learner: powercap.NewLearner(rule), alloc: alloc, written: map[string]nodeCaps{}, refused: map[facility.Domain]string{}}
 }

@@ -55,8 +55,19 @@ const (
 	DefaultMaxStops = 10
 	// DefaultMaxStopFraction is the share of the running replicas a
 	// catalog or facility reload may stop without the operator's say-so.
-	DefaultMaxStopFraction  = 0.5
-	maxLostAfter            = 24 * time.Hour
+	DefaultMaxStopFraction = 0.5
+	maxLostAfter           = 24 * time.Hour
+	// DefaultPowerInterval is how often GPU nodes' power is read, and so
+	// the longest a budgeted domain's draw goes unseen before a cap
+	// decision (docs/power.md, "The bound").
+	DefaultPowerInterval = 30 * time.Second
+	minPowerInterval     = time.Second
+	maxPowerInterval     = 10 * time.Minute
+	// DefaultPowerCapHold is how long a capped domain must draw under its
+	// lift threshold before its caps lift (facility/powercap's default).
+	DefaultPowerCapHold     = 5 * time.Minute
+	minPowerCapHold         = time.Second
+	maxPowerCapHold         = 24 * time.Hour
 	maxMaxStops             = 10000
 	DefaultServiceProvider  = render.ProviderNomad
 	maxPriority             = 32766 // Nomad's job_max_priority ceiling
@@ -95,6 +106,13 @@ type Config struct {
 	// NodeBaseWatts is the draw of a node without GPU work (CPUs, memory,
 	// fans, NICs), for nodes the facility gives no base draw for.
 	NodeBaseWatts float64
+
+	// PowerInterval is how often the GPU nodes' power is read (their
+	// client stats), for measured admission and the power caps.
+	PowerInterval time.Duration
+	// PowerCapHold is how long a domain whose caps are engaged must draw
+	// under its lift threshold before they lift.
+	PowerCapHold time.Duration
 
 	Driver    Driver
 	Reconcile Reconcile
@@ -237,6 +255,8 @@ func Default(dir string) Config {
 		Facility:        filepath.Join(dir, DefaultFacility),
 		ServiceProvider: DefaultServiceProvider,
 		Datacenters:     []string{"*"},
+		PowerInterval:   DefaultPowerInterval,
+		PowerCapHold:    DefaultPowerCapHold,
 		Driver: Driver{
 			ReadyInterval: def.ReadyInterval,
 			ReadyTimeout:  def.ReadyTimeout,
@@ -278,6 +298,8 @@ type (
 		Datacenters     []string      `hcl:"datacenters,optional"`
 		Priority        float64       `hcl:"priority,optional"`
 		NodeBaseWatts   float64       `hcl:"node_base_watts,optional"`
+		PowerInterval   string        `hcl:"power_interval,optional"`
+		PowerCapHold    string        `hcl:"power_cap_hold,optional"`
 		Nomad           *nomadHCL     `hcl:"nomad,block"`
 		Consul          *consulHCL    `hcl:"consul,block"`
 		Driver          *driverHCL    `hcl:"driver,block"`
@@ -502,6 +524,21 @@ func (p *parser) root(raw *fileHCL, c *Config) {
 			c.NodeBaseWatts = w
 		}
 	}
+	p.durationIn(b, "power_interval", raw.PowerInterval, &c.PowerInterval, minPowerInterval, maxPowerInterval)
+	p.durationIn(b, "power_cap_hold", raw.PowerCapHold, &c.PowerCapHold, minPowerCapHold, maxPowerCapHold)
+}
+
+// durationIn is duration with an upper bound hi too: a value outside
+// lo..hi is an error naming the field, and leaves *dst as it was.
+func (p *parser) durationIn(body hcl.Body, name, s string, dst *time.Duration, lo, hi time.Duration) {
+	d := *dst
+	p.duration(body, name, s, &d, lo)
+	if d > hi {
+		at, _ := p.Given(body, name)
+		p.errorf(at, "%s: %s is above the maximum of %s", name, d, hi)
+		return
+	}
+	*dst = d
 }
 
 // orEnv sets *dst from attribute name of body when the file has it (and

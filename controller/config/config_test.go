@@ -99,6 +99,8 @@ service_provider = "consul"
 datacenters      = ["ams1-a", "ams1-b"]
 priority         = 70
 node_base_watts  = 1200.5
+power_interval   = "5s"
+power_cap_hold   = "90s"
 
 consul {
   address = "https://consul.example:8501"
@@ -132,6 +134,7 @@ reconcile {
 			c.Datacenters = []string{"ams1-a", "ams1-b"}
 			c.Priority = 70
 			c.NodeBaseWatts = 1200.5
+			c.PowerInterval, c.PowerCapHold = 5*time.Second, 90*time.Second
 			c.Consul = &Consul{Address: "https://consul.example:8501", Token: "c0nsul"}
 			c.Driver = Driver{
 				ReadyInterval: 2 * time.Second, ReadyTimeout: 45 * time.Minute, KillTimeout: 90 * time.Second,
@@ -224,6 +227,11 @@ func TestParseErrors(t *testing.T) {
 		{"unknown provider", "service_provider = \"etcd\"\n", nil, []string{`c.hcl:1: service_provider: "etcd" is neither "nomad" nor "consul"`}},
 		{"negative watts", "\nnode_base_watts = -100\n", nil, []string{"c.hcl:2: node_base_watts: must be a number of watts, 0 or more, got -100"}},
 		{"watts as string word", "node_base_watts = \"lots\"\n", nil, []string{"c.hcl:1: node_base_watts: Unsuitable value type: a number is required"}},
+		{"power_interval too short", "\npower_interval = \"500ms\"\n", nil, []string{"c.hcl:2: power_interval: 500ms is below the minimum of 1s"}},
+		{"power_interval too long", "power_interval = \"11m\"\n", nil, []string{"c.hcl:1: power_interval: 11m0s is above the maximum of 10m0s"}},
+		{"power_interval not a duration", "power_interval = 30\n", nil, []string{`c.hcl:1: power_interval: "30" is not a duration`}},
+		{"power_cap_hold zero", "\n\npower_cap_hold = \"0s\"\n", nil, []string{"c.hcl:3: power_cap_hold: 0s is below the minimum of 1s"}},
+		{"power_cap_hold too long", "power_cap_hold = \"25h\"\n", nil, []string{"c.hcl:1: power_cap_hold: 25h0m0s is above the maximum of 24h0m0s"}},
 		{"priority", "priority = 0\n", nil, []string{"c.hcl:1: priority: want a whole number from 1 to 32766"}},
 		{"fractional priority", "priority = 50.5\n", nil, []string{"c.hcl:1: priority: want a whole number"}},
 		{"empty datacenters", "datacenters = []\n", nil, []string{"c.hcl:1: datacenters: want at least one"}},

@@ -53,7 +53,7 @@ func run(ctx context.Context, path, level string) error {
 	if err != nil {
 		return err
 	}
-	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: identity(os.Getenv)})
+	c, err := controller.New(controller.Options{Config: cfg, Logger: log, Identity: identity(os.Getenv), PowerInterval: cfg.PowerInterval})
 	if err != nil {
 		return err
 	}
