@@ -62,6 +62,20 @@ budget "pdu=p1" {
 // higher-priority one alone, with fallbacks and a heartbeat; the caps lift
 // once the draw stays low past the hold.
 func TestMeasuredAdmissionAndCaps(t *testing.T) {
+	measuredAdmissionAndCaps(t, nil, 6*time.Minute)
+}
+
+// TestPowerCapHoldFromConfig is TestMeasuredAdmissionAndCaps with
+// llmgw.hcl's power_cap_hold at 30s: the caps lift a minute after the
+// spike, where the default hold (5 minutes) would keep them.
+func TestPowerCapHoldFromConfig(t *testing.T) {
+	measuredAdmissionAndCaps(t, func(o *Options) { o.Config.PowerCapHold = 30 * time.Second }, time.Minute)
+}
+
+// measuredAdmissionAndCaps runs the loop with the controller's options
+// changed by mod (when not nil), moving the clock by advance once the
+// spike has ended.
+func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Duration) {
 	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
 	node := e.nodes["n1"]
 	draw := func(w float64) {
@@ -83,7 +97,12 @@ func TestMeasuredAdmissionAndCaps(t *testing.T) {
 		}
 	}
 	draw(250)
-	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
+	c := e.start("ctl", func(o *Options) {
+		o.PowerInterval = 20 * time.Millisecond
+		if mod != nil {
+			mod(o)
+		}
+	})
 
 	live := func() (n int, models string) {
 		jobs := e.liveJobs()
@@ -176,8 +195,19 @@ func TestMeasuredAdmissionAndCaps(t *testing.T) {
 	if hb := e.fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb == nil || hb.Items["lease"] != "15s" {
 		t.Errorf("heartbeat %+v, want one with lease 15s", hb)
 	}
+	// The round records its view just after it writes the variable: wait
+	// for it.
 	var pv controllerapi.PowerView
-	call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+	wait.For(t, "the cap events in the power view", func() (bool, string) {
+		pv = controllerapi.PowerView{}
+		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		for _, ev := range pv.Events {
+			if ev.Kind == "cap" && ev.Domain == "pdu=p1" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events %+v", pv.Events)
+	})
 	var capEvents int
 	for _, ev := range pv.Events {
 		if ev.Kind == "cap" && ev.Domain == "pdu=p1" && loGPUs[ev.GPU] && ev.Model == "lo" {
@@ -188,8 +218,8 @@ func TestMeasuredAdmissionAndCaps(t *testing.T) {
 		t.Errorf("power view: %d cap events on lo's GPUs, want 2; learned %+v; events %+v", capEvents, pv.Learned, pv.Events)
 	}
 
-	// The spike ends; past the hold (5 minutes under 85 % of the limit)
-	// the caps lift.
+	// The spike ends; past the hold (5 minutes under 85 % of the limit,
+	// unless mod set power_cap_hold) the caps lift.
 	draw(150)
 	wait.For(t, "a round to see the draw low", func() (bool, string) {
 		var pv controllerapi.PowerView
@@ -201,7 +231,7 @@ func TestMeasuredAdmissionAndCaps(t *testing.T) {
 		}
 		return false, "no pdu=p1"
 	})
-	e.clock.Advance(6 * time.Minute)
+	e.clock.Advance(advance)
 	wait.For(t, "the caps lifted", func() (bool, string) {
 		items := capsVar()
 		for k := range items {
