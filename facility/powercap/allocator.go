@@ -45,11 +45,16 @@ type Config struct {
 	// Engage: a domain's caps engage when it draws at least Engage × its
 	// limit. Default 0.95.
 	Engage float64
-	// Lift: they lift when it has drawn under Lift × its limit for Hold.
-	// Defaults 0.85 and 5 minutes.
+	// Lift: they lift when it has drawn under Lift × its limit for Hold,
+	// each capped GPU drawing at least AtCap of its cap counted at its
+	// MaxWatts. Defaults 0.85 and 5 minutes.
 	Lift float64
 	Hold time.Duration
 }
+
+// AtCap is the share of its cap at which a capped GPU counts as held down
+// by it: its demand is unknown, and lifting counts it at its MaxWatts.
+const AtCap = 0.9
 
 // DefaultConfig returns engage at 95 % of the limit, lift after 5 minutes
 // under 85 %.
@@ -161,6 +166,18 @@ func NewAllocator(cfg Config) (*Allocator, error) {
 // their draw, then caps GPUs so that every engaged domain's bound (base +
 // Σ cap, or MaxWatts for a GPU not capped) is at most its limit.
 func (a *Allocator) Decide(now time.Time, doms []Domain, gpus []GPU) Result {
+	// A GPU drawing at its cap may want more than it draws: for lifting, a
+	// domain counts each such GPU at its MaxWatts, so that caps do not
+	// lift while the demand that called for them lasts (and come back a
+	// round later).
+	held := map[facility.Domain]float64{}
+	for _, g := range gpus {
+		if c, ok := a.last[g.UUID]; ok && c.Capped && g.DrawWatts >= AtCap*c.Watts {
+			for _, d := range g.Domains {
+				held[d] += max(g.MaxWatts-g.DrawWatts, 0)
+			}
+		}
+	}
 	engaged := make([]bool, len(doms))
 	for i, d := range doms {
 		st := a.state[d.Domain]
@@ -171,7 +188,7 @@ func (a *Allocator) Decide(now time.Time, doms []Domain, gpus []GPU) Result {
 		switch {
 		case d.DrawWatts >= a.cfg.Engage*d.LimitWatts:
 			st.engaged, st.underSince = true, time.Time{}
-		case d.DrawWatts < a.cfg.Lift*d.LimitWatts:
+		case d.DrawWatts+held[d.Domain] < a.cfg.Lift*d.LimitWatts:
 			if st.underSince.IsZero() {
 				st.underSince = now
 			}

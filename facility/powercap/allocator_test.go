@@ -115,6 +115,9 @@ func TestAllocatorHysteresis(t *testing.T) {
 	pdu := Domain{Domain: dom("pdu=p1"), LimitWatts: 1200}
 	step := func(at time.Duration, draw float64) Result {
 		pdu.DrawWatts = draw
+		for i := range gpus {
+			gpus[i].DrawWatts = draw / 2 // under their 600 W caps: not held
+		}
 		return a.Decide(t0.Add(at), []Domain{pdu}, gpus)
 	}
 	if r := step(0, 1150); len(capsOf(r)) != 2 { // 96 %
@@ -144,6 +147,37 @@ func TestAllocatorHysteresis(t *testing.T) {
 				t.Errorf("lift decisions %+v", r.Decisions)
 			}
 		}
+	}
+}
+
+// Caps do not lift while the GPUs they hold down draw at them: the domain
+// draws under lift only because of the caps. Once the GPUs draw under
+// AtCap of their caps, the hold runs and the caps lift.
+func TestAllocatorKeepsCapsWhileHeld(t *testing.T) {
+	t.Parallel()
+	a := mustAllocator(t)
+	gpus := []GPU{h200("a", "m", 50, 690, "pdu=p1"), h200("b", "m", 50, 690, "pdu=p1")}
+	pdu := Domain{Domain: dom("pdu=p1"), LimitWatts: 1000, DrawWatts: 1380}
+	r := a.Decide(t0, []Domain{pdu}, gpus)
+	if caps := capsOf(r); caps["a"] != 500 || caps["b"] != 500 {
+		t.Fatalf("caps %v, want both at 500", caps)
+	}
+	// The domain at 800 W, 80 % of its limit: under lift. But a draws 495
+	// W of its 500 W cap: held down, it counts at 700 W for lifting (1,005
+	// W, not under lift), so the caps stay however long it lasts.
+	pdu.DrawWatts = 800
+	for _, at := range []time.Duration{time.Minute, 10 * time.Minute} {
+		gpus[0].DrawWatts, gpus[1].DrawWatts = 495, 305 // a held at its cap, b not
+		if caps := capsOf(a.Decide(t0.Add(at), []Domain{pdu}, gpus)); len(caps) != 2 {
+			t.Fatalf("at +%s with a at its cap: caps %v, want both kept", at, caps)
+		}
+	}
+	gpus[0].DrawWatts = 400 // neither held now: the hold starts
+	if caps := capsOf(a.Decide(t0.Add(11*time.Minute), []Domain{pdu}, gpus)); len(caps) != 2 {
+		t.Fatalf("the hold just started: caps %v, want both kept", caps)
+	}
+	if caps := capsOf(a.Decide(t0.Add(16*time.Minute), []Domain{pdu}, gpus)); len(caps) != 0 {
+		t.Fatalf("5 minutes under lift, nothing held: caps %v, want none", caps)
 	}
 }
 
