@@ -133,15 +133,28 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 	p := c.power
 	cat, _ := c.files.get()
 	prio := map[string]int{}
+	// The floor of each profile that sets one (min_watts, per GPU), by
+	// model and profile name.
+	type profileKey struct{ model, profile string }
+	minWatts := map[profileKey]float64{}
 	for _, m := range cat.Models {
 		prio[m.Name] = m.Priority
+		for _, pr := range m.Profiles {
+			if pr.MinWatts > 0 {
+				minWatts[profileKey{m.Name, pr.Name}] = pr.MinWatts
+			}
+		}
 	}
-	// Which model each GPU serves, from the allocations' devices.
+	// Which model each GPU serves, from the allocations' devices, and the
+	// floor its profile sets.
 	modelOf := map[string]string{}
+	floorOf := map[string]float64{}
 	jobModel := map[string]string{}
+	jobFloor := map[string]float64{}
 	for _, j := range snap.jobs {
 		if j.Meta[render.MetaManaged] == "true" {
 			jobModel[j.ID] = j.Meta[render.MetaModel]
+			jobFloor[j.ID] = minWatts[profileKey{j.Meta[render.MetaModel], j.Meta[render.MetaProfile]}]
 		}
 	}
 	for _, a := range snap.allocs {
@@ -155,6 +168,7 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			for _, d := range t.Devices {
 				for _, id := range d.DeviceIDs {
 					modelOf[id] = jobModel[a.JobID]
+					floorOf[id] = jobFloor[a.JobID]
 				}
 			}
 		}
@@ -198,11 +212,12 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			}
 			// A GPU whose plugin does not manage caps (no power_cap stat)
 			// or whose limits it does not report counts at what it may draw
-			// and cannot be lowered.
+			// and cannot be lowered. Else its floor is the larger of its
+			// minimum limit and its profile's min_watts.
 			g.MaxWatts = max(r.DefaultW, r.EnforcedW, r.Watts)
 			g.FloorWatts = g.MaxWatts
 			if r.CapState != "" && r.MinW > 0 && r.DefaultW > 0 {
-				g.FloorWatts = min(r.MinW, g.MaxWatts)
+				g.FloorWatts = min(max(r.MinW, floorOf[r.ID]), g.MaxWatts)
 			}
 			if strings.HasPrefix(r.CapState, "error") {
 				for _, d := range doms {
@@ -334,6 +349,9 @@ func (c *Controller) recordCaps(now time.Time, res powercap.Result, gpus []power
 	for i, g := range gpus {
 		cp := res.Caps[i]
 		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, State: sites[i].read.CapState, EnforcedWatts: sites[i].read.EnforcedW}
+		if g.FloorWatts < g.MaxWatts {
+			gv.FloorWatts = g.FloorWatts
+		}
 		if cp.Capped {
 			gv.CapWatts, gv.CapDomain, gv.Reason = cp.Watts, cp.Domain.String(), cp.Reason
 		}

@@ -242,3 +242,112 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 		return items != nil, fmt.Sprint(items)
 	})
 }
+
+// TestCapFloorIsTheProfilesMinWatts: a GPU is never capped below its
+// profile's min_watts, even where its minimum limit would allow it. The
+// PDU of TestMeasuredAdmissionAndCaps, with lo's profile floored at 450 W:
+// in the spike the idle GPU goes to its minimum (200 W), lo's two stop at
+// 450 W, and the rest comes off hi, whose GPU would otherwise stay
+// uncapped.
+func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
+	floored := strings.Replace(hiLo, "  priority = 10\n  profile \"h1\" {\n", "  priority = 10\n  profile \"h1\" {\n    min_watts = 450\n", 1)
+	if floored == hiLo {
+		t.Fatal("the catalog has no lo profile to floor")
+	}
+	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, floored, measuredPDU)
+	node := e.nodes["n1"]
+	draw := func(w float64) {
+		t.Helper()
+		for i := range 4 {
+			id := fmt.Sprintf("n1-gpu%d", i)
+			if err := e.fake.SetPowerDraw(node, id, w); err != nil {
+				t.Fatal(err)
+			}
+			f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
+			state := "default"
+			if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
+				devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
+				devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
+				devicesapi.StatPowerCap: {StringVal: &state},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	draw(250)
+	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
+	wait.For(t, "three replicas placed by measured draw", func() (bool, string) {
+		e.serveAll()
+		jobs := e.liveJobs()
+		return len(jobs) == 3, fmt.Sprint(jobs)
+	})
+
+	draw(600)
+	hiGPU, loGPUs, idle := "", map[string]bool{}, map[string]bool{"n1-gpu0": true, "n1-gpu1": true, "n1-gpu2": true, "n1-gpu3": true}
+	for _, a := range e.fake.Allocations("") {
+		if a.DesiredStatus != api.AllocDesiredStatusRun || a.AllocatedResources == nil {
+			continue
+		}
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				for _, id := range d.DeviceIDs {
+					delete(idle, id)
+					if strings.Contains(a.JobID, "-hi-") {
+						hiGPU = id
+					} else {
+						loGPUs[id] = true
+					}
+				}
+			}
+		}
+	}
+	if hiGPU == "" || len(loGPUs) != 2 || len(idle) != 1 {
+		t.Fatalf("GPUs: hi %q, lo %v, idle %v", hiGPU, loGPUs, idle)
+	}
+	capOf := func(items map[string]string, id string) float64 {
+		var w float64
+		if v, ok := items[devicesapi.CapItem+id]; !ok {
+			return 700 // uncapped: its default limit
+		} else if _, err := fmt.Sscan(v, &w); err != nil {
+			t.Fatalf("cap of %s: %q: %v", id, v, err)
+		}
+		return w
+	}
+	var items map[string]string
+	wait.For(t, "hi's GPU capped once lo's are at their floor", func() (bool, string) {
+		items = nil
+		if v := e.fake.Variable("default", "llmgw/power-caps/n1"); v != nil {
+			items = v.Items
+		}
+		return capOf(items, hiGPU) < 700, fmt.Sprint(items)
+	})
+	for id := range loGPUs {
+		if got := capOf(items, id); got != 450 {
+			t.Errorf("lo's GPU %s capped at %v W, want its profile's min_watts, 450 W: %v", id, got, items)
+		}
+	}
+	for id := range idle {
+		if got := capOf(items, id); got != 200 {
+			t.Errorf("the idle GPU %s capped at %v W, want its minimum limit, 200 W: %v", id, got, items)
+		}
+	}
+	// The bound holds: 300 W base + every cap ≤ the 1.8 kW limit.
+	bound := 300.0
+	for i := range 4 {
+		bound += capOf(items, fmt.Sprintf("n1-gpu%d", i))
+	}
+	if bound > 1800 {
+		t.Errorf("base and caps add up to %v W, over the 1.8 kW limit: %v", bound, items)
+	}
+	var pv controllerapi.PowerView
+	call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+	for _, g := range pv.GPUs {
+		want := 200.0
+		if loGPUs[g.UUID] {
+			want = 450
+		}
+		if g.FloorWatts != want {
+			t.Errorf("GET /v1/power: GPU %s (%s) floor %v W, want %v W", g.UUID, g.Model, g.FloorWatts, want)
+		}
+	}
+}

@@ -64,9 +64,13 @@ type GPUPower struct {
 	DrawWatts     float64 `json:"draw_watts"`
 	EnforcedWatts float64 `json:"enforced_watts,omitempty"` // its limit, as its plugin reports it
 	CapWatts      float64 `json:"cap_watts,omitempty"`      // the controller's cap; 0: none
-	CapDomain     string  `json:"cap_domain,omitempty"`
-	Reason        string  `json:"reason,omitempty"`
-	State         string  `json:"state,omitempty"` // the plugin's power_cap stat
+	// FloorWatts is the least cap it may get: the larger of its minimum
+	// limit and its profile's min_watts; 0: it cannot be capped (its
+	// plugin takes no caps or reports no limits).
+	FloorWatts float64 `json:"floor_watts,omitempty"`
+	CapDomain  string  `json:"cap_domain,omitempty"`
+	Reason     string  `json:"reason,omitempty"`
+	State      string  `json:"state,omitempty"` // the plugin's power_cap stat
 }
 
 // PowerRefusal is a measured domain admitting as declared because a GPU in

@@ -67,9 +67,14 @@ type Profile struct {
 	TensorParallel, PipelineParallel, DataParallel, ExpertParallel int
 	// Watts is the declared draw of one shard; 0 derives it as GPUs × the
 	// node's GPU power limit.
-	Watts    float64
-	CPUCores int // per shard
-	MemoryGB int // per shard
+	Watts float64
+	// MinWatts is the least power limit a GPU serving the profile may be
+	// capped to (min_watts, per GPU); 0: none, the GPU's own minimum. The
+	// controller's power caps never lower one of its GPUs below it
+	// (docs/power.md, "Power caps").
+	MinWatts float64 `json:",omitempty"`
+	CPUCores int     // per shard
+	MemoryGB int     // per shard
 	// KeepWithin is the level a multi-node replica is placed whole inside.
 	KeepWithin Level
 	// Spread lists the levels the model's replicas spread over, in priority
@@ -123,6 +128,20 @@ func (p Profile) ShardWatts(powerLimit float64) float64 {
 	return float64(p.GPUs) * powerLimit
 }
 
+// minWattsProblem says why min_watts is more than the profile's declared
+// draw per GPU (watts / gpus), or "" when it is not (or either is unset):
+// a floor above what the profile says it draws could hold a domain over
+// its limit that the declared draw admitted.
+func (p Profile) minWattsProblem() string {
+	if p.MinWatts <= 0 || p.Watts <= 0 || p.GPUs < 1 {
+		return ""
+	}
+	if per := p.Watts / float64(p.GPUs); p.MinWatts > per {
+		return fmt.Sprintf("min_watts %v is more than the profile's declared draw per GPU (watts %v / gpus %d = %v)", p.MinWatts, p.Watts, p.GPUs, per)
+	}
+	return ""
+}
+
 // pool returns the profile's pool with the default applied.
 func (p Profile) pool() string {
 	if p.Pool == "" {
@@ -140,8 +159,8 @@ func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i
 // env, env_from_variable (the references, not the values) and ready; and, when set, the model's file and the profile's
 // tensor_parallel, pipeline_parallel, data_parallel and expert_parallel. The controller keeps it in job meta llmgw.profile_fp and
 // replaces a replica whose fingerprint no longer matches. Fields that only
-// steer placement or traffic (replicas, watts, keep_within, spread, weight)
-// are left out, so changing them moves nothing that runs.
+// steer placement, traffic or power (replicas, watts, min_watts,
+// keep_within, spread, weight) are left out, so changing them moves nothing that runs.
 func ProfileFingerprint(m Model, p Profile) string {
 	h := sha256.New()
 	put := func(k, v string) {
@@ -321,6 +340,11 @@ func (p Profile) validate(model string) error {
 	}
 	if err := checkWatts("watts", p.Watts, false); err != nil {
 		bad("%v", err)
+	}
+	if err := checkWatts("min_watts", p.MinWatts, false); err != nil {
+		bad("%v", err)
+	} else if msg := p.minWattsProblem(); msg != "" {
+		bad("%s", msg)
 	}
 	if err := checkInt("cpu_cores", p.CPUCores, 0, maxCPU); err != nil {
 		bad("%v", err)

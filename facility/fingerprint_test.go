@@ -27,6 +27,7 @@ func TestProfileFingerprint(t *testing.T) {
 		{"replicas", Model{Name: "llama", Source: "meta/llama", Replicas: 9}, func(p Profile) Profile { return p }},
 		{"watts", m, func(p Profile) Profile { p.Watts = 3000; return p }},
 		{"weight", m, func(p Profile) Profile { p.Weight = 5; return p }},
+		{"min_watts", m, func(p Profile) Profile { p.MinWatts = 250; return p }},
 		{"spread", m, func(p Profile) Profile { p.Spread = nil; return p }},
 		{"keep_within", m, func(p Profile) Profile { p.KeepWithin = LevelRow; return p }},
 		{"pool default spelled out", m, func(p Profile) Profile { p.Pool = DefaultPool; return p }},

@@ -139,6 +139,7 @@ type (
 		GPUs       int      `hcl:"gpus,optional"`
 		Nodes      int      `hcl:"nodes,optional"`
 		Watts      float64  `hcl:"watts,optional"`
+		MinWatts   float64  `hcl:"min_watts,optional"`
 		CPUCores   int      `hcl:"cpu_cores,optional"`
 		MemoryGB   int      `hcl:"memory_gb,optional"`
 		KeepWithin string   `hcl:"keep_within,optional"`
@@ -549,6 +550,13 @@ func (d *decoder) profile(rp *profileHCL) Profile {
 	d.intIn(b, "gpus", rp.GPUs, &p.GPUs, 1, maxCount)
 	d.intIn(b, "nodes", rp.Nodes, &p.Nodes, 1, maxCount)
 	d.watts(b, "watts", rp.Watts, &p.Watts, true)
+	if d.watts(b, "min_watts", rp.MinWatts, &p.MinWatts, true) {
+		if msg := p.minWattsProblem(); msg != "" {
+			r, _ := d.Given(b, "min_watts")
+			d.errorf(r, "%s", msg)
+			p.MinWatts = 0 // reported here; keep Validate quiet about it
+		}
+	}
 	d.intIn(b, "cpu_cores", rp.CPUCores, &p.CPUCores, 0, maxCPU)
 	d.intIn(b, "memory_gb", rp.MemoryGB, &p.MemoryGB, 0, maxMemGB)
 	if !d.level(b, "keep_within", rp.KeepWithin, &p.KeepWithin) {

@@ -2,6 +2,7 @@ package facility
 
 import (
 	"errors"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -111,6 +112,7 @@ func TestParseCatalog(t *testing.T) {
     gpus        = 4
     nodes       = 2
     watts       = 2600
+    min_watts   = 300
     cpu_cores   = 16
     memory_gb   = 256
     keep_within = "rack"
@@ -136,14 +138,14 @@ func TestParseCatalog(t *testing.T) {
 		Name: "llama-3.1-70b", Source: "meta-llama/Llama-3.1-70B-Instruct", Replicas: 4, MaxSurge: 1, Priority: DefaultPriority, Pos: Pos{"catalog.hcl", 1},
 		Profiles: []Profile{
 			{
-				Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 2, Watts: 2600,
+				Name: "h200x4", Engine: "vllm", GPU: "NVIDIA H200", GPUs: 4, Nodes: 2, Watts: 2600, MinWatts: 300,
 				CPUCores: 16, MemoryGB: 256, KeepWithin: LevelRack, Spread: []Level{LevelPDU},
 				Fabric: "ib-ndr", Pool: "gpu", Args: []string{"--max-model-len", "32768"},
 				Env: map[string]string{"HF_HOME": "/models"}, Ready: "/health", Weight: 3, Pos: Pos{"catalog.hcl", 4},
 			},
 			{
 				Name: "min", Engine: "tgi", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Pool: DefaultPool,
-				Spread: []Level{LevelRack, LevelPDU}, Weight: 1, Pos: Pos{"catalog.hcl", 21},
+				Spread: []Level{LevelRack, LevelPDU}, Weight: 1, Pos: Pos{"catalog.hcl", 22},
 			},
 		},
 	}}}
@@ -205,6 +207,9 @@ func TestParseErrors(t *testing.T) {
 		{"facility: duplicate hold", "facility", "hold \"rack=k1\" {}\n\nhold \"rack=k1\" {}\n", `f.hcl:3: hold "rack=k1": duplicate (first at f.hcl:1)`},
 		{"facility: drain not a bool", "facility", "hold \"rack=k1\" {\n  drain = \"maybe\"\n}\n", "f.hcl:2: drain: Unsuitable value type: a bool is required"},
 		{"catalog: negative watts", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    watts = -1\n  }\n}\n", "f.hcl:5: watts must not be negative, got -1"},
+		{"catalog: zero min_watts", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    min_watts = 0\n  }\n}\n", "f.hcl:5: min_watts must be positive"},
+		{"catalog: negative min_watts", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    min_watts = -200\n  }\n}\n", "f.hcl:5: min_watts must not be negative, got -200"},
+		{"catalog: min_watts above the declared draw per GPU", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    gpus = 2\n    watts = 1000\n\n    min_watts = 600\n  }\n}\n", "f.hcl:8: min_watts 600 is more than the profile's declared draw per GPU (watts 1000 / gpus 2 = 500)"},
 		{"catalog: missing engine", "catalog", "model \"m\" {\n  profile \"p\" {\n    gpu = \"H\"\n  }\n}\n", `f.hcl:2: Missing required argument: The argument "engine" is required, but no definition was found.`},
 		{"catalog: zero gpus", "catalog", "model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    gpus = 0\n  }\n}\n", "f.hcl:5: gpus must be between 1 and 65536, got 0"},
 		{"catalog: negative replicas", "catalog", "model \"m\" {\n  replicas = -1\n" + "  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n", "f.hcl:2: replicas must not be negative, got -1"},
@@ -388,5 +393,37 @@ func TestParseExamples(t *testing.T) {
 	}
 	if len(fac.Holds) == 0 {
 		t.Error("facility has no hold")
+	}
+}
+
+// Validate checks min_watts of a profile built in code as the parser does:
+// finite, not negative, at most the declared draw per GPU.
+func TestValidateMinWatts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name         string
+		watts, floor float64
+		want         string // "" valid
+	}{
+		{"under the declared draw per GPU", 1400, 300, ""},
+		{"at it", 1400, 700, ""},
+		{"no declared draw", 0, 650, ""},
+		{"above it", 1400, 701, "x.hcl:4: profile m/p: min_watts 701 is more than the profile's declared draw per GPU (watts 1400 / gpus 2 = 700)"},
+		{"negative", 1400, -1, "x.hcl:4: profile m/p: min_watts must not be negative, got -1"},
+		{"not finite", 1400, math.Inf(1), "x.hcl:4: profile m/p: min_watts must be a finite number"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cat := Catalog{Models: []Model{{Name: "m", Profiles: []Profile{{
+				Name: "p", Engine: "vllm", GPU: "H", GPUs: 2, Nodes: 1, Watts: tt.watts, MinWatts: tt.floor, Pos: Pos{"x.hcl", 4},
+			}}}}}
+			err := cat.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
