@@ -55,6 +55,8 @@ func TestPlanGolden(t *testing.T) {
 	}{
 		{"plan", td("fleet.hcl"), td("facility.hcl"), td("catalog.hcl"), ExitPlaced},
 		{"over", td("fleet.hcl"), td("facility.hcl"), td("catalog-over.hcl"), ExitUnplaced},
+		// Row r01 and pdu=p03-a count measured, from the learned blocks.
+		{"measured", td("fleet-learned.hcl"), td("facility-measured.hcl"), td("catalog.hcl"), ExitPlaced},
 		{"examples", ex("fleet.hcl"), ex("facility.hcl"), ex("catalog.hcl"), ExitPlaced},
 		// The fleet and facility in HCL's JSON syntax place as in HCL.
 		{"plan", td("fleet.json"), td("facility.json"), td("catalog.hcl"), ExitPlaced},
@@ -147,7 +149,7 @@ func checkJSONShape(t *testing.T, b []byte) {
 		}
 	})
 	check("unplaced", top["unplaced"], []string{"replica", "model", "reasons"}, nil)
-	check("domains", top["domains"], []string{"domain", "cap_watts", "draw_watts", "held"}, nil)
+	check("domains", top["domains"], []string{"domain", "cap_watts", "draw_watts", "count", "declared_watts", "held"}, nil)
 }
 
 func TestPlanBadInput(t *testing.T) {

@@ -39,8 +39,12 @@ type (
 	jsonDomain struct {
 		Domain    string  `json:"domain"`
 		CapWatts  float64 `json:"cap_watts"`
-		DrawWatts float64 `json:"draw_watts"`
-		Held      bool    `json:"held"`
+		DrawWatts float64 `json:"draw_watts"` // admitted, counted as the domain counts
+		// Count is how the domain counts shards (declared, measured);
+		// DeclaredWatts what DrawWatts would be with every shard declared.
+		Count         string  `json:"count"`
+		DeclaredWatts float64 `json:"declared_watts"`
+		Held          bool    `json:"held"`
 	}
 )
 
@@ -49,7 +53,8 @@ type (
 //	{"placements":[{"replica":…,"model":…,"profile":…,"domain":{"rack":…,"pdu":…},
 //	  "shards":[{"node":…,"watts":…}],"watts":…}],
 //	 "unplaced":[{"replica":…,"model":…,"reasons":[…]}],
-//	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"held":false}],
+//	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"count":"measured",
+//	   "declared_watts":…,"held":false}],
 //	 "warnings":["catalog.hcl:12: profile m/p: …"]}
 //
 // warnings is left out when there are none.
@@ -74,7 +79,8 @@ func RenderJSON(p facility.Plan) ([]byte, error) {
 		out.Unplaced = append(out.Unplaced, jsonUnplaced{Replica: d.Replica, Model: d.Model, Reasons: d.Reasons()})
 	}
 	for _, u := range p.Domains {
-		out.Domains = append(out.Domains, jsonDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, DrawWatts: u.DrawWatts, Held: u.Held})
+		out.Domains = append(out.Domains, jsonDomain{Domain: u.Domain.String(), CapWatts: u.CapWatts, DrawWatts: u.DrawWatts,
+			Count: u.Count.String(), DeclaredWatts: u.DeclaredWatts, Held: u.Held})
 	}
 	out.Warnings = p.Warnings
 	var b bytes.Buffer
@@ -108,8 +114,14 @@ func RenderText(p facility.Plan) []byte {
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "DOMAIN\tCAP\tDRAW\tHEADROOM\tHELD")
+	// DRAW is what the domain admitted, counted as it counts (COUNT); for
+	// a measured domain DECLARED is what it would be counted declared.
+	fmt.Fprintln(tw, "DOMAIN\tCAP\tDRAW\tHEADROOM\tCOUNT\tDECLARED\tHELD")
 	for _, u := range p.Domains {
+		declared := "-"
+		if u.Count == facility.CountMeasured {
+			declared = kW(u.DeclaredWatts)
+		}
 		held := "no"
 		if u.Held {
 			held = "yes"
@@ -117,7 +129,7 @@ func RenderText(p facility.Plan) []byte {
 				held += " (" + u.Hold.Reason + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Domain, kW(u.CapWatts), kW(u.DrawWatts), kW(u.HeadroomWatts()), held)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", u.Domain, kW(u.CapWatts), kW(u.DrawWatts), kW(u.HeadroomWatts()), u.Count, declared, held)
 	}
 	_ = tw.Flush() // a bytes.Buffer does not fail
 
