@@ -354,12 +354,20 @@ them; when that takes longer than 15 s it says so on stderr.
 func (c *ctl) facilityCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "facility",
-		Short: "List budgeted and held domains: cap, committed and measured draw, headroom, hold",
+		Short: "List budgeted and held domains: cap, committed and measured draw, headroom, count, caps, hold",
 		Long: `List every domain with a power budget or a hold.
 
 CAP is the budget; COMMITTED the draw placement counts (per node the larger
-of measured and promised); MEASURED what the nodes report; HEADROOM the
-budget less the facility's headroom fraction less COMMITTED (negative: over).
+of measured and promised, each shard counted as the domain counts);
+MEASURED what the nodes report; HEADROOM the budget less the facility's
+headroom fraction less COMMITTED (negative: over). COUNT is how the budget
+counts shards: "declared" (at their declared draw) or "measured" (at what
+shards of their profile were learned to draw, docs/power.md); for a measured
+one DECLARED is what COMMITTED would be counted declared. CAPS is the
+domain's GPU power caps in the leader's last cap round (GET /v1/power):
+"engaged (N GPUs capped)", "off", "refused" (a GPU in it refused a cap: it
+admits as declared until caps work again), or "-" (no cap round on this
+controller, or no GPU node in the domain); llmgw ctl power has the detail.
 HOLD is "hold" or "drain", where the hold comes from ("file": facility.hcl,
 "runtime": llmgw ctl facility hold) and its reason.`,
 		Args: args(cobra.NoArgs),
@@ -376,13 +384,26 @@ HOLD is "hold" or "drain", where the hold comes from ("file": facility.hcl,
 			if c.json() {
 				return printJSON(cmd, raw)
 			}
-			t := newTable("DOMAIN", "NODES", "CAP", "COMMITTED", "MEASURED", "HEADROOM", "HOLD")
-			for _, d := range f.Domains {
-				capW, headroom := "-", "-"
-				if d.CapWatts > 0 {
-					capW, headroom = kW(d.CapWatts), kW(d.Headroom)
+			// The caps, from the power view; a controller without one
+			// (older than GET /v1/power) shows none.
+			pv := &controllerapi.PowerView{}
+			if _, err := cl.get(cmd.Context(), "/v1/power", nil, pv); err != nil {
+				var e *Error
+				if !errors.As(err, &e) || e.Code != ExitNotFound {
+					return err
 				}
-				t.row(d.Domain, fmt.Sprint(d.Nodes), capW, kW(d.Committed), kW(d.Measured), headroom, holdString(d.Hold))
+				pv = nil
+			}
+			t := newTable("DOMAIN", "NODES", "CAP", "COMMITTED", "MEASURED", "HEADROOM", "COUNT", "DECLARED", "CAPS", "HOLD")
+			for _, d := range f.Domains {
+				capW, headroom, count, declared, caps := "-", "-", "-", "-", "-"
+				if d.CapWatts > 0 {
+					capW, headroom, count, caps = kW(d.CapWatts), kW(d.Headroom), dash(d.Count), capsString(d.Domain, pv)
+					if d.Count == "measured" {
+						declared = kW(d.DeclaredWatts)
+					}
+				}
+				t.row(d.Domain, fmt.Sprint(d.Nodes), capW, kW(d.Committed), kW(d.Measured), headroom, count, declared, caps, holdString(d.Hold))
 			}
 			return write(cmd.OutOrStdout(), t.bytes())
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/ctltest"
 )
 
@@ -308,14 +309,19 @@ func shellWords(args []string) string {
 }
 
 // recorded serves API answers recorded in testdata/api: a replica rolling
-// to a new job, a multi-node one, one Nomad could not place, and a catalog
-// whose last reload was refused.
+// to a new job, a multi-node one, one Nomad could not place, a catalog
+// whose last reload was refused, and a facility whose PDU p1 counts
+// measured with its caps engaged (the lower-priority model's GPUs at their
+// profile's min_watts) and whose PDU p2 admits declared because a GPU
+// refused a cap.
 func recorded(t *testing.T) map[string]string {
 	t.Helper()
 	files := map[string]string{
 		"/v1/replicas":             "replicas.json",
 		"/v1/replicas/llama-70b-1": "replica-llama-70b-1.json",
 		"/v1/catalog":              "catalog.json",
+		"/v1/facility":             "facility.json",
+		"/v1/power":                "power.json",
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := files[r.URL.Path]
@@ -347,6 +353,9 @@ func TestTablesFromRecordedAPI(t *testing.T) {
 		{"recorded-replicas.golden", []string{"replicas"}, ""},
 		{"recorded-explain.golden", []string{"explain", "llama-70b-1"}, ""},
 		{"recorded-models.golden", []string{"models"}, "llmgw: warning: the last catalog reload was refused; the catalog above stays in force:\nllmgw: catalog.hcl:12: profile llama-70b/h200x4: gpus: want a whole number\n"},
+		{"recorded-facility.golden", []string{"facility"}, ""},
+		{"recorded-power.golden", []string{"power"}, ""},
+		{"recorded-power-events1.golden", []string{"power", "--events", "1"}, ""},
 	} {
 		r := run(t, env, tc.args...)
 		if r.code != ExitOK || r.stderr != tc.stderr {
@@ -419,7 +428,7 @@ func TestBeforeTheControllerReadsNomad(t *testing.T) {
 	e := ctltest.StartUnread(t)
 	env := addrEnv(e)
 	for _, args := range [][]string{
-		{"nodes"}, {"replicas"}, {"facility"}, {"models"}, {"explain", "alpha-0"}, {"nodes", "-o", "json"},
+		{"nodes"}, {"replicas"}, {"facility"}, {"power"}, {"models"}, {"explain", "alpha-0"}, {"nodes", "-o", "json"},
 		{"label", "n01", "rack=r01-k01"}, {"facility", "hold", "rack=r01-k01"},
 	} {
 		r := run(t, env, args...)
@@ -455,5 +464,53 @@ func TestWriteWarning(t *testing.T) {
 		if r.code != ExitOK || r.stderr != "llmgw: warning: "+warn+"\n" {
 			t.Errorf("llmgw ctl %s: exit %d, stderr %q; want 0 and the warning", strings.Join(args, " "), r.code, r.stderr)
 		}
+	}
+}
+
+// The recorded facility and power answers are the API's: every field
+// decodes into controllerapi's types, so the tables above read what a
+// controller sends.
+func TestRecordedPowerIsTheAPIs(t *testing.T) {
+	for name, v := range map[string]any{"facility.json": &controllerapi.FacilityView{}, "power.json": &controllerapi.PowerView{}} {
+		b, err := os.ReadFile(filepath.Join("testdata", "api", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			t.Errorf("testdata/api/%s: %v", name, err)
+		}
+	}
+}
+
+// llmgw ctl power -o json prints GET /v1/power as it is; a bad --events is
+// a usage error.
+func TestPowerJSONAndFlags(t *testing.T) {
+	env := recorded(t)
+	r := run(t, env, "power", "-o", "json")
+	var got, want any
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil {
+		t.Fatalf("power -o json: exit %d, %v, stderr %q", r.code, err, r.stderr)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "api", "power.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("power -o json differs from the API's answer (-api +ctl):\n%s", diff)
+	}
+	// A controller that stands by (ctltest's) shows what it learned and no
+	// cap round; its facility table has no caps.
+	e := ctltest.Start(t, ctltest.Options{})
+	if r := run(t, addrEnv(e), "power"); r.code != ExitOK || !strings.Contains(r.stdout, "Learned (per shard)") ||
+		!strings.Contains(r.stdout, "no cap round yet: caps are decided by the leader") {
+		t.Errorf("power against a standing-by controller: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := run(t, env, "power", "--events", "-1"); r.code != ExitUsage || !strings.Contains(r.stderr, "--events -1: want 0 or more") {
+		t.Errorf("power --events -1: exit %d, stderr %q; want a usage error naming --events", r.code, r.stderr)
 	}
 }
