@@ -322,3 +322,87 @@ func TestConsoleBeforeTheControllerReadsNomad(t *testing.T) {
 		t.Errorf("page shows racks before the controller read Nomad: %q", n)
 	}
 }
+
+// The power map: against a leading controller whose PDU p01-a counts
+// measured and draws near its limit (ctltest's Power option), the Facility
+// view shows each budgeted domain's count and caps as GET /v1/power and
+// /v1/facility give them: p01-a measured, with what declared would be, and
+// its caps engaged on as many GPUs as the API says, its bound against its
+// limit; its node's capped GPUs marked; rack r01-k01 declared, caps off.
+func TestConsoleShowsPowerCaps(t *testing.T) {
+	ctx := browser(t)
+	e := ctltest.Start(t, ctltest.Options{Power: true})
+	dir := ctltest.Artifacts(t)
+	var pv controllerapi.PowerView
+	capped, onN01 := 0, 0
+	ctltest.WaitFor(t, "pdu=p01-a's caps engaged in GET /v1/power", func() (bool, string) {
+		pv = controllerapi.PowerView{}
+		if code, body := e.Call(http.MethodGet, "/v1/power", "", nil, &pv); code != http.StatusOK {
+			return false, body
+		}
+		capped, onN01 = 0, 0
+		for _, g := range pv.GPUs {
+			if g.CapWatts > 0 && g.CapDomain == "pdu=p01-a" {
+				capped++
+			}
+			if g.CapWatts > 0 && g.Node == "n01" {
+				onN01++
+			}
+		}
+		for _, d := range pv.Domains {
+			if d.Domain == "pdu=p01-a" {
+				return d.Engaged && capped > 0, fmt.Sprintf("%+v, %d GPUs capped", d, capped)
+			}
+		}
+		return false, fmt.Sprintf("%+v", pv.Domains)
+	})
+	var f controllerapi.FacilityView
+	if code, body := e.Call(http.MethodGet, "/v1/facility", "", nil, &f); code != http.StatusOK {
+		t.Fatalf("GET /v1/facility: %d %s", code, body)
+	}
+	var pdu controllerapi.DomainView
+	for _, d := range f.Domains {
+		if d.Domain == "pdu=p01-a" {
+			pdu = d
+		}
+	}
+	if pdu.Count != "measured" {
+		t.Fatalf("pdu=p01-a in GET /v1/facility: %+v, want it counted measured", pdu)
+	}
+
+	const row = `#domains tr[data-domain="pdu=p01-a"]`
+	step(t, ctx, "open the Facility view",
+		chromedp.Navigate(e.URL+"/ui/#facility"),
+		chromedp.WaitVisible(chromedp.CSS(row+" .caps.engaged")),
+		chromedp.WaitVisible(chromedp.CSS(`li.node[data-node="n01"] .ncap`)),
+	)
+	units := "GPUs"
+	if capped == 1 {
+		units = "GPU"
+	}
+	kw := func(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
+	var dom controllerapi.PowerDomain
+	for _, d := range pv.Domains {
+		if d.Domain == "pdu=p01-a" {
+			dom = d
+		}
+	}
+	if got, want := text(t, ctx, row+" .caps"), fmt.Sprintf("capped %d %s, bound %s of %s limit", capped, units, kw(dom.BoundWatts), kw(dom.LimitWatts)); !strings.EqualFold(got, want) {
+		t.Errorf("pdu=p01-a's caps = %q, want %q", got, want)
+	}
+	if got, want := text(t, ctx, row+" .count"), fmt.Sprintf("measured %s admitted, declared would be %s", kw(pdu.Committed), kw(pdu.DeclaredWatts)); !strings.EqualFold(got, want) {
+		t.Errorf("pdu=p01-a's count = %q, want %q", got, want)
+	}
+	if got, want := text(t, ctx, `li.node[data-node="n01"] .ncap`), fmt.Sprintf("%d capped", onN01); got != want {
+		t.Errorf("n01's capped GPUs = %q, want %q", got, want)
+	}
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('li.node[data-node="n01"] .gpus i.cap').length`))
+	if err != nil || n != onN01 {
+		t.Errorf("n01's GPUs marked capped: %d, %v; want %d", n, err, onN01)
+	}
+	const rack = `section.rack[data-domain="rack=r01-k01"] .power`
+	if got := text(t, ctx, rack); got != "declared · caps off" {
+		t.Errorf("rack r01-k01's power line = %q, want %q", got, "declared · caps off")
+	}
+	screenshot(t, ctx, dir, "power-map.png")
+}

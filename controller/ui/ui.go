@@ -13,7 +13,10 @@
 //   - Facility: rows and racks as a picture, each rack a bar of committed
 //     and measured draw against its budget, held domains marked, the
 //     replicas of a chosen model highlighted; hold or release a rack or a
-//     row from the picture.
+//     row from the picture. Each budgeted domain says how it counts shards
+//     (declared, or measured with what declared would be) and its GPU power
+//     caps (GET /v1/power: engaged on how many GPUs, its bound against its
+//     limit, off, or refused); capped GPUs are marked on their nodes.
 //   - Nodes: location, GPUs, power and holds of every node; set a node's
 //     location labels, hold or release any domain.
 //   - Replicas: every replica slot, each with its placement explanation.

@@ -1,8 +1,8 @@
 // llmgw console: plain JavaScript over the controller's JSON API. No build
 // step, no dependencies. Everything shown comes from GET /v1/nodes,
-// /v1/facility, /v1/replicas, /v1/replicas/{id}, /v1/catalog, /v1/models,
-// /v1/models/{model}/history and /healthz; the picture's racks and rows are
-// derived from the nodes' locations.
+// /v1/facility, /v1/power, /v1/replicas, /v1/replicas/{id}, /v1/catalog,
+// /v1/models, /v1/models/{model}/history and /healthz; the picture's racks
+// and rows are derived from the nodes' locations.
 'use strict';
 
 const API = '../v1/';
@@ -14,6 +14,7 @@ const POLL_MS = 3000;
 const state = {
   nodes: [],
   facility: { headroom: 0, domains: [] },
+  power: null,          // GET /v1/power: learned draw, caps; null from a controller without it
   replicas: [],
   catalog: { models: [] },
   models: [],           // GET /v1/models
@@ -123,12 +124,14 @@ function clearBanner() { document.getElementById('banner').hidden = true; }
 
 async function refresh() {
   try {
-    const [nodes, facility, replicas, catalog, models, health] = await Promise.all([
-      api('GET', 'nodes'), api('GET', 'facility'), api('GET', 'replicas'), api('GET', 'catalog'),
+    const [nodes, facility, power, replicas, catalog, models, health] = await Promise.all([
+      api('GET', 'nodes'), api('GET', 'facility'),
+      api('GET', 'power').catch((e) => (e.status === 404 ? null : Promise.reject(e))), // an older controller has none
+      api('GET', 'replicas'), api('GET', 'catalog'),
       api('GET', 'models').catch((e) => (e.status === 404 ? [] : Promise.reject(e))), // an older controller has none
       fetch('../healthz', { cache: 'no-store' }).then((r) => r.json()).catch(() => null),
     ]);
-    Object.assign(state, { nodes: nodes || [], facility: facility || { domains: [] }, replicas: replicas || [], catalog: catalog || { models: [] }, models: models || [], health, loaded: true, fetchError: null });
+    Object.assign(state, { nodes: nodes || [], facility: facility || { domains: [] }, power, replicas: replicas || [], catalog: catalog || { models: [] }, models: models || [], health, loaded: true, fetchError: null });
     if (currentView() === 'models') {
       const hist = {};
       await Promise.all(state.models.filter((m) => m.autoscale).map(async (m) => {
@@ -144,7 +147,7 @@ async function refresh() {
   }
   // Rebuild the view only when something changed: a stable page keeps its
   // text selection, hover and scroll, and does not flicker.
-  const sig = JSON.stringify([state.nodes, state.facility, state.replicas, state.catalog, state.models, state.history, state.explain, state.fetchError && state.fetchError.message]);
+  const sig = JSON.stringify([state.nodes, state.facility, powerSig(), state.replicas, state.catalog, state.models, state.history, state.explain, state.fetchError && state.fetchError.message]);
   if (sig === lastSig) {
     renderStatus();
     return;
@@ -215,6 +218,39 @@ function drawOf(key, nodes, byKey) {
   return { committed, measured, cap: 0, limit: 0, hold: null };
 }
 
+// powerSig is what the page shows of GET /v1/power: its caps, not the
+// learned table's sample counts, which grow every poll and would rebuild
+// the page for nothing.
+function powerSig() {
+  const p = state.power;
+  if (!p) return null;
+  return [p.domains, (p.gpus || []).filter((g) => g.cap_watts).map((g) => [g.uuid, g.node, g.cap_watts, g.cap_domain]), p.refused];
+}
+
+// capsOf says a budgeted domain's caps in the leader's last cap round:
+// null where GET /v1/power has no word on it (no round yet, no GPU node in
+// it, an older controller); else { engaged, refused (why), capped (GPUs it
+// capped), limit, bound, draw, shortfall }.
+function capsOf(key) {
+  const p = state.power;
+  if (!p) return null;
+  const refused = (p.refused || []).find((r) => r.domain === key);
+  const d = (p.domains || []).find((x) => x.domain === key);
+  if (!d && !refused) return null;
+  const capped = (p.gpus || []).filter((g) => g.cap_watts && g.cap_domain === key).length;
+  return {
+    engaged: !!(d && d.engaged), refused: refused ? refused.reason : '', capped,
+    limit: d ? d.limit_watts : 0, bound: d ? d.bound_watts : 0, draw: d ? d.draw_watts : 0, shortfall: d ? d.shortfall_watts || 0 : 0,
+  };
+}
+
+// cappedOnNode counts a node's GPUs with a cap.
+function cappedOnNode(name) {
+  const p = state.power;
+  if (!p) return 0;
+  return (p.gpus || []).filter((g) => g.cap_watts && g.node === name).length;
+}
+
 function heldKeys() {
   return new Set((state.facility.domains || []).filter((d) => d.hold).map((d) => d.domain));
 }
@@ -244,6 +280,37 @@ function meter(d, scale) {
     h('b', { class: 'c', title: 'committed' }, kWn(d.committed)), ' · ', h('b', { class: 'm', title: 'measured' }, kWn(d.measured)),
     d.cap > 0 ? [' of ', h('b', { title: 'cap' }, kW(d.cap))] : ' kW, no budget');
   return h('div', { class: 'meter' }, bar, figures);
+}
+
+// countLine: how a budgeted domain counts shards; for a measured one, what
+// it admitted against what declared would be.
+function countLine(d) {
+  if (!d || !d.cap_watts || !d.count) return null;
+  if (d.count !== 'measured') return h('span', { class: 'count declared', title: 'shards count at their declared draw' }, 'declared');
+  return h('span', { class: 'count measured', title: d.explain || '' },
+    h('span', { class: 'badge measured' }, 'measured'), ' ', kW(d.committed_watts), ' admitted, declared would be ', kW(d.declared_watts || 0));
+}
+
+// capsLine: a domain's GPU caps: engaged with how many GPUs it capped and
+// its bound against its limit, off, or refused (it admits as declared).
+function capsLine(key) {
+  const c = capsOf(key);
+  if (!c) return null;
+  if (c.refused) {
+    return h('span', { class: 'caps refused', title: c.refused }, h('span', { class: 'badge refused' }, 'caps refused'), ' admits as declared');
+  }
+  if (!c.engaged) return h('span', { class: 'caps off', title: `draws ${kW(c.draw)} of its ${kW(c.limit)} limit` }, 'caps off');
+  return h('span', { class: 'caps engaged', title: `draws ${kW(c.draw)}; with every GPU at its cap at most ${kW(c.bound)}` + (c.shortfall ? `, ${kW(c.shortfall)} over even at the floors` : '') },
+    h('span', { class: 'badge capped' }, 'capped'), ' ', c.capped + (c.capped === 1 ? ' GPU' : ' GPUs'),
+    ', bound ', h('b', { class: 'bound' }, kW(c.bound)), ' of ', kW(c.limit), ' limit');
+}
+
+// powerLine: a budgeted domain's count and caps, under its meter.
+function powerLine(key, byKey) {
+  const count = countLine(byKey.get(key));
+  const caps = capsLine(key);
+  if (!count && !caps) return null;
+  return h('div', { class: 'power' }, count, count && caps ? ' · ' : null, caps);
 }
 
 function holdBadge(hd) {
@@ -304,7 +371,8 @@ function viewFacility() {
     h('div', { class: 'legend' },
       h('span', {}, h('i', { class: 'c' }), 'committed'), h('span', {}, h('i', { class: 'm' }), 'measured'),
       h('span', {}, h('i', { class: 'l' }), 'limit (cap less headroom)'), h('span', {}, h('i', { class: 'h' }), 'held'),
-      h('span', {}, h('i', { class: 'hl' }), 'highlighted model')));
+      h('span', {}, h('i', { class: 'hl' }), 'highlighted model'),
+      h('span', {}, h('i', { class: 'cap' }), 'GPU capped')));
 
   // site/room -> row -> rack -> nodes
   const tree = new Map();
@@ -345,12 +413,14 @@ function viewFacility() {
           const hl = model && reps.some((r) => r.model === model);
           hasHL = hasHL || hl;
           const gpus = [];
-          for (let i = 0; i < n.gpus_total; i++) gpus.push(h('i', { class: i < n.gpus_total - n.gpus_free ? 'used' : '' }));
+          const capped = cappedOnNode(n.name);
+          for (let i = 0; i < n.gpus_total; i++) gpus.push(h('i', { class: (i < n.gpus_total - n.gpus_free ? 'used' : '') + (i < capped ? ' cap' : '') }));
           return h('li', { class: 'node' + (hl ? ' hl' : '') + (n.schedulable ? '' : ' unsched'), dataset: { node: n.name },
-            title: `${n.name}: ${n.gpus_free}/${n.gpus_total} GPUs free, ${kW(n.measured_watts)} measured, ${kW(n.committed_watts)} committed` + (n.held ? ', held: ' + n.held.join(', ') : '') },
+            title: `${n.name}: ${n.gpus_free}/${n.gpus_total} GPUs free, ${kW(n.measured_watts)} measured, ${kW(n.committed_watts)} committed` + (capped ? `, ${capped} GPU${capped === 1 ? '' : 's'} capped` : '') + (n.held ? ', held: ' + n.held.join(', ') : '') },
           h('span', { class: 'name' }, n.name),
           h('span', { class: 'pdu' }, n.location && n.location.pdu ? n.location.pdu : ''),
           h('span', { class: 'gpus' }, gpus),
+          capped ? h('span', { class: 'ncap' }, capped + ' capped') : null,
           reps.length ? h('span', { class: 'reps' }, reps.map((r) => h('span', {
             class: 'chip' + (r.model === model ? ' hl' : ''), title: `${r.id} (${r.model}, ${r.state})`,
             style: r.model === model ? null : `background:hsl(${modelHue(r.model)} 60% 92%);color:hsl(${modelHue(r.model)} 50% 28%)`,
@@ -361,6 +431,7 @@ function viewFacility() {
           h('header', {}, h('h4', {}, rack || 'no rack'), h('span', {}, over ? h('span', { class: 'badge over' }, 'over') : null, holdBadge(d.hold))),
           d.hold && d.hold.reason ? h('div', { class: 'reason' }, d.hold.reason) : null,
           meter(d, scale),
+          key ? powerLine(key, byKey) : null,
           h('ol', { class: 'nodes' }, nodeEls),
           key ? holdControls(key, d.hold) : null));
       }
@@ -369,6 +440,7 @@ function viewFacility() {
         h('header', {},
           h('h3', {}, row ? 'Row ' + row : 'No row'),
           rowDraw && (rowDraw.cap > 0 || rowDraw.hold) ? meter(rowDraw, rowDraw.committed || 1) : null,
+          rowKey ? powerLine(rowKey, byKey) : null,
           rowDraw ? holdBadge(rowDraw.hold) : null,
           rowKey ? holdControls(rowKey, rowDraw.hold) : null),
         h('div', { class: 'racks' }, rackEls)));
@@ -389,7 +461,7 @@ function domainsTable(byKey) {
   return h('div', {},
     h('h2', {}, 'Budgeted and held domains'),
     ds.length ? h('table', { id: 'domains' },
-      h('thead', {}, h('tr', {}, ['Domain', 'Nodes', 'Draw', 'Cap', 'Headroom', 'Hold', ''].map((c) => h('th', {}, c)))),
+      h('thead', {}, h('tr', {}, ['Domain', 'Nodes', 'Draw', 'Cap', 'Headroom', 'Count', 'GPU caps', 'Hold', ''].map((c) => h('th', {}, c)))),
       h('tbody', {}, ds.map((d) => {
         const draw = drawOf(d.domain, [], byKey);
         return h('tr', { class: d.hold ? 'held' : '', dataset: { domain: d.domain } },
@@ -398,6 +470,8 @@ function domainsTable(byKey) {
           h('td', {}, meter(draw, scale)),
           h('td', {}, d.cap_watts ? kW(d.cap_watts) : '-'),
           h('td', {}, d.cap_watts ? kW(d.headroom_watts || 0) : '-'),
+          h('td', { class: 'count-cell' }, countLine(d) || '-'),
+          h('td', { class: 'caps-cell' }, capsLine(d.domain) || '-'),
           h('td', {}, d.hold ? [holdBadge(d.hold), ' ', d.hold.reason || '', h('span', { class: 'muted' }, d.hold.source === 'facility' ? ' (file)' : ' (runtime)')] : '-'),
           h('td', {}, holdControls(d.domain, d.hold)));
       }))) : h('p', { class: 'empty' }, 'No budgets or holds.'));

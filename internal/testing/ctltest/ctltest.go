@@ -10,7 +10,8 @@
 // API serves is the same from run to run. With Lead the controller leads
 // and reconciles by itself, as in production. With Autoscale the catalog
 // has an autoscaled model too, and the controller reads its demand from a
-// test gateway before each pass.
+// test gateway before each pass. With Power a PDU counts measured and
+// draws near its limit, and the controller (leading) caps its GPUs.
 package ctltest
 
 import (
@@ -35,6 +36,7 @@ import (
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
@@ -155,7 +157,45 @@ type Options struct {
 	// reporting Demand, which the controller reads before each pass Start
 	// and Pass run (leading, on its own interval).
 	Autoscale bool
+	// Power makes PDU p01-a count measured (PowerFacility) and every GPU
+	// report power limits and a cap state as nomad-device-nvml does, with
+	// n01's GPUs drawing CappedGPUWatts: near the PDU's limit, so that its
+	// caps engage. Caps are decided by the leader: Power implies Lead.
+	Power bool
 }
+
+// PowerFacility is Facility with PDU p01-a counting measured (three
+// samples suffice), for Options.Power.
+const PowerFacility = `
+headroom = 0.05
+measured {
+  min_samples = 3
+}
+budget "row=r01"      { watts = 9000 }
+budget "rack=r01-k01" { watts = 3500 }
+budget "rack=r01-k02" { watts = 3500 }
+budget "rack=r02-k01" { watts = 3500 }
+budget "rack=r02-k02" { watts = 3500 }
+budget "pdu=p01-a"    {
+  watts = 1200
+  count = "measured"
+}
+hold "rack=r02-k02" {
+  reason = "PDU swap"
+}
+`
+
+// CappedGPUWatts is what each of n01's GPUs draws with Options.Power: its
+// PDU p01-a then draws 300 + 4 × 200 = 1,100 W, under its 1,140 W limit
+// (1,200 W less 5 % headroom) but at least 95 % of it (1,083 W), so its
+// caps engage.
+const CappedGPUWatts = 200
+
+// GPU power limits every GPU reports with Options.Power, W.
+const (
+	GPUMinWatts     = 200
+	GPUDefaultWatts = 700
+)
 
 // Env is a running controller on the fake.
 type Env struct {
@@ -180,6 +220,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 // the test ends.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	if opts.Power {
+		opts.Lead = true
+	}
 	now := func() time.Time { return Epoch }
 	fakeOpts := []nomadfake.Option{nomadfake.WithAutoRun(true)}
 	if !opts.Lead {
@@ -205,8 +248,17 @@ func Start(t testing.TB, opts Options) *Env {
 		})
 		e.NodeIDs[n.Name] = id
 		for _, g := range ids {
-			if err := fake.SetPowerDraw(id, g, IdleGPUWatts); err != nil {
+			w := float64(IdleGPUWatts)
+			if opts.Power && n.Name == "n01" {
+				w = CappedGPUWatts
+			}
+			if err := fake.SetPowerDraw(id, g, w); err != nil {
 				t.Fatal(err)
+			}
+			if opts.Power {
+				if err := fake.SetDeviceStats(id, g, limitStats()); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
@@ -227,7 +279,11 @@ func Start(t testing.TB, opts Options) *Env {
 			cfg.Autoscale.Interval = time.Second
 		}
 	}
-	for path, src := range map[string]string{cfg.Catalog: catalog, cfg.Facility: Facility} {
+	facility := Facility
+	if opts.Power {
+		facility = PowerFacility
+	}
+	for path, src := range map[string]string{cfg.Catalog: catalog, cfg.Facility: facility} {
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -254,6 +310,18 @@ func Start(t testing.TB, opts Options) *Env {
 	e.URL = serve(t, c, client)
 	e.settle()
 	return e
+}
+
+// limitStats are the stats nomad-device-nvml adds beside a GPU's draw
+// when it manages caps: its limits and who set the enforced one.
+func limitStats() map[string]*api.StatValue {
+	w := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
+	state := "default"
+	return map[string]*api.StatValue{
+		devicesapi.StatEnforcedLimit: w(GPUDefaultWatts), devicesapi.StatDefaultLimit: w(GPUDefaultWatts),
+		devicesapi.StatMinLimit: w(GPUMinWatts), devicesapi.StatMaxLimit: w(GPUDefaultWatts),
+		devicesapi.StatPowerCap: {StringVal: &state},
+	}
 }
 
 // serve runs c until the test ends, its API on a loopback server whose URL
