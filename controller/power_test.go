@@ -351,3 +351,81 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 		}
 	}
 }
+
+// A GPU whose plugin reports a cap it could not set (NVML's error in its
+// power_cap stat) makes the measured domain holding it admit as declared,
+// with a refused event naming the GPU and the error; once the error clears,
+// the domain counts measured again and the third replica fits.
+func TestRefusedCapAdmitsDeclared(t *testing.T) {
+	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
+	node := e.nodes["n1"]
+	stats := func(refuse bool) {
+		t.Helper()
+		for i := range 4 {
+			id := fmt.Sprintf("n1-gpu%d", i)
+			if err := e.fake.SetPowerDraw(node, id, 250); err != nil {
+				t.Fatal(err)
+			}
+			f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
+			state := "default"
+			if refuse && i == 3 {
+				state = "error: Insufficient Permissions"
+			}
+			if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
+				devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
+				devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
+				devicesapi.StatPowerCap: {StringVal: &state},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stats(true)
+	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
+	pdu := func() controllerapi.DomainView {
+		var fac controllerapi.FacilityView
+		call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
+		for _, d := range fac.Domains {
+			if d.Domain == "pdu=p1" {
+				return d
+			}
+		}
+		return controllerapi.DomainView{}
+	}
+	// Both models' draw learned and counted, the refusal seen: the view
+	// counts the PDU declared, and two replicas are all it admits.
+	wait.For(t, "the learned draw counted and the PDU admitting declared", func() (bool, string) {
+		e.serveAll()
+		var pv controllerapi.PowerView
+		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		counted := 0
+		for _, l := range pv.Learned {
+			if l.Counted {
+				counted++
+			}
+		}
+		d := pdu()
+		return counted == 2 && len(pv.Refused) == 1 && d.Count == "declared" && len(e.liveJobs()) == 2, fmt.Sprintf("counted %d, refused %+v, pdu %+v, %d jobs", counted, pv.Refused, d, len(e.liveJobs()))
+	})
+	if n := len(e.liveJobs()); n != 2 {
+		t.Fatalf("%d replicas with a cap refused, want the 2 declared admits", n)
+	}
+	var pv controllerapi.PowerView
+	call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+	found := false
+	for _, ev := range pv.Events {
+		if ev.Kind == "refused" && ev.Domain == "pdu=p1" && strings.Contains(ev.Reason, "n1-gpu3") && strings.Contains(ev.Reason, "Insufficient Permissions") {
+			found = true
+		}
+	}
+	if !found || pv.Refused[0].Domain != "pdu=p1" {
+		t.Errorf("refusal: %+v, events %+v", pv.Refused, pv.Events)
+	}
+
+	stats(false)
+	wait.For(t, "the third replica once caps work again", func() (bool, string) {
+		e.serveAll()
+		d := pdu()
+		return len(e.liveJobs()) == 3 && d.Count == "measured", fmt.Sprintf("%d jobs, pdu %+v", len(e.liveJobs()), d)
+	})
+}
