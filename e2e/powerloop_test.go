@@ -207,21 +207,36 @@ func TestPowerCapsOnRealNomad(t *testing.T) {
 		return items != nil && len(caps) == 0, fmt.Sprintf("caps variable %v (nil: not written yet)", items)
 	})
 
-	// The spike: one long stream at a time to each engine, bounded in
-	// count and time; the domain's draw is sampled from Nomad's client
-	// stats every half second while it runs.
+	// The spike comes through the gateway (the llmgw gateway binary,
+	// discovering the replicas from Nomad): one long stream at a time for
+	// each replica of each model, so that least-outstanding gives every
+	// engine one, bounded in count and time; the domain's draw is sampled
+	// from Nomad's client stats every half second while it runs.
+	gw := startGatewayBinary(t, bin, "--nomad", c.Server.Addr(), "--check-interval", "1s")
+	for _, model := range []string{"hi", "lo"} {
+		nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+			resp, err := http.Post(gw.url+"/v1/chat/completions", "application/json", strings.NewReader(
+				`{"model":"`+model+`","max_tokens":1,"messages":[{"role":"user","content":"Hi."}]}`))
+			if err != nil {
+				return false, err.Error()
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, fmt.Sprintf("the gateway answered %s for %s: %.200s", resp.Status, model, b)
+		})
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	spikeStart := time.Now()
-	for _, addr := range addrs {
+	for _, model := range []string{"hi", "lo", "lo"} {
 		wg.Go(func() {
 			for range 100 {
 				if ctx.Err() != nil {
 					return
 				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(
-					`{"stream":true,"max_tokens":100000,"ignore_eos":true,"messages":[{"role":"user","content":"Go on."}]}`))
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.url+"/v1/chat/completions", strings.NewReader(
+					`{"model":"`+model+`","stream":true,"max_tokens":100000,"ignore_eos":true,"messages":[{"role":"user","content":"Go on."}]}`))
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					return

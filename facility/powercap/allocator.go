@@ -56,6 +56,10 @@ type Config struct {
 // by it: its demand is unknown, and lifting counts it at its MaxWatts.
 const AtCap = 0.9
 
+// HeldFor bounds how long held GPUs defer a lift: once a domain's draw
+// alone has stayed under the lift line for HeldFor × Hold, its caps lift.
+const HeldFor = 3
+
 // DefaultConfig returns engage at 95 % of the limit, lift after 5 minutes
 // under 85 %.
 func DefaultConfig() Config { return Config{Engage: 0.95, Lift: 0.85, Hold: 5 * time.Minute} }
@@ -151,7 +155,9 @@ type Allocator struct {
 
 type domainState struct {
 	engaged    bool
-	underSince time.Time // when it went under Lift × limit; zero when not under
+	underSince time.Time // when it went under Lift × limit, held GPUs counted at their max; zero when not under
+	// rawUnderSince is when its draw alone went under Lift × limit.
+	rawUnderSince time.Time
 }
 
 // NewAllocator returns an allocator with cfg (see Config.Check).
@@ -185,18 +191,31 @@ func (a *Allocator) Decide(now time.Time, doms []Domain, gpus []GPU) Result {
 			st = &domainState{}
 			a.state[d.Domain] = st
 		}
-		switch {
-		case d.DrawWatts >= a.cfg.Engage*d.LimitWatts:
-			st.engaged, st.underSince = true, time.Time{}
-		case d.DrawWatts+held[d.Domain] < a.cfg.Lift*d.LimitWatts:
-			if st.underSince.IsZero() {
-				st.underSince = now
+		lift := a.cfg.Lift * d.LimitWatts
+		since := func(t *time.Time, under bool) {
+			switch {
+			case !under:
+				*t = time.Time{}
+			case t.IsZero():
+				*t = now
 			}
-			if st.engaged && now.Sub(st.underSince) >= a.cfg.Hold {
+		}
+		if d.DrawWatts >= a.cfg.Engage*d.LimitWatts {
+			st.engaged, st.underSince, st.rawUnderSince = true, time.Time{}, time.Time{}
+		} else {
+			since(&st.underSince, d.DrawWatts+held[d.Domain] < lift)
+			since(&st.rawUnderSince, d.DrawWatts < lift)
+			switch {
+			case !st.engaged:
+			case !st.underSince.IsZero() && now.Sub(st.underSince) >= a.cfg.Hold:
+				st.engaged = false
+			case !st.rawUnderSince.IsZero() && now.Sub(st.rawUnderSince) >= HeldFor*a.cfg.Hold:
+				// Held GPUs defer the lift for HeldFor holds at most:
+				// one whose cap is under its idle draw always draws at
+				// it, whatever its demand; if the demand is real, the
+				// next round engages again.
 				st.engaged = false
 			}
-		default:
-			st.underSince = time.Time{}
 		}
 		engaged[i] = st.engaged
 	}

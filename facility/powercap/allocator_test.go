@@ -181,6 +181,28 @@ func TestAllocatorKeepsCapsWhileHeld(t *testing.T) {
 	}
 }
 
+// Held GPUs defer a lift for HeldFor holds at most: GPUs capped under
+// their idle draw always draw at their caps, whatever their demand.
+func TestAllocatorHeldLiftsAfterHeldFor(t *testing.T) {
+	t.Parallel()
+	a := mustAllocator(t)
+	gpus := []GPU{h200("a", "m", 50, 690, "pdu=p1"), h200("b", "m", 50, 690, "pdu=p1")}
+	pdu := Domain{Domain: dom("pdu=p1"), LimitWatts: 1000, DrawWatts: 1380}
+	if caps := capsOf(a.Decide(t0, []Domain{pdu}, gpus)); len(caps) != 2 {
+		t.Fatalf("caps %v, want both", caps)
+	}
+	gpus[0].DrawWatts, gpus[1].DrawWatts = 500, 300 // a at its cap all along
+	pdu.DrawWatts = 800
+	for _, s := range []struct {
+		at     time.Duration
+		capped bool
+	}{{time.Minute, true}, {10 * time.Minute, true}, {15 * time.Minute, true}, {16 * time.Minute, false}} {
+		if got := len(capsOf(a.Decide(t0.Add(s.at), []Domain{pdu}, gpus))) > 0; got != s.capped {
+			t.Errorf("at +%s, a held at its cap: capped %v, want %v", s.at, got, s.capped)
+		}
+	}
+}
+
 // Nested domains: each engaged one holds; caps combine as the minimum.
 func TestAllocatorNested(t *testing.T) {
 	t.Parallel()
