@@ -241,6 +241,17 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 		}
 		return items != nil, fmt.Sprint(items)
 	})
+
+	// Without a budget over it, llmgw no longer manages the node's power:
+	// its caps variable goes, and its plugin restores the default limits.
+	e.writeFacility("headroom = 0\n")
+	if code, body := call(t, http.MethodPost, c.url+"/v1/reload", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("POST /v1/reload: %d %s", code, body)
+	}
+	wait.For(t, "n1's caps variable deleted", func() (bool, string) {
+		items := capsVar()
+		return items == nil, fmt.Sprint(items)
+	})
 }
 
 // TestCapFloorIsTheProfilesMinWatts: a GPU is never capped below its
