@@ -350,17 +350,23 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 	if bound > 1800 {
 		t.Errorf("base and caps add up to %v W, over the 1.8 kW limit: %v", bound, items)
 	}
-	var pv controllerapi.PowerView
-	call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
-	for _, g := range pv.GPUs {
-		want := 200.0
-		if loGPUs[g.UUID] {
-			want = 450
+	// A round records its view just after it writes the caps variable:
+	// wait for the view of a round that had lo's GPUs' model.
+	wait.For(t, "GET /v1/power to give lo's GPUs their profile's floor", func() (bool, string) {
+		var pv controllerapi.PowerView
+		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		var bad []string
+		for _, g := range pv.GPUs {
+			want := 200.0
+			if loGPUs[g.UUID] {
+				want = 450
+			}
+			if g.FloorWatts != want {
+				bad = append(bad, fmt.Sprintf("GPU %s (%s) floor %v W, want %v W", g.UUID, g.Model, g.FloorWatts, want))
+			}
 		}
-		if g.FloorWatts != want {
-			t.Errorf("GET /v1/power: GPU %s (%s) floor %v W, want %v W", g.UUID, g.Model, g.FloorWatts, want)
-		}
-	}
+		return len(pv.GPUs) == 4 && len(bad) == 0, fmt.Sprintf("%d GPUs; %v", len(pv.GPUs), bad)
+	})
 }
 
 // A GPU whose plugin reports a cap it could not set (NVML's error in its
