@@ -72,30 +72,38 @@ func TestPowerCapHoldFromConfig(t *testing.T) {
 	measuredAdmissionAndCaps(t, func(o *Options) { o.Config.PowerCapHold = 30 * time.Second }, time.Minute)
 }
 
+// gpuStats makes n1's 4 H200s report draw watts each in the fake's client
+// stats, with the power limits (200–700 W) and cap state nomad-device-nvml
+// reports beside it: "default", or for the last GPU refusal when set.
+func gpuStats(t *testing.T, e *env, draw float64, refusal string) {
+	t.Helper()
+	node := e.nodes["n1"]
+	f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
+	for i := range 4 {
+		id := fmt.Sprintf("n1-gpu%d", i)
+		if err := e.fake.SetPowerDraw(node, id, draw); err != nil {
+			t.Fatal(err)
+		}
+		state := "default"
+		if refusal != "" && i == 3 {
+			state = refusal
+		}
+		if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
+			devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
+			devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
+			devicesapi.StatPowerCap: {StringVal: &state},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // measuredAdmissionAndCaps runs the loop with the controller's options
 // changed by mod (when not nil), moving the clock by advance once the
 // spike has ended.
 func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Duration) {
 	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
-	node := e.nodes["n1"]
-	draw := func(w float64) {
-		t.Helper()
-		for i := range 4 {
-			id := fmt.Sprintf("n1-gpu%d", i)
-			if err := e.fake.SetPowerDraw(node, id, w); err != nil {
-				t.Fatal(err)
-			}
-			f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
-			state := "default"
-			if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
-				devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
-				devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
-				devicesapi.StatPowerCap: {StringVal: &state},
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	draw := func(w float64) { t.Helper(); gpuStats(t, e, w, "") }
 	draw(250)
 	c := e.start("ctl", func(o *Options) {
 		o.PowerInterval = 20 * time.Millisecond
@@ -266,25 +274,7 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 		t.Fatal("the catalog has no lo profile to floor")
 	}
 	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, floored, measuredPDU)
-	node := e.nodes["n1"]
-	draw := func(w float64) {
-		t.Helper()
-		for i := range 4 {
-			id := fmt.Sprintf("n1-gpu%d", i)
-			if err := e.fake.SetPowerDraw(node, id, w); err != nil {
-				t.Fatal(err)
-			}
-			f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
-			state := "default"
-			if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
-				devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
-				devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
-				devicesapi.StatPowerCap: {StringVal: &state},
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	draw := func(w float64) { t.Helper(); gpuStats(t, e, w, "") }
 	draw(250)
 	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
 	wait.For(t, "three replicas placed by measured draw", func() (bool, string) {
@@ -375,26 +365,12 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 // the domain counts measured again and the third replica fits.
 func TestRefusedCapAdmitsDeclared(t *testing.T) {
 	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
-	node := e.nodes["n1"]
 	stats := func(refuse bool) {
 		t.Helper()
-		for i := range 4 {
-			id := fmt.Sprintf("n1-gpu%d", i)
-			if err := e.fake.SetPowerDraw(node, id, 250); err != nil {
-				t.Fatal(err)
-			}
-			f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
-			state := "default"
-			if refuse && i == 3 {
-				state = "error: Insufficient Permissions"
-			}
-			if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
-				devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
-				devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
-				devicesapi.StatPowerCap: {StringVal: &state},
-			}); err != nil {
-				t.Fatal(err)
-			}
+		if refuse {
+			gpuStats(t, e, 250, "error: Insufficient Permissions")
+		} else {
+			gpuStats(t, e, 250, "")
 		}
 	}
 	stats(true)

@@ -218,19 +218,12 @@ func (s *Server) SetDeviceHealth(nodeID, deviceID string, healthy bool) error {
 func (s *Server) SetPowerDraw(nodeID, deviceID string, watts float64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nr := s.nodes[nodeID]
-	if nr == nil {
-		return fmt.Errorf("nomadfake: unknown node %q", nodeID)
+	nr, err := s.deviceNodeLocked(nodeID, deviceID)
+	if err != nil {
+		return err
 	}
-	for _, g := range nr.node.NodeResources.Devices {
-		for _, in := range g.Instances {
-			if in.ID == deviceID {
-				nr.power[deviceID] = watts
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("nomadfake: node %q has no device %q", nodeID, deviceID)
+	nr.power[deviceID] = watts
+	return nil
 }
 
 // SetDeviceStats sets further stats one device reports in the node's
@@ -240,22 +233,31 @@ func (s *Server) SetPowerDraw(nodeID, deviceID string, watts float64) error {
 func (s *Server) SetDeviceStats(nodeID, deviceID string, stats map[string]*api.StatValue) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	nr, err := s.deviceNodeLocked(nodeID, deviceID)
+	if err != nil {
+		return err
+	}
+	if nr.stats == nil {
+		nr.stats = map[string]map[string]*api.StatValue{}
+	}
+	nr.stats[deviceID] = stats
+	return nil
+}
+
+// deviceNodeLocked returns the node that has the device, or why not.
+func (s *Server) deviceNodeLocked(nodeID, deviceID string) (*nodeRecord, error) {
 	nr := s.nodes[nodeID]
 	if nr == nil {
-		return fmt.Errorf("nomadfake: unknown node %q", nodeID)
+		return nil, fmt.Errorf("nomadfake: unknown node %q", nodeID)
 	}
 	for _, g := range nr.node.NodeResources.Devices {
 		for _, in := range g.Instances {
 			if in.ID == deviceID {
-				if nr.stats == nil {
-					nr.stats = map[string]map[string]*api.StatValue{}
-				}
-				nr.stats[deviceID] = stats
-				return nil
+				return nr, nil
 			}
 		}
 	}
-	return fmt.Errorf("nomadfake: node %q has no device %q", nodeID, deviceID)
+	return nil, fmt.Errorf("nomadfake: node %q has no device %q", nodeID, deviceID)
 }
 
 // Node returns a copy of a node as the API shows it, or nil.
