@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +13,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -215,44 +212,17 @@ func checkBinding(t *testing.T, line string, assigned, pciOrder []string) {
 	}
 }
 
-// devicePower reads /v1/client/stats through the server (as the controller
-// will) and returns each device's power_draw as "<value> <unit>".
+// devicePower reads the node's client stats through the server (as the
+// controller does) and returns each device's power_draw as "<value> <unit>".
 func devicePower(c *nomadtest.Cluster, nodeID string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server.Addr()+"/v1/client/stats?node_id="+nodeID, nil)
-	resp, err := http.DefaultClient.Do(req)
+	st, err := deviceStatAttrs(c, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("client stats: %s: %s", resp.Status, body)
-	}
-	var stats struct {
-		DeviceStats []struct {
-			Vendor, Type, Name string
-			InstanceStats      map[string]struct {
-				Stats struct {
-					Attributes map[string]struct {
-						FloatNumeratorVal *float64
-						Unit              string
-					}
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(body, &stats); err != nil {
-		return nil, err
-	}
 	out := map[string]string{}
-	for _, g := range stats.DeviceStats {
-		for id, s := range g.InstanceStats {
-			p, ok := s.Stats.Attributes["power_draw"]
-			if ok && p.FloatNumeratorVal != nil {
-				out[id] = fmt.Sprintf("%g %s", *p.FloatNumeratorVal, p.Unit)
-			}
+	for id, attrs := range st {
+		if p, ok := attrs[devicesapi.StatPowerDraw]; ok && p.FloatNumeratorVal != nil {
+			out[id] = fmt.Sprintf("%g %s", *p.FloatNumeratorVal, p.Unit)
 		}
 	}
 	return out, nil

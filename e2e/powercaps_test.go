@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sort"
 	"testing"
 	"time"
@@ -103,43 +100,28 @@ func waitCapStat(t *testing.T, c *nomadtest.Cluster, nodeID, uuid, want string, 
 	})
 }
 
-type statAttr struct {
-	FloatNumeratorVal *float64
-	StringVal         *string
-	Unit              string
-}
-
-// deviceStatAttrs reads /v1/client/stats through the server and returns
-// each device's stat attributes.
-func deviceStatAttrs(c *nomadtest.Cluster, nodeID string) (map[string]map[string]statAttr, error) {
+// deviceStatAttrs reads the node's client stats through the server (as
+// the controller does) and returns each device's stat attributes.
+func deviceStatAttrs(c *nomadtest.Cluster, nodeID string) (map[string]map[string]api.StatValue, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server.Addr()+"/v1/client/stats?node_id="+nodeID, nil)
-	resp, err := http.DefaultClient.Do(req)
+	stats, err := c.API.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("client stats: %w", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("client stats: %s: %s", resp.Status, body)
-	}
-	var stats struct {
-		DeviceStats []struct {
-			InstanceStats map[string]struct {
-				Stats struct {
-					Attributes map[string]statAttr
-				}
-			}
-		}
-	}
-	if err := json.Unmarshal(body, &stats); err != nil {
-		return nil, err
-	}
-	out := map[string]map[string]statAttr{}
+	out := map[string]map[string]api.StatValue{}
 	for _, g := range stats.DeviceStats {
 		for id, s := range g.InstanceStats {
-			out[id] = s.Stats.Attributes
+			if s == nil || s.Stats == nil {
+				continue
+			}
+			attrs := map[string]api.StatValue{}
+			for k, v := range s.Stats.Attributes {
+				if v != nil {
+					attrs[k] = *v
+				}
+			}
+			out[id] = attrs
 		}
 	}
 	return out, nil
