@@ -263,6 +263,9 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			nc.fallback[g.UUID] = math.Round(f.Watts)
 		}
 	}
+	// The API shows the round's decisions before the nodes get them, so
+	// that a reader who sees a node's caps written also sees this round.
+	c.recordCaps(now, res, gpus, sites)
 	c.writeCaps(want)
 	p.mu.Lock()
 	p.beats++
@@ -273,7 +276,6 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			c.log.Warn("power caps: heartbeat not written; nodes fall back to their safe caps when the lease ends", "error", err)
 		}
 	}
-	c.recordCaps(now, res, gpus, sites)
 }
 
 // nodeCaps is what one node's caps variable holds: caps and fallbacks, W
