@@ -98,6 +98,30 @@ func gpuStats(t *testing.T, e *env, draw float64, refusal string) {
 	}
 }
 
+// gpusByModel tells n1's GPUs apart by the allocations holding them: hi's,
+// lo's, and those no replica holds.
+func gpusByModel(e *env) (hi string, lo, idle map[string]bool) {
+	lo, idle = map[string]bool{}, map[string]bool{"n1-gpu0": true, "n1-gpu1": true, "n1-gpu2": true, "n1-gpu3": true}
+	for _, a := range e.fake.Allocations("") {
+		if a.DesiredStatus != api.AllocDesiredStatusRun || a.AllocatedResources == nil {
+			continue
+		}
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				for _, id := range d.DeviceIDs {
+					delete(idle, id)
+					if strings.Contains(a.JobID, "-hi-") {
+						hi = id
+					} else {
+						lo[id] = true
+					}
+				}
+			}
+		}
+	}
+	return hi, lo, idle
+}
+
 // measuredAdmissionAndCaps runs the loop with the controller's options
 // changed by mod (when not nil), moving the clock by advance once the
 // spike has ended.
@@ -155,25 +179,9 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	// two go down (floors 200 W) until the bound holds: 300 + 700 (hi,
 	// uncapped) + 200 (idle) + 2 × 300 (lo) = 1.8 kW.
 	draw(600)
-	hiGPU, loGPUs := "", map[string]bool{}
-	for _, a := range e.fake.Allocations("") {
-		if a.DesiredStatus != api.AllocDesiredStatusRun || a.AllocatedResources == nil {
-			continue
-		}
-		for _, tr := range a.AllocatedResources.Tasks {
-			for _, d := range tr.Devices {
-				for _, id := range d.DeviceIDs {
-					if strings.Contains(a.JobID, "-hi-") {
-						hiGPU = id
-					} else {
-						loGPUs[id] = true
-					}
-				}
-			}
-		}
-	}
-	if hiGPU == "" || len(loGPUs) != 2 {
-		t.Fatalf("GPUs: hi %q, lo %v", hiGPU, loGPUs)
+	hiGPU, loGPUs, idle := gpusByModel(e)
+	if hiGPU == "" || len(loGPUs) != 2 || len(idle) != 1 {
+		t.Fatalf("GPUs: hi %q, lo %v, idle %v", hiGPU, loGPUs, idle)
 	}
 	capsVar := func() map[string]string {
 		v := e.fake.Variable("default", "llmgw/power-caps/n1")
@@ -284,24 +292,7 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 	})
 
 	draw(600)
-	hiGPU, loGPUs, idle := "", map[string]bool{}, map[string]bool{"n1-gpu0": true, "n1-gpu1": true, "n1-gpu2": true, "n1-gpu3": true}
-	for _, a := range e.fake.Allocations("") {
-		if a.DesiredStatus != api.AllocDesiredStatusRun || a.AllocatedResources == nil {
-			continue
-		}
-		for _, tr := range a.AllocatedResources.Tasks {
-			for _, d := range tr.Devices {
-				for _, id := range d.DeviceIDs {
-					delete(idle, id)
-					if strings.Contains(a.JobID, "-hi-") {
-						hiGPU = id
-					} else {
-						loGPUs[id] = true
-					}
-				}
-			}
-		}
-	}
+	hiGPU, loGPUs, idle := gpusByModel(e)
 	if hiGPU == "" || len(loGPUs) != 2 || len(idle) != 1 {
 		t.Fatalf("GPUs: hi %q, lo %v, idle %v", hiGPU, loGPUs, idle)
 	}

@@ -31,21 +31,7 @@ func TestParseFleetJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Fleet{Nodes: []Node{
-		{
-			Name: "n-0001", Pool: "gpu",
-			Location: Location{Site: "ams1", Room: "a", Row: "r01", Rack: "r01-k01", PDU: "p01-a"},
-			CPUCores: 192, MemoryGB: 2048, BaseWatts: 1200, MeasuredWatts: 3100.5, Fabric: "ib-ndr-1",
-			GPUs: []GPU{{Model: "NVIDIA H200", Count: 8, Free: 6, PowerLimitWatts: 700, MemoryMiB: 143771}},
-			Pos:  Pos{"fleet.json", 3},
-		},
-		{
-			Name: "n-0002", Pool: DefaultPool, Location: Location{Rack: "r01-k01"},
-			GPUs: []GPU{{Model: "NVIDIA H200", Count: 4, Free: 4, PowerLimitWatts: 600}},
-			Pos:  Pos{"fleet.json", 9},
-		},
-	}}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(twoNodeFleet(Pos{"fleet.json", 3}, Pos{"fleet.json", 9}), got); diff != "" {
 		t.Errorf("fleet (-want +got):\n%s", diff)
 	}
 }

@@ -13,6 +13,25 @@ import (
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
+// twoNodeFleet is what TestParseFleet's file says, in either syntax, its
+// nodes at the positions given.
+func twoNodeFleet(first, second Pos) Fleet {
+	return Fleet{Nodes: []Node{
+		{
+			Name: "n-0001", Pool: "gpu",
+			Location: Location{Site: "ams1", Room: "a", Row: "r01", Rack: "r01-k01", PDU: "p01-a"},
+			CPUCores: 192, MemoryGB: 2048, BaseWatts: 1200, MeasuredWatts: 3100.5, Fabric: "ib-ndr-1",
+			GPUs: []GPU{{Model: "NVIDIA H200", Count: 8, Free: 6, PowerLimitWatts: 700, MemoryMiB: 143771}},
+			Pos:  first,
+		},
+		{
+			Name: "n-0002", Pool: DefaultPool, Location: Location{Rack: "r01-k01"},
+			GPUs: []GPU{{Model: "NVIDIA H200", Count: 4, Free: 4, PowerLimitWatts: 600}},
+			Pos:  second,
+		},
+	}}
+}
+
 func TestParseFleet(t *testing.T) {
 	t.Parallel()
 	src := `
@@ -48,21 +67,7 @@ node "n-0002" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Fleet{Nodes: []Node{
-		{
-			Name: "n-0001", Pool: "gpu",
-			Location: Location{Site: "ams1", Room: "a", Row: "r01", Rack: "r01-k01", PDU: "p01-a"},
-			CPUCores: 192, MemoryGB: 2048, BaseWatts: 1200, MeasuredWatts: 3100.5, Fabric: "ib-ndr-1",
-			GPUs: []GPU{{Model: "NVIDIA H200", Count: 8, Free: 6, PowerLimitWatts: 700, MemoryMiB: 143771}},
-			Pos:  Pos{"fleet.hcl", 2},
-		},
-		{
-			Name: "n-0002", Pool: DefaultPool, Location: Location{Rack: "r01-k01"},
-			GPUs: []GPU{{Model: "NVIDIA H200", Count: 4, Free: 4, PowerLimitWatts: 600}},
-			Pos:  Pos{"fleet.hcl", 22},
-		},
-	}}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(twoNodeFleet(Pos{"fleet.hcl", 2}, Pos{"fleet.hcl", 22}), got); diff != "" {
 		t.Errorf("fleet (-want +got):\n%s", diff)
 	}
 }
