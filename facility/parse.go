@@ -298,12 +298,109 @@ func (d *decoder) validated(err error) {
 // Every problem is an *Error naming
 // filename:line; they are joined with errors.Join.
 func ParseFleet(filename string, src []byte) (Fleet, error) {
-	var raw fleetHCL
-	d, ok := decode(filename, src, &raw)
-	if !ok {
+	r := NewFleetReader(filename, src, 1)
+	r.Read(0)
+	return r.Fleet()
+}
+
+// FleetReader reads a fleet file in parts that may be read at once, each
+// on its own goroutine: a fleet in HCL's JSON syntax whose nodes are one
+// array ({"node": [{"n1": {…}}, …]}, as an inventory program writes it:
+// hcldecode.SplitJSON) splits into runs of nodes; any other file is one
+// part. The fleet and the problems are those ParseFleet gives, in the same
+// order. The reader itself starts no goroutines.
+type FleetReader struct {
+	filename string
+	src      []byte
+	parts    []hcldecode.Part
+	read     []fleetPart
+}
+
+// fleetPart is what one part read to: its nodes and learned draws, the
+// problems decoding found (in file order), and those the checks after it
+// found about nodes and about learned blocks.
+type fleetPart struct {
+	ok                bool // parsed
+	nodes             []Node
+	learned           []Learned
+	decoded, nodeErrs []error
+	learnedErrs       []error
+}
+
+// NewFleetReader prepares to read the fleet file filename in at most
+// n+1 parts (n runs of nodes and the rest of the file).
+func NewFleetReader(filename string, src []byte, n int) *FleetReader {
+	r := &FleetReader{filename: filename, src: src}
+	if hcldecode.IsJSON(filename) {
+		r.parts, _ = hcldecode.SplitJSON(src, "node", n)
+	}
+	if r.parts == nil {
+		r.parts = []hcldecode.Part{hcldecode.Whole(src)}
+	}
+	r.read = make([]fleetPart, len(r.parts))
+	return r
+}
+
+// Parts is how many parts the file is read in.
+func (r *FleetReader) Parts() int { return len(r.parts) }
+
+// Read reads part i. Reads of different parts may run at once.
+func (r *FleetReader) Read(i int) { r.read[i] = readFleetPart(r.filename, r.parts[i]) }
+
+// Fleet joins the parts, every one of them read, into the fleet, and
+// checks it whole. If a part did not decode cleanly (its run of the JSON
+// array is not HCL's JSON, or a value does not fit), the file is read
+// again whole, so that its decoding problems are exactly those of the
+// file, in the parser's order.
+func (r *FleetReader) Fleet() (Fleet, error) {
+	for _, p := range r.read {
+		if len(p.decoded) > 0 || !p.ok {
+			if len(r.parts) > 1 {
+				return ParseFleet(r.filename, r.src)
+			}
+			if !p.ok {
+				return Fleet{}, errors.Join(p.decoded...)
+			}
+		}
+	}
+	var (
+		fleet Fleet
+		errs  []error
+	)
+	for _, p := range r.read {
+		errs = append(errs, p.decoded...)
+	}
+	for _, p := range r.read {
+		fleet.Nodes = append(fleet.Nodes, p.nodes...)
+		errs = append(errs, p.nodeErrs...)
+	}
+	for _, p := range r.read {
+		fleet.Learned = append(fleet.Learned, p.learned...)
+		errs = append(errs, p.learnedErrs...)
+	}
+	if len(errs) > 0 {
+		return Fleet{}, errors.Join(errs...)
+	}
+	d := &decoder{filename: r.filename}
+	d.validated(fleet.Validate())
+	if len(d.errs) > 0 {
 		return Fleet{}, d.err()
 	}
-	var fleet Fleet
+	return fleet, nil
+}
+
+func readFleetPart(filename string, part hcldecode.Part) fleetPart {
+	var raw fleetHCL
+	f, ok := hcldecode.DecodePart(filename, part, nil, &raw)
+	d := &decoder{File: f, filename: filename}
+	for _, p := range f.Problems() {
+		d.errs = append(d.errs, errAt(Pos{Filename: p.Filename, Line: p.Line}, p.Msg))
+	}
+	out := fleetPart{ok: ok, decoded: d.errs}
+	if !ok {
+		return out
+	}
+	d.errs = nil
 	for _, rn := range raw.Nodes {
 		n := Node{Name: rn.Name, Pool: DefaultPool, Pos: d.pos(rn.DefRange)}
 		b := rn.Body
@@ -337,17 +434,12 @@ func ParseFleet(filename string, src []byte) (Fleet, error) {
 			}
 			n.GPUs = append(n.GPUs, g)
 		}
-		fleet.Nodes = append(fleet.Nodes, n)
+		out.nodes = append(out.nodes, n)
 	}
-	fleet.Learned = d.learned(raw.Learned)
-	if len(d.errs) > 0 {
-		return Fleet{}, d.err()
-	}
-	d.validated(fleet.Validate())
-	if len(d.errs) > 0 {
-		return Fleet{}, d.err()
-	}
-	return fleet, nil
+	out.nodeErrs, d.errs = d.errs, nil
+	out.learned = d.learned(raw.Learned)
+	out.learnedErrs = d.errs
+	return out
 }
 
 // ParseFacility parses a facility file (facility.hcl): headroom, budget and

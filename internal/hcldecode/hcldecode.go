@@ -85,15 +85,21 @@ type File struct {
 // untouched; otherwise val holds what decoded cleanly, and the File the
 // problems of what did not.
 func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
+	return DecodePart(filename, Whole(src), ctx, val)
+}
+
+// DecodePart is Decode for a part of the file filename (SplitJSON): its
+// problems name the file's lines.
+func DecodePart(filename string, part Part, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
 	f = &File{filename: filename}
 	var (
 		file  *hcl.File
 		diags hcl.Diagnostics
 	)
 	if IsJSON(filename) {
-		file, diags = hcljson.Parse(src, filename)
+		file, diags = hcljson.ParseWithStartPos(part.Src, filename, part.Start)
 	} else {
-		file, diags = hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+		file, diags = hclsyntax.ParseConfig(part.Src, filename, part.Start)
 	}
 	if diags.HasErrors() || file == nil {
 		f.diagnostics(diags)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 
@@ -141,7 +142,8 @@ func Run(o Options, stdout io.Writer) error {
 
 // Load reads and checks the three inputs. Every problem is reported, each
 // naming file:line. The three files are read and parsed at once, each on
-// its own goroutine (the fleet takes most of the time: docs/perf.md).
+// its own goroutine, and a fleet in HCL's JSON syntax in parts, one a core
+// (facility.FleetReader): the fleet takes most of the time (docs/perf.md).
 func Load(fleetFile, facilityFile, catalogFile string) (facility.Fleet, facility.Facility, facility.Catalog, error) {
 	var (
 		fleet facility.Fleet
@@ -160,7 +162,14 @@ func Load(fleetFile, facilityFile, catalogFile string) (facility.Fleet, facility
 		})
 	}
 	parse(0, fleetFile, func(name string, b []byte) (err error) {
-		fleet, err = facility.ParseFleet(name, b)
+		// A JSON fleet is read in parts, one on each core.
+		r := facility.NewFleetReader(name, b, runtime.GOMAXPROCS(0))
+		var parts sync.WaitGroup
+		for i := range r.Parts() {
+			parts.Go(func() { r.Read(i) })
+		}
+		parts.Wait()
+		fleet, err = r.Fleet()
 		return err
 	})
 	parse(1, facilityFile, func(name string, b []byte) (err error) {
