@@ -39,13 +39,14 @@ const (
 
 // prefixKey is what the prefix policy routes a request by: two hashes of
 // its prompt's first blocks, computed from the body alone so that every
-// gateway derives the same. shared is the prefix that conversations share
-// (a chat's system prompt, a completion prompt's first block): its first
-// choice of replica is the request's. conv is the conversation's (the
-// system prompt and the first user turn, which every later turn repeats):
-// its order of the replicas is where the request spills when the first
-// choice is over the load bound. A request with no system prompt has
-// shared == conv.
+// gateway derives the same. conv is the conversation's (the system prompt
+// and the first user turn, which every later turn repeats): it orders the
+// replicas for the request, so every turn of a conversation has one first
+// choice. shared is the prefix that conversations share (a chat's system
+// prompt, a completion prompt's first block): it weighs that order
+// towards the replicas the prefix favours (locality), so that a tenant's
+// conversations meet where its system prompt is. A request with no system
+// prompt has shared == conv.
 type prefixKey struct {
 	shared, conv uint64
 	ok           bool // false: nothing to key by, the default policy routes it
@@ -191,23 +192,41 @@ func promptKey(buf []byte) prefixKey {
 
 // rank is where endpoint e stands in key k's order: the weighted
 // rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
-// from the key and the replica's address. Every gateway computes the
-// same for the same key and address; a replica joining or leaving changes
-// no other replica's score, so only the keys it wins or held move. With
-// uniform set (every replica ranked has the same weight) the order is
-// u's, and rank returns u's bits without the logarithm.
-func rank(k uint64, e *endpoint, uniform bool) float64 {
-	w := e.inst.Weight
+// from the conversation key and the replica's address, w the replica's
+// weight times its locality for the shared key (locality). Every gateway
+// computes the same for the same key and address; a replica joining or
+// leaving changes no other replica's score, so only the keys it wins or
+// held move. With uniform set (every replica ranked has the same weight
+// and the key has no shared part of its own) the order is u's, and rank
+// returns u's bits without the logarithm.
+func rank(k prefixKey, e *endpoint, uniform bool) float64 {
+	w := float64(e.inst.Weight)
 	if w <= 0 {
 		return 0
 	}
-	h := mix(k ^ e.addrHash())
-	if uniform {
+	a := e.addrHash()
+	h := mix(k.conv ^ a)
+	if uniform && k.shared == k.conv {
 		return float64(h>>11) + 1
 	}
-	u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
-	return -float64(w) / math.Log(u)
+	if k.shared != k.conv {
+		w *= locality(mix(k.shared ^ a))
+	}
+	return -w / math.Log(unit(h))
 }
+
+// locality is how strongly a replica draws the conversations of a shared
+// prefix (a tenant's system prompt), from the hash of the prefix and its
+// address: 1/(1-v), v uniform in (0, 1). Ranked by it, the replica first
+// for a prefix draws about as many of its conversations as the second
+// and third together (among n replicas, the k-th about 1/k of the first's
+// share), so a tenant's conversations meet on a few replicas that hold
+// its system prompt, while each conversation keeps one replica for all
+// its turns. It depends on nothing but the prefix and the address.
+func locality(h uint64) float64 { return 1 / (1 - unit(h)) }
+
+// unit maps a hash to (0, 1).
+func unit(h uint64) float64 { return (float64(h>>11) + 0.5) / (1 << 53) }
 
 // mix is splitmix64's finalizer: it spreads the bits of x.
 func mix(x uint64) uint64 {
@@ -223,15 +242,14 @@ func mix(x uint64) uint64 {
 const maxStackEps = 128
 
 // pickPrefix chooses the endpoint for the next attempt of a request with
-// key k: the first in the key's order (k.shared's first choice, then
-// k.conv's order) that can take a request as pick judges it (not tried,
-// its breaker letting one through) and is within the load bound: its
-// requests in flight (pick's measure: this gateway's plus the others' its
-// engine reported), with this one, at most factor times its weight's
-// share of all of them. route is RoutePrefix for the first such
-// endpoint in the order, RouteSpill when one was passed over for load.
-// When every endpoint is over the bound (factor below 1), pick's choice
-// stands.
+// key k: the first in the key's order (rank) that can take a request as
+// pick judges it (not tried, its breaker letting one through) and is
+// within the load bound: its requests in flight (pick's measure: this
+// gateway's plus the others' its engine reported), with this one, at
+// most factor times its weight's share of all of them. route is
+// RoutePrefix for the first such endpoint in the order, RouteSpill when
+// one was passed over for load. When every endpoint is over the bound
+// (factor below 1), pick's choice stands.
 func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now time.Time) (ep *endpoint, probe bool, route string) {
 	n := len(p.eps)
 	if n == 0 {
@@ -256,7 +274,7 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 		loads = append(loads, l)
 		r := -1.0 // not usable
 		if usable(e, tried, now) {
-			r = rank(k.conv, e, uniform)
+			r = rank(k, e, uniform)
 			total += l
 			weights += int64(max(e.inst.Weight, 0))
 		}
@@ -271,30 +289,8 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 		return float64(loads[i]+1) <= bound
 	}
 	passed := false
-	if k.shared != k.conv {
-		// The shared prefix's first choice comes first.
-		best, bestR := -1, -1.0
-		for i, e := range p.eps {
-			if ranks[i] < 0 {
-				continue
-			}
-			if r := rank(k.shared, e, uniform); r > bestR {
-				best, bestR = i, r
-			}
-		}
-		if best >= 0 {
-			if within(best) {
-				if ok, probe := p.eps[best].br.acquire(now); ok {
-					return p.eps[best], probe, RoutePrefix
-				}
-				ranks[best] = -1
-			} else {
-				passed = true
-			}
-		}
-	}
 	for {
-		// The next in k.conv's order: the highest rank left.
+		// The next in the key's order: the highest rank left.
 		best, bestR := -1, -1.0
 		for i, r := range ranks {
 			if r > bestR {

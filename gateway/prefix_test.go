@@ -3,6 +3,9 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +175,19 @@ func TestPrefixPickMinimalMovement(t *testing.T) {
 	joined := testPool(5)
 	left := &pool{model: "m", eps: before.eps[1:]} // r0 leaves
 	moved, movedLeave, held0 := 0, 0, 0
-	for _, k := range keys(nKeys) {
+	// Conversations of no tenant, then of 100 tenants: a replica's
+	// locality for a tenant depends only on the two, so the same holds.
+	ks := keys(nKeys)
+	for i := range nKeys {
+		ks = append(ks, prefixKey{shared: mix(uint64(i%100) + 7000), conv: mix(uint64(i) + 70000), ok: true})
+	}
+	for i, k := range ks {
+		if i == nKeys {
+			if moved < 300 || moved > 500 || held0 < 400 || held0 > 600 {
+				break // the checks below report it
+			}
+			moved, held0 = 0, 0
+		}
 		was := choose(t, before, k)
 		if now := choose(t, joined, k); now != was {
 			if now != "r4:1" {
@@ -248,30 +263,67 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	if ep, _, _ := p.pickPrefix(k, 1.25, []*epState{second.epState}, now); ep == first || ep == second {
 		t.Errorf("first open, second tried: got %s", ep.inst.ID)
 	}
-	// A shared key's first choice comes before the conversation's order.
-	k2 := prefixKey{shared: mix(77), conv: mix(78), ok: true}
+}
+
+// A tenant's conversations (one shared key, many conversation keys): each
+// keeps one replica, the same for every gateway; each replica draws its
+// locality's share of them (weighted rendezvous), and over many tenants
+// the replica a tenant favours most draws about half of its conversations
+// among 4; when its replica is over the bound a conversation spills,
+// always to the same next replica.
+func TestPrefixPickTenantLocality(t *testing.T) {
+	now := time.Unix(0, 0)
+	p := testPool(4)
+	const shared, convs = 77, 4000
+	won := map[string]int{}
+	for i := range convs {
+		k := prefixKey{shared: mix(shared), conv: mix(uint64(i) + 1000), ok: true}
+		won[choose(t, p, k)]++
+	}
+	var sum float64
+	for _, e := range p.eps {
+		sum += locality(mix(mix(shared) ^ e.addrHash()))
+	}
+	for _, e := range p.eps {
+		want := locality(mix(mix(shared)^e.addrHash())) / sum
+		if got := float64(won[e.inst.Address]) / convs; math.Abs(got-want) > 0.04 {
+			t.Errorf("%s drew %.3f of the conversations, want its locality's share %.3f", e.inst.ID, got, want)
+		}
+	}
+	const tenants, perTenant = 400, 25
+	top := 0
+	for s := range tenants {
+		won := map[string]int{}
+		for i := range perTenant {
+			k := prefixKey{shared: mix(uint64(s) + 5000), conv: mix(uint64(s*perTenant+i) + 90000), ok: true}
+			won[choose(t, p, k)]++
+		}
+		top += slices.Max(slices.Collect(maps.Values(won)))
+	}
+	if share := float64(top) / (tenants * perTenant); share < 0.45 {
+		t.Errorf("the replica a tenant uses most drew %.3f of its conversations on average, want about half", share)
+	}
+
+	k := prefixKey{shared: mix(shared), conv: mix(5), ok: true}
+	first, _, _ := p.pickPrefix(k, 1.25, nil, now)
+	first.outstanding.Add(10)
+	spill, _, route := p.pickPrefix(k, 1.25, nil, now)
+	if spill == first || route != RouteSpill {
+		t.Fatalf("first choice loaded: %s route %q, want another, spill", spill.inst.ID, route)
+	}
+	for range 5 {
+		if again, _, _ := p.pickPrefix(k, 1.25, nil, now); again != spill {
+			t.Fatalf("spill went to %s, then %s", spill.inst.ID, again.inst.ID)
+		}
+	}
+	first.outstanding.Add(-10)
+	// A gateway listing the replicas in another order agrees.
 	q := testPool(4)
-	sharedTop, convTop := "", ""
-	best, bestC := -1.0, -1.0
-	for _, e := range q.eps {
-		if r := rank(k2.shared, e, true); r > best {
-			best, sharedTop = r, e.inst.ID
-		}
-		if r := rank(k2.conv, e, true); r > bestC {
-			bestC, convTop = r, e.inst.ID
-		}
-	}
-	if ep, _, route := q.pickPrefix(k2, 1.25, nil, now); ep.inst.ID != sharedTop || route != RoutePrefix {
-		t.Errorf("two-level key: %s route %q, want the shared key's %s", ep.inst.ID, route, sharedTop)
-	}
-	if sharedTop != convTop {
-		for _, e := range q.eps {
-			if e.inst.ID == sharedTop {
-				e.outstanding.Add(10)
-			}
-		}
-		if ep, _, route := q.pickPrefix(k2, 1.25, nil, now); ep.inst.ID != convTop || route != RouteSpill {
-			t.Errorf("shared choice loaded: %s route %q, want the conversation's %s, spill", ep.inst.ID, route, convTop)
+	slices.Reverse(q.eps)
+	for i := range 200 {
+		k := prefixKey{shared: mix(shared + uint64(i%3)), conv: mix(uint64(i) + 9000), ok: true}
+		if a, b := choose(t, p, k), choose(t, q, k); a != b {
+			t.Fatalf("conversation %d: %s and %s", i, a, b)
 		}
 	}
 }
