@@ -2,7 +2,9 @@ package plancmd
 
 import (
 	"flag"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/llmgw/llmgw/facility"
@@ -46,4 +48,32 @@ func BenchmarkRender(b *testing.B) {
 		}
 		b.ReportMetric(float64(n), "bytes")
 	})
+}
+
+// BenchmarkLoad reads the bench fleet's three files as llmgw plan does
+// (Load: at once, a JSON fleet in parts a core each), in HCL's JSON syntax
+// and in the native syntax, at the garbage collector's target llmgw plan
+// sets (GOGC=400 unless GOGC is set).
+func BenchmarkLoad(b *testing.B) {
+	if *planFiles == "" {
+		b.Skip("no -plan-files DIR: write the bench files with go test ./facility -run '^TestBenchFiles$' -args -bench-files=DIR")
+	}
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(planGCPercent))
+	}
+	for _, ext := range []string{"json", "hcl"} {
+		b.Run(ext, func(b *testing.B) {
+			f := func(name string) string { return filepath.Join(*planFiles, name+"."+ext) }
+			b.ReportAllocs()
+			for range b.N {
+				fleet, _, _, err := Load(f("fleet"), f("facility"), f("catalog"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(fleet.Nodes) == 0 {
+					b.Fatal("no nodes")
+				}
+			}
+		})
+	}
 }
