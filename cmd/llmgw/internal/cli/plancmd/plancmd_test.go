@@ -60,6 +60,8 @@ func TestPlanGolden(t *testing.T) {
 		{"examples", ex("fleet.hcl"), ex("facility.hcl"), ex("catalog.hcl"), ExitPlaced},
 		// The fleet and facility in HCL's JSON syntax place as in HCL.
 		{"plan", td("fleet.json"), td("facility.json"), td("catalog.hcl"), ExitPlaced},
+		// Its nodes in one array: read in parts (facility.FleetReader).
+		{"plan", td("fleet-array.json"), td("facility.json"), td("catalog.hcl"), ExitPlaced},
 	}
 	for _, tt := range tests {
 		for _, asJSON := range []bool{false, true} {
