@@ -27,6 +27,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,7 @@ type config struct {
 	hot, rate, loadFactor                                                              float64
 	think, runTimeout                                                                  time.Duration
 	seed                                                                               uint64
+	slotSimilarity, cacheRAM                                                           string
 	policies                                                                           []string
 	gateways                                                                           []int
 	churn                                                                              bool
@@ -83,6 +85,8 @@ func main() {
 	flag.IntVar(&c.embed, "embed", 512, "the tiny model's width")
 	flag.IntVar(&c.slots, "slots", 2, "llama-server's --parallel slots per replica")
 	flag.IntVar(&c.ctx, "ctx", 8192, "llama-server's -c (shared by its slots)")
+	flag.StringVar(&c.slotSimilarity, "slot-similarity", "", "llama-server's --slot-prompt-similarity (empty: its default, 0.10)")
+	flag.StringVar(&c.cacheRAM, "cache-ram", "", "llama-server's --cache-ram in MiB, its host-memory prompt cache (empty: its default, 8192; 0: off)")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 4*time.Minute, "the longest one run may take")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
@@ -193,6 +197,12 @@ func startReplica(ctx context.Context, c config, model, name string) (*replica, 
 	_ = ln.Close()
 	args := []string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
 		"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx), "--context-shift"}
+	if c.slotSimilarity != "" {
+		args = append(args, "--slot-prompt-similarity", c.slotSimilarity)
+	}
+	if c.cacheRAM != "" {
+		args = append(args, "--cache-ram", c.cacheRAM)
+	}
 	cmd := exec.Command(llamabuild.Binary(), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
@@ -367,7 +377,8 @@ func run(c config) error {
 	nreq := len(convs) * c.turns
 	fmt.Printf("trace: %d tenants (%d-word system prompts), %d conversations (hot tenant: %d), %d turns each, %d requests; %.2f conversations/s; think %s; seed %d\n",
 		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
-	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d; model %d layers x %d wide\n", c.replicas, llamabuild.Binary(), c.slots, c.ctx, c.layers, c.embed)
+	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s; model %d layers x %d wide\n",
+		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), cmp.Or(c.cacheRAM, "default"), c.layers, c.embed)
 	fmt.Printf("prefix load factor %g\n", c.loadFactor)
 	fmt.Printf("uptime before: %s\n", uptime())
 	var results []result
