@@ -244,9 +244,10 @@ const maxStackEps = 128
 // pickPrefix chooses the endpoint for the next attempt of a request with
 // key k: the first in the key's order (rank) that can take a request as
 // pick judges it (not tried, its breaker letting one through) and is
-// within the load bound: its requests in flight (pick's measure: this
-// gateway's plus the others' its engine reported), with this one, at
-// most factor times its weight's share of all of them. route is
+// within the load bound: its requests in flight, with this one, at most
+// factor times its weight's share of all of them, counted by pick's
+// measure (this gateway's plus the others' its engine reported) or by
+// this gateway's alone. route is
 // RoutePrefix for the first such endpoint in the order, RouteSpill when
 // one was passed over for load. When every endpoint is over the bound
 // (factor below 1), pick's choice stands.
@@ -256,12 +257,12 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 		return nil, false, RoutePrefix
 	}
 	var rankBuf [maxStackEps]float64
-	var loadBuf [maxStackEps]int64
-	ranks, loads := rankBuf[:0], loadBuf[:0]
+	var loadBuf, ownBuf [maxStackEps]int64
+	ranks, loads, owns := rankBuf[:0], loadBuf[:0], ownBuf[:0]
 	if n > maxStackEps {
-		ranks, loads = make([]float64, 0, n), make([]int64, 0, n)
+		ranks, loads, owns = make([]float64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	}
-	var total, weights int64
+	var total, ownTotal, weights int64
 	uniform := true
 	for _, e := range p.eps {
 		if e.inst.Weight != p.eps[0].inst.Weight {
@@ -270,23 +271,32 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 		}
 	}
 	for _, e := range p.eps {
-		l := e.outstanding.Load() + e.others.Load()
-		loads = append(loads, l)
+		own := e.outstanding.Load()
+		l := own + e.others.Load()
+		loads, owns = append(loads, l), append(owns, own)
 		r := -1.0 // not usable
 		if usable(e, tried, now) {
 			r = rank(k, e, uniform)
 			total += l
+			ownTotal += own
 			weights += int64(max(e.inst.Weight, 0))
 		}
 		ranks = append(ranks, r)
 	}
+	// within: replica i is within the bound by all gateways' requests in
+	// flight (the others' as of the engine's last read) or by this
+	// gateway's own (exact and current). Every gateway routes a key to the
+	// same replica, so its own requests are a sample of everyone's; the
+	// others' count alone lags by up to a read and spills on load that
+	// has gone.
 	within := func(i int) bool {
 		w := p.eps[i].inst.Weight
 		if w <= 0 || weights == 0 {
 			return false
 		}
-		bound := math.Ceil(factor * float64(total+1) * float64(w) / float64(weights))
-		return float64(loads[i]+1) <= bound
+		share := factor * float64(w) / float64(weights)
+		return float64(loads[i]+1) <= math.Ceil(share*float64(total+1)) ||
+			float64(owns[i]+1) <= math.Ceil(share*float64(ownTotal+1))
 	}
 	passed := false
 	for {

@@ -328,6 +328,37 @@ func TestPrefixPickTenantLocality(t *testing.T) {
 	}
 }
 
+// Load the engines reported for other gateways alone does not make a
+// spill: a gateway passes a replica over only when its own requests in
+// flight are over the bound too (they are current; the others' are as of
+// the last read). Its own load alone does.
+func TestPrefixPickOthersLoadAlone(t *testing.T) {
+	now := time.Unix(0, 0)
+	p := testPool(4)
+	k := keys(1)[0]
+	first, _, _ := p.pickPrefix(k, 1.25, nil, now)
+	first.others.Store(10)
+	if ep, _, route := p.pickPrefix(k, 1.25, nil, now); ep != first || route != RoutePrefix {
+		t.Errorf("others' load on the first choice: %s route %q, want %s, prefix", ep.inst.ID, route, first.inst.ID)
+	}
+	// Its own load over the bound as well: a spill.
+	first.outstanding.Add(3)
+	if ep, _, route := p.pickPrefix(k, 1.25, nil, now); ep == first || route != RouteSpill {
+		t.Errorf("own and others' load on the first choice: %s route %q, want another, spill", ep.inst.ID, route)
+	}
+	// Own load over its own bound but within the bound counting every
+	// gateway's (the others busy elsewhere): no spill.
+	for _, e := range p.eps {
+		if e != first {
+			e.others.Store(10)
+		}
+	}
+	first.others.Store(0)
+	if ep, _, route := p.pickPrefix(k, 1.25, nil, now); ep != first || route != RoutePrefix {
+		t.Errorf("others busy elsewhere: %s route %q, want %s, prefix", ep.inst.ID, route, first.inst.ID)
+	}
+}
+
 // Under a stream of requests for one key held open, no replica goes past
 // the bound while another is under it.
 func TestPrefixPickBoundedLoad(t *testing.T) {
