@@ -241,18 +241,7 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	}
 	// Load the first choice: 4 in flight, 0 elsewhere; the bound is
 	// ceil(1.25 × 5 / 4) = 2.
-	first.outstanding.Add(4)
-	second, _, route := p.pickPrefix(k, 1.25, nil, now)
-	if second == first || route != RouteSpill {
-		t.Fatalf("first choice loaded: got %s route %q, want another replica, spill", second.inst.ID, route)
-	}
-	// The spill follows the key's order: the same replica every time.
-	for range 5 {
-		if again, _, _ := p.pickPrefix(k, 1.25, nil, now); again != second {
-			t.Fatalf("spill went to %s, then %s", second.inst.ID, again.inst.ID)
-		}
-	}
-	first.outstanding.Add(-4)
+	second := spillsSteadily(t, p, k, first, 4)
 	// An open breaker: passed over, like a tried replica, and not a spill.
 	for range DefaultBreakerFailures {
 		first.br.failure(false, now)
@@ -306,17 +295,7 @@ func TestPrefixPickTenantLocality(t *testing.T) {
 
 	k := prefixKey{shared: mix(shared), conv: mix(5), ok: true}
 	first, _, _ := p.pickPrefix(k, 1.25, nil, now)
-	first.outstanding.Add(10)
-	spill, _, route := p.pickPrefix(k, 1.25, nil, now)
-	if spill == first || route != RouteSpill {
-		t.Fatalf("first choice loaded: %s route %q, want another, spill", spill.inst.ID, route)
-	}
-	for range 5 {
-		if again, _, _ := p.pickPrefix(k, 1.25, nil, now); again != spill {
-			t.Fatalf("spill went to %s, then %s", spill.inst.ID, again.inst.ID)
-		}
-	}
-	first.outstanding.Add(-10)
+	spillsSteadily(t, p, k, first, 10)
 	// A gateway listing the replicas in another order agrees.
 	q := testPool(4)
 	slices.Reverse(q.eps)
@@ -357,6 +336,26 @@ func TestPrefixPickOthersLoadAlone(t *testing.T) {
 	if ep, _, route := p.pickPrefix(k, 1.25, nil, now); ep != first || route != RoutePrefix {
 		t.Errorf("others busy elsewhere: %s route %q, want %s, prefix", ep.inst.ID, route, first.inst.ID)
 	}
+}
+
+// spillsSteadily loads first, key k's first choice, with load requests
+// in flight, checks that k then spills to another replica, always the same
+// (the next in k's order), unloads first, and returns the spill replica.
+func spillsSteadily(t *testing.T, p *pool, k prefixKey, first *endpoint, load int64) *endpoint {
+	t.Helper()
+	now := time.Unix(0, 0)
+	first.outstanding.Add(load)
+	defer first.outstanding.Add(-load)
+	spill, _, route := p.pickPrefix(k, 1.25, nil, now)
+	if spill == first || route != RouteSpill {
+		t.Fatalf("first choice loaded: got %s route %q, want another replica, spill", spill.inst.ID, route)
+	}
+	for range 5 {
+		if again, _, _ := p.pickPrefix(k, 1.25, nil, now); again != spill {
+			t.Fatalf("spill went to %s, then %s", spill.inst.ID, again.inst.ID)
+		}
+	}
+	return spill
 }
 
 // Under a stream of requests for one key held open, no replica goes past
