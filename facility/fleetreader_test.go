@@ -2,6 +2,7 @@ package facility
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -104,26 +105,66 @@ func TestFleetReaderMatchesParseFleet(t *testing.T) {
 	}
 }
 
-// TestFleetReaderWhole: a file not split (native HCL, or JSON whose nodes
-// are not one array) is one part; a part HCL's JSON parser refuses sends
-// the reader back to the whole file and its parser's own problem.
+// TestFleetReaderMatchesParseFleetNative: the same for a fleet in HCL's
+// native syntax, good and with problems in its nodes and in decoding.
+func TestFleetReaderMatchesParseFleetNative(t *testing.T) {
+	t.Parallel()
+	good, _, _ := benchFiles(200, 0)
+	cpu := regexp.MustCompile(`cpu_cores += 192`)
+	bad := string(good)
+	for _, at := range []int{len(bad) / 5, len(bad) / 2, len(bad) * 4 / 5} {
+		if loc := cpu.FindStringIndex(bad[at:]); loc != nil {
+			bad = bad[:at+loc[0]] + "cpu_cores = -1" + bad[at+loc[1]:]
+		}
+	}
+	undecodable := strings.Replace(bad, "cpu_cores = -1", `cpu_cores = "many"`, 1)
+	for name, src := range map[string]string{"good": string(good), "bad": bad, "undecodable": undecodable} {
+		want, wantErr := ParseFleet("fleet.hcl", []byte(src))
+		if (name == "good") != (wantErr == nil) || (name == "bad" && strings.Count(wantErr.Error(), "\n") != 2) {
+			t.Fatalf("%s: %v", name, wantErr)
+		}
+		for _, n := range []int{2, 3, 7, 64} {
+			got, err, parts := readInParts("fleet.hcl", []byte(src), n)
+			if parts < min(n, 3) {
+				t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s, n=%d: fleet (-whole +parts):\n%s", name, n, diff)
+			}
+			if diff := cmp.Diff(errText(wantErr), errText(err)); diff != "" {
+				t.Errorf("%s, n=%d: problems (-whole +parts):\n%s", name, n, diff)
+			}
+		}
+	}
+}
+
+// TestFleetReaderWhole: a file not split (JSON whose nodes are not one
+// array, one node) is one part; a part the parser refuses (a split inside
+// a comment, a heredoc or a block) sends the reader back to the whole file
+// and its parser's own problems.
 func TestFleetReaderWhole(t *testing.T) {
 	t.Parallel()
 	for name, tt := range map[string]struct {
 		filename, src string
-		parts         int
+		split         bool
 	}{
-		"native":         {"fleet.hcl", okNode + strings.Replace(okNode, "n1", "n2", 1), 1},
-		"nodes, object":  {"fleet.json", `{"node": {"n1": {"rack": "k1"}, "n2": {"rack": "k2"}}}`, 1},
-		"a bad run":      {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2"}}, [1]]}`, 3},
-		"not JSON":       {"fleet.json", `{"node": [`, 1},
-		"one node":       {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}]}`, 1},
-		"nodes and rest": {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2"}}]}`, 2},
+		"native":      {"fleet.hcl", okNode + strings.Replace(okNode, "n1", "n2", 1), true},
+		"native, one": {"fleet.hcl", okNode, false},
+		// A line that begins with a node block inside a comment, a
+		// heredoc or a block: the part before it does not parse.
+		"in a comment":   {"fleet.hcl", okNode + "/*\n" + strings.Replace(okNode, "n1", "n2", 1) + "*/\n" + strings.Replace(okNode, "n1", "n3", 1), true},
+		"in a heredoc":   {"fleet.hcl", okNode + "node \"n2\" {\n  rack = <<EOT\nx\nnode \"n3\" {\nEOT\n}\n" + strings.Replace(okNode, "n1", "n4", 1), true},
+		"in a block":     {"fleet.hcl", "node \"n1\" {\nnode \"n2\" {\n}\n}\n" + strings.Replace(okNode, "n1", "n3", 1), true},
+		"nodes, object":  {"fleet.json", `{"node": {"n1": {"rack": "k1"}, "n2": {"rack": "k2"}}}`, false},
+		"a bad run":      {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2"}}, [1]]}`, true},
+		"not JSON":       {"fleet.json", `{"node": [`, false},
+		"one node":       {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}]}`, false},
+		"nodes and rest": {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2"}}]}`, true},
 	} {
 		want, wantErr := ParseFleet(tt.filename, []byte(tt.src))
-		got, err, parts := readInParts(tt.filename, []byte(tt.src), 2)
-		if parts != tt.parts {
-			t.Errorf("%s: %d parts, want %d", name, parts, tt.parts)
+		got, err, parts := readInParts(tt.filename, []byte(tt.src), 8)
+		if (parts > 1) != tt.split {
+			t.Errorf("%s: %d parts, want split %v", name, parts, tt.split)
 		}
 		if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
 			t.Errorf("%s: parts give %+v, %v; whole %+v, %v", name, got, err, want, wantErr)
@@ -143,6 +184,26 @@ func FuzzFleetReader(f *testing.F) {
 		want, wantErr := ParseFleet("fuzz.json", src)
 		for _, n := range []int{2, 5} {
 			got, err, _ := readInParts("fuzz.json", src, n)
+			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
+				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
+			}
+		}
+	})
+}
+
+// FuzzFleetReaderNative: the same for the native syntax, whatever lines
+// begin with a node block.
+func FuzzFleetReaderNative(f *testing.F) {
+	good, _, _ := benchFiles(6, 0)
+	f.Add(good)
+	f.Add([]byte(okNode + "/*\n" + okNode + "*/\n" + okNode))
+	f.Add([]byte("node \"n1\" {\nnode \"n2\" {\n}\n}\nnode \"n3\" {}\n"))
+	f.Add([]byte("node \"n1\" {\n  rack = <<EOT\nnode \"n2\" {\nEOT\n}\nnode \"n3\" {}\n"))
+	f.Add([]byte("learned \"m\" \"p\" {\n  gpu = \"H\"\n  watts = 1\n  samples = 2\n}\nnode \"n1\" {}\nnode{}\nnode \"n1\" {}\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		want, wantErr := ParseFleet("fuzz.hcl", src)
+		for _, n := range []int{2, 5} {
+			got, err, _ := readInParts("fuzz.hcl", src, n)
 			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
 				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
 			}

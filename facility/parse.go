@@ -306,9 +306,10 @@ func ParseFleet(filename string, src []byte) (Fleet, error) {
 // FleetReader reads a fleet file in parts that may be read at once, each
 // on its own goroutine: a fleet in HCL's JSON syntax whose nodes are one
 // array ({"node": [{"n1": {…}}, …]}, as an inventory program writes it:
-// hcldecode.SplitJSON) splits into runs of nodes; any other file is one
-// part. The fleet and the problems are those ParseFleet gives, in the same
-// order. The reader itself starts no goroutines.
+// hcldecode.SplitJSON), or in the native syntax with its node blocks
+// starting lines (hcldecode.SplitNative), splits into runs of nodes; any
+// other file is one part. The fleet and the problems are those ParseFleet
+// gives, in the same order. The reader itself starts no goroutines.
 type FleetReader struct {
 	filename string
 	src      []byte
@@ -333,6 +334,8 @@ func NewFleetReader(filename string, src []byte, n int) *FleetReader {
 	r := &FleetReader{filename: filename, src: src}
 	if hcldecode.IsJSON(filename) {
 		r.parts, _ = hcldecode.SplitJSON(src, "node", n)
+	} else {
+		r.parts, _ = hcldecode.SplitNative(src, "node", n)
 	}
 	if r.parts == nil {
 		r.parts = []hcldecode.Part{hcldecode.Whole(src)}
@@ -348,9 +351,8 @@ func (r *FleetReader) Parts() int { return len(r.parts) }
 func (r *FleetReader) Read(i int) { r.read[i] = readFleetPart(r.filename, r.parts[i]) }
 
 // Fleet joins the parts, every one of them read, into the fleet, and
-// checks it whole. If a part did not decode cleanly (its run of the JSON
-// array is not HCL's JSON, or a value does not fit), the file is read
-// again whole, so that its decoding problems are exactly those of the
+// checks it whole. If a part did not decode cleanly (it does not parse on
+// its own, or a value does not fit), the file is read again whole, so that its decoding problems are exactly those of the
 // file, in the parser's order.
 func (r *FleetReader) Fleet() (Fleet, error) {
 	for _, p := range r.read {

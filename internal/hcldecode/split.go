@@ -164,3 +164,52 @@ type skip struct{}
 func (*skip) UnmarshalJSON([]byte) error { return nil }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// SplitNative splits a file in HCL's native syntax before lines that begin
+// (in their first column) with a block of type name ("node \"n1\" {"), so
+// that its blocks can be decoded in parts at once: at most n+1 parts, about
+// the same size in bytes, each at its own place in the file. Nothing here
+// reads HCL: the split only looks at the lines' first bytes, and a line
+// that begins so inside a block, a comment or a heredoc makes the part
+// before it not parse (it ends inside that construct), so that decoding a
+// part fails and the caller reads the file whole. When every part parses,
+// every split was between the file's top-level items, and the parts'
+// blocks, in order, are the file's. ok is false when n < 2 or the file
+// has fewer than two such lines.
+func SplitNative(src []byte, name string, n int) (parts []Part, ok bool) {
+	if n < 2 {
+		return nil, false
+	}
+	var starts []int
+	for i := 0; i < len(src); {
+		if bytes.HasPrefix(src[i:], []byte(name)) && len(src) > i+len(name) {
+			switch src[i+len(name)] {
+			case ' ', '\t', '"', '{':
+				starts = append(starts, i)
+			}
+		}
+		nl := bytes.IndexByte(src[i:], '\n')
+		if nl < 0 {
+			break
+		}
+		i += nl + 1
+	}
+	if len(starts) < 2 {
+		return nil, false
+	}
+	target := (len(src) - starts[0] + n - 1) / n
+	cuts := []int{0}
+	for _, s := range starts[1:] {
+		if s-cuts[len(cuts)-1] >= target {
+			cuts = append(cuts, s)
+		}
+	}
+	cuts = append(cuts, len(src))
+	line := 1
+	for i := 0; i+1 < len(cuts); i++ {
+		a, b := cuts[i], cuts[i+1]
+		parts = append(parts, Part{Src: src[a:b], Start: hcl.Pos{Line: line, Column: 1, Byte: a}})
+		line += bytes.Count(src[a:b], []byte{'\n'})
+	}
+	return parts, len(parts) > 1
+}
