@@ -1,6 +1,7 @@
 package hcldecode
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -175,5 +176,48 @@ func TestSplitJSONRest(t *testing.T) {
 		if rest.Name != whole.Name || rest.Count != whole.Count || len(rest.Things) != 0 {
 			t.Errorf("%s: rest decodes to %+v", src, rest)
 		}
+	}
+}
+
+// TestSplitNative: the parts of a native file, cut before lines that begin
+// with a thing block, decode to the whole's blocks and problems at the
+// whole's lines; a cut inside a comment leaves the part before it
+// unparseable.
+func TestSplitNative(t *testing.T) {
+	t.Parallel()
+	src := "name = \"x\"\nthing \"a\" {\n  on = true\n}\n# between\nthing \"b\" {\n  on = \"maybe\"\n}\nthing \"c\" {}\nthings = 1\n"
+	var whole testFile
+	wf, _ := Decode("t.hcl", []byte(src), nil, &whole)
+	parts, ok := SplitNative([]byte(src), "thing", 8)
+	if !ok || len(parts) != 3 {
+		t.Fatalf("split: %d parts, ok %v", len(parts), ok)
+	}
+	var labels, problems []string
+	for _, p := range parts {
+		var v testFile
+		f, ok := DecodePart("t.hcl", p, nil, &v)
+		if !ok {
+			t.Fatalf("part at line %d does not parse: %v", p.Start.Line, f.Problems())
+		}
+		for _, th := range v.Things {
+			labels = append(labels, fmt.Sprintf("%s@%d", th.Label, th.Body.MissingItemRange().Start.Line))
+		}
+		problems = append(problems, msgs(f)...)
+	}
+	var want []string
+	for _, th := range whole.Things {
+		want = append(want, fmt.Sprintf("%s@%d", th.Label, th.Body.MissingItemRange().Start.Line))
+	}
+	if !cmp.Equal(want, labels) || !cmp.Equal(msgs(wf), problems) {
+		t.Errorf("parts: %v %v; whole: %v %v", labels, problems, want, msgs(wf))
+	}
+	trap := "thing \"a\" {}\n/*\nthing \"b\" {}\n*/\nthing \"c\" {}\n"
+	parts, _ = SplitNative([]byte(trap), "thing", 8)
+	var v testFile
+	if _, ok := DecodePart("t.hcl", parts[0], nil, &v); ok {
+		t.Errorf("the part ending inside a comment parsed: %q", parts[0].Src)
+	}
+	if _, ok := SplitNative([]byte("thing \"a\" {}\n  thing \"b\" {}\n"), "thing", 8); ok {
+		t.Error("split at an indented line")
 	}
 }
