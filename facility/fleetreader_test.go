@@ -11,13 +11,13 @@ import (
 
 // readInParts reads a fleet file as llmgw plan does, its parts in order
 // (their goroutines do not change what each part reads).
-func readInParts(filename string, src []byte, n int) (Fleet, error, int) {
+func readInParts(filename string, src []byte, n int) (f Fleet, parts int, err error) {
 	r := NewFleetReader(filename, src, n)
 	for i := range r.Parts() {
 		r.Read(i)
 	}
-	f, err := r.Fleet()
-	return f, err, r.Parts()
+	f, err = r.Fleet()
+	return f, r.Parts(), err
 }
 
 // errText is err's text, "" for nil.
@@ -91,7 +91,7 @@ func TestFleetReaderMatchesParseFleet(t *testing.T) {
 			}
 		}
 		for _, n := range []int{2, 3, 7, 64} {
-			got, err, parts := readInParts("fleet.json", []byte(src), n)
+			got, parts, err := readInParts("fleet.json", []byte(src), n)
 			if parts < 3 {
 				t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
 			}
@@ -124,7 +124,7 @@ func TestFleetReaderMatchesParseFleetNative(t *testing.T) {
 			t.Fatalf("%s: %v", name, wantErr)
 		}
 		for _, n := range []int{2, 3, 7, 64} {
-			got, err, parts := readInParts("fleet.hcl", []byte(src), n)
+			got, parts, err := readInParts("fleet.hcl", []byte(src), n)
 			if parts < min(n, 3) {
 				t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
 			}
@@ -162,7 +162,7 @@ func TestFleetReaderWhole(t *testing.T) {
 		"nodes and rest": {"fleet.json", `{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2"}}]}`, true},
 	} {
 		want, wantErr := ParseFleet(tt.filename, []byte(tt.src))
-		got, err, parts := readInParts(tt.filename, []byte(tt.src), 8)
+		got, parts, err := readInParts(tt.filename, []byte(tt.src), 8)
 		if (parts > 1) != tt.split {
 			t.Errorf("%s: %d parts, want split %v", name, parts, tt.split)
 		}
@@ -183,7 +183,7 @@ func FuzzFleetReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		want, wantErr := ParseFleet("fuzz.json", src)
 		for _, n := range []int{2, 5} {
-			got, err, _ := readInParts("fuzz.json", src, n)
+			got, _, err := readInParts("fuzz.json", src, n)
 			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
 				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
 			}
@@ -203,7 +203,7 @@ func FuzzFleetReaderNative(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		want, wantErr := ParseFleet("fuzz.hcl", src)
 		for _, n := range []int{2, 5} {
-			got, err, _ := readInParts("fuzz.hcl", src, n)
+			got, _, err := readInParts("fuzz.hcl", src, n)
 			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
 				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
 			}
