@@ -90,17 +90,25 @@ func TestFleetReaderMatchesParseFleet(t *testing.T) {
 				t.Fatalf("%s: %v", name, wantErr)
 			}
 		}
-		for _, n := range []int{2, 3, 7, 64} {
-			got, parts, err := readInParts("fleet.json", []byte(src), n)
-			if parts < 3 {
-				t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s, n=%d: fleet (-whole +parts):\n%s", name, n, diff)
-			}
-			if diff := cmp.Diff(errText(wantErr), errText(err)); diff != "" {
-				t.Errorf("%s, n=%d: problems (-whole +parts):\n%s", name, n, diff)
-			}
+		matchesInParts(t, name, "fleet.json", src, want, wantErr)
+	}
+}
+
+// matchesInParts checks that the fleet file src, read in 2, 3, 7 and 64
+// parts, gives what reading it whole gave (want, wantErr), in at least 3
+// parts (2 when asked for 2).
+func matchesInParts(t *testing.T, name, filename, src string, want Fleet, wantErr error) {
+	t.Helper()
+	for _, n := range []int{2, 3, 7, 64} {
+		got, parts, err := readInParts(filename, []byte(src), n)
+		if parts < min(n, 3) {
+			t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s, n=%d: fleet (-whole +parts):\n%s", name, n, diff)
+		}
+		if diff := cmp.Diff(errText(wantErr), errText(err)); diff != "" {
+			t.Errorf("%s, n=%d: problems (-whole +parts):\n%s", name, n, diff)
 		}
 	}
 }
@@ -123,18 +131,7 @@ func TestFleetReaderMatchesParseFleetNative(t *testing.T) {
 		if (name == "good") != (wantErr == nil) || (name == "bad" && strings.Count(wantErr.Error(), "\n") != 2) {
 			t.Fatalf("%s: %v", name, wantErr)
 		}
-		for _, n := range []int{2, 3, 7, 64} {
-			got, parts, err := readInParts("fleet.hcl", []byte(src), n)
-			if parts < min(n, 3) {
-				t.Errorf("%s, n=%d: read in %d parts", name, n, parts)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s, n=%d: fleet (-whole +parts):\n%s", name, n, diff)
-			}
-			if diff := cmp.Diff(errText(wantErr), errText(err)); diff != "" {
-				t.Errorf("%s, n=%d: problems (-whole +parts):\n%s", name, n, diff)
-			}
-		}
+		matchesInParts(t, name, "fleet.hcl", src, want, wantErr)
 	}
 }
 
