@@ -9,9 +9,9 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
-// Part is a piece of a file that decodes on its own (SplitJSON): its
-// source, and where that source starts in the file, so that its problems
-// name the file's own lines.
+// Part is a piece of a file that decodes on its own (SplitJSON,
+// SplitNative): its source, and where that source starts in the file, so
+// that its problems name the file's own lines.
 type Part struct {
 	Src   []byte
 	Start hcl.Pos
@@ -23,10 +23,10 @@ func Whole(src []byte) Part { return Part{Src: src, Start: hcl.InitialPos} }
 // SplitJSON splits a file in HCL's JSON syntax whose top-level object has
 // the property name once, with an array for its value (how a program
 // writes many blocks of one type: {"node": [{"n1": {…}}, {"n2": {…}}]}),
-// so that its blocks can be decoded in parts at once. The first part is the
-// file with that array emptied (its other properties); each of at most n
-// parts after it holds a run of the array's elements, the runs about the
-// same size in bytes, as {"name": [ … ]}. Decoding the parts into the same
+// so that its blocks can be decoded in parts at once. The first part is
+// the file without that property (its other properties, at their places);
+// each of at most n parts after it holds a run of the array's elements,
+// the runs about the same size in bytes, as {"name": [ … ]}. Decoding the parts into the same
 // struct type gives the blocks that decoding the file gives, the runs in
 // file order, and their problems at the file's own lines.
 //
