@@ -23,9 +23,10 @@ const (
 const RouteHeader = "X-Llmgw-Route"
 
 // DefaultPrefixLoadFactor is Options.PrefixLoadFactor's default: a replica
-// with more than 1.25 times its share of the requests in flight is passed
-// over by the prefix policy.
-const DefaultPrefixLoadFactor = 1.25
+// with more than twice its share of the requests in flight is passed over
+// by the prefix policy (on real llama.cpp replicas, 2 kept more of the
+// cache than 1.25 in three rounds of three: docs/perf.md).
+const DefaultPrefixLoadFactor = 2.0
 
 // Bounds of the prefix key.
 const (
