@@ -192,7 +192,13 @@ type decoder struct {
 // (hcldecode.IsJSON), any other in the native syntax: the fleet, facility
 // and catalog may each be either.
 func decode(filename string, src []byte, raw any) (*decoder, bool) {
-	f, ok := hcldecode.Decode(filename, src, nil, raw)
+	return decodePart(filename, hcldecode.Whole(src), raw)
+}
+
+// decodePart is decode for a part of the file filename
+// (hcldecode.DecodePart).
+func decodePart(filename string, part hcldecode.Part, raw any) (*decoder, bool) {
+	f, ok := hcldecode.DecodePart(filename, part, nil, raw)
 	d := &decoder{File: f, filename: filename}
 	for _, p := range f.Problems() {
 		d.errs = append(d.errs, errAt(Pos{Filename: p.Filename, Line: p.Line}, p.Msg))
@@ -355,15 +361,14 @@ func (r *FleetReader) Read(i int) { r.read[i] = readFleetPart(r.filename, r.part
 // its own, or a value does not fit), the file is read again whole, so that its decoding problems are exactly those of the
 // file, in the parser's order.
 func (r *FleetReader) Fleet() (Fleet, error) {
-	for _, p := range r.read {
-		if len(p.decoded) > 0 || !p.ok {
-			if len(r.parts) > 1 {
+	if len(r.parts) > 1 {
+		for _, p := range r.read {
+			if !p.ok || len(p.decoded) > 0 {
 				return ParseFleet(r.filename, r.src)
 			}
-			if !p.ok {
-				return Fleet{}, errors.Join(p.decoded...)
-			}
 		}
+	} else if !r.read[0].ok {
+		return Fleet{}, errors.Join(r.read[0].decoded...)
 	}
 	var (
 		fleet Fleet
@@ -393,11 +398,7 @@ func (r *FleetReader) Fleet() (Fleet, error) {
 
 func readFleetPart(filename string, part hcldecode.Part) fleetPart {
 	var raw fleetHCL
-	f, ok := hcldecode.DecodePart(filename, part, nil, &raw)
-	d := &decoder{File: f, filename: filename}
-	for _, p := range f.Problems() {
-		d.errs = append(d.errs, errAt(Pos{Filename: p.Filename, Line: p.Line}, p.Msg))
-	}
+	d, ok := decodePart(filename, part, &raw)
 	out := fleetPart{ok: ok, decoded: d.errs}
 	if !ok {
 		return out

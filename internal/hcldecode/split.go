@@ -181,8 +181,9 @@ func SplitNative(src []byte, name string, n int) (parts []Part, ok bool) {
 		return nil, false
 	}
 	var starts []int
+	prefix := []byte(name)
 	for i := 0; i < len(src); {
-		if bytes.HasPrefix(src[i:], []byte(name)) && len(src) > i+len(name) {
+		if bytes.HasPrefix(src[i:], prefix) && len(src) > i+len(name) {
 			switch src[i+len(name)] {
 			case ' ', '\t', '"', '{':
 				starts = append(starts, i)
