@@ -177,15 +177,7 @@ func FuzzFleetReader(f *testing.F) {
 	f.Add([]byte(`{"node": [{"n1": {"rack": "k1"}}, {"n2": {"rack": "k2", "gpu": [{"H": {"count": 9, "free": 10}}]}}]}`))
 	f.Add([]byte("{\"learned\": [{\"m\": {\"p\": {\"watts\": 1}}}],\n\"node\": [{\"n1\": {}},\n {\"n1\": {}}]}"))
 	f.Add([]byte(`{"node": [{"n1": {"rack": 1}}, {"": {}}, {"n3": {"gpu": []}}]}`))
-	f.Fuzz(func(t *testing.T, src []byte) {
-		want, wantErr := ParseFleet("fuzz.json", src)
-		for _, n := range []int{2, 5} {
-			got, _, err := readInParts("fuzz.json", src, n)
-			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
-				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
-			}
-		}
-	})
+	f.Fuzz(func(t *testing.T, src []byte) { sameInParts(t, "fuzz.json", src) })
 }
 
 // FuzzFleetReaderNative: the same for the native syntax, whatever lines
@@ -197,13 +189,18 @@ func FuzzFleetReaderNative(f *testing.F) {
 	f.Add([]byte("node \"n1\" {\nnode \"n2\" {\n}\n}\nnode \"n3\" {}\n"))
 	f.Add([]byte("node \"n1\" {\n  rack = <<EOT\nnode \"n2\" {\nEOT\n}\nnode \"n3\" {}\n"))
 	f.Add([]byte("learned \"m\" \"p\" {\n  gpu = \"H\"\n  watts = 1\n  samples = 2\n}\nnode \"n1\" {}\nnode{}\nnode \"n1\" {}\n"))
-	f.Fuzz(func(t *testing.T, src []byte) {
-		want, wantErr := ParseFleet("fuzz.hcl", src)
-		for _, n := range []int{2, 5} {
-			got, _, err := readInParts("fuzz.hcl", src, n)
-			if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
-				t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
-			}
+	f.Fuzz(func(t *testing.T, src []byte) { sameInParts(t, "fuzz.hcl", src) })
+}
+
+// sameInParts fails t unless the fleet file src reads in 2 and in 5 parts
+// to what it reads whole: the same fleet, the same problems.
+func sameInParts(t *testing.T, filename string, src []byte) {
+	t.Helper()
+	want, wantErr := ParseFleet(filename, src)
+	for _, n := range []int{2, 5} {
+		got, _, err := readInParts(filename, src, n)
+		if !cmp.Equal(want, got) || errText(wantErr) != errText(err) {
+			t.Fatalf("n=%d: parts give %+v, %v; whole %+v, %v", n, got, err, want, wantErr)
 		}
-	})
+	}
 }
