@@ -16,8 +16,14 @@
 // the ideal (the share of prompt tokens an unbounded cache with perfect
 // affinity would hit: each request's longest token prefix shared with an
 // earlier request of the trace, tokenized by the engine), and the share of
-// conversations whose turns did not all go to one replica. Bounded: the
-// trace's requests once per run, each run within -run-timeout.
+// conversations whose turns did not all go to one replica. On standard
+// error, per run: where the hits the ideal counts were lost (a
+// conversation's first turn, a later turn on the replica of the turn
+// before, a later turn elsewhere), the engines' own prompt and answer
+// time, and each replica's answers and TTFT. -dump writes every answer,
+// -server-logs each replica's log (with -server-args "-lv 4", llama.cpp's
+// slot and prompt-cache decisions). Bounded: the trace's requests once per
+// run, each run within -run-timeout.
 //
 //	go run ./gateway/internal/prefixload -replicas 3 -tenants 4 -users 4 -turns 4 -rate 0.5
 //
@@ -34,6 +40,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -58,7 +65,7 @@ type config struct {
 	hot, rate, loadFactor                                                              float64
 	think, runTimeout                                                                  time.Duration
 	seed                                                                               uint64
-	slotSimilarity, cacheRAM                                                           string
+	slotSimilarity, cacheRAM, dump, serverArgs, serverLogs                             string
 	policies                                                                           []string
 	gateways                                                                           []int
 	churn                                                                              bool
@@ -87,6 +94,9 @@ func main() {
 	flag.IntVar(&c.ctx, "ctx", 8192, "llama-server's -c (shared by its slots)")
 	flag.StringVar(&c.slotSimilarity, "slot-similarity", "", "llama-server's --slot-prompt-similarity (empty: its default, 0.10)")
 	flag.StringVar(&c.cacheRAM, "cache-ram", "", "llama-server's --cache-ram in MiB, its host-memory prompt cache (empty: its default, 8192; 0: off)")
+	flag.StringVar(&c.dump, "dump", "", "append every answer of every run to this file, a line each (tab-separated: run, conversation, turn, replica, route, prompt tokens, ideal, cached, TTFT ms)")
+	flag.StringVar(&c.serverArgs, "server-args", "", "more llama-server arguments, split at spaces (after the ones above: a later one wins)")
+	flag.StringVar(&c.serverLogs, "server-logs", "", "a directory to write each replica's output to, a file per run and replica (empty: discarded)")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 4*time.Minute, "the longest one run may take")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
@@ -203,9 +213,18 @@ func startReplica(ctx context.Context, c config, model, name string) (*replica, 
 	if c.cacheRAM != "" {
 		args = append(args, "--cache-ram", c.cacheRAM)
 	}
+	args = append(args, strings.Fields(c.serverArgs)...)
 	cmd := exec.Command(llamabuild.Binary(), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if c.serverLogs != "" {
+		f, err := os.CreateTemp(c.serverLogs, name+"-*.log")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = f.Close() }() // the child holds its own descriptor
+		cmd.Stdout, cmd.Stderr = f, f
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -238,6 +257,12 @@ type sample struct {
 	prompt, cached int64
 	cacheKnown     bool
 	messages       []map[string]string
+	// From the engine's timings (llama.cpp's last chunk): time spent on
+	// the prompt and on the answer.
+	promptMS, predictedMS float64
+	// idealTokens and tokens: this request's longest token prefix shared
+	// with a request sent before it, and all its tokens (idealHit).
+	idealTokens, tokens int
 }
 
 // setup is what one run sends to: gateways, or the replicas direct.
@@ -311,8 +336,10 @@ func send(ctx context.Context, url string, msgs []map[string]string, maxTokens i
 				} `json:"prompt_tokens_details"`
 			} `json:"usage"`
 			Timings *struct {
-				CacheN  *int64 `json:"cache_n"`
-				PromptN *int64 `json:"prompt_n"`
+				CacheN      *int64  `json:"cache_n"`
+				PromptN     *int64  `json:"prompt_n"`
+				PromptMS    float64 `json:"prompt_ms"`
+				PredictedMS float64 `json:"predicted_ms"`
 			} `json:"timings"`
 		}
 		if json.Unmarshal([]byte(data), &ev) != nil {
@@ -323,6 +350,9 @@ func send(ctx context.Context, url string, msgs []map[string]string, maxTokens i
 				s.ttft = time.Since(s.sent)
 			}
 			content.WriteString(ch.Delta.Content)
+		}
+		if ev.Timings != nil {
+			s.promptMS, s.predictedMS = ev.Timings.PromptMS, ev.Timings.PredictedMS
 		}
 		if ev.Usage != nil && ev.Usage.Details != nil && ev.Usage.Details.CachedTokens != nil {
 			s.prompt, s.cached, s.cacheKnown = ev.Usage.PromptTokens, *ev.Usage.Details.CachedTokens, true
@@ -355,6 +385,7 @@ type result struct {
 	spills, prefixRoutes int
 	wall                 time.Duration
 	errs                 []string
+	losses               string
 }
 
 func run(c config) error {
@@ -632,6 +663,12 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		return res, fmt.Errorf("%s: the ideal hit ratio: %w", name, err)
 	}
 	res.ideal = ideal
+	res.losses = losses(flat)
+	if c.dump != "" {
+		if err := dump(c.dump, name, flat); err != nil {
+			return res, err
+		}
+	}
 	if len(errs) > 0 {
 		fmt.Fprintf(os.Stderr, "%s: %d errors, first: %s\n", name, len(errs), errs[0])
 	}
@@ -641,6 +678,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 func printResult(r result) {
 	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d\n",
 		r.name, r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown)
+	fmt.Fprintf(os.Stderr, "    %s\n", r.losses)
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -656,13 +694,18 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // idealHit is the share of the prompt tokens of the requests sent that an
 // unbounded cache with perfect affinity would hold: each request's longest
 // token prefix in common with a request sent before it, over all its
-// tokens. The prompts are rendered and tokenized by the engine at url.
+// tokens. The prompts are rendered and tokenized by the engine at url. It
+// sets each sample's idealTokens and tokens.
 func idealHit(ctx context.Context, url string, samples []sample) (float64, error) {
-	sent := slices.Clone(samples)
-	slices.SortFunc(sent, func(a, b sample) int { return a.sent.Compare(b.sent) })
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return samples[a].sent.Compare(samples[b].sent) })
 	var toks [][]int
 	var hit, total int
-	for _, smp := range sent {
+	for _, i := range order {
+		smp := &samples[i]
 		var tp struct {
 			Prompt string `json:"prompt"`
 		}
@@ -683,6 +726,7 @@ func idealHit(ctx context.Context, url string, samples []sample) (float64, error
 			}
 			best = max(best, n)
 		}
+		smp.idealTokens, smp.tokens = best, len(tk.Tokens)
 		hit += best
 		total += len(tk.Tokens)
 		toks = append(toks, tk.Tokens)
@@ -691,6 +735,66 @@ func idealHit(ctx context.Context, url string, samples []sample) (float64, error
 		return 0, nil
 	}
 	return float64(hit) / float64(total), nil
+}
+
+// losses splits the tokens the ideal cache would have hit and the engines
+// did not (ideal minus cached, per answer with its usage known) by where
+// the request went: a conversation's first turn, a later turn on the
+// replica of the turn before, and a later turn on another one. flat holds
+// each conversation's samples in turn order.
+func losses(flat []sample) string {
+	var first, same, moved, n1, ns, nm, idealSum int64
+	var promptMS, predictedMS float64
+	for i, smp := range flat {
+		promptMS += smp.promptMS
+		predictedMS += smp.predictedMS
+		if !smp.ok || !smp.cacheKnown {
+			continue
+		}
+		idealSum += int64(smp.idealTokens)
+		loss := int64(smp.idealTokens) - smp.cached
+		switch {
+		case smp.turn == 0:
+			first += loss
+			n1++
+		case i > 0 && flat[i-1].conv == smp.conv && flat[i-1].replica == smp.replica:
+			same += loss
+			ns++
+		default:
+			moved += loss
+			nm++
+		}
+	}
+	byReplica := map[string][]time.Duration{}
+	for _, smp := range flat {
+		if smp.ok {
+			byReplica[smp.replica] = append(byReplica[smp.replica], smp.ttft)
+		}
+	}
+	var per []string
+	for _, name := range slices.Sorted(maps.Keys(byReplica)) {
+		ds := byReplica[name]
+		per = append(per, fmt.Sprintf("%s %d answers, TTFT p50/p90 %s/%s", name, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.9))))
+	}
+	return fmt.Sprintf("ideal hit %d tokens; lost: first turns %d (%d answers), same replica %d (%d), moved %d (%d); engines' prompt %.1f s, answer %.1f s; %s",
+		idealSum, first, n1, same, ns, moved, nm, promptMS/1000, predictedMS/1000, strings.Join(per, "; "))
+}
+
+// dump appends run's samples to the file at path, a tab-separated line each.
+func dump(path, run string, flat []sample) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, smp := range flat {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\n", run, smp.conv, smp.turn, smp.replica, smp.route, smp.tokens, smp.idealTokens, smp.cached, smp.ttft.Milliseconds())
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func postJSON(ctx context.Context, url string, in, out any) error {
