@@ -62,6 +62,7 @@ import (
 
 type config struct {
 	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
+	portBase                                                                           int
 	hot, rate, loadFactor                                                              float64
 	think, runTimeout                                                                  time.Duration
 	seed                                                                               uint64
@@ -97,6 +98,7 @@ func main() {
 	flag.StringVar(&c.dump, "dump", "", "append every answer of every run to this file, a line each (tab-separated: run, conversation, turn, replica, route, prompt tokens, ideal, cached, TTFT ms)")
 	flag.StringVar(&c.serverArgs, "server-args", "", "more llama-server arguments, split at spaces (after the ones above: a later one wins)")
 	flag.StringVar(&c.serverLogs, "server-logs", "", "a directory to write each replica's output to, a file per run and replica (empty: discarded)")
+	flag.IntVar(&c.portBase, "port-base", 0, "replica i listens on 127.0.0.1:port-base+i in every run, so the prefix policy's locality (it hashes the address) draws the same in every run (0: ports the kernel picks, a new draw each run)")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 4*time.Minute, "the longest one run may take")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
@@ -114,6 +116,9 @@ func main() {
 	}
 	if c.replicas < 1 || c.tenants < 1 || c.users < 1 || c.turns < 1 || c.rate <= 0 || c.hot < 0 || c.hot >= 1 {
 		fail(errors.New("-replicas, -tenants, -users, -turns at least 1, -rate above 0, -hot in [0, 1)"))
+	}
+	if c.portBase != 0 && (c.portBase < 1024 || c.portBase+c.replicas > 65535) {
+		fail(fmt.Errorf("-port-base %d: want 0, or a port from 1024 with room for %d replicas after it", c.portBase, c.replicas+1))
 	}
 	if err := run(c); err != nil {
 		fail(err)
@@ -198,13 +203,24 @@ type replica struct {
 	done       chan struct{}
 }
 
-func startReplica(ctx context.Context, c config, model, name string) (*replica, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+func startReplica(ctx context.Context, c config, model string, i int) (*replica, error) {
+	name := fmt.Sprintf("r%d", i)
+	port := c.portBase + i
+	if c.portBase != 0 {
+		// Free now? llama-server's own error would say less.
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("-port-base: replica %s: %w", name, err)
+		}
+		_ = ln.Close()
+	} else {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
 	args := []string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
 		"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx), "--context-shift"}
 	if c.slotSimilarity != "" {
@@ -491,7 +507,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		}
 	}()
 	for i := range c.replicas {
-		r, err := startReplica(ctx, c, model, fmt.Sprintf("r%d", i))
+		r, err := startReplica(ctx, c, model, i)
 		if err != nil {
 			return result{}, err
 		}
@@ -499,7 +515,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	}
 	var spare *replica
 	if churn {
-		r, err := startReplica(ctx, c, model, fmt.Sprintf("r%d", c.replicas))
+		r, err := startReplica(ctx, c, model, c.replicas)
 		if err != nil {
 			return result{}, err
 		}
