@@ -205,22 +205,20 @@ type replica struct {
 
 func startReplica(ctx context.Context, c config, model string, i int) (*replica, error) {
 	name := fmt.Sprintf("r%d", i)
-	port := c.portBase + i
+	// With -port-base the port is replica i's; otherwise the kernel's.
+	// Free now? llama-server's own error would say less.
+	port := 0
 	if c.portBase != 0 {
-		// Free now? llama-server's own error would say less.
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			return nil, fmt.Errorf("-port-base: replica %s: %w", name, err)
-		}
-		_ = ln.Close()
-	} else {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
+		port = c.portBase + i
 	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil && c.portBase != 0 {
+		return nil, fmt.Errorf("-port-base: replica %s: %w", name, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("replica %s: %w", name, err)
+	}
+	port = ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
 	args := []string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
 		"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx), "--context-shift"}
 	if c.slotSimilarity != "" {
@@ -761,9 +759,13 @@ func idealHit(ctx context.Context, url string, samples []sample) (float64, error
 func losses(flat []sample) string {
 	var first, same, moved, n1, ns, nm, idealSum int64
 	var promptMS, predictedMS float64
+	byReplica := map[string][]time.Duration{}
 	for i, smp := range flat {
 		promptMS += smp.promptMS
 		predictedMS += smp.predictedMS
+		if smp.ok {
+			byReplica[smp.replica] = append(byReplica[smp.replica], smp.ttft)
+		}
 		if !smp.ok || !smp.cacheKnown {
 			continue
 		}
@@ -779,12 +781,6 @@ func losses(flat []sample) string {
 		default:
 			moved += loss
 			nm++
-		}
-	}
-	byReplica := map[string][]time.Duration{}
-	for _, smp := range flat {
-		if smp.ok {
-			byReplica[smp.replica] = append(byReplica[smp.replica], smp.ttft)
 		}
 	}
 	var per []string
