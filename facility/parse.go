@@ -358,8 +358,9 @@ func (r *FleetReader) Read(i int) { r.read[i] = readFleetPart(r.filename, r.part
 
 // Fleet joins the parts, every one of them read, into the fleet, and
 // checks it whole. If a part did not decode cleanly (it does not parse on
-// its own, or a value does not fit), the file is read again whole, so that its decoding problems are exactly those of the
-// file, in the parser's order.
+// its own, or a value does not fit), the file is read again whole, so that
+// its decoding problems are exactly those of the file, in the parser's
+// order.
 func (r *FleetReader) Fleet() (Fleet, error) {
 	if len(r.parts) > 1 {
 		for _, p := range r.read {

@@ -26,9 +26,10 @@ func Whole(src []byte) Part { return Part{Src: src, Start: hcl.InitialPos} }
 // so that its blocks can be decoded in parts at once. The first part is
 // the file without that property (its other properties, at their places);
 // each of at most n parts after it holds a run of the array's elements,
-// the runs about the same size in bytes, as {"name": [ … ]}. Decoding the parts into the same
-// struct type gives the blocks that decoding the file gives, the runs in
-// file order, and their problems at the file's own lines.
+// the runs about the same size in bytes, as {"name": [ … ]}. Decoding the
+// parts into the same struct type gives the blocks that decoding the file
+// gives, the runs in file order, and their problems at the file's own
+// lines.
 //
 // Only encoding/json reads src here, to find the elements' bounds; each
 // part is parsed by hcl/v2/json like a whole file. ok is false, and src is
