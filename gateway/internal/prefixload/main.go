@@ -307,10 +307,18 @@ func (s *setup) publish(rs []*replica) {
 	}
 }
 
-var client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, DisableCompression: true}}
+// client sends every request to a gateway; directClient sends random's
+// straight to a replica, on a new connection each: llama-server
+// (cpp-httplib) closes a kept-alive connection on its own terms, and a POST
+// sent on one it is closing fails ("server closed idle connection", EOF)
+// and is not retried, which a gateway's own transport does for it.
+var (
+	client       = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, DisableCompression: true}}
+	directClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DisableCompression: true}}
+)
 
 // send sends one turn and reads its stream.
-func send(ctx context.Context, url string, msgs []map[string]string, maxTokens int) (s sample, answer string, err error) {
+func send(ctx context.Context, hc *http.Client, url string, msgs []map[string]string, maxTokens int) (s sample, answer string, err error) {
 	body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
@@ -319,7 +327,7 @@ func send(ctx context.Context, url string, msgs []map[string]string, maxTokens i
 	}
 	req.Header.Set("Content-Type", "application/json")
 	s.sent = time.Now()
-	resp, err := client.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return s, "", err
 	}
@@ -564,14 +572,15 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 			for k, u := range cv.users {
 				msgs = append(msgs, map[string]string{"role": "user", "content": u})
 				var url, direct string
+				hc := client
 				if policy == "random" {
 					v := s.view()
 					r := v[rng.IntN(len(v))]
-					url, direct = "http://"+r.addr, r.name
+					url, direct, hc = "http://"+r.addr, r.name, directClient
 				} else {
 					url = s.gwURLs[rng.IntN(len(s.gwURLs))]
 				}
-				smp, answer, err := send(ctx, url, msgs, c.maxTokens)
+				smp, answer, err := send(ctx, hc, url, msgs, c.maxTokens)
 				smp.conv, smp.turn, smp.hot = cv.id, k, cv.hot
 				smp.messages = slices.Clone(msgs)
 				if direct != "" {
