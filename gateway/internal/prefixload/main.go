@@ -212,9 +212,10 @@ func startReplica(ctx context.Context, c config, model string, i int) (*replica,
 		port = c.portBase + i
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil && c.portBase != 0 {
-		return nil, fmt.Errorf("-port-base: replica %s: %w", name, err)
-	} else if err != nil {
+	if err != nil {
+		if c.portBase != 0 {
+			return nil, fmt.Errorf("-port-base: replica %s: %w", name, err)
+		}
 		return nil, fmt.Errorf("replica %s: %w", name, err)
 	}
 	port = ln.Addr().(*net.TCPAddr).Port
