@@ -25,6 +25,10 @@ NPM_SHA256=7a231d6bafa14142a1cbed9893d4ec5bc6041b2a5f5939a623accaab4203c11f
 COMMIT=80fb11a
 LLAMA_VERSION=0.4.0
 
+# RECIPE names how this script builds; a binary built by an earlier recipe
+# (bin/recipe differs) is built again. 2: without AMX (below).
+RECIPE=2
+
 cache_root=${LLMGW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmgw}
 dir=$cache_root/llama.cpp/$COMMIT
 bin=$dir/bin/llama-server
@@ -32,7 +36,8 @@ bin=$dir/bin/llama-server
 say() { echo "llama-server.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-if [ -x "$bin" ] && "$bin" --version 2>&1 | grep -q "commit $COMMIT"; then
+if [ -x "$bin" ] && "$bin" --version 2>&1 | grep -q "commit $COMMIT" &&
+  [ "$(cat "$dir/bin/recipe" 2>/dev/null)" = "$RECIPE" ]; then
   say "already built: llama.cpp $LLAMA_VERSION ($COMMIT)"
   echo "$bin"
   exit 0
@@ -69,8 +74,22 @@ git -c advice.detachedHead=false clone --quiet "$work/package/llama/gitRelease.b
 head=$(git -C "$src" rev-parse --short=7 HEAD)
 [ "$head" = "$COMMIT" ] || die "the bundle's commit is $head, want $COMMIT"
 
+# GGML_NATIVE (the default) compiles for this CPU. Where that CPU has AMX
+# (Intel Sapphire Rapids and later) ggml's AMX matrix kernels come with it,
+# and on such a machine here (a Firecracker guest, 2026-12-02) llama-server
+# died of SIGSEGV in ggml_backend_amx_mul_mat while warming up, before it
+# served anything. The tests need an engine that runs, not the fastest one:
+# switch AMX off where the compiler knows the flags (an explicit -mno-*
+# wins over -march=native whatever their order); AVX-512 and the rest stay.
+noamx=()
+if [ "$(uname -m)" = x86_64 ] &&
+  echo 'int main(void){return 0;}' | "${CC:-cc}" -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -x c - -o /dev/null 2>/dev/null; then
+  noamx=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
+
 say "configuring (cmake $(cmake --version | head -1 | awk '{print $3}'))"
-cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release "${noamx[@]}" \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >"$work/configure.log" 2>&1 ||
@@ -91,6 +110,7 @@ built=$(find "$work/build" -type f -name llama-server -perm -u+x | head -1)
 # so an interrupted run leaves no half-built cache behind.
 rm -rf "$dir/src" "$dir/bin"
 mv "$src" "$dir/src"
-mkdir -p "$dir/bin.new" && cp "$built" "$dir/bin.new/llama-server" && mv "$dir/bin.new" "$dir/bin"
+mkdir -p "$dir/bin.new" && cp "$built" "$dir/bin.new/llama-server" &&
+  echo "$RECIPE" >"$dir/bin.new/recipe" && mv "$dir/bin.new" "$dir/bin"
 say "built: $("$bin" --version 2>&1 | grep version)"
 echo "$bin"
