@@ -117,6 +117,13 @@ type Options struct {
 	// times its weight's share of them all is passed over for the next in
 	// the key's order. DefaultPrefixLoadFactor when 0; below 1 it is 1.
 	PrefixLoadFactor float64
+	// PrefixHistoryLoadFactor is the load factor of a request that
+	// continues a conversation (a message follows its first user turn):
+	// passed over, it costs the next replica the conversation's history
+	// to compute again, where a new conversation moves for the price of
+	// its first turn. DefaultPrefixHistoryLoadFactor when 0; below
+	// PrefixLoadFactor it is PrefixLoadFactor.
+	PrefixHistoryLoadFactor float64
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -139,6 +146,8 @@ type Gateway struct {
 	auth       *auth        // nil: no keys, open
 	routing    map[string]string
 	loadFactor float64
+	// historyFactor bounds a request that continues a conversation.
+	historyFactor float64
 
 	updMu      sync.Mutex
 	snap       Snapshot             // the last one discovery published
@@ -159,20 +168,21 @@ type Gateway struct {
 // (Run, or Update directly).
 func New(o Options) *Gateway {
 	g := &Gateway{
-		src:        o.Source,
-		log:        o.Logger,
-		m:          newMetrics(o.Registerer),
-		transport:  o.Transport,
-		now:        o.Now,
-		maxScan:    o.MaxModelScan,
-		attempts:   o.Attempts,
-		brCfg:      o.Breaker.withDefaults(),
-		noReplica:  o.NoReplicaRetryAfter,
-		hold:       o.Hold.withDefaults(),
-		span:       o.DemandWindow,
-		models:     o.Models,
-		routing:    o.Routing,
-		loadFactor: o.PrefixLoadFactor,
+		src:           o.Source,
+		log:           o.Logger,
+		m:             newMetrics(o.Registerer),
+		transport:     o.Transport,
+		now:           o.Now,
+		maxScan:       o.MaxModelScan,
+		attempts:      o.Attempts,
+		brCfg:         o.Breaker.withDefaults(),
+		noReplica:     o.NoReplicaRetryAfter,
+		hold:          o.Hold.withDefaults(),
+		span:          o.DemandWindow,
+		models:        o.Models,
+		routing:       o.Routing,
+		loadFactor:    o.PrefixLoadFactor,
+		historyFactor: o.PrefixHistoryLoadFactor,
 	}
 	switch {
 	case g.loadFactor == 0:
@@ -180,6 +190,10 @@ func New(o Options) *Gateway {
 	case g.loadFactor < 1:
 		g.loadFactor = 1
 	}
+	if g.historyFactor == 0 {
+		g.historyFactor = DefaultPrefixHistoryLoadFactor
+	}
+	g.historyFactor = max(g.historyFactor, g.loadFactor)
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

@@ -55,9 +55,17 @@ func TestPrefixKeyFollowsConversations(t *testing.T) {
 		t.Fatalf("first turn: %+v, want a key with shared and conversation parts", first)
 	}
 	for turn := 2; turn <= 6; turn++ {
-		if k := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", turn)...)); k != first {
+		if k := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", turn)...)); k.shared != first.shared || k.conv != first.conv {
 			t.Errorf("turn %d: key %+v, want the first turn's %+v", turn, k, first)
 		}
+	}
+	// The first turn starts a conversation; every later one continues it.
+	if first.history {
+		t.Errorf("first turn: history set, want a new conversation")
+	}
+	later := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", 2)...))
+	if !later.history || later.conv != first.conv {
+		t.Errorf("second turn: %+v, want the first turn's conversation with history", later)
 	}
 	bob := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "bob", 3)...))
 	if bob.shared != first.shared || bob.conv == first.conv {
@@ -72,8 +80,8 @@ func TestPrefixKeyFollowsConversations(t *testing.T) {
 	if !plain.ok || plain.shared != plain.conv {
 		t.Errorf("no system prompt: %+v, want shared == conv", plain)
 	}
-	if k := keyOf("/v1/chat/completions", chatBody(t, conversation("", "carol", 1)...)); k != plain {
-		t.Errorf("no system prompt, turn 1: %+v, want turn 3's %+v", k, plain)
+	if k := keyOf("/v1/chat/completions", chatBody(t, conversation("", "carol", 1)...)); k.shared != plain.shared || k.conv != plain.conv || k.history || !plain.history {
+		t.Errorf("no system prompt, turn 1: %+v, want turn 3's hashes %+v, turn 1 new and turn 3 continuing", k, plain)
 	}
 }
 
@@ -372,6 +380,52 @@ func TestPrefixPickBoundedLoad(t *testing.T) {
 			if n := e.outstanding.Load(); n > limit {
 				t.Fatalf("after %d requests %s holds %d, bound %d", total, e.inst.ID, n, limit)
 			}
+		}
+	}
+}
+
+// Through the gateway, the bound depends on what a spill costs: with the
+// first choice of a conversation between the two bounds, its first turn
+// spills (the next replica computes no more than it would have), a later
+// turn stays with the history it would lose; past both bounds it spills
+// too.
+func TestPrefixRoutingHistoryBound(t *testing.T) {
+	var insts []Instance
+	for i := range 4 {
+		insts = append(insts, startReplica(t, "m", fmt.Sprintf("r%d", i), nil).instance())
+	}
+	tg := startGateway(t, Options{Routing: map[string]string{"m": RoutePrefix}, PrefixLoadFactor: 1.25, PrefixHistoryLoadFactor: 3}, insts...)
+	sys := strings.Repeat("You answer in Welsh. ", 50)
+	body := func(turn int) string {
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(sys, "erin", turn), "max_tokens": 4})
+		return string(b)
+	}
+	a := tg.post(t, "/v1/chat/completions", body(1))
+	home := a.header.Get(ReplicaHeader)
+	if a.status != 200 || a.header.Get(RouteHeader) != RoutePrefix {
+		t.Fatalf("idle: %d route %q: %s", a.status, a.header.Get(RouteHeader), a.body)
+	}
+	ep := tg.tbl.Load().byID[home]
+	for _, tt := range []struct {
+		load        int64
+		turn        int
+		route, away string
+	}{
+		// L in flight on home and nothing elsewhere: home is within a
+		// bound f while L+1 <= ceil(f/4 × (L+1)). At 2: past
+		// ceil(1.25 × 3 / 4) = 1, within ceil(3 × 3 / 4) = 3; at 3, past
+		// both (2 and 3).
+		{2, 1, RouteSpill, "away"},
+		{2, 2, RoutePrefix, "home"},
+		{2, 5, RoutePrefix, "home"},
+		{3, 2, RouteSpill, "away"},
+	} {
+		ep.outstanding.Add(tt.load)
+		a := tg.post(t, "/v1/chat/completions", body(tt.turn))
+		ep.outstanding.Add(-tt.load)
+		got, at := a.header.Get(RouteHeader), a.header.Get(ReplicaHeader)
+		if a.status != 200 || got != tt.route || (at == home) != (tt.away == "home") {
+			t.Errorf("%d in flight on %s, turn %d: %d route %q at %s, want %q %s", tt.load, home, tt.turn, a.status, got, at, tt.route, tt.away)
 		}
 	}
 }

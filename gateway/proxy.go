@@ -142,7 +142,11 @@ func (x *exchange) send(p *pool) {
 		var probe bool
 		if n <= g.attempts && (n == 1 || x.body.canRetry()) {
 			if x.key.ok {
-				ep, probe, x.route = p.pickPrefix(x.key, g.loadFactor, x.tried, g.now())
+				f := g.loadFactor
+				if x.key.history {
+					f = g.historyFactor
+				}
+				ep, probe, x.route = p.pickPrefix(x.key, f, x.tried, g.now())
 			} else {
 				ep, probe = p.pick(x.tried, g.now())
 				x.route = RouteLeastOutstanding

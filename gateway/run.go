@@ -127,13 +127,14 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		Attempts:     f.Attempts,
 		Breaker:      BreakerConfig{Failures: f.BreakerFailures, OpenFor: f.BreakerOpen, MaxOpenFor: f.BreakerMaxOpen},
 
-		NoReplicaRetryAfter:   f.NoReplicaRetryAfter,
-		EngineMetricsInterval: engineInterval(f.EngineMetricsInterval),
-		Models:                models,
-		Hold:                  HoldConfig{Timeout: f.HoldTimeout, PerModel: f.HoldPerModel, Total: f.HoldTotal, Burst: f.WakeBurst},
-		DemandWindow:          f.DemandWindow,
-		Routing:               routing,
-		PrefixLoadFactor:      f.PrefixLoadFactor,
+		NoReplicaRetryAfter:     f.NoReplicaRetryAfter,
+		EngineMetricsInterval:   engineInterval(f.EngineMetricsInterval),
+		Models:                  models,
+		Hold:                    HoldConfig{Timeout: f.HoldTimeout, PerModel: f.HoldPerModel, Total: f.HoldTotal, Burst: f.WakeBurst},
+		DemandWindow:            f.DemandWindow,
+		Routing:                 routing,
+		PrefixLoadFactor:        f.PrefixLoadFactor,
+		PrefixHistoryLoadFactor: f.PrefixHistoryLoadFactor,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

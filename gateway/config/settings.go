@@ -35,7 +35,7 @@ type Settings struct {
 	ShareLimits                                           bool
 	TLSCertFile, TLSKeyFile                               string
 	Routing                                               []string // MODEL=POLICY
-	PrefixLoadFactor                                      float64
+	PrefixLoadFactor, PrefixHistoryLoadFactor             float64
 
 	// From says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -77,6 +77,9 @@ func (f *Settings) Check() error {
 	}
 	if f.PrefixLoadFactor < 1 {
 		return fmt.Errorf("%s: %g: want 1 or more", f.Where("prefix-load-factor"), f.PrefixLoadFactor)
+	}
+	if f.PrefixHistoryLoadFactor < f.PrefixLoadFactor {
+		return fmt.Errorf("%s: %g: want at least %s (%g)", f.Where("prefix-history-load-factor"), f.PrefixHistoryLoadFactor, f.Where("prefix-load-factor"), f.PrefixLoadFactor)
 	}
 	if f.RegisterCheckInterval < time.Second {
 		return fmt.Errorf("%s: %s: want 1s or more", f.Where("register-check-interval"), f.RegisterCheckInterval)

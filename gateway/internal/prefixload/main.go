@@ -63,7 +63,7 @@ import (
 type config struct {
 	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
 	portBase                                                                           int
-	hot, rate, loadFactor                                                              float64
+	hot, rate, loadFactor, historyFactor                                               float64
 	think, runTimeout                                                                  time.Duration
 	seed                                                                               uint64
 	slotSimilarity, cacheRAM, dump, serverArgs, serverLogs                             string
@@ -84,6 +84,7 @@ func main() {
 	flag.IntVar(&c.maxTokens, "max-tokens", 8, "max_tokens of each request")
 	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson)")
 	flag.Float64Var(&c.loadFactor, "load-factor", gateway.DefaultPrefixLoadFactor, "the prefix policy's load factor (gateway.Options.PrefixLoadFactor)")
+	flag.Float64Var(&c.historyFactor, "history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the prefix policy's load factor for a turn that continues a conversation (gateway.Options.PrefixHistoryLoadFactor)")
 	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
 	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix", "policies to run, in order")
@@ -433,7 +434,7 @@ func run(c config) error {
 		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
 	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s; model %d layers x %d wide\n",
 		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), cmp.Or(c.cacheRAM, "default"), c.layers, c.embed)
-	fmt.Printf("prefix load factor %g\n", c.loadFactor)
+	fmt.Printf("prefix load factor %g, for a conversation's later turns %g\n", c.loadFactor, c.historyFactor)
 	fmt.Printf("uptime before: %s\n", uptime())
 	var results []result
 	for _, p := range c.policies {
@@ -542,7 +543,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	}()
 	for range ngw {
 		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: time.Second,
-			PrefixLoadFactor: c.loadFactor})
+			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err
