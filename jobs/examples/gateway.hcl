@@ -56,7 +56,8 @@ demand_window = "30s"
 # Routing (docs/gateway.md, "Prefix routing"): a model's policy, over the
 # model list's (the catalog's routing); least-outstanding when neither says.
 # routing = ["chat=prefix"]  # MODEL=POLICY: prefix or least-outstanding
-prefix_load_factor = 2       # with prefix, pass over a replica above 2x its share of the requests in flight
+prefix_load_factor         = 2 # with prefix, pass over a replica above 2x its share of the requests in flight
+prefix_history_load_factor = 4 # the same for a chat turn that continues a conversation (its history is there)
 
 # Circuit breakers, one per replica.
 breaker_failures = 5
