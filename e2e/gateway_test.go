@@ -475,22 +475,30 @@ func chatReplicas(t *testing.T, gw, model string, n int) []string {
 	seen := map[string]bool{}
 	for range n {
 		r := gwPost(t, gw, chatBody(model, false))
-		var out struct {
-			Object  string `json:"object"`
-			Model   string `json:"model"`
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(r.body, &out); r.status != http.StatusOK || err != nil || out.Object != "chat.completion" ||
-			out.Model != model || len(out.Choices) != 1 || out.Choices[0].Message.Content == "" {
-			t.Fatalf("chat completion for %s: %d %s, want 200 with a chat.completion of %s", model, r.status, r.body, model)
-		}
+		r.completion(t, model)
 		seen[r.header.Get(replicaHeader)] = true
 	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// completion checks that r is a 200 chat.completion of model with one
+// non-empty choice, and returns that choice's content.
+func (r gwResponse) completion(t *testing.T, model string) string {
+	t.Helper()
+	var out struct {
+		Object  string `json:"object"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(r.body, &out); r.status != http.StatusOK || err != nil || out.Object != "chat.completion" ||
+		out.Model != model || len(out.Choices) != 1 || out.Choices[0].Message.Content == "" {
+		t.Fatalf("chat completion for %s: %d %s, want 200 with a chat.completion of %s", model, r.status, r.body, model)
+	}
+	return out.Choices[0].Message.Content
 }
 
 // sseData returns the data of each server-sent event in body.

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -61,17 +60,8 @@ func (c *prefixConv) turn(t *testing.T, gw string, n int) (replica, route string
 		t.Fatal(err)
 	}
 	r := gwPost(t, gw, string(body))
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
-	if err := json.Unmarshal(r.body, &out); r.status != http.StatusOK || err != nil || len(out.Choices) == 0 {
-		t.Fatalf("%s turn %d through %s: %d %s (%v)", c.name, n, gw, r.status, r.body, err)
-	}
-	c.messages = append(c.messages, map[string]string{"role": "assistant", "content": out.Choices[0].Message.Content})
+	answer := r.completion(t, "chat")
+	c.messages = append(c.messages, map[string]string{"role": "assistant", "content": answer})
 	return r.header.Get(replicaHeader), r.header.Get("X-Llmgw-Route")
 }
 
