@@ -67,31 +67,6 @@ func (g *Gateway) pollEngines(ctx context.Context) {
 		}
 		close(next)
 		wg.Wait()
-		g.rebalance(t)
-	}
-}
-
-// rebalance steps the balance weights of t's prefix-routed pools after a
-// round of engine reads (balance.go), and keeps the others' at level 0
-// (all of them with the balance off).
-func (g *Gateway) rebalance(t *table) {
-	for model, p := range t.pools {
-		prefix := g.balance && g.policy(t, model) == RoutePrefix
-		changed := false
-		if prefix {
-			changed = p.rebalance()
-		}
-		for _, e := range p.eps {
-			if !prefix {
-				e.bal.level.Store(0)
-			}
-			if !e.gone.Load() {
-				g.m.balance.With(breakerLabels(e.inst)).Set(balanceFactors[e.bal.level.Load()])
-			}
-		}
-		if changed {
-			g.log.Info("prefix balance: a replica's weight stepped", "model", model, "factors", p.balanceSummary())
-		}
 	}
 }
 
@@ -108,7 +83,6 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	running, rok := s.Running.Get()
 	labels := breakerLabels(ep.inst)
 	if err != nil || !wok || !rok {
-		ep.bal.observe(float64(own))
 		ep.others.Store(0)
 		if !ep.gone.Load() {
 			g.m.engineLoad.Delete(labels)
@@ -119,7 +93,6 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 		return
 	}
 	total := int64(waiting + running)
-	ep.bal.observe(float64(total))
 	ep.others.Store(max(total-own, 0))
 	if !ep.gone.Load() {
 		g.m.engineLoad.With(labels).Set(float64(total))

@@ -124,11 +124,6 @@ type Options struct {
 	// its first turn. DefaultPrefixHistoryLoadFactor when 0; below
 	// PrefixLoadFactor it is PrefixLoadFactor.
 	PrefixHistoryLoadFactor float64
-	// PrefixBalance lets the prefix policy's replica weights follow the
-	// deal: a replica sent more than its share of a busy model's requests
-	// has its weight lowered step by step (balance.go). It needs the
-	// engine reads; with them off it is off too.
-	PrefixBalance bool
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -153,7 +148,6 @@ type Gateway struct {
 	loadFactor float64
 	// historyFactor bounds a request that continues a conversation.
 	historyFactor float64
-	balance       bool // the prefix policy's weights follow the engines' load
 
 	updMu      sync.Mutex
 	snap       Snapshot             // the last one discovery published
@@ -189,7 +183,6 @@ func New(o Options) *Gateway {
 		routing:       o.Routing,
 		loadFactor:    o.PrefixLoadFactor,
 		historyFactor: o.PrefixHistoryLoadFactor,
-		balance:       o.PrefixBalance,
 	}
 	switch {
 	case g.loadFactor == 0:
@@ -386,7 +379,6 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 		ep.gone.Store(true)
 		g.m.breaker.Delete(breakerLabels(ep.inst))
 		g.m.engineLoad.Delete(breakerLabels(ep.inst))
-		g.m.balance.Delete(breakerLabels(ep.inst))
 		g.m.promptTokens.Delete(breakerLabels(ep.inst))
 		g.m.cachedTokens.Delete(breakerLabels(ep.inst))
 		g.m.cacheUnknown.Delete(breakerLabels(ep.inst))

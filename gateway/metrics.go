@@ -20,7 +20,6 @@ type metrics struct {
 	endpoints   *prometheus.GaugeVec
 	inFlight    prometheus.Gauge
 	engineLoad  *prometheus.GaugeVec
-	balance     *prometheus.GaugeVec
 	held        *prometheus.CounterVec
 	holdSeconds *prometheus.HistogramVec
 	// The engines' prompt caches, per replica endpoint.
@@ -76,10 +75,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmgw_gateway_engine_requests",
 			Help: "Requests a replica's engine held (waiting plus running, from all gateways) at its last metrics read; absent while unread.",
 		}, []string{"model", "replica", "endpoint"}),
-		balance: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmgw_gateway_prefix_balance_factor",
-			Help: "The factor of a replica's weight in the prefix policy's order: lower than 1 while its engine held more than its weight's share of the model's requests (balance.go); 1 for models on other policies.",
-		}, []string{"model", "replica", "endpoint"}),
 		held: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgw_gateway_held_total",
 			Help: "Requests held for a model with no serving replica, by outcome: released (a replica took it), timeout and full (answered 503), cancelled (the client went away), gone (the model left the catalog: 404).",
@@ -104,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight,
-			m.engineLoad, m.balance, m.held, m.holdSeconds, m.promptTokens, m.cachedTokens, m.cacheUnknown)
+			m.engineLoad, m.held, m.holdSeconds, m.promptTokens, m.cachedTokens, m.cacheUnknown)
 	}
 	return m
 }

@@ -40,7 +40,6 @@ type epState struct {
 	gone   atomic.Bool // left discovery: its metrics are deleted
 	cache  epCache
 	hash   atomic.Uint64 // addrHash's, 0 until first asked
-	bal    balanceState  // the prefix policy's weight (balance.go)
 }
 
 // pool is one model's endpoints.

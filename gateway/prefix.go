@@ -210,15 +210,14 @@ func promptKey(buf []byte) prefixKey {
 // rank is where endpoint e stands in key k's order: the weighted
 // rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
 // from the conversation key and the replica's address, w the replica's
-// weight times its balance factor (balanceWeight) and its locality for
-// the shared key (locality). Every gateway
+// weight times its locality for the shared key (locality). Every gateway
 // computes the same for the same key and address; a replica joining or
 // leaving changes no other replica's score, so only the keys it wins or
 // held move. With uniform set (every replica ranked has the same weight
 // and the key has no shared part of its own) the order is u's, and rank
 // returns u's bits without the logarithm.
 func rank(k prefixKey, e *endpoint, uniform bool) float64 {
-	w := balanceWeight(e)
+	w := float64(e.inst.Weight)
 	if w <= 0 {
 		return 0
 	}
@@ -283,7 +282,7 @@ func (p *pool) pickPrefix(k prefixKey, factor float64, tried []*epState, now tim
 	var total, ownTotal, weights int64
 	uniform := true
 	for _, e := range p.eps {
-		if e.inst.Weight != p.eps[0].inst.Weight || e.bal.level.Load() != p.eps[0].bal.level.Load() {
+		if e.inst.Weight != p.eps[0].inst.Weight {
 			uniform = false
 			break
 		}

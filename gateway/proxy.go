@@ -147,9 +147,6 @@ func (x *exchange) send(p *pool) {
 					f = g.historyFactor
 				}
 				ep, probe, x.route = p.pickPrefix(x.key, f, x.tried, g.now())
-				if ep != nil {
-					ep.bal.routed.Add(1)
-				}
 			} else {
 				ep, probe = p.pick(x.tried, g.now())
 				x.route = RouteLeastOutstanding

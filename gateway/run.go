@@ -135,7 +135,6 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		Routing:                 routing,
 		PrefixLoadFactor:        f.PrefixLoadFactor,
 		PrefixHistoryLoadFactor: f.PrefixHistoryLoadFactor,
-		PrefixBalance:           f.PrefixBalance,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -64,7 +64,6 @@ type FileHCL struct {
 	Routing                 []string `hcl:"routing,optional"`
 	PrefixLoadFactor        float64  `hcl:"prefix_load_factor,optional"`
 	PrefixHistoryLoadFactor float64  `hcl:"prefix_history_load_factor,optional"`
-	PrefixBalance           bool     `hcl:"prefix_balance,optional"`
 	Body                    hcl.Body `hcl:",body"`
 }
 

@@ -36,7 +36,6 @@ type Settings struct {
 	TLSCertFile, TLSKeyFile                               string
 	Routing                                               []string // MODEL=POLICY
 	PrefixLoadFactor, PrefixHistoryLoadFactor             float64
-	PrefixBalance                                         bool
 
 	// From says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".

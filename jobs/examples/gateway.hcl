@@ -58,7 +58,6 @@ demand_window = "30s"
 # routing = ["chat=prefix"]  # MODEL=POLICY: prefix or least-outstanding
 prefix_load_factor         = 2 # with prefix, pass over a replica above 2x its share of the requests in flight
 prefix_history_load_factor = 4 # the same for a chat turn that continues a conversation (its history is there)
-prefix_balance             = false # true: lower, step by step, the weight of a replica sent more than its share of a busy model
 
 # Circuit breakers, one per replica.
 breaker_failures = 5

@@ -40,7 +40,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -70,7 +69,7 @@ type config struct {
 	slotSimilarity, cacheRAM, dump, serverArgs, serverLogs                             string
 	policies                                                                           []string
 	gateways                                                                           []int
-	churn, balance                                                                     bool
+	churn                                                                              bool
 }
 
 func main() {
@@ -85,8 +84,7 @@ func main() {
 	flag.IntVar(&c.maxTokens, "max-tokens", 8, "max_tokens of each request")
 	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson)")
 	flag.Float64Var(&c.loadFactor, "load-factor", gateway.DefaultPrefixLoadFactor, "the prefix policy's load factor (gateway.Options.PrefixLoadFactor)")
-	flag.DurationVar(&c.engineEvery, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each gateway reads the replicas' engine metrics (gateway.Options.EngineMetricsInterval); the prefix balance steps after each round")
-	flag.BoolVar(&c.balance, "balance", false, "the prefix policy's replica weights follow the deal (gateway.Options.PrefixBalance)")
+	flag.DurationVar(&c.engineEvery, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each gateway reads the replicas' engine metrics (gateway.Options.EngineMetricsInterval)")
 	flag.Float64Var(&c.historyFactor, "history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the prefix policy's load factor for a turn that continues a conversation (gateway.Options.PrefixHistoryLoadFactor)")
 	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
@@ -437,7 +435,7 @@ func run(c config) error {
 		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
 	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s; model %d layers x %d wide\n",
 		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), cmp.Or(c.cacheRAM, "default"), c.layers, c.embed)
-	fmt.Printf("prefix load factor %g, for a conversation's later turns %g; balance %t; engine reads every %s\n", c.loadFactor, c.historyFactor, c.balance, c.engineEvery)
+	fmt.Printf("prefix load factor %g, for a conversation's later turns %g; engine reads every %s\n", c.loadFactor, c.historyFactor, c.engineEvery)
 	fmt.Printf("uptime before: %s\n", uptime())
 	var results []result
 	for _, p := range c.policies {
@@ -546,8 +544,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	}()
 	for range ngw {
 		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: c.engineEvery,
-			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor, PrefixBalance: c.balance,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err

@@ -105,7 +105,6 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 		{"routing", `["chat=prefix", "embed=least-outstanding"]`, "chat=prefix,embed=least-outstanding"},
 		{"prefix_load_factor", `1.5`, "1.5"},
 		{"prefix_history_load_factor", `5`, "5"},
-		{"prefix_balance", `true`, "true"},
 	} {
 		t.Run(tt.attr, func(t *testing.T) {
 			path := writeConfig(t, tt.attr+" = "+tt.hcl+"\n")

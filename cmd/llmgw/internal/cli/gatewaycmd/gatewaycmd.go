@@ -146,7 +146,6 @@ says. See docs/gateway.md.`,
 	fl.StringVar(&f.TLSKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
 	fl.StringSliceVar(&f.Routing, "routing", nil, `routing policy per model, MODEL=POLICY (comma-separated): "prefix" or "least-outstanding", over the model list's (default: the list's, else least-outstanding)`)
 	fl.Float64Var(&f.PrefixLoadFactor, "prefix-load-factor", gateway.DefaultPrefixLoadFactor, "with the prefix policy, a replica with more than this times its share of the requests in flight is passed over (1 or more)")
-	fl.BoolVar(&f.PrefixBalance, "prefix-balance", false, "with the prefix policy, lower step by step the weight of a replica sent more than its share of a busy model's requests for a minute, moving some of its conversations to their next replica (needs --engine-metrics-interval above 0)")
 	fl.Float64Var(&f.PrefixHistoryLoadFactor, "prefix-history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the same for a request that continues a conversation, whose history another replica would compute again (at least --prefix-load-factor)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(hashKeyCommand())
