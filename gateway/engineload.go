@@ -84,6 +84,7 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	labels := breakerLabels(ep.inst)
 	if err != nil || !wok || !rok {
 		ep.others.Store(0)
+		ep.freed.wake()
 		if !ep.gone.Load() {
 			g.m.engineLoad.Delete(labels)
 		}
@@ -94,6 +95,12 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	}
 	total := int64(waiting + running)
 	ep.others.Store(max(total-own, 0))
+	if r := int64(running); waiting > 0 && r > ep.slots.Load() {
+		// Requests wait behind full slots: running is how many it has.
+		// (One read of an endpoint at a time: no other store races.)
+		ep.slots.Store(r)
+	}
+	ep.freed.wake()
 	if !ep.gone.Load() {
 		g.m.engineLoad.With(labels).Set(float64(total))
 	}

@@ -44,7 +44,7 @@ func TestEngineLoadSteersAwayFromBusyReplica(t *testing.T) {
 	idle := startReplica(t, "m", "idle", nil)
 	tg := startGateway(t, Options{
 		Source:                StaticSource{Instances: []Instance{busy.instance(), idle.instance()}},
-		EngineMetricsInterval: 20 * time.Millisecond,
+		EngineMetricsInterval: 200 * time.Millisecond, // also the read's timeout: a failed read counts no one
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup

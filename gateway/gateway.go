@@ -124,6 +124,19 @@ type Options struct {
 	// its first turn. DefaultPrefixHistoryLoadFactor when 0; below
 	// PrefixLoadFactor it is PrefixLoadFactor.
 	PrefixHistoryLoadFactor float64
+	// PrefixOpeningLimit is how many requests a replica may hold (this
+	// gateway's in flight plus the others' its engine last reported)
+	// before a prefix-routed chat that opens a conversation (its messages
+	// end with the first user turn) waits at the gateway for it to have
+	// fewer, so that a busy replica finishes its conversations before it
+	// takes on new ones (pickOpening). When 0, one more than the engine's
+	// slots, known once a read of its metrics found requests waiting
+	// behind full slots; until then none waits.
+	PrefixOpeningLimit int
+	// PrefixOpeningWait is the longest such a request waits; then it is
+	// sent anyway. DefaultPrefixOpeningWait when 0; none waits when
+	// negative.
+	PrefixOpeningWait time.Duration
 }
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
@@ -148,6 +161,10 @@ type Gateway struct {
 	loadFactor float64
 	// historyFactor bounds a request that continues a conversation.
 	historyFactor float64
+	// openingMax and openingWait: Options.PrefixOpeningLimit and
+	// PrefixOpeningWait; openingWait 0: no request waits.
+	openingMax  int64
+	openingWait time.Duration
 
 	updMu      sync.Mutex
 	snap       Snapshot             // the last one discovery published
@@ -183,7 +200,13 @@ func New(o Options) *Gateway {
 		routing:       o.Routing,
 		loadFactor:    o.PrefixLoadFactor,
 		historyFactor: o.PrefixHistoryLoadFactor,
+		openingMax:    int64(max(o.PrefixOpeningLimit, 0)),
+		openingWait:   o.PrefixOpeningWait,
 	}
+	if g.openingWait == 0 {
+		g.openingWait = DefaultPrefixOpeningWait
+	}
+	g.openingWait = max(g.openingWait, 0)
 	switch {
 	case g.loadFactor == 0:
 		g.loadFactor = DefaultPrefixLoadFactor
@@ -377,6 +400,7 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 			g.log.Info("replica gone", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address)
 		}
 		ep.gone.Store(true)
+		ep.freed.wake() // a request waiting for it chooses again
 		g.m.breaker.Delete(breakerLabels(ep.inst))
 		g.m.engineLoad.Delete(breakerLabels(ep.inst))
 		g.m.promptTokens.Delete(breakerLabels(ep.inst))

@@ -22,6 +22,9 @@ type metrics struct {
 	engineLoad  *prometheus.GaugeVec
 	held        *prometheus.CounterVec
 	holdSeconds *prometheus.HistogramVec
+	// Conversations' first turns that waited for their replica (opening.go).
+	openingWaits *prometheus.CounterVec
+	openingWait  *prometheus.HistogramVec
 	// The engines' prompt caches, per replica endpoint.
 	promptTokens, cachedTokens, cacheUnknown *prometheus.CounterVec
 }
@@ -84,6 +87,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time a held request waited, from its arrival to its release to a replica.",
 			Buckets: latencyBuckets,
 		}, []string{"model"}),
+		openingWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_prefix_opening_waits_total",
+			Help: "Prefix-routed requests opening a conversation that waited at the gateway because their replica held its opening limit, by outcome: sent (it had room), expired (sent anyway after the opening wait), cancelled (the client went away).",
+		}, []string{"model", "outcome"}),
+		openingWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmgw_gateway_prefix_opening_wait_seconds",
+			Help:    "Time a request opening a conversation waited at the gateway for its replica to have room.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgw_gateway_prompt_tokens_total",
 			Help: "Prompt tokens of the completions a replica answered that said how many of them its engine's cache held (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings).",
@@ -99,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight,
-			m.engineLoad, m.held, m.holdSeconds, m.promptTokens, m.cachedTokens, m.cacheUnknown)
+			m.engineLoad, m.held, m.holdSeconds, m.openingWaits, m.openingWait, m.promptTokens, m.cachedTokens, m.cacheUnknown)
 	}
 	return m
 }

@@ -36,10 +36,14 @@ type epState struct {
 	// others are the requests the replica's engine held beyond this
 	// gateway's at its last read (engineload.go): other gateways' load.
 	others atomic.Int64
-	br     *breaker
-	gone   atomic.Bool // left discovery: its metrics are deleted
-	cache  epCache
-	hash   atomic.Uint64 // addrHash's, 0 until first asked
+	// slots is the most requests the replica's engine was seen running at
+	// once (engineload.go): its slots, once it has been full at a read.
+	slots atomic.Int64
+	freed waker // told when a request ends or the engine is read
+	br    *breaker
+	gone  atomic.Bool // left discovery: its metrics are deleted
+	cache epCache
+	hash  atomic.Uint64 // addrHash's, 0 until first asked
 }
 
 // pool is one model's endpoints.

@@ -60,10 +60,12 @@ const (
 // follows its first user turn (an answer and a later turn), so the replica
 // that served the earlier turns holds a history that any other would have
 // to compute again. Such a request is bounded by the history load factor.
+// opens is set when it opens one: a chat whose messages end with the first
+// user turn. Such a request may wait for its replica (waitOpening).
 type prefixKey struct {
-	shared, conv uint64
-	ok           bool // false: nothing to key by, the default policy routes it
-	history      bool
+	shared, conv   uint64
+	ok             bool // false: nothing to key by, the default policy routes it
+	history, opens bool
 }
 
 // keyOf derives the prefix key of a request body for path from its first
@@ -174,6 +176,7 @@ func chatKey(buf []byte) prefixKey {
 			// parts); a message after it continues the conversation.
 			j := skipSpace(buf, end)
 			k.history = j < len(buf) && buf[j] == ','
+			k.opens = j < len(buf) && buf[j] == ']'
 			return k
 		}
 		i = skipSpace(buf, end)

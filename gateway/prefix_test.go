@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -59,13 +60,20 @@ func TestPrefixKeyFollowsConversations(t *testing.T) {
 			t.Errorf("turn %d: key %+v, want the first turn's %+v", turn, k, first)
 		}
 	}
-	// The first turn starts a conversation; every later one continues it.
-	if first.history {
-		t.Errorf("first turn: history set, want a new conversation")
+	// The first turn opens a conversation; every later one continues it.
+	if first.history || !first.opens {
+		t.Errorf("first turn: %+v, want a new conversation (opens, no history)", first)
 	}
 	later := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", 2)...))
-	if !later.history || later.conv != first.conv {
+	if !later.history || later.opens || later.conv != first.conv {
 		t.Errorf("second turn: %+v, want the first turn's conversation with history", later)
+	}
+	// Cut just after its first user turn, a body may go on: it neither
+	// opens nor continues a conversation as far as the key can tell.
+	whole := chatBody(t, conversation(sysA, "alice", 2)...)
+	cut := whole[:bytes.Index(whole, []byte("alice turn 1"))+len("alice turn 1\"}")]
+	if k := keyOf("/v1/chat/completions", cut); !k.ok || k.history || k.opens || k.conv != first.conv {
+		t.Errorf("body cut after the first user turn: %+v, want the conversation's key, neither opening nor continuing", k)
 	}
 	bob := keyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "bob", 3)...))
 	if bob.shared != first.shared || bob.conv == first.conv {

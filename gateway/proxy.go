@@ -139,15 +139,23 @@ func (x *exchange) send(p *pool) {
 	g, r, model := x.g, x.r, x.ms.name
 	for n := 1; ; n++ {
 		var ep *endpoint
-		var probe bool
+		var probe, counted bool
 		if n <= g.attempts && (n == 1 || x.body.canRetry()) {
-			if x.key.ok {
+			switch {
+			case x.key.ok && x.key.opens && n == 1 && g.openingWait > 0:
+				var cancelled bool
+				if p, ep, probe, cancelled = x.pickOpening(p, g.loadFactor); cancelled {
+					g.m.request(model, statusClientClosed)
+					return
+				}
+				counted = true
+			case x.key.ok:
 				f := g.loadFactor
 				if x.key.history {
 					f = g.historyFactor
 				}
 				ep, probe, x.route = p.pickPrefix(x.key, f, x.tried, g.now())
-			} else {
+			default:
 				ep, probe = p.pick(x.tried, g.now())
 				x.route = RouteLeastOutstanding
 			}
@@ -161,14 +169,16 @@ func (x *exchange) send(p *pool) {
 			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
 		x.tried = append(x.tried, ep.epState)
-		ep.outstanding.Add(1)
+		if !counted {
+			ep.outstanding.Add(1)
+		}
 		sent := g.now()
 		if x.ac != nil {
 			x.ac.sent = true
 		}
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
-			ep.outstanding.Add(-1)
+			ep.release()
 			if r.Context().Err() != nil || x.body.clientFailed() {
 				// The client went away, or broke off its body: no fault
 				// of the replica's.
@@ -193,7 +203,7 @@ func (x *exchange) send(p *pool) {
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
 			if retryStatus(resp.StatusCode) {
-				ep.outstanding.Add(-1)
+				ep.release()
 				g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
 				x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 				continue
@@ -203,7 +213,7 @@ func (x *exchange) send(p *pool) {
 			g.m.attempts.WithLabelValues(model, "ok").Inc()
 		}
 		broken, told := x.finish(ep, resp)
-		ep.outstanding.Add(-1)
+		ep.release()
 		if broken {
 			// The replica failed mid-response: the client must not take
 			// a cut-off answer for a whole one. A stream was told with an

@@ -27,8 +27,8 @@ import (
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
-// engineInterval is --engine-metrics-interval as Options takes
-// it: 0 (off) is negative there.
+// engineInterval is --engine-metrics-interval (or --prefix-opening-wait)
+// as Options takes it: 0 (off) is negative there.
 func engineInterval(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
@@ -135,6 +135,8 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		Routing:                 routing,
 		PrefixLoadFactor:        f.PrefixLoadFactor,
 		PrefixHistoryLoadFactor: f.PrefixHistoryLoadFactor,
+		PrefixOpeningLimit:      f.PrefixOpeningLimit,
+		PrefixOpeningWait:       engineInterval(f.PrefixOpeningWait),
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -64,6 +64,8 @@ type FileHCL struct {
 	Routing                 []string `hcl:"routing,optional"`
 	PrefixLoadFactor        float64  `hcl:"prefix_load_factor,optional"`
 	PrefixHistoryLoadFactor float64  `hcl:"prefix_history_load_factor,optional"`
+	PrefixOpeningLimit      int      `hcl:"prefix_opening_limit,optional"`
+	PrefixOpeningWait       duration `hcl:"prefix_opening_wait,optional"`
 	Body                    hcl.Body `hcl:",body"`
 }
 

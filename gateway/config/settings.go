@@ -36,6 +36,8 @@ type Settings struct {
 	TLSCertFile, TLSKeyFile                               string
 	Routing                                               []string // MODEL=POLICY
 	PrefixLoadFactor, PrefixHistoryLoadFactor             float64
+	PrefixOpeningLimit                                    int
+	PrefixOpeningWait                                     time.Duration
 
 	// From says where a setting taken from the file came from, by flag
 	// name: "file:line: attribute".
@@ -80,6 +82,12 @@ func (f *Settings) Check() error {
 	}
 	if f.PrefixHistoryLoadFactor < f.PrefixLoadFactor {
 		return fmt.Errorf("%s: %g: want at least %s (%g)", f.Where("prefix-history-load-factor"), f.PrefixHistoryLoadFactor, f.Where("prefix-load-factor"), f.PrefixLoadFactor)
+	}
+	if f.PrefixOpeningLimit < 0 {
+		return fmt.Errorf("%s: %d: want 0 (one more than the engine's slots) or more", f.Where("prefix-opening-limit"), f.PrefixOpeningLimit)
+	}
+	if f.PrefixOpeningWait < 0 {
+		return fmt.Errorf("%s: %s: want 0 (no waiting) or more", f.Where("prefix-opening-wait"), f.PrefixOpeningWait)
 	}
 	if f.RegisterCheckInterval < time.Second {
 		return fmt.Errorf("%s: %s: want 1s or more", f.Where("register-check-interval"), f.RegisterCheckInterval)

@@ -55,6 +55,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
@@ -64,7 +66,8 @@ type config struct {
 	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
 	portBase                                                                           int
 	hot, rate, loadFactor, historyFactor                                               float64
-	think, runTimeout, engineEvery                                                     time.Duration
+	think, runTimeout, engineEvery, openingWait                                        time.Duration
+	openingLimit                                                                       int
 	seed                                                                               uint64
 	slotSimilarity, cacheRAM, dump, serverArgs, serverLogs                             string
 	policies                                                                           []string
@@ -86,6 +89,8 @@ func main() {
 	flag.Float64Var(&c.loadFactor, "load-factor", gateway.DefaultPrefixLoadFactor, "the prefix policy's load factor (gateway.Options.PrefixLoadFactor)")
 	flag.DurationVar(&c.engineEvery, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each gateway reads the replicas' engine metrics (gateway.Options.EngineMetricsInterval)")
 	flag.Float64Var(&c.historyFactor, "history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the prefix policy's load factor for a turn that continues a conversation (gateway.Options.PrefixHistoryLoadFactor)")
+	flag.IntVar(&c.openingLimit, "opening-limit", 0, "requests a replica may hold before a conversation's first turn waits for it (gateway.Options.PrefixOpeningLimit; 0: one more than its slots, learned)")
+	flag.DurationVar(&c.openingWait, "opening-wait", gateway.DefaultPrefixOpeningWait, "the longest a first turn waits for its replica (gateway.Options.PrefixOpeningWait; 0: none waits)")
 	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
 	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix", "policies to run, in order")
@@ -408,6 +413,7 @@ type result struct {
 	ideal                float64
 	moved, convs         int
 	spills, prefixRoutes int
+	waits                map[string]float64 // first turns that waited, by outcome
 	wall                 time.Duration
 	errs                 []string
 	losses               string
@@ -435,7 +441,8 @@ func run(c config) error {
 		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
 	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s; model %d layers x %d wide\n",
 		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), cmp.Or(c.cacheRAM, "default"), c.layers, c.embed)
-	fmt.Printf("prefix load factor %g, for a conversation's later turns %g; engine reads every %s\n", c.loadFactor, c.historyFactor, c.engineEvery)
+	fmt.Printf("prefix load factor %g, for a conversation's later turns %g; opening limit %d (0: slots+1), opening wait %s (0: none); engine reads every %s\n",
+		c.loadFactor, c.historyFactor, c.openingLimit, c.openingWait, c.engineEvery)
 	fmt.Printf("uptime before: %s\n", uptime())
 	var results []result
 	for _, p := range c.policies {
@@ -461,13 +468,13 @@ func run(c config) error {
 		}
 	}
 	fmt.Printf("uptime after: %s\n\n", uptime())
-	fmt.Println("| run | ok/requests | TTFT p50 | p90 | p99 | hot p99 | others p99 | completed/s | hit | ideal | hit/ideal | conversations moved | spills |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| run | ok/requests | TTFT p50 | p90 | p99 | hot p99 | others p99 | completed/s | hit | ideal | hit/ideal | conversations moved | spills | first turns waited (expired) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		hit := float64(r.cached) / float64(max(r.prompt, 1))
-		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d |\n",
+		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d | %.0f (%.0f) |\n",
 			r.name, r.ok, r.requests, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.hotP99), ms(r.otherP99), r.rps, 100*hit, 100*r.ideal, 100*hit/max(r.ideal, 1e-9),
-			r.moved, r.convs, r.spills)
+			r.moved, r.convs, r.spills, r.waits["sent"]+r.waits["expired"]+r.waits["cancelled"], r.waits["expired"])
 	}
 	return nil
 }
@@ -533,6 +540,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	}
 	s := &setup{policy: policy}
 	var srvs []*http.Server
+	var regs []*prometheus.Registry
 	gctx, gcancel := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
 	defer func() {
@@ -543,8 +551,11 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		gwg.Wait()
 	}()
 	for range ngw {
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
 		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: c.engineEvery,
-			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor})
+			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor,
+			PrefixOpeningLimit: c.openingLimit, PrefixOpeningWait: cmp.Or(c.openingWait, -1), Registerer: reg})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err
@@ -632,7 +643,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	res := result{name: name, convs: len(convs), wall: wall, errs: errs}
+	res := result{name: name, convs: len(convs), wall: wall, errs: errs, waits: openingWaits(regs)}
 	var flat []sample
 	for _, ss := range samples {
 		flat = append(flat, ss...)
@@ -701,9 +712,34 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	return res, nil
 }
 
+// openingWaits sums the gateways' first turns that waited for their
+// replica, by outcome (llmgw_gateway_prefix_opening_waits_total).
+func openingWaits(regs []*prometheus.Registry) map[string]float64 {
+	sum := map[string]float64{}
+	for _, reg := range regs {
+		fams, err := reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != "llmgw_gateway_prefix_opening_waits_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						sum[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return sum
+}
+
 func printResult(r result) {
-	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d\n",
-		r.name, r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown)
+	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d, first turns waited %v\n",
+		r.name, r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown, r.waits)
 	fmt.Fprintf(os.Stderr, "    %s\n", r.losses)
 }
 

@@ -105,6 +105,8 @@ func TestConfigMeansWhatTheFlagMeans(t *testing.T) {
 		{"routing", `["chat=prefix", "embed=least-outstanding"]`, "chat=prefix,embed=least-outstanding"},
 		{"prefix_load_factor", `1.5`, "1.5"},
 		{"prefix_history_load_factor", `5`, "5"},
+		{"prefix_opening_limit", `3`, "3"},
+		{"prefix_opening_wait", `"10s"`, "10s"},
 	} {
 		t.Run(tt.attr, func(t *testing.T) {
 			path := writeConfig(t, tt.attr+" = "+tt.hcl+"\n")
@@ -205,6 +207,8 @@ func TestConfigErrors(t *testing.T) {
 		{"hold timeout", "hold_timeout = \"-1s\"\n", nil, []string{"gateway.hcl:1: hold_timeout: -1s: want 0 (hold nothing) or more"}},
 		{"hold per model", "\nhold_per_model = 0\n", nil, []string{"gateway.hcl:2: hold_per_model: 0: want at least 1"}},
 		{"wake burst", "wake_burst = -3\n", nil, []string{"gateway.hcl:1: wake_burst: -3: want at least 1"}},
+		{"prefix opening limit", "\nprefix_opening_limit = -1\n", nil, []string{"gateway.hcl:2: prefix_opening_limit: -1: want 0 (one more than the engine's slots) or more"}},
+		{"prefix opening wait", "prefix_opening_wait = \"-5s\"\n", nil, []string{"gateway.hcl:1: prefix_opening_wait: -5s: want 0 (no waiting) or more"}},
 		{"demand window", "demand_window = \"100ms\"\n", nil, []string{"gateway.hcl:1: demand_window: 100ms: want 1s to 1h"}},
 		{"models variable", "models_variable = \"llmgw/models!\"\n", nil, []string{`gateway.hcl:1: models_variable: "llmgw/models!": a Nomad variable path is`}},
 		{"models namespace", "models_namespace = \"*\"\n", nil, []string{`gateway.hcl:1: models_namespace: the model list is one variable in one namespace, not "*"`}},

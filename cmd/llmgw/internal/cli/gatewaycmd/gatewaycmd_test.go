@@ -151,6 +151,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--routing", "chat=fastest", "--listen", "127.0.0.1:0"}, `--routing: routing for model "chat": "fastest" is not a policy`},
 		{[]string{"--routing", "prefix", "--listen", "127.0.0.1:0"}, `--routing: "prefix": want MODEL=POLICY`},
 		{[]string{"--prefix-load-factor", "0.9", "--listen", "127.0.0.1:0"}, "--prefix-load-factor: 0.9: want 1 or more"},
+		{[]string{"--prefix-opening-limit", "-2", "--listen", "127.0.0.1:0"}, "--prefix-opening-limit: -2: want 0"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
