@@ -27,9 +27,9 @@ import (
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
-// engineInterval is --engine-metrics-interval (or --prefix-opening-wait)
-// as Options takes it: 0 (off) is negative there.
-func engineInterval(d time.Duration) time.Duration {
+// offWhenZero is a duration flag whose 0 means off (--engine-metrics-interval,
+// --prefix-opening-wait) as Options takes it: negative there, 0 is the default.
+func offWhenZero(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}
@@ -128,7 +128,7 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		Breaker:      BreakerConfig{Failures: f.BreakerFailures, OpenFor: f.BreakerOpen, MaxOpenFor: f.BreakerMaxOpen},
 
 		NoReplicaRetryAfter:     f.NoReplicaRetryAfter,
-		EngineMetricsInterval:   engineInterval(f.EngineMetricsInterval),
+		EngineMetricsInterval:   offWhenZero(f.EngineMetricsInterval),
 		Models:                  models,
 		Hold:                    HoldConfig{Timeout: f.HoldTimeout, PerModel: f.HoldPerModel, Total: f.HoldTotal, Burst: f.WakeBurst},
 		DemandWindow:            f.DemandWindow,
@@ -136,7 +136,7 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		PrefixLoadFactor:        f.PrefixLoadFactor,
 		PrefixHistoryLoadFactor: f.PrefixHistoryLoadFactor,
 		PrefixOpeningLimit:      f.PrefixOpeningLimit,
-		PrefixOpeningWait:       engineInterval(f.PrefixOpeningWait),
+		PrefixOpeningWait:       offWhenZero(f.PrefixOpeningWait),
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

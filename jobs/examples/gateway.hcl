@@ -58,6 +58,8 @@ demand_window = "30s"
 # routing = ["chat=prefix"]  # MODEL=POLICY: prefix or least-outstanding
 prefix_load_factor         = 2 # with prefix, pass over a replica above 2x its share of the requests in flight
 prefix_history_load_factor = 4 # the same for a chat turn that continues a conversation (its history is there)
+prefix_opening_limit       = 0 # a chat opening a conversation waits while its replica holds this many (0: engine slots + 1)
+prefix_opening_wait        = "30s" # for at most this long, then it is sent anyway ("0s": none waits)
 
 # Circuit breakers, one per replica.
 breaker_failures = 5
