@@ -146,9 +146,9 @@ says. See docs/gateway.md.`,
 	fl.StringVar(&f.TLSKeyFile, "tls-key-file", "", "the certificate's private key (PEM)")
 	fl.StringSliceVar(&f.Routing, "routing", nil, `routing policy per model, MODEL=POLICY (comma-separated): "prefix" or "least-outstanding", over the model list's (default: the list's, else least-outstanding)`)
 	fl.Float64Var(&f.PrefixLoadFactor, "prefix-load-factor", gateway.DefaultPrefixLoadFactor, "with the prefix policy, a replica with more than this times its share of the requests in flight is passed over (1 or more)")
+	fl.Float64Var(&f.PrefixHistoryLoadFactor, "prefix-history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the same for a request that continues a conversation, whose history another replica would compute again (at least --prefix-load-factor)")
 	fl.IntVar(&f.PrefixOpeningLimit, "prefix-opening-limit", 0, "with the prefix policy, a chat that opens a conversation waits at the gateway while its replica holds this many requests, so that continuing turns go first (0: one more than the engine's slots, learned from its metrics)")
 	fl.DurationVar(&f.PrefixOpeningWait, "prefix-opening-wait", gateway.DefaultPrefixOpeningWait, "the longest such a chat waits before it is sent anyway (0: none waits)")
-	fl.Float64Var(&f.PrefixHistoryLoadFactor, "prefix-history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the same for a request that continues a conversation, whose history another replica would compute again (at least --prefix-load-factor)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(hashKeyCommand())
 	return cmd
