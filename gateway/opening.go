@@ -109,9 +109,17 @@ func (x *exchange) pickOpening(p *pool, factor float64) (_ *pool, ep *endpoint, 
 		if ep == nil {
 			return p, nil, false, false
 		}
-		woken := ep.freed.arm()
-		if g.reserve(ep) {
-			ep.freed.disarm()
+		var woken <-chan struct{}
+		admitted := g.openingLimit(ep) == 0 // no limit known: nothing to wait for
+		if admitted {
+			ep.outstanding.Add(1)
+		} else {
+			woken = ep.freed.arm()
+			if admitted = g.reserve(ep); admitted {
+				ep.freed.disarm()
+			}
+		}
+		if admitted {
 			if !waited.IsZero() {
 				g.m.openingWaits.WithLabelValues(model, "sent").Inc()
 				g.m.openingWait.WithLabelValues(model).Observe(g.now().Sub(waited).Seconds())
