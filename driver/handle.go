@@ -651,14 +651,16 @@ func (h *taskHandle) stop(ctx context.Context, timeout time.Duration, sig syscal
 	if err := h.signalGroup(sig); err != nil {
 		return err
 	}
+	signalled := time.Now()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	// An engine that closes its port at the signal but waits for its
 	// clients before it exits is told again once it has stopped serving
-	// for stopRepeatAfter (engine.StopRule).
+	// for stopRepeatAfter; one that still serves long after the signal has
+	// lost it, and is told again too (engine.StopRule). Once.
 	var probe <-chan time.Time
 	rule := engineStopRule(h.st.EngineName)
-	if rule.RepeatWhenUnserved {
+	if rule.RepeatWhenUnserved || rule.RepeatWhenStillServing > 0 {
 		tick := time.NewTicker(stopProbeEvery)
 		defer tick.Stop()
 		probe = tick.C
@@ -674,21 +676,13 @@ wait:
 		case <-t.C:
 			break wait
 		case now := <-probe:
-			if h.serving(ctx) {
-				unserved = time.Time{}
-				continue
-			}
-			if unserved.IsZero() {
-				unserved = now
-				continue
-			}
-			if now.Sub(unserved) < stopRepeatAfter {
+			msg, why, ok := h.repeatStop(ctx, rule, sig, signalled, &unserved, now)
+			if !ok {
 				continue
 			}
 			probe = nil
-			msg := fmt.Sprintf("Engine stopped serving but had not exited %s later: sending %s again", roundDuration(now.Sub(unserved)), unix.SignalName(sig))
-			h.log.Info("engine stopped serving but has not exited; repeating the stop signal", "task_id", h.id, "signal", unix.SignalName(sig))
-			h.emit(time.Time{}, msg, map[string]string{"reason": rule.Why})
+			h.log.Info("engine has not exited; repeating the stop signal", "task_id", h.id, "signal", unix.SignalName(sig), "why", msg)
+			h.emit(time.Time{}, msg, map[string]string{"reason": why})
 			if err := h.signalEngine(sig); err != nil && !errors.Is(err, errNotRunning) {
 				h.log.Warn("repeat the stop signal", "task_id", h.id, "error", err)
 			}
@@ -708,6 +702,34 @@ wait:
 	case <-k.C:
 		return fmt.Errorf("engine (pid %d) still not exited %s after SIGKILL", h.st.Engine.Pid, killTimeout)
 	}
+}
+
+// repeatStop decides, at a probe at now, whether a stopping engine
+// signalled at signalled is sent the signal again under rule: it has
+// refused connections since *unserved for stopRepeatAfter, or it still
+// accepts them rule.RepeatWhenStillServing after the signal. It returns
+// the task event and its reason when so.
+func (h *taskHandle) repeatStop(ctx context.Context, rule engine.StopRule, sig syscall.Signal, signalled time.Time, unserved *time.Time, now time.Time) (msg, why string, ok bool) {
+	if h.serving(ctx) {
+		*unserved = time.Time{}
+		if rule.RepeatWhenStillServing <= 0 || now.Sub(signalled) < rule.RepeatWhenStillServing {
+			return "", "", false
+		}
+		return fmt.Sprintf("Engine still serving %s after %s: sending it again", roundDuration(now.Sub(signalled)), unix.SignalName(sig)),
+			rule.StillServingWhy, true
+	}
+	if !rule.RepeatWhenUnserved {
+		return "", "", false
+	}
+	if unserved.IsZero() {
+		*unserved = now
+		return "", "", false
+	}
+	if now.Sub(*unserved) < stopRepeatAfter {
+		return "", "", false
+	}
+	return fmt.Sprintf("Engine stopped serving but had not exited %s later: sending %s again", roundDuration(now.Sub(*unserved)), unix.SignalName(sig)),
+		rule.Why, true
 }
 
 // stopProbeEvery is how often a stopping engine's port is tried, and

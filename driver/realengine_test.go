@@ -149,7 +149,10 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 	// the last the driver sends, so everything before it is there then.
 	p2.events.wait(t, id, "Engine stopped on request (exit code "+strconv.Itoa(int(r.GetExitCode())), 20*time.Second)
 	msgs = eventMessages(p2, id)
-	repeated := indexOf(msgs, "Engine stopped serving but had not exited") >= 0
+	// The second signal comes when the port has closed (the server waits
+	// for the stream), or 10 s after the first when the server lost it
+	// (its handler deadlocks on its queue's lock, engine/llamacpp.go).
+	repeated := indexOf(msgs, "Engine stopped serving but had not exited") >= 0 || indexOf(msgs, "Engine still serving") >= 0
 	switch {
 	case r.GetSignal() != 0 || w.GetErr() != "":
 		t.Errorf("result %v err %q: want an exit at the stop signal, no error", r, w.GetErr())
@@ -158,7 +161,7 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 	case indexOf(msgs, "Engine stopped on request (exit code "+strconv.Itoa(int(r.GetExitCode()))+")") < 0:
 		t.Errorf("events %q: want the requested stop said as such", msgs)
 	}
-	t.Logf("the stop ended the engine with exit code %d (second signal sent: %v)", r.GetExitCode(), repeated)
+	t.Logf("the stop ended the engine with exit code %d (second signal sent: %v; events %q)", r.GetExitCode(), repeated, msgs[max(0, len(msgs)-3):])
 	cancel()
 	wg.Wait()
 	if !strings.Contains(got.String(), "Hello") {
@@ -265,61 +268,82 @@ func TestRealLlamaCppFailures(t *testing.T) {
 	}
 }
 
-// An engine that closes its port at the stop signal but waits for its
-// clients (fake-engine --hang-on-stop, as llama-server 0.4.0 does) is sent
-// the signal again once it has stopped serving, and ends then, not at the
-// kill timeout.
-func TestStopRepeatsTheSignalForAnEngineThatWaitsForItsClients(t *testing.T) {
+// A llamacpp engine that does not exit at the stop signal is sent it
+// again, and ends then, not at the kill timeout: one that closed its port
+// but waits for its clients (fake-engine --hang-on-stop, as llama-server
+// 0.4.0 does with a request in flight) once it has stopped serving for
+// 2 s; one that lost the signal and still serves (--lose-first-stop, as
+// llama-server's handler deadlocking does) 10 s after it.
+func TestStopRepeatsTheSignalForAnEngineThatHasNotExited(t *testing.T) {
 	p := startPlugin(t, pluginBody)
 	model := filepath.Join(t.TempDir(), "m.gguf")
 	writeFile(t, model, "GGUF")
-	tk := newTask(t, taskOpts{noGPU: true, body: `
+	for _, c := range []struct {
+		name, args     string
+		prefix, suffix string // of the repeated signal's event
+	}{
+		{"waits for its clients", `"--hang-on-stop"`, "Engine stopped serving but had not exited ", " later: sending SIGTERM again"},
+		{"lost the signal", `"--hang-on-stop", "--lose-first-stop"`, "Engine still serving ", " after SIGTERM: sending it again"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tk := newTask(t, taskOpts{noGPU: true, body: `
 engine  = "llamacpp"
 model   = "` + model + `"
 command = "%ENGINE%"
 port    = "%PORT%"
-args    = ["--hang-on-stop", "--tokens-per-second", "1"]
+args    = [` + c.args + `, "--tokens-per-second", "1"]
 `})
-	p.start(t, tk)
-	id := tk.cfg.GetId()
-	p.events.wait(t, id, "Ready after", 20*time.Second)
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	first := make(chan struct{})
-	wg.Go(func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:"+strconv.Itoa(tk.port)+"/v1/completions",
-			strings.NewReader(`{"prompt":"a","max_tokens":1000,"stream":true}`))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			close(first)
-			return
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("stream: %s", resp.Status)
-		}
-		buf := make([]byte, 1)
-		_, _ = resp.Body.Read(buf)
-		close(first)
-		_, _ = io.Copy(io.Discard, resp.Body)
-	})
-	<-first
-	if _, err := p.Driver.StopTask(ctxT(t, 2*time.Minute), &driverpb.StopTaskRequest{TaskId: id, Timeout: durationpb.New(10 * time.Minute), Signal: "SIGTERM"}); err != nil {
-		t.Fatalf("StopTask: %v", err)
-	}
-	w, err := p.Driver.WaitTask(ctxT(t, 10*time.Second), &driverpb.WaitTaskRequest{TaskId: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := w.GetResult(); r.GetSignal() != 0 || r.GetExitCode() != 1 || w.GetErr() != "" {
-		t.Errorf("result %v err %q: want exit code 1 at the second signal, no error", r, w.GetErr())
-	}
-	p.events.wait(t, id, "Engine stopped on request (exit code 1)", 20*time.Second) // the last event; see above
-	msgs := eventMessages(p, id)
-	if i := indexOf(msgs, "Engine stopped serving but had not exited"); i < 0 || !strings.HasSuffix(msgs[i], ": sending SIGTERM again") ||
-		indexOf(msgs, "Engine stopped on request (exit code 1)") < 0 {
-		t.Errorf("events %q: want the repeated signal and the requested stop", msgs)
+			p.start(t, tk)
+			id := tk.cfg.GetId()
+			p.events.wait(t, id, "Ready after", 20*time.Second)
+			ctx, cancel := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			first := make(chan struct{})
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:"+strconv.Itoa(tk.port)+"/v1/completions",
+					strings.NewReader(`{"prompt":"a","max_tokens":1000,"stream":true}`))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					close(first)
+					return
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("stream: %s", resp.Status)
+				}
+				buf := make([]byte, 1)
+				_, _ = resp.Body.Read(buf)
+				close(first)
+				_, _ = io.Copy(io.Discard, resp.Body)
+			})
+			<-first
+			if _, err := p.Driver.StopTask(ctxT(t, 2*time.Minute), &driverpb.StopTaskRequest{TaskId: id, Timeout: durationpb.New(10 * time.Minute), Signal: "SIGTERM"}); err != nil {
+				t.Fatalf("StopTask: %v", err)
+			}
+			w, err := p.Driver.WaitTask(ctxT(t, 10*time.Second), &driverpb.WaitTaskRequest{TaskId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := w.GetResult(); r.GetSignal() != 0 || r.GetExitCode() != 1 || w.GetErr() != "" {
+				t.Errorf("result %v err %q: want exit code 1 at the second signal, no error", r, w.GetErr())
+			}
+			p.events.wait(t, id, "Engine stopped on request (exit code 1)", 20*time.Second) // the last event; see above
+			msgs := eventMessages(p, id)
+			if i := indexOf(msgs, c.prefix); i < 0 || !strings.HasSuffix(msgs[i], c.suffix) ||
+				indexOf(msgs, "Engine stopped on request (exit code 1)") < 0 {
+				t.Errorf("events %q: want %q…%q and the requested stop", msgs, c.prefix, c.suffix)
+			}
+			repeats := 0
+			for _, m := range msgs {
+				if strings.Contains(m, " again") {
+					repeats++
+				}
+			}
+			if repeats != 1 {
+				t.Errorf("events %q: want the signal repeated once", msgs)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Engine names as task configs and catalogs spell them.
@@ -124,6 +125,16 @@ type StopRule struct {
 	RepeatWhenUnserved bool
 	// Why is the task event's explanation of the second signal.
 	Why string
+	// RepeatWhenStillServing, when above zero: an engine that still
+	// accepts connections this long after the stop signal, without having
+	// exited, has not acted on it, and is sent it once more. For an engine
+	// whose handler can lose the first signal (llama.cpp's server
+	// deadlocks in it when the signal lands on the thread holding its
+	// task queue's lock). Longer than the engine takes to close its port
+	// when it does act on the signal.
+	RepeatWhenStillServing time.Duration
+	// StillServingWhy is the task event's explanation of that signal.
+	StillServingWhy string
 }
 
 // Pinned is the engine version a descriptor was written against.

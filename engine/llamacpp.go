@@ -3,6 +3,7 @@ package engine
 import (
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // GPULayersAll is the -ngl value llmgw gives llama.cpp when it holds
@@ -45,7 +46,16 @@ const GPULayersAll = "all"
 //     handlers, which with a request in flight lasts until its client goes
 //     away; a second signal exits at once with status 1
 //     (tools/server/server.cpp:25-37, 452-459). So the driver repeats the
-//     signal once the port has closed (StopRule).
+//     signal once the port has closed (StopRule). The handler is not
+//     async-signal-safe: it calls server_queue::terminate, which locks the
+//     task queue's mutex (server-queue.cpp:132-136), and when the signal
+//     lands on the main thread while that thread holds it (it does, many
+//     times per decode step, with a request in flight) the server
+//     deadlocks, port open, generation stopped; gdb showed exactly that
+//     stack, and it happened in 8 of 39 stops with a stream in flight
+//     here. A second signal is taken by another thread and exits 1. So
+//     the driver also repeats the signal when the port is still open 10 s
+//     after it.
 //   - Load progress: "load_model: loading model 'PATH'" when the load
 //     starts and "llama_server: model loaded" when it is done
 //     (tools/server/server.cpp), logged just after /health turns 200
@@ -97,6 +107,10 @@ func init() {
 			RepeatWhenUnserved: true,
 			Why: "llama-server waits for its clients after the first stop signal and exits at the second " +
 				"(tools/server/server.cpp:25-37 at 80fb11a)",
+			RepeatWhenStillServing: 10 * time.Second,
+			StillServingWhy: "llama-server's signal handler takes its task queue's lock and hangs when the signal " +
+				"interrupts the thread that holds it; a second signal, taken by another thread, exits " +
+				"(tools/server/server.cpp:28-37, server-queue.cpp:132-136 at 80fb11a)",
 		},
 	})
 }

@@ -74,6 +74,11 @@ type Config struct {
 	// on their own (a stream goes on until its client leaves); a second
 	// signal exits 1 at once.
 	HangOnStop bool
+	// LoseFirstStop loses the first SIGTERM or SIGINT as llama.cpp's server
+	// 0.4.0 sometimes does (its handler deadlocks on the task queue's
+	// lock): nothing said, the port stays open; a second one exits 1 at
+	// once.
+	LoseFirstStop bool
 	// ExpectGPUs, when 0 or more, is the exact number of GPUs the engine
 	// must see through CUDA_VISIBLE_DEVICES. -1 when not given.
 	ExpectGPUs int
@@ -224,6 +229,8 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 			c.IgnoreSIGTERM, err = boolValue(name, val, hasVal)
 		case "--hang-on-stop":
 			c.HangOnStop, err = boolValue(name, val, hasVal)
+		case "--lose-first-stop":
+			c.LoseFirstStop, err = boolValue(name, val, hasVal)
 		case "--expect-gpus":
 			c.ExpectGPUs, err = intValue(name, value, 0, 1<<16)
 		case "--host-gpus":
@@ -433,6 +440,8 @@ Fake-engine flags:
   --ignore-sigterm        keep running on SIGTERM (SIGINT still stops)
   --hang-on-stop          stop as llama-server 0.4.0 does: the first SIGTERM/SIGINT closes the port
                           and waits for requests in flight; a second one exits 1 at once
+  --lose-first-stop       lose the first SIGTERM/SIGINT as llama-server 0.4.0 sometimes does (port
+                          still open); a second one exits 1 at once
   --expect-gpus N         exit 3 unless the engine sees exactly N GPUs through CUDA_VISIBLE_DEVICES
   --host-gpus UUID,...    the host's GPUs in PCI bus order: resolve CUDA_VISIBLE_DEVICES as CUDA
                           does (indices need CUDA_DEVICE_ORDER=PCI_BUS_ID) and report UUIDs

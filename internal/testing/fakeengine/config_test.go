@@ -95,10 +95,11 @@ func TestParse(t *testing.T) {
 		},
 		{
 			name: "fake-engine flags",
-			args: "serve m --load-seconds 2500ms --load-shards 3 --tokens-per-second 0 --max-tokens 7 --embedding-dim 4 --crash-after 3 --exit-code 9 --crash-panic --ignore-sigterm --expect-gpus 2",
+			args: "serve m --load-seconds 2500ms --load-shards 3 --tokens-per-second 0 --max-tokens 7 --embedding-dim 4 --crash-after 3 --exit-code 9 --crash-panic --ignore-sigterm --hang-on-stop --lose-first-stop --expect-gpus 2",
 			want: with(func(c *Config) {
 				c.Model, c.LoadTime, c.LoadShards, c.TokensPerSecond, c.MaxTokens, c.EmbeddingDim = "m", 2500*time.Millisecond, 3, 0, 7, 4
 				c.Crash, c.CrashAfter, c.ExitCode, c.CrashPanic, c.IgnoreSIGTERM, c.ExpectGPUs = true, 3*time.Second, 9, true, true, 2
+				c.HangOnStop, c.LoseFirstStop = true, true
 			}),
 		},
 		{

@@ -122,8 +122,9 @@ func Run(ctx context.Context, o Options) int {
 		crash = t.C
 	}
 	// The loop turns once per SIGTERM ignored, and at the first signal
-	// under --hang-on-stop; every other event ends it.
+	// under --hang-on-stop or --lose-first-stop; every other event ends it.
 	var drained chan struct{} // --hang-on-stop: closed once the requests in flight have ended
+	lost := false             // --lose-first-stop: the first stop signal was taken
 	for {
 		select {
 		case <-ctx.Done():
@@ -133,14 +134,19 @@ func Run(ctx context.Context, o Options) int {
 				fmt.Fprintln(stderr, "WARNING fake-engine: ignoring SIGTERM (--ignore-sigterm)")
 				continue
 			}
-			if cfg.HangOnStop && drained == nil {
+			if cfg.LoseFirstStop && !lost {
+				// llama.cpp's handler deadlocked: it says nothing.
+				lost = true
+				continue
+			}
+			if cfg.HangOnStop && drained == nil && !lost {
 				// llama.cpp's words (tools/server/server.cpp at 80fb11a).
 				fmt.Fprintln(stderr, "srv    operator(): operator(): cleaning up before exit...")
 				drained = make(chan struct{})
 				go func() { _ = httpSrv.Shutdown(context.Background()); close(drained) }()
 				continue
 			}
-			if drained != nil {
+			if drained != nil || lost {
 				fmt.Fprintln(stderr, "Received second interrupt, terminating immediately.")
 				cancel()
 				_ = httpSrv.Close()
