@@ -532,9 +532,16 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 	if info.expired {
 		c.dropExpiredPins(in.Now)
 	}
-	c.saveDecisions(res)
-	c.pruneDecisions(in.Catalog)
-	c.saveModels(in.Catalog, res.Scale)
+	// The pass's records (decisions, the gateways' model list) are the
+	// leader's too: written inside its lease, and dropped when it ends.
+	rctx, cancel, err := c.lead.writeContext(ctx, fenced)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer cancel()
+	c.saveDecisions(rctx, res)
+	c.pruneDecisions(rctx, in.Catalog)
+	c.saveModels(rctx, in.Catalog, res.Scale)
 	return errors.Join(errs...)
 }
 
@@ -542,7 +549,10 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 // (gatewayapi.ModelsVariable) when it differs from the last one written: the
 // models a gateway knows with no replica registered, and which may be at
 // zero (their requests are held).
-func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile.Scale) {
+func (c *Controller) saveModels(ctx context.Context, cat facility.Catalog, scale map[string]reconcile.Scale) {
+	if ctx.Err() != nil {
+		return
+	}
 	items, err := modelList(cat, scale).Items()
 	if err != nil {
 		c.log.Warn("model list for the gateways", "error", err)
@@ -551,7 +561,7 @@ func (c *Controller) saveModels(cat facility.Catalog, scale map[string]reconcile
 	if c.savedModels == items[gatewayapi.ModelsItem] {
 		return
 	}
-	if err := c.store.SaveModels(items); err != nil {
+	if err := c.store.SaveModels(ctx, items); err != nil {
 		c.log.Warn("save the model list for the gateways", "error", err)
 		return
 	}
@@ -608,8 +618,8 @@ func (c *Controller) guardStops(in reconcile.Input, acts []reconcile.Action) []r
 
 // pruneDecisions deletes, once after each load of the catalog, the stored
 // decisions of slots that are no longer in it.
-func (c *Controller) pruneDecisions(cat facility.Catalog) {
-	if !c.files.toPrune() {
+func (c *Controller) pruneDecisions(ctx context.Context, cat facility.Catalog) {
+	if !c.files.toPrune() || ctx.Err() != nil {
 		return
 	}
 	var keep []string
@@ -618,7 +628,7 @@ func (c *Controller) pruneDecisions(cat facility.Catalog) {
 			keep = append(keep, facility.ReplicaID(m.Name, i))
 		}
 	}
-	n, err := c.store.PruneDecisions(keep)
+	n, err := c.store.PruneDecisions(ctx, keep)
 	if err != nil {
 		c.log.Warn("delete decisions of removed replicas", "error", err)
 		return

@@ -266,13 +266,21 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 	// The API shows the round's decisions before the nodes get them, so
 	// that a reader who sees a node's caps written also sees this round.
 	c.recordCaps(now, res, gpus, sites)
-	c.writeCaps(want)
+	// The caps are the leader's writes: made inside its lease, and cut
+	// off when it ends, like its job writes.
+	wctx, cancel, err := c.lead.writeContext(ctx, true)
+	if err != nil {
+		c.log.Info("power caps not written", "error", err)
+		return
+	}
+	defer cancel()
+	c.writeCaps(wctx, want)
 	p.mu.Lock()
 	p.beats++
 	beat := p.beats
 	p.mu.Unlock()
 	if len(want) > 0 {
-		if err := c.store.Heartbeat(capsLease(c.obs.powerInterval), beat); err != nil {
+		if err := c.store.Heartbeat(wctx, capsLease(c.obs.powerInterval), beat); err != nil {
 			c.log.Warn("power caps: heartbeat not written; nodes fall back to their safe caps when the lease ends", "error", err)
 		}
 	}
@@ -289,7 +297,7 @@ func (a nodeCaps) equal(b nodeCaps) bool {
 // writeCaps writes every node's caps variable that differs from what was
 // last written, and deletes the variables of nodes no longer managed (all
 // of them once after this controller began to lead, then as they go).
-func (c *Controller) writeCaps(want map[string]nodeCaps) {
+func (c *Controller) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 	p := c.power
 	p.mu.Lock()
 	written, cleaned := maps.Clone(p.written), p.cleaned
@@ -301,7 +309,7 @@ func (c *Controller) writeCaps(want map[string]nodeCaps) {
 		if old, ok := written[path]; ok && old.equal(nc) {
 			continue
 		}
-		if err := c.store.SetNodeCaps(node, nc.caps, nc.fallback); err != nil {
+		if err := c.store.SetNodeCaps(ctx, node, nc.caps, nc.fallback); err != nil {
 			c.log.Warn("power caps not written", "node", node, "error", err)
 			continue
 		}
@@ -309,7 +317,7 @@ func (c *Controller) writeCaps(want map[string]nodeCaps) {
 	}
 	var gone []string
 	if !cleaned {
-		paths, err := c.store.CappedNodes()
+		paths, err := c.store.CappedNodes(ctx)
 		if err != nil {
 			c.log.Warn("power caps: the managed nodes cannot be listed", "error", err)
 		} else {
@@ -327,7 +335,7 @@ func (c *Controller) writeCaps(want map[string]nodeCaps) {
 		}
 	}
 	for _, path := range gone {
-		if err := c.store.DeletePath(path); err != nil {
+		if err := c.store.DeletePath(ctx, path); err != nil {
 			c.log.Warn("power caps: a node no longer managed keeps its variable", "variable", path, "error", err)
 			continue
 		}

@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/internal/testing/faultproxy"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
@@ -63,4 +67,57 @@ func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 	}
 	wait.For(t, "alpha-4 placed by ctl-b", func() (bool, string) { return e.placedAll(append(alphaBetaSlots, "alpha-3", "alpha-4")...) })
 	wait.For(t, "ctl-a's watches to resume after the reset", func() (bool, string) { return e.caughtUp(a.Controller) })
+}
+
+// A leader cut off from Nomad while it writes its pass's records (the
+// decisions, the gateways' model list) steps down on its renewal's
+// deadline: the record write in flight ends with the lease, and no other
+// starts. (They used to run out their own 10 s timeouts one after the
+// other, and the leader went on leading, and writing, long after its
+// lease: CI saw 40 s.) Every variable write but the first lock acquire
+// hangs here until the caller gives up, so the controller can neither
+// renew nor take the lock again.
+func TestLeaderCutOffInItsRecordWritesStepsDown(t *testing.T) {
+	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`, nomadfake.WithAutoRun(true))
+	var (
+		mu       sync.Mutex
+		acquired bool
+		records  []string // the record writes the fake received
+	)
+	release := make(chan struct{})
+	leaderPath := "/v1/var/" + store.LeaderPath
+	e.fake.Hook(func(r *http.Request) {
+		if r.Method != http.MethodPut || !strings.HasPrefix(r.URL.Path, "/v1/var/"+store.Prefix) {
+			return
+		}
+		mu.Lock()
+		if r.URL.Path == leaderPath && r.URL.Query().Has("lock-acquire") && !acquired {
+			acquired = true
+			mu.Unlock()
+			return
+		}
+		if r.URL.Path != leaderPath {
+			records = append(records, r.URL.Path)
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	a := e.start("ctl-a")
+	t.Cleanup(func() { close(release) }) // before ctl-a stops (cleanups run last first)
+	wait.For(t, "every replica placed by ctl-a", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
+	wait.For(t, "ctl-a to write its first record", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(records) > 0, ""
+	})
+	wait.For(t, "ctl-a to step down on its renewal's deadline", func() (bool, string) { l, _ := a.health(t); return !l, "" })
+	mu.Lock()
+	got := slices.Clone(records)
+	mu.Unlock()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "/v1/var/"+store.DecisionsPath) {
+		t.Errorf("record writes before ctl-a stepped down: %q, want the one decision in flight when its lease ended", got)
+	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"sync"
 	"time"
@@ -91,10 +92,14 @@ func (s *viewState) shows(target uint64) (bool, <-chan struct{}) {
 
 // saveDecisions stores each decision of the pass that changed since it
 // was last stored, so explanations survive restarts without a write per
-// replica per pass.
-func (c *Controller) saveDecisions(res reconcile.Result) {
+// replica per pass. It stops when ctx ends (the lease, or the pass's
+// deadline).
+func (c *Controller) saveDecisions(ctx context.Context, res reconcile.Result) {
 	now := c.now()
 	for slot, d := range res.Decisions {
+		if ctx.Err() != nil {
+			return // the rest wait for the next pass (or the next leader)
+		}
 		e := explainOf(d, now)
 		e.Waiting = res.Waits[slot]
 		key := e
@@ -103,7 +108,7 @@ func (c *Controller) saveDecisions(res reconcile.Result) {
 		if c.saved[slot] == string(b) {
 			continue
 		}
-		if err := c.store.SaveDecision(slot, e); err != nil {
+		if err := c.store.SaveDecision(ctx, slot, e); err != nil {
 			c.log.Warn("save decision", "replica", slot, "error", err)
 			continue
 		}

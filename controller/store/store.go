@@ -72,13 +72,17 @@ func New(vars Variables, namespace string) *Store { return &Store{vars: vars, na
 // Timeout bounds every call the store makes to Nomad.
 const Timeout = 10 * time.Second
 
-func (s *Store) qo() (*api.QueryOptions, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+// qo and wo bound one call by Timeout and by parent: the leader's own
+// writes (decisions, the model list, power caps) pass a context that ends
+// with its lease, so that a leader cut off from Nomad stops writing when
+// it steps down instead of waiting out each call.
+func (s *Store) qo(parent context.Context) (*api.QueryOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, Timeout)
 	return (&api.QueryOptions{Namespace: s.namespace}).WithContext(ctx), cancel
 }
 
-func (s *Store) wo() (*api.WriteOptions, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+func (s *Store) wo(parent context.Context) (*api.WriteOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, Timeout)
 	return (&api.WriteOptions{Namespace: s.namespace}).WithContext(ctx), cancel
 }
 
@@ -211,12 +215,12 @@ func updateList[T any](s *Store, path, item string, key func(T) string, f func([
 		}
 		nv := &api.Variable{Namespace: s.namespace, Path: path, Items: api.VariableItems{item: string(data)}}
 		if v == nil {
-			wo, cancel := s.wo()
+			wo, cancel := s.wo(context.Background())
 			_, _, err = s.vars.CheckedCreate(nv, wo)
 			cancel()
 		} else {
 			nv.ModifyIndex = v.ModifyIndex
-			wo, cancel := s.wo()
+			wo, cancel := s.wo(context.Background())
 			_, _, err = s.vars.CheckedUpdate(nv, wo)
 			cancel()
 		}
@@ -234,12 +238,12 @@ func updateList[T any](s *Store, path, item string, key func(T) string, f func([
 
 // SaveDecision stores a replica's explanation (any JSON-encodable value).
 // The latest pass's decision wins; it is not check-and-set.
-func (s *Store) SaveDecision(replica string, decision any) error {
+func (s *Store) SaveDecision(ctx context.Context, replica string, decision any) error {
 	data, err := json.Marshal(decision)
 	if err != nil {
 		return err
 	}
-	wo, cancel := s.wo()
+	wo, cancel := s.wo(ctx)
 	defer cancel()
 	_, _, err = s.vars.Update(&api.Variable{Namespace: s.namespace, Path: DecisionPath(replica), Items: api.VariableItems{"decision": string(data)}}, wo)
 	if err != nil {
@@ -250,8 +254,8 @@ func (s *Store) SaveDecision(replica string, decision any) error {
 
 // SaveModels writes the gateways' model list (gatewayapi.ModelList.Items).
 // The latest write wins; it is not check-and-set.
-func (s *Store) SaveModels(items map[string]string) error {
-	wo, cancel := s.wo()
+func (s *Store) SaveModels(ctx context.Context, items map[string]string) error {
+	wo, cancel := s.wo(ctx)
 	defer cancel()
 	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: gatewayapi.ModelsVariable, Items: items}, wo); err != nil {
 		return fmt.Errorf("write %s: %w", gatewayapi.ModelsVariable, err)
@@ -272,22 +276,14 @@ func (s *Store) Decision(replica string, out any) (bool, error) {
 	return true, nil
 }
 
-// DeleteDecision forgets a replica's explanation (its slot left the catalog).
-func (s *Store) DeleteDecision(replica string) error {
-	wo, cancel := s.wo()
-	defer cancel()
-	_, err := s.vars.Delete(DecisionPath(replica), wo)
-	return err
-}
-
 // PruneDecisions deletes the stored explanations of every replica not in
 // keep (their slots left the catalog) and returns how many it deleted.
-func (s *Store) PruneDecisions(keep []string) (int, error) {
+func (s *Store) PruneDecisions(ctx context.Context, keep []string) (int, error) {
 	want := make(map[string]bool, len(keep))
 	for _, r := range keep {
 		want[DecisionPath(r)] = true
 	}
-	qo, cancel := s.qo()
+	qo, cancel := s.qo(ctx)
 	vs, _, err := s.vars.PrefixList(DecisionsPath, qo)
 	cancel()
 	if err != nil {
@@ -299,7 +295,7 @@ func (s *Store) PruneDecisions(keep []string) (int, error) {
 		if want[v.Path] || !strings.HasPrefix(v.Path, DecisionsPath) {
 			continue
 		}
-		wo, cancel := s.wo()
+		wo, cancel := s.wo(ctx)
 		_, err := s.vars.Delete(v.Path, wo)
 		cancel()
 		if err != nil {
@@ -312,7 +308,7 @@ func (s *Store) PruneDecisions(keep []string) (int, error) {
 }
 
 func (s *Store) peek(path string) (*api.Variable, error) {
-	qo, cancel := s.qo()
+	qo, cancel := s.qo(context.Background())
 	defer cancel()
 	v, _, err := s.vars.Peek(path, qo)
 	if err != nil {
@@ -330,7 +326,7 @@ func DecisionPath(replica string) string { return DecisionsPath + devicesapi.Esc
 // (devicesapi.NodeCapsPath): each GPU's cap and its fallback for when the
 // node loses the controller, in watts by GPU UUID. A GPU in neither map
 // runs at its default limit. The latest write wins; only the leader writes.
-func (s *Store) SetNodeCaps(node string, caps, fallback map[string]float64) error {
+func (s *Store) SetNodeCaps(ctx context.Context, node string, caps, fallback map[string]float64) error {
 	items := api.VariableItems{}
 	for uuid, w := range caps {
 		items[devicesapi.CapItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
@@ -339,7 +335,7 @@ func (s *Store) SetNodeCaps(node string, caps, fallback map[string]float64) erro
 		items[devicesapi.FallbackItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
 	}
 	path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
-	wo, cancel := s.wo()
+	wo, cancel := s.wo(ctx)
 	defer cancel()
 	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: path, Items: items}, wo); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -349,8 +345,8 @@ func (s *Store) SetNodeCaps(node string, caps, fallback map[string]float64) erro
 
 // CappedNodes lists the variables of the nodes whose power the controller
 // manages, as paths (devicesapi.NodeCapsPath), the heartbeat left out.
-func (s *Store) CappedNodes() ([]string, error) {
-	qo, cancel := s.qo()
+func (s *Store) CappedNodes(ctx context.Context) ([]string, error) {
+	qo, cancel := s.qo(ctx)
 	vs, _, err := s.vars.PrefixList(devicesapi.PowerCapsPrefix+"/", qo)
 	cancel()
 	if err != nil {
@@ -369,8 +365,8 @@ func (s *Store) CappedNodes() ([]string, error) {
 // DeletePath deletes one variable the controller owns, by path. Deleting
 // a node's caps (a path CappedNodes lists) stops managing its power: its
 // device plugin puts every GPU llmgw capped back to its default limit.
-func (s *Store) DeletePath(path string) error {
-	wo, cancel := s.wo()
+func (s *Store) DeletePath(ctx context.Context, path string) error {
+	wo, cancel := s.wo(ctx)
 	defer cancel()
 	if _, err := s.vars.Delete(path, wo); err != nil {
 		return fmt.Errorf("delete %s: %w", path, err)
@@ -382,9 +378,9 @@ func (s *Store) DeletePath(path string) error {
 // version of the heartbeat variable, and a node whose plugin sees none for
 // lease applies its fallback caps. beat is written as an item so that each
 // write differs (the controller's pass count, say).
-func (s *Store) Heartbeat(lease time.Duration, beat uint64) error {
+func (s *Store) Heartbeat(ctx context.Context, lease time.Duration, beat uint64) error {
 	path := devicesapi.PowerCapsPrefix + "/" + devicesapi.Heartbeat
-	wo, cancel := s.wo()
+	wo, cancel := s.wo(ctx)
 	defer cancel()
 	items := api.VariableItems{devicesapi.LeaseItem: lease.String(), "beat": strconv.FormatUint(beat, 10)}
 	if _, _, err := s.vars.Update(&api.Variable{Namespace: s.namespace, Path: path, Items: items}, wo); err != nil {

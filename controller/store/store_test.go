@@ -124,13 +124,14 @@ func TestPowerCapsVariables(t *testing.T) {
 	fake := nomadfake.New()
 	t.Cleanup(fake.Close)
 	s := New(fake.Client(t).Variables(), "")
-	if err := s.SetNodeCaps("gpu-1.dc1", map[string]float64{"GPU-a": 450}, map[string]float64{"GPU-a": 300, "GPU-b": 300.5}); err != nil {
+	ctx := t.Context()
+	if err := s.SetNodeCaps(ctx, "gpu-1.dc1", map[string]float64{"GPU-a": 450}, map[string]float64{"GPU-a": 300, "GPU-b": 300.5}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetNodeCaps("gpu-2", nil, map[string]float64{"GPU-c": 400}); err != nil {
+	if err := s.SetNodeCaps(ctx, "gpu-2", nil, map[string]float64{"GPU-c": 400}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Heartbeat(45*time.Second, 1); err != nil {
+	if err := s.Heartbeat(ctx, 45*time.Second, 1); err != nil {
 		t.Fatal(err)
 	}
 	v := fake.Variable("default", "llmgw/power-caps/gpu-1~2edc1")
@@ -146,20 +147,20 @@ func TestPowerCapsVariables(t *testing.T) {
 		t.Fatalf("heartbeat %+v, want lease 45s", hb)
 	}
 	first := hb.ModifyIndex
-	if err := s.Heartbeat(45*time.Second, 2); err != nil {
+	if err := s.Heartbeat(ctx, 45*time.Second, 2); err != nil {
 		t.Fatal(err)
 	}
 	if hb := fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb.ModifyIndex <= first {
 		t.Errorf("a second beat kept the index %d", hb.ModifyIndex)
 	}
-	nodes, err := s.CappedNodes()
+	nodes, err := s.CappedNodes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"llmgw/power-caps/gpu-1~2edc1", "llmgw/power-caps/gpu-2"}, nodes); diff != "" {
 		t.Errorf("capped nodes (-want +got):\n%s", diff)
 	}
-	if err := s.DeletePath(nodes[1]); err != nil {
+	if err := s.DeletePath(ctx, nodes[1]); err != nil {
 		t.Fatal(err)
 	}
 	if v := fake.Variable("default", "llmgw/power-caps/gpu-2"); v != nil {
