@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -412,4 +413,29 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 		d := pdu()
 		return len(e.liveJobs()) == 3 && d.Count == "measured", fmt.Sprintf("%d jobs, pdu %+v", len(e.liveJobs()), d)
 	})
+}
+
+// TestCapsVariableOfANodeWithNothingToCap is the demo's case: a node in a
+// budgeted domain, its plugin taking caps, drawing far under the budget,
+// so that none of its GPUs needs a cap or a fallback. Its caps variable is
+// written all the same (the plugin must know the controller manages the
+// node), with the managed item alone: the Nomad fake, like Nomad, refuses
+// a variable without items, which had left the node without one and the
+// controller logging "power caps not written" every round.
+func TestCapsVariableOfANodeWithNothingToCap(t *testing.T) {
+	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, "headroom = 0\nbudget \"pdu=p1\" {\n  watts = 10000\n}\n")
+	gpuStats(t, e, 100, "")
+	e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
+	// The heartbeat is written in the same round as the nodes' caps, after
+	// them: once it exists, n1's variable has been written or refused.
+	wait.For(t, "the caps heartbeat", func() (bool, string) {
+		return e.fake.Variable("default", "llmgw/power-caps/_heartbeat") != nil, ""
+	})
+	v := e.fake.Variable("default", "llmgw/power-caps/n1")
+	if v == nil {
+		t.Fatal("n1's caps variable was not written (a variable without items is refused by Nomad)")
+	}
+	if want := map[string]string{devicesapi.ManagedItem: "true"}; !maps.Equal(map[string]string(v.Items), want) {
+		t.Errorf("n1's caps variable holds %v, want %v", v.Items, want)
+	}
 }

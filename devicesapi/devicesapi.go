@@ -23,7 +23,7 @@ const (
 
 // The power-caps variables: the controller writes
 // <PowerCapsPrefix>/<node name> with CapItem+<GPU UUID> and
-// FallbackItem+<GPU UUID> items (watts), and renews
+// FallbackItem+<GPU UUID> items (watts) and always ManagedItem, and renews
 // <PowerCapsPrefix>/<Heartbeat>, whose LeaseItem may set the lease.
 const (
 	PowerCapsPrefix = "llmgw/power-caps"
@@ -31,6 +31,12 @@ const (
 	CapItem         = "cap."      // cap.<GPU UUID> = watts: the controller's cap
 	FallbackItem    = "fallback." // fallback.<GPU UUID> = watts: the cap if the controller is lost
 	LeaseItem       = "lease"     // in the heartbeat: a duration overriding the plugin's lease
+	// ManagedItem is in every node's caps variable, so that the variable of
+	// a node whose GPUs need neither a cap nor a fallback still has an
+	// item: Nomad refuses a variable without items ("variable missing
+	// required Items object"), and the variable's existence is what tells
+	// the plugin the controller manages the node. The plugin ignores it.
+	ManagedItem = "managed"
 )
 
 // NodeCapsPath is the variable holding the caps of the node named node,

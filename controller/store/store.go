@@ -325,9 +325,13 @@ func DecisionPath(replica string) string { return DecisionsPath + devicesapi.Esc
 // SetNodeCaps writes the power caps of the node named node
 // (devicesapi.NodeCapsPath): each GPU's cap and its fallback for when the
 // node loses the controller, in watts by GPU UUID. A GPU in neither map
-// runs at its default limit. The latest write wins; only the leader writes.
+// runs at its default limit. The variable always holds
+// devicesapi.ManagedItem too: a node with neither caps nor fallbacks is
+// still managed (its plugin applies its own fallback_watts when the lease
+// ends), and Nomad refuses a variable without items. The latest write
+// wins; only the leader writes.
 func (s *Store) SetNodeCaps(ctx context.Context, node string, caps, fallback map[string]float64) error {
-	items := api.VariableItems{}
+	items := api.VariableItems{devicesapi.ManagedItem: "true"}
 	for uuid, w := range caps {
 		items[devicesapi.CapItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
 	}

@@ -138,7 +138,7 @@ func TestPowerCapsVariables(t *testing.T) {
 	if v == nil {
 		t.Fatal("no caps variable for gpu-1.dc1")
 	}
-	want := map[string]string{"cap.GPU-a": "450", "fallback.GPU-a": "300", "fallback.GPU-b": "300.5"}
+	want := map[string]string{"managed": "true", "cap.GPU-a": "450", "fallback.GPU-a": "300", "fallback.GPU-b": "300.5"}
 	if diff := cmp.Diff(want, map[string]string(v.Items)); diff != "" {
 		t.Errorf("gpu-1.dc1's items (-want +got):\n%s", diff)
 	}
@@ -165,5 +165,26 @@ func TestPowerCapsVariables(t *testing.T) {
 	}
 	if v := fake.Variable("default", "llmgw/power-caps/gpu-2"); v != nil {
 		t.Errorf("gpu-2's caps left after the delete: %+v", v)
+	}
+}
+
+// TestNodeCapsWithNothingToCap: a managed node whose GPUs need neither a
+// cap nor a fallback still gets its variable, with the managed item alone
+// (Nomad, and the fake like it, refuse a variable without items: "variable
+// missing required Items object").
+func TestNodeCapsWithNothingToCap(t *testing.T) {
+	t.Parallel()
+	fake := nomadfake.New()
+	t.Cleanup(fake.Close)
+	s := New(fake.Client(t).Variables(), "")
+	if err := s.SetNodeCaps(t.Context(), "gpu-3", map[string]float64{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	v := fake.Variable("default", "llmgw/power-caps/gpu-3")
+	if v == nil {
+		t.Fatal("no caps variable for gpu-3")
+	}
+	if diff := cmp.Diff(map[string]string{"managed": "true"}, map[string]string(v.Items)); diff != "" {
+		t.Errorf("gpu-3's items (-want +got):\n%s", diff)
 	}
 }
