@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -395,13 +396,10 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteIndented(w, http.StatusOK, cv)
 }
 
-var labelKeys = map[string]string{
-	"site": observe.MetaSite, "room": observe.MetaRoom, "row": observe.MetaRow, "rack": observe.MetaRack,
-	"pdu": observe.MetaPDU, "fabric": observe.MetaFabric, "hcas": observe.MetaHCAs, "base_watts": observe.MetaBaseWatts,
-}
-
 // putLabels writes Nomad dynamic node metadata, which wins over the client
-// file's meta and survives client restarts.
+// file's meta and survives client restarts. Every label is checked
+// (observe.CheckLabel: names as in a domain name, numbers in range) before
+// anything is written; a bad one refuses the whole request, naming it.
 func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("node")
 	var req controllerapi.LabelsRequest
@@ -409,27 +407,33 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "body: "+err.Error(), `send {"set": {"rack": "r01-k01"}, "unset": ["pdu"]}`)
 		return
 	}
+	labelHint := "labels: " + strings.Join(observe.LabelNames(), ", ") +
+		"; names are letters, digits, '-', '_' and '.' (at most 63), base_watts a number of watts, hcas a whole number"
 	meta := map[string]*string{}
-	for k, v := range req.Set {
-		key, ok := labelKeys[k]
-		if !ok {
-			writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown label %q", k), "labels: site, room, row, rack, pdu, fabric, hcas, base_watts")
-			return
+	var problems []string
+	for _, k := range slices.Sorted(maps.Keys(req.Set)) {
+		v := req.Set[k]
+		if err := observe.CheckLabel(k, v); err != nil {
+			problems = append(problems, err.Error())
+			continue
 		}
-		if v == "" || strings.ContainsAny(v, ",= \t") {
-			writeErr(w, http.StatusBadRequest, fmt.Sprintf("label %s: value %q is empty or has a comma, '=' or space", k, v), "")
-			return
-		}
-		val := v
-		meta[key] = &val
+		meta[observe.Labels[k]] = &v
 	}
 	for _, k := range req.Unset {
-		key, ok := labelKeys[k]
+		key, ok := observe.Labels[k]
 		if !ok {
-			writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown label %q", k), "labels: site, room, row, rack, pdu, fabric, hcas, base_watts")
-			return
+			problems = append(problems, fmt.Sprintf("unset: unknown label %.64q", k))
+			continue
+		}
+		if _, set := req.Set[k]; set {
+			problems = append(problems, fmt.Sprintf("label %s: both set and unset", k))
+			continue
 		}
 		meta[key] = nil
+	}
+	if len(problems) > 0 {
+		writeErr(w, http.StatusBadRequest, strings.Join(problems, "; "), labelHint)
+		return
 	}
 	if len(meta) == 0 {
 		writeErr(w, http.StatusBadRequest, "nothing to set or unset", "")

@@ -52,7 +52,17 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		contains   string
 	}{
 		{"unknown label", "n1", controllerapi.LabelsRequest{Set: map[string]string{"cage": "c1"}}, http.StatusBadRequest, `unknown label \"cage\"`},
-		{"bad value", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r 1"}}, http.StatusBadRequest, "has a comma"},
+		{"space", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r 1"}}, http.StatusBadRequest, `label rack: value \"r 1\" has ' '`},
+		{"newline", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r1\nr2"}}, http.StatusBadRequest, `label rack: value \"r1\\nr2\" has '\\n'`},
+		{"escape", "n1", controllerapi.LabelsRequest{Set: map[string]string{"site": "\x1b[2J"}}, http.StatusBadRequest, "label site: value"},
+		{"NUL", "n1", controllerapi.LabelsRequest{Set: map[string]string{"pdu": "p\x00"}}, http.StatusBadRequest, "label pdu: value"},
+		{"too long", "n1", controllerapi.LabelsRequest{Set: map[string]string{"row": strings.Repeat("r", 64)}}, http.StatusBadRequest, "more than 63"},
+		{"base_watts not a number", "n1", controllerapi.LabelsRequest{Set: map[string]string{"base_watts": "abc"}}, http.StatusBadRequest, `label base_watts: \"abc\" is not a number of watts`},
+		{"hcas not whole", "n1", controllerapi.LabelsRequest{Set: map[string]string{"hcas": "1.5"}}, http.StatusBadRequest, "label hcas"},
+		// One bad label refuses the request whole: rack stays r9.
+		{"one bad of two", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r8", "base_watts": "-5"}}, http.StatusBadRequest, "label base_watts"},
+		{"unknown unset", "n1", controllerapi.LabelsRequest{Unset: []string{"cage"}}, http.StatusBadRequest, `unset: unknown label \"cage\"`},
+		{"set and unset", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r8"}, Unset: []string{"rack"}}, http.StatusBadRequest, "both set and unset"},
 		{"nothing", "n1", controllerapi.LabelsRequest{}, http.StatusBadRequest, "nothing to set"},
 		{"unknown node", "n7", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r1"}}, http.StatusNotFound, "did you mean"},
 	} {
@@ -60,6 +70,10 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		if code != tc.code || !strings.Contains(body, tc.contains) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, body, tc.code, tc.contains)
 		}
+	}
+	meta = e.fake.Node(e.nodes["n1"]).Meta
+	if meta["llmgw.rack"] != "r9" || meta["llmgw.base_watts"] != "" || meta["llmgw.hcas"] != "" {
+		t.Errorf("n1's meta after the refused writes: rack %q, base_watts %q, hcas %q; want r9 and none", meta["llmgw.rack"], meta["llmgw.base_watts"], meta["llmgw.hcas"])
 	}
 }
 

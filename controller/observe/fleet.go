@@ -59,7 +59,7 @@ func Fleet(nodes []*api.Node, allocs []*api.AllocationListStub, power map[string
 			Fabric:    n.Meta[MetaFabric],
 			BaseWatts: baseWatts,
 		}
-		if v, err := strconv.ParseFloat(n.Meta[MetaBaseWatts], 64); err == nil && v >= 0 {
+		if v, err := ParseBaseWatts(n.Meta[MetaBaseWatts]); err == nil {
 			fn.BaseWatts = v
 		}
 		if p, ok := power[n.ID]; ok && p.Devices > 0 {

@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -122,5 +124,78 @@ func TestGPUReadings(t *testing.T) {
 	}
 	if GPUReadings(nil) != nil {
 		t.Error("no stats: want no readings")
+	}
+}
+
+// Every label value CheckLabel accepts, Fleet reads as the API wrote it,
+// and every location value it accepts is a domain facility.ParseDomain
+// takes; what it refuses names the label.
+func TestCheckLabel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, value, err string }{
+		{"rack", "r01-k01", ""},
+		{"site", "ams1.dc_2", ""},
+		{"fabric", "ib0", ""},
+		{"pdu", strings.Repeat("p", MaxLabelLen), ""},
+		{"base_watts", "1200", ""},
+		{"base_watts", "0", ""},
+		{"base_watts", "1250.5", ""},
+		{"hcas", "8", ""},
+		{"hcas", "0", ""},
+		{"rack", "", "label rack: empty value"},
+		{"rack", "r 1", `label rack: value "r 1" has ' '`},
+		{"rack", "r1\nx", `has '\n'`},
+		{"rack", "r1\x1b[31m", `has '\x1b'`},
+		{"rack", "r1\x00", `has '\x00'`},
+		{"rack", "r=1", `has '='`},
+		{"rack", "r1,r2", `has ','`},
+		{"rack", "r1/r2", `has '/'`},
+		{"row", "ré", "only letters, digits"},
+		{"pdu", strings.Repeat("p", MaxLabelLen+1), "64 bytes long, more than 63"},
+		{"base_watts", "abc", `label base_watts: "abc" is not a number of watts from 0 to 100000`},
+		{"base_watts", "-1", "label base_watts"},
+		{"base_watts", "NaN", "label base_watts"},
+		{"base_watts", "Inf", "label base_watts"},
+		{"base_watts", "1e9", "label base_watts"},
+		{"base_watts", " 300", "label base_watts"},
+		{"hcas", "abc", `label hcas: "abc" is not a whole number of HCAs from 0 to 64`},
+		{"hcas", "2.5", "label hcas"},
+		{"hcas", "65", "label hcas"},
+		{"hcas", "-1", "label hcas"},
+		{"cage", "c1", `unknown label "cage"`},
+	} {
+		err := CheckLabel(tc.name, tc.value)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("CheckLabel(%q, %q): %v, want nil", tc.name, tc.value, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("CheckLabel(%q, %q): %v, want an error with %q", tc.name, tc.value, err, tc.err)
+		case tc.err == "" && tc.name == "base_watts":
+			n := gpuNode("id-a", "a", "k1", []bool{true})
+			n.Meta[MetaBaseWatts] = tc.value
+			want, _ := strconv.ParseFloat(tc.value, 64)
+			if got := Fleet([]*api.Node{n}, nil, nil, 1).Nodes[0].BaseWatts; got != want {
+				t.Errorf("Fleet read base_watts %q as %v, want %v", tc.value, got, want)
+			}
+		case tc.err == "" && tc.name != "fabric" && tc.name != "hcas":
+			if _, err := facility.ParseDomain(tc.name + "=" + tc.value); err != nil {
+				t.Errorf("label %s=%q accepted, but it is no domain: %v", tc.name, tc.value, err)
+			}
+		}
+	}
+	if names := LabelNames(); len(names) != len(Labels) {
+		t.Errorf("LabelNames %v, Labels %v: one lacks a label", names, Labels)
+	} else {
+		for _, n := range names {
+			if _, ok := Labels[n]; !ok {
+				t.Errorf("LabelNames has %q, Labels does not", n)
+			}
+		}
+	}
+	// A base_watts Fleet cannot read leaves the configured base draw.
+	n := gpuNode("id-a", "a", "k1", []bool{true})
+	n.Meta[MetaBaseWatts] = "abc"
+	if got := Fleet([]*api.Node{n}, nil, nil, 1200).Nodes[0].BaseWatts; got != 1200 {
+		t.Errorf("Fleet with base_watts \"abc\": %v W, want the configured 1200", got)
 	}
 }

@@ -213,6 +213,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		{env, []string{"explain", "alpha-0"}, ExitUnauthorized},
 		{withToken, []string{"label", "n1", "rack=r01-k01"}, ExitNotFound},
 		{withToken, []string{"label", "n01", "cage=c1"}, ExitUsage},
+		{withToken, []string{"label", "n01", "base_watts=abc"}, ExitUsage},
 		{withToken, []string{"label", "n01", "rack"}, ExitUsage},
 		{withToken, []string{"label", "n01"}, ExitUsage},
 		{withToken, []string{"facility", "hold", "rack=r01-k9"}, ExitNotFound},
