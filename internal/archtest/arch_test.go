@@ -178,6 +178,7 @@ var pureDirs = []string{
 	"github.com/llmgw/llmgw/controller/observe",
 	"github.com/llmgw/llmgw/controller/render",
 	"github.com/llmgw/llmgw/internal/hcldecode",
+	"github.com/llmgw/llmgw/internal/bounded",
 	"github.com/llmgw/llmgw/internal/nomadenv",
 }
 

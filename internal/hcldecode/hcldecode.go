@@ -30,6 +30,7 @@ package hcldecode
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -41,6 +42,8 @@ import (
 	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
+
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // Problem is one problem with a file, at a place in it. It is the one
@@ -92,6 +95,12 @@ func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File
 // problems name the file's lines.
 func DecodePart(filename string, part Part, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
 	f = &File{filename: filename}
+	if err := checkBounds(filename, part); err != nil {
+		var le *bounded.LimitError
+		errors.As(err, &le)
+		f.problems = append(f.problems, Problem{Filename: filename, Line: le.Line, Msg: err.Error()})
+		return f, false
+	}
 	var (
 		file  *hcl.File
 		diags hcl.Diagnostics
@@ -112,6 +121,18 @@ func DecodePart(filename string, part Part, ctx *hcl.EvalContext, val any) (f *F
 		f.problems = append(f.problems, Problem{Filename: filename, Line: max(p.at.Line, 1), Msg: p.msg})
 	}
 	return f, true
+}
+
+// checkBounds refuses a part larger than bounded.MaxFileBytes or nested
+// deeper than bounded.MaxDepth, before HCL's recursive parsers see it.
+func checkBounds(filename string, part Part) error {
+	if len(part.Src) > bounded.MaxFileBytes {
+		return &bounded.LimitError{Limit: "size", Max: bounded.MaxFileBytes}
+	}
+	if IsJSON(filename) {
+		return bounded.JSONDepth(part.Src, bounded.MaxDepth)
+	}
+	return bounded.HCLDepth(part.Src, filename, part.Start, bounded.MaxDepth)
 }
 
 // IsJSON reports whether Decode reads filename in HCL's JSON syntax: its

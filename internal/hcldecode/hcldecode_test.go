@@ -153,3 +153,27 @@ func TestProblemNamesTheFile(t *testing.T) {
 		t.Error("no problem")
 	}
 }
+
+// A file nested past bounded.MaxDepth is a problem at its file:line, in
+// either syntax, before HCL's recursive parsers see it: 200 KB of brackets
+// overflowed their stack (a fatal error in Go) before the check.
+func TestDecodeRefusesDeepNesting(t *testing.T) {
+	type doc struct {
+		A any `hcl:"a,optional"`
+	}
+	deep := strings.Repeat("[", 200_000)
+	for _, tc := range []struct{ name, src, want string }{
+		{"c.hcl", "b = 1\na = " + deep, "c.hcl:2: nested deeper than 64 levels"},
+		{"c.json", "{\n\"a\": " + deep, "c.json:2: nested deeper than 64 levels"},
+	} {
+		var d doc
+		f, ok := Decode(tc.name, []byte(tc.src), nil, &d)
+		if ok {
+			t.Fatalf("%s: decoded", tc.name)
+		}
+		ps := f.Problems()
+		if len(ps) != 1 || !strings.HasPrefix(ps[0].String(), tc.want) {
+			t.Fatalf("%s: problems %v, want %q", tc.name, ps, tc.want)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package bounded
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	hcljson "github.com/hashicorp/hcl/v2/json"
+)
+
+func TestJSONDepth(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		max  int
+		line int // 0: within the limit
+	}{
+		{"flat", `{"a": 1, "b": [1, 2]}`, 2, 0},
+		{"exactly the limit", `[[[1]]]`, 3, 0},
+		{"one past", `[[[[1]]]]`, 3, 1},
+		{"brackets in strings do not count", `{"a": "[[[[[[{{{{", "b": "\"[[[["}`, 1, 0},
+		{"escaped backslash ends before the quote", `{"a": "\\", "b": [[[1]]]}`, 3, 1},
+		{"line of the level past", "{\n\"a\":\n[\n[1]]}", 2, 4},
+		{"siblings do not add up", `[[1],[2],[3],[4]]`, 2, 0},
+	} {
+		err := JSONDepth([]byte(tc.src), tc.max)
+		var le *LimitError
+		switch {
+		case tc.line == 0 && err != nil:
+			t.Errorf("%s: %v, want nil", tc.name, err)
+		case tc.line != 0 && !errors.As(err, &le):
+			t.Errorf("%s: %v, want a *LimitError", tc.name, err)
+		case tc.line != 0 && (le.Line != tc.line || le.Max != int64(tc.max) || le.Limit != "nesting depth"):
+			t.Errorf("%s: %+v, want line %d max %d", tc.name, le, tc.line, tc.max)
+		}
+	}
+}
+
+func TestHCLDepth(t *testing.T) {
+	deep := func(open, fill, closing string, n int) string {
+		return "a = " + strings.Repeat(open, n) + fill + strings.Repeat(closing, n) + "\n"
+	}
+	for _, tc := range []struct {
+		name string
+		src  string
+		over bool
+	}{
+		{"catalog-like", "model \"a\" {\n  engine = \"vllm\"\n  args = [\"--x\", \"${env(\\\"A\\\")}\"]\n  meta = { a = { b = [1] } }\n}\n", false},
+		{"brackets at the limit", deep("[", "1", "]", MaxDepth), false},
+		{"brackets past the limit", deep("[", "1", "]", MaxDepth+1), true},
+		{"braces past", deep("{a=", "1", "}", MaxDepth+1), true},
+		{"parentheses past", deep("(", "1", ")", MaxDepth+1), true},
+		{"templates past", "a = " + strings.Repeat(`"${`, MaxDepth) + "1" + strings.Repeat(`}"`, MaxDepth) + "\n", true},
+		{"unary operators past", "a = " + strings.Repeat("!", MaxDepth+1) + "true\n", true},
+		{"minus past", "a = " + strings.Repeat("-", MaxDepth+1) + "1\n", true},
+		{"conditionals past", "a = " + strings.Repeat("x ? 1 : ", MaxDepth+1) + "2\n", true},
+		{"operators on separate lines do not add up", strings.Repeat("a = -1\n", 2*MaxDepth), false},
+		{"list items do not add up", "a = [" + strings.Repeat("-1, ", 2*MaxDepth) + "]\n", false},
+		{"bracket after operators nests inside them", "a = " + strings.Repeat("!", MaxDepth/2) + strings.Repeat("(", MaxDepth/2+1) + "true" + strings.Repeat(")", MaxDepth/2+1) + "\n", true},
+	} {
+		err := HCLDepth([]byte(tc.src), "t.hcl", hcl.InitialPos, MaxDepth)
+		if got := err != nil; got != tc.over {
+			t.Errorf("%s: HCLDepth = %v, want over %v", tc.name, err, tc.over)
+		}
+		if err != nil && !IsLimit(err) {
+			t.Errorf("%s: %v is not a *LimitError", tc.name, err)
+		}
+	}
+}
+
+// What the checks let through, HCL's recursive parsers parse without
+// running out of stack: the shapes that crashed the controller (issue 34),
+// a few hundred kilobytes of nesting, are refused; the same shapes at the
+// limit parse.
+func TestDeepInputIsRefusedBeforeTheParser(t *testing.T) {
+	huge := strings.Repeat("[", 200_000)
+	if err := HCLDepth([]byte("a = "+huge), "c.hcl", hcl.InitialPos, MaxDepth); !IsLimit(err) {
+		t.Fatalf("200 KB of brackets: %v, want a depth limit", err)
+	}
+	if err := JSONDepth([]byte(`{"a":`+huge), MaxDepth); !IsLimit(err) {
+		t.Fatalf("200 KB of JSON brackets: %v, want a depth limit", err)
+	}
+	// A template is two levels: its quote and its interpolation.
+	atLimit := "a = " + strings.Repeat(`"${`, MaxDepth/4) + strings.Repeat("[", MaxDepth/2) + "1" + strings.Repeat("]", MaxDepth/2) + strings.Repeat(`}"`, MaxDepth/4) + "\n"
+	if err := HCLDepth([]byte(atLimit), "c.hcl", hcl.InitialPos, MaxDepth); err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	if _, diags := hclsyntax.ParseConfig([]byte(atLimit), "c.hcl", hcl.InitialPos); diags.HasErrors() {
+		t.Fatalf("at the limit: %v", diags)
+	}
+	js := `{"a":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + "}"
+	if err := JSONDepth([]byte(js), MaxDepth); err != nil {
+		t.Fatalf("JSON at the limit: %v", err)
+	}
+	if _, diags := hcljson.Parse([]byte(js), "c.json"); diags.HasErrors() {
+		t.Fatalf("JSON at the limit: %v", diags)
+	}
+}
+
+func TestReadAll(t *testing.T) {
+	src := strings.Repeat("x", 101)
+	if _, err := ReadAll(strings.NewReader(src), 100); !IsLimit(err) || !strings.Contains(err.Error(), "100 bytes") {
+		t.Fatalf("101 bytes against 100: %v", err)
+	}
+	if b, err := ReadAll(strings.NewReader(src), 101); err != nil || len(b) != 101 {
+		t.Fatalf("101 bytes against 101: %d, %v", len(b), err)
+	}
+	r := iotest.ErrReader(errors.New("boom"))
+	if _, err := ReadAll(r, 100); err == nil || IsLimit(err) {
+		t.Fatalf("failing reader: %v", err)
+	}
+}

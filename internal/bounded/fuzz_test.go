@@ -1,0 +1,118 @@
+package bounded
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	hcljson "github.com/hashicorp/hcl/v2/json"
+)
+
+// nest builds an HCL expression from shape, one level per byte (bracket,
+// brace, parenthesis, template, unary operator, conditional), repeated
+// reps times; it returns the expression and its depth as HCLDepth counts it.
+func nest(shape []byte, reps int) (string, int) {
+	var open, closing strings.Builder
+	depth := 0
+	for r := 0; r < reps; r++ {
+		for _, c := range shape {
+			switch c % 6 {
+			case 0:
+				open.WriteString("[")
+				closing.WriteString("]")
+			case 1:
+				open.WriteString("{a=")
+				closing.WriteString("}")
+			case 2:
+				open.WriteString("(")
+				closing.WriteString(")")
+			case 3:
+				open.WriteString(`"${`)
+				closing.WriteString(`}"`)
+				depth++ // the quote and the interpolation
+			case 4:
+				open.WriteString("!")
+			case 5:
+				open.WriteString("x ? 1 : ")
+			}
+			depth++
+		}
+	}
+	// closing was written outside-in; reverse it.
+	c := []rune(closing.String())
+	for i, j := 0, len(c)-1; i < j; i, j = i+1, j-1 {
+		c[i], c[j] = c[j], c[i]
+	}
+	return open.String() + "true" + string(c), depth
+}
+
+// FuzzHCLDepth: HCLDepth refuses exactly the nestings deeper than the
+// limit, and HCL's parser parses what it lets through (a stack overflow
+// would end the fuzzer: it is fatal in Go). The seeds include nestings of
+// hundreds of thousands of levels.
+func FuzzHCLDepth(f *testing.F) {
+	f.Add([]byte{0}, 1)
+	f.Add([]byte{0, 1, 2, 3, 4, 5}, 10)
+	f.Add([]byte{3}, 40_000)
+	f.Add([]byte{0}, 200_000)
+	f.Add([]byte{4, 5}, 50_000)
+	f.Fuzz(func(t *testing.T, shape []byte, reps int) {
+		if len(shape) == 0 || reps <= 0 || len(shape)*reps > 400_000 {
+			return
+		}
+		expr, depth := nest(shape, reps)
+		src := "a = " + expr + "\n"
+		err := HCLDepth([]byte(src), "f.hcl", hcl.InitialPos, MaxDepth)
+		if (depth > MaxDepth) != (err != nil) {
+			t.Fatalf("depth %d: HCLDepth = %v", depth, err)
+		}
+		if err == nil {
+			hclsyntax.ParseConfig([]byte(src), "f.hcl", hcl.InitialPos)
+		}
+	})
+}
+
+// FuzzJSONDepth: JSONDepth never refuses a document json.Valid accepts at
+// or under the limit, refuses every deeper one, and HCL's JSON parser
+// parses what it lets through.
+func FuzzJSONDepth(f *testing.F) {
+	f.Add([]byte(`{"a": [1, {"b": "]]]"}]}`))
+	f.Add([]byte(strings.Repeat("[", 300_000)))
+	f.Add([]byte(`{"a":` + strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 101)))
+	f.Add([]byte(`"\\\"[[["`))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		err := JSONDepth(src, MaxDepth)
+		if err == nil {
+			hcljson.Parse(src, "f.json")
+		}
+		if !json.Valid(src) {
+			return
+		}
+		var v any
+		if json.Unmarshal(src, &v) != nil {
+			return
+		}
+		if d := depthOf(v); (d > MaxDepth) != (err != nil) {
+			t.Fatalf("depth %d: JSONDepth = %v", d, err)
+		}
+	})
+}
+
+func depthOf(v any) int {
+	d := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	case []any:
+		for _, e := range x {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	}
+	return 0
+}
