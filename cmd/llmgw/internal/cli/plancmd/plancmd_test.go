@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -156,6 +158,7 @@ func checkJSONShape(t *testing.T, b []byte) {
 
 func TestPlanBadInput(t *testing.T) {
 	td := func(name string) string { return filepath.Join("testdata", name) }
+	dir := t.TempDir()
 	tests := []struct {
 		name                     string
 		fleet, facility, catalog string
@@ -184,6 +187,14 @@ func TestPlanBadInput(t *testing.T) {
 			"missing file",
 			td("fleet.hcl"), td("nope.hcl"), td("catalog.hcl"),
 			[]string{`open testdata/nope.hcl: no such file or directory`},
+		},
+		{
+			"a catalog nested past the limit, a facility past the size limit",
+			td("fleet.hcl"), deepOrBig(t, dir, "facility.hcl", bounded.MaxFileBytes+1), deepOrBig(t, dir, "catalog.hcl", 0),
+			[]string{
+				filepath.Join(dir, "facility.hcl") + ": larger than 67108864 bytes (llmgw's size limit on this input)",
+				filepath.Join(dir, "catalog.hcl") + ":2: nested deeper than 64 levels (llmgw's nesting depth limit)",
+			},
 		},
 	}
 	for _, tt := range tests {
@@ -299,4 +310,20 @@ func TestPlanWarnings(t *testing.T) {
 	if diff := cmp.Diff([]string{want}, got.Warnings); diff != "" {
 		t.Errorf("json warnings (-want +got):\n%s", diff)
 	}
+}
+
+// deepOrBig writes the file name in dir: size bytes
+// of a comment when size > 0, else a catalog nested 100,000 levels deep
+// on its second line.
+func deepOrBig(t *testing.T, dir, name string, size int) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	src := "# a catalog\nmodel \"m\" { replicas = " + strings.Repeat("[", 100_000) + "\n"
+	if size > 0 {
+		src = "#" + strings.Repeat("x", size-1)
+	}
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
