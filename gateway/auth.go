@@ -246,31 +246,26 @@ type account struct {
 
 // admit reserves the request against k's limits: one request, a slot and
 // its estimated tokens (the body's bytes / 4 for the prompt, max_tokens or
-// the key's reserve_tokens for the completion). For a whole streaming
+// the key's reserve_tokens for the completion). For a streaming
 // body that did not ask for usage, it asks for it (the usage chunk is then
 // kept from the client). It answers 429 with Retry-After when a limit is
 // reached and returns nil.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, k *Key, body *reqBody, model string) *account {
 	ac := &account{g: g, key: k}
-	est := int64(0)
-	if body.complete() {
-		f := readRequestFields(body.prefix)
-		est = int64(len(body.prefix)) / 4
-		if r.URL.Path != "/v1/embeddings" {
-			if f.maxTokens >= 0 {
-				est += f.maxTokens
-			} else {
-				est += k.ReserveTokens
-			}
-			if f.stream && !f.includeUsage {
-				if nb, ok := withIncludeUsage(body.prefix, f); ok {
-					body.replace(nb)
-					ac.strip = true
-				}
+	f := readRequestFields(body.prefix)
+	est := int64(len(body.prefix)) / 4
+	if r.URL.Path != "/v1/embeddings" {
+		if f.maxTokens >= 0 {
+			est += f.maxTokens
+		} else {
+			est += k.ReserveTokens
+		}
+		if f.stream && !f.includeUsage {
+			if nb, ok := withIncludeUsage(body.prefix, f); ok {
+				body.replace(nb)
+				ac.strip = true
 			}
 		}
-	} else {
-		est = max(r.ContentLength, 0)/4 + k.ReserveTokens
 	}
 	taken, reason, retry := k.lim.reserve(g.now(), est)
 	if reason != "" {

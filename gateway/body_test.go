@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // trickle is a reader that hands out at most n bytes a call and counts how
@@ -25,27 +27,27 @@ func (t *trickle) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func TestReadPrefix(t *testing.T) {
-	big := strings.Repeat("x", 100<<10)
+func TestReadBody(t *testing.T) {
+	big := `{"model":"m","p":"` + strings.Repeat("x", 100<<10) + `"}`
 	tests := []struct {
-		name         string
-		body         string
-		chunk        int
-		knownLength  bool
-		limit        int64
-		wantModel    string
-		wantErr      error
-		wantComplete bool
+		name        string
+		body        string
+		chunk       int
+		knownLength bool
+		limit       int64
+		wantErr     error
+		maxRead     int // -1: any
 	}{
-		{"small, length known", `{"model":"m","x":1}`, 1 << 20, true, 1 << 20, "m", nil, true},
-		{"small, chunked", `{"model":"m","x":1}`, 1 << 20, false, 1 << 20, "m", nil, false},
-		{"byte by byte", `{"a":[1,2,3],"model":"m"}`, 1, true, 1 << 20, "m", nil, true},
-		{"model first in a big body", `{"model":"m","p":"` + big + `"}`, 1 << 20, true, 1 << 20, "m", nil, false},
-		{"model after a big member", `{"p":"` + big + `","model":"m"}`, 1 << 20, true, 1 << 20, "m", nil, true},
-		{"model past the limit", `{"p":"` + big + `","model":"m"}`, 1 << 20, true, 64 << 10, "", errTooLarge, false},
-		{"no model", `{"p":1}`, 3, true, 1 << 20, "", errNoModel, false},
-		{"truncated", `{"p":[1,`, 3, true, 1 << 20, "", errBadJSON, false},
-		{"empty", ``, 3, true, 1 << 20, "", errNoModel, false},
+		{"small, length known", `{"model":"m","x":1}`, 1 << 20, true, 1 << 20, nil, -1},
+		{"small, chunked", `{"model":"m","x":1}`, 1 << 20, false, 1 << 20, nil, -1},
+		{"byte by byte", `{"a":[1,2,3],"model":"m"}`, 1, true, 1 << 20, nil, -1},
+		{"big, length known", big, 1 << 20, true, 1 << 20, nil, -1},
+		{"big, chunked", big, 1000, false, 1 << 20, nil, -1},
+		{"exactly the limit, chunked", big, 1000, false, int64(len(big)), nil, -1},
+		{"over the limit, length known: nothing read", big, 1 << 20, true, 64 << 10, errTooLarge, 0},
+		{"over the limit, chunked: read to the limit", big, 1000, false, 64 << 10, errTooLarge, 64<<10 + 1},
+		{"one byte over, chunked", big, 1000, false, int64(len(big)) - 1, errTooLarge, len(big)},
+		{"empty", ``, 3, true, 1 << 20, nil, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,9 +57,12 @@ func TestReadPrefix(t *testing.T) {
 			if tt.knownLength {
 				cl = int64(len(tt.body))
 			}
-			b, model, err := readPrefix(src, cl, tt.limit, bud)
-			if !errors.Is(err, tt.wantErr) || model != tt.wantModel {
-				t.Fatalf("got %q, %v; want %q, %v", model, err, tt.wantModel, tt.wantErr)
+			b, err := readBody(src, cl, tt.limit, bud)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("got %v, want %v", err, tt.wantErr)
+			}
+			if tt.maxRead >= 0 && src.read > tt.maxRead {
+				t.Errorf("read %d bytes, want at most %d", src.read, tt.maxRead)
 			}
 			if err != nil {
 				if bud.used.Load() != 0 {
@@ -65,80 +70,117 @@ func TestReadPrefix(t *testing.T) {
 				}
 				return
 			}
-			if b.complete() != tt.wantComplete {
-				t.Errorf("complete: got %v, want %v", b.complete(), tt.wantComplete)
+			if bud.used.Load() > max(int64(len(tt.body))*2, initialScan) {
+				t.Errorf("budget holds %d for a %d-byte body", bud.used.Load(), len(tt.body))
 			}
-			if src.read > len(`{"model":"m"`)+64<<10 && strings.HasPrefix(tt.body, `{"model"`) {
-				t.Errorf("read %d bytes to find a model in the first 12", src.read)
-			}
-			// The attempt sends the whole body, prefix then rest.
-			got, err := io.ReadAll(b.attempt(1))
-			if err != nil || string(got) != tt.body {
-				t.Errorf("attempt body: %d bytes, %v; want the %d sent", len(got), err, len(tt.body))
+			// Every attempt sends the whole body.
+			for n := 1; n <= 2; n++ {
+				got, err := io.ReadAll(b.attempt(n))
+				if err != nil || string(got) != tt.body {
+					t.Errorf("attempt %d body: %d bytes, %v; want the %d sent", n, len(got), err, len(tt.body))
+				}
 			}
 			b.release()
 			if bud.used.Load() != 0 {
 				t.Errorf("budget used after release: %d", bud.used.Load())
 			}
+			if _, err := b.attempt(3).Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
+				t.Errorf("read after release: got %v, want errBodyClosed", err)
+			}
 		})
 	}
 }
 
-func TestReadPrefixRetry(t *testing.T) {
-	body := `{"model":"m","p":"` + strings.Repeat("y", 64<<10) + `"}`
-	b, _, err := readPrefix(&trickle{r: strings.NewReader(body), n: 1 << 20}, int64(len(body)), 1<<20, &budget{limit: 1 << 30})
+// sent says which attempt's transport read the body: an attempt whose
+// dial failed read none of it.
+func TestReqBodySent(t *testing.T) {
+	body := `{"model":"m"}`
+	b, err := readBody(strings.NewReader(body), int64(len(body)), 1<<20, &budget{limit: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.release()
-	if b.complete() {
-		t.Fatal("the body should not fit the first read")
+	_ = b.attempt(1) // a dial that failed
+	if b.sent(1) {
+		t.Error("sent(1) before attempt 1 read anything")
 	}
-	// Attempt 1 reads only the prefix: attempt 2 may take over.
-	a1 := b.attempt(1)
-	if _, err := a1.Read(make([]byte, 8)); err != nil {
+	if _, err := b.attempt(2).Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if !b.canRetry() {
-		t.Fatal("canRetry false before the rest was read")
-	}
-	a2 := b.attempt(2)
-	if _, err := a1.Read(make([]byte, 8)); !errors.Is(err, errAbandoned) {
-		t.Errorf("abandoned attempt read: got %v, want errAbandoned", err)
-	}
-	got, err := io.ReadAll(a2)
-	if err != nil || string(got) != body {
-		t.Fatalf("attempt 2: %d bytes, %v", len(got), err)
-	}
-	if b.canRetry() {
-		t.Error("canRetry true after the rest was read")
-	}
-	b.release()
-	if _, err := a2.Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
-		t.Errorf("read after release: got %v, want errBodyClosed", err)
+	if !b.sent(2) || b.sent(1) || b.sent(3) {
+		t.Errorf("after attempt 2 read a byte: sent(1) %v, sent(2) %v, sent(3) %v; want false, true, false", b.sent(1), b.sent(2), b.sent(3))
 	}
 }
 
-func TestReadPrefixBudget(t *testing.T) {
+func TestReadBodyBudget(t *testing.T) {
 	bud := &budget{limit: initialScan}
-	b, _, err := readPrefix(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud)
+	b, err := readBody(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readPrefix(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud); !errors.Is(err, errBusy) {
+	if _, err := readBody(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud); !errors.Is(err, errBusy) {
 		t.Errorf("second body over budget: got %v, want errBusy", err)
 	}
 	b.release()
 	b.release() // twice is harmless
-	if _, _, err := readPrefix(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud); err != nil {
+	if _, err := readBody(strings.NewReader(`{"model":"m"}`), 13, 1<<20, bud); err != nil {
 		t.Errorf("after release: %v", err)
+	}
+	// A body that grows past the budget while read.
+	bud = &budget{limit: 16 << 10}
+	big := strings.Repeat(" ", 64<<10)
+	if _, err := readBody(strings.NewReader(big), -1, 1<<20, bud); !errors.Is(err, errBusy) {
+		t.Errorf("chunked body over the budget: got %v, want errBusy", err)
+	}
+	if bud.used.Load() != 0 {
+		t.Errorf("budget used after errBusy: %d", bud.used.Load())
 	}
 }
 
-func TestReadPrefixReadError(t *testing.T) {
+func TestReadBodyReadError(t *testing.T) {
 	boom := errors.New("boom")
 	r := io.MultiReader(strings.NewReader(`{"p":`), iotest.ErrReader(boom))
-	if _, _, err := readPrefix(r, -1, 1<<20, &budget{limit: 1 << 30}); !errors.Is(err, boom) {
+	if _, err := readBody(r, -1, 1<<20, &budget{limit: 1 << 30}); !errors.Is(err, boom) {
 		t.Errorf("got %v, want the reader's error", err)
 	}
 }
+
+func TestCheckJSON(t *testing.T) {
+	nest := func(n int) string {
+		return `{"model":"m","x":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + `}`
+	}
+	tests := []struct {
+		name      string
+		body      string
+		wantModel string
+		wantErr   error // nil; or errLimit for a *bounded.LimitError
+	}{
+		{"ok", `{"messages":[{"role":"user","content":"hi"}],"model":"m"}`, "m", nil},
+		{"64 levels", nest(64), "m", nil},
+		{"65 levels", nest(65), "", errLimit},
+		{"a megabyte of brackets", `{"model":"m","x":` + strings.Repeat("[", 1<<20), "", errLimit},
+		{"brackets in a string do not nest", `{"model":"m","x":"` + strings.Repeat("[", 1000) + `"}`, "m", nil},
+		{"truncated", `{"model":"m","x":[1,`, "", errBadJSON},
+		{"trailing garbage", `{"model":"m"} x`, "", errBadJSON},
+		{"model then garbage", `{"model":"m","x":}`, "", errBadJSON},
+		{"not an object", `["model"]`, "", errNotObject},
+		{"no model", `{"x":1}`, "", errNoModel},
+		{"model not a string", `{"model":1}`, "", errModelNotString},
+		{"empty", ``, "", errNoModel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model, err := checkJSON([]byte(tt.body), 64)
+			switch {
+			case tt.wantErr == errLimit:
+				if !bounded.IsLimit(err) || !strings.Contains(err.Error(), "64") {
+					t.Errorf("got %q, %v; want the depth limit, naming 64", model, err)
+				}
+			case !errors.Is(err, tt.wantErr) || model != tt.wantModel:
+				t.Errorf("got %q, %v; want %q, %v", model, err, tt.wantModel, tt.wantErr)
+			}
+		})
+	}
+}
+
+var errLimit = errors.New("a *bounded.LimitError")

@@ -39,12 +39,14 @@
 //
 // # A request
 //
-// The body is read only until its top-level "model" member is found
-// (scanModel, a small JSON scanner that skips values without decoding
-// them), at most Options.MaxModelScan bytes (413 otherwise), from a buffer
-// budget shared by all requests (Options.BodyMemory; 503 when spent). The
-// upstream request sends that prefix, then streams the rest of the client's
-// body; the gateway never holds the whole of a large body.
+// The body is read whole, at most its route's limit (Options.MaxBody; 413
+// past it, before reading when Content-Length says so), within
+// Options.BodyReadTimeout (408), from a buffer budget shared by all
+// requests (Options.BodyMemory; 503 when spent), and checked before any
+// replica sees it (checkJSON): nesting at most Options.MaxJSONDepth
+// levels (bounded.JSONDepth), well-formed (json.Valid), an object with a
+// string top-level "model" (scanModel); both checks are iterative. A
+// query string on an OpenAI route is refused (400).
 //
 // The replica is the one with the fewest requests in flight per unit of
 // weight, (outstanding+1)/weight, ties rotating; weight comes from a
@@ -52,18 +54,22 @@
 // weight of 0 is used only when no other replica can take the request.
 //
 // A request is tried on another replica (up to Options.Attempts in all)
-// when the replica did not answer (refused, reset, timeout) or answered
-// 502, 503 or 504, and only while nothing has been sent to the client and
-// the body can be sent again whole: the rest of a large body is read from
-// the client once, so once an attempt has started reading it, no other
-// attempt can. Other answers, 4xx and 500 included, go to the client as
-// they are. Once the response has started, a replica failing mid-body makes
-// the gateway abort the client's connection (a cut-off stream must not look
-// whole). Event streams, and bodies of unknown length, are flushed after
-// every read from the replica. The upstream request carries the client's
-// context, so a client that goes away cancels it.
+// when it never reached the replica (the connection was refused or could
+// not be made: the transport read none of the body) or the replica
+// answered 502, 503 or 504, and only while nothing has been sent to the
+// client. A request after which the replica failed without answering (the
+// connection dropped or was reset once the request was written) is not
+// retried: it may be what made the replica fail, and would make the next
+// fail too (502, logged and counted in _poison_requests_total); after a
+// response-header timeout it is answered 504. Other answers, 4xx and 500
+// included, go to the client as they are. Once the response has started,
+// a replica failing mid-body makes the gateway abort the client's
+// connection (a cut-off stream must not look whole). Event streams, and
+// bodies of unknown length, are flushed after every read from the
+// replica. The upstream request carries the client's context, so a client
+// that goes away cancels it.
 //
-// Requests whose body the gateway holds whole (at most 64 KiB) are sent by
+// Requests whose body is at most 64 KiB are sent by
 // upstreamTransport: net/http writes the request and parses the answer,
 // but on the request's own goroutine, over kept-alive connections the
 // gateway pools itself (peeked before reuse, sent once more on a fresh
@@ -98,8 +104,11 @@
 //	   └──────probe succeeded──────┼───────────────────────────────────────┤
 //	                               └──probe failed (OpenFor doubles, to MaxOpenFor)
 //
-// A failure is no answer, a timeout, a 5xx answer, or a body that broke
-// off; any other answer is a success and resets the count. Half-open lets
+// A failure is the replica's: no connection, no answer (a reset, a
+// timeout), a 502, 503 or 504 answer, or an answer that broke off. Any
+// other answer, a 4xx or a 500 included, is the engine answering: a
+// success, which resets the count, so that no client can open a breaker
+// with requests the engine refuses. Half-open lets
 // exactly one request through, the probe; the others go elsewhere. A probe
 // whose client went away gives its slot back without a verdict. Outcomes of
 // requests sent before the breaker opened are ignored. With every replica's
@@ -115,7 +124,8 @@
 // endpoint} (0 closed, 1 half-open, 2 open), _breaker_transitions_total,
 // _endpoints{model}, _requests_in_flight, _outstanding_requests{model},
 // _queued_requests{model}, _arrivals_total{model}, _held_total{model,
-// outcome}, _hold_seconds{model}; with keys _key_requests_total{key},
+// outcome}, _hold_seconds{model}, _poison_requests_total{model,key,stage};
+// with keys _key_requests_total{key},
 // _key_tokens_total{key,kind}, _key_rejections_total{key,reason}, _keys,
 // _key_reloads_total{outcome}, _key_reload_failing, _key_limit_share.
 package gateway

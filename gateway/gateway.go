@@ -23,7 +23,9 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxModelScan        = 4 << 20
+	DefaultMaxBody             = 4 << 20
+	DefaultMaxJSONDepth        = 64
+	DefaultBodyReadTimeout     = 30 * time.Second
 	DefaultBodyMemory          = 256 << 20
 	DefaultAttempts            = 3
 	DefaultNoReplicaRetryAfter = 5 * time.Second
@@ -76,13 +78,22 @@ type Options struct {
 	Transport http.RoundTripper
 	// Now is the clock the breakers read; time.Now by default.
 	Now func() time.Time
-	// MaxModelScan is how many bytes of a request body the gateway reads,
-	// at most, to find "model"; a body that names none within them is
-	// answered 413.
-	MaxModelScan int64
-	// BodyMemory bounds the bytes all requests together hold while
-	// looking for their model; past it requests are answered 503.
+	// MaxBody is the largest request body each OpenAI route takes whole
+	// (413 past it); DefaultMaxBody for a route left at 0.
+	MaxBody BodyLimits
+	// MaxJSONDepth is the deepest nesting of objects and arrays a request
+	// body may have (400 past it); DefaultMaxJSONDepth when 0.
+	MaxJSONDepth int
+	// BodyReadTimeout bounds reading a request's body, from the end of
+	// its headers (408 past it); DefaultBodyReadTimeout when 0.
+	BodyReadTimeout time.Duration
+	// BodyMemory bounds the bytes all requests' bodies together hold;
+	// past it requests are answered 503.
 	BodyMemory int64
+	// CORSOrigins are the origins (scheme://host[:port], or "*" for any)
+	// whose web pages may use the gateway from a browser (cors.go); none
+	// by default: a request carrying any other Origin is refused.
+	CORSOrigins []string
 	// Attempts is how many replicas one request may be tried on, the
 	// first included; later ones only before the client got a byte.
 	Attempts int
@@ -141,24 +152,26 @@ type Options struct {
 
 // Gateway is the OpenAI-compatible router over discovered replicas.
 type Gateway struct {
-	src        Source
-	log        *slog.Logger
-	m          *metrics
-	transport  http.RoundTripper
-	now        func() time.Time
-	maxScan    int64
-	attempts   int
-	brCfg      BreakerConfig
-	noReplica  time.Duration
-	hold       HoldConfig
-	span       time.Duration // the demand window
-	bud        budget
-	started    time.Time
-	models     ModelSource
-	heldAll    atomic.Int64 // requests held, all models
-	auth       *auth        // nil: no keys, open
-	routing    map[string]string
-	loadFactor float64
+	src         Source
+	log         *slog.Logger
+	m           *metrics
+	transport   http.RoundTripper
+	now         func() time.Time
+	maxDepth    int
+	bodyTimeout time.Duration
+	cors        corsPolicy
+	attempts    int
+	brCfg       BreakerConfig
+	noReplica   time.Duration
+	hold        HoldConfig
+	span        time.Duration // the demand window
+	bud         budget
+	started     time.Time
+	models      ModelSource
+	heldAll     atomic.Int64 // requests held, all models
+	auth        *auth        // nil: no keys, open
+	routing     map[string]string
+	loadFactor  float64
 	// historyFactor bounds a request that continues a conversation.
 	historyFactor float64
 	// openingMax and openingWait: Options.PrefixOpeningLimit and
@@ -190,7 +203,9 @@ func New(o Options) *Gateway {
 		m:             newMetrics(o.Registerer),
 		transport:     o.Transport,
 		now:           o.Now,
-		maxScan:       o.MaxModelScan,
+		maxDepth:      o.MaxJSONDepth,
+		bodyTimeout:   o.BodyReadTimeout,
+		cors:          newCORSPolicy(o.CORSOrigins),
 		attempts:      o.Attempts,
 		brCfg:         o.Breaker.withDefaults(),
 		noReplica:     o.NoReplicaRetryAfter,
@@ -226,8 +241,11 @@ func New(o Options) *Gateway {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if g.maxScan <= 0 {
-		g.maxScan = DefaultMaxModelScan
+	if g.maxDepth <= 0 {
+		g.maxDepth = DefaultMaxJSONDepth
+	}
+	if g.bodyTimeout <= 0 {
+		g.bodyTimeout = DefaultBodyReadTimeout
 	}
 	g.bud.limit = o.BodyMemory
 	if g.bud.limit <= 0 {
@@ -261,8 +279,8 @@ func New(o Options) *Gateway {
 		o.Registerer.MustRegister(demandCollector{g})
 	}
 	mux := http.NewServeMux()
-	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
-		mux.HandleFunc(p, g.proxy)
+	for _, rt := range o.MaxBody.routes() {
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) { g.proxy(w, r, rt) })
 	}
 	mux.HandleFunc("/v1/models", g.modelsList)
 	mux.HandleFunc(gatewayapi.DemandPath, g.demand)
@@ -303,8 +321,30 @@ func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 
 // Handler serves the OpenAI routes, /v1/models, the demand (gatewayapi.DemandPath)
 // and /healthz. With keys (Options.Keys) the OpenAI routes and /v1/models
-// need one; the demand and /healthz do not.
-func (g *Gateway) Handler() http.Handler { return g.mux }
+// need one; the demand and /healthz do not. Its CORS policy
+// (Options.CORSOrigins) covers them all.
+func (g *Gateway) Handler() http.Handler { return g.cors.wrap(g.mux) }
+
+// BodyLimits are the largest request bodies, in bytes, the OpenAI routes
+// take; 0: DefaultMaxBody.
+type BodyLimits struct {
+	ChatCompletions, Completions, Embeddings int64
+}
+
+// routes are the OpenAI routes with their limits.
+func (l BodyLimits) routes() []*route {
+	or := func(v int64) int64 {
+		if v <= 0 {
+			return DefaultMaxBody
+		}
+		return v
+	}
+	return []*route{
+		{path: "/v1/chat/completions", maxBody: or(l.ChatCompletions), flag: "--max-body-chat-completions"},
+		{path: "/v1/completions", maxBody: or(l.Completions), flag: "--max-body-completions"},
+		{path: "/v1/embeddings", maxBody: or(l.Embeddings), flag: "--max-body-embeddings"},
+	}
+}
 
 // Run runs the discovery source, the model source if any, and reads the
 // replicas' engine metrics, until ctx ends.

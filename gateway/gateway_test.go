@@ -87,7 +87,7 @@ func TestModelsList(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	a := startReplica(t, "m", "a", nil)
-	tg := startGateway(t, Options{MaxModelScan: 8 << 10})
+	tg := startGateway(t, Options{MaxBody: BodyLimits{ChatCompletions: 8 << 10}})
 	tg.Update(Snapshot{Models: []string{"idle"}, Instances: []Instance{a.instance()}})
 	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("word ", 4<<10) + `"}],"model":"m"}`
 	tests := []struct {
@@ -101,7 +101,11 @@ func TestErrors(t *testing.T) {
 		{"model not a string", "POST", "/v1/completions", `{"model":7}`, 400, "invalid_model", ""},
 		{"not JSON", "POST", "/v1/embeddings", `model=m`, 400, "invalid_json", ""},
 		{"truncated JSON", "POST", "/v1/embeddings", `{"input":["a",`, 400, "invalid_json", ""},
-		{"model past the scan limit", "POST", "/v1/chat/completions", big, 413, "request_too_large", ""},
+		{"body over the route's limit", "POST", "/v1/chat/completions", big, 413, "request_too_large", ""},
+		{"the same body on a route with the default limit", "POST", "/v1/completions", strings.Replace(big, `"m"`, `"nope"`, 1), 404, "model_not_found", ""},
+		{"nested too deep", "POST", "/v1/chat/completions", `{"model":"m","x":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, 400, "invalid_json", ""},
+		{"query string", "POST", "/v1/chat/completions?x=" + strings.Repeat("a", 100<<10), chat("m"), 400, "query_not_allowed", ""},
+		{"empty query string", "POST", "/v1/chat/completions?", chat("m"), 400, "query_not_allowed", ""},
 		{"wrong method", "GET", "/v1/chat/completions", "", 405, "method_not_allowed", ""},
 		{"unknown path", "POST", "/v1/images/generations", chat("m"), 404, "not_found", ""},
 	}
@@ -137,9 +141,10 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// A replica that cannot answer (refused, reset, 503 while loading) costs
-// the client nothing: the request goes to the next one before any byte
-// was sent back.
+// A replica that cannot take the request (refused, 503 while loading)
+// costs the client nothing: the request goes to the next one before any
+// byte was sent back. One that failed after the request reached it is
+// another matter (TestPoisonRequestNotRetried).
 func TestFailoverBeforeFirstByte(t *testing.T) {
 	bigBody := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("many words ", 30<<10) + `"}],"max_tokens":2}`
 	tests := []struct {
@@ -150,7 +155,6 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 	}{
 		{"refused", func(r *replica) { r.srv.Close() }, chat("m"), false},
 		{"refused, large body of unknown length", func(r *replica) { r.srv.Close() }, bigBody, true},
-		{"connection reset", func(r *replica) { r.mode.Store(modeReset) }, chat("m"), false},
 		{"503", func(r *replica) { r.mode.Store(modeUnavailable) }, chat("m"), false},
 		{"loading", nil, chat("m"), false},
 	}
@@ -467,8 +471,8 @@ func TestDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
-// A large body passes through whole, read as it streams: the gateway holds
-// only the prefix it needed for the model.
+// A large body within its route's limit passes through whole, chunked or
+// not, and its buffer goes back to the budget.
 func TestLargeBodyPassesThrough(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := sha256.New()
@@ -476,7 +480,7 @@ func TestLargeBodyPassesThrough(t *testing.T) {
 		fmt.Fprintf(w, `{"bytes":%d,"sha256":%q}`, n, hex.EncodeToString(h.Sum(nil)))
 	}))
 	t.Cleanup(up.Close)
-	tg := startGateway(t, Options{MaxModelScan: 64 << 10}, Instance{ID: "u", Model: "m", Address: strings.TrimPrefix(up.URL, "http://"), Weight: 1})
+	tg := startGateway(t, Options{MaxBody: BodyLimits{Embeddings: 8 << 20}}, Instance{ID: "u", Model: "m", Address: strings.TrimPrefix(up.URL, "http://"), Weight: 1})
 	for _, chunked := range []bool{false, true} {
 		body := `{"model":"m","input":"` + strings.Repeat("0123456789", 400<<10) + `"}`
 		var r io.Reader = strings.NewReader(body)
@@ -562,7 +566,8 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 // A client that breaks off its body mid-upload is not the replica's fault:
-// its breaker does not count it.
+// the gateway reads the whole body before any replica sees it, so none
+// does, and no breaker counts it.
 func TestClientBrokenBodyIsNotAReplicaFailure(t *testing.T) {
 	a := startReplica(t, "m", "a", nil)
 	tg := startGateway(t, Options{Breaker: BreakerConfig{Failures: 1}}, a.instance())
@@ -576,9 +581,12 @@ func TestClientBrokenBodyIsNotAReplicaFailure(t *testing.T) {
 		resp.Body.Close()
 		t.Logf("client got %d", resp.StatusCode)
 	}
-	wait.Until(t, "the attempt counted as cancelled", func() bool {
-		return testutil.ToFloat64(tg.m.attempts.WithLabelValues("m", "cancelled")) == 1
+	wait.Until(t, "the request answered 400 or 499", func() bool {
+		return testutil.ToFloat64(tg.m.requests.WithLabelValues("", "400"))+testutil.ToFloat64(tg.m.requests.WithLabelValues("", "499")) == 1
 	})
+	if n := a.hits.Load(); n != 0 {
+		t.Errorf("the replica got %d requests; want none (the body never came whole)", n)
+	}
 	if got := tg.breakerState("a"); got != BreakerClosed {
 		t.Errorf("breaker %v after a client broke its body; want closed", got)
 	}

@@ -25,6 +25,8 @@ type metrics struct {
 	// Conversations' first turns that waited for their replica (opening.go).
 	openingWaits *prometheus.CounterVec
 	openingWait  *prometheus.HistogramVec
+	// Requests after which their replica failed (proxy.go, poison).
+	poison *prometheus.CounterVec
 	// The engines' prompt caches, per replica endpoint.
 	promptTokens, cachedTokens, cacheUnknown *prometheus.CounterVec
 }
@@ -96,6 +98,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time a request opening a conversation waited at the gateway for its replica to have room.",
 			Buckets: latencyBuckets,
 		}, []string{"model"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgw_gateway_poison_requests_total",
+			Help: "Requests after which their replica failed (the connection dropped, was reset or the engine died) once the request had reached it, by model, API key (\"\" without keys) and stage: before_answer (not retried on another replica: answered 502) or mid_answer (the answer broke off).",
+		}, []string{"model", "key", "stage"}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgw_gateway_prompt_tokens_total",
 			Help: "Prompt tokens of the completions a replica answered that said how many of them its engine's cache held (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings).",
@@ -111,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.upstream, m.ttfb, m.duration, m.attempts, m.breaker, m.transitions, m.endpoints, m.inFlight,
-			m.engineLoad, m.held, m.holdSeconds, m.openingWaits, m.openingWait, m.promptTokens, m.cachedTokens, m.cacheUnknown)
+			m.engineLoad, m.held, m.holdSeconds, m.poison, m.openingWaits, m.openingWait, m.promptTokens, m.cachedTokens, m.cacheUnknown)
 	}
 	return m
 }

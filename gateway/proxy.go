@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/httpjson"
 )
 
@@ -42,10 +44,26 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }
 // completion's answer is a few hundred bytes to a few KiB.
 var teeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
+// route is one OpenAI route the gateway proxies: its path, the largest
+// body it takes and the flag that sets it (named in the 413).
+type route struct {
+	path    string
+	maxBody int64
+	flag    string
+}
+
 // proxy routes one OpenAI request by its body's model.
-func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
+		return
+	}
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		// No OpenAI POST route has a query string, and engines have
+		// dropped the connection on a long one: it never reaches them.
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "query_not_allowed", "",
+			"POST "+rt.path+" takes no query string: the gateway refuses one on the OpenAI routes (send every parameter in the JSON body).")
+		g.m.request("", http.StatusBadRequest)
 		return
 	}
 	start := g.now()
@@ -59,12 +77,25 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	body, model, err := readPrefix(r.Body, r.ContentLength, g.maxScan, &g.bud)
+	// The whole body is read, within the route's limit and the body-read
+	// deadline, and checked before any replica sees it.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(start.Add(g.bodyTimeout))
+	body, err := readBody(r.Body, r.ContentLength, rt.maxBody, &g.bud)
 	if err != nil {
-		g.m.request("", g.bodyError(w, r, err))
+		// The deadline stays: what net/http reads of the body after the
+		// answer is bounded by it too.
+		g.m.request("", g.bodyError(w, r, rt, err))
 		return
 	}
+	// An answer streams for as long as it takes.
+	_ = rc.SetReadDeadline(time.Time{})
 	defer body.release()
+	model, err := checkJSON(body.prefix, g.maxDepth)
+	if err != nil {
+		g.m.request("", g.bodyError(w, r, rt, err))
+		return
+	}
 
 	if key != nil && !key.Allows(model) {
 		g.refuseModel(w, key, model)
@@ -101,7 +132,6 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start}
 	if g.policy(t, model) == RoutePrefix {
-		body.fill(keyBytes, r.ContentLength)
 		x.key = keyOf(r.URL.Path, body.prefix)
 	}
 	x.dispatched = g.now()
@@ -128,6 +158,9 @@ type exchange struct {
 	// lastRoute is why lastEp was chosen.
 	lastRoute string
 
+	// brokenErr is why the answer finish was sending broke off.
+	brokenErr error
+
 	key   prefixKey // the prefix policy's key; !key.ok: least-outstanding routes
 	route string    // why the last attempt's replica was chosen (RouteHeader)
 }
@@ -140,7 +173,7 @@ func (x *exchange) send(p *pool) {
 	for n := 1; ; n++ {
 		var ep *endpoint
 		var probe, counted bool
-		if n <= g.attempts && (n == 1 || x.body.canRetry()) {
+		if n <= g.attempts {
 			switch {
 			case x.key.ok && x.key.opens && n == 1 && g.openingWait > 0:
 				var cancelled bool
@@ -179,39 +212,49 @@ func (x *exchange) send(p *pool) {
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
 			ep.release()
-			if r.Context().Err() != nil || x.body.clientFailed() {
-				// The client went away, or broke off its body: no fault
-				// of the replica's.
+			if r.Context().Err() != nil {
+				// The client went away: no fault of the replica's.
 				ep.br.abandon(probe)
 				g.m.attempts.WithLabelValues(model, "cancelled").Inc()
-				code := statusClientClosed
-				if r.Context().Err() == nil {
-					code = http.StatusBadRequest
-					writeError(x.w, code, "invalid_request_error", "invalid_body", "", "reading the request body failed")
-				}
-				g.m.request(model, code)
+				g.m.request(model, statusClientClosed)
 				return
 			}
+			// No connection, a reset before any answer, a timeout: the
+			// replica's failure.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "error").Inc()
 			g.log.Debug("attempt failed", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n, "error", err)
+			if x.body.sent(n) {
+				// The request reached the replica, which then failed
+				// without answering: it may be what made it fail, and is
+				// not tried on another one.
+				x.unanswered(ep, err)
+				return
+			}
 			x.lastErr = err
 			continue
 		}
 		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(sent).Seconds())
-		if resp.StatusCode >= 500 {
+		if retryStatus(resp.StatusCode) {
+			// "Cannot serve now" (502, 503, 504): the replica's failure,
+			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
-			if retryStatus(resp.StatusCode) {
-				ep.release()
-				g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
-				x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
-				continue
-			}
-		} else {
-			ep.br.success(probe)
-			g.m.attempts.WithLabelValues(model, "ok").Inc()
+			ep.release()
+			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
+			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
+			continue
 		}
+		// Any other answer, a 4xx or a 500 included, is the engine
+		// answering the request: it is alive. That is no failure of the
+		// replica's, so no client can open a breaker with requests the
+		// engine refuses (docs/gateway.md, "Circuit breakers").
+		ep.br.success(probe)
+		outcome := "ok"
+		if resp.StatusCode >= 500 {
+			outcome = "status"
+		}
+		g.m.attempts.WithLabelValues(model, outcome).Inc()
 		broken, told := x.finish(ep, resp)
 		ep.release()
 		if broken {
@@ -220,6 +263,7 @@ func (x *exchange) send(p *pool) {
 			// error event and ends cleanly; any other answer is cut.
 			ep.br.failure(false, g.now())
 			g.m.attempts.WithLabelValues(model, "broken").Inc()
+			x.poison(ep, stageMidAnswer, x.brokenErr)
 			x.body.release()
 			if told {
 				return
@@ -228,6 +272,47 @@ func (x *exchange) send(p *pool) {
 		}
 		return
 	}
+}
+
+// The stages a replica failed at, after a request reached it
+// (llmgw_gateway_poison_requests_total's stage label).
+const (
+	stageBeforeAnswer = "before_answer"
+	stageMidAnswer    = "mid_answer"
+)
+
+// unanswered answers a request that reached ep, which then failed
+// without answering: 504 after a timeout, 502 otherwise, an event and
+// a count naming the model, the replica and the key (never the body).
+func (x *exchange) unanswered(ep *endpoint, err error) {
+	g, model := x.g, x.ms.name
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		// The replica is slow, not dead: the request is not retried
+		// (another replica would be as slow, or the request is why), and
+		// not counted as a poison request.
+		writeError(x.w, http.StatusGatewayTimeout, "server_error", "replica_timeout", "",
+			fmt.Sprintf("Replica %s of `%s` did not answer in time: %v. The request is not tried on another replica.", ep.inst.Replica, model, err))
+		g.m.request(model, http.StatusGatewayTimeout)
+		return
+	}
+	x.poison(ep, stageBeforeAnswer, err)
+	writeError(x.w, http.StatusBadGateway, "server_error", "replica_failed", "",
+		fmt.Sprintf("Replica %s of `%s` failed after it received the request, before answering (%v). The request is not tried on another replica: it may be what made the replica fail.", ep.inst.Replica, model, err))
+	g.m.request(model, http.StatusBadGateway)
+}
+
+// poison records a request after which its replica failed: a warning
+// and llmgw_gateway_poison_requests_total, naming the model, the replica
+// and the API key, if any, but nothing of the request's content.
+func (x *exchange) poison(ep *endpoint, stage string, err error) {
+	keyName := ""
+	if x.ac != nil {
+		keyName = x.ac.key.Name
+	}
+	x.g.m.poison.WithLabelValues(x.ms.name, keyName, stage).Inc()
+	x.g.log.Warn("replica failed after a request reached it; the request is not retried", "model", x.ms.name, "replica", ep.inst.Replica,
+		"endpoint", ep.inst.Address, "key", keyName, "stage", stage, "path", x.r.URL.Path, "body_bytes", len(x.body.prefix), "error", err)
 }
 
 // giveUp answers when no replica is left to try: the last "cannot serve"
@@ -291,20 +376,14 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 		Header: h,
 		Host:   ep.inst.Address,
 	}
-	ab := body.attempt(n)
-	if body.complete() {
-		out.ContentLength = int64(len(body.prefix))
-		if out.ContentLength == 0 {
-			out.Body = http.NoBody
-		} else {
-			out.Body = ab
-			// The transport may resend on a kept-alive connection the
-			// replica had closed.
-			out.GetBody = func() (io.ReadCloser, error) { return &attemptBody{b: body, n: n}, nil }
-		}
+	out.ContentLength = int64(len(body.prefix))
+	if out.ContentLength == 0 {
+		out.Body = http.NoBody
 	} else {
-		out.ContentLength = r.ContentLength
-		out.Body = ab
+		out.Body = body.attempt(n)
+		// The transport may resend on a kept-alive connection the
+		// replica had closed.
+		out.GetBody = func() (io.ReadCloser, error) { return body.attempt(n), nil }
 	}
 	return out.WithContext(r.Context())
 }
@@ -323,7 +402,8 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	defer func() { _ = resp.Body.Close() }()
 	h := w.Header()
 	for k, v := range resp.Header {
-		if !hopHeaders[k] {
+		// CORS is the gateway's policy (cors.go), never the engine's.
+		if !hopHeaders[k] && !strings.HasPrefix(k, "Access-Control-") {
 			h[k] = v
 		}
 	}
@@ -432,7 +512,7 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 				code = statusClientClosed
 				return false, false
 			}
-			g.log.Warn("replica failed mid-response", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", rerr)
+			x.brokenErr = rerr
 			if events && resp.ContentLength < 0 && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 				// An event stream ends with an error event in OpenAI's
 				// shape, which its clients raise, rather than a cut that
@@ -510,14 +590,22 @@ func discard(resp *http.Response) {
 	_ = resp.Body.Close()
 }
 
-// bodyError answers a request whose model could not be read, and returns
-// the status sent.
-func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, err error) int {
+// bodyError answers a request whose body was refused (too large, too
+// deep, not JSON, no model, too slow, the gateway's body memory spent),
+// and returns the status sent.
+func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, err error) int {
 	switch {
 	case errors.Is(err, errTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "model",
-			fmt.Sprintf("The gateway reads at most %d bytes of a request body to find its \"model\" and found none there; send \"model\" earlier in the body.", g.maxScan))
+		// The rest of the body is not read: the connection is closed
+		// after the answer rather than drained.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+			bodyLimitError(rt.path, rt.maxBody, rt.flag))
 		return http.StatusRequestEntityTooLarge
+	case bounded.IsLimit(err):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "",
+			fmt.Sprintf("The request body's JSON is %v; the limit is --max-json-depth.", err))
+		return http.StatusBadRequest
 	case errors.Is(err, errBusy):
 		setRetryAfter(w.Header(), time.Second)
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
@@ -529,6 +617,11 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, err error) i
 	case errors.Is(err, errNotObject), errors.Is(err, errBadJSON):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
 		return http.StatusBadRequest
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
+			fmt.Sprintf("The request body did not arrive whole within %s (--body-read-timeout).", g.bodyTimeout))
+		return http.StatusRequestTimeout
 	case r.Context().Err() != nil:
 		return statusClientClosed
 	default:

@@ -117,15 +117,19 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		return fmt.Errorf("%s: %w", f.Where("routing"), err)
 	}
 	g := New(Options{
-		Keys:         keys,
-		Source:       src,
-		Logger:       log,
-		Registerer:   reg,
-		Transport:    NewTransport(f.DialTimeout, f.HeaderTimeout),
-		MaxModelScan: f.MaxModelScan,
-		BodyMemory:   f.BodyMemory,
-		Attempts:     f.Attempts,
-		Breaker:      BreakerConfig{Failures: f.BreakerFailures, OpenFor: f.BreakerOpen, MaxOpenFor: f.BreakerMaxOpen},
+		Keys:       keys,
+		Source:     src,
+		Logger:     log,
+		Registerer: reg,
+		Transport:  NewTransport(f.DialTimeout, f.HeaderTimeout),
+		MaxBody: BodyLimits{ChatCompletions: f.MaxBodyChatCompletions, Completions: f.MaxBodyCompletions,
+			Embeddings: f.MaxBodyEmbeddings},
+		MaxJSONDepth:    f.MaxJSONDepth,
+		BodyReadTimeout: f.BodyReadTimeout,
+		BodyMemory:      f.BodyMemory,
+		CORSOrigins:     f.CORSOrigins,
+		Attempts:        f.Attempts,
+		Breaker:         BreakerConfig{Failures: f.BreakerFailures, OpenFor: f.BreakerOpen, MaxOpenFor: f.BreakerMaxOpen},
 
 		NoReplicaRetryAfter:     f.NoReplicaRetryAfter,
 		EngineMetricsInterval:   offWhenZero(f.EngineMetricsInterval),

@@ -9,9 +9,14 @@ import (
 // The settings of the server NewServer returns.
 const (
 	// ServerReadHeaderTimeout bounds reading a request's line and
-	// headers; the body and the answer are not bounded (a completion
-	// streams for as long as the model writes).
+	// headers.
 	ServerReadHeaderTimeout = 10 * time.Second
+	// ServerBodyReadTimeout bounds reading a request's body, from the
+	// end of its headers, on every route but the OpenAI ones (which
+	// take Options.BodyReadTimeout, --body-read-timeout): a body
+	// trickled in is cut, and its connection closed. The answer is not
+	// bounded (a completion streams for as long as the model writes).
+	ServerBodyReadTimeout = 30 * time.Second
 	// ServerIdleTimeout bounds the wait for the next request on a
 	// kept-alive connection.
 	ServerIdleTimeout = 2 * time.Minute
@@ -25,9 +30,17 @@ const (
 // served with ServeTLS). What net/http's server has to say (a handler's
 // panic, a TLS handshake that failed, an Accept error it retries) goes to
 // log at warn; log may be nil (then net/http's default, the log package).
+//
+// Every request's body must arrive within ServerBodyReadTimeout. An
+// HTTP/1.1 request sent with Transfer-Encoding gets its answer and a
+// closed connection: a request with both Content-Length and
+// Transfer-Encoding must not keep its connection (RFC 9112 §6.3, request
+// smuggling), and net/http drops the Content-Length of such a request
+// before the handler sees it, so every chunked request is treated so (API
+// clients send a Content-Length).
 func NewServer(h http.Handler, log *slog.Logger) *http.Server {
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           guard(h, ServerBodyReadTimeout),
 		ReadHeaderTimeout: ServerReadHeaderTimeout,
 		IdleTimeout:       ServerIdleTimeout,
 		MaxHeaderBytes:    ServerMaxHeaderBytes,
@@ -36,4 +49,23 @@ func NewServer(h http.Handler, log *slog.Logger) *http.Server {
 		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	}
 	return srv
+}
+
+// guard is what NewServer's server does before h: the body's deadline
+// (bodyTimeout from now), and Connection: close for a request with
+// Transfer-Encoding.
+func guard(h http.Handler, bodyTimeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			// net/http sets no deadline on the body (ReadTimeout would
+			// bound the whole request and cancel a streaming answer's
+			// context); a handler that reads the body past this sets its
+			// own, and clears it once the body is read.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+		}
+		if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -103,12 +103,13 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	// (shouldRetryRequest; GET, HEAD, OPTIONS, TRACE or a request with an
 	// Idempotency-Key also after an EOF on the read), and it may retry on
 	// another pooled connection, any number of times. Here a POST the
-	// replica read whole and then closed on unanswered is sent again, to
-	// the same replica: as the gateway's own retry (Options.Attempts)
-	// would send it to another replica after the same failure. Only a
-	// request with no body or a GetBody comes this way (inline): the
-	// gateway sets GetBody when the client's body is in memory whole;
-	// one still streaming from the client goes to the fallback.
+	// replica may have read whole and then closed on unanswered is sent
+	// again, once, to the same replica: the race with an idle close is
+	// far more common than a request that kills its engine, and a dead
+	// engine refuses the fresh connection. The gateway itself does not
+	// send such a request to another replica (the attempt read the body:
+	// proxy.go, poison). Only a request with no body or a GetBody comes
+	// this way (inline); the gateway holds every body whole and sets it.
 	// TestUpstreamStaleConnection and TestUpstreamRetryDialsFresh hold
 	// this; TestUpstreamPartialAnswerNotRetried and
 	// TestUpstreamFreshConnectionFailureNotRetried what is not retried.
@@ -143,6 +144,17 @@ func closeBody(req *http.Request) {
 		_ = req.Body.Close()
 	}
 }
+
+// headerTimeoutError is a replica that sent no response headers within
+// the transport's headerTimeout: a net.Error whose Timeout is true, as
+// net/http's Transport's own.
+type headerTimeoutError struct{ d time.Duration }
+
+func (e headerTimeoutError) Error() string {
+	return fmt.Sprintf("replica sent no response headers within %s", e.d)
+}
+func (headerTimeoutError) Timeout() bool   { return true }
+func (headerTimeoutError) Temporary() bool { return true }
 
 // staleError marks a failure on a reused connection before the replica
 // sent a byte: the connection had been closed at the other end.
@@ -204,7 +216,7 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 			var ne net.Error
 			switch {
 			case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
-				return fail(fmt.Errorf("replica sent no response headers within %s", t.headerTimeout))
+				return fail(headerTimeoutError{t.headerTimeout})
 			// ReadResponse reports a close before the status line as
 			// ErrUnexpectedEOF; a close with unread data as a reset.
 			case pc.rc.n == read0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):

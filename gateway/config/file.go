@@ -33,7 +33,12 @@ type FileHCL struct {
 	RegisterTags            []string `hcl:"register_tags,optional"`
 	RegisterCheckInterval   duration `hcl:"register_check_interval,optional"`
 	ConsulWait              duration `hcl:"consul_wait,optional"`
-	MaxModelScan            int64    `hcl:"max_model_scan,optional"`
+	MaxBodyChatCompletions  int64    `hcl:"max_body_chat_completions,optional"`
+	MaxBodyCompletions      int64    `hcl:"max_body_completions,optional"`
+	MaxBodyEmbeddings       int64    `hcl:"max_body_embeddings,optional"`
+	MaxJSONDepth            int      `hcl:"max_json_depth,optional"`
+	BodyReadTimeout         duration `hcl:"body_read_timeout,optional"`
+	CORSOrigins             []string `hcl:"cors_origins,optional"`
 	BodyMemory              int64    `hcl:"body_memory,optional"`
 	Attempts                int      `hcl:"attempts,optional"`
 	NoReplicaRetryAfter     duration `hcl:"no_replica_retry_after,optional"`

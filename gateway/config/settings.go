@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -22,7 +23,11 @@ type Settings struct {
 	Register                                              bool
 	RegisterTags                                          []string
 	RegisterCheckInterval, ConsulWait                     time.Duration
-	MaxModelScan, BodyMemory                              int64
+	MaxBodyChatCompletions, MaxBodyCompletions            int64
+	MaxBodyEmbeddings, BodyMemory                         int64
+	MaxJSONDepth                                          int
+	BodyReadTimeout                                       time.Duration
+	CORSOrigins                                           []string
 	Attempts, BreakerFailures, CheckParallelism           int
 	NoReplicaRetryAfter, BreakerOpen, BreakerMaxOpen      time.Duration
 	DialTimeout, HeaderTimeout                            time.Duration
@@ -60,8 +65,22 @@ func (f *Settings) Check() error {
 	if err := lvl.UnmarshalText([]byte(f.LogLevel)); err != nil {
 		return fmt.Errorf("%s: %w", f.Where("log-level"), err)
 	}
-	if f.MaxModelScan <= 0 || f.BodyMemory < f.MaxModelScan {
-		return fmt.Errorf("%s %d, %s %d: want 0 < max-model-scan <= body-memory", f.Where("max-model-scan"), f.MaxModelScan, f.Where("body-memory"), f.BodyMemory)
+	for _, b := range []struct {
+		flag string
+		v    int64
+	}{{"max-body-chat-completions", f.MaxBodyChatCompletions}, {"max-body-completions", f.MaxBodyCompletions}, {"max-body-embeddings", f.MaxBodyEmbeddings}} {
+		if b.v <= 0 || b.v > f.BodyMemory {
+			return fmt.Errorf("%s %d, %s %d: want 0 < %s <= body-memory", f.Where(b.flag), b.v, f.Where("body-memory"), f.BodyMemory, b.flag)
+		}
+	}
+	if f.MaxJSONDepth < 1 || f.MaxJSONDepth > MaxJSONDepth {
+		return fmt.Errorf("%s: %d: want 1 to %d", f.Where("max-json-depth"), f.MaxJSONDepth, MaxJSONDepth)
+	}
+	if f.BodyReadTimeout <= 0 {
+		return fmt.Errorf("%s: %s: want more than 0", f.Where("body-read-timeout"), f.BodyReadTimeout)
+	}
+	if err := CheckOrigins(f.CORSOrigins); err != nil {
+		return fmt.Errorf("%s: %w", f.Where("cors-origins"), err)
 	}
 	if f.Attempts < 1 || f.BreakerFailures < 1 || f.BreakerOpen <= 0 || f.BreakerMaxOpen < f.BreakerOpen {
 		return fmt.Errorf("%s and %s must be at least 1, and 0 < %s <= %s", f.Where("attempts"), f.Where("breaker-failures"), f.Where("breaker-open"), f.Where("breaker-max-open"))
@@ -136,6 +155,29 @@ func (f *Settings) Check() error {
 	if f.Advertise != "" {
 		if _, err := NewRegistration(f.Advertise, &net.TCPAddr{Port: 1}); err != nil {
 			return fmt.Errorf("%s: %w", f.Where("advertise"), err)
+		}
+	}
+	return nil
+}
+
+// MaxJSONDepth is the most --max-json-depth may be: Go's encoding/json,
+// which checks every body, refuses JSON nested deeper than 10,000 levels.
+const MaxJSONDepth = 10000
+
+// CheckOrigins checks --cors-origins: each "*" (every origin) or an
+// origin as browsers send it, scheme://host[:port] with scheme http or
+// https and nothing after the authority.
+func CheckOrigins(origins []string) error {
+	for _, o := range origins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil {
+			return fmt.Errorf("origin %q: %w", o, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return fmt.Errorf("origin %q: want \"*\" or scheme://host[:port], scheme http or https, nothing after (such as https://chat.example.com)", o)
 		}
 	}
 	return nil

@@ -58,6 +58,7 @@ var layers = map[string]map[string]string{
 		"enginemetrics":          "replicas' load from their engines' metrics",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
 		"internal/hcldecode":     "API key files are HCL",
+		"internal/bounded":       "request bodies' JSON nesting is checked before a replica sees it",
 		"internal/httpjson":      "its JSON answers",
 		"internal/nomadenv":      "which Nomad API the environment names (Run, discovering from Nomad in a task)",
 		"internal/testing":       "only gateway/internal/gwload and prefixload, measuring tools run with go run (see mayImportDoubles)",

@@ -26,9 +26,14 @@ register_tags           = []    # besides llmgw-gateway
 register_check_interval = "10s" # its HTTP check on /healthz
 consul_wait             = "5m"  # the longest one blocking query waits
 
-# Requests.
-max_model_scan          = 4194304   # bytes of a body read, at most, to find "model"
-body_memory             = 268435456 # bytes all requests together may hold while scanning
+# Requests. The gateway reads every body whole, within its route's limit
+# (413 past it), and checks its JSON before a replica sees it.
+max_body_chat_completions = 4194304   # bytes: about a million tokens of text
+max_body_completions      = 4194304
+max_body_embeddings       = 4194304
+max_json_depth            = 64        # nesting of objects and arrays (400 past it)
+body_read_timeout         = "30s"     # the longest a body may take to arrive (408 past it)
+body_memory               = 268435456 # bytes all request bodies together may hold (503 past them)
 attempts                = 3         # replicas one request may be tried on
 no_replica_retry_after  = "5s"      # Retry-After of a 503 for a model with no healthy replica
 dial_timeout            = "2s"
@@ -74,6 +79,12 @@ breaker_max_open = "1m"
 # keys_namespace = "default"                     # its namespace; default: namespace
 # share_limits   = true                          # enforce 1/N of each key's limits, N the llmgw-gateway registrations
 share_limits = false
+
+# Browsers (docs/gateway.md, "CORS"): the origins whose web pages may call the
+# gateway. None by default: a request carrying an Origin header is refused
+# with 403, and the engines' own Access-Control-* headers never pass through.
+# cors_origins = ["https://chat.example.com"] # or ["*"]: any page
+cors_origins = []
 
 # TLS: both or neither; re-read when they change and on SIGHUP.
 # tls_cert_file = "/etc/llmgw/gateway.crt"
