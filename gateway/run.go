@@ -279,7 +279,7 @@ func loopback(a net.Addr) bool {
 func keySource(f config.Settings, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (KeySource, string, error) {
 	switch {
 	case f.KeysFile != "":
-		src, err := os.ReadFile(f.KeysFile)
+		src, err := config.ReadFile(f.KeysFile)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", f.Where("keys-file"), err)
 		}

@@ -30,7 +30,7 @@ func resolve(f *config.Settings, fl *pflag.FlagSet, env func(string) string) err
 	if f.Config == "" {
 		return nil
 	}
-	src, err := os.ReadFile(f.Config)
+	src, err := config.ReadFile(f.Config)
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
