@@ -61,7 +61,7 @@ func run(ctx context.Context, path, level string) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := controller.NewServer(c.Handler())
 	log.Info("llmgw controller", "api", "http://"+ln.Addr().String(), "nomad", cfg.Nomad.Address, "catalog", cfg.Catalog)
 
 	// Every part runs until ctx ends or the controller's Run returns; the
