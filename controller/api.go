@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -29,7 +30,9 @@ import (
 // call needs it as a bearer token (Authorization: Bearer <api_token>),
 // reads too, except GET /healthz and GET /metrics, and the web console's
 // static files under /ui/, which hold no data: the console sends the token
-// the operator types into it with each of its API calls.
+// the operator types into it with each of its API calls. Without
+// api_token, reads are open and every write is refused (403), unless
+// insecure_writes is on (loopback only): then writes are open too (auth).
 func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", c.healthz)
@@ -125,18 +128,71 @@ func writeErr(w http.ResponseWriter, status int, msg, hint string) {
 	httpjson.WriteIndented(w, status, controllerapi.APIError{Error: msg, Hint: hint})
 }
 
+// Who made an API call, as its writes record it (a hold's or pin's
+// set_by, the logs' "by"): the identity the controller authenticated,
+// never what the request says of itself.
+const (
+	// CallerToken: the call carried api_token.
+	CallerToken = "api_token"
+	// CallerInsecure: insecure_writes let the call in without a token,
+	// from this host.
+	CallerInsecure = "insecure-loopback"
+)
+
+type callerKey struct{}
+
+// caller is who made r, as auth authenticated it ("" for a read of a
+// controller without api_token).
+func caller(r *http.Request) string {
+	who, _ := r.Context().Value(callerKey{}).(string)
+	return who
+}
+
+// isWrite reports whether r asks the API to change something: any method
+// but GET and HEAD.
+func isWrite(r *http.Request) bool { return r.Method != http.MethodGet && r.Method != http.MethodHead }
+
+// auth lets r through to h when it may: with api_token set, only with the
+// token (401 otherwise); without it, reads always, writes only with
+// insecure_writes and from a loopback address (403 otherwise). Nothing
+// else is done for a refused call: no body read, no Nomad call.
 func (c *Controller) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if tok := c.cfg.APIToken; tok != "" {
+		who := ""
+		switch {
+		case c.cfg.APIToken != "":
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.APIToken)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="llmgw"`)
 				writeErr(w, http.StatusUnauthorized, "missing or wrong API token", "send Authorization: Bearer <api_token> (llmgw ctl: LLMGW_TOKEN)")
 				return
 			}
+			who = CallerToken
+		case !isWrite(r):
+		case !c.cfg.InsecureWrites:
+			writeErr(w, http.StatusForbidden, "writes need an API token, and this controller has no api_token",
+				"set api_token in the controller's llmgw.hcl and send it as Authorization: Bearer <api_token> (llmgw ctl: LLMGW_TOKEN); "+
+					"for development on loopback only, insecure_writes = true")
+			return
+		case !loopbackRemote(r.RemoteAddr):
+			writeErr(w, http.StatusForbidden, fmt.Sprintf("insecure_writes takes writes from this host only, not from %s", r.RemoteAddr),
+				"set api_token in the controller's llmgw.hcl to take writes from elsewhere")
+			return
+		default:
+			who = CallerInsecure
 		}
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, who)))
 	}
+}
+
+// loopbackRemote reports whether a request's RemoteAddr is a loopback IP.
+func loopbackRemote(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *Controller) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -316,12 +372,12 @@ func (c *Controller) putHold(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no node is in %s", d), suggest.Hint(d.String(), c.obs.domainKeys()))
 		return
 	}
-	h := store.Hold{Domain: d.String(), Reason: req.Reason, Drain: req.Drain, SetAt: c.now().UTC(), SetBy: r.Header.Get("X-LLMGW-User")}
+	h := store.Hold{Domain: d.String(), Reason: req.Reason, Drain: req.Drain, SetAt: c.now().UTC(), SetBy: caller(r)}
 	if err := c.store.SetHold(h); err != nil {
 		writeErr(w, http.StatusBadGateway, err.Error(), "")
 		return
 	}
-	c.log.Info("hold set", "domain", h.Domain, "reason", h.Reason, "drain", h.Drain)
+	c.log.Info("hold set", "domain", h.Domain, "reason", h.Reason, "drain", h.Drain, "by", h.SetBy)
 	httpjson.WriteIndented(w, http.StatusOK, HoldAnswer{Hold: h, Warning: c.awaitView(r.Context())})
 }
 
@@ -357,7 +413,7 @@ func (c *Controller) deleteHold(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no run-time hold on %s", d), hint)
 		return
 	}
-	c.log.Info("hold released", "domain", d.String())
+	c.log.Info("hold released", "domain", d.String(), "by", caller(r))
 	out := map[string]string{"released": d.String()}
 	if warn := c.awaitView(r.Context()); warn != "" {
 		out["warning"] = warn
@@ -390,7 +446,7 @@ func (c *Controller) postReload(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, err.Error(), "fix the file; the previous catalog and facility stay in force")
 		return
 	}
-	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", r.Header.Get("X-LLMGW-User"))
+	c.log.Info("reloaded catalog and facility", "confirmed", req.Confirm, "by", caller(r))
 	cat, at := c.files.loaded()
 	cv := controllerapi.CatalogView{Models: redact(cat.Models), LoadedAt: at, Warnings: cat.Warnings()}
 	httpjson.WriteIndented(w, http.StatusOK, cv)
@@ -470,7 +526,7 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 	if warn != "" {
 		out["warning"] = warn
 	}
-	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset, "shown_after", time.Since(start).Round(time.Millisecond), "warning", warn)
+	c.log.Info("node labels", "node", name, "set", req.Set, "unset", req.Unset, "by", caller(r), "shown_after", time.Since(start).Round(time.Millisecond), "warning", warn)
 	httpjson.WriteIndented(w, http.StatusOK, out)
 }
 

@@ -111,7 +111,7 @@ func (c *Controller) putPin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := c.now().UTC()
-	p := controllerapi.Pin{Model: name, Replicas: req.Replicas, Until: now.Add(d), Reason: strings.TrimSpace(req.Reason), SetAt: now, SetBy: r.Header.Get("X-LLMGW-User")}
+	p := controllerapi.Pin{Model: name, Replicas: req.Replicas, Until: now.Add(d), Reason: strings.TrimSpace(req.Reason), SetAt: now, SetBy: caller(r)}
 	if err := c.store.SetPin(p); err != nil {
 		writeErr(w, http.StatusBadGateway, err.Error(), "")
 		return
@@ -135,7 +135,7 @@ func (c *Controller) deletePin(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no pin on model %q", name), hint)
 		return
 	}
-	c.log.Info("pin released", "model", name, "by", r.Header.Get("X-LLMGW-User"))
+	c.log.Info("pin released", "model", name, "by", caller(r))
 	out := map[string]string{"released": name}
 	if warn := c.awaitView(r.Context()); warn != "" {
 		out["warning"] = warn

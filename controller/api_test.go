@@ -83,7 +83,7 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 // refused GET /v1/replicas/{id} asks Nomad nothing.
 func TestAPITokenOnEveryCall(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.cfg.APIToken = "s3cret"
+	e.cfg.APIToken, e.cfg.InsecureWrites = "s3cret", false
 	// n1's GPUs go bad as alpha-0's job is registered there: Nomad cannot
 	// place it, and the replica is pending (as TestNomadReasonsInExplain).
 	e.fake.Hook(func(r *http.Request) {

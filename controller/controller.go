@@ -142,6 +142,9 @@ func New(opts Options) (*Controller, error) {
 		host, _ := os.Hostname()
 		opts.Identity = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	if opts.Config.InsecureWrites && opts.Config.APIToken != "" {
+		return nil, errors.New("insecure_writes and api_token: choose one (with api_token, writes need the token)")
+	}
 	client := opts.Nomad
 	if client == nil {
 		var err error
@@ -166,6 +169,14 @@ func New(opts Options) (*Controller, error) {
 		scale:       newScaleState(),
 		engines:     &engineReadings{},
 		power:       newPowerState(opts.Config.PowerCapHold),
+	}
+	switch {
+	case opts.Config.InsecureWrites:
+		c.log.Warn("INSECURE: insecure_writes is on: the API takes writes (holds, labels, reloads, plans, pins) without a token "+
+			"from any process on this host; for development on loopback only, never in production", "listen", opts.Config.Listen)
+	case opts.Config.APIToken == "":
+		c.log.Warn("api_token is not set: the API refuses every write (holds, labels, reloads, plans, pins), and its reads are open "+
+			"to whoever reaches it; set api_token", "listen", opts.Config.Listen)
 	}
 	c.obs = newObserver()
 	c.obs.nomad, c.obs.log, c.obs.region, c.obs.namespace = client, c.log, opts.Config.Nomad.Region, ns

@@ -183,6 +183,9 @@ func newEnv(t testing.TB, nodes []nodeDef, catalog, fac string, opts ...nomadfak
 	cfg.Reconcile.Interval = time.Second
 	// Checks of serving allocations are read again every check interval.
 	cfg.Driver.CheckInterval, cfg.Driver.CheckTimeout = time.Second, time.Second
+	// The tests write through the API on loopback without a token; those
+	// of the token itself (auth_test.go) turn this off.
+	cfg.InsecureWrites = true
 	e := &env{t: t, fake: fake, clock: clk, api: fake.Client(t), dir: dir, cfg: cfg,
 		nodes: map[string]string{}, defs: map[string]nodeDef{}}
 	for _, n := range nodes {

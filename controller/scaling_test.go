@@ -345,8 +345,8 @@ func TestPinOverridesAndExpires(t *testing.T) {
 	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, controllerapi.PinRequest{Replicas: 4, For: "2m", Reason: "launch"}, &p); code != http.StatusOK {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
-	if want := s.clock.Now().Add(2 * time.Minute); !p.Until.Equal(want) || p.Replicas != 4 {
-		t.Errorf("pin %+v, want 4 until %s", p, want)
+	if want := s.clock.Now().Add(2 * time.Minute); !p.Until.Equal(want) || p.Replicas != 4 || p.SetBy != CallerInsecure {
+		t.Errorf("pin %+v, want 4 until %s, set by %s", p, want, CallerInsecure)
 	}
 	if v := s.fake.Variable("default", store.PinsPath); v == nil || !strings.Contains(v.Items["pins"], `"model":"chat"`) {
 		t.Errorf("the pin is not in Nomad Variables: %v", v)
@@ -359,7 +359,7 @@ func TestPinOverridesAndExpires(t *testing.T) {
 	if mv.Wanted != 4 || mv.Pin == nil || mv.Decision == nil || mv.Decision.Want != 2 || mv.Decision.Rule != "hold" {
 		t.Fatalf("pinned: %+v, decision %+v", mv, mv.Decision)
 	}
-	if !strings.HasPrefix(mv.Reason, "pinned at 4 until ") || !strings.Contains(mv.Reason, "(launch) (llmgw ctl scale); without the pin the autoscaler would want 2: holds at 2") {
+	if !strings.HasPrefix(mv.Reason, "pinned at 4 by "+CallerInsecure+" until ") || !strings.Contains(mv.Reason, "(launch) (llmgw ctl scale); without the pin the autoscaler would want 2: holds at 2") {
 		t.Errorf("reason %q", mv.Reason)
 	}
 	s.scaled()

@@ -42,6 +42,9 @@ func TestDemo(t *testing.T) {
 		"llama-3.1-8b-1",
 		"fake-engine standing in for vLLM in strict mode (FAKE_ENGINE_STRICT=" + strictVLLM + ")",
 		"llmgw API: http://127.0.0.1:",
+		// The demo's controller needs a token, which the demo made.
+		"export LLMGW_ADDR=http://127.0.0.1:",
+		" LLMGW_TOKEN=",
 		"llmgw console: http://127.0.0.1:",
 		"/ui/   (open it in a browser",
 		"llmgw gateway: http://127.0.0.1:",

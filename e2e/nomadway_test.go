@@ -11,12 +11,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -94,6 +97,7 @@ func TestControllerAndGatewayAsNomadJobs(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "facility.hcl"), "headroom = 0\n")
 	writeFile(t, filepath.Join(dir, "extra.hcl"), fmt.Sprintf(`
+api_token       = %q
 node_base_watts = 300
 driver {
   ready_interval = "500ms"
@@ -109,7 +113,7 @@ reconcile {
   interval         = "5s"
   partial_deadline = "1m"
 }
-`, engine, strictVLLM))
+`, nomadwayToken, engine, strictVLLM))
 	putCatalogSrc := func(catalog string, force bool) {
 		t.Helper()
 		writeFile(t, filepath.Join(dir, "catalog.hcl"), catalog)
@@ -381,6 +385,48 @@ func runJobFile(t *testing.T, client *api.Client, path, vars string) {
 	t.Cleanup(func() { _, _, _ = client.Jobs().Deregister(*job.ID, true, nil) })
 }
 
+// nomadwayToken is the api_token the controller job's config (the
+// Variable's config item) sets, as an operator's would: the job listens on
+// its allocation's address, and writes need a token.
+const nomadwayToken = "e2e-nomadway-api-token"
+
+var (
+	proxiesMu sync.Mutex
+	proxies   = map[string]string{}
+)
+
+// tokenProxy returns the URL of a loopback proxy to the controller API at
+// base that sends nomadwayToken with every request, so that the read
+// helpers shared with other tests (waitServing …) need not carry it. One
+// proxy per base, closed when the test ends.
+func tokenProxy(t *testing.T, base string) string {
+	t.Helper()
+	proxiesMu.Lock()
+	defer proxiesMu.Unlock()
+	if u, ok := proxies[base]; ok {
+		return u
+	}
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		r.Header.Set("Authorization", "Bearer "+nomadwayToken)
+	}
+	srv := httptest.NewServer(rp)
+	proxies[base] = srv.URL
+	t.Cleanup(func() {
+		proxiesMu.Lock()
+		delete(proxies, base)
+		proxiesMu.Unlock()
+		srv.Close()
+	})
+	return srv.URL
+}
+
 // ctlAlloc is one allocation of the controller job serving its API.
 type ctlAlloc struct {
 	id, node, base string
@@ -402,7 +448,7 @@ func controllerAllocs(t *testing.T, client *api.Client) []ctlAlloc {
 		if err != nil || a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun {
 			continue
 		}
-		out = append(out, ctlAlloc{id: r.AllocID, node: a.NodeName, base: fmt.Sprintf("http://%s:%d", r.Address, r.Port)})
+		out = append(out, ctlAlloc{id: r.AllocID, node: a.NodeName, base: tokenProxy(t, fmt.Sprintf("http://%s:%d", r.Address, r.Port))})
 	}
 	slices.SortFunc(out, func(a, b ctlAlloc) int { return strings.Compare(a.id, b.id) })
 	return out

@@ -31,7 +31,10 @@
 #   facility  the facility file (optional: none, no budgets)
 #   config    llmgw.hcl's settings besides listen, catalog and facility,
 #             which this job sets (optional): driver, reconcile, autoscale,
-#             datacenters, nomad { namespaces = ... }, ...
+#             datacenters, nomad { namespaces = ... }, ...; and api_token,
+#             without which the API refuses every write (holds, labels,
+#             reloads, plans, pins): the job listens on its allocation's
+#             address, where insecure_writes is refused
 # The task's workload identity may read nomad/jobs/llmgw-controller with no
 # policy (Nomad grants a job its own path); the template waits until the
 # Variable exists.

@@ -16,6 +16,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -159,12 +161,16 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err := runGPUJob(wctx, c); err != nil {
 		return err
 	}
-	api, stopController, exited, err := startController(ctx, c, llmgw, engine, real)
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	api, stopController, exited, err := startController(ctx, c, llmgw, engine, real, token)
 	if err != nil {
 		return err
 	}
 	defer stopController()
-	served, err := showReplicas(wctx, api, exited)
+	served, err := showReplicas(wctx, api, token, exited)
 	if err != nil {
 		return err
 	}
@@ -184,8 +190,9 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		return err
 	}
 	fmt.Printf("\nNomad API: %s   (export NOMAD_ADDR=%s; nomad job status)\n", c.Server.Addr(), c.Server.Addr())
-	fmt.Printf("llmgw API: %s   (curl %s/v1/replicas; %s/v1/facility; %s/metrics)\n", api, api, api, api)
-	fmt.Printf("llmgw console: %s   (open it in a browser: replicas, models, facility, explain)\n", console)
+	fmt.Printf("llmgw API: %s   (its api_token is below; curl -H \"Authorization: Bearer $LLMGW_TOKEN\" %s/v1/replicas; %s/metrics needs none)\n", api, api, api)
+	fmt.Printf("  export LLMGW_ADDR=%s LLMGW_TOKEN=%s   (then: llmgw ctl replicas; llmgw ctl facility hold rack=r01-k01)\n", api, token)
+	fmt.Printf("llmgw console: %s   (open it in a browser: replicas, models, facility, explain; paste the token in its token field)\n", console)
 	fmt.Printf("llmgw gateway: %s   (OpenAI-compatible: curl %s/v1/models; %s/metrics)\n", gw, gw, gw)
 	fmt.Printf("  curl -sN %s/v1/chat/completions -H 'Content-Type: application/json' \\\n", gw)
 	fmt.Printf("    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}'\n", model)
@@ -320,7 +327,11 @@ func planInstead(ctx context.Context, binDir string) error {
 // controller` in its own process group; it returns the API's address, a
 // function that stops it, and one that reports (with its log) whether it
 // has exited.
-func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *llamabuild.Installed) (string, func(), func() error, error) {
+//
+// The controller's API needs a token (api_token, given to it in the
+// environment as LLMGW_API_TOKEN), for reads and writes alike: the demo
+// runs as an operator would, not in insecure_writes mode.
+func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *llamabuild.Installed, token string) (string, func(), func() error, error) {
 	repo, err := os.Getwd()
 	if err != nil {
 		return "", nil, nil, err
@@ -354,9 +365,10 @@ func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine str
 	strict := vllm.Spec()
 	cfg := filepath.Join(c.Root, "llmgw.hcl")
 	body := fmt.Sprintf(`nomad { address = %q }
-listen   = %q
-catalog  = %q
-facility = %q
+listen    = %q
+api_token = env("LLMGW_API_TOKEN")
+catalog   = %q
+facility  = %q
 driver {
   ready_timeout  = "5m"
   kill_timeout   = "10s"
@@ -371,7 +383,7 @@ reconcile { interval = "10s" }
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, nil, err
 	}
-	stop, exited, err := startLLMGW(c.Root, "controller", llmgw, "controller", "--config", cfg)
+	stop, exited, err := startLLMGW(c.Root, "controller", []string{"LLMGW_API_TOKEN=" + token}, llmgw, "controller", "--config", cfg)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -389,13 +401,14 @@ reconcile { interval = "10s" }
 // in root/<name>.log; it returns a function that stops it (SIGTERM, then
 // SIGKILL after 10s) and one that reports (with its log) whether it has
 // exited.
-func startLLMGW(root, name, llmgw string, args ...string) (func(), func() error, error) {
+func startLLMGW(root, name string, env []string, llmgw string, args ...string) (func(), func() error, error) {
 	logPath := filepath.Join(root, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd := exec.Command(llmgw, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -438,7 +451,7 @@ func startGateway(c *localnomad.Cluster, llmgw string) (string, func(), func() e
 		return "", nil, nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	stop, exited, err := startLLMGW(c.Root, "gateway", llmgw, "gateway", "--listen", addr, "--nomad", c.Server.Addr())
+	stop, exited, err := startLLMGW(c.Root, "gateway", nil, llmgw, "gateway", "--listen", addr, "--nomad", c.Server.Addr())
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -470,6 +483,16 @@ func checkConsole(ctx context.Context, api string) (string, error) {
 		return "", fmt.Errorf("the console at %s answered %s (%d bytes), not its page", url, resp.Status, len(body))
 	}
 	return url, nil
+}
+
+// newToken makes the controller's api_token for this run: 32 random
+// bytes, hex.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("api token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // realModel is the catalog model the real llama.cpp engine serves in the
@@ -584,7 +607,7 @@ func freePort() (int, error) {
 // showReplicas waits until every replica of the catalog serves, printing
 // progress, then prints where each one runs. It returns how many replicas
 // of each model serve.
-func showReplicas(ctx context.Context, base string, exited func() error) (map[string]int, error) {
+func showReplicas(ctx context.Context, base, token string, exited func() error) (map[string]int, error) {
 	type replica struct {
 		ID      string   `json:"id"`
 		Model   string   `json:"model"`
@@ -600,11 +623,20 @@ func showReplicas(ctx context.Context, base string, exited func() error) (map[st
 		if err := exited(); err != nil {
 			return false, "", err
 		}
-		resp, err := http.Get(base + "/v1/replicas")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/replicas", nil)
+		if err != nil {
+			return false, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			return false, fmt.Sprintf("GET /v1/replicas: %s: %s", resp.Status, b), nil
+		}
 		rs = nil
 		if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
 			return false, err.Error(), nil

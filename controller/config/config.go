@@ -87,9 +87,14 @@ type Config struct {
 
 	// Listen is the address of the controller's HTTP API, host:port.
 	Listen string
-	// APIToken, when set, is required (as a bearer token) by every
-	// mutating API call.
+	// APIToken, when set, is required (as a bearer token) by every API
+	// call but /healthz, /metrics and the console's files. Without it the
+	// API refuses every write, unless InsecureWrites.
 	APIToken string
+	// InsecureWrites lets the API take writes without a token, for
+	// development on loopback: Parse refuses it with api_token, and with a
+	// listen address that is not loopback.
+	InsecureWrites bool
 
 	// Catalog and Facility are the paths of the catalog and facility files,
 	// relative ones resolved against the directory of File.
@@ -292,6 +297,7 @@ type (
 	fileHCL struct {
 		Listen          string        `hcl:"listen,optional"`
 		APIToken        string        `hcl:"api_token,optional"`
+		InsecureWrites  bool          `hcl:"insecure_writes,optional"`
 		Catalog         string        `hcl:"catalog,optional"`
 		Facility        string        `hcl:"facility,optional"`
 		ServiceProvider string        `hcl:"service_provider,optional"`
@@ -478,6 +484,17 @@ func (p *parser) root(raw *fileHCL, c *Config) {
 	}
 	if _, ok := p.Given(b, "api_token"); ok {
 		c.APIToken = raw.APIToken
+	}
+	if r, ok := p.Given(b, "insecure_writes"); ok && raw.InsecureWrites {
+		switch {
+		case c.APIToken != "":
+			p.errorf(r, "insecure_writes: api_token is set too; drop insecure_writes (writes then need the token)")
+		case !LoopbackListen(c.Listen):
+			p.errorf(r, "insecure_writes: listen %q is not a loopback address (127.0.0.1, ::1 or localhost): "+
+				"writes without a token are for development on this host only; set api_token instead", c.Listen)
+		default:
+			c.InsecureWrites = true
+		}
 	}
 	for _, f := range []struct {
 		name, val string
@@ -863,6 +880,21 @@ func checkListen(s string) error {
 		return fmt.Errorf("%q: bad host %q", s, host)
 	}
 	return nil
+}
+
+// LoopbackListen reports whether the listen address s (host:port) accepts
+// connections from this host only: its host is localhost or a loopback IP.
+// An empty host (every interface) is not.
+func LoopbackListen(s string) bool {
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func checkNomadAddress(s string) error {

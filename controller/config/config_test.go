@@ -172,6 +172,14 @@ nomad {
 				c.Nomad.Namespace = "llm"
 				c.Nomad.Namespaces = []string{"llm"}
 			})},
+		{"insecure writes on loopback", "insecure_writes = true\n", nil,
+			with(func(c *Config) { c.InsecureWrites = true })},
+		{"insecure writes on ::1", "listen = \"[::1]:9797\"\ninsecure_writes = true\n", nil,
+			with(func(c *Config) { c.Listen, c.InsecureWrites = "[::1]:9797", true })},
+		{"insecure writes on localhost", "listen = \"localhost:9797\"\ninsecure_writes = true\n", nil,
+			with(func(c *Config) { c.Listen, c.InsecureWrites = "localhost:9797", true })},
+		{"insecure writes false", "listen = \"0.0.0.0:9797\"\ninsecure_writes = false\n", nil,
+			with(func(c *Config) { c.Listen = "0.0.0.0:9797" })},
 		{"every namespace spelled out", `nomad {
   namespace  = "llm"
   namespaces = ["*"]
@@ -238,6 +246,16 @@ func TestParseErrors(t *testing.T) {
 		{"datacenters not a list", "datacenters = \"dc1\"\n", nil, []string{"c.hcl:1: datacenters: Unsuitable value type: list of string required"}},
 		{"empty catalog", "catalog = \"\"\n", nil, []string{"c.hcl:1: catalog: must not be empty"}},
 		{"null", "api_token = null\n", nil, []string{"c.hcl:1: api_token: must not be null"}},
+		{"insecure writes on every interface", "listen = \":9797\"\ninsecure_writes = true\n", nil,
+			[]string{`c.hcl:2: insecure_writes: listen ":9797" is not a loopback address (127.0.0.1, ::1 or localhost)`}},
+		{"insecure writes on a LAN address", "listen = \"10.0.0.5:9797\"\ninsecure_writes = true\n", nil,
+			[]string{`c.hcl:2: insecure_writes: listen "10.0.0.5:9797" is not a loopback address`}},
+		{"insecure writes on a host name", "listen = \"ctl.example:9797\"\ninsecure_writes = true\n", nil,
+			[]string{`c.hcl:2: insecure_writes: listen "ctl.example:9797" is not a loopback address`}},
+		{"insecure writes with a token", "api_token = \"t\"\ninsecure_writes = true\n", nil,
+			[]string{"c.hcl:2: insecure_writes: api_token is set too"}},
+		{"insecure writes not a bool", "insecure_writes = \"yes please\"\n", nil,
+			[]string{"c.hcl:1: insecure_writes: Unsuitable value type: a bool is required"}},
 		{"unknown engine", "driver {\n  engines = { trtllm = \"/bin/x\" }\n}\n", nil, []string{`c.hcl:2: engines: unknown engine "trtllm"`}},
 		{"empty engine executable", "driver {\n  engines = { vllm = \"\" }\n}\n", nil, []string{"c.hcl:2: engines.vllm: empty executable"}},
 		{"bad env name", "driver {\n  env = { \"A=B\" = \"x\" }\n}\n", nil, []string{`c.hcl:2: env: bad variable "A=B"`}},

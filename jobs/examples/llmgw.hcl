@@ -30,8 +30,15 @@ nomad {
 # The controller's HTTP API (and /metrics).
 listen = "127.0.0.1:9797"
 
-# Set it, and every mutating API call needs "Authorization: Bearer <token>".
+# Set it, and every API call (reads too; not /healthz, /metrics or the console's
+# files) needs "Authorization: Bearer <token>" (llmgw ctl: LLMGW_TOKEN). Without it
+# the API refuses every write (holds, labels, reloads, plans, pins) and its reads
+# are open.
 # api_token = env("LLMGW_API_TOKEN")
+
+# Development only: writes without a token, from this host only. Refused with
+# api_token, or with a listen address that is not loopback; logged as a warning.
+# insecure_writes = false
 
 catalog  = "catalog.hcl"
 facility = "facility.hcl"

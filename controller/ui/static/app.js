@@ -83,7 +83,6 @@ class APIError extends Error {
 async function api(method, path, body) {
   const headers = { Accept: 'application/json' };
   if (token()) headers.Authorization = 'Bearer ' + token();
-  if (method !== 'GET') headers['X-LLMGW-User'] = 'console';
   const init = { method, headers, cache: 'no-store' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';

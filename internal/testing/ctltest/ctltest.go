@@ -148,7 +148,8 @@ hold "rack=r02-k02" {
 type Options struct {
 	// Token is the controller's api_token: every API call but /healthz,
 	// /metrics and the console's files needs it (Start's own reads send
-	// it; Env.Call sends the token it is given).
+	// it; Env.Call sends the token it is given). Without it the controller
+	// runs with insecure_writes.
 	Token string
 	// Lead lets the controller take the leader lock and reconcile on its
 	// own, on the real clock, instead of the test driving its passes.
@@ -266,6 +267,9 @@ func Start(t testing.TB, opts Options) *Env {
 	cfg := config.Default(dir)
 	cfg.NodeBaseWatts = BaseWatts
 	cfg.APIToken = opts.Token
+	// Without a token the API takes writes only in insecure mode (its
+	// server is on loopback).
+	cfg.InsecureWrites = opts.Token == ""
 	cfg.Reconcile.Interval = time.Second
 	catalog := Catalog
 	var gateways []string
@@ -353,6 +357,7 @@ func StartUnread(t testing.TB) *Env {
 	gone.Close() // its address now refuses connections
 	dir := t.TempDir()
 	cfg := config.Default(dir)
+	cfg.InsecureWrites = true // its server is on loopback
 	for path, src := range map[string]string{cfg.Catalog: Catalog, cfg.Facility: Facility} {
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)

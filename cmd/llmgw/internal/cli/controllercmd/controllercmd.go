@@ -61,6 +61,14 @@ func run(ctx context.Context, path, level string) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	if cfg.InsecureWrites {
+		// Parse refused a listen address that is not loopback; this is the
+		// address actually bound (a name such as localhost resolved).
+		if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+			_ = ln.Close()
+			return fmt.Errorf("insecure_writes: the API listens on %s, which is not a loopback address: not starting (set api_token instead)", ln.Addr())
+		}
+	}
 	srv := controller.NewServer(c.Handler())
 	log.Info("llmgw controller", "api", "http://"+ln.Addr().String(), "nomad", cfg.Nomad.Address, "catalog", cfg.Catalog)
 

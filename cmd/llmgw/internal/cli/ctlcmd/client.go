@@ -18,11 +18,10 @@ import (
 type client struct {
 	base  *url.URL
 	token string
-	user  string
 	http  *http.Client
 }
 
-func newClient(addr, token, user string, hc *http.Client) (*client, error) {
+func newClient(addr, token string, hc *http.Client) (*client, error) {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
@@ -32,7 +31,7 @@ func newClient(addr, token, user string, hc *http.Client) (*client, error) {
 			Hint: "set --addr or " + EnvAddr + " to the controller's API, such as " + DefaultAddr}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &client{base: u, token: token, user: user, http: hc}, nil
+	return &client{base: u, token: token, http: hc}, nil
 }
 
 // get reads path and decodes it into out (when not nil); it returns the
@@ -67,9 +66,6 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if c.user != "" {
-		req.Header.Set("X-LLMGW-User", c.user)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -123,9 +119,16 @@ func apiError(method, path string, status int, raw []byte) error {
 	}
 	e := &Error{Code: ExitError, Msg: ae.Error, Hint: ae.Hint}
 	switch {
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+	case status == http.StatusUnauthorized:
 		e.Code = ExitUnauthorized
 		e.Hint = "set --token or " + EnvToken + " to the controller's api_token"
+	case status == http.StatusForbidden:
+		// A controller without api_token refusing a write: its hint says
+		// what to set on the controller, not here.
+		e.Code = ExitUnauthorized
+		if e.Hint == "" {
+			e.Hint = "set --token or " + EnvToken + " to the controller's api_token"
+		}
 	case status == http.StatusNotFound:
 		e.Code = ExitNotFound
 	case status >= 400 && status < 500:

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -73,8 +72,6 @@ type Options struct {
 	// HTTPClient talks to the controller; default a client with a 30 s
 	// timeout.
 	HTTPClient *http.Client
-	// User names who sets a hold (X-LLMGW-User); default the OS user.
-	User string
 }
 
 // ctl is the state shared by the subcommands: options and global flags.
@@ -98,11 +95,6 @@ func New(opts Options) *cobra.Command {
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
-	if opts.User == "" {
-		if u, err := user.Current(); err == nil {
-			opts.User = u.Username
-		}
 	}
 	c := &ctl{opts: opts}
 	cmd := &cobra.Command{
@@ -165,7 +157,7 @@ func (c *ctl) client() (*client, error) {
 	if token == "" {
 		token = c.opts.Getenv(EnvToken)
 	}
-	return newClient(addr, token, c.opts.User, c.opts.HTTPClient)
+	return newClient(addr, token, c.opts.HTTPClient)
 }
 
 func (c *ctl) json() bool { return c.output == "json" }

@@ -3,6 +3,7 @@ package ctlcmd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,7 +42,6 @@ func run(t *testing.T, env map[string]string, args ...string) result {
 	root.AddCommand(New(Options{
 		Getenv: func(k string) string { return env[k] },
 		Now:    func() time.Time { return now },
-		User:   "tester",
 	}))
 	var stdout, stderr bytes.Buffer
 	root.SetArgs(append([]string{"ctl"}, args...))
@@ -177,8 +177,8 @@ func TestWritesAgainstController(t *testing.T) {
 	r := run(t, env, "facility", "hold", "pdu=p01-b", "--reason", "breaker test", "-o", "json")
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != ExitOK || err != nil ||
-		got["domain"] != "pdu=p01-b" || got["reason"] != "breaker test" || got["set_by"] != "tester" {
-		t.Errorf("facility hold -o json: exit %d, %v, %q; want the hold, set by the CLI's user", r.code, err, r.stdout)
+		got["domain"] != "pdu=p01-b" || got["reason"] != "breaker test" || got["set_by"] != "insecure-loopback" {
+		t.Errorf("facility hold -o json: exit %d, %v, %q; want the hold, set by the controller's insecure mode (no token)", r.code, err, r.stdout)
 	}
 	if r := run(t, env, "facility", "release", "pdu=p01-b", "-o", "json"); r.code != ExitOK || !strings.Contains(r.stdout, `"released": "pdu=p01-b"`) {
 		t.Errorf("facility release -o json: exit %d, %q", r.code, r.stdout)
@@ -513,5 +513,21 @@ func TestPowerJSONAndFlags(t *testing.T) {
 	}
 	if r := run(t, env, "power", "--events", "-1"); r.code != ExitUsage || !strings.Contains(r.stderr, "--events -1: want 0 or more") {
 		t.Errorf("power --events -1: exit %d, stderr %q; want a usage error naming --events", r.code, r.stderr)
+	}
+}
+
+// A 403 (a controller without api_token refusing a write) keeps the
+// controller's hint, which says what to set on the controller; a 401 says
+// to set the token here.
+func TestForbiddenKeepsTheControllersHint(t *testing.T) {
+	raw := []byte(`{"error": "writes need an API token, and this controller has no api_token", "hint": "set api_token in the controller's llmgw.hcl"}`)
+	err := apiError(http.MethodPut, "/v1/facility/holds/rack=r1", http.StatusForbidden, raw)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != ExitUnauthorized || e.Hint != "set api_token in the controller's llmgw.hcl" {
+		t.Errorf("403: %#v, want exit %d with the controller's hint", err, ExitUnauthorized)
+	}
+	err = apiError(http.MethodGet, "/v1/replicas", http.StatusUnauthorized, []byte(`{"error": "missing or wrong API token", "hint": "send Authorization"}`))
+	if !errors.As(err, &e) || e.Code != ExitUnauthorized || !strings.Contains(e.Hint, EnvToken) {
+		t.Errorf("401: %#v, want exit %d with a hint naming %s", err, ExitUnauthorized, EnvToken)
 	}
 }
