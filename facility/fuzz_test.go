@@ -3,7 +3,16 @@ package facility
 import (
 	"os"
 	"testing"
+
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
+
+// addHostile adds the hostile-input seeds: deep nesting, huge values.
+func addHostile(f *testing.F) {
+	for _, b := range hostile.HCLSeeds() {
+		f.Add(b)
+	}
+}
 
 func addSeeds(f *testing.F, files ...string) {
 	for _, name := range files {
@@ -28,6 +37,7 @@ func fuzzCheck(t *testing.T, err error, validate func() error) {
 }
 
 func FuzzParseFleet(f *testing.F) {
+	addHostile(f)
 	addSeeds(f, "../jobs/examples/fleet.hcl")
 	f.Add([]byte(okNode))
 	f.Add([]byte(okNode + okNode))
@@ -47,6 +57,7 @@ func FuzzParseFleet(f *testing.F) {
 }
 
 func FuzzParseFacility(f *testing.F) {
+	addHostile(f)
 	addSeeds(f, "../jobs/examples/facility.hcl")
 	f.Add([]byte("headroom = 0.05\nbudget \"pdu=p01-a\" { watts = 17300 }\nhold \"rack=r01-k03\" {\n  reason = \"PDU swap\"\n  drain = true\n}\n"))
 	f.Add([]byte("budget \"shelf=s1\" { watts = -1 }\n"))
@@ -60,6 +71,7 @@ func FuzzParseFacility(f *testing.F) {
 }
 
 func FuzzParseCatalog(f *testing.F) {
+	addHostile(f)
 	addSeeds(f, "../jobs/examples/catalog.hcl")
 	f.Add([]byte(okProfile))
 	f.Add([]byte("model \"m\" {\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n    nodes = 2\n    keep_within = \"cage\"\n    spread = [\"rack\", \"rack\"]\n  }\n}\n"))

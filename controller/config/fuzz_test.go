@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/internal/hcldecode"
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 // FuzzParse: Parse never panics, and either returns a configuration that
@@ -28,6 +29,9 @@ func FuzzParse(f *testing.F) {
 		"nomad {\n  namespaces = [\"b\"]\n}\n",
 	} {
 		f.Add(s)
+	}
+	for _, b := range hostile.HCLSeeds() {
+		f.Add(string(b))
 	}
 	env := envMap(map[string]string{"TOKEN": "t", "NOMAD_ADDR": "http://127.0.0.1:4646"})
 	f.Fuzz(func(t *testing.T, src string) {
