@@ -79,8 +79,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 
 	// The whole body is read, within the route's limit and the body-read
 	// deadline, and checked before any replica sees it.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(start.Add(g.bodyTimeout))
+	setReadDeadline(w, start.Add(g.bodyTimeout))
 	body, err := readBody(r.Body, r.ContentLength, rt.maxBody, &g.bud)
 	if err != nil {
 		// The deadline stays: what net/http reads of the body after the
@@ -89,7 +88,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	}
 	// An answer streams for as long as it takes.
-	_ = rc.SetReadDeadline(time.Time{})
+	setReadDeadline(w, time.Time{})
 	defer body.release()
 	model, err := checkJSON(body.prefix, g.maxDepth)
 	if err != nil {
