@@ -172,7 +172,7 @@ func TestCheckJSON(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			model, err := checkJSON([]byte(tt.body), 64)
 			switch {
-			case tt.wantErr == errLimit:
+			case errors.Is(tt.wantErr, errLimit):
 				if !bounded.IsLimit(err) || !strings.Contains(err.Error(), "64") {
 					t.Errorf("got %q, %v; want the depth limit, naming 64", model, err)
 				}

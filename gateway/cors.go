@@ -105,12 +105,16 @@ func headerList(vals []string) bool {
 				return false
 			}
 			for i := 0; i < len(f); i++ {
-				c := f[i]
-				if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+				if !tchar(f[i]) {
 					return false
 				}
 			}
 		}
 	}
 	return true
+}
+
+// tchar reports whether c may be in a token (RFC 9110 §5.6.2).
+func tchar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

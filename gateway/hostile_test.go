@@ -262,9 +262,16 @@ func TestBreakersClientsCannotTrip(t *testing.T) {
 	}
 }
 
+// rawAnswer is one answer read off a raw connection.
+type rawAnswer struct {
+	status int
+	close  bool // Connection: close
+	body   string
+}
+
 // rawExchange writes req on a new connection to srv and reads the
 // answers that come back until the connection ends.
-func rawExchange(t *testing.T, srv *httptest.Server, req string) []*http.Response {
+func rawExchange(t *testing.T, srv *httptest.Server, req string) []rawAnswer {
 	t.Helper()
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
@@ -276,7 +283,7 @@ func rawExchange(t *testing.T, srv *httptest.Server, req string) []*http.Respons
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(c)
-	var out []*http.Response
+	var out []rawAnswer
 	for {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -287,8 +294,8 @@ func rawExchange(t *testing.T, srv *httptest.Server, req string) []*http.Respons
 			return out
 		}
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		out = append(out, resp)
+		_ = resp.Body.Close()
+		out = append(out, rawAnswer{resp.StatusCode, resp.Close, string(b)})
 	}
 }
 
@@ -303,20 +310,20 @@ func TestContentLengthWithTransferEncodingClosed(t *testing.T) {
 
 	both := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), len(body), body) + next
 	got := rawExchange(t, tg.srv, both)
-	if len(got) != 1 || got[0].StatusCode != 200 || !got[0].Close {
+	if len(got) != 1 || got[0].status != 200 || !got[0].close {
 		t.Errorf("Content-Length with Transfer-Encoding: %d answers (%v); want one 200, with Connection: close", len(got), statuses(got))
 	}
 
 	plain := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body) + next + "GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
-	if got := rawExchange(t, tg.srv, plain); len(got) != 3 || got[0].StatusCode != 200 || got[0].Close {
+	if got := rawExchange(t, tg.srv, plain); len(got) != 3 || got[0].status != 200 || got[0].close {
 		t.Errorf("Content-Length alone, pipelined: %d answers (%v); want 3, the first kept alive", len(got), statuses(got))
 	}
 }
 
-func statuses(rs []*http.Response) []int {
+func statuses(rs []rawAnswer) []int {
 	var s []int
 	for _, r := range rs {
-		s = append(s, r.StatusCode)
+		s = append(s, r.status)
 	}
 	return s
 }
@@ -328,11 +335,11 @@ func TestBodyReadTimeout(t *testing.T) {
 	tg := startGateway(t, Options{BodyReadTimeout: 100 * time.Millisecond}, a.instance())
 	// The body stops after 13 of its 100 bytes.
 	got := rawExchange(t, tg.srv, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\",")
-	if len(got) != 1 || got[0].StatusCode != http.StatusRequestTimeout || !got[0].Close {
+	if len(got) != 1 || got[0].status != http.StatusRequestTimeout || !got[0].close {
 		t.Fatalf("answers %v; want one 408 with Connection: close", statuses(got))
 	}
-	if b, _ := io.ReadAll(got[0].Body); !strings.Contains(string(b), "--body-read-timeout") {
-		t.Errorf("408 body %s; want it to name --body-read-timeout", b)
+	if !strings.Contains(got[0].body, "--body-read-timeout") {
+		t.Errorf("408 body %s; want it to name --body-read-timeout", got[0].body)
 	}
 	if n := a.hits.Load(); n != 0 {
 		t.Errorf("the replica got %d requests; want none", n)
@@ -438,4 +445,23 @@ func TestCORS(t *testing.T) {
 			t.Errorf("request: %d %v; want 200 with Access-Control-Allow-Origin: *", a.status, a.header)
 		}
 	})
+}
+
+// A preflight's requested headers are reflected only when they are
+// header names.
+func TestHeaderList(t *testing.T) {
+	for _, tt := range []struct {
+		vals []string
+		want bool
+	}{
+		{[]string{"authorization, content-type"}, true},
+		{[]string{"x-stainless-os", "x-stainless-arch"}, true},
+		{[]string{"authorization,"}, false},
+		{[]string{"bad header"}, false},
+		{[]string{"x\r\nSet-Cookie: a=b"}, false},
+	} {
+		if got := headerList(tt.vals); got != tt.want {
+			t.Errorf("headerList(%q) = %v, want %v", tt.vals, got, tt.want)
+		}
+	}
 }

@@ -164,7 +164,7 @@ func ReadFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, err := bounded.ReadAll(f, bounded.MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
