@@ -5,20 +5,20 @@
 // HCL's parsers (native and JSON syntax) and many engines' JSON parsers
 // recurse once per level of nesting: a few hundred kilobytes of brackets
 // overflow the stack, which in Go is a fatal error no recover catches. The
-// checks here are iterative: JSONDepth scans bytes, HCLDepth walks the
-// tokens of HCL's own lexer (hclsyntax.LexConfig, a state machine), so
-// their cost is linear in the input and their stack constant.
+// checks here are iterative, one pass over the bytes each, so their cost is
+// linear in the input and their stack constant.
 //
 // The package is pure.
 package bounded
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // The limits on files and file-like API bodies (a catalog in POST
@@ -97,51 +97,285 @@ func JSONDepth(src []byte, max int) error {
 }
 
 // HCLDepth returns a *LimitError when src, read as HCL's native syntax
-// starting at start, nests deeper than max levels; nil otherwise, and nil
-// when src does not lex (the parser then reports that, without recursing
-// on it). It counts what HCL's parser recurses on: brackets, braces,
-// parentheses, quotes, heredocs and template sequences, and, within one
-// of those, each conditional (`?`) and unary operator (`!`, `-`) since
-// the last comma or newline, which nest without a bracket.
-func HCLDepth(src []byte, filename string, start hcl.Pos, max int) error {
-	toks, _ := hclsyntax.LexConfig(src, filename, start)
-	depth := 0
-	// extra[i] counts the operators that nest at bracket level i.
-	extra := make([]int, 1, 8)
-	over := func(t hclsyntax.Token) error {
-		if depth+extra[len(extra)-1] > max {
-			return &LimitError{Limit: "nesting depth", Max: int64(max), Line: t.Range.Start.Line}
-		}
-		return nil
-	}
-	for _, t := range toks {
-		switch t.Type {
-		case hclsyntax.TokenOBrace, hclsyntax.TokenOBrack, hclsyntax.TokenOParen, hclsyntax.TokenOQuote,
-			hclsyntax.TokenOHeredoc, hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
-			// The operators open at the outer level still nest around
-			// what this opens.
-			depth += 1 + extra[len(extra)-1]
-			extra = append(extra, 0)
-			if err := over(t); err != nil {
-				return err
-			}
-		case hclsyntax.TokenCBrace, hclsyntax.TokenCBrack, hclsyntax.TokenCParen, hclsyntax.TokenCQuote,
-			hclsyntax.TokenCHeredoc, hclsyntax.TokenTemplateSeqEnd:
-			if len(extra) > 1 {
-				extra = extra[:len(extra)-1]
-				depth -= 1 + extra[len(extra)-1]
-			}
-		case hclsyntax.TokenQuestion, hclsyntax.TokenBang, hclsyntax.TokenMinus:
-			extra[len(extra)-1]++
-			if err := over(t); err != nil {
-				return err
-			}
-		case hclsyntax.TokenComma, hclsyntax.TokenNewline:
-			extra[len(extra)-1] = 0
-		}
+// starting at start, nests deeper than max levels; nil otherwise. It counts
+// what HCL's parser recurses on: brackets, braces, parentheses, quoted
+// strings, heredocs, template sequences (`${`, `%{`) and the `if` and
+// `for` directives open in a template, and, within each of those, every
+// conditional (`?`) and unary operator (`!`, `-`) since the last comma or
+// newline, which nest without a bracket.
+//
+// It is one pass over the bytes that follows HCL's lexical modes
+// (expressions, quoted strings, heredocs, comments) without making tokens:
+// HCL's own lexer (hclsyntax.LexConfig) holds a token of about 100 bytes
+// for every few bytes of input, which for a fleet file of a few megabytes
+// cost as much as the parse itself. Where it is unsure it counts more,
+// never less: every '-' in an expression counts (also within a name like
+// "a-b"), and a closing bracket that does not match what is open closes
+// nothing. FuzzHCLDepthAgainstLexer holds it to HCL's lexer. src must be
+// valid UTF-8 (UTF8 checks that; HCL's lexer reads a broken sequence as
+// one character with the bytes after it, '#' or '"' among them).
+func HCLDepth(src []byte, start hcl.Pos, max int) error {
+	if d, line := hclDepth(src, max); d > max {
+		return &LimitError{Limit: "nesting depth", Max: int64(max), Line: start.Line + line - 1}
 	}
 	return nil
 }
+
+// level is one level of nesting open in hclDepth, closed by close: a
+// bracket, brace or parenthesis, '"' for a quoted string, 'H' for a
+// heredoc, 'S' for a template sequence's '}'. ops counts the operators
+// since its last comma or newline, dirs the if and for directives open in
+// it.
+type level struct {
+	close           byte
+	base, ops, dirs int
+}
+
+func (l *level) depth() int { return l.base + l.ops + l.dirs }
+
+// mode is one of HCL's lexical modes open in hclDepth: an expression
+// ('e', the file's top level), a template sequence ('i', with the braces
+// open in it), a quoted string ('s') or a heredoc ('h', with its marker).
+type mode struct {
+	kind   byte
+	braces int
+	marker []byte
+}
+
+// hclDepth returns the deepest nesting of src, or the first depth past
+// stop and the 1-based line where it was reached. It follows the modes of
+// HCL's lexer (a '}' in a template sequence with no brace of its own open
+// ends the sequence, whatever brackets are open in it) and counts levels
+// as they open and as their own closer closes them.
+func hclDepth(src []byte, stop int) (deepest, line int) {
+	lv := []level{{}}
+	md := []mode{{kind: 'e'}}
+	line = 1
+	top := func() *level { return &lv[len(lv)-1] }
+	open := func(close byte) bool {
+		l := level{close: close, base: top().depth() + 1}
+		lv = append(lv, l)
+		deepest = max(deepest, l.base)
+		return deepest > stop
+	}
+	shut := func(close byte) {
+		if len(lv) > 1 && top().close == close {
+			lv = lv[:len(lv)-1]
+		}
+	}
+	note := func() bool {
+		deepest = max(deepest, top().depth())
+		return deepest > stop
+	}
+	lineStart := true // at the start of a line (for a heredoc's end)
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		m := &md[len(md)-1]
+		switch m.kind {
+		case 'e', 'i':
+			switch {
+			case c == '\n':
+				line++
+				top().ops = 0
+			case c == ',':
+				top().ops = 0
+			case c == '#' || (c == '/' && i+1 < len(src) && src[i+1] == '/'):
+				// The comment takes its newline with it, as in HCL's
+				// lexer: the operators before it still count.
+				for i+1 < len(src) && src[i] != '\n' {
+					i++
+				}
+				if src[i] == '\n' {
+					line++
+				}
+			case c == '/' && i+1 < len(src) && src[i+1] == '*' && bytes.Index(src[i+2:], []byte("*/")) >= 0:
+				// A comment that ends; an unterminated one is read
+				// as HCL's lexer reads it, as operators.
+				end := i + 2 + bytes.Index(src[i+2:], []byte("*/"))
+				line += bytes.Count(src[i:end], []byte("\n"))
+				i = end + 1
+			case c == '"':
+				md = append(md, mode{kind: 's'})
+				if open('"') {
+					return deepest, line
+				}
+			case c == '<' && i+1 < len(src) && src[i+1] == '<':
+				if mk, next, ok := heredocStart(src, i+2); ok {
+					md = append(md, mode{kind: 'h', marker: mk})
+					if open('H') {
+						return deepest, line
+					}
+					line++
+					i = next - 1
+					lineStart = true
+					continue
+				}
+			case c == '{':
+				if m.kind == 'i' {
+					m.braces++
+				}
+				if open('}') {
+					return deepest, line
+				}
+			case c == '}' && m.kind == 'i' && m.braces == 0:
+				shut('S')
+				md = md[:len(md)-1]
+			case c == '}':
+				if m.kind == 'i' {
+					m.braces--
+				}
+				shut('}')
+			case c == '[' || c == '(':
+				if open(closer(c)) {
+					return deepest, line
+				}
+			case c == ']' || c == ')':
+				shut(c)
+			case c == '?' || c == '!' || c == '-':
+				top().ops++
+				if note() {
+					return deepest, line
+				}
+			}
+		case 's', 'h':
+			if m.kind == 'h' && lineStart {
+				if end, ok := heredocEnd(src, i, m.marker); ok {
+					shut('H')
+					md = md[:len(md)-1]
+					i = end - 1
+					lineStart = false
+					continue
+				}
+			}
+			lineStart = false
+			switch {
+			case c == '\n':
+				line++
+				lineStart = true
+			case c == '\\' && m.kind == 's':
+				if i+1 < len(src) && src[i+1] == '\n' {
+					line++
+				}
+				i++
+			case c == '"' && m.kind == 's':
+				shut('"')
+				md = md[:len(md)-1]
+			case (c == '$' || c == '%') && i+2 < len(src) && src[i+1] == c && src[i+2] == '{':
+				i += 2 // $${ and %%{ are literal
+			case (c == '$' || c == '%') && i+1 < len(src) && src[i+1] == '{':
+				if c == '%' {
+					switch directive(src, i+2) {
+					case "if", "for":
+						top().dirs++
+					case "endif", "endfor":
+						top().dirs = max(top().dirs-1, 0)
+					}
+				}
+				i++
+				md = append(md, mode{kind: 'i'})
+				if open('S') {
+					return deepest, line
+				}
+			}
+		}
+	}
+	return deepest, line
+}
+
+func closer(c byte) byte {
+	switch c {
+	case '{':
+		return '}'
+	case '[':
+		return ']'
+	}
+	return ')'
+}
+
+// isIdent: a byte of an HCL name; any byte of a multi-byte character
+// counts (HCL's names are Unicode, and its lexer takes broken UTF-8 too).
+func isIdent(c byte, first bool) bool {
+	return c == '_' || c >= 0x80 || (c|0x20 >= 'a' && c|0x20 <= 'z') || (!first && (c == '-' || (c >= '0' && c <= '9')))
+}
+
+// heredocStart reads a heredoc's opening after its "<<" at i: an optional
+// '-', a name and a newline; it returns the name and where the heredoc's
+// first line starts.
+func heredocStart(src []byte, i int) (marker []byte, next int, ok bool) {
+	if i < len(src) && src[i] == '-' {
+		i++
+	}
+	j := i
+	for j < len(src) && isIdent(src[j], j == i) {
+		j++
+	}
+	if j == i {
+		return nil, 0, false
+	}
+	k := j
+	if k < len(src) && src[k] == '\r' {
+		k++
+	}
+	if k >= len(src) || src[k] != '\n' {
+		return nil, 0, false
+	}
+	return src[i:j], k + 1, true
+}
+
+// heredocEnd reports whether the line at i is the heredoc's end (spaces,
+// its marker, then the end of the line) and where the marker ends.
+func heredocEnd(src []byte, i int, marker []byte) (int, bool) {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t') {
+		i++
+	}
+	if !bytes.HasPrefix(src[i:], marker) {
+		return 0, false
+	}
+	j := i + len(marker)
+	if j < len(src) && src[j] == '\r' {
+		j++
+	}
+	return i + len(marker), j >= len(src) || src[j] == '\n'
+}
+
+// directive is the keyword of the template directive whose body starts at
+// i (after "%{"): spaces and a strip marker '~' skipped.
+func directive(src []byte, i int) string {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '~') {
+		i++
+	}
+	j := i
+	for j < len(src) && isIdent(src[j], j == i) {
+		j++
+	}
+	return string(src[i:j])
+}
+
+// UTF8 returns an error naming the line of the first byte of src that is
+// not valid UTF-8, nil when every byte is; start is where src starts in
+// its file. HCL's files (both syntaxes) are UTF-8.
+func UTF8(src []byte, start hcl.Pos) error {
+	if utf8.Valid(src) {
+		return nil
+	}
+	line := start.Line
+	for i := 0; i < len(src); {
+		r, n := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return &EncodingError{Line: line}
+		}
+		if r == '\n' {
+			line++
+		}
+		i += n
+	}
+	return nil
+}
+
+// EncodingError is an input that is not valid UTF-8.
+type EncodingError struct{ Line int }
+
+func (e *EncodingError) Error() string { return "not valid UTF-8" }
 
 // ReadAll reads r to its end, refusing more than max bytes with a
 // *LimitError before reading past the limit (one byte past it).

@@ -2,6 +2,7 @@ package bounded
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -59,9 +60,19 @@ func TestHCLDepth(t *testing.T) {
 		{"conditionals past", "a = " + strings.Repeat("x ? 1 : ", MaxDepth+1) + "2\n", true},
 		{"operators on separate lines do not add up", strings.Repeat("a = -1\n", 2*MaxDepth), false},
 		{"list items do not add up", "a = [" + strings.Repeat("-1, ", 2*MaxDepth) + "]\n", false},
+		{"if directives past", "a = \"" + strings.Repeat("%{ if x }", MaxDepth) + strings.Repeat("%{ endif }", MaxDepth) + "\"\n", true},
+		{"for directives in a heredoc past", "a = <<-EOT\n" + strings.Repeat("%{~ for x in y ~}\n", MaxDepth) + strings.Repeat("%{ endfor }\n", MaxDepth) + "  EOT\n", true},
+		{"closed directives do not add up", "a = \"" + strings.Repeat("%{ if x }a%{ else }b%{ endif }", 2*MaxDepth) + "\"\n", false},
+		{"escaped sequences are text", "a = \"" + strings.Repeat("$${", 2*MaxDepth) + strings.Repeat("%%{", 2*MaxDepth) + "\"\n", false},
+		{"brackets in strings, comments and heredocs are text", "# [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n" +
+			"/* ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((\n */\n" +
+			"a = \"" + strings.Repeat("[", 2*MaxDepth) + "\\\"" + strings.Repeat("{", 2*MaxDepth) + "\"\n" +
+			"b = <<EOT\n" + strings.Repeat("(", 2*MaxDepth) + "\nEOT\n" + "c = " + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + "\n", false},
+		{"a heredoc's marker inside a line does not end it", "a = <<EOT\n EOTX ${" + strings.Repeat("[", MaxDepth) + "}\nEOT\n", true},
+		{"hyphens in names count (more, never less)", "a = [" + strings.Repeat("a-", MaxDepth+1) + "b]\n", true},
 		{"bracket after operators nests inside them", "a = " + strings.Repeat("!", MaxDepth/2) + strings.Repeat("(", MaxDepth/2+1) + "true" + strings.Repeat(")", MaxDepth/2+1) + "\n", true},
 	} {
-		err := HCLDepth([]byte(tc.src), "t.hcl", hcl.InitialPos, MaxDepth)
+		err := HCLDepth([]byte(tc.src), hcl.InitialPos, MaxDepth)
 		if got := err != nil; got != tc.over {
 			t.Errorf("%s: HCLDepth = %v, want over %v", tc.name, err, tc.over)
 		}
@@ -77,7 +88,7 @@ func TestHCLDepth(t *testing.T) {
 // limit parse.
 func TestDeepInputIsRefusedBeforeTheParser(t *testing.T) {
 	huge := strings.Repeat("[", 200_000)
-	if err := HCLDepth([]byte("a = "+huge), "c.hcl", hcl.InitialPos, MaxDepth); !IsLimit(err) {
+	if err := HCLDepth([]byte("a = "+huge), hcl.InitialPos, MaxDepth); !IsLimit(err) {
 		t.Fatalf("200 KB of brackets: %v, want a depth limit", err)
 	}
 	if err := JSONDepth([]byte(`{"a":`+huge), MaxDepth); !IsLimit(err) {
@@ -85,7 +96,7 @@ func TestDeepInputIsRefusedBeforeTheParser(t *testing.T) {
 	}
 	// A template is two levels: its quote and its interpolation.
 	atLimit := "a = " + strings.Repeat(`"${`, MaxDepth/4) + strings.Repeat("[", MaxDepth/2) + "1" + strings.Repeat("]", MaxDepth/2) + strings.Repeat(`}"`, MaxDepth/4) + "\n"
-	if err := HCLDepth([]byte(atLimit), "c.hcl", hcl.InitialPos, MaxDepth); err != nil {
+	if err := HCLDepth([]byte(atLimit), hcl.InitialPos, MaxDepth); err != nil {
 		t.Fatalf("at the limit: %v", err)
 	}
 	if _, diags := hclsyntax.ParseConfig([]byte(atLimit), "c.hcl", hcl.InitialPos); diags.HasErrors() {
@@ -111,5 +122,60 @@ func TestReadAll(t *testing.T) {
 	r := iotest.ErrReader(errors.New("boom"))
 	if _, err := ReadAll(r, 100); err == nil || IsLimit(err) {
 		t.Fatalf("failing reader: %v", err)
+	}
+}
+
+// benchFleet is a fleet-like file of about 4 MB (the 12,800-node bench
+// fleet is 3.8 MB).
+func benchFleet() []byte {
+	var b strings.Builder
+	for i := 0; b.Len() < 4<<20; i++ {
+		fmt.Fprintf(&b, "node \"n%05d\" {\n  site = \"s1\"\n  room = \"a\"\n  row = \"r%d\"\n  rack = \"k%d\"\n  pdu = \"p%d\"\n  gpu \"NVIDIA H200\" {\n    count = 8\n    power_limit = 700\n  }\n}\n", i, i%40, i%400, i%800)
+	}
+	return []byte(b.String())
+}
+
+// BenchmarkDepth: what the checks add to reading a 4 MB file, beside what
+// HCL's parser takes for it.
+func BenchmarkDepth(b *testing.B) {
+	src := benchFleet()
+	b.Run("HCLDepth", func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := HCLDepth(src, hcl.InitialPos, MaxDepth); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ParseConfig", func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, diags := hclsyntax.ParseConfig(src, "f.hcl", hcl.InitialPos); diags.HasErrors() {
+				b.Fatal(diags)
+			}
+		}
+	})
+	js := []byte(`{"node": [` + strings.Repeat(`{"name": "n1", "gpu": [{"count": 8, "power_limit": 700}], "rack": "k1"},`, 50_000) + `{}]}`)
+	b.Run("JSONDepth", func(b *testing.B) {
+		b.SetBytes(int64(len(js)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := JSONDepth(js, MaxDepth); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestUTF8(t *testing.T) {
+	if err := UTF8([]byte("a = \"héllo\"\nb = 1\n"), hcl.InitialPos); err != nil {
+		t.Fatalf("valid: %v", err)
+	}
+	err := UTF8([]byte("a = 1\nb = \"\xd6#\"\n"), hcl.Pos{Line: 10, Column: 1})
+	var ee *EncodingError
+	if !errors.As(err, &ee) || ee.Line != 11 {
+		t.Fatalf("broken on the second line of a part at line 10: %v, want line 11", err)
 	}
 }

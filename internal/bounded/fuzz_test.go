@@ -64,7 +64,7 @@ func FuzzHCLDepth(f *testing.F) {
 		}
 		expr, depth := nest(shape, reps)
 		src := "a = " + expr + "\n"
-		err := HCLDepth([]byte(src), "f.hcl", hcl.InitialPos, MaxDepth)
+		err := HCLDepth([]byte(src), hcl.InitialPos, MaxDepth)
 		if (depth > MaxDepth) != (err != nil) {
 			t.Fatalf("depth %d: HCLDepth = %v", depth, err)
 		}
@@ -115,4 +115,88 @@ func depthOf(v any) int {
 		return d + 1
 	}
 	return 0
+}
+
+// lexDepth is HCLDepth's count made from the tokens of HCL's own lexer
+// (hclsyntax.LexConfig): the oracle FuzzHCLDepthAgainstLexer holds the
+// byte scan to.
+func lexDepth(src []byte) int {
+	toks, _ := hclsyntax.LexConfig(src, "f.hcl", hcl.InitialPos)
+	type level struct {
+		close     hclsyntax.TokenType
+		base, ops int
+		dirs      int
+	}
+	st := []level{{}}
+	deepest := 0
+	depth := func(l level) int { return l.base + l.ops + l.dirs }
+	for i, t := range toks {
+		top := &st[len(st)-1]
+		var close hclsyntax.TokenType
+		switch t.Type {
+		case hclsyntax.TokenOBrace:
+			close = hclsyntax.TokenCBrace
+		case hclsyntax.TokenOBrack:
+			close = hclsyntax.TokenCBrack
+		case hclsyntax.TokenOParen:
+			close = hclsyntax.TokenCParen
+		case hclsyntax.TokenOQuote:
+			close = hclsyntax.TokenCQuote
+		case hclsyntax.TokenOHeredoc:
+			close = hclsyntax.TokenCHeredoc
+		case hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
+			close = hclsyntax.TokenTemplateSeqEnd
+			if t.Type == hclsyntax.TokenTemplateControl && i+1 < len(toks) && toks[i+1].Type == hclsyntax.TokenIdent {
+				switch string(toks[i+1].Bytes) {
+				case "if", "for":
+					top.dirs++
+				case "endif", "endfor":
+					top.dirs = max(top.dirs-1, 0)
+				}
+			}
+		case hclsyntax.TokenCBrace, hclsyntax.TokenCBrack, hclsyntax.TokenCParen, hclsyntax.TokenCQuote,
+			hclsyntax.TokenCHeredoc, hclsyntax.TokenTemplateSeqEnd:
+			if len(st) > 1 && top.close == t.Type {
+				st = st[:len(st)-1]
+			}
+		case hclsyntax.TokenQuestion, hclsyntax.TokenBang, hclsyntax.TokenMinus:
+			top.ops++
+			deepest = max(deepest, depth(*top))
+		case hclsyntax.TokenComma, hclsyntax.TokenNewline:
+			top.ops = 0
+		}
+		if close != 0 {
+			l := level{close: close, base: depth(*top) + 1}
+			st = append(st, l)
+			deepest = max(deepest, l.base)
+		}
+	}
+	return deepest
+}
+
+// FuzzHCLDepthAgainstLexer: the byte scan never counts less than HCL's
+// own lexer sees, whatever the input (it may count more: every '-').
+func FuzzHCLDepthAgainstLexer(f *testing.F) {
+	for _, s := range []string{
+		"a = [1, (2), {b = 3}]\n",
+		"a = \"x${y}z%{ if a }b%{ endif }\"\n",
+		"a = <<EOT\nx ${[1]} %{ for x in y }\n%{ endfor }\nEOT\nb = 1\n",
+		"a = <<-EOT\n  $${x} %%{y} ${\"${1}\"}\n  EOT\n",
+		"# [[[\n// (((\n/* {{{ */ a = !x ? -1 : 2\n",
+		"a = \"\\\"${[\"\\\\\"}\"\n",
+		"a = x ? [y ? 1 : 2] : (!z)\n",
+		"b {\n c {\n  d = [<<EOT\n[\nEOT\n]\n }\n}\n",
+		"a = <<EOT\n\"${\"\n}\"\nEOT\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if len(src) > 4096 || UTF8(src, hcl.InitialPos) != nil {
+			return // HCLDepth's callers refuse broken UTF-8 first
+		}
+		scan, _ := hclDepth(src, 1<<30)
+		if lex := lexDepth(src); scan < lex {
+			t.Fatalf("the scan counts %d, HCL's lexer %d, for %q", scan, lex, src)
+		}
+	})
 }

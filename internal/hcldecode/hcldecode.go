@@ -96,9 +96,16 @@ func Decode(filename string, src []byte, ctx *hcl.EvalContext, val any) (f *File
 func DecodePart(filename string, part Part, ctx *hcl.EvalContext, val any) (f *File, ok bool) {
 	f = &File{filename: filename}
 	if err := checkBounds(filename, part); err != nil {
+		line := 0
 		var le *bounded.LimitError
-		errors.As(err, &le)
-		f.problems = append(f.problems, Problem{Filename: filename, Line: le.Line, Msg: err.Error()})
+		var ee *bounded.EncodingError
+		switch {
+		case errors.As(err, &le):
+			line = le.Line
+		case errors.As(err, &ee):
+			line = ee.Line
+		}
+		f.problems = append(f.problems, Problem{Filename: filename, Line: line, Msg: err.Error()})
 		return f, false
 	}
 	var (
@@ -123,16 +130,20 @@ func DecodePart(filename string, part Part, ctx *hcl.EvalContext, val any) (f *F
 	return f, true
 }
 
-// checkBounds refuses a part larger than bounded.MaxFileBytes or nested
-// deeper than bounded.MaxDepth, before HCL's recursive parsers see it.
+// checkBounds refuses a part larger than bounded.MaxFileBytes, not valid
+// UTF-8, or nested deeper than bounded.MaxDepth, before HCL's recursive
+// parsers see it.
 func checkBounds(filename string, part Part) error {
 	if len(part.Src) > bounded.MaxFileBytes {
 		return &bounded.LimitError{Limit: "size", Max: bounded.MaxFileBytes}
 	}
+	if err := bounded.UTF8(part.Src, part.Start); err != nil {
+		return err
+	}
 	if IsJSON(filename) {
 		return bounded.JSONDepth(part.Src, bounded.MaxDepth)
 	}
-	return bounded.HCLDepth(part.Src, filename, part.Start, bounded.MaxDepth)
+	return bounded.HCLDepth(part.Src, part.Start, bounded.MaxDepth)
 }
 
 // IsJSON reports whether Decode reads filename in HCL's JSON syntax: its
