@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing/iotest"
 
 	"github.com/llmgw/llmgw/internal/bounded"
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 // trickle is a reader that hands out at most n bytes a call and counts how
@@ -184,3 +186,30 @@ func TestCheckJSON(t *testing.T) {
 }
 
 var errLimit = errors.New("a *bounded.LimitError")
+
+// FuzzCheckJSON: what checkJSON lets through to an engine is well-formed
+// JSON nested at most the limit, an object whose "model" is the string it
+// returns; deep and huge seeds included.
+func FuzzCheckJSON(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(`{"model":"m","x":[[[[[[1]]]]]]}`)
+	for _, b := range hostile.JSONSeeds() {
+		f.Add(string(b))
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		model, err := checkJSON([]byte(body), 8)
+		if err != nil {
+			return
+		}
+		var v map[string]any
+		if json.Unmarshal([]byte(body), &v) != nil {
+			t.Fatalf("accepted %q, which is not a JSON object", body)
+		}
+		if m, _ := v["model"].(string); m != model {
+			t.Fatalf("model %q, the body says %q", model, v["model"])
+		}
+		if bounded.JSONDepth([]byte(body), 8) != nil {
+			t.Fatalf("accepted %q, deeper than 8", body)
+		}
+	})
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 var (
@@ -181,6 +183,9 @@ func TestExampleKeyFile(t *testing.T) {
 func FuzzParseKeys(f *testing.F) {
 	f.Add("key \"a\" {\n  hash = \"" + hashA + "\"\n  models = [\"m\"]\n  max_concurrency = 2\n}\n")
 	f.Add("key \"a\" {\n  hash = \"x\"\n  requests_per_minute = 0\n}\n")
+	for _, b := range hostile.HCLSeeds() {
+		f.Add(string(b))
+	}
 	f.Fuzz(func(t *testing.T, src string) {
 		ks, err := ParseKeys("keys.hcl", []byte(src))
 		if err != nil {

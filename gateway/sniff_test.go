@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 func TestScanModel(t *testing.T) {
@@ -73,6 +75,9 @@ func TestScanModelResume(t *testing.T) {
 func FuzzScanModel(f *testing.F) {
 	for _, s := range []string{`{"model":"m"}`, `{"a":[1,{"b":"}"}],"model":"x\u00e9"}`, `{"model":1}`, `[]`, `{"a":"\"`, ` {"m":{}, "model" : "q" }`} {
 		f.Add(s)
+	}
+	for _, b := range hostile.JSONSeeds() {
+		f.Add(string(b))
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		model, resume, err := scanModel([]byte(body), 0)

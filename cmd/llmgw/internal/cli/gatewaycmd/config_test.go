@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmgw/llmgw/gateway/config"
+	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 // settingsOf runs the command's flag and file handling on args and returns
@@ -300,6 +301,9 @@ func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{"", "listen = \":8080\"\n", "consul = \"a:1\"\nnomad = \"http://b:2\"\n",
 		"register_tags = [\"a\", null]\n", "breaker_open = \"soon\"\nattempts = 1.5\n", "nomad {}\n", "log_level = env(\"X\")\n"} {
 		f.Add(s)
+	}
+	for _, b := range hostile.HCLSeeds() {
+		f.Add(string(b))
 	}
 	f.Fuzz(func(t *testing.T, src string) {
 		cf, err := config.Parse("f.hcl", []byte(src), func(string) string { return "" })
