@@ -132,3 +132,72 @@ func TestIndexedPlaceMatchesScanBench(t *testing.T) {
 	}
 	t.Logf("%d decisions (%d single-node), %d placed, %d removed", tw.ops, tw.singleChecks, tw.placed, tw.removed)
 }
+
+// TestShapeCacheBound: a planner keeps at most maxShapes shapes, dropping
+// the oldest, and decides exactly as one that keeps them all. Forty
+// models of two profiles each, their requests interleaved so that a shape
+// is dropped and built again between two of its model's replicas, with
+// removals between decisions.
+func TestShapeCacheBound(t *testing.T) {
+	t.Parallel()
+	fleet, fac := benchWorld(320)
+	base := benchCatalog(400)
+	var cat Catalog
+	for i := range 20 {
+		for _, m := range base.Models[:4] { // single-node models
+			m.Name = fmt.Sprintf("%s-%02d", m.Name, i)
+			m.Replicas = max(m.Replicas/8, 2)
+			if len(m.Profiles) == 1 {
+				p := m.Profiles[0]
+				p.Name += "-alt"
+				p.GPUs = max(p.GPUs/2, 1)
+				m.Profiles = append(m.Profiles, p)
+			}
+			cat.Models = append(cat.Models, m)
+		}
+	}
+	bounded, err := NewPlanner(fleet, fac, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := NewPlanner(fleet, fac, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all.shapeCap = 1 << 30
+	r := rand.New(rand.NewPCG(34, 1))
+	reqs := benchRequests(cat)
+	r.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+	placed := 0
+	for k, req := range reqs {
+		got, want := bounded.Place(req), all.Place(req)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("request %d, %s: decisions differ (-all shapes +at most %d):\n%s", k, req.Replica, maxShapes, diff)
+		}
+		if n := len(bounded.shapes); n > maxShapes {
+			t.Fatalf("request %d: %d shapes kept, more than %d", k, n, maxShapes)
+		}
+		if got.Placed {
+			placed++
+			if err := bounded.Commit(got); err != nil {
+				t.Fatal(err)
+			}
+			if err := all.Commit(want); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.IntN(5) == 0 && len(bounded.running) > 0 {
+			id := bounded.running[r.IntN(len(bounded.running))].ID
+			if _, err := bounded.Remove(id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := all.Remove(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := len(all.shapes); n <= 2*maxShapes || placed < len(reqs)/4 {
+		t.Errorf("%d shapes in all, %d of %d placed: the test does not make the bounded planner drop shapes", n, placed, len(reqs))
+	}
+	t.Logf("%d requests, %d placed, %d shapes without the bound", len(reqs), placed, len(all.shapes))
+}

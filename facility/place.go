@@ -75,14 +75,32 @@ func samePlacement(a, b *Profile) bool {
 		a.Fabric == b.Fabric && a.pool() == b.pool()
 }
 
+// maxShapes bounds the shapes a planner keeps. Each holds a few hundred
+// bytes per cell of the fleet (its static checks, its index), so a planner
+// placing many models at once (a controller's first pass, POST /v1/plan of
+// a whole catalog) would otherwise keep one per model and profile: 1,000
+// of them over 500 cells held some 150 MB. A model's slots are placed one
+// after another, so the oldest shape goes first; a shape dropped is built
+// again from the planner's state when it is next asked for, and decides
+// as it would have (a shape is a cache: TestShapeCacheBound).
+const maxShapes = 16
+
 func (p *Planner) shape(model string, prof *Profile) *shape {
 	key := shapeKey{model, prof.Name}
-	if sh, ok := p.shapes[key]; ok && samePlacement(&sh.prof, prof) {
-		return sh
+	old, had := p.shapes[key]
+	if had && samePlacement(&old.prof, prof) {
+		return old
 	}
 	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU), model: model}
 	sh.learned, sh.learnedOK = p.counted[LearnedKey{Model: model, Profile: prof.Name, GPU: prof.GPU}]
 	sh.prof.Spread = slices.Clone(prof.Spread)
+	if !had {
+		for len(p.shapes) >= p.shapeCap && len(p.shapeOrder) > 0 {
+			delete(p.shapes, p.shapeOrder[0])
+			p.shapeOrder = p.shapeOrder[1:]
+		}
+		p.shapeOrder = append(p.shapeOrder, key)
+	}
 	p.shapes[key] = sh
 	if err := prof.validate(model); err != nil {
 		sh.invalid = err

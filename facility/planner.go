@@ -105,6 +105,10 @@ type Planner struct {
 	counts  map[string][]int32 // model → replicas of it per domain
 	running []Replica
 	shapes  map[shapeKey]*shape
+	// shapeOrder is shapes' keys, oldest first; shapeCap is the most kept
+	// (maxShapes; tests set it).
+	shapeOrder []shapeKey
+	shapeCap   int
 
 	// What changed since each shape's index last looked (see oneindex.go).
 	chg      []change
@@ -212,6 +216,7 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 		domIndex:  map[Domain]int32{},
 		counts:    map[string][]int32{},
 		shapes:    map[shapeKey]*shape{},
+		shapeCap:  maxShapes,
 		modelIDs:  map[string]int32{},
 	}
 	for _, n := range fleet.Nodes {
