@@ -104,6 +104,9 @@ type Controller struct {
 	// at a time, and guards what only they touch: inputGen, saved and
 	// savedModels.
 	passMu sync.Mutex
+	// planMu lets one POST /v1/plan in at a time (TryLock: another is
+	// answered 429), so that plans cannot add up in memory.
+	planMu sync.Mutex
 	// inputGen is the write generation the last input read before the
 	// snapshot; the view built from that input carries it.
 	inputGen uint64

@@ -131,6 +131,9 @@ func apiError(method, path string, status int, raw []byte) error {
 		}
 	case status == http.StatusNotFound:
 		e.Code = ExitNotFound
+	case status == http.StatusTooManyRequests:
+		// Busy (another plan under way): the request was fine.
+		e.Code = ExitError
 	case status >= 400 && status < 500:
 		e.Code = ExitUsage
 	}

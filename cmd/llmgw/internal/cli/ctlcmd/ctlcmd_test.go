@@ -530,4 +530,10 @@ func TestForbiddenKeepsTheControllersHint(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != ExitUnauthorized || !strings.Contains(e.Hint, EnvToken) {
 		t.Errorf("401: %#v, want exit %d with a hint naming %s", err, ExitUnauthorized, EnvToken)
 	}
+	// A plan while another is under way is the controller's refusal, not
+	// a bad command line.
+	err = apiError(http.MethodPost, "/v1/plan", http.StatusTooManyRequests, []byte(`{"error": "another plan is under way", "hint": "try again in a moment"}`))
+	if !errors.As(err, &e) || e.Code != ExitError || e.Hint != "try again in a moment" {
+		t.Errorf("429: %#v, want exit %d with the controller's hint", err, ExitError)
+	}
 }
