@@ -115,7 +115,7 @@ func JSONDepth(src []byte, max int) error {
 // valid UTF-8 (UTF8 checks that; HCL's lexer reads a broken sequence as
 // one character with the bytes after it, '#' or '"' among them).
 func HCLDepth(src []byte, start hcl.Pos, max int) error {
-	if d, line := hclDepth(src, max); d > max {
+	if d, line, _ := hclScan(src, max); d > max {
 		return &LimitError{Limit: "nesting depth", Max: int64(max), Line: start.Line + line - 1}
 	}
 	return nil
@@ -142,12 +142,24 @@ type mode struct {
 	marker []byte
 }
 
-// hclDepth returns the deepest nesting of src, or the first depth past
-// stop and the 1-based line where it was reached. It follows the modes of
-// HCL's lexer (a '}' in a template sequence with no brace of its own open
-// ends the sequence, whatever brackets are open in it) and counts levels
-// as they open and as their own closer closes them.
-func hclDepth(src []byte, stop int) (deepest, line int) {
+// HCLTokens returns about how many tokens HCL's lexer makes of src (valid
+// UTF-8): every name, number and punctuation mark, newline, comment, quote
+// and run of text; on real files a little more than the lexer, on any
+// input at least half as many (FuzzHCLDepthAgainstLexer). What HCL's parser and llmgw's decoder
+// hold grows with the tokens, not the bytes (some 270 bytes of heap a
+// token for "a=1" lines), so an API body's cost is bounded by them.
+func HCLTokens(src []byte) int {
+	_, _, tokens := hclScan(src, int(^uint(0)>>1))
+	return tokens
+}
+
+// hclScan returns the deepest nesting of src, or the first depth past
+// stop and the 1-based line where it was reached, and the tokens (as
+// HCLTokens counts them) read to there. It follows the modes of HCL's
+// lexer (a '}' in a template sequence with no brace of its own open ends
+// the sequence, whatever brackets are open in it) and counts levels as
+// they open and as their own closer closes them.
+func hclScan(src []byte, stop int) (deepest, line, tokens int) {
 	lv := []level{{}}
 	md := []mode{{kind: 'e'}}
 	line = 1
@@ -167,12 +179,36 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 		deepest = max(deepest, top().depth())
 		return deepest > stop
 	}
-	lineStart := true // at the start of a line (for a heredoc's end)
+	lineStart := true  // at the start of a line (for a heredoc's end)
+	word := false      // the byte before was part of a name or number
+	wordDigit := false // and it was a digit
+	text := false      // a run of a string's text is open
 	for i := 0; i < len(src); i++ {
 		c := src[i]
 		m := &md[len(md)-1]
 		switch m.kind {
 		case 'e', 'i':
+			text = false
+			if isIdent(c, false) && c != '-' {
+				// A run of digits, or of other name bytes, is a token: a
+				// number and the name after it are two.
+				digit := c >= '0' && c <= '9'
+				switch {
+				case c >= 0xC0:
+					// Every character not ASCII counts (HCL's lexer
+					// makes one of each it cannot put in a name).
+					tokens++
+				case c >= 0x80:
+				case !word || digit != wordDigit:
+					tokens++
+				}
+				word, wordDigit = true, digit
+				continue
+			}
+			word = false
+			if c != ' ' && c != '\t' {
+				tokens++
+			}
 			switch {
 			case c == '\n':
 				line++
@@ -197,13 +233,16 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 			case c == '"':
 				md = append(md, mode{kind: 's'})
 				if open('"') {
-					return deepest, line
+					return deepest, line, tokens
 				}
 			case c == '<' && i+1 < len(src) && src[i+1] == '<':
 				if mk, next, ok := heredocStart(src, i+2); ok {
+					// What HCL's lexer may make of an opening that is not
+					// one: a token a byte.
+					tokens += next - i
 					md = append(md, mode{kind: 'h', marker: mk})
 					if open('H') {
-						return deepest, line
+						return deepest, line, tokens
 					}
 					line++
 					i = next - 1
@@ -215,7 +254,17 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 					m.braces++
 				}
 				if open('}') {
-					return deepest, line
+					return deepest, line, tokens
+				}
+			case c == '~' && i+1 < len(src) && src[i+1] == '}':
+				// "~}" is always a template sequence's end to HCL's
+				// lexer (a strip marker), never a brace's.
+				i++
+				shut('S')
+				if m.kind == 'i' && m.braces == 0 {
+					md = md[:len(md)-1]
+				} else if m.kind == 'i' {
+					m.braces--
 				}
 			case c == '}' && m.kind == 'i' && m.braces == 0:
 				shut('S')
@@ -227,19 +276,21 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 				shut('}')
 			case c == '[' || c == '(':
 				if open(closer(c)) {
-					return deepest, line
+					return deepest, line, tokens
 				}
 			case c == ']' || c == ')':
 				shut(c)
 			case c == '?' || c == '!' || c == '-':
 				top().ops++
 				if note() {
-					return deepest, line
+					return deepest, line, tokens
 				}
 			}
 		case 's', 'h':
+			word = false
 			if m.kind == 'h' && lineStart {
 				if end, ok := heredocEnd(src, i, m.marker); ok {
+					tokens++
 					shut('H')
 					md = md[:len(md)-1]
 					i = end - 1
@@ -248,20 +299,34 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 				}
 			}
 			lineStart = false
+			// A run of text is a token; a quote, a template sequence's
+			// opening and (in a heredoc) a line's end close it.
+			if !text {
+				tokens++
+				text = true
+			}
 			switch {
 			case c == '\n':
 				line++
 				lineStart = true
+				text = false
 			case c == '\\' && m.kind == 's':
 				if i+1 < len(src) && src[i+1] == '\n' {
 					line++
 				}
 				i++
+				// A broken escape may be tokens of its own.
+				tokens++
+				text = false
 			case c == '"' && m.kind == 's':
+				tokens++
+				text = false
 				shut('"')
 				md = md[:len(md)-1]
 			case (c == '$' || c == '%') && i+2 < len(src) && src[i+1] == c && src[i+2] == '{':
-				i += 2 // $${ and %%{ are literal
+				i += 2 // $${ and %%{ are literal, a token of their own
+				tokens++
+				text = false
 			case (c == '$' || c == '%') && i+1 < len(src) && src[i+1] == '{':
 				if c == '%' {
 					switch directive(src, i+2) {
@@ -272,14 +337,21 @@ func hclDepth(src []byte, stop int) (deepest, line int) {
 					}
 				}
 				i++
+				tokens++
+				text = false
 				md = append(md, mode{kind: 'i'})
 				if open('S') {
-					return deepest, line
+					return deepest, line, tokens
 				}
+			case c == '$' || c == '%' || c < 0x20:
+				// HCL's lexer may make a token of a lone '$' or '%', or of
+				// a control character.
+				tokens++
+				text = false
 			}
 		}
 	}
-	return deepest, line
+	return deepest, line, tokens
 }
 
 func closer(c byte) byte {
@@ -376,6 +448,43 @@ func UTF8(src []byte, start hcl.Pos) error {
 type EncodingError struct{ Line int }
 
 func (e *EncodingError) Error() string { return "not valid UTF-8" }
+
+// JSONTokens returns how many tokens a JSON document src has: every
+// string, every run of a number or literal, every bracket, comma and
+// colon.
+func JSONTokens(src []byte) int {
+	tokens := 0
+	inString, escaped, word := false, false, false
+	for _, c := range src {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			word = false
+		case '"':
+			inString, word = true, false
+			tokens++
+		case '{', '}', '[', ']', ',', ':':
+			word = false
+			tokens++
+		default:
+			if !word {
+				tokens++
+			}
+			word = true
+		}
+	}
+	return tokens
+}
 
 // ReadAll reads r to its end, refusing more than max bytes with a
 // *LimitError before reading past the limit (one byte past it).

@@ -1,6 +1,7 @@
 package bounded
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -177,5 +178,36 @@ func TestUTF8(t *testing.T) {
 	var ee *EncodingError
 	if !errors.As(err, &ee) || ee.Line != 11 {
 		t.Fatalf("broken on the second line of a part at line 10: %v, want line 11", err)
+	}
+}
+
+// The token counts are never below what HCL's lexer and Go's JSON decoder
+// make of an input, and close to it.
+func TestTokens(t *testing.T) {
+	for _, src := range []string{
+		"a = 1\nb = \"x ${y} z\"\nc = [1, 2, 3]\n",
+		"model \"m\" {\n  # a comment\n  source = \"o/m\"\n  profile \"p\" { gpus = 8 }\n}\n",
+		strings.Repeat("a=1\n", 1000),
+		"a = <<EOT\nline ${x}\nEOT\n",
+	} {
+		toks, _ := hclsyntax.LexConfig([]byte(src), "t.hcl", hcl.InitialPos)
+		lex := len(toks) - 1 // without the end of file
+		if got := HCLTokens([]byte(src)); got < lex || got > 2*lex {
+			t.Errorf("HCLTokens(%q) = %d, HCL's lexer makes %d", src, got, lex)
+		}
+	}
+	for _, src := range []string{`{"a": [1, 2.5, true, null], "b": {"c": "d\\"e"}}`, `[` + strings.Repeat(`1,`, 999) + `1]`} {
+		dec := json.NewDecoder(strings.NewReader(src))
+		n := 0
+		for {
+			if _, err := dec.Token(); err != nil {
+				break
+			}
+			n++
+		}
+		// Go's decoder does not return commas and colons as tokens.
+		if got := JSONTokens([]byte(src)); got < n || got > 3*n {
+			t.Errorf("JSONTokens(%q) = %d, Go's decoder reads %d", src, got, n)
+		}
 	}
 }

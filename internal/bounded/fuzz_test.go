@@ -174,8 +174,9 @@ func lexDepth(src []byte) int {
 	return deepest
 }
 
-// FuzzHCLDepthAgainstLexer: the byte scan never counts less than HCL's
-// own lexer sees, whatever the input (it may count more: every '-').
+// FuzzHCLDepthAgainstLexer: the byte scan never counts less depth than
+// HCL's own lexer sees, whatever the input (it may count more: every '-'),
+// nor fewer than half its tokens.
 func FuzzHCLDepthAgainstLexer(f *testing.F) {
 	for _, s := range []string{
 		"a = [1, (2), {b = 3}]\n",
@@ -194,9 +195,13 @@ func FuzzHCLDepthAgainstLexer(f *testing.F) {
 		if len(src) > 4096 || UTF8(src, hcl.InitialPos) != nil {
 			return // HCLDepth's callers refuse broken UTF-8 first
 		}
-		scan, _ := hclDepth(src, 1<<30)
+		scan, _, tokens := hclScan(src, 1<<30)
 		if lex := lexDepth(src); scan < lex {
 			t.Fatalf("the scan counts %d, HCL's lexer %d, for %q", scan, lex, src)
+		}
+		toks, _ := hclsyntax.LexConfig(src, "f.hcl", hcl.InitialPos)
+		if lex := len(toks) - 1; 2*tokens < lex {
+			t.Fatalf("the scan counts %d tokens, HCL's lexer makes %d (more than twice as many), of %q", tokens, lex, src)
 		}
 	})
 }
