@@ -1,6 +1,7 @@
 package hcldecode
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -290,6 +291,12 @@ func (d *decoder) attribute(a *hcl.Attribute, fv reflect.Value, t target) bool {
 		d.found = append(d.found, found{a.Range.Start, a.Name + ": must not be null"})
 		return false
 	}
+	if n := longest(val); n > MaxItems {
+		// Converting a long list costs time that grows with the square
+		// of its length (cty's element unification): refused first.
+		d.found = append(d.found, found{a.Range.Start, fmt.Sprintf("%s: a list or map of %d items; at most %d (llmgw's limit on one value)", a.Name, n, MaxItems)})
+		return false
+	}
 	if keep {
 		// Kept as given, for the caller to evaluate: a problem evaluating
 		// it here is not one.
@@ -406,4 +413,33 @@ func (d *decoder) block(blk *hcl.Block, v reflect.Value) {
 	if l.defRange >= 0 {
 		v.Field(l.defRange).Set(reflect.ValueOf(blk.DefRange))
 	}
+}
+
+// MaxItems is the most items one list, set, tuple, map or object value of
+// a file may have.
+const MaxItems = 4096
+
+// longest is the most items of any collection in v (v itself or one
+// nested in it); 0 for a value that is none, unknown or null. Files nest
+// at most bounded.MaxDepth levels, so the recursion is bounded.
+func longest(v cty.Value) int {
+	if !v.IsKnown() || v.IsNull() {
+		return 0
+	}
+	ty := v.Type()
+	if !ty.IsListType() && !ty.IsSetType() && !ty.IsTupleType() && !ty.IsMapType() && !ty.IsObjectType() {
+		return 0
+	}
+	n := v.LengthInt()
+	if n > MaxItems {
+		return n
+	}
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		n = max(n, longest(e))
+		if n > MaxItems {
+			return n
+		}
+	}
+	return n
 }

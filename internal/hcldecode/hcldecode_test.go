@@ -1,6 +1,7 @@
 package hcldecode
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -175,5 +176,48 @@ func TestDecodeRefusesDeepNesting(t *testing.T) {
 		if len(ps) != 1 || !strings.HasPrefix(ps[0].String(), tc.want) {
 			t.Fatalf("%s: problems %v, want %q", tc.name, ps, tc.want)
 		}
+	}
+}
+
+// A list or map past MaxItems, at the top of an attribute or nested in it,
+// is a problem at its line, before it is converted (cty's conversion of a
+// long list takes time that grows with the square of its length).
+func TestDecodeRefusesLongLists(t *testing.T) {
+	type doc struct {
+		X    int                 `hcl:"x,optional"`
+		Args []string            `hcl:"args,optional"`
+		Env  map[string]string   `hcl:"env,optional"`
+		Deep map[string][]string `hcl:"deep,optional"`
+	}
+	items := func(n int, f string) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, f, i)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct{ name, src, want string }{
+		{"list", "x = 1\nargs = [" + items(MaxItems+1, `"a%d",`) + "]\n", "c.hcl:2: args: a list or map of 4097 items; at most 4096"},
+		{"map", "env = {" + items(MaxItems+1, "a%d = \"1\",") + "}\n", "c.hcl:1: env: a list or map of 4097 items; at most 4096"},
+		{"nested", "deep = { a = [" + items(MaxItems+1, `"a%d",`) + "] }\n", "c.hcl:1: deep: a list or map of 4097 items; at most 4096"},
+		{"JSON", `{"args": [` + items(MaxItems, `"a%d",`) + `"z"]}`, "c.json:1: args: a list or map of 4097 items; at most 4096"},
+	} {
+		name := "c.hcl"
+		if tc.name == "JSON" {
+			name = "c.json"
+		}
+		var d doc
+		f, ok := Decode(name, []byte(tc.src), nil, &d)
+		if !ok {
+			t.Fatalf("%s: did not parse: %v", tc.name, f.Problems())
+		}
+		ps := f.Problems()
+		if len(ps) != 1 || ps[0].String() != tc.want+" (llmgw's limit on one value)" {
+			t.Errorf("%s: problems %v, want %q", tc.name, ps, tc.want)
+		}
+	}
+	var d doc
+	if f, ok := Decode("c.hcl", []byte("args = ["+items(MaxItems, `"a%d",`)+"]\n"), nil, &d); !ok || len(f.Problems()) != 0 || len(d.Args) != MaxItems {
+		t.Fatalf("%d items: %v, %d decoded", MaxItems, f.Problems(), len(d.Args))
 	}
 }
