@@ -11,6 +11,8 @@ import (
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/bounded"
+	"github.com/llmgw/llmgw/internal/hcldecode"
 	"github.com/llmgw/llmgw/internal/suggest"
 )
 
@@ -42,6 +44,12 @@ const (
 	MaxPlanHolds = 1000
 	// MaxPlanBudgets is the most budgets a planned facility file may hold.
 	MaxPlanBudgets = 1000
+	// MaxPlanTokens is the most tokens a plan's catalog and facility
+	// files may have together (bounded.HCLTokens, bounded.JSONTokens),
+	// counted before they are parsed: parsing and decoding allocate about
+	// 1 kB a token, whatever the shape. The largest plan the other bounds
+	// allow is about 65,000.
+	MaxPlanTokens = 80000
 	// MaxPlanAnswer is the largest answer a plan gives; a larger one is
 	// refused (422), never cut. The largest plan allowed answers about
 	// 3 MB.
@@ -90,6 +98,23 @@ func planBounds(cat facility.Catalog, checkCatalog bool, fac facility.Facility, 
 	return nil
 }
 
+// planTokens checks the tokens of a plan's catalog and facility, as
+// their names say they are written (hcldecode.IsJSON), against
+// MaxPlanTokens, before either is parsed.
+func planTokens(req controllerapi.PlanRequest) error {
+	count := func(name, src string) int {
+		if hcldecode.IsJSON(name) {
+			return bounded.JSONTokens([]byte(src))
+		}
+		return bounded.HCLTokens([]byte(src))
+	}
+	n := count(req.CatalogName, req.Catalog) + count(req.FacilityName, req.Facility)
+	if n > MaxPlanTokens {
+		return fmt.Errorf("plan limit: the catalog and facility have about %d tokens together, more than the %d one plan may parse", n, MaxPlanTokens)
+	}
+	return nil
+}
+
 // postPlan answers what a pass would do with other files or more holds,
 // with the reconcile pass's own planner (reconcile.Plan) on the
 // controller's current view of Nomad. It writes nothing: not to Nomad, not
@@ -112,6 +137,10 @@ func (c *Controller) postPlan(w http.ResponseWriter, r *http.Request) {
 		}
 		writeErr(w, http.StatusBadRequest, "body: "+err.Error(),
 			`send {"catalog": "<HCL>", "catalog_name": "catalog.hcl", "facility": "<HCL>", "holds": [{"domain": "rack=r1", "drain": true}]}`)
+		return
+	}
+	if err := planTokens(req); err != nil {
+		writeErr(w, http.StatusUnprocessableEntity, err.Error(), planLimitHint)
 		return
 	}
 	cat, fac := c.files.get()

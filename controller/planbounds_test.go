@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -209,6 +210,55 @@ func largestPlan(t *testing.T, c *ctl, gpus int) {
 	}
 }
 
+// The shapes that cost HCL's parser and the decoder most per byte, each
+// at the token bound: a line of a few bytes for every attribute, block or
+// list item (most of them refused by the catalog's schema, each with its
+// problem). None grows the heap by more than 64 MB, and one token past the
+// bound is refused before it is parsed.
+func TestPlanTokensWithinBounds(t *testing.T) {
+	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
+	e.holdLock()
+	c := e.start("ctl")
+	e.pass(c)
+	fill := func(head, item, tail string) func(int) string {
+		return func(tokens int) string {
+			per := bounded.HCLTokens([]byte(item))
+			fixed := bounded.HCLTokens([]byte(head + tail))
+			return head + strings.Repeat(item, (tokens-fixed)/per) + tail
+		}
+	}
+	profile := "model \"m\" {\n  source = \"o/m\"\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"NVIDIA H200\"\n"
+	for _, tc := range []struct {
+		name string
+		make func(tokens int) string
+	}{
+		{"unknown attributes", fill("", "a=1\n", "")},
+		{"empty blocks", fill("", "x {}\n", "")},
+		{"a map", fill(profile+"    env = {", "a=\"1\",", "}\n  }\n}\n")},
+		{"lists", fill(profile+"    args = [\"1\"]\n  }\n}\nmodel \"n\" {\n  source = \"o/m\"\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"NVIDIA H200\"\n", "    spread = [\"rack\", \"rack\"]\n", "  }\n}\n")},
+		{"models", fill("", "model \"m\" {\n}\n", "")},
+	} {
+		src := tc.make(MaxPlanTokens)
+		if n := bounded.HCLTokens([]byte(src)); n > MaxPlanTokens || n < MaxPlanTokens*95/100 {
+			t.Fatalf("%s: %d tokens, want just under %d", tc.name, n, MaxPlanTokens)
+		}
+		body, _ := json.Marshal(controllerapi.PlanRequest{Catalog: src})
+		rec, peak, _, alloc := planRequest(t, c.Handler(), body, 0)
+		t.Logf("%s: %d kB, heap +%d MB at the most (GOGC=100), %d MB allocated: %d", tc.name, len(body)>>10, peak>>20, alloc>>20, rec.Code)
+		if rec.Code == http.StatusRequestEntityTooLarge || strings.Contains(rec.Body.String(), "tokens together") {
+			t.Errorf("%s: refused for its size: %.300s", tc.name, rec.Body)
+		}
+		if peak > 64<<20 {
+			t.Errorf("%s at the token bound grew the heap by %d MB, more than 64 MB", tc.name, peak>>20)
+		}
+	}
+	body, _ := json.Marshal(controllerapi.PlanRequest{Catalog: strings.Repeat("a=1\n", MaxPlanTokens/4+1)})
+	rec := servePlan(c.Handler(), body)
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), fmt.Sprintf("more than the %d one plan may parse", MaxPlanTokens)) {
+		t.Errorf("one line past the token bound: %d %.300s", rec.Code, rec.Body)
+	}
+}
+
 // A plan past a bound is refused with 422 naming the limit and the number
 // asked, before anything is placed: the test holds the lock every plan
 // (and pass) takes to place, and the refusals come all the same. The
@@ -232,8 +282,10 @@ func TestPlanLimits(t *testing.T) {
 	}{
 		{"issue 34's catalog", controllerapi.PlanRequest{Catalog: boundsCatalog(3000, 1000, 1, 1, false, 0)}, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("plan limit: the body is larger than %d bytes, the most a plan request may send", maxPlanBody)},
-		{"models", controllerapi.PlanRequest{Catalog: boundsCatalog(2000, 1000, 1, 1, false, 0)}, http.StatusUnprocessableEntity,
-			fmt.Sprintf("plan limit: the catalog has 2000 models, more than the %d one plan may place", MaxPlanModels)},
+		{"models", controllerapi.PlanRequest{Catalog: boundsCatalog(MaxPlanModels+1, 1, 1, 1, false, 0)}, http.StatusUnprocessableEntity,
+			fmt.Sprintf("plan limit: the catalog has %d models, more than the %d one plan may place", MaxPlanModels+1, MaxPlanModels)},
+		{"tokens", controllerapi.PlanRequest{Catalog: boundsCatalog(2000, 1, 1, 1, false, 0)}, http.StatusUnprocessableEntity,
+			fmt.Sprintf("tokens together, more than the %d one plan may parse", MaxPlanTokens)},
 		{"replicas", controllerapi.PlanRequest{Catalog: boundsCatalog(2, perModel, 1, 1, false, 0)}, http.StatusUnprocessableEntity,
 			fmt.Sprintf("plan limit: the catalog asks for %d replicas (fixed models' replicas and autoscaled models' max), more than the %d one plan may place", 2*perModel, MaxPlanReplicas)},
 		{"autoscaled max", controllerapi.PlanRequest{Catalog: boundsCatalog(1, 65536, 1, 1, true, 0)}, http.StatusUnprocessableEntity,
