@@ -22,6 +22,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // Options wire a controller.
@@ -289,7 +290,7 @@ func (c *Controller) tooManyStops(in reconcile.Input, acts []reconcile.Action, c
 }
 
 func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
-	catSrc, err := os.ReadFile(cfg.Catalog)
+	catSrc, err := bounded.ReadFile(cfg.Catalog)
 	if err != nil {
 		return facility.Catalog{}, facility.Facility{}, fmt.Errorf("catalog: %w", err)
 	}
@@ -299,7 +300,7 @@ func loadFiles(cfg config.Config) (facility.Catalog, facility.Facility, error) {
 	}
 	var fac facility.Facility
 	if cfg.Facility != "" {
-		facSrc, err := os.ReadFile(cfg.Facility)
+		facSrc, err := bounded.ReadFile(cfg.Facility)
 		if err != nil {
 			return facility.Catalog{}, facility.Facility{}, fmt.Errorf("facility: %w", err)
 		}

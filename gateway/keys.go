@@ -17,8 +17,8 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/internal/blockingquery"
+	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
@@ -300,7 +300,7 @@ func (s *FileKeys) Run(ctx context.Context, publish func(*KeySet, error)) error 
 	var last []byte
 	tried := false
 	look := func(force bool) {
-		src, err := config.ReadFile(s.Path)
+		src, err := bounded.ReadFile(s.Path)
 		if err != nil {
 			publish(nil, fmt.Errorf("read key file: %w", err))
 			tried, last = false, nil

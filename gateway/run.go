@@ -24,6 +24,7 @@ import (
 
 	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
@@ -279,7 +280,7 @@ func loopback(a net.Addr) bool {
 func keySource(f config.Settings, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (KeySource, string, error) {
 	switch {
 	case f.KeysFile != "":
-		src, err := config.ReadFile(f.KeysFile)
+		src, err := bounded.ReadFile(f.KeysFile)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", f.Where("keys-file"), err)
 		}

@@ -21,7 +21,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/hcldecode"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
@@ -282,7 +282,7 @@ func Default(dir string) Config {
 // Load reads the file at path and parses it. env looks up environment
 // variables (os.Getenv in main); nil is an empty environment.
 func Load(path string, env func(string) string) (Config, error) {
-	src, err := os.ReadFile(path)
+	src, err := bounded.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}

@@ -8,7 +8,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty/function"
 
-	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
@@ -154,22 +152,6 @@ func Parse(filename string, src []byte, env func(string) string) (*File, error) 
 		return nil, errors.Join(errs...)
 	}
 	return cf, nil
-}
-
-// ReadFile reads a file the gateway takes its settings or keys from,
-// refusing one larger than bounded.MaxFileBytes (naming the limit and the
-// path) before reading past it. hcldecode then checks its nesting.
-func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path) //nolint:gosec // the path is the operator's
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	b, err := bounded.ReadAll(f, bounded.MaxFileBytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return b, nil
 }
 
 // Lookup returns the setting of attribute attr, nil when the file does

@@ -2,15 +2,11 @@ package config
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 func TestRegistration(t *testing.T) {
@@ -45,32 +41,6 @@ func TestRegistration(t *testing.T) {
 				t.Errorf("id %q (-want +got):\n%s", r.ID, diff)
 			}
 		})
-	}
-}
-
-// ReadFile refuses a file past bounded.MaxFileBytes, naming the path and
-// the limit, without reading it whole.
-func TestReadFile(t *testing.T) {
-	dir := t.TempDir()
-	small := filepath.Join(dir, "gateway.hcl")
-	if err := os.WriteFile(small, []byte("attempts = 2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := ReadFile(small); err != nil || string(b) != "attempts = 2\n" {
-		t.Errorf("small file: %q, %v", b, err)
-	}
-	big := filepath.Join(dir, "big.hcl")
-	f, err := os.Create(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(bounded.MaxFileBytes + 1); err != nil { // sparse
-		t.Fatal(err)
-	}
-	f.Close()
-	_, err = ReadFile(big)
-	if !bounded.IsLimit(err) || !strings.Contains(err.Error(), big) || !strings.Contains(err.Error(), strconv.Itoa(bounded.MaxFileBytes)) {
-		t.Errorf("file over the limit: %v; want the size limit, naming the path and %d", err, bounded.MaxFileBytes)
 	}
 }
 

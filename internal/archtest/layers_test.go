@@ -70,6 +70,7 @@ var layers = map[string]map[string]string{
 		"facility":               "placement",
 		"internal/blockingquery": "Nomad's blocking queries",
 		"internal/hcldecode":     "its configuration is HCL",
+		"internal/bounded":       "its files read within the size limit; a plan's texts counted before they are parsed",
 		"internal/httpjson":      "its API's JSON answers",
 		"internal/nomadenv":      "which Nomad API the environment names",
 		"internal/suggest":       "did-you-mean hints",

@@ -19,6 +19,7 @@ import (
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // resolve reads the configuration file, if any, into the settings the
@@ -30,7 +31,7 @@ func resolve(f *config.Settings, fl *pflag.FlagSet, env func(string) string) err
 	if f.Config == "" {
 		return nil
 	}
-	src, err := config.ReadFile(f.Config)
+	src, err := bounded.ReadFile(f.Config)
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}

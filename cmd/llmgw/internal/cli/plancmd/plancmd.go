@@ -142,21 +142,6 @@ func Run(o Options, stdout io.Writer) error {
 	return nil
 }
 
-// readFile reads one of the plan's files, refusing one past
-// bounded.MaxFileBytes before reading it whole.
-func readFile(name string) ([]byte, error) {
-	f, err := os.Open(name) //nolint:gosec // the operator names the file
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := bounded.ReadAll(f, bounded.MaxFileBytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return b, nil
-}
-
 // Load reads and checks the three inputs. Every problem is reported, each
 // naming file:line. The three files are read and parsed at once, each on
 // its own goroutine, and a fleet in HCL's JSON syntax in parts, one a core
@@ -179,7 +164,7 @@ func Load(fleetFile, facilityFile, catalogFile string) (facility.Fleet, facility
 	)
 	parse := func(i int, name string, parse func(string, []byte) error) {
 		wg.Go(func() {
-			b, err := readFile(name)
+			b, err := bounded.ReadFile(name)
 			if err == nil {
 				err = parse(name, b)
 			}
