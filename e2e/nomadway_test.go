@@ -410,12 +410,10 @@ func tokenProxy(t *testing.T, base string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		director(r)
-		r.Header.Set("Authorization", "Bearer "+nomadwayToken)
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Header.Set("Authorization", "Bearer "+nomadwayToken)
+	}}
 	srv := httptest.NewServer(rp)
 	proxies[base] = srv.URL
 	t.Cleanup(func() {

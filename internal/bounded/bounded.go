@@ -224,7 +224,7 @@ func hclScan(src []byte, stop int) (deepest, line, tokens int) {
 				if src[i] == '\n' {
 					line++
 				}
-			case c == '/' && i+1 < len(src) && src[i+1] == '*' && bytes.Index(src[i+2:], []byte("*/")) >= 0:
+			case c == '/' && i+1 < len(src) && src[i+1] == '*' && bytes.Contains(src[i+2:], []byte("*/")):
 				// A comment that ends; an unterminated one is read
 				// as HCL's lexer reads it, as operators.
 				end := i + 2 + bytes.Index(src[i+2:], []byte("*/"))

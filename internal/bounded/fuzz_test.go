@@ -69,7 +69,7 @@ func FuzzHCLDepth(f *testing.F) {
 			t.Fatalf("depth %d: HCLDepth = %v", depth, err)
 		}
 		if err == nil {
-			hclsyntax.ParseConfig([]byte(src), "f.hcl", hcl.InitialPos)
+			_, _ = hclsyntax.ParseConfig([]byte(src), "f.hcl", hcl.InitialPos)
 		}
 	})
 }
@@ -85,7 +85,7 @@ func FuzzJSONDepth(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		err := JSONDepth(src, MaxDepth)
 		if err == nil {
-			hcljson.Parse(src, "f.json")
+			_, _ = hcljson.Parse(src, "f.json")
 		}
 		if !json.Valid(src) {
 			return

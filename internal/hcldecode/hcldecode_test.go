@@ -159,6 +159,7 @@ func TestProblemNamesTheFile(t *testing.T) {
 // either syntax, before HCL's recursive parsers see it: 200 KB of brackets
 // overflowed their stack (a fatal error in Go) before the check.
 func TestDecodeRefusesDeepNesting(t *testing.T) {
+	t.Parallel()
 	type doc struct {
 		A any `hcl:"a,optional"`
 	}
@@ -183,6 +184,7 @@ func TestDecodeRefusesDeepNesting(t *testing.T) {
 // is a problem at its line, before it is converted (cty's conversion of a
 // long list takes time that grows with the square of its length).
 func TestDecodeRefusesLongLists(t *testing.T) {
+	t.Parallel()
 	type doc struct {
 		X    int                 `hcl:"x,optional"`
 		Args []string            `hcl:"args,optional"`

@@ -106,11 +106,11 @@ func (r *Result) problemf(format string, args ...any) {
 
 // do sends one request and records its answer; want is the status
 // classes it may get (e.g. "4xx").
-func do(r *Result, method, u, token string, body io.Reader, header map[string]string, want ...string) *http.Response {
+func do(r *Result, method, u, token string, body io.Reader, header map[string]string, want ...string) {
 	req, err := http.NewRequest(method, u, body)
 	if err != nil {
 		r.problemf("%s %s: %v", method, u, err)
-		return nil
+		return
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -124,7 +124,7 @@ func do(r *Result, method, u, token string, body io.Reader, header map[string]st
 		if !slices.Contains(want, "closed") {
 			r.problemf("%s %s: %v", method, short(u), err)
 		}
-		return nil
+		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	_ = resp.Body.Close()
@@ -133,7 +133,6 @@ func do(r *Result, method, u, token string, body io.Reader, header map[string]st
 	if !slices.Contains(want, code) && !slices.Contains(want, code[:1]+"xx") {
 		r.problemf("%s %s: %s, want %v", method, short(u), resp.Status, want)
 	}
-	return resp
 }
 
 func short(u string) string {
@@ -341,7 +340,7 @@ func Classes() []Class {
 				r.problemf("dial: %v", err)
 				return
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			// Two bytes of a request line, then nothing: the server must
 			// answer or close after its read-header timeout (net/http
 			// answers 400 and closes).
@@ -390,7 +389,7 @@ func trickle(ctx context.Context, r *Result, base, head string) {
 		r.problemf("dial: %v", err)
 		return
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if _, err := c.Write([]byte(head)); err != nil {
 		r.problemf("write: %v", err)
 		return
@@ -440,7 +439,7 @@ func smuggle(r *Result, tg Targets) {
 		r.problemf("dial: %v", err)
 		return
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	body := chat(tg.Model)
 	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
 	first := "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n" +
@@ -480,7 +479,7 @@ func authGet(u, token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("%s: %s", resp.Status, b)
@@ -542,7 +541,7 @@ func Run(t testing.TB, tg Targets, classes []Class) []Result {
 			// Writing 5 resets the peak (VmHWM) to the current size.
 			_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		var ok, sent atomic.Int64
 		var wg sync.WaitGroup
 		wg.Go(func() { legit(ctx, tg, &ok, &sent) })
@@ -660,7 +659,7 @@ func openBreakers(gw string) []string {
 	if err != nil {
 		return []string{"metrics: " + err.Error()}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
