@@ -8,7 +8,7 @@
 // checks here are iterative, one pass over the bytes each, so their cost is
 // linear in the input and their stack constant.
 //
-// The package is pure.
+// The package is pure but for ReadFile (file.go).
 package bounded
 
 import (
@@ -23,7 +23,7 @@ import (
 
 // The limits on files and file-like API bodies (a catalog in POST
 // /v1/plan). A real catalog nests four or five levels; a fleet file of
-// 12,800 nodes is about 5 MB.
+// 12,800 nodes is about 4 MB.
 const (
 	// MaxDepth is the deepest nesting of brackets, braces, parentheses,
 	// quotes, template interpolations and chained operators a file may have.

@@ -242,13 +242,12 @@ func Classes() []Class {
 		{Name: "a body sent one byte every 3 s", Target: "controller", InFlight: 1, run: func(ctx context.Context, tg Targets, r *Result) {
 			trickle(ctx, r, tg.Controller, "POST /v1/plan HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer "+tg.Token+"\r\nContent-Length: 1000\r\n\r\n")
 		}},
-		{Name: "chat: 4 MB of nested JSON", Target: "gateway", InFlight: 2, run: func(ctx context.Context, tg Targets, r *Result) {
-			body := nested(tg.Model, 2<<20)
-			for range 4 {
-				do(r, http.MethodPost, tg.Gateway+"/v1/chat/completions", "", bytes.NewReader(body), nil, "4xx")
+		{Name: "every OpenAI route: 4 MB and 2 kB of nested JSON", Target: "gateway", InFlight: 1, run: func(ctx context.Context, tg Targets, r *Result) {
+			for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
+				for _, n := range []int{2 << 20, 1000} {
+					do(r, http.MethodPost, tg.Gateway+path, "", bytes.NewReader(nested(tg.Model, n)), nil, "4xx")
+				}
 			}
-			body = nested(tg.Model, 1000)
-			do(r, http.MethodPost, tg.Gateway+"/v1/chat/completions", "", bytes.NewReader(body), nil, "4xx")
 		}},
 		{Name: "chat: malformed JSON, 200 in bursts of 20", Target: "gateway", InFlight: 20, run: func(ctx context.Context, tg Targets, r *Result) {
 			bad := []string{
