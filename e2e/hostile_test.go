@@ -79,15 +79,7 @@ func TestHostileInputsOverRealNomad(t *testing.T) {
 		Controller: "http://" + cfg.Listen, Token: hostileToken,
 		Gateway: gw.url, Model: "chat", Node: c.Clients[0].Name, HoldDomain: "rack=k1", Pids: pids,
 	}
-	results := hostile.Run(t, tg, hostile.Classes())
-	table := hostile.Table(results)
-	t.Logf("results:\n%s", table)
-	if f := os.Getenv("HOSTILE_TABLE"); f != "" {
-		if err := os.WriteFile(f, []byte(table), 0o644); err != nil {
-			t.Error(err)
-		}
-	}
-	hostile.Check(t, results)
+	hostile.Report(t, hostile.Run(t, tg, hostile.Classes()))
 	// The engines Nomad runs are the ones that were there at the start.
 	for name, pid := range pids {
 		if strings.HasPrefix(name, "engine") && !slices.Contains(pidsOf(clientOf(c, name), filepath.Base(in.Binary)), pid) {

@@ -195,11 +195,10 @@ func TestFailoverBeforeFirstByte(t *testing.T) {
 	}
 }
 
-// Once the client has a byte, the request is not tried again: a replica
-// that fails mid-stream ends the client's event stream with an error event
-// in OpenAI's shape (a clean end, not a cut that looks like a network
-// fault); any other answer is cut off.
-func TestNoRetryAfterFirstByte(t *testing.T) {
+// halfStream is replica "half" of model m: it sends one event of a stream
+// and breaks off.
+func halfStream(t *testing.T) Instance {
+	t.Helper()
 	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"partial\":true}\n\n")
@@ -207,8 +206,16 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 		panic(http.ErrAbortHandler)
 	}))
 	t.Cleanup(half.Close)
+	return Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1}
+}
+
+// Once the client has a byte, the request is not tried again: a replica
+// that fails mid-stream ends the client's event stream with an error event
+// in OpenAI's shape (a clean end, not a cut that looks like a network
+// fault); any other answer is cut off.
+func TestNoRetryAfterFirstByte(t *testing.T) {
 	good := startReplica(t, "m", "good", nil)
-	bad := Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1}
+	bad := halfStream(t)
 	spare := good.instance()
 	spare.Weight = 0 // taken only when "half" cannot be
 	tg := startGateway(t, Options{}, bad, spare)

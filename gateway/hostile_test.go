@@ -142,14 +142,7 @@ func TestPoisonRequestNotRetried(t *testing.T) {
 // A replica that failed mid-answer is counted as a poison request at
 // mid_answer (TestNoRetryAfterFirstByte holds the answer the client gets).
 func TestPoisonMidAnswerCounted(t *testing.T) {
-	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {\"partial\":true}\n\n")
-		_ = http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler)
-	}))
-	t.Cleanup(half.Close)
-	tg := startGateway(t, Options{}, Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1})
+	tg := startGateway(t, Options{}, halfStream(t))
 	if a := tg.post(t, "/v1/chat/completions", chat("m")); !strings.Contains(string(a.body), "replica_failed") {
 		t.Fatalf("got %d %s; want the stream ended with an error event", a.status, a.body)
 	}

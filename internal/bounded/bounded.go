@@ -63,8 +63,20 @@ func IsLimit(err error) bool {
 // src is well-formed (json.Valid does, iteratively): it only counts, so a
 // malformed input passes when it is shallow. line is counted from 1.
 func JSONDepth(src []byte, max int) error {
-	depth, line := 0, 1
-	inString, escaped := false, false
+	if d, line, _ := jsonScan(src, max); d > max {
+		return &LimitError{Limit: "nesting depth", Max: int64(max), Line: line}
+	}
+	return nil
+}
+
+// jsonScan returns the deepest nesting of src, or the first depth past
+// stop and the 1-based line where it was reached, and the tokens read to
+// there: every string, every run of a number or literal, every bracket,
+// comma and colon.
+func jsonScan(src []byte, stop int) (deepest, line, tokens int) {
+	depth := 0
+	line = 1
+	inString, escaped, word := false, false, false
 	for _, c := range src {
 		if inString {
 			switch {
@@ -80,20 +92,36 @@ func JSONDepth(src []byte, max int) error {
 			continue
 		}
 		switch c {
+		case ' ', '\t', '\r', '\n':
+			word = false
+			if c == '\n' {
+				line++
+			}
+			continue
 		case '"':
 			inString = true
 		case '{', '[':
 			depth++
-			if depth > max {
-				return &LimitError{Limit: "nesting depth", Max: int64(max), Line: line}
+			if depth > deepest {
+				deepest = depth
+				if deepest > stop {
+					return deepest, line, tokens + 1
+				}
 			}
 		case '}', ']':
 			depth--
-		case '\n':
-			line++
+		case ',', ':':
+		default:
+			if !word {
+				tokens++
+			}
+			word = true
+			continue
 		}
+		word = false
+		tokens++
 	}
-	return nil
+	return deepest, line, tokens
 }
 
 // HCLDepth returns a *LimitError when src, read as HCL's native syntax
@@ -453,36 +481,7 @@ func (e *EncodingError) Error() string { return "not valid UTF-8" }
 // string, every run of a number or literal, every bracket, comma and
 // colon.
 func JSONTokens(src []byte) int {
-	tokens := 0
-	inString, escaped, word := false, false, false
-	for _, c := range src {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			word = false
-		case '"':
-			inString, word = true, false
-			tokens++
-		case '{', '}', '[', ']', ',', ':':
-			word = false
-			tokens++
-		default:
-			if !word {
-				tokens++
-			}
-			word = true
-		}
-	}
+	_, _, tokens := jsonScan(src, int(^uint(0)>>1))
 	return tokens
 }
 

@@ -344,18 +344,7 @@ func Classes() []Class {
 			// answer or close after its read-header timeout (net/http
 			// answers 400 and closes).
 			_, _ = c.Write([]byte("PO"))
-			_ = c.SetReadDeadline(time.Now().Add(90 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			switch {
-			case err == nil:
-				_ = resp.Body.Close()
-				r.answer(strconv.Itoa(resp.StatusCode))
-			case isTimeout(err):
-				r.answer("held")
-				r.problemf("a connection with half a request line was still open after 90 s")
-			default:
-				r.answer("closed")
-			}
+			awaitAnswer(r, c, 90*time.Second, "a connection with half a request line was still open after 90 s")
 		}},
 	}
 }
@@ -396,19 +385,7 @@ func trickle(ctx context.Context, r *Result, base, head string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = c.SetReadDeadline(time.Now().Add(3 * time.Minute))
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		switch {
-		case err == nil:
-			_ = resp.Body.Close()
-			r.answer(strconv.Itoa(resp.StatusCode))
-		case isTimeout(err):
-			r.answer("held")
-			r.problemf("a body sent one byte every 3 s was still read after 3 minutes")
-		default:
-			r.answer("closed")
-		}
+		awaitAnswer(r, c, 3*time.Minute, "a body sent one byte every 3 s was still read after 3 minutes")
 	}()
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
@@ -426,6 +403,23 @@ func trickle(ctx context.Context, r *Result, base, head string) {
 		}
 	}
 	<-done
+}
+
+// awaitAnswer waits up to wait for the server to answer on c, or to close
+// it, and records which; still open after wait is the problem held.
+func awaitAnswer(r *Result, c net.Conn, wait time.Duration, held string) {
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	switch {
+	case err == nil:
+		_ = resp.Body.Close()
+		r.answer(strconv.Itoa(resp.StatusCode))
+	case isTimeout(err):
+		r.answer("held")
+		r.problemf("%s", held)
+	default:
+		r.answer("closed")
+	}
 }
 
 // smuggle sends a request with both Content-Length and Transfer-Encoding
@@ -589,6 +583,20 @@ func Check(t testing.TB, results []Result) {
 			t.Errorf("%s: %s", r.Class, p)
 		}
 	}
+}
+
+// Report logs the results' table, writes it to the file HOSTILE_TABLE
+// names (when set), and checks the goals (Check).
+func Report(t testing.TB, results []Result) {
+	t.Helper()
+	table := Table(results)
+	t.Logf("results:\n%s", table)
+	if f := os.Getenv("HOSTILE_TABLE"); f != "" {
+		if err := os.WriteFile(f, []byte(table), 0o644); err != nil { //nolint:gosec // a table for docs
+			t.Error(err)
+		}
+	}
+	Check(t, results)
 }
 
 // Line is the result in one line.

@@ -176,13 +176,5 @@ facility  = %q
 			"engine r0": e1.Cmd.Process.Pid, "engine r1": e2.Cmd.Process.Pid,
 		},
 	}
-	results := hostile.Run(t, tg, hostile.Classes())
-	table := hostile.Table(results)
-	t.Logf("results:\n%s", table)
-	if f := os.Getenv("HOSTILE_TABLE"); f != "" {
-		if err := os.WriteFile(f, []byte(table), 0o644); err != nil {
-			t.Error(err)
-		}
-	}
-	hostile.Check(t, results)
+	hostile.Report(t, hostile.Run(t, tg, hostile.Classes()))
 }
