@@ -58,7 +58,7 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		{"NUL", "n1", controllerapi.LabelsRequest{Set: map[string]string{"pdu": "p\x00"}}, http.StatusBadRequest, "label pdu: value"},
 		{"too long", "n1", controllerapi.LabelsRequest{Set: map[string]string{"row": strings.Repeat("r", 64)}}, http.StatusBadRequest, "more than 63"},
 		{"base_watts not a number", "n1", controllerapi.LabelsRequest{Set: map[string]string{"base_watts": "abc"}}, http.StatusBadRequest, `label base_watts: \"abc\" is not a number of watts`},
-		{"hcas not whole", "n1", controllerapi.LabelsRequest{Set: map[string]string{"hcas": "1.5"}}, http.StatusBadRequest, "label hcas"},
+		{"hcas with a space", "n1", controllerapi.LabelsRequest{Set: map[string]string{"hcas": "mlx5_0, mlx5_1"}}, http.StatusBadRequest, "label hcas"},
 		// One bad label refuses the request whole: rack stays r9.
 		{"one bad of two", "n1", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r8", "base_watts": "-5"}}, http.StatusBadRequest, "label base_watts"},
 		{"unknown unset", "n1", controllerapi.LabelsRequest{Unset: []string{"cage"}}, http.StatusBadRequest, `unset: unknown label \"cage\"`},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Labels are the node labels the controller's API writes as Nomad dynamic
@@ -29,8 +30,10 @@ const (
 	// GPU work: 100 kW, far above any server's (an H200 server idles at
 	// about 1.2 kW) and still below any budget that would hold it.
 	MaxBaseWatts = 100_000
-	// MaxHCAs is the most HCAs llmgw.hcas counts on one node.
-	MaxHCAs = 64
+	// MaxHCAsLen is the longest llmgw.hcas: the node's HCAs as NCCL's
+	// NCCL_IB_HCA takes them (the engine's environment on a multi-node
+	// replica), a list of 16 names with ports fits in it.
+	MaxHCAsLen = 256
 )
 
 // CheckLabel checks the value of the label name (one of Labels) as the
@@ -39,7 +42,8 @@ const (
 // newline, escape, NUL, space, '=' or ',' reaches Nomad's node meta, and
 // every such value is one facility.ParseDomain takes; base_watts is a
 // number of watts from 0 to MaxBaseWatts, as Fleet reads it (ParseBaseWatts);
-// hcas is a whole number from 0 to MaxHCAs. The error names the label.
+// hcas is a list of HCAs as NCCL_IB_HCA takes it (checkHCAs). The error
+// names the label.
 func CheckLabel(name, value string) error {
 	switch name {
 	case "base_watts":
@@ -48,11 +52,7 @@ func CheckLabel(name, value string) error {
 		}
 		return nil
 	case "hcas":
-		n, err := strconv.Atoi(value)
-		if err != nil || n < 0 || n > MaxHCAs {
-			return fmt.Errorf("label hcas: %q is not a whole number of HCAs from 0 to %d", clip(value), MaxHCAs)
-		}
-		return nil
+		return checkHCAs(value)
 	}
 	if _, ok := Labels[name]; !ok {
 		return fmt.Errorf("unknown label %q", clip(name))
@@ -68,6 +68,30 @@ func CheckLabel(name, value string) error {
 			return fmt.Errorf("label %s: value %q has %q at byte %d: only letters, digits, '-', '_' and '.' (as in a domain name)",
 				name, clip(value), value[i], i)
 		}
+	}
+	return nil
+}
+
+// checkHCAs checks llmgw.hcas, which multi-node replicas get as
+// NCCL_IB_HCA: an optional '^' (exclude) and '=' (exact names), then a
+// comma-separated list of HCA names, each with an optional ":port"
+// ("mlx5_0:1,mlx5_1:1"), at most MaxHCAsLen bytes.
+func checkHCAs(value string) error {
+	list := strings.TrimPrefix(strings.TrimPrefix(value, "^"), "=")
+	bad := list == "" || len(value) > MaxHCAsLen
+	for item := range strings.SplitSeq(list, ",") {
+		name, port, hasPort := strings.Cut(item, ":")
+		bad = bad || name == "" || (hasPort && port == "")
+		for i := 0; i < len(name); i++ {
+			bad = bad || !nameByte(name[i])
+		}
+		for i := 0; i < len(port); i++ {
+			bad = bad || port[i] < '0' || port[i] > '9'
+		}
+	}
+	if bad {
+		return fmt.Errorf("label hcas: %q is not a list of HCAs as NCCL_IB_HCA takes it (e.g. mlx5_0:1,mlx5_1:1, "+
+			"optionally after '^' or '='; names of letters, digits, '-', '_' or '.'; at most %d bytes)", clip(value), MaxHCAsLen)
 	}
 	return nil
 }
