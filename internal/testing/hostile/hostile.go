@@ -232,7 +232,7 @@ func Classes() []Class {
 		}},
 		{Name: "labels: newline, ESC, NUL; base_watts = \"abc\"", Target: "controller", InFlight: 1, run: func(ctx context.Context, tg Targets, r *Result) {
 			for _, set := range []map[string]string{
-				{"rack": "r1\nx"}, {"rack": "r1\x1b[31m"}, {"rack": "r1\x00"}, {"base_watts": "abc"}, {"hcas": "-3"},
+				{"rack": "r1\nx"}, {"rack": "r1\x1b[31m"}, {"rack": "r1\x00"}, {"base_watts": "abc"}, {"hcas": "mlx5_0,\x1b[0m"},
 				{"pdu": strings.Repeat("p", 300)},
 			} {
 				body, _ := json.Marshal(map[string]any{"set": set})
