@@ -14,7 +14,7 @@ const (
 	// them a byte at a time is cut off.
 	ReadHeaderTimeout = 10 * time.Second
 	// ReadTimeout bounds a whole request, its body included: the largest
-	// (a 4 MiB plan) needs about 140 kB/s to arrive in time, and a body
+	// (a 512 KiB plan) needs about 18 kB/s to arrive in time, and a body
 	// sent a byte every few seconds holds a connection no longer.
 	ReadTimeout = 30 * time.Second
 	// WriteTimeout bounds a request's handling and answer from the end of
