@@ -464,7 +464,7 @@ func (c *Controller) putLabels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	labelHint := "labels: " + strings.Join(observe.LabelNames(), ", ") +
-		"; names are letters, digits, '-', '_' and '.' (at most 63), base_watts a number of watts, hcas a whole number"
+		"; names are letters, digits, '-', '_' and '.' (at most 63), base_watts a number of watts, hcas a list of HCAs as NCCL_IB_HCA takes it"
 	meta := map[string]*string{}
 	var problems []string
 	for _, k := range slices.Sorted(maps.Keys(req.Set)) {
