@@ -36,6 +36,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/llmgw/llmgw/internal/blockingquery"
 )
 
 // Targets are the processes under attack.
@@ -269,7 +271,7 @@ func Classes() []Class {
 					})
 				}
 				wg.Wait()
-				if sleep(ctx, 300*time.Millisecond) != nil {
+				if !blockingquery.Sleep(ctx, 300*time.Millisecond) {
 					return
 				}
 			}
@@ -480,17 +482,6 @@ func authGet(u, token string) (string, error) {
 	return string(b), err
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // legit sends a chat completion through the gateway and a model list read
 // to the controller every 200 ms until ctx ends (at most 3,000 of each),
 // and counts what was answered 200.
@@ -512,7 +503,7 @@ func legit(ctx context.Context, tg Targets, ok, sent *atomic.Int64) {
 				ok.Add(1)
 			}
 		}
-		if sleep(ctx, 200*time.Millisecond) != nil {
+		if !blockingquery.Sleep(ctx, 200*time.Millisecond) {
 			return
 		}
 	}
@@ -541,7 +532,7 @@ func Run(t testing.TB, tg Targets, classes []Class) []Result {
 		c.run(ctx, tg, &r)
 		// A little legitimate traffic after the class too: what it left
 		// must serve.
-		_ = sleep(ctx, time.Second)
+		blockingquery.Sleep(ctx, time.Second)
 		cancel()
 		wg.Wait()
 		r.LegitOK, r.LegitSent = int(ok.Load()), int(sent.Load())
