@@ -67,7 +67,7 @@ func streams(ctx context.Context, t *testing.T, url string, n int) *sync.WaitGro
 	for range n {
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(longStream))
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := realengine.Client.Do(req)
 			if err != nil {
 				return
 			}
@@ -203,7 +203,7 @@ func TestRealEngineLoading(t *testing.T) {
 	var code int
 	var body string
 	wait.Until(t, "an answer from /health", func() bool {
-		resp, err := http.Get(s.URL + "/health")
+		resp, err := realengine.Client.Get(s.URL + "/health")
 		if err != nil {
 			return false
 		}

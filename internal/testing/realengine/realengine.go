@@ -174,10 +174,22 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// Client opens a connection for every request. llama-server (pinned
+// version) closes the connection after each streamed answer without a
+// "Connection: close": its stream provider returns false once it has
+// called sink.done() (tools/server/server-http.cpp, process_handler_response),
+// which cpp-httplib's write_content_chunked takes as a cancelled write and
+// so ends the keep-alive loop (vendor/cpp-httplib/httplib.cpp). A client
+// that pooled that connection may send its next POST into the closing
+// socket and read EOF, and Go does not resend a POST. The gateway resends
+// on such a stale connection itself (gateway/upstream.go); tests that talk
+// to the engine directly use Client.
+var Client = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
 // Get fetches url and returns the answer's status and body.
 func Get(t testing.TB, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := Client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +200,7 @@ func Get(t testing.TB, url string) (int, string) {
 // Post sends body as JSON to url and returns the answer's status and body.
 func Post(t testing.TB, url, body string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := Client.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package realengine_test
 import (
 	"bufio"
 	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -89,7 +88,7 @@ func TestTinyModelAnswers(t *testing.T) {
 		t.Errorf("completion %q, want %q", got, "Hello world!")
 	}
 
-	resp2, err := http.Post(s.URL+"/v1/chat/completions", "application/json",
+	resp2, err := realengine.Client.Post(s.URL+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"Stream it."}]}`))
 	if err != nil {
 		t.Fatal(err)
