@@ -24,6 +24,7 @@ import (
 	"github.com/llmgw/llmgw/driver/procfs"
 	"github.com/llmgw/llmgw/driver/supervisor"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/internal/atomicfile"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -284,7 +285,7 @@ func (h *taskHandle) markReadyUnprobed(at time.Time) {
 	h.mu.Lock()
 	h.ready, h.readyAt = true, now
 	h.mu.Unlock()
-	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
 		h.log.Warn("record readiness", "task_id", h.id, "error", err)
 	}
 	h.log.Info("engine running; readiness probe skipped (ready.skip)", "task_id", h.id)
@@ -300,7 +301,7 @@ func (h *taskHandle) markReady(at time.Time) {
 	h.mu.Lock()
 	h.ready, h.readyAt = true, now
 	h.mu.Unlock()
-	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(h.st.StateDir, readyFile), map[string]time.Time{"at": now}); err != nil {
 		h.log.Warn("record readiness", "task_id", h.id, "error", err)
 	}
 	h.log.Info("engine ready", "task_id", h.id, "after", took.String(), "url", h.url()+h.st.ReadyPath)
@@ -400,7 +401,7 @@ func (h *taskHandle) readinessTimedOut() {
 	h.mu.Unlock()
 	// Recorded before SIGTERM goes out: a plugin that restarts after it
 	// must still send SIGKILL at the same deadline.
-	if err := supervisor.WriteJSONAtomic(filepath.Join(h.st.StateDir, stopFile), rec); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(h.st.StateDir, stopFile), rec); err != nil {
 		h.log.Warn("record readiness failure", "task_id", h.id, "error", err)
 	}
 	h.log.Error("readiness timeout; stopping the engine", "task_id", h.id, "reason", reason)

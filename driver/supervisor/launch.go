@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/atomicfile"
 )
 
 // ErrStart is wrapped by Launch errors that come from the engine failing
@@ -48,7 +49,7 @@ type Launched struct {
 // that ends then.
 func Launch(exe, stateDir string, spec Spec, timeout time.Duration) (*Launched, error) {
 	spec.Version = SpecVersion
-	if err := WriteJSONAtomic(filepath.Join(stateDir, SpecFile), spec); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(stateDir, SpecFile), spec); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(stateDir, LogFile)

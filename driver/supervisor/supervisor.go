@@ -42,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/driver/procfs"
+	"github.com/llmgw/llmgw/internal/atomicfile"
 )
 
 // Mode is the first command-line argument that selects supervisor mode.
@@ -283,7 +284,7 @@ func (sv *supervision) start() error {
 	}
 	started.Engine = engine
 	started.At = time.Now().UTC()
-	if err := WriteJSONAtomic(filepath.Join(sv.stateDir, StartedFile), *started); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(sv.stateDir, StartedFile), *started); err != nil {
 		logger.Printf("record start: %v", err)
 	}
 	report(sv.hs, *started, logger)
@@ -419,7 +420,7 @@ func (sv *supervision) recordExit(exit Exit) error {
 	if len(exit.Tail) == 0 {
 		exit.Tail = sv.outTail.get()
 	}
-	if err := WriteJSONAtomic(filepath.Join(sv.stateDir, ExitFile), exit); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(sv.stateDir, ExitFile), exit); err != nil {
 		return fmt.Errorf("record exit: %w", err)
 	}
 	if sv.cg != nil {

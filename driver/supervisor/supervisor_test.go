@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/llmgw/llmgw/internal/atomicfile"
 )
 
 func mkfifo(t *testing.T, path string) {
@@ -179,7 +180,7 @@ func TestStateFiles(t *testing.T) {
 		t.Fatalf("ReadExit on empty dir: %v %v", ok, err)
 	}
 	want := Exit{ExitCode: 1, Signal: 0, Tail: []string{"boom"}, At: time.Unix(5, 0).UTC()}
-	if err := WriteJSONAtomic(filepath.Join(dir, ExitFile), want); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, ExitFile), want); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := ReadExit(dir)
@@ -193,7 +194,7 @@ func TestStateFiles(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("temporary files left behind: %v", entries)
 	}
-	if err := WriteJSONAtomic(filepath.Join(dir, SpecFile), Spec{Version: 99}); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, SpecFile), Spec{Version: 99}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadSpec(dir); err == nil || !strings.Contains(err.Error(), "version 99") {
