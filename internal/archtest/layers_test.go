@@ -44,6 +44,7 @@ var layers = map[string]map[string]string{
 	"internal/blockingquery": {},
 	"internal/hcldecode":     {"internal/bounded": "every file is checked for size and nesting before HCL's parsers see it"},
 	"internal/bounded":       {},
+	"internal/atomicfile":    {},
 	"internal/httpjson":      {},
 	"internal/nomadenv":      {},
 	"internal/nvmlseam":      {},
@@ -53,7 +54,7 @@ var layers = map[string]map[string]string{
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
 	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
-	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam"},
+	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
