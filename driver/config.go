@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -22,6 +23,13 @@ type Config struct {
 	// ModelCache becomes HF_HOME for engines whose task environment does
 	// not set it, so that every engine on the node shares downloads.
 	ModelCache string `codec:"model_cache"`
+	// HubURL, StoreBudgetBytes, MaxConcurrentFetches and
+	// FetchBytesPerSecond configure the node's model store (model_cache)
+	// for tasks with a weights block: see the weights package.
+	HubURL               string `codec:"hub_url"`
+	StoreBudgetBytes     int64  `codec:"store_budget_bytes"`
+	MaxConcurrentFetches int    `codec:"max_concurrent_fetches"`
+	FetchBytesPerSecond  int64  `codec:"fetch_bytes_per_second"`
 	// ReadyTimeout and ReadyInterval are the readiness defaults for tasks
 	// whose ready block does not set them.
 	ReadyTimeout  time.Duration `codec:"ready_timeout"`
@@ -137,16 +145,20 @@ func strDefault(name, lit string) *hclspec.Spec {
 // against.
 func ConfigSpec() *hclspec.Spec {
 	return hclspec.Object(map[string]*hclspec.Spec{
-		"engines":         hclspec.Block("engines", false, enginesSpec()),
-		"model_cache":     hclspec.Attr("model_cache", "string"),
-		"ready_timeout":   strDefault("ready_timeout", `"30m"`),
-		"ready_interval":  strDefault("ready_interval", `"1s"`),
-		"stop_timeout":    strDefault("stop_timeout", `"30s"`),
-		"extra_env":       hclspec.Attr("extra_env", "map(string)"),
-		"cgroup_parent":   strDefault("cgroup_parent", `"`+DefaultCgroupParent+`"`),
-		"nomad_cgroup":    hclspec.Default(hclspec.Attr("nomad_cgroup", "bool"), hclspec.Literal("true")),
-		"resource_limits": strDefault("resource_limits", `"`+LimitsEnforce+`"`),
-		"cpu_hard_limit":  hclspec.Attr("cpu_hard_limit", "bool"),
+		"engines":                hclspec.Block("engines", false, enginesSpec()),
+		"model_cache":            hclspec.Attr("model_cache", "string"),
+		"hub_url":                hclspec.Attr("hub_url", "string"),
+		"store_budget_bytes":     hclspec.Attr("store_budget_bytes", "number"),
+		"max_concurrent_fetches": hclspec.Attr("max_concurrent_fetches", "number"),
+		"fetch_bytes_per_second": hclspec.Attr("fetch_bytes_per_second", "number"),
+		"ready_timeout":          strDefault("ready_timeout", `"30m"`),
+		"ready_interval":         strDefault("ready_interval", `"1s"`),
+		"stop_timeout":           strDefault("stop_timeout", `"30s"`),
+		"extra_env":              hclspec.Attr("extra_env", "map(string)"),
+		"cgroup_parent":          strDefault("cgroup_parent", `"`+DefaultCgroupParent+`"`),
+		"nomad_cgroup":           hclspec.Default(hclspec.Attr("nomad_cgroup", "bool"), hclspec.Literal("true")),
+		"resource_limits":        strDefault("resource_limits", `"`+LimitsEnforce+`"`),
+		"cpu_hard_limit":         hclspec.Attr("cpu_hard_limit", "bool"),
 
 		"allowed_commands":     hclspec.Attr("allowed_commands", "list(string)"),
 		"allow_any_command":    hclspec.Attr("allow_any_command", "bool"),
@@ -183,6 +195,20 @@ func (c *Config) validate() error {
 	}
 	if c.ModelCache != "" && !path.IsAbs(c.ModelCache) {
 		return fmt.Errorf("model_cache: %q is not an absolute path", c.ModelCache)
+	}
+	if c.HubURL != "" {
+		if u, err := url.Parse(c.HubURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("hub_url: %q is not an http(s) URL", c.HubURL)
+		}
+	}
+	if c.StoreBudgetBytes < 0 {
+		return fmt.Errorf("store_budget_bytes: %d is negative", c.StoreBudgetBytes)
+	}
+	if c.MaxConcurrentFetches < 0 || c.MaxConcurrentFetches > 64 {
+		return fmt.Errorf("max_concurrent_fetches: %d is not between 0 (the default, 2) and 64", c.MaxConcurrentFetches)
+	}
+	if c.FetchBytesPerSecond < 0 {
+		return fmt.Errorf("fetch_bytes_per_second: %d is negative", c.FetchBytesPerSecond)
 	}
 	if c.CgroupParent != "" && !path.IsAbs(c.CgroupParent) {
 		return fmt.Errorf("cgroup_parent: %q is not an absolute path", c.CgroupParent)
@@ -240,6 +266,25 @@ type TaskConfig struct {
 	Nodes      int    `codec:"nodes"`
 	NodeRank   int    `codec:"node_rank"`
 	LeaderAddr string `codec:"leader_addr"`
+	// Weights, when set, names where the model's weights come from: the
+	// driver makes the node's model store (model_cache) hold them,
+	// fetching once per node, before the engine starts, and hands the
+	// engine the store's directory.
+	Weights *WeightsConfig `codec:"weights"`
+}
+
+// WeightsConfig is a task's weights block: model (a hub repository
+// "org/name") at revision with files, or urls.
+type WeightsConfig struct {
+	// Revision of the repository model names; "main" when empty.
+	Revision string `codec:"revision"`
+	// Files of the repository (exact paths or patterns); model_file
+	// alone when empty.
+	Files []string `codec:"files"`
+	// URLs fetched instead of a hub repository, each checked against
+	// SHA256[its file name] where given.
+	URLs   []string          `codec:"urls"`
+	SHA256 map[string]string `codec:"sha256"`
 }
 
 // ReadyConfig is the readiness probe of a task.
@@ -277,6 +322,12 @@ func TaskConfigSpec() *hclspec.Spec {
 		"node_rank":         hclspec.Attr("node_rank", "number"),
 		"leader_addr":       hclspec.Attr("leader_addr", "string"),
 		"env":               hclspec.Attr("env", "map(string)"),
+		"weights": hclspec.Block("weights", false, hclspec.Object(map[string]*hclspec.Spec{
+			"revision": hclspec.Attr("revision", "string"),
+			"files":    hclspec.Attr("files", "list(string)"),
+			"urls":     hclspec.Attr("urls", "list(string)"),
+			"sha256":   hclspec.Attr("sha256", "map(string)"),
+		})),
 	})
 }
 

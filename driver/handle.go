@@ -68,6 +68,8 @@ type driverState struct {
 	// those the host could not enforce (resource_limits = "best_effort").
 	Limits     []string `json:"limits,omitempty"`
 	Unenforced []string `json:"unenforced,omitempty"`
+	// WeightsKey is the model the task leases in the node's store.
+	WeightsKey string `json:"weights_key,omitempty"`
 }
 
 // Files the driver itself keeps in a task's state dir, beside the

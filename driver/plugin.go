@@ -28,6 +28,7 @@ import (
 	"github.com/llmgw/llmgw/nomadplugin/pb/basepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/weights"
 )
 
 // PluginName is the driver's name: jobs say driver = "llmgw".
@@ -62,6 +63,9 @@ type Plugin struct {
 	tasks  map[string]*taskHandle
 	events *broker
 	gpu    *gpuMeter
+	// storeChanged wakes the fingerprint when a task's fetch ends, so
+	// the node's attributes say at once that it holds the model.
+	storeChanged chan struct{}
 }
 
 // LeanSupervisor returns the lean supervisor installed beside the driver
@@ -82,7 +86,7 @@ func LeanSupervisor(self string) (string, error) {
 func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe, now: time.Now,
-		conf: DefaultConfig(), tasks: map[string]*taskHandle{}}
+		conf: DefaultConfig(), tasks: map[string]*taskHandle{}, storeChanged: make(chan struct{}, 1)}
 	p.events = newBroker(func(ev *driverpb.DriverTaskEvent) {
 		log.Warn("task event dropped: no room in a subscriber's queue", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
 	})
@@ -157,6 +161,7 @@ func (p *Plugin) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Dri
 	var last *driverpb.FingerprintResponse
 	for {
 		fp := p.fingerprint()
+		maps.Copy(fp.Attributes, weightsAttributes(p.config(), last.GetAttributes()))
 		if last == nil || !sameAttrs(fp, last) {
 			if err := stream.Send(fp); err != nil {
 				return err
@@ -169,6 +174,7 @@ func (p *Plugin) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Dri
 		case <-p.ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-p.storeChanged:
 		}
 	}
 }
@@ -268,7 +274,7 @@ func cgroupName(id string) string {
 }
 
 // StartTask implements Driver.
-func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
+func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
 	cfg := req.GetTask()
 	if cfg.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "StartTask: task config has no id")
@@ -290,6 +296,31 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		return refuse(err)
 	}
 	conf := p.config()
+	var held weights.Model
+	if tc.Weights != nil {
+		// The store fetches what the node lacks (once for the node,
+		// resuming a cut fetch) before anything starts: StartTask
+		// waits for it, its steps task events. A failure is
+		// recoverable: Nomad's restart policy tries again (the fetch
+		// resumes), then reschedules.
+		fctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(p.ctx, cancel)
+		held, err = ensureWeights(fctx, conf, cfg, &tc, emit)
+		stop()
+		cancel()
+		select {
+		case p.storeChanged <- struct{}{}:
+		default:
+		}
+		if errors.Is(err, ErrBadTaskConfig) {
+			return refuse(err)
+		}
+		if err != nil {
+			log.Error("weights not fetched", "error", err)
+			emit(time.Time{}, "Weights not fetched: "+err.Error(), nil)
+			return nil, nomadplugin.RecoverableError(err, true)
+		}
+	}
 	pl, err := makePlan(conf, cfg, tc, p.gpu.topology)
 	if err != nil {
 		return refuse(fmt.Errorf("%w: %w", ErrBadTaskConfig, err))
@@ -352,6 +383,17 @@ func (p *Plugin) StartTask(_ context.Context, req *driverpb.StartTaskRequest) (*
 		OOMError: l.Started.OOMError,
 		User:     pl.user.Name, UID: uid, GID: gid, Groups: groups,
 		Limits: l.Started.Limits, Unenforced: l.Started.Unenforced,
+		WeightsKey: held.Key,
+	}
+	if held.Key != "" {
+		// The model stays on the node while the task's supervisor
+		// lives, whatever becomes of this plugin.
+		if store, err := openStore(conf); err == nil {
+			err = store.Acquire(held.Key, cfg.GetId(), l.Started.Supervisor.Pid)
+			if err != nil {
+				log.Warn("model store lease", "error", err)
+			}
+		}
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -487,6 +529,13 @@ func (p *Plugin) DestroyTask(ctx context.Context, req *driverpb.DestroyTaskReque
 		}
 	}
 	h.shutdown()
+	if k := h.st.WeightsKey; k != "" {
+		if store, err := openStore(p.config()); err == nil {
+			if err := store.Release(k, req.GetTaskId()); err != nil {
+				h.log.Warn("model store lease", "error", err)
+			}
+		}
+	}
 	// Whatever a supervisor that died between recording the exit and
 	// removing the engine's cgroup left: an exited engine's processes
 	// are all gone, so this finds nothing in the common case.

@@ -1,0 +1,137 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
+	"github.com/llmgw/llmgw/weights"
+)
+
+// weightsAttrPrefix names, in the node's attributes, each model the node's
+// store holds whole: driver.llmgw.weights.<key> = its bytes. Nomad shows
+// them in `nomad node status -verbose`, constraints and affinities can use
+// them (${attr.driver.llmgw.weights.<key>}), and the controller reads them
+// to place replicas where their weights are.
+const weightsAttrPrefix = "driver.llmgw.weights."
+
+// hubTokenFile is where a task's template puts the hub token for a gated
+// repository (read from Nomad Variables with the task's workload
+// identity): the task's secrets dir, which only the task and the client
+// see. The token never passes through the job spec, a log or the API.
+const hubTokenFile = "secrets/hub-token"
+
+// weightsSource is the source a task's weights block names.
+func weightsSource(tc TaskConfig) (weights.Source, error) {
+	w := tc.Weights
+	if len(w.URLs) > 0 {
+		var src weights.Source
+		for _, u := range w.URLs {
+			name := path.Base(strings.SplitN(u, "?", 2)[0])
+			src.URLs = append(src.URLs, weights.URL{URL: u, SHA256: w.SHA256[name]})
+		}
+		for name := range w.SHA256 {
+			found := false
+			for _, u := range src.URLs {
+				if path.Base(strings.SplitN(u.URL, "?", 2)[0]) == name {
+					found = true
+				}
+			}
+			if !found {
+				return weights.Source{}, fmt.Errorf("weights.sha256: %q names no file of urls", name)
+			}
+		}
+		return src, src.Validate()
+	}
+	if len(w.SHA256) > 0 {
+		return weights.Source{}, errors.New("weights.sha256: only for urls (a hub gives each file's sha256)")
+	}
+	files := w.Files
+	if len(files) == 0 && tc.ModelFile != "" {
+		files = []string{tc.ModelFile}
+	}
+	src := weights.Source{Hub: &weights.Hub{Repo: tc.Model, Revision: w.Revision, Files: files}}
+	if err := src.Validate(); err != nil {
+		return weights.Source{}, fmt.Errorf("%w (model names the repository)", err)
+	}
+	return src, nil
+}
+
+// openStore opens the node's model store: model_cache, with the plugin's
+// store options.
+func openStore(conf Config) (*weights.Store, error) {
+	if conf.ModelCache == "" {
+		return nil, errors.New("weights: the plugin config sets no model_cache, the node's model store")
+	}
+	return weights.Open(weights.Config{
+		Dir: conf.ModelCache, HubURL: conf.HubURL, BudgetBytes: conf.StoreBudgetBytes,
+		MaxConcurrent: conf.MaxConcurrentFetches, BytesPerSecond: conf.FetchBytesPerSecond,
+	})
+}
+
+// ensureWeights makes the node's store hold the task's weights (fetching
+// what is missing, each step a task event) and points the task's model at
+// the store's directory, so the engine reads the verified files and
+// nothing else.
+func ensureWeights(ctx context.Context, conf Config, task *driverpb.TaskConfig, tc *TaskConfig, emit eventFunc) (weights.Model, error) {
+	src, err := weightsSource(*tc)
+	if err != nil {
+		return weights.Model{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
+	}
+	store, err := openStore(conf)
+	if err != nil {
+		return weights.Model{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
+	}
+	token := ""
+	if b, err := os.ReadFile(filepath.Join(task.GetAllocDir(), task.GetName(), hubTokenFile)); err == nil {
+		token = strings.TrimSpace(string(b))
+	}
+	m, err := store.Ensure(ctx, src, token, func(e weights.Event) { emit(time.Time{}, e.Message, e.Annotations) })
+	if err != nil {
+		return m, err
+	}
+	tc.Model = m.Dir
+	if tc.ModelFile == "" && len(m.Files) == 1 {
+		tc.ModelFile = m.Files[0].Name
+	}
+	return m, nil
+}
+
+// weightsAttributes are the fingerprint's attributes for the models the
+// node's store holds whole; prev (what was sent last) gives each model no
+// longer held an empty value, which Nomad takes as removing it.
+func weightsAttributes(conf Config, prev map[string]*structspb.Attribute) map[string]*structspb.Attribute {
+	out := map[string]*structspb.Attribute{}
+	if conf.ModelCache == "" {
+		return out
+	}
+	if _, err := os.Stat(filepath.Join(conf.ModelCache, ".llmgw", "models")); err != nil {
+		return out // no store here yet: nothing fetched
+	}
+	store, err := openStore(conf)
+	if err != nil {
+		return out
+	}
+	ms, err := store.Models()
+	if err != nil {
+		return out
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Key < ms[j].Key })
+	for _, m := range ms {
+		out[weightsAttrPrefix+m.Key] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: fmt.Sprint(m.Bytes)}}
+	}
+	for k, v := range prev {
+		if _, ok := out[k]; !ok && strings.HasPrefix(k, weightsAttrPrefix) && v.GetStringVal() != "" {
+			out[k] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: ""}}
+		}
+	}
+	return out
+}
