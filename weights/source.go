@@ -16,8 +16,8 @@ import (
 // at a revision (Hub), plain HTTP(S) URLs, or a path already on every node.
 // Exactly one is set.
 type Source struct {
-	Hub  *Hub  `json:"hub,omitempty"`
-	URLs []URL `json:"urls,omitempty"`
+	Hub  *Hub   `json:"hub,omitempty"`
+	URLs []URL  `json:"urls,omitempty"`
 	Path string `json:"path,omitempty"`
 }
 
