@@ -6,21 +6,52 @@
 //
 //	llmgw-tinymodel -o tiny.gguf
 //	llmgw-tinymodel -layers 8 -embed 512 -ff 1536 -o bigger.gguf -answer "Hello from r2!"
+//
+// llmgw-tinymodel hub serves files from disk as one repository of a local
+// Hugging Face hub (internal/testing/hubserver: the hub's resolve and
+// model-info endpoints, as huggingface_hub's client speaks them), for the
+// e2e suite and make demo to download models from without the internet. It
+// prints its endpoint (what HF_ENDPOINT would be), writes it to -addr-file
+// when asked, and serves until interrupted (SIGINT or SIGTERM):
+//
+//	llmgw-tinymodel -o tiny.gguf
+//	llmgw-tinymodel hub -listen 127.0.0.1:0 -addr-file hub.addr \
+//		-repo llmgw/tiny -revision main -file tiny.gguf=tiny.gguf -file config.json=config.json
+//
+// Its flags: -listen (host:port, default 127.0.0.1:0), -addr-file (the
+// endpoint, written once serving, replaced whole), -repo (org/name),
+// -revision (default main), -file (path-in-repo=file-on-disk, repeated;
+// files are read from disk at each request, never held in memory), -token
+// (gates the repository: its files need Authorization: Bearer <token>) and
+// -redirect (resolve answers 302 to a blob URL, as the hub sends large files
+// to its CDN).
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "hub" {
+		err = runHub(ctx, os.Args[2:], os.Stdout)
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "llmgw-tinymodel:", err)
+		stop()
 		os.Exit(1)
 	}
 }
