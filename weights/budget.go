@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmgw/llmgw/internal/atomicfile"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // reservation is what a running fetch will add to the store.
@@ -196,7 +197,7 @@ func (s *Store) Acquire(key, owner string, pid int) error {
 	if err := os.MkdirAll(s.leaseDir(key), 0o755); err != nil {
 		return fmt.Errorf("model store: %w", err)
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(s.leaseDir(key), sanitize(owner)+".json"), lease{PID: pid, StartTime: st}); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(s.leaseDir(key), weightsapi.Sanitize(owner)+".json"), lease{PID: pid, StartTime: st}); err != nil {
 		return fmt.Errorf("model store: %w", err)
 	}
 	if m, ok, _ := s.Lookup(key); ok {
@@ -207,7 +208,7 @@ func (s *Store) Acquire(key, owner string, pid int) error {
 
 // Release drops owner's lease of key.
 func (s *Store) Release(key, owner string) error {
-	err := os.Remove(filepath.Join(s.leaseDir(key), sanitize(owner)+".json"))
+	err := os.Remove(filepath.Join(s.leaseDir(key), weightsapi.Sanitize(owner)+".json"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("model store: %w", err)
 	}

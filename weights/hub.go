@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/llmgw/internal/bounded"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // DefaultHubURL is the Hugging Face hub; a mirror or an internal proxy that
@@ -109,7 +110,7 @@ func (c *client) resolveHub(ctx context.Context, h Hub) (resolved, error) {
 	}
 	var r resolved
 	for _, name := range h.Files {
-		u := c.hubURL(h.Repo, h.revision(), name)
+		u := c.hubURL(h.Repo, h.Rev(), name)
 		req, err := c.request(ctx, http.MethodHead, u)
 		if err != nil {
 			return r, err
@@ -152,7 +153,7 @@ func (c *client) resolveHub(ctx context.Context, h Hub) (resolved, error) {
 			return r, fmt.Errorf("%s: size header: %v", redact(u), err)
 		}
 		f := File{Name: name, Size: size}
-		if sha256RE.MatchString(etag) {
+		if weightsapi.IsSHA256(etag) {
 			f.SHA256 = etag
 		}
 		r.Files = append(r.Files, f)
@@ -169,7 +170,7 @@ const maxInfoBytes = 16 << 20
 
 func (c *client) resolveHubList(ctx context.Context, h Hub) (resolved, error) {
 	var r resolved
-	u := c.base + "/api/models/" + h.Repo + "/revision/" + url.PathEscape(h.revision()) + "?blobs=true"
+	u := c.base + "/api/models/" + h.Repo + "/revision/" + url.PathEscape(h.Rev()) + "?blobs=true"
 	req, err := c.request(ctx, http.MethodGet, u)
 	if err != nil {
 		return r, err
@@ -207,7 +208,7 @@ func (c *client) resolveHubList(ctx context.Context, h Hub) (resolved, error) {
 	for _, pat := range h.Files {
 		n := 0
 		for _, s := range info.Siblings {
-			if ok, _ := path.Match(pat, s.Name); !ok || checkRelPath(s.Name) != nil {
+			if ok, _ := path.Match(pat, s.Name); !ok || weightsapi.CheckRelPath(s.Name) != nil {
 				continue
 			}
 			n++
@@ -217,7 +218,7 @@ func (c *client) resolveHubList(ctx context.Context, h Hub) (resolved, error) {
 			}
 			if s.LFS != nil {
 				f.Size = s.LFS.Size
-				if sha256RE.MatchString(s.LFS.SHA256) {
+				if weightsapi.IsSHA256(s.LFS.SHA256) {
 					f.SHA256 = s.LFS.SHA256
 				}
 			}
@@ -226,7 +227,7 @@ func (c *client) resolveHubList(ctx context.Context, h Hub) (resolved, error) {
 			}
 		}
 		if n == 0 {
-			return r, permanent{fmt.Errorf("weights.hub.files: %q matches no file of %s at %s", pat, h.Repo, h.revision())}
+			return r, permanent{fmt.Errorf("weights.hub.files: %q matches no file of %s at %s", pat, h.Repo, h.Rev())}
 		}
 	}
 	return r, nil
@@ -245,7 +246,7 @@ func containsFile(fs []File, name string) bool {
 func (c *client) resolveURLs(ctx context.Context, us []URL) (resolved, error) {
 	var r resolved
 	for _, u := range us {
-		name, err := u.fileName()
+		name, err := u.FileName()
 		if err != nil {
 			return r, err
 		}

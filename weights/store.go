@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/llmgw/llmgw/internal/atomicfile"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Config is a node's model store.
@@ -226,7 +227,7 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 	m := Model{Key: key, Source: src.String(), Files: r.Files}
 	var partDir string
 	if src.Hub != nil {
-		m.Repo, m.Revision, m.Commit = src.Hub.Repo, src.Hub.revision(), r.Commit
+		m.Repo, m.Revision, m.Commit = src.Hub.Repo, src.Hub.Rev(), r.Commit
 		repoDir := filepath.Join(s.cfg.Dir, "hub", "models--"+strings.ReplaceAll(src.Hub.Repo, "/", "--"))
 		m.Dir = filepath.Join(repoDir, "snapshots", r.Commit)
 		partDir = filepath.Join(repoDir, "blobs")
@@ -324,7 +325,7 @@ func partName(key string, f File) string {
 	if f.SHA256 != "" {
 		return f.SHA256 + ".incomplete"
 	}
-	return "." + key + "-" + sanitize(f.Name) + ".incomplete"
+	return "." + key + "-" + weightsapi.Sanitize(f.Name) + ".incomplete"
 }
 
 // publish makes a whole, verified model visible: hub files move into the

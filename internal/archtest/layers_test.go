@@ -39,6 +39,7 @@ var layers = map[string]map[string]string{
 	// The leaves: no other room of the module.
 	"engine":                 {"internal/suggest": "did-you-mean hints for an unknown flag"},
 	"gatewayapi":             {},
+	"weightsapi":             {},
 	"devicesapi":             {},
 	"nomadplugin":            {},
 	"internal/blockingquery": {},
@@ -55,7 +56,7 @@ var layers = map[string]map[string]string{
 	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
 	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint"},
-	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit"},
+	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit", "weightsapi": "the sources it fetches"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
