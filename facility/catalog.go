@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Catalog is the desired state: the models to serve and how.
@@ -25,8 +26,23 @@ type Model struct {
 	// file within Source (a hub repository the driver's model cache holds,
 	// or a local directory): "qwen2.5-0.5b-instruct-q4_k_m.gguf". Empty
 	// when Source is the file's absolute path.
-	File     string
-	Replicas int
+	File string
+	// Weights, when set, says where the model's weights come from (a hub
+	// repository at a revision with its files, URLs, or a path on the
+	// nodes): each node's store (the driver) fetches them once, the
+	// replica's task names them, and placement prefers nodes that hold
+	// them (Node.Weights, by Weights.Key()). Nil: the engine finds its
+	// weights itself (source, file and the node's model cache).
+	Weights *weightsapi.Source `json:",omitempty"`
+	// WeightsBytes is the weights' size when the catalog says it
+	// (weights { bytes = … }); the planner's estimate of a fetch takes the
+	// size a node that holds them reports first.
+	WeightsBytes int64 `json:",omitempty"`
+	// WarmSpares is how many nodes beyond those serving the model keep its
+	// weights fetched, so that a replacement or a scale-up need not wait
+	// for a fetch (warm_spares).
+	WarmSpares int `json:",omitempty"`
+	Replicas   int
 	// Profiles in order of preference: a replica takes the first that fits.
 	Profiles []Profile
 	// MaxSurge is how many of the model's replicas may have a second copy

@@ -37,7 +37,14 @@ type Node struct {
 	MeasuredWatts float64 // measured draw of the whole node now; 0: not measured
 	Fabric        string  // RDMA fabric of its HCAs; "" none
 	GPUs          []GPU
-	Pos           Pos // where it was defined, for errors
+	// Weights are the models' weights the node's store holds whole, by
+	// weightsapi key, with their bytes (the driver's attributes
+	// driver.llmgw.weights.<key>).
+	Weights map[string]int64 `json:",omitempty"`
+	// FetchBytesPerSecond is the rate at which the node fetches weights
+	// (configured or measured); 0: not known.
+	FetchBytesPerSecond float64 `json:",omitempty"`
+	Pos                 Pos     // where it was defined, for errors
 }
 
 // Fleet is every node placement may use.

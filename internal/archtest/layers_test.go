@@ -53,7 +53,7 @@ var layers = map[string]map[string]string{
 	"internal/version":       {},
 	"internal/archtest":      {},
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
-	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's"},
+	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's", "weightsapi": "a model's weights source, checked, and the key placement looks for on nodes"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
 	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint"},
 	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit", "weightsapi": "the sources it fetches"},
