@@ -14,6 +14,7 @@ import (
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // weightsAttrPrefix names, in the node's attributes, each model the node's
@@ -21,7 +22,7 @@ import (
 // them in `nomad node status -verbose`, constraints and affinities can use
 // them (${attr.driver.llmgw.weights.<key>}), and the controller reads them
 // to place replicas where their weights are.
-const weightsAttrPrefix = "driver.llmgw.weights."
+const weightsAttrPrefix = weightsapi.AttrPrefix
 
 // hubTokenFile is where a task's template puts the hub token for a gated
 // repository (read from Nomad Variables with the task's workload
@@ -125,11 +126,21 @@ func weightsAttributes(conf Config, prev map[string]*structspb.Attribute) map[st
 		return out
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Key < ms[j].Key })
+	var latest weights.Model
 	for _, m := range ms {
 		out[weightsAttrPrefix+m.Key] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: fmt.Sprint(m.Bytes)}}
+		if m.Fetch.Bytes >= 8<<20 && m.Fetch.Seconds > 0 && m.FetchedAt.After(latest.FetchedAt) {
+			latest = m
+		}
+	}
+	switch {
+	case conf.FetchBytesPerSecond > 0:
+		out[weightsapi.AttrFetchRate] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: fmt.Sprint(conf.FetchBytesPerSecond)}}
+	case latest.Key != "":
+		out[weightsapi.AttrFetchRate] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: fmt.Sprint(int64(float64(latest.Fetch.Bytes) / latest.Fetch.Seconds))}}
 	}
 	for k, v := range prev {
-		if _, ok := out[k]; !ok && strings.HasPrefix(k, weightsAttrPrefix) && v.GetStringVal() != "" {
+		if _, ok := out[k]; !ok && (strings.HasPrefix(k, weightsAttrPrefix) || k == weightsapi.AttrFetchRate) && v.GetStringVal() != "" {
 			out[k] = &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: ""}}
 		}
 	}

@@ -52,6 +52,15 @@ type URL struct {
 	Size int64 `json:"size,omitempty"`
 }
 
+// The node attributes the driver's fingerprint gives each node from its
+// store: AttrPrefix+key = the bytes of each model it holds whole, and
+// AttrFetchRate = the bytes a second it fetches at (fetch_bytes_per_second
+// where configured, else the rate of its latest fetch of 8 MiB or more).
+const (
+	AttrPrefix    = "driver.llmgw.weights."
+	AttrFetchRate = "driver.llmgw.store.fetch_bytes_per_second"
+)
+
 // IsSHA256 reports whether s is a sha256 as the sources give it: 64
 // lower-case hex digits.
 func IsSHA256(s string) bool { return sha256RE.MatchString(s) }

@@ -4,11 +4,13 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Node meta keys (docs/architecture.md, "Names every part shares").
@@ -61,6 +63,21 @@ func Fleet(nodes []*api.Node, allocs []*api.AllocationListStub, power map[string
 		}
 		if v, err := ParseBaseWatts(n.Meta[MetaBaseWatts]); err == nil {
 			fn.BaseWatts = v
+		}
+		for k, v := range n.Attributes {
+			key, ok := strings.CutPrefix(k, weightsapi.AttrPrefix)
+			if !ok || key == "" {
+				continue
+			}
+			if b, err := strconv.ParseInt(v, 10, 64); err == nil && b >= 0 {
+				if fn.Weights == nil {
+					fn.Weights = map[string]int64{}
+				}
+				fn.Weights[key] = b
+			}
+		}
+		if r, err := strconv.ParseFloat(n.Attributes[weightsapi.AttrFetchRate], 64); err == nil && r > 0 && !math.IsInf(r, 0) {
+			fn.FetchBytesPerSecond = r
 		}
 		if p, ok := power[n.ID]; ok && p.Devices > 0 {
 			fn.MeasuredWatts = fn.BaseWatts + p.GPUWatts

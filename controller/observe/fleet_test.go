@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -201,5 +202,30 @@ func TestCheckLabel(t *testing.T) {
 	n.Meta[MetaBaseWatts] = "abc"
 	if got := Fleet([]*api.Node{n}, nil, nil, 1200).Nodes[0].BaseWatts; got != 1200 {
 		t.Errorf("Fleet with base_watts \"abc\": %v W, want the configured 1200", got)
+	}
+}
+
+// The driver's attributes say which weights a node's store holds, and at
+// what rate it fetches; values that are not numbers are left out.
+func TestFleetWeights(t *testing.T) {
+	t.Parallel()
+	a := gpuNode("id-a", "a", "k1", []bool{true})
+	a.Attributes = map[string]string{
+		weightsapi.AttrPrefix + "org--m--main-0123456789": "5242880",
+		weightsapi.AttrPrefix + "org--n--main-0123456789": "abc",
+		weightsapi.AttrPrefix + "org--o--main-0123456789": "", // removed by the driver
+		weightsapi.AttrFetchRate:                          "104857600",
+		"driver.llmgw.version":                            "1.2.3",
+	}
+	b := gpuNode("id-b", "b", "k1", []bool{true})
+	got := Fleet([]*api.Node{a, b}, nil, nil, 100)
+	if diff := cmp.Diff(map[string]int64{"org--m--main-0123456789": 5242880}, got.Nodes[0].Weights); diff != "" {
+		t.Errorf("a's weights (-want +got):\n%s", diff)
+	}
+	if got.Nodes[0].FetchBytesPerSecond != 104857600 {
+		t.Errorf("a's fetch rate %v", got.Nodes[0].FetchBytesPerSecond)
+	}
+	if got.Nodes[1].Weights != nil || got.Nodes[1].FetchBytesPerSecond != 0 {
+		t.Errorf("b holds nothing: %+v", got.Nodes[1])
 	}
 }

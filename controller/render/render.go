@@ -16,6 +16,7 @@ import (
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Names in rendered jobs.
@@ -495,6 +496,9 @@ func (r *rendering) task(rank int) *api.Task {
 	if m.File != "" {
 		cfg["model_file"] = m.File
 	}
+	if wb := weightsBlock(m.Weights); wb != nil {
+		cfg["weights"] = []map[string]any{wb}
+	}
 	if r.engine.ServedNameFlag != "" {
 		cfg["served_model_name"] = m.Name
 	}
@@ -589,6 +593,38 @@ func (r *rendering) task(rank int) *api.Task {
 		Resources:   res,
 		KillTimeout: new(s.KillTimeout),
 		Templates:   templates,
+	}
+}
+
+// weightsBlock is the task config's weights block for a model whose
+// weights the node's store fetches (the driver's docs/driver.md, "Weights:
+// the node's model store"): the hub revision and files (the repository is
+// the task's model, the catalog's source), or the URLs and their sha256.
+// Nil for none, and for a path source, which the engine reads as it is.
+func weightsBlock(w *weightsapi.Source) map[string]any {
+	switch {
+	case w == nil || w.Path != "":
+		return nil
+	case w.Hub != nil:
+		b := map[string]any{"files": slices.Clone(w.Hub.Files)}
+		if w.Hub.Revision != "" {
+			b["revision"] = w.Hub.Revision
+		}
+		return b
+	default:
+		var urls []string
+		sums := map[string]string{}
+		for _, u := range w.URLs {
+			urls = append(urls, u.URL)
+			if name, err := u.FileName(); err == nil && u.SHA256 != "" {
+				sums[name] = u.SHA256
+			}
+		}
+		b := map[string]any{"urls": urls}
+		if len(sums) > 0 {
+			b["sha256"] = sums
+		}
+		return b
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -650,5 +651,45 @@ func TestDisconnectFollowsLostAfter(t *testing.T) {
 	in.Settings.LostAfter = -time.Second
 	if _, err := Job(in); !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "lost_after -1s: negative") {
 		t.Fatalf("negative lost_after: %v", err)
+	}
+}
+
+// A model whose weights the node's store fetches gets the driver's weights
+// block: the hub revision and files (the repository is the task's model),
+// or the URLs with their sha256; a path source, or none, gets none.
+func TestWeightsBlock(t *testing.T) {
+	t.Parallel()
+	sum := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name string
+		w    *weightsapi.Source
+		want any
+	}{
+		{"none", nil, nil},
+		{"path", &weightsapi.Source{Path: "/models/m.gguf"}, nil},
+		{"hub", &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/m-GGUF", Revision: "v2", Files: []string{"m.gguf"}}},
+			[]map[string]any{{"revision": "v2", "files": []string{"m.gguf"}}}},
+		{"hub main", &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/m-GGUF", Files: []string{"*.gguf"}}},
+			[]map[string]any{{"files": []string{"*.gguf"}}}},
+		{"urls", &weightsapi.Source{URLs: []weightsapi.URL{{URL: "https://h/x/m.gguf", SHA256: sum}, {URL: "https://h/x/t.json"}}},
+			[]map[string]any{{"urls": []string{"https://h/x/m.gguf", "https://h/x/t.json"}, "sha256": map[string]string{"m.gguf": sum}}}},
+	} {
+		m := facility.Model{Name: "m", Source: "org/m-GGUF", File: "m.gguf", Weights: tc.w, Profiles: []facility.Profile{{
+			Name: "p", Engine: "llamacpp", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1,
+		}}}
+		job, err := Job(input(m, 0, nil, nil, "n1"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, ok := job.TaskGroups[0].Tasks[0].Config["weights"]
+		if tc.want == nil {
+			if ok {
+				t.Errorf("%s: weights %v, want none", tc.name, got)
+			}
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
 	}
 }

@@ -55,7 +55,7 @@ var layers = map[string]map[string]string{
 	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
 	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's", "weightsapi": "a model's weights source, checked, and the key placement looks for on nodes"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
-	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint"},
+	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint", "weightsapi": "the attribute names the controller reads"},
 	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit", "weightsapi": "the sources it fetches"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
@@ -80,6 +80,7 @@ var layers = map[string]map[string]string{
 		"gatewayapi":             "the names and wire types it shares with the gateway (the model list, demand, finding the gateways)",
 		"controllerapi":          "its API's answers, request bodies and errors, and the pin it stores",
 		"devicesapi":             "the device plugin's stat names it reads, and the power-caps variables it writes",
+		"weightsapi":             "the driver's attributes that say which node holds which weights; a model's weights in its task",
 	},
 	// The controller's API as its clients (llmgw ctl) see it.
 	"controllerapi": {
