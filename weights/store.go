@@ -316,7 +316,7 @@ func resumedNote(n int64) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", resumed after %s kept from a cut fetch", formatBytes(n))
+	return fmt.Sprintf(", resumed: %s kept from an unfinished fetch", formatBytes(n))
 }
 
 // partName is where a file is fetched to before it is whole: one name per

@@ -141,7 +141,7 @@ func TestCutFetchResumes(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(m.Dir, "tiny.gguf")); !bytes.Equal(got, data) {
 		t.Error("the resumed file differs from the source")
 	}
-	if !strings.Contains(ev.text(), "Fetch retry") || !strings.Contains(ev.text(), "resumed after") {
+	if !strings.Contains(ev.text(), "Fetch retry") || !strings.Contains(ev.text(), "kept from an unfinished fetch") {
 		t.Errorf("events:\n%s", ev.text())
 	}
 }

@@ -1,0 +1,292 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/e2e/nomadtest"
+	"github.com/llmgw/llmgw/internal/testing/hubserver"
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
+	"github.com/llmgw/llmgw/internal/testing/localnomad"
+	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
+	"github.com/llmgw/llmgw/nomadplugin/plugintest"
+	"github.com/llmgw/llmgw/weightsapi"
+)
+
+const weightsRepo = "llmgw/tiny-8x512"
+
+// bigTinyModel installs llama-server and the 8×512 tiny model (65 MB)
+// where engines running as nobody can read them.
+func bigTinyModel(t *testing.T) llamabuild.Installed {
+	t.Helper()
+	realengine.Require(t)
+	dir, err := os.MkdirTemp("", "llmgw-weights-") //nolint:usetesting // the engine runs as nobody; t.TempDir's parents are root's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	o := tinymodel.Defaults
+	o.Layers, o.Embed, o.FF = 8, 512, 1536
+	in, err := llamabuild.Install(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// storeDir is a node's model store, reachable by the engines' user.
+func storeDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "llmgw-store-") //nolint:usetesting // read by engines running as nobody
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// weightsJob is a llama.cpp replica pinned to node whose weights the
+// node's store fetches from the hub.
+func weightsJob(id, node, binary string) *api.Job {
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Type: ptr("service"), Datacenters: []string{"*"},
+		Constraints: []*api.Constraint{{LTarget: "${node.unique.name}", Operand: "=", RTarget: node}},
+		TaskGroups: []*api.TaskGroup{{
+			Name:          ptr("g"),
+			Networks:      []*api.NetworkResource{{DynamicPorts: []api.Port{{Label: "http"}}}},
+			RestartPolicy: &api.RestartPolicy{Attempts: ptr(3), Delay: ptr(time.Second), Mode: ptr("fail")},
+			Tasks: []*api.Task{{
+				Name: "engine", Driver: "llmgw",
+				Config: map[string]any{
+					"engine": "llamacpp", "model": weightsRepo, "model_file": "tiny.gguf",
+					"command": binary, "port": "http", "args": []string{"-np", "1", "-c", "1024"},
+					"ready":   []map[string]any{{"interval": "100ms", "timeout": "2m"}},
+					"weights": []map[string]any{{"revision": "main"}},
+				},
+				Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(512),
+					Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr[uint64](1)}}},
+			}},
+		}},
+	}
+}
+
+// weightsReady waits until job's allocation is running with its engine
+// ready, failing on a failed allocation, and returns it.
+func weightsReady(t *testing.T, c *nomadtest.Cluster, job string) *api.Allocation {
+	t.Helper()
+	var alloc *api.Allocation
+	nomadtest.Eventually(t, 3*time.Minute, func() (bool, string) {
+		stubs, _, err := c.API.Jobs().Allocations(job, true, nil)
+		if err != nil || len(stubs) == 0 {
+			return false, fmt.Sprintf("no allocation yet (%v)", err)
+		}
+		slices.SortFunc(stubs, func(a, b *api.AllocationListStub) int { return int(b.CreateIndex - a.CreateIndex) })
+		if stubs[0].ClientStatus == api.AllocClientStatusFailed {
+			t.Fatalf("%s failed: %s", job, taskEvents(stubs[0].TaskStates["engine"]))
+		}
+		a, _, err := c.API.Allocations().Info(stubs[0].ID, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		ts := a.TaskStates["engine"]
+		if ts == nil || eventIndex(ts, "Ready after") < 0 {
+			return false, fmt.Sprintf("%s: %s", a.ClientStatus, taskEvents(ts))
+		}
+		alloc = a
+		return true, ""
+	})
+	return alloc
+}
+
+// eventIndex is the index of the task's first event whose message holds
+// substr, or -1.
+func eventIndex(ts *api.TaskState, substr string) int {
+	for i, e := range ts.Events {
+		if strings.Contains(e.DisplayMessage, substr) || strings.Contains(e.Message, substr) {
+			return i
+		}
+	}
+	return -1
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Issue 35's store on a real Nomad with llama.cpp's real server, the 8×512
+// model served by a local hub: (a) a first replica on a node without the
+// weights fetches them, and the node's attributes then say it holds them;
+// (b) a second replica on that node fetches nothing; (f) a file whose
+// sha256 differs is refused, named, and fetched again; (e) a fetch killed
+// halfway (the node's agent and plugins SIGKILLed) resumes from the bytes
+// kept once the node is back, and the engine starts only on the whole,
+// verified file.
+func TestWeightsFetchedOncePerNode(t *testing.T) {
+	nomadtest.Bin(t)
+	in := bigTinyModel(t)
+	want := fileSHA256(t, in.Model)
+	hub := hubserver.Start(t, hubserver.Options{})
+	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(in.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fi.Size()
+
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
+	engine := plugintest.Build(t, fakeEnginePkg)
+	stores := map[string]string{}
+	var clients []nomadtest.ClientOptions
+	for i := range 3 {
+		name := fmt.Sprintf("gpu-%d", i+1)
+		stores[name] = storeDir(t)
+		co := gpuClient(name, "k1", "p1", plugins, engine, "")
+		co.Plugins["nomad-driver-llmgw"] = fmt.Sprintf(`
+    ready_timeout = "2m"
+    model_cache   = %q
+    hub_url       = %q`, stores[name], hub.URL()) + localnomad.DriverPolicy(engine, in.Binary)
+		clients = append(clients, co)
+	}
+	c := nomadtest.Start(t, clients...)
+	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
+	attr := weightsapi.AttrPrefix + src.Key()
+
+	// (a) The first replica on gpu-1 fetches the weights, then starts.
+	if _, _, err := c.API.Jobs().Register(weightsJob("w1", "gpu-1", in.Binary), nil); err != nil {
+		t.Fatal(err)
+	}
+	a1 := weightsReady(t, c, "w1")
+	ts := a1.TaskStates["engine"]
+	fetched, started := eventIndex(ts, "Fetch finished: "+weightsRepo), eventIndex(ts, "Started llamacpp")
+	if eventIndex(ts, "Fetch started") < 0 || fetched < 0 || started < fetched {
+		t.Errorf("w1: want the fetch, then the engine: %s", taskEvents(ts))
+	}
+	t.Logf("w1 (no weights on gpu-1): %s", taskEvents(ts))
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 1 || st.BodyBytes != size {
+		t.Errorf("hub: %d GETs, %d bytes; want one of %d", st.Gets, st.BodyBytes, size)
+	}
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		n, _, err := c.API.Nodes().Info(c.NodeID("gpu-1"), nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.Attributes[attr] == fmt.Sprint(size), fmt.Sprintf("%s = %q", attr, n.Attributes[attr])
+	})
+	answerOK(t, "http://"+allocAddr(t, a1))
+
+	// (b) A second replica on gpu-1 fetches nothing.
+	if _, _, err := c.API.Jobs().Register(weightsJob("w2", "gpu-1", in.Binary), nil); err != nil {
+		t.Fatal(err)
+	}
+	a2 := weightsReady(t, c, "w2")
+	if ts := a2.TaskStates["engine"]; eventIndex(ts, "nothing fetched") < 0 || eventIndex(ts, "Fetch started") >= 0 {
+		t.Errorf("w2: want nothing fetched: %s", taskEvents(ts))
+	}
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 1 {
+		t.Errorf("hub: %d GETs after the second replica on gpu-1, want 1", st.Gets)
+	}
+
+	// (f) gpu-2's first fetch gets corrupt bytes: refused, named, fetched
+	// again.
+	hub.Corrupt(weightsRepo, "tiny.gguf", 1)
+	if _, _, err := c.API.Jobs().Register(weightsJob("w3", "gpu-2", in.Binary), nil); err != nil {
+		t.Fatal(err)
+	}
+	a3 := weightsReady(t, c, "w3")
+	ts = a3.TaskStates["engine"]
+	if eventIndex(ts, "tiny.gguf: sha256") < 0 || eventIndex(ts, "want "+want) < 0 || eventIndex(ts, "Fetch finished") < 0 {
+		t.Errorf("w3: want the corrupt file refused, named, and fetched again: %s", taskEvents(ts))
+	}
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 3 {
+		t.Errorf("hub: %d GETs, want 3 (w1, the corrupt one, its fetch again)", st.Gets)
+	}
+
+	// (e) gpu-3 dies halfway through its fetch; back, it resumes.
+	hub.Throttle(weightsRepo, "tiny.gguf", 4<<20) // ~16 s for 65 MB
+	before := hub.Stats(weightsRepo, "tiny.gguf").BodyBytes
+	if _, _, err := c.API.Jobs().Register(weightsJob("w4", "gpu-3", in.Binary), nil); err != nil {
+		t.Fatal(err)
+	}
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		got := hub.Stats(weightsRepo, "tiny.gguf").BodyBytes - before
+		return got > size/3, fmt.Sprintf("%d of %d bytes sent to gpu-3", got, size)
+	})
+	var gpu3 *nomadtest.Agent
+	for _, a := range c.Clients {
+		if a.Name == "gpu-3" {
+			gpu3 = a
+		}
+	}
+	killed := gpu3.Kill()
+	t.Logf("killed gpu-3's agent and %d processes mid-fetch", len(killed))
+	blobs := filepath.Join(stores["gpu-3"], "hub", "models--llmgw--tiny-8x512", "blobs")
+	part := filepath.Join(blobs, want+".incomplete")
+	pfi, err := os.Stat(part)
+	if err != nil {
+		t.Fatalf("no part file after the kill: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(stores["gpu-3"], "hub", "models--llmgw--tiny-8x512", "snapshots")); err == nil {
+		t.Error("a snapshot exists after a fetch killed halfway")
+	}
+	kept := pfi.Size()
+	hub.ClearFaults()
+	if err := gpu3.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a4 := weightsReady(t, c, "w4")
+	st := hub.Stats(weightsRepo, "tiny.gguf")
+	last := st.RangeStarts[len(st.RangeStarts)-1]
+	if last == 0 || last > kept {
+		t.Errorf("the fetch after the kill started at byte %d (part kept %d bytes): want a resume", last, kept)
+	}
+	ts = a4.TaskStates["engine"]
+	t.Logf("w4 (killed halfway, resumed from byte %d of %d): %s", last, size, taskEvents(ts))
+	if got := fileSHA256(t, filepath.Join(stores["gpu-3"], "hub", "models--llmgw--tiny-8x512", "snapshots")+"/"+firstDir(t, filepath.Join(stores["gpu-3"], "hub", "models--llmgw--tiny-8x512", "snapshots"))+"/tiny.gguf"); got != want {
+		t.Errorf("gpu-3's model sha256 %s, want %s", got, want)
+	}
+	answerOK(t, "http://"+allocAddr(t, a4))
+}
+
+func firstDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("%s: %v, %d entries", dir, err, len(ents))
+	}
+	return ents[0].Name()
+}
+
+// answerOK asks the replica at url for a chat answer.
+func answerOK(t *testing.T, url string) {
+	t.Helper()
+	code, b := realengine.Post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
+	if code != 200 || !strings.Contains(string(b), "Hello world!") {
+		t.Errorf("%s answered %d %s", url, code, b)
+	}
+}
