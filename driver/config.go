@@ -305,7 +305,7 @@ func TaskConfigSpec() *hclspec.Spec {
 		"model":   hclspec.Attr("model", "string"),
 		"command": hclspec.Attr("command", "string"),
 		"args":    hclspec.Attr("args", "list(string)"),
-		"port":    hclspec.RequiredAttr("port", "string"),
+		"port":    hclspec.Attr("port", "string"),
 		"ready": hclspec.Block("ready", false, hclspec.Object(map[string]*hclspec.Spec{
 			"path":     hclspec.Attr("path", "string"),
 			"interval": hclspec.Attr("interval", "string"),
@@ -348,9 +348,12 @@ func DecodeTaskConfig(msgpack []byte) (TaskConfig, error) {
 }
 
 func (tc *TaskConfig) validate() error {
+	if tc.Engine == FetchEngine {
+		return tc.validateFetch()
+	}
 	d, ok := engine.Lookup(tc.Engine)
 	if !ok {
-		return fmt.Errorf("engine: unknown engine %q (want one of %s)", tc.Engine, strings.Join(engine.Engines(), ", "))
+		return fmt.Errorf("engine: unknown engine %q (want one of %s, or %s)", tc.Engine, strings.Join(engine.Engines(), ", "), FetchEngine)
 	}
 	if tc.Model == "" && !d.Model.Optional {
 		return fmt.Errorf("model: required for engine %q (a model id such as \"Qwen/Qwen2.5-0.5B-Instruct\" or a local path)", tc.Engine)

@@ -404,7 +404,10 @@ func TestBadTaskConfigs(t *testing.T) {
 	}{
 		{"unknown engine", `engine = "triton"
 model = "m"
-port = "http"`, nil, `engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm)`},
+port = "http"`, nil, `engine: unknown engine "triton" (want one of command, llamacpp, sglang, tgi, vllm, or fetch)`},
+		{"missing port", `engine = "vllm"
+model = "m"
+command = "%ENGINE%"`, nil, `port: required (the label of a port in the group's network block)`},
 		{"missing model", `engine = "vllm"
 command = "%ENGINE%"
 port = "http"`, nil, `model: required for engine "vllm"`},
@@ -446,12 +449,6 @@ port = "http"`, nil, `engines.tgi: executable "text-generation-launcher" not fou
 				t.Errorf("bad config error recoverable=%v (detail present %v), want a non-recoverable error", rec, ok)
 			}
 		})
-	}
-	// Missing required attributes are caught by the schema, as Nomad
-	// evaluates it before the driver sees the config.
-	if _, err := encodeTaskConfigErr(`engine = "vllm"
-model = "m"`); err == nil || !strings.Contains(err.Error(), `"port" is required`) {
-		t.Errorf("missing port: got %v", err)
 	}
 }
 

@@ -347,7 +347,3 @@ func decodeState(t *testing.T, h *driverpb.TaskHandle) stateView {
 	}
 	return st
 }
-
-func encodeTaskConfigErr(body string) ([]byte, error) {
-	return hclspec.EncodeHCL(driver.TaskConfigSpec(), "task.hcl", []byte(body), nil)
-}

@@ -37,6 +37,10 @@ const PluginName = "llmgw"
 // fingerprintEvery is how often the driver looks for engines on PATH again.
 const fingerprintEvery = 30 * time.Second
 
+// storeCheckEvery is how often the fingerprint looks whether the node's
+// model store changed.
+const storeCheckEvery = 2 * time.Second
+
 // supervisorStartTimeout bounds how long StartTask waits for the
 // supervisor to report the engine's start.
 const supervisorStartTimeout = 30 * time.Second
@@ -54,6 +58,7 @@ type Plugin struct {
 	log     hclog.Logger
 	version string
 	exe     string // this binary, re-executed as the supervisor
+	self    string // the driver's own binary, run in FetchMode by fetch tasks
 
 	// now is the clock of readiness and stop deadlines (tests set it).
 	now func() time.Time
@@ -85,7 +90,11 @@ func LeanSupervisor(self string) (string, error) {
 // work lives as long as ctx.
 func New(ctx context.Context, log hclog.Logger, version, exe string) *Plugin {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe, now: time.Now,
+	self, err := os.Executable()
+	if err != nil {
+		self = exe
+	}
+	p := &Plugin{ctx: ctx, cancel: cancel, log: log, version: version, exe: exe, self: self, now: time.Now,
 		conf: DefaultConfig(), tasks: map[string]*taskHandle{}, storeChanged: make(chan struct{}, 1)}
 	p.events = newBroker(func(ev *driverpb.DriverTaskEvent) {
 		log.Warn("task event dropped: no room in a subscriber's queue", "task_id", ev.GetTaskId(), "message", ev.GetMessage())
@@ -158,6 +167,12 @@ func (p *Plugin) Capabilities(context.Context, *driverpb.CapabilitiesRequest) (*
 func (p *Plugin) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Driver_FingerprintServer) error {
 	tick := time.NewTicker(fingerprintEvery)
 	defer tick.Stop()
+	// The store's records change when any process fetches or evicts (a
+	// fetch task, another task's StartTask): a stat every few seconds
+	// sends the change without waiting for the tick.
+	storeTick := time.NewTicker(storeCheckEvery)
+	defer storeTick.Stop()
+	var storeSeen time.Time
 	var last *driverpb.FingerprintResponse
 	for {
 		fp := p.fingerprint()
@@ -175,6 +190,12 @@ func (p *Plugin) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Dri
 			return nil
 		case <-tick.C:
 		case <-p.storeChanged:
+		case <-storeTick.C:
+			if t := storeModified(p.config()); t.Equal(storeSeen) {
+				continue
+			} else {
+				storeSeen = t
+			}
 		}
 	}
 }
@@ -296,6 +317,9 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		return refuse(err)
 	}
 	conf := p.config()
+	if tc.Engine == FetchEngine {
+		return p.startFetch(cfg, tc, conf, emit, refuse)
+	}
 	var held weights.Model
 	if tc.Weights != nil {
 		// The store fetches what the node lacks (once for the node,

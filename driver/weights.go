@@ -146,3 +146,16 @@ func weightsAttributes(conf Config, prev map[string]*structspb.Attribute) map[st
 	}
 	return out
 }
+
+// storeModified is when the store's records last changed (zero without a
+// store).
+func storeModified(conf Config) time.Time {
+	if conf.ModelCache == "" {
+		return time.Time{}
+	}
+	fi, err := os.Stat(filepath.Join(conf.ModelCache, ".llmgw", "models"))
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}

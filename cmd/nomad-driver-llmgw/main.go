@@ -26,6 +26,8 @@ func main() {
 		switch os.Args[1] {
 		case supervisor.Mode:
 			os.Exit(supervisor.Main(os.Args[2:]))
+		case driver.FetchMode:
+			os.Exit(driver.FetchMain(os.Args[2:]))
 		case "--version", "version":
 			fmt.Println("nomad-driver-llmgw", version.Version)
 			return

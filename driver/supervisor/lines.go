@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -76,7 +77,21 @@ type progressTracker struct {
 	report func(msg string, annotations map[string]string)
 }
 
+// EventLinePrefix starts an output line of the driver's fetch (engine
+// "fetch") that is a task event: the prefix, then an Event as JSON. Lines
+// of other engines are never read as events.
+const EventLinePrefix = "llmgw-event "
+
 func (p *progressTracker) line(s string) {
+	if p.engine == "fetch" {
+		if js, ok := strings.CutPrefix(s, EventLinePrefix); ok {
+			var ev Event
+			if json.Unmarshal([]byte(js), &ev) == nil && ev.Message != "" {
+				p.report(ev.Message, ev.Annotations)
+			}
+		}
+		return
+	}
 	pr, ok := engine.ParseProgressFor(p.engine, s)
 	if !ok {
 		return
