@@ -173,10 +173,11 @@ func ReplicaID(model string, i int) string { return model + "-" + strconv.Itoa(i
 // jobs are rendered from: the model's name and source, and the profile's
 // name, engine, gpu, gpus, nodes, cpu_cores, memory_gb, fabric, pool, args,
 // env, env_from_variable (the references, not the values) and ready; and, when set, the model's file and the profile's
-// tensor_parallel, pipeline_parallel, data_parallel and expert_parallel. The controller keeps it in job meta llmgw.profile_fp and
+// tensor_parallel, pipeline_parallel, data_parallel and expert_parallel,
+// and the model's weights (weightsapi's Key, or the path). The controller keeps it in job meta llmgw.profile_fp and
 // replaces a replica whose fingerprint no longer matches. Fields that only
 // steer placement, traffic or power (replicas, watts, min_watts,
-// keep_within, spread, weight) are left out, so changing them moves nothing that runs.
+// keep_within, spread, weight; the weights' bytes, warm_spares) are left out, so changing them moves nothing that runs.
 func ProfileFingerprint(m Model, p Profile) string {
 	h := sha256.New()
 	put := func(k, v string) {
@@ -209,6 +210,16 @@ func ProfileFingerprint(m Model, p Profile) string {
 	}
 	if m.File != "" {
 		put("file", m.File)
+	}
+	// The weights the task fetches: only when set, as the layout above.
+	// Their key names the bytes (repository, revision, files; URLs and
+	// sha256); a path has none and is itself what the task is given.
+	if w := m.Weights; w != nil {
+		if k := w.Key(); k != "" {
+			put("weights", k)
+		} else {
+			put("weights_path", w.Path)
+		}
 	}
 	put("args", strconv.Itoa(len(p.Args)))
 	for _, a := range p.Args {
@@ -265,6 +276,9 @@ func (c Catalog) Validate() error {
 		}
 		if err := checkInt("priority", m.Priority, 0, MaxPriority); err != nil {
 			bad("%v", err)
+		}
+		for _, msg := range m.validateWeights() {
+			bad("%s", msg)
 		}
 		if a := m.Autoscale; a != nil {
 			for _, msg := range a.validate() {

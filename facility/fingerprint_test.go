@@ -2,7 +2,10 @@ package facility
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 func TestProfileFingerprint(t *testing.T) {
@@ -65,6 +68,54 @@ func TestProfileFingerprint(t *testing.T) {
 		got := ProfileFingerprint(tt.m, tt.p(p))
 		if got == base || slices.Contains(seen, got) {
 			t.Errorf("%s: got %s, want a new fingerprint", tt.name, got)
+		}
+		seen = append(seen, got)
+	}
+}
+
+// A model's weights are part of what its jobs are rendered from: changing
+// the repository, revision, files, URLs or path changes the fingerprint;
+// their size and warm_spares steer placement only; no weights keeps the
+// fingerprint it had before weights existed.
+func TestFingerprintWeights(t *testing.T) {
+	t.Parallel()
+	p := Profile{Name: "p", Engine: "vllm", GPU: "H", GPUs: 1, Nodes: 1}
+	hub := func(repo, rev string, files ...string) *weightsapi.Source {
+		return &weightsapi.Source{Hub: &weightsapi.Hub{Repo: repo, Revision: rev, Files: files}}
+	}
+	m := Model{Name: "m", Source: "org/m"}
+	none := ProfileFingerprint(m, p)
+	if want := "96fbfefc90fe3b67"; none != want {
+		t.Errorf("no weights: got %s, want %s (pinned: as before weights existed)", none, want)
+	}
+	with := func(w *weightsapi.Source, bytes int64, spares int) string {
+		mm := m
+		mm.Weights, mm.WeightsBytes, mm.WarmSpares = w, bytes, spares
+		return ProfileFingerprint(mm, p)
+	}
+	base := with(hub("org/m", "", "a.gguf"), 0, 0)
+	if base == none {
+		t.Error("weights do not change the fingerprint")
+	}
+	if got := with(hub("org/m", "", "a.gguf"), 5e9, 3); got != base {
+		t.Errorf("bytes and warm_spares: got %s, want %s", got, base)
+	}
+	if got := with(hub("org/m", "main", "a.gguf"), 0, 0); got != base {
+		t.Errorf("revision main spelled out: got %s, want %s", got, base)
+	}
+	seen := []string{none, base}
+	for name, w := range map[string]*weightsapi.Source{
+		"repository": hub("org/n", "", "a.gguf"),
+		"revision":   hub("org/m", "v2", "a.gguf"),
+		"files":      hub("org/m", "", "a.gguf", "b.json"),
+		"urls":       {URLs: []weightsapi.URL{{URL: "https://h.example/a.gguf"}}},
+		"url sha256": {URLs: []weightsapi.URL{{URL: "https://h.example/a.gguf", SHA256: strings.Repeat("0", 64)}}},
+		"path":       {Path: "/models/m"},
+		"other path": {Path: "/models/n"},
+	} {
+		got := with(w, 0, 0)
+		if slices.Contains(seen, got) {
+			t.Errorf("%s: got %s, want a new fingerprint", name, got)
 		}
 		seen = append(seen, got)
 	}

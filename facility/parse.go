@@ -107,10 +107,25 @@ type (
 		MaxUnavailable int           `hcl:"max_unavailable,optional"`
 		Priority       int           `hcl:"priority,optional"`
 		Routing        string        `hcl:"routing,optional"`
+		WarmSpares     int           `hcl:"warm_spares,optional"`
+		Weights        *weightsHCL   `hcl:"weights,block"`
 		Autoscale      *autoscaleHCL `hcl:"autoscale,block"`
 		Profiles       []profileHCL  `hcl:"profile,block"`
 		DefRange       hcl.Range     `hcl:",def_range"`
 		Body           hcl.Body      `hcl:",body"`
+	}
+	// weightsHCL is a model's weights block: a hub repository (the
+	// model's source) at a revision with its files, or urls, or a path
+	// (catalog.go's Model.Weights, weightsapi.Source).
+	weightsHCL struct {
+		Revision string            `hcl:"revision,optional"`
+		Files    []string          `hcl:"files,optional"`
+		URLs     []string          `hcl:"urls,optional"`
+		SHA256   map[string]string `hcl:"sha256,optional"`
+		Path     string            `hcl:"path,optional"`
+		Bytes    int64             `hcl:"bytes,optional"`
+		DefRange hcl.Range         `hcl:",def_range"`
+		Body     hcl.Body          `hcl:",body"`
 	}
 	autoscaleHCL struct {
 		Min            int        `hcl:"min,optional"`
@@ -573,8 +588,9 @@ func (d *decoder) learned(raw []learnedHCL) []Learned {
 // ParseCatalog parses a catalog file (catalog.hcl): model blocks with their
 // profiles in order of preference. Defaults: replicas 1, max_surge 1,
 // max_unavailable 0, priority 50, gpus 1, nodes 1,
-// spread ["rack", "pdu"], pool "default", weight 1. Every problem is an
-// *Error naming filename:line.
+// spread ["rack", "pdu"], pool "default", weight 1. A model's weights
+// block and warm_spares are read as parse_weights.go says. Every problem
+// is an *Error naming filename:line.
 func ParseCatalog(filename string, src []byte) (Catalog, error) {
 	var raw catalogHCL
 	d, ok := decode(filename, src, &raw)
@@ -607,6 +623,10 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 			a := d.autoscale(rm.Autoscale)
 			m.Autoscale, m.Replicas = &a, a.Min
 		}
+		if rm.Weights != nil {
+			d.weights(&m, &rm)
+		}
+		d.warmSpares(&m, &rm)
 		d.intIn(b, "max_surge", rm.MaxSurge, &m.MaxSurge, 0, maxCount)
 		d.intIn(b, "max_unavailable", rm.MaxUnavailable, &m.MaxUnavailable, 0, maxCount)
 		if m.MaxSurge == 0 && m.MaxUnavailable == 0 {

@@ -1,0 +1,201 @@
+package facility
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/llmgw/llmgw/weightsapi"
+)
+
+// MaxWarmSpares is the most warm_spares a model may ask for.
+const MaxWarmSpares = 64
+
+// maxWeightsBytes bounds weights { bytes }: 1 PB, far above any model, and
+// exact as a float64.
+const maxWeightsBytes = 1 << 50
+
+// weights builds m.Weights from the model's weights block, each problem at
+// the line of the field at fault:
+//
+//   - a hub repository (neither urls nor path): the repository is the
+//     model's source, at revision ("main" when not given), the files named
+//     by files, else the model's file;
+//   - urls, each file's sha256 (sha256, keyed by the file's name) checked
+//     when given;
+//   - path: the weights are already on every node.
+//
+// bytes, when given, is the weights' size (Model.WeightsBytes). The source
+// built is then checked whole with weightsapi's Validate, its problems put
+// at the field they name, in the catalog's words.
+func (d *decoder) weights(m *Model, rm *modelHCL) {
+	rw := rm.Weights
+	b := rw.Body
+	at := func(name string) hcl.Range {
+		if r, ok := d.Given(b, name); ok {
+			return r
+		}
+		return rw.DefRange
+	}
+	bad := func(r hcl.Range, format string, args ...any) {
+		d.errorf(r, "model %q: %s", m.Name, fmt.Sprintf(format, args...))
+	}
+	before := len(d.errs)
+	undecoded := false // a field given whose value did not decode (reported)
+	for _, f := range []string{"revision", "files", "urls", "sha256", "path", "bytes"} {
+		if _, ok := d.Given(b, f); d.Has(b, f) && !ok {
+			undecoded = true
+		}
+	}
+	// Fields given whose values did not decode were reported; Has still
+	// says they were written, which is what decides the kind of source.
+	urls, path := d.Has(b, "urls"), d.Has(b, "path")
+	if urls && path {
+		bad(at("path"), "weights: urls and path are both given: give one (urls: files fetched over HTTP(S); path: the weights already on every node)")
+	}
+	if urls || path {
+		other := "urls"
+		if path {
+			other = "path"
+		}
+		for _, f := range []string{"files", "revision"} {
+			if d.Has(b, f) {
+				bad(at(f), "weights.%s is for a hub repository (the model's source); with %s, leave it out", f, other)
+			}
+		}
+	}
+	if d.Has(b, "sha256") && !urls {
+		bad(at("sha256"), "weights.sha256 is only for urls (each file's sha256, keyed by its name)")
+	}
+	if r, ok := d.Given(b, "bytes"); ok {
+		if rw.Bytes < 1 || rw.Bytes > maxWeightsBytes {
+			d.errorf(r, "model %q: weights.bytes must be between 1 and %d, got %d", m.Name, int64(maxWeightsBytes), rw.Bytes)
+		} else {
+			m.WeightsBytes = rw.Bytes
+		}
+	}
+	var src weightsapi.Source
+	// filesAt is the field a hub's files came from: files, or the model's file.
+	filesName, filesAt := "weights.files", at("files")
+	switch {
+	case urls && path:
+		// reported above
+	case path:
+		src.Path = rw.Path
+	case urls:
+		src.URLs = d.weightsURLs(m, rw, bad, at)
+	default:
+		hub := &weightsapi.Hub{Repo: m.Source, Revision: rw.Revision, Files: rw.Files}
+		if !d.Has(b, "files") {
+			if m.File == "" {
+				bad(rw.DefRange, "weights: name the hub repository's files (files = [\"*.safetensors\", \"config.json\"]), or give the model's file")
+			} else {
+				hub.Files = []string{m.File}
+				filesName = "file"
+				filesAt, _ = d.Given(rm.Body, "file")
+			}
+		}
+		if m.Source == "" {
+			bad(rw.DefRange, "weights: a hub repository's files need the model's source, the repository (\"org/name\"); or give urls or path")
+		}
+		src.Hub = hub
+	}
+	if undecoded || len(d.errs) > before {
+		return
+	}
+	if err := src.Validate(); err != nil {
+		msg := err.Error()
+		sourceAt, _ := d.Given(rm.Body, "source")
+		for _, f := range []struct {
+			prefix, name string
+			r            hcl.Range
+		}{
+			{"weights.hub.repo", "source", sourceAt},
+			{"weights.hub.revision", "weights.revision", at("revision")},
+			{"weights.hub.files", filesName, filesAt},
+			{"weights.urls", "weights.urls", at("urls")},
+			{"weights.path", "weights.path", at("path")},
+		} {
+			if rest, ok := strings.CutPrefix(msg, f.prefix); ok {
+				bad(f.r, "%s%s", f.name, rest)
+				return
+			}
+		}
+		bad(rw.DefRange, "%s", msg)
+		return
+	}
+	m.Weights = &src
+}
+
+// weightsURLs builds the URL sources of a weights block: one per URL, with
+// its file's sha256 from sha256 when given. A sha256 that names no file of
+// urls, or is not one, is reported at sha256.
+func (d *decoder) weightsURLs(m *Model, rw *weightsHCL, bad func(hcl.Range, string, ...any), at func(string) hcl.Range) []weightsapi.URL {
+	if len(rw.URLs) == 0 {
+		if _, ok := d.Given(rw.Body, "urls"); ok {
+			bad(at("urls"), "weights.urls: name at least one URL")
+		}
+		return nil
+	}
+	out := make([]weightsapi.URL, 0, len(rw.URLs))
+	var names []string
+	for _, u := range rw.URLs {
+		wu := weightsapi.URL{URL: u}
+		name, err := wu.FileName()
+		if err == nil {
+			names = append(names, name)
+			wu.SHA256 = rw.SHA256[name]
+		}
+		out = append(out, wu) // a bad URL: Validate names it
+	}
+	for _, name := range slices.Sorted(maps.Keys(rw.SHA256)) {
+		sum := rw.SHA256[name]
+		switch {
+		case !slices.Contains(names, name):
+			bad(at("sha256"), "weights.sha256: %q is not the file name of any of urls (%s)", name, strings.Join(names, ", "))
+		case !weightsapi.IsSHA256(sum):
+			bad(at("sha256"), "weights.sha256[%q]: %q is not a sha256 (64 lower-case hex digits)", name, sum)
+		}
+	}
+	return out
+}
+
+// warmSpares reads warm_spares: 0 to MaxWarmSpares, and only for weights
+// a node fetches (a weights block that is not a path).
+func (d *decoder) warmSpares(m *Model, rm *modelHCL) {
+	b := rm.Body
+	if !d.intIn(b, "warm_spares", rm.WarmSpares, &m.WarmSpares, 0, MaxWarmSpares) || m.WarmSpares == 0 {
+		return
+	}
+	r, _ := d.Given(b, "warm_spares")
+	switch {
+	case rm.Weights == nil:
+		d.errorf(r, "model %q: warm_spares needs a weights block: a spare keeps the model's weights fetched", m.Name)
+		m.WarmSpares = 0
+	case d.Has(rm.Weights.Body, "path"):
+		d.errorf(r, "model %q: warm_spares: the weights are a path already on every node, nothing to keep warm", m.Name)
+		m.WarmSpares = 0
+	}
+}
+
+// validateWeights is Catalog.Validate's part for a model's weights.
+func (m Model) validateWeights() []string {
+	var out []string
+	if m.Weights != nil {
+		if err := m.Weights.Validate(); err != nil {
+			out = append(out, err.Error())
+		}
+	}
+	if m.WeightsBytes < 0 || m.WeightsBytes > maxWeightsBytes {
+		out = append(out, fmt.Sprintf("weights bytes must be between 0 and %d, got %d", int64(maxWeightsBytes), m.WeightsBytes))
+	}
+	if err := checkInt("warm_spares", m.WarmSpares, 0, MaxWarmSpares); err != nil {
+		out = append(out, err.Error())
+	} else if m.WarmSpares > 0 && (m.Weights == nil || m.Weights.Key() == "") {
+		out = append(out, "warm_spares needs weights a node fetches (a hub repository or urls)")
+	}
+	return out
+}
