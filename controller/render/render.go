@@ -22,7 +22,11 @@ import (
 // Names in rendered jobs.
 const (
 	DriverName = "llmgw"  // task driver
-	TaskName   = "engine" // the one task of every group
+	TaskName   = "engine" // the engine's task, in every group
+	// FetchTaskName is the prestart task of a group whose model's weights
+	// the node's store fetches (the driver's engine "fetch"): the engine
+	// task starts once the weights are whole on the node.
+	FetchTaskName = "weights"
 	PortHTTP   = "http"   // the engine's API port, every shard
 	PortDist   = "dist"   // the leader's rendezvous port, shard 0 of a multi-node replica
 	// LeaderEnvFile is where the other shards' template writes the leader's
@@ -410,7 +414,7 @@ func (r *rendering) group(rank int, node string) *api.TaskGroup {
 			MaxDelay:      new(30 * time.Minute),
 		},
 		ShutdownDelay: new(s.ShutdownDelay),
-		Tasks:         []*api.Task{r.task(rank)},
+		Tasks:         r.tasks(rank),
 	}
 	if s.LostAfter > 0 {
 		tg.Disconnect = &api.DisconnectStrategy{
@@ -465,6 +469,28 @@ func (r *rendering) services() []*api.Service {
 			Tags:      []string{gatewayapi.DistTag, gatewayapi.TagReplica + d.Replica},
 			PortLabel: PortDist,
 			Provider:  s.ServiceProvider,
+		})
+	}
+	return out
+}
+
+// tasks are a group's tasks: the engine's, and the prestart fetch of its
+// weights where the node's store fetches them.
+func (r *rendering) tasks(rank int) []*api.Task {
+	out := []*api.Task{r.task(rank)}
+	m := r.in.Model
+	if wb := weightsBlock(m.Weights); wb != nil {
+		cfg := map[string]any{"engine": "fetch", "model": m.Source, "weights": []map[string]any{wb}}
+		if m.File != "" {
+			cfg["model_file"] = m.File
+		}
+		out = append(out, &api.Task{
+			Name:        FetchTaskName,
+			Driver:      DriverName,
+			Lifecycle:   &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart},
+			Config:      cfg,
+			Resources:   &api.Resources{CPU: new(100), MemoryMB: new(128)},
+			KillTimeout: new(10 * time.Second),
 		})
 	}
 	return out

@@ -681,15 +681,24 @@ func TestWeightsBlock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		got, ok := job.TaskGroups[0].Tasks[0].Config["weights"]
+		tasks := job.TaskGroups[0].Tasks
+		got, ok := tasks[0].Config["weights"]
 		if tc.want == nil {
-			if ok {
-				t.Errorf("%s: weights %v, want none", tc.name, got)
+			if ok || len(tasks) != 1 {
+				t.Errorf("%s: weights %v, %d tasks; want none, one task", tc.name, got, len(tasks))
 			}
 			continue
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+		// The prestart fetch: the same weights, nothing else to run.
+		if len(tasks) != 2 || tasks[1].Name != FetchTaskName || tasks[1].Lifecycle == nil || tasks[1].Lifecycle.Hook != "prestart" || tasks[1].Lifecycle.Sidecar {
+			t.Fatalf("%s: tasks %+v, want the engine and a prestart fetch", tc.name, tasks)
+		}
+		want := map[string]any{"engine": "fetch", "model": "org/m-GGUF", "model_file": "m.gguf", "weights": tc.want}
+		if diff := cmp.Diff(want, tasks[1].Config); diff != "" {
+			t.Errorf("%s: fetch task (-want +got):\n%s", tc.name, diff)
 		}
 	}
 }
