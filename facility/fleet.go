@@ -3,7 +3,9 @@ package facility
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 )
 
 // DefaultPool is the Nomad node pool of a node, or of a profile, that names none.
@@ -99,7 +101,7 @@ func checkName(what, s string) error {
 // Validate reports every problem with the fleet, each an *Error at the node:
 // duplicate names, bad values, and locations that do not nest (a rack in two
 // rows, a row in two rooms, a room in two sites); and bad or duplicate
-// learned draws.
+// learned draws; weights keys and sizes and fetch rates out of range.
 func (f Fleet) Validate() error {
 	var errs []error
 	seen := make(map[string]Pos, len(f.Nodes))
@@ -169,6 +171,16 @@ func (f Fleet) Validate() error {
 		}
 		if err := checkWatts("measured_watts", n.MeasuredWatts, false); err != nil {
 			bad("%v", err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(n.Weights)) {
+			if err := checkHeldWeights(k, n.Weights[k]); err != nil {
+				bad("%v", err)
+			}
+		}
+		if n.FetchBytesPerSecond != 0 {
+			if err := checkFetchRate(n.FetchBytesPerSecond); err != nil {
+				bad("%v", err)
+			}
 		}
 		models := map[string]bool{}
 		for _, g := range n.GPUs {

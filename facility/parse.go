@@ -52,6 +52,11 @@ type (
 		GPUs          []gpuHCL  `hcl:"gpu,block"`
 		DefRange      hcl.Range `hcl:",def_range"`
 		Body          hcl.Body  `hcl:",body"`
+
+		// What the node's store holds (fleet.go's Node.Weights) and how
+		// fast it fetches, for `llmgw plan`.
+		Weights             map[string]int64 `hcl:"weights,optional"`
+		FetchBytesPerSecond float64          `hcl:"fetch_bytes_per_second,optional"`
 	}
 	gpuHCL struct {
 		Model      string    `hcl:"model,label"`
@@ -315,7 +320,10 @@ func (d *decoder) validated(err error) {
 }
 
 // ParseFleet parses a fleet file (fleet.hcl, or fleet.json when a program
-// writes it): node blocks with their location, resources, power and GPUs.
+// writes it): node blocks with their location, resources, power and GPUs,
+// and the weights their stores hold (weights = { "<key>" = bytes }, the
+// driver's attributes driver.llmgw.weights.<key>) with
+// fetch_bytes_per_second.
 // Every problem is an *Error naming
 // filename:line; they are joined with errors.Join.
 func ParseFleet(filename string, src []byte) (Fleet, error) {
@@ -436,6 +444,7 @@ func readFleetPart(filename string, part hcldecode.Part) fleetPart {
 		d.intIn(b, "memory_gb", rn.MemoryGB, &n.MemoryGB, 0, maxMemGB)
 		d.watts(b, "base_watts", rn.BaseWatts, &n.BaseWatts, false)
 		d.watts(b, "measured_watts", rn.MeasuredWatts, &n.MeasuredWatts, false)
+		d.nodeWeights(b, rn, &n)
 		for _, rg := range rn.GPUs {
 			g := GPU{Model: rg.Model}
 			gb := rg.Body

@@ -1,8 +1,11 @@
 package facility
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -198,4 +201,60 @@ func (m Model) validateWeights() []string {
 		out = append(out, "warm_spares needs weights a node fetches (a hub repository or urls)")
 	}
 	return out
+}
+
+// nodeWeights reads a fleet node's weights (key = bytes, as the driver's
+// attributes driver.llmgw.weights.<key> give them) and
+// fetch_bytes_per_second, each problem at its line.
+func (d *decoder) nodeWeights(b hcl.Body, rn nodeHCL, n *Node) {
+	if r, ok := d.Given(b, "weights"); ok {
+		for _, k := range slices.Sorted(maps.Keys(rn.Weights)) {
+			if err := checkHeldWeights(k, rn.Weights[k]); err != nil {
+				d.errorf(r, "%v", err)
+				continue
+			}
+			if n.Weights == nil {
+				n.Weights = make(map[string]int64, len(rn.Weights))
+			}
+			n.Weights[k] = rn.Weights[k]
+		}
+	}
+	if r, ok := d.Given(b, "fetch_bytes_per_second"); ok {
+		if err := checkFetchRate(rn.FetchBytesPerSecond); err != nil {
+			d.errorf(r, "%v", err)
+		} else {
+			n.FetchBytesPerSecond = rn.FetchBytesPerSecond
+		}
+	}
+}
+
+// weightsKeyRE is what weightsapi's Key gives: its Sanitize's letters,
+// digits, '-' and '_', with a hash after the readable part.
+var weightsKeyRE = regexp.MustCompile(`^[a-z0-9_-]{1,160}$`)
+
+// checkHeldWeights checks one entry of a node's weights.
+func checkHeldWeights(key string, bytes int64) error {
+	if !weightsKeyRE.MatchString(key) {
+		return fmt.Errorf("weights: %q is not a weights key (lower-case letters, digits, '-' and '_', as the driver's attributes driver.llmgw.weights.<key> name them)", key)
+	}
+	if bytes < 1 || bytes > maxWeightsBytes {
+		return fmt.Errorf("weights[%q]: bytes must be between 1 and %d, got %d", key, int64(maxWeightsBytes), bytes)
+	}
+	return nil
+}
+
+// maxFetchRate bounds fetch_bytes_per_second: 1 TB/s.
+const maxFetchRate = 1e12
+
+// checkFetchRate checks a node's fetch_bytes_per_second.
+func checkFetchRate(v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return errors.New("fetch_bytes_per_second must be a finite number")
+	case v <= 0:
+		return fmt.Errorf("fetch_bytes_per_second must be positive, got %v", v)
+	case v > maxFetchRate:
+		return fmt.Errorf("fetch_bytes_per_second %v is out of range (at most %v)", v, maxFetchRate)
+	}
+	return nil
 }

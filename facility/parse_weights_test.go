@@ -192,3 +192,84 @@ func TestValidateWeights(t *testing.T) {
 		})
 	}
 }
+
+// A fleet node may say which weights its store holds and how fast it
+// fetches, in either syntax, for `llmgw plan`.
+func TestParseFleetWeights(t *testing.T) {
+	t.Parallel()
+	want := []Node{
+		{Name: "a", Pool: DefaultPool, Location: Location{Rack: "k1"}, Pos: Pos{"f", 1},
+			Weights: map[string]int64{"org--m--main-0123456789": 16100000000, "urls-abcdef0123": 5}, FetchBytesPerSecond: 250e6},
+		{Name: "b", Pool: DefaultPool, Location: Location{Rack: "k1"}, Pos: Pos{"f", 0}},
+	}
+	for _, tt := range []struct{ file, src string }{
+		{"f.hcl", `node "a" {
+  rack = "k1"
+  weights = {
+    "org--m--main-0123456789" = 16100000000
+    "urls-abcdef0123" = 5
+  }
+  fetch_bytes_per_second = 250000000
+}
+node "b" {
+  rack = "k1"
+}
+`},
+		{"f.json", `{"node": {"a": {"rack": "k1", "weights": {"org--m--main-0123456789": 16100000000, "urls-abcdef0123": 5},
+  "fetch_bytes_per_second": 2.5e8},
+"b": {"rack": "k1"}}}`},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			fleet, err := ParseFleet(tt.file, []byte(tt.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := append([]Node(nil), want...)
+			w[0].Pos = Pos{tt.file, 1}
+			w[1].Pos = fleet.Nodes[1].Pos
+			if diff := cmp.Diff(w, fleet.Nodes); diff != "" {
+				t.Errorf("nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseFleetWeightsErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, file, src string
+		want            []string
+	}{
+		{"a key that is no key", "f.hcl", "node \"a\" {\n  weights = {\n    \"Org/M\" = 5\n  }\n}\n",
+			[]string{`f.hcl:2: weights: "Org/M" is not a weights key (lower-case letters, digits, '-' and '_', as the driver's attributes driver.llmgw.weights.<key> name them)`}},
+		{"no bytes", "f.hcl", "node \"a\" {\n\n  weights = { k = 0, j = -1 }\n}\n",
+			[]string{`f.hcl:3: weights["j"]: bytes must be between 1 and 1125899906842624, got -1`,
+				`f.hcl:3: weights["k"]: bytes must be between 1 and 1125899906842624, got 0`}},
+		{"bytes not a number", "f.hcl", "node \"a\" {\n  weights = { k = \"big\" }\n}\n",
+			[]string{`f.hcl:2: weights: Unsuitable value type: a number is required`}},
+		{"a rate of 0", "f.hcl", "node \"a\" {\n  fetch_bytes_per_second = 0\n}\n",
+			[]string{`f.hcl:2: fetch_bytes_per_second must be positive, got 0`}},
+		{"a rate too high", "f.hcl", "node \"a\" {\n  fetch_bytes_per_second = 2e12\n}\n",
+			[]string{`f.hcl:2: fetch_bytes_per_second 2e+12 is out of range (at most 1e+12)`}},
+		{"JSON: a negative rate", "f.json", "{\"node\": {\"a\": {\n  \"fetch_bytes_per_second\": -1}}}",
+			[]string{`f.json:2: fetch_bytes_per_second must be positive, got -1`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseFleet(tt.file, []byte(tt.src))
+			if err == nil {
+				t.Fatalf("got no error, want %q", tt.want)
+			}
+			checkErrorLines(t, tt.file, err)
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// A fleet built in code is checked alike.
+	f := Fleet{Nodes: []Node{{Name: "a", Pos: Pos{"x", 3}, Weights: map[string]int64{"K": 1}, FetchBytesPerSecond: -2}}}
+	want := `x:3: node "a": weights: "K" is not a weights key (lower-case letters, digits, '-' and '_', as the driver's attributes driver.llmgw.weights.<key> name them)` + "\n" +
+		`x:3: node "a": fetch_bytes_per_second must be positive, got -2`
+	if err := f.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate: got %v, want %s", err, want)
+	}
+}
