@@ -707,7 +707,7 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry b
 	in := reconcile.Input{
 		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
-		MaxStops: c.cfg.Reconcile.MaxStops,
+		MaxStops: c.cfg.Reconcile.MaxStops, Asleep: c.asleepSlots(jobs),
 	}
 	var si scaleInfo
 	if autoscales(cat) {

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -13,10 +15,12 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/observe"
+	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
+	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // Engine metrics. Every Options.EngineMetricsInterval the controller
@@ -40,6 +44,7 @@ const (
 type engineTarget struct {
 	allocID, jobID, replica, model, engine, url string
 	names                                       engine.Metrics
+	sleep                                       *engine.SleepMode
 }
 
 // engineTargets lists the engines of serving replicas: running shard-0
@@ -84,8 +89,12 @@ func (c *Controller) engineTargets() []engineTarget {
 		if !ok {
 			continue
 		}
-		out = append(out, engineTarget{allocID: a.ID, jobID: a.JobID, replica: ji.replica, model: ji.model,
-			engine: eng, url: "http://" + addr, names: names})
+		t := engineTarget{allocID: a.ID, jobID: a.JobID, replica: ji.replica, model: ji.model,
+			engine: eng, url: "http://" + addr, names: names}
+		if d, ok := engine.Lookup(eng); ok {
+			t.sleep = d.Sleep
+		}
+		out = append(out, t)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].allocID < out[k].allocID })
 	return out
@@ -153,6 +162,12 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 				r := trackers[t.allocID].Observe(s)
 				m.Reading, m.Error, m.ErrorAt = &r, "", time.Time{}
 			}
+			m.Asleep = nil
+			if t.sleep != nil {
+				if asleep, err := readSleep(ctx, client, t.url, t.sleep); err == nil {
+					m.Asleep = &asleep
+				}
+			}
 			out[i] = m
 		})
 		if ctx.Err() != nil {
@@ -199,4 +214,56 @@ func (e *engineReadings) set(obs map[string]controllerapi.EngineMetrics) {
 	e.mu.Lock()
 	e.obs = obs
 	e.mu.Unlock()
+}
+
+// maxSleepStateBytes bounds the sleep state's answer (llama.cpp's /props
+// is some kilobytes: the chat template is in it).
+const maxSleepStateBytes = 1 << 20
+
+// readSleep reads whether the engine at url sleeps, from its sleep state
+// path, which does not wake it.
+func readSleep(ctx context.Context, client *http.Client, url string, sm *engine.SleepMode) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, enginemetrics.DefaultTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+sm.StatePath, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s", sm.StatePath, resp.Status)
+	}
+	b, err := bounded.ReadAll(resp.Body, maxSleepStateBytes)
+	if err != nil {
+		return false, err
+	}
+	var state map[string]json.RawMessage
+	if err := json.Unmarshal(b, &state); err != nil {
+		return false, fmt.Errorf("%s: %w", sm.StatePath, err)
+	}
+	var asleep bool
+	if err := json.Unmarshal(state[sm.StateField], &asleep); err != nil {
+		return false, fmt.Errorf("%s: %s: %w", sm.StatePath, sm.StateField, err)
+	}
+	return asleep, nil
+}
+
+// asleepSlots are the replica slots whose engine the last reading found
+// asleep.
+func (c *Controller) asleepSlots(jobs []reconcile.Job) map[string]bool {
+	obs := c.engines.all()
+	var out map[string]bool
+	for _, j := range jobs {
+		if m, ok := obs[j.ID]; ok && m.Asleep != nil && *m.Asleep {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[j.Replica] = true
+		}
+	}
+	return out
 }

@@ -179,6 +179,7 @@ func (m *metrics) setView(bv builtView) {
 // the scrape, or no rate yet).
 var engineGaugeHelp = map[string]string{
 	"requests_waiting":  "Requests the replica's engine has queued.",
+	"asleep":            "1 while the replica's engine sleeps (its model freed until the next request; llama.cpp's --sleep-idle-seconds), 0 while awake; absent for engines without a sleep llmgw reads.",
 	"requests_running":  "Requests the replica's engine is generating for.",
 	"kv_cache_usage":    "Fraction (0-1) of the replica's engine's KV cache in use.",
 	"tokens_per_second": "Tokens the replica's engine generated per second between its last two scrapes.",
@@ -197,6 +198,13 @@ func (m *metrics) setEngines(targets []engineTarget, obs []controllerapi.EngineM
 		}
 		if o.Reading == nil || o.Error != "" {
 			continue
+		}
+		if o.Asleep != nil {
+			v := 0.0
+			if *o.Asleep {
+				v = 1
+			}
+			m.engineGauges["asleep"].WithLabelValues(t.model, t.replica).Set(v)
 		}
 		r := o.Reading
 		for field, v := range map[string]enginemetrics.Value{

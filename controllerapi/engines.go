@@ -18,4 +18,9 @@ type EngineMetrics struct {
 	// older: see its At); empty after a good one.
 	Error   string    `json:"error,omitempty"`
 	ErrorAt time.Time `json:"error_at,omitzero"`
+	// Asleep is whether the engine sleeps (its model freed, to be loaded
+	// again by the next request), as its own state says, for engines
+	// with a sleep llmgw reads (llama.cpp's /props is_sleeping); nil where
+	// unknown.
+	Asleep *bool `json:"asleep,omitempty"`
 }

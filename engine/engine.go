@@ -72,6 +72,10 @@ type Descriptor struct {
 	Metrics Metrics
 	// Stop is what the driver knows of how the engine stops.
 	Stop StopRule
+	// Sleep is how the engine frees its model when idle and loads it
+	// again on the next request, where llmgw drives it; nil where it does
+	// not.
+	Sleep *SleepMode
 
 	// layout holds the engine's parallelism rules.
 	layout layoutRules
@@ -295,6 +299,19 @@ type Input struct {
 	// Args are appended after the recipe's own arguments. They may not set
 	// a flag the recipe sets (CheckArgs).
 	Args []string
+}
+
+// SleepMode is an engine's own sleep: after IdleFlag's seconds without a
+// request it frees its model and context, keeping its process, port and
+// GPUs, and the next request loads them again.
+type SleepMode struct {
+	// IdleFlag takes the seconds without a request before it sleeps.
+	IdleFlag string
+	// StatePath answers JSON whose boolean StateField is true while the
+	// engine sleeps, without waking it.
+	StatePath, StateField string
+	// Why cites where this was read.
+	Why string
 }
 
 // Cmd is a command line ready to run.

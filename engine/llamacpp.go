@@ -103,6 +103,11 @@ func init() {
 			RequestsRunning: Metric{Name: "llamacpp:requests_processing", Type: Gauge},
 			GeneratedTokens: Metric{Name: "llamacpp:tokens_predicted_total", Type: Counter},
 		},
+		Sleep: &SleepMode{
+			IdleFlag: "--sleep-idle-seconds", StatePath: "/props", StateField: "is_sleeping",
+			Why: "common/arg.cpp:3828 (--sleep-idle-seconds), tools/server/server-context.cpp:4583-4618 " +
+				"(/props' is_sleeping) at 80fb11a; /props and /metrics do not wake it, /slots and a completion do",
+		},
 		Stop: StopRule{
 			RepeatWhenUnserved: true,
 			Why: "llama-server waits for its clients after the first stop signal and exits at the second " +

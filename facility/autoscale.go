@@ -97,10 +97,25 @@ type Autoscale struct {
 	// is needed.
 	PanicThreshold float64
 	// IdleAfter, with Min 0: a model with no arrivals for this long goes to
-	// zero replicas.
+	// zero replicas (or, WhenIdle IdleSleep, to one asleep).
 	IdleAfter time.Duration
-	Pos       Pos
+	// WhenIdle, with Min 0, is what idle_after does: IdleStop ("" too)
+	// stops every replica; IdleSleep keeps one whose engine sleeps, its
+	// own sleep after IdleAfter without a request (engine.SleepMode:
+	// llama.cpp's --sleep-idle-seconds), holding its GPUs and waking in
+	// the engine's reload time instead of a whole placement and start.
+	WhenIdle string `json:",omitempty"`
+	Pos      Pos
 }
+
+// What an idle model (Min 0, no request for IdleAfter) comes to.
+const (
+	IdleStop  = "stop"
+	IdleSleep = "sleep"
+)
+
+// Sleeps reports whether an idle model keeps one replica asleep.
+func (a *Autoscale) Sleeps() bool { return a != nil && a.Min == 0 && a.WhenIdle == IdleSleep }
 
 // The autoscale defaults, for engines that load for minutes: a scale up
 // reads 30 s of demand (long enough not to chase one burst of a few
@@ -196,6 +211,12 @@ func (a Autoscale) validate() []string {
 		if err := checkDuration("idle_after", a.IdleAfter, a.DownWindow, maxIdleAfter); err != nil {
 			add("%v (a model goes to zero no sooner than down_window after its last scale up)", err)
 		}
+	}
+	switch {
+	case a.WhenIdle != "" && a.WhenIdle != IdleStop && a.WhenIdle != IdleSleep:
+		add("when_idle %q: want %q or %q", a.WhenIdle, IdleStop, IdleSleep)
+	case a.WhenIdle == IdleSleep && a.Min > 0:
+		add("when_idle = %q is only for min = 0 (an idle model keeps one replica asleep); min is %d", IdleSleep, a.Min)
 	}
 	return bad
 }

@@ -120,6 +120,12 @@ func TestParseAutoscaleErrors(t *testing.T) {
 		{"idle_after with min 1", block("    max = 2\n" + tgt + "    idle_after = \"1h\"\n"), "c.hcl:5: autoscale: idle_after is only for min = 0 (scale to zero); min is 1"},
 		{"idle_after under down_window", block("    min = 0\n    max = 2\n" + tgt + "    idle_after = \"5m\"\n"),
 			"c.hcl:6: autoscale: idle_after (5m) is shorter than down_window (10m)"},
+		{"when_idle unknown", block("    min = 0\n    max = 2\n" + tgt + "    when_idle = \"nap\"\n"),
+			`c.hcl:6: autoscale: when_idle "nap": want "stop" (stop every replica) or "sleep" (keep one whose engine sleeps)`},
+		{"when_idle with min 1", block("    max = 2\n" + tgt + "    when_idle = \"sleep\"\n"),
+			"c.hcl:5: autoscale: when_idle is only for min = 0 (what an idle model comes to); min is 1"},
+		{"when_idle sleep on vllm", block("    min = 0\n    max = 2\n" + tgt + "    when_idle = \"sleep\"\n"),
+			`c.hcl:2: model "m": autoscale: when_idle = "sleep": profile p runs vllm, which has no sleep llmgw drives (llama.cpp's --sleep-idle-seconds only); use when_idle = "stop"`},
 		{"priority over 100", autoscaleModel("  priority = 101\n"), "c.hcl:2: priority must be between 0 and 100, got 101"},
 		{"priority fractional", autoscaleModel("  priority = 1.5\n"), "c.hcl:2: priority: Unsuitable value type"},
 		{"routing unknown", autoscaleModel("  routing = \"fastest\"\n"), `c.hcl:2: model "m": routing "fastest": want "least-outstanding" or "prefix"`},
@@ -186,5 +192,19 @@ func TestValidateAutoscale(t *testing.T) {
 	bad := Catalog{Models: []Model{{Name: "m", Priority: -1, Profiles: []Profile{{Name: "p", Engine: "vllm", GPU: "H", GPUs: 1, Nodes: 1}}}}}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "priority must not be negative") {
 		t.Errorf("priority -1: got %v", err)
+	}
+}
+
+// when_idle = "sleep" on llama.cpp: parsed, and the policy sleeps.
+func TestParseWhenIdleSleep(t *testing.T) {
+	t.Parallel()
+	src := "model \"m\" {\n  source = \"/models/m.gguf\"\n  autoscale {\n    min = 0\n    max = 2\n    target { outstanding_per_replica = 8 }\n    when_idle = \"sleep\"\n  }\n" +
+		"  profile \"p\" {\n    engine = \"llamacpp\"\n    gpu = \"H\"\n  }\n}\n"
+	cat, err := ParseCatalog("c.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cat.Models[0].Autoscale; !a.Sleeps() || a.WhenIdle != IdleSleep {
+		t.Errorf("policy %+v does not sleep", a)
 	}
 }

@@ -298,6 +298,12 @@ func (c Catalog) Validate() error {
 					errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: %v", m.Name, p.Name, err)))
 				}
 			}
+			if m.Autoscale.Sleeps() {
+				if d, ok := engine.Lookup(p.Engine); ok && d.Sleep == nil {
+					errs = append(errs, errAt(m.Autoscale.Pos, fmt.Sprintf("model %q: autoscale: when_idle = %q: profile %s runs %s, which has no sleep llmgw drives (llama.cpp's %s only); use when_idle = %q",
+						m.Name, IdleSleep, p.Name, p.Engine, "--sleep-idle-seconds", IdleStop)))
+				}
+			}
 			if q, dup := profiles[p.Name]; dup {
 				errs = append(errs, errAt(p.Pos, fmt.Sprintf("profile %s/%s: duplicate (first at %s)", m.Name, p.Name, q)))
 			} else {

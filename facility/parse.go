@@ -141,6 +141,7 @@ type (
 		MaxStep        int        `hcl:"max_step,optional"`
 		PanicThreshold float64    `hcl:"panic_threshold,optional"`
 		IdleAfter      string     `hcl:"idle_after,optional"`
+		WhenIdle       string     `hcl:"when_idle,optional"`
 		DefRange       hcl.Range  `hcl:",def_range"`
 		Body           hcl.Body   `hcl:",body"`
 	}
@@ -885,6 +886,16 @@ func (d *decoder) autoscale(ra *autoscaleHCL) Autoscale {
 		}
 	} else {
 		a.IdleAfter = max(a.IdleAfter, a.DownWindow)
+	}
+	if r, ok := d.Given(b, "when_idle"); ok {
+		switch {
+		case ra.WhenIdle != IdleStop && ra.WhenIdle != IdleSleep:
+			d.errorf(r, "autoscale: when_idle %q: want %q (stop every replica) or %q (keep one whose engine sleeps)", ra.WhenIdle, IdleStop, IdleSleep)
+		case a.Min > 0:
+			d.errorf(r, "autoscale: when_idle is only for min = 0 (what an idle model comes to); min is %d", a.Min)
+		default:
+			a.WhenIdle = ra.WhenIdle
+		}
 	}
 	return a
 }

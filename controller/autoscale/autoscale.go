@@ -381,6 +381,17 @@ func (s *Scaler) Decide(p facility.Autoscale, now time.Time, current int) Decisi
 	// Idle: no arrivals for idle_after, read all along.
 	if p.Min == 0 && s.idle(p, now) {
 		if s.lastUp.IsZero() || now.Sub(s.lastUp) >= p.DownWindow {
+			if p.Sleeps() {
+				// One replica stays, its engine asleep: it sleeps by
+				// itself after the same idle_after, and the next
+				// request wakes it.
+				if current > 1 {
+					return set(1, RuleIdle, "idle %d→1, asleep: no request arrived for idle_after %s; one replica stays, its engine sleeping until the next request (when_idle = sleep)",
+						current, fmtDur(p.IdleAfter))
+				}
+				return set(1, RuleHold, "holds at 1, asleep: no request arrived for idle_after %s; its engine sleeps until the next request (when_idle = sleep)",
+					fmtDur(p.IdleAfter))
+			}
 			return set(0, RuleIdle, "idle %d→0: no request arrived for idle_after %s", current, fmtDur(p.IdleAfter))
 		}
 	}

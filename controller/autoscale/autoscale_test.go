@@ -495,3 +495,19 @@ func TestRuleNames(t *testing.T) {
 		t.Errorf("%d rules", len(seen))
 	}
 }
+
+// when_idle = "sleep": an idle model comes to one replica asleep, not
+// zero, and holds there; the same model with requests scales as before.
+func TestIdleSleepKeepsOneAsleep(t *testing.T) {
+	t.Parallel()
+	p := policy(func(a *facility.Autoscale) { a.Min, a.WhenIdle = 0, facility.IdleSleep })
+	quiet := func(at time.Time) Sample { return busy(at, 0) }
+	s := New(Config{})
+	now := run(s, t0, t0.Add(31*time.Minute), quiet)
+	expect(t, s.Decide(p, now, 3), 1, RuleIdle, "idle 3→1, asleep: no request arrived for idle_after 30m")
+	now = run(s, now, now.Add(time.Hour), quiet)
+	expect(t, s.Decide(p, now, 1), 1, RuleHold, "holds at 1, asleep: no request arrived for idle_after 30m")
+	if (&facility.Autoscale{Min: 1, WhenIdle: facility.IdleSleep}).Sleeps() {
+		t.Error("a policy with min 1 sleeps")
+	}
+}

@@ -96,6 +96,10 @@ type Input struct {
 	// with min 0 is not left at zero with nothing to wake it. Models with
 	// a fixed replicas count ignore it.
 	Want map[string]Want
+	// Asleep holds the replica slots whose engines sleep (the
+	// controller's last reading of each engine's own state): when a model
+	// of higher priority needs room, they are given up first.
+	Asleep map[string]bool
 }
 
 // Kind is what an action does.

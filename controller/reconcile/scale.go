@@ -483,6 +483,11 @@ const (
 // planner; the caller commits the decision. A preemption waits while the
 // pass has used up max_stops.
 func (a *allocator) preempt(m facility.Model, slot string) (facility.Decision, []string, bool) {
+	if a.sleeping(m) {
+		// An idle model kept asleep takes no one's place: it waits
+		// for room (or a request) like a model at zero.
+		return facility.Decision{}, nil, false
+	}
 	stops := 0
 	for _, act := range a.res.Actions {
 		if act.Kind == Stop {
@@ -620,7 +625,8 @@ func (a *allocator) distance(node, slot string) int {
 // candidates are the slots a new slot of m may take, best victim first:
 // of models of lower priority (lowest first), above their floor, slots
 // that existed before this pass and have no action in it, in victim
-// order; as many of each model as it has above its floor.
+// order; as many of each model as it has above its floor. Slots whose
+// engines sleep (Input.Asleep) come before every other.
 func (a *allocator) candidates(m facility.Model) []string {
 	var lower []facility.Model
 	for _, o := range a.models {
@@ -643,7 +649,31 @@ func (a *allocator) candidates(m facility.Model) []string {
 		}
 		out = append(out, a.victims(o, old, a.has(o)-floor(o))...)
 	}
+	// Asleep first: a sleeping replica serves nothing now.
+	slices.SortStableFunc(out, func(x, y string) int {
+		switch ax, ay := a.in.Asleep[x], a.in.Asleep[y]; {
+		case ax && !ay:
+			return -1
+		case ay && !ax:
+			return 1
+		}
+		return 0
+	})
 	return out
+}
+
+// sleeping reports whether m is an idle model kept asleep (when_idle =
+// "sleep") with a replica whose engine sleeps.
+func (a *allocator) sleeping(m facility.Model) bool {
+	if !m.Autoscale.Sleeps() {
+		return false
+	}
+	for _, j := range a.in.Jobs {
+		if j.Model == m.Name && a.in.Asleep[j.Replica] {
+			return true
+		}
+	}
+	return false
 }
 
 // take takes a slot's jobs out of the planner.

@@ -508,3 +508,47 @@ func TestYieldedModelGrowsBackWithinItsMax(t *testing.T) {
 		t.Errorf("low-0 placed on %s", d.Shards[0].Node)
 	}
 }
+
+// A replica whose engine sleeps is given up first when a model of higher
+// priority needs room, before the awake replicas of a model of lower
+// priority.
+func TestAsleepReplicasGiveWayFirst(t *testing.T) {
+	t.Parallel()
+	w := newWorld()
+	w.pduBudgets(1) // 4 replicas in all
+	sleepy := autoModel("sleepy", 0, 8, 40)
+	sleepy.Autoscale.WhenIdle = facility.IdleSleep
+	w.cat.Models = []facility.Model{autoModel("low", 1, 8, 20), sleepy, autoModel("high", 1, 8, 80)}
+	w.apply(w.planWant(t, map[string]int{"low": 2, "sleepy": 1, "high": 0}, 0).Actions)
+	w.serveAll()
+	if len(w.slotsOf("low")) != 2 || len(w.slotsOf("sleepy")) != 1 || len(w.slotsOf("high")) != 1 {
+		t.Fatalf("low %v, sleepy %v, high %v", w.slotsOf("low"), w.slotsOf("sleepy"), w.slotsOf("high"))
+	}
+	plan := func(asleep map[string]bool) Result {
+		wants := map[string]Want{"low": {N: 2}, "sleepy": {N: 1}, "high": {N: 2}}
+		res, err := Plan(Input{Now: w.now, Catalog: w.cat, Fleet: w.fleet(), Facility: w.fac, Jobs: w.jobs,
+			PartialDeadline: 10 * time.Minute, Want: wants, Asleep: asleep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	stopped := func(res Result) []string {
+		var out []string
+		for _, a := range res.Actions {
+			if a.Kind == Stop {
+				out = append(out, a.Replica)
+			}
+		}
+		return out
+	}
+	// Awake: the lowest priority gives way.
+	if got := stopped(plan(nil)); len(got) != 1 || !strings.HasPrefix(got[0], "low-") {
+		t.Errorf("awake: stops %v, want one of low's", got)
+	}
+	// Asleep: sleepy's sleeping replica goes first, and sleepy, idle,
+	// takes no one's place to come back.
+	if got := stopped(plan(map[string]bool{w.slotsOf("sleepy")[0]: true})); len(got) != 1 || !strings.HasPrefix(got[0], "sleepy-") {
+		t.Errorf("asleep: stops %v, want sleepy's sleeping replica", got)
+	}
+}

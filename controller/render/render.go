@@ -27,8 +27,8 @@ const (
 	// the node's store fetches (the driver's engine "fetch"): the engine
 	// task starts once the weights are whole on the node.
 	FetchTaskName = "weights"
-	PortHTTP   = "http"   // the engine's API port, every shard
-	PortDist   = "dist"   // the leader's rendezvous port, shard 0 of a multi-node replica
+	PortHTTP      = "http" // the engine's API port, every shard
+	PortDist      = "dist" // the leader's rendezvous port, shard 0 of a multi-node replica
 	// LeaderEnvFile is where the other shards' template writes the leader's
 	// address (inside the task directory).
 	LeaderEnvFile = "local/leader.env"
@@ -662,6 +662,12 @@ func (r *rendering) args(int) []string {
 	args := slices.Clone(r.in.Profile.Args)
 	if args == nil {
 		args = []string{}
+	}
+	// A model that sleeps when idle: the engine's own sleep after the
+	// policy's idle_after without a request (unless the profile's args
+	// set it themselves).
+	if sm := r.engine.Sleep; sm != nil && r.in.Model.Autoscale.Sleeps() && !slices.Contains(args, sm.IdleFlag) {
+		args = append(args, sm.IdleFlag, strconv.Itoa(max(int(r.in.Model.Autoscale.IdleAfter/time.Second), 1)))
 	}
 	return args
 }

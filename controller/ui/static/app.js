@@ -584,7 +584,8 @@ function viewReplicas() {
     rows.push(h('tr', { class: 'clickable', dataset: { replica: r.id }, onclick: () => toggleExplain(r.id) },
       h('td', { class: 'mono' }, (open ? '▾ ' : '▸ ') + r.id),
       h('td', {}, r.model), h('td', {}, r.profile || '-'),
-      h('td', {}, h('span', { class: 'state ' + r.state }, r.state), r.jobs && r.jobs.length > 1 ? h('span', { class: 'muted' }, ` (${r.jobs.length} jobs)`) : null),
+      h('td', {}, h('span', { class: 'state ' + r.state }, r.state), r.jobs && r.jobs.length > 1 ? h('span', { class: 'muted' }, ` (${r.jobs.length} jobs)`) : null,
+        r.engine && r.engine.asleep ? h('span', { class: 'muted', title: 'The engine sleeps: its model is freed until the next request loads it again.' }, ', asleep') : null),
       h('td', { class: 'mono' }, r.domain || '-'),
       h('td', { class: 'mono' }, (r.nodes || []).join(', ') || '-'),
       h('td', {}, age(r.since))));

@@ -89,6 +89,9 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 				if len(r.Jobs) > 1 {
 					state += fmt.Sprintf(" (%d jobs)", len(r.Jobs))
 				}
+				if r.Engine != nil && r.Engine.Asleep != nil && *r.Engine.Asleep {
+					state += ", asleep"
+				}
 				t.row(append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
 					engineLoad(r.Engine)...)...)
 			}
