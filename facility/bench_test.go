@@ -3,7 +3,10 @@ package facility
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // benchWorld is a fleet of n nodes of 8 H200s: 4 nodes a rack, two PDUs a
@@ -137,5 +140,81 @@ func BenchmarkNewPlanner(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// benchWeights gives every model of cat weights of 16.1 GB (a hub
+// repository of its own) and, with every > 0, puts each model's weights on
+// the nodes of one rack in every (a rack's nodes share them, as after a
+// replica ran there) and a measured fetch rate on every seventh node; the
+// fleet's nodes are copied.
+func benchWeights(fleet Fleet, cat Catalog, every int) (Fleet, Catalog) {
+	out := Fleet{Nodes: slices.Clone(fleet.Nodes), Learned: fleet.Learned}
+	cat.Models = slices.Clone(cat.Models)
+	for j := range cat.Models {
+		m := &cat.Models[j]
+		m.Weights = &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/" + m.Name, Files: []string{"model.gguf"}}}
+		m.WeightsBytes = 16_100_000_000
+	}
+	if every <= 0 {
+		return out, cat
+	}
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		n.Weights = nil
+		for j, m := range cat.Models {
+			if (i/4+j)%every == 0 {
+				if n.Weights == nil {
+					n.Weights = map[string]int64{}
+				}
+				n.Weights[m.Weights.Key()] = m.WeightsBytes
+			}
+		}
+		if i%7 == 0 {
+			n.FetchBytesPerSecond = 250e6
+		}
+	}
+	return out, cat
+}
+
+// BenchmarkPlaceWeights is BenchmarkPlace with every model's weights a
+// node fetches: held=none, no node holds any (the estimate is the same
+// everywhere, so it ranks nothing); held=quarter, a quarter of the racks
+// hold each model's and a seventh of the nodes fetch faster.
+func BenchmarkPlaceWeights(b *testing.B) {
+	for _, held := range []struct {
+		name  string
+		every int
+	}{{"none", 0}, {"quarter", 4}} {
+		for _, n := range benchSizes[:2] {
+			b.Run(fmt.Sprintf("held=%s/nodes=%d", held.name, n), func(b *testing.B) {
+				fleet, fac := benchWorld(n)
+				fleet, cat := benchWeights(fleet, benchCatalog(2000), held.every)
+				reqs := benchRequests(cat)
+				placed := 0
+				for range b.N {
+					b.StopTimer()
+					p, err := NewPlanner(fleet, fac, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					placed = 0
+					b.StartTimer()
+					for _, req := range reqs {
+						d := p.Place(req)
+						if d.Placed {
+							placed++
+							if err := p.Commit(d); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				decisions := float64(len(reqs)) * float64(b.N)
+				b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
+				b.ReportMetric(float64(placed), "placed")
+			})
+		}
 	}
 }

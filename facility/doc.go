@@ -55,9 +55,11 @@
 // replica (nodes > 1, one shard per node) goes whole into one domain of its
 // keep_within level, every shard on the same fabric. Inside each such
 // domain and fabric, nodes are taken greedily — fewest replicas of the
-// model at the spread levels, then least Δ, then fewest GPUs left free,
-// then name — skipping any node whose shard would break a budget given the
-// shards already taken.
+// model at the spread levels, then soonest ready (below), then least Δ,
+// then fewest GPUs left free, then name — skipping any node whose shard
+// would break a budget given the shards already taken. A single-node
+// replica's node is, within the nodes sharing one location, the soonest
+// ready its budgets admit, then least Δ, fewest GPUs left, name.
 //
 // Places that fit are ranked, best first, by:
 //
@@ -66,12 +68,21 @@
 //     already holds (for a multi-node place, the most any of its domains
 //     there holds) — fewest first, compared level by level. So no domain
 //     gets a second replica while one that fits has none, and so on.
-//  2. power headroom: the least any budgeted domain of the place could
+//  2. readiness, for a model whose weights a node fetches (Model.Weights,
+//     a hub repository or URLs): the estimated time before the replica
+//     could load there — 0 on a node whose store holds the weights
+//     (Node.Weights has their key), else their size over the node's fetch
+//     rate (weights.go) — soonest first; for a multi-node place, the
+//     slowest of its nodes, then fewer nodes to fetch, then less fetching
+//     in all. After spread, because spread is the availability promise a
+//     replica must keep wherever its weights are; before headroom, because
+//     a replica that serves minutes sooner beats watts kept free.
+//  3. power headroom: the least any budgeted domain of the place could
 //     still take after the replica, min(limit − draw after), in watts —
 //     most first; a place with no budget has unlimited headroom.
-//  3. GPU fit: GPUs left free on the chosen nodes — fewest first, so whole
+//  4. GPU fit: GPUs left free on the chosen nodes — fewest first, so whole
 //     nodes stay free for bigger replicas.
-//  4. the node's name (single-node) or the domain's value, then fabric
+//  5. the node's name (single-node) or the domain's value, then fabric
 //     (multi-node) — for determinism.
 //
 // Same input, same output: nothing depends on map order or input order.

@@ -64,6 +64,10 @@ type oneEval struct {
 	after float64 // oneOver: what it would draw
 	head  float64 // oneZero, oneSpread: the least headroom its budgets keep
 	sv    [NumLevels]int32
+	// A warm shape's cells (weights.go): the node offered, an index into
+	// the cell's list (-1: the cell's best), and its fetch estimate.
+	pick  int32
+	fetch float64
 }
 
 // oneAgg sums a range of cells of the tree.
@@ -248,25 +252,34 @@ func (p *Planner) evalOne(sh *shape, ix *oneIndex, i int32, counts []int32) {
 		p.recache(sh, i)
 	}
 	e := &ix.eval[i]
-	*e = oneEval{}
+	*e = oneEval{pick: -1}
 	if sc.feasible > 0 {
-		p.evalFits(sh, sc, e, counts)
+		p.evalFits(sh, sc, i, e, counts)
 	}
 	bitSetTo(ix.over, i, e.cat == oneOver)
 	bitSetTo(ix.spread, i, e.cat == oneSpread)
 }
 
-// evalFits evaluates a cell with a node that has room.
-func (p *Planner) evalFits(sh *shape, sc *scell, e *oneEval, counts []int32) {
-	delta := &sc.best.delta
+// evalFits evaluates cell i, which has a node with room.
+func (p *Planner) evalFits(sh *shape, sc *scell, i int32, e *oneEval, counts []int32) {
 	head := math.Inf(1)
-	for _, bd := range sc.bud[:sc.nb] {
-		a := p.draw[bd] + delta[p.mode[bd]]
-		if lim := p.limit[bd]; a > lim {
-			e.cat, e.over, e.after = oneOver, bd, a
+	if sh.warm {
+		k, h, over, after := p.warmPick(sh, sc, i)
+		if k < 0 {
+			e.cat, e.over, e.after = oneOver, over, after
 			return
-		} else if lim-a < head {
-			head = lim - a
+		}
+		head, e.pick, e.fetch = h, k, sh.fetch[sh.lists[i][k].node]
+	} else {
+		delta := &sc.best.delta
+		for _, bd := range sc.bud[:sc.nb] {
+			a := p.draw[bd] + delta[p.mode[bd]]
+			if lim := p.limit[bd]; a > lim {
+				e.cat, e.over, e.after = oneOver, bd, a
+				return
+			} else if lim-a < head {
+				head = lim - a
+			}
 		}
 	}
 	e.head = head
@@ -308,8 +321,8 @@ func (p *Planner) mergeOne(sh *shape, ix *oneIndex, l, r *oneAgg) oneAgg {
 }
 
 // oneBefore reports whether cell a ranks above cell b: fewer of the model
-// at the spread levels in order, then more power headroom, then fewer GPUs
-// left free, then name (placeOneScan's order).
+// at the spread levels in order, then sooner ready, then more power
+// headroom, then fewer GPUs left free, then name (placeOneScan's order).
 func (p *Planner) oneBefore(sh *shape, ix *oneIndex, a, b int32) bool {
 	ea, eb := &ix.eval[a], &ix.eval[b]
 	for k := range len(sh.prof.Spread) {
@@ -317,14 +330,26 @@ func (p *Planner) oneBefore(sh *shape, ix *oneIndex, a, b int32) bool {
 			return v < w
 		}
 	}
+	if ea.fetch != eb.fetch {
+		return ea.fetch < eb.fetch
+	}
 	if ea.head != eb.head {
 		return ea.head > eb.head
 	}
-	ba, bb := &sh.cells[a].best, &sh.cells[b].best
+	ba, bb := ix.offer(sh, a), ix.offer(sh, b)
 	if ba.free != bb.free {
 		return ba.free < bb.free
 	}
 	return ba.rank < bb.rank
+}
+
+// offer is the node cell i offers: its best, or for a warm shape the one
+// evalFits picked.
+func (ix *oneIndex) offer(sh *shape, i int32) *centry {
+	if k := ix.eval[i].pick; k >= 0 {
+		return &sh.lists[i][k]
+	}
+	return &sh.cells[i].best
 }
 
 // placeOne places a single-node replica: every cell offers its best node
@@ -367,6 +392,6 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 		col.ranked.places-- // the winner
 		col.ranked.nodes--
 	}
-	p.oneShard(sh, d, cells[best].best)
+	p.oneShard(sh, d, *ix.offer(sh, best))
 	return true
 }

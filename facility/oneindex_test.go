@@ -3,6 +3,7 @@ package facility
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -200,4 +201,37 @@ func TestShapeCacheBound(t *testing.T) {
 		t.Errorf("%d shapes in all, %d of %d placed: the test does not make the bounded planner drop shapes", n, placed, len(reqs))
 	}
 	t.Logf("%d requests, %d placed, %d shapes without the bound", len(reqs), placed, len(all.shapes))
+}
+
+// TestIndexedPlaceMatchesScanWeights is TestIndexedPlaceMatchesScanBench
+// with weights: a quarter of the racks hold each model's, a seventh of the
+// nodes fetch faster.
+func TestIndexedPlaceMatchesScanWeights(t *testing.T) {
+	t.Parallel()
+	fleet, fac := benchWorld(640)
+	fleet, cat := benchWeights(fleet, benchCatalog(400), 4)
+	r := rand.New(rand.NewPCG(9, 10))
+	tw := newTwin(t, fleet, fac)
+	reqs := benchRequests(cat)
+	for round := range 2 {
+		for k, req := range reqs {
+			tw.place(fmt.Sprintf("round %d, request %d", round, k), req)
+			if r.IntN(4) == 0 {
+				tw.remove(r)
+			}
+		}
+	}
+	held := 0
+	for _, rr := range tw.idx.running {
+		for _, s := range rr.Shards {
+			if _, ok := fleet.Nodes[slices.IndexFunc(fleet.Nodes, func(n Node) bool { return n.Name == s.Node })].Weights[cat.Models[0].Weights.Key()]; ok && rr.Model == cat.Models[0].Name {
+				held++
+			}
+		}
+	}
+	if held == 0 {
+		t.Error("no replica of the first model on a node that holds its weights")
+	}
+	t.Logf("%d decisions (%d single-node), %d placed, %d removed; %d shards of %s where its weights are",
+		tw.ops, tw.singleChecks, tw.placed, tw.removed, held, cat.Models[0].Name)
 }

@@ -30,6 +30,19 @@ type shape struct {
 	model     string      // the model it places
 	one       *oneIndex   // single-node: the index placeOne reads, built on first use
 	gang      *gangIndex  // multi-node: the index placeGang reads, built on first use
+
+	// Readiness (weights.go): the model's weights key ("" when it has no
+	// weights a node fetches) and the size the estimates take (0
+	// unknown); wcat, the catalog's size it was built with; per node, the
+	// estimated seconds before a replica there could load (nil without a
+	// key); warm when those differ among the nodes that pass the static
+	// checks. Only a warm shape ranks by them; a warm single-node shape
+	// keeps every cell's nodes with room in lists, fastest first.
+	wkey   string
+	wbytes int64
+	wcat   int64
+	fetch  []float64
+	warm   bool
 }
 
 // scell is a cell as a shape scans it, with what the scan reads inline and
@@ -85,13 +98,18 @@ func samePlacement(a, b *Profile) bool {
 // as it would have (a shape is a cache: TestShapeCacheBound).
 const maxShapes = 16
 
-func (p *Planner) shape(model string, prof *Profile) *shape {
+func (p *Planner) shape(m *Model, prof *Profile) *shape {
+	model := m.Name
 	key := shapeKey{model, prof.Name}
+	wkey, wbytes := p.weightsKey(m.Weights), int64(0)
 	old, had := p.shapes[key]
-	if had && samePlacement(&old.prof, prof) {
+	if had && samePlacement(&old.prof, prof) && old.wkey == wkey && (wkey == "" || old.wcat == m.WeightsBytes) {
 		return old
 	}
-	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU), model: model}
+	if wkey != "" {
+		wkey, wbytes = p.weightsOf(m)
+	}
+	sh := &shape{prof: *prof, gpu: p.gpuID(prof.GPU), model: model, wcat: m.WeightsBytes}
 	sh.learned, sh.learnedOK = p.counted[LearnedKey{Model: model, Profile: prof.Name, GPU: prof.GPU}]
 	sh.prof.Spread = slices.Clone(prof.Spread)
 	if !had {
@@ -208,6 +226,7 @@ func (p *Planner) shape(model string, prof *Profile) *shape {
 			}
 		}
 	}
+	p.setWeights(sh, wkey, wbytes)
 	return sh
 }
 
@@ -245,7 +264,8 @@ func (p *Planner) recache(sh *shape, i int32) {
 	budgeted := ce.nb > 0
 	gang := pr.Nodes > 1
 	var list []centry
-	if gang {
+	keep := gang || sh.warm // keep every node with room, not only the best
+	if keep {
 		list = sh.lists[i][:0]
 	}
 	cl := &p.cells[c]
@@ -281,9 +301,13 @@ func (p *Planner) recache(sh *shape, i int32) {
 			ce.best = e
 		}
 		ce.feasible++
-		if gang {
+		if keep {
 			list = append(list, e)
 		}
+	}
+	if sh.warm && !gang {
+		p.sortWarm(sh, list, budgeted)
+		sh.lists[i] = list
 	}
 	if gang {
 		slices.SortFunc(list, func(a, b centry) int {
@@ -337,12 +361,17 @@ func sameVec(a, b *[NumLevels]int32) bool {
 }
 
 // rankCmp orders places that fit: fewest replicas of the model at the spread
-// levels in order, then most power headroom, then best GPU fit.
-func rankCmp(asv, bsv *[NumLevels]int32, ahead, bhead float64, afree, bfree int) int {
+// levels in order, then soonest ready (ready: the estimate of a single
+// node, or a multi-node place's readiness compared with readyCmp), then
+// most power headroom, then best GPU fit.
+func rankCmp(asv, bsv *[NumLevels]int32, ready int, ahead, bhead float64, afree, bfree int) int {
 	for i := range asv {
 		if c := cmp.Compare(asv[i], bsv[i]); c != 0 {
 			return c
 		}
+	}
+	if ready != 0 {
+		return ready
 	}
 	if c := cmp.Compare(bhead, ahead); c != 0 {
 		return c
@@ -368,9 +397,10 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 	cands := p.cands[:0]
 	best := int32(-1) // index into cells
 	var bsv [NumLevels]int32
-	var bhead float64
-	var bfree, brank int32
+	var bhead, bfetch float64
+	var bent centry // the node the best cell offers
 	cells := sh.cells
+	warm := sh.warm
 	for i := range cells {
 		sc := &cells[i]
 		if sc.version != p.cellVer[sc.cell] {
@@ -383,17 +413,27 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 			continue
 		}
 		// Budgets: the first over its limit, else the least headroom.
-		delta := &sc.best.delta
+		ent := &sc.best
 		head := math.Inf(1)
 		over := int32(-1)
-		var after float64
-		for _, bd := range sc.bud[:sc.nb] {
-			a := p.draw[bd] + delta[p.mode[bd]]
-			if lim := p.limit[bd]; a > lim {
-				over, after = bd, a
-				break
-			} else if lim-a < head {
-				head = lim - a
+		var after, fetch float64
+		if warm {
+			// The fastest node to ready that the budgets admit.
+			var k int32
+			if k, head, over, after = p.warmPick(sh, sc, int32(i)); k >= 0 {
+				ent = &sh.lists[i][k]
+				fetch = sh.fetch[ent.node]
+			}
+		} else {
+			delta := &ent.delta
+			for _, bd := range sc.bud[:sc.nb] {
+				a := p.draw[bd] + delta[p.mode[bd]]
+				if lim := p.limit[bd]; a > lim {
+					over, after = bd, a
+					break
+				} else if lim-a < head {
+					head = lim - a
+				}
 			}
 		}
 		if over >= 0 {
@@ -409,7 +449,8 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 		} else {
 			cands = append(cands, cand{cell: int32(i), nodes: sc.feasible, sv: sv})
 		}
-		// Rank against the best so far: spread, headroom, fit, name.
+		// Rank against the best so far: spread, readiness, headroom, fit,
+		// name.
 		if best >= 0 {
 			c := 0
 			for k := range ns {
@@ -420,19 +461,21 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 			}
 			if c == 0 {
 				switch {
+				case fetch != bfetch:
+					c = cmp.Compare(fetch, bfetch)
 				case head != bhead:
 					c = cmp.Compare(bhead, head)
-				case sc.best.free != bfree:
-					c = cmp.Compare(sc.best.free, bfree)
+				case ent.free != bent.free:
+					c = cmp.Compare(ent.free, bent.free)
 				default:
-					c = cmp.Compare(sc.best.rank, brank)
+					c = cmp.Compare(ent.rank, bent.rank)
 				}
 			}
 			if c > 0 {
 				continue
 			}
 		}
-		best, bsv, bhead, bfree, brank = int32(i), sv, head, sc.best.free, sc.best.rank
+		best, bsv, bhead, bfetch, bent = int32(i), sv, head, fetch, *ent
 	}
 	p.cands = cands
 	if best < 0 {
@@ -450,7 +493,7 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 		col.ranked.places-- // the winner
 		col.ranked.nodes--
 	}
-	p.oneShard(sh, d, cells[best].best)
+	p.oneShard(sh, d, bent)
 	return true
 }
 
@@ -524,6 +567,10 @@ type gcand struct {
 	head   float64
 	free   int
 	picked int // where its nodes are in its gangEval's picked
+	// Readiness (gangReady): the slowest node's fetch estimate, the nodes
+	// that must fetch, the estimates' sum; zero when the shape is not warm.
+	ready, fetchSum float64
+	absent          int
 }
 
 // placeGang places a multi-node replica whole inside one domain of its
@@ -637,12 +684,19 @@ func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEva
 		}
 		return
 	}
+	warm := sh.warm
 	slices.SortFunc(svs, func(a, b gsortable) int {
 		if c := cmp.Compare(a.fabric, b.fabric); c != 0 {
 			return c
 		}
 		for i := range a.sv {
 			if c := cmp.Compare(a.sv[i], b.sv[i]); c != 0 {
+				return c
+			}
+		}
+		if warm {
+			// Nodes that hold the weights (then the fastest to fetch) first.
+			if c := cmp.Compare(sh.fetch[a.node], sh.fetch[b.node]); c != 0 {
 				return c
 			}
 		}
@@ -690,7 +744,7 @@ func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEva
 		}
 		p.picked = picked
 		if len(picked) == need {
-			gc := p.rankGang(g.dom, picked, counts, pr.Spread)
+			gc := p.rankGang(sh, g.dom, picked, counts)
 			gc.picked = len(ge.picked)
 			ge.picked = append(ge.picked, picked...)
 			ge.runs = append(ge.runs, gc)
@@ -714,8 +768,10 @@ func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEva
 // of the model any of its domains there holds, the least headroom any
 // budgeted domain it touches keeps, and the GPUs it leaves free. p.addW
 // holds the draw it adds.
-func (p *Planner) rankGang(dom int32, picked []centry, counts []int32, spread []Level) gcand {
+func (p *Planner) rankGang(sh *shape, dom int32, picked []centry, counts []int32) gcand {
+	spread := sh.prof.Spread
 	gc := gcand{dom: dom, nodes: len(picked), head: math.Inf(1), picked: -1}
+	gc.ready, gc.absent, gc.fetchSum = gangReady(sh, picked)
 	for i := range gc.svDom {
 		gc.svDom[i] = -1
 	}
@@ -736,5 +792,12 @@ func (p *Planner) rankGang(dom int32, picked []centry, counts []int32, spread []
 
 // gangBetter: a ranks above b; on a full tie the earlier (b) stays.
 func (p *Planner) gangBetter(a, b *gcand) bool {
-	return rankCmp(&a.sv, &b.sv, a.head, b.head, a.free, b.free) < 0
+	return rankCmp(&a.sv, &b.sv, readyCmp(a, b), a.head, b.head, a.free, b.free) < 0
+}
+
+// readyCmp orders multi-node places by readiness: the slowest node's fetch
+// (when the replica can start), then fewer nodes to fetch, then less
+// fetching in all. All zero for a shape that is not warm.
+func readyCmp(a, b *gcand) int {
+	return cmp.Or(cmp.Compare(a.ready, b.ready), cmp.Compare(a.absent, b.absent), cmp.Compare(a.fetchSum, b.fetchSum))
 }

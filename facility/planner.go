@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Request asks for one new replica of a model.
@@ -114,6 +116,7 @@ type Planner struct {
 	chg      []change
 	chgGen   uint32
 	modelIDs map[string]int32
+	wkeys    map[*weightsapi.Source]keyed // weightsKey's memory
 	scanOnly bool // place single-node replicas by visiting every cell (placeOneScan); for tests
 
 	// scratch, reused across decisions
@@ -174,6 +177,8 @@ type pnode struct {
 	measured   float64
 	promised   [2]float64 // Σ draw of its shards, counted declared and measured
 	gpus       []pgpu
+	weights    map[string]int64 // Node.Weights, as given
+	fetchBPS   float64          // Node.FetchBytesPerSecond
 }
 
 type pgpu struct {
@@ -323,6 +328,7 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 		pn := pnode{
 			name: n.Name, pool: pool, fabric: n.Fabric, fabricRank: int32(fr), rank: nameRank[oi],
 			cpu: n.CPUCores, mem: n.MemoryGB, base: n.BaseWatts, measured: n.MeasuredWatts,
+			weights: n.Weights, fetchBPS: n.FetchBytesPerSecond,
 		}
 		for _, g := range n.GPUs {
 			id, ok := p.gpuIndex[g.Model]
@@ -676,7 +682,7 @@ func (p *Planner) Draining() []string {
 func (p *Planner) Place(req Request) Decision {
 	d := Decision{Replica: req.Replica, Model: req.Model.Name}
 	for i := range req.Model.Profiles {
-		sh := p.shape(req.Model.Name, &req.Model.Profiles[i])
+		sh := p.shape(&req.Model, &req.Model.Profiles[i])
 		if sh.invalid != nil {
 			d.Rejections = append(d.Rejections, Rejection{Profile: sh.prof.Name, Kind: KindInvalid, Message: "invalid profile: " + sh.invalid.Error()})
 			continue

@@ -1,6 +1,7 @@
 package facility
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // world is a random fleet, facility and catalog.
@@ -123,9 +126,48 @@ func randomWorld(r *rand.Rand, budgets bool) world {
 			}
 			model.Profiles = append(model.Profiles, prof)
 		}
+		if r.IntN(2) == 0 {
+			model.Weights, model.WeightsBytes = randomWeights(r, m)
+		}
 		w.cat.Models = append(w.cat.Models, model)
 	}
+	// Some nodes hold some models' weights; some say how fast they fetch.
+	for i := range w.fleet.Nodes {
+		n := &w.fleet.Nodes[i]
+		for _, m := range w.cat.Models {
+			if k := weightsKey(m); k != "" && r.IntN(3) == 0 {
+				if n.Weights == nil {
+					n.Weights = map[string]int64{}
+				}
+				n.Weights[k] = pick(r, int64(4e9), int64(6e9))
+			}
+		}
+		n.FetchBytesPerSecond = pick(r, 0, 0, 50e6, 250e6)
+	}
 	return w
+}
+
+// randomWeights gives model m weights: a hub repository, URLs or a path,
+// with or without a size in the catalog.
+func randomWeights(r *rand.Rand, m int) (*weightsapi.Source, int64) {
+	var src weightsapi.Source
+	switch r.IntN(4) {
+	case 0:
+		src.URLs = []weightsapi.URL{{URL: fmt.Sprintf("https://h.example/m%d.gguf", m)}}
+	case 1:
+		src.Path = fmt.Sprintf("/models/m%d", m)
+	default:
+		src.Hub = &weightsapi.Hub{Repo: fmt.Sprintf("org/m%d", m), Files: []string{"m.gguf"}}
+	}
+	return &src, pick(r, 0, 0, int64(5e9))
+}
+
+// weightsKey is the model's weights key, "" when a node fetches none.
+func weightsKey(m Model) string {
+	if m.Weights == nil {
+		return ""
+	}
+	return m.Weights.Key()
 }
 
 // ref is a slow, obvious model of the rules, recomputing everything from
@@ -225,11 +267,43 @@ func (r *ref) spread(model string, p Profile, nodes []string) [NumLevels]int32 {
 	return sv
 }
 
-// bestSingle is the reference placement of a single-node profile.
-func (r *ref) bestSingle(model string, p Profile) (string, bool) {
+// fetch is the reference estimate of how long node n needs before a
+// replica of m could load there: 0 when it holds m's weights (or m has no
+// weights to fetch), else their size over its rate, +Inf for an unknown
+// size; the size is the largest any node holds, else the catalog's.
+func (r *ref) fetch(m Model, n *Node) float64 {
+	key := weightsKey(m)
+	if key == "" {
+		return 0
+	}
+	if _, ok := n.Weights[key]; ok {
+		return 0
+	}
+	var size int64
+	for _, o := range r.w.fleet.Nodes {
+		size = max(size, o.Weights[key])
+	}
+	if size == 0 {
+		size = m.WeightsBytes
+	}
+	if size == 0 {
+		return math.Inf(1)
+	}
+	rate := n.FetchBytesPerSecond
+	if rate == 0 {
+		rate = DefaultFetchBytesPerSecond
+	}
+	return float64(size) / rate
+}
+
+// bestSingle is the reference placement of a single-node profile: among
+// the nodes that fit, fewest of the model at the spread levels, then
+// soonest ready, then most headroom, then best fit, then name.
+func (r *ref) bestSingle(m Model, p Profile) (string, bool) {
+	model := m.Name
 	var best string
 	var bsv [NumLevels]int32
-	var bhead float64
+	var bhead, bfetch float64
 	var bfree int
 	for i := range r.w.fleet.Nodes {
 		n := &r.w.fleet.Nodes[i]
@@ -242,13 +316,14 @@ func (r *ref) bestSingle(model string, p Profile) (string, bool) {
 		}
 		sv := r.spread(model, p, []string{n.Name})
 		free := r.gpus[n.Name] - p.GPUs
+		fetch := r.fetch(m, n)
 		better := best == ""
 		if !better {
-			c := rankCmp(&sv, &bsv, head, bhead, free, bfree)
+			c := rankCmp(&sv, &bsv, cmp.Compare(fetch, bfetch), head, bhead, free, bfree)
 			better = c < 0 || c == 0 && n.Name < best
 		}
 		if better {
-			best, bsv, bhead, bfree = n.Name, sv, head, free
+			best, bsv, bhead, bfetch, bfree = n.Name, sv, head, fetch, free
 		}
 	}
 	return best, best != ""
@@ -271,6 +346,122 @@ func (r *ref) gangDomains(model string, p Profile) map[string][NumLevels]int32 {
 		if len(names) >= p.Nodes {
 			out[k[0]] = r.spread(model, p, names[:1])
 		}
+	}
+	return out
+}
+
+// checkGangReady checks that no keep_within domain and fabric as well
+// spread as the multi-node decision d (budgets aside) could be ready
+// sooner, and reports whether some but not all of d's nodes hold the
+// weights.
+func checkGangReady(t *testing.T, where string, ref *ref, m Model, prof Profile, d Decision, doms map[string][NumLevels]int32, got [NumLevels]int32) bool {
+	t.Helper()
+	gotReady := ref.readiness(m, shardNodes(d))
+	for g, rd := range ref.gangReadiness(m, prof) {
+		if sv := doms[g[0]]; sameVec(&sv, &got) && rd.less(gotReady) {
+			t.Fatalf("%s: readiness %v, but %s=%s on fabric %q is ready with %v", where, gotReady, prof.KeepWithin, g[0], g[1], rd)
+		}
+	}
+	return gotReady.absent > 0 && gotReady.absent < prof.Nodes
+}
+
+// TestPlaceGangReadiness places random worlds without budgets, their
+// models multi-node and with weights some nodes hold: among the places as
+// well spread, every multi-node replica goes where it is ready soonest.
+func TestPlaceGangReadiness(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(11, 12))
+	checked, mixed := 0, 0
+	for iter := range 400 {
+		w := randomWorld(r, false)
+		for i := range w.cat.Models {
+			m := &w.cat.Models[i]
+			for j := range m.Profiles {
+				p := &m.Profiles[j]
+				if p.Nodes == 1 {
+					p.Nodes, p.KeepWithin = 2+r.IntN(2), pick(r, LevelRoom, LevelRow, LevelRack)
+				}
+				p.Spread = slices.DeleteFunc(p.Spread, func(l Level) bool { return l > p.KeepWithin || l == LevelPDU })
+			}
+		}
+		p, err := NewPlanner(w.fleet, w.fac, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := newRef(w)
+		for _, m := range w.cat.Models {
+			for i := range m.Replicas {
+				d := p.Place(Request{Replica: ReplicaID(m.Name, i), Model: m})
+				if !d.Placed {
+					continue
+				}
+				prof := m.Profiles[slices.IndexFunc(m.Profiles, func(p Profile) bool { return p.Name == d.Profile })]
+				where := fmt.Sprintf("world %d, %s: %v", iter, d.Replica, shardNodes(d))
+				checkDecision(t, where, ref, d, prof)
+				if spreadEnclosing(prof) {
+					checked++
+					got := ref.spread(m.Name, prof, shardNodes(d))
+					if checkGangReady(t, where, ref, m, prof, d, ref.gangDomains(m.Name, prof), got) {
+						mixed++
+					}
+				}
+				if err := p.Commit(d); err != nil {
+					t.Fatalf("%s: commit: %v", where, err)
+				}
+				ref.commit(d)
+			}
+		}
+	}
+	t.Logf("%d multi-node decisions checked, %d of them on nodes some of which hold the weights", checked, mixed)
+	if checked < 300 || mixed < 30 {
+		t.Errorf("generator too weak: %d checked, %d mixed", checked, mixed)
+	}
+}
+
+// ready is a multi-node place's readiness as the planner ranks it: the
+// slowest node's fetch, the nodes that must fetch, the fetches' sum.
+type ready struct {
+	max    float64
+	absent int
+	sum    float64
+}
+
+func (a ready) less(b ready) bool {
+	return cmp.Or(cmp.Compare(a.max, b.max), cmp.Compare(a.absent, b.absent), cmp.Compare(a.sum, b.sum)) < 0
+}
+
+func (r *ref) readiness(m Model, nodes []string) ready {
+	var out ready
+	for _, name := range nodes {
+		f := r.fetch(m, r.node(name))
+		out.max = max(out.max, f)
+		out.sum += f
+		if f > 0 {
+			out.absent++
+		}
+	}
+	return out
+}
+
+// gangReadiness returns, per keep_within domain and fabric with enough
+// nodes that fit (ignoring budgets), the best readiness a replica there
+// could have: its p.Nodes soonest ready nodes.
+func (r *ref) gangReadiness(m Model, p Profile) map[[2]string]ready {
+	groups := map[[2]string][]string{}
+	for i := range r.w.fleet.Nodes {
+		n := &r.w.fleet.Nodes[i]
+		if v := n.Location.Get(p.KeepWithin); v != "" && r.fits(n, p) {
+			k := [2]string{v, n.Fabric}
+			groups[k] = append(groups[k], n.Name)
+		}
+	}
+	out := map[[2]string]ready{}
+	for k, names := range groups {
+		if len(names) < p.Nodes {
+			continue
+		}
+		slices.SortFunc(names, func(a, b string) int { return cmp.Compare(r.fetch(m, r.node(a)), r.fetch(m, r.node(b))) })
+		out[k] = r.readiness(m, names[:p.Nodes])
 	}
 	return out
 }
@@ -313,7 +504,8 @@ func spreadEnclosing(p Profile) bool {
 func TestPlaceProperties(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
-	decisions, placed, gangs, gangSpread := 0, 0, 0, 0
+	decisions, placed, gangs, gangSpread, gangMixed := 0, 0, 0, 0, 0
+	warmSingle, warmHeld := 0, 0
 	for iter := range 1000 {
 		budgets := iter%4 != 0 // every fourth world has no budgets: gang spread is checked exactly there
 		w := randomWorld(r, budgets)
@@ -333,7 +525,7 @@ func TestPlaceProperties(t *testing.T) {
 						break
 					}
 					if prof.Nodes == 1 {
-						if n, ok := ref.bestSingle(m.Name, prof); ok {
+						if n, ok := ref.bestSingle(m, prof); ok {
 							t.Fatalf("%s: profile %s not placed, but %s fits", where, prof.Name, n)
 						}
 					}
@@ -348,9 +540,15 @@ func TestPlaceProperties(t *testing.T) {
 				prof := m.Profiles[slices.IndexFunc(m.Profiles, func(p Profile) bool { return p.Name == d.Profile })]
 				checkDecision(t, where, ref, d, prof)
 				if prof.Nodes == 1 {
-					want, _ := ref.bestSingle(m.Name, prof)
+					want, _ := ref.bestSingle(m, prof)
 					if d.Shards[0].Node != want {
 						t.Fatalf("%s: got %s, want %s (reasons %q)", where, d.Shards[0].Node, want, d.Reasons())
+					}
+					if k := weightsKey(m); k != "" {
+						warmSingle++
+						if _, ok := ref.node(want).Weights[k]; ok {
+							warmHeld++
+						}
 					}
 				} else {
 					gangs++
@@ -359,9 +557,12 @@ func TestPlaceProperties(t *testing.T) {
 						doms := ref.gangDomains(m.Name, prof)
 						got := ref.spread(m.Name, prof, shardNodes(d))
 						for dom, sv := range doms {
-							if rankCmp(&sv, &got, 0, 0, 0, 0) < 0 {
+							if rankCmp(&sv, &got, 0, 0, 0, 0, 0) < 0 {
 								t.Fatalf("%s: spread %v, but %s=%s fits with %v", where, got, prof.KeepWithin, dom, sv)
 							}
+						}
+						if checkGangReady(t, where, ref, m, prof, d, doms, got) {
+							gangMixed++
 						}
 					}
 				}
@@ -378,9 +579,14 @@ func TestPlaceProperties(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d decisions, %d placed, %d multi-node, %d multi-node checked for spread", decisions, placed, gangs, gangSpread)
+	t.Logf("%d decisions, %d placed, %d multi-node, %d multi-node checked for spread and readiness (%d with some nodes holding the weights); %d single-node with weights to fetch, %d of them on a node that holds them",
+		decisions, placed, gangs, gangSpread, gangMixed, warmSingle, warmHeld)
 	if placed < decisions/4 || gangs < 50 || gangSpread < 5 {
 		t.Errorf("generator too harsh: %d of %d placed, %d multi-node", placed, decisions, gangs)
+	}
+	if warmSingle < 200 || warmHeld < warmSingle/4 || warmHeld == warmSingle {
+		t.Errorf("generator does not exercise weights: %d single-node decisions with weights, %d on a node holding them; %d gangs with some nodes holding them",
+			warmSingle, warmHeld, gangMixed)
 	}
 }
 
@@ -445,7 +651,7 @@ func TestPlanDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(a, b, ignore); diff != "" {
+		if diff := gocmp.Diff(a, b, ignore); diff != "" {
 			t.Fatalf("world %d: same input, different plans (-first +second):\n%s", iter, diff)
 		}
 		// Input order does not matter either.
@@ -456,7 +662,7 @@ func TestPlanDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(a, c, ignore); diff != "" {
+		if diff := gocmp.Diff(a, c, ignore); diff != "" {
 			t.Fatalf("world %d: shuffled input, different plans (-first +shuffled):\n%s", iter, diff)
 		}
 	}
