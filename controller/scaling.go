@@ -134,6 +134,17 @@ func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last m
 	for _, m := range in.Catalog.Models {
 		mv := controllerapi.ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
 			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name], Warnings: m.Warnings()}
+		if w := m.Weights; w != nil && w.Path == "" {
+			key := w.Key()
+			wv := &controllerapi.WeightsView{Key: key, Source: w.String(), Nodes: []string{}, WarmSpares: m.WarmSpares}
+			for _, n := range in.Fleet.Nodes {
+				if b, ok := n.Weights[key]; ok {
+					wv.Nodes = append(wv.Nodes, n.Name)
+					wv.Bytes = max(wv.Bytes, b)
+				}
+			}
+			mv.Weights = wv
+		}
 		if a := m.Autoscale; a != nil {
 			mv.Autoscale, mv.Min, mv.Max, mv.Target = true, a.Min, a.Max, a.Target.String()
 			if s, ok := res.Scale[m.Name]; ok {

@@ -35,9 +35,12 @@ type ScaleEvent struct {
 // has and serves, and for an autoscaled model its signals, the
 // autoscaler's last decision, a pin, and what the last pass made of them.
 type ModelView struct {
-	Name      string `json:"name"`
-	Priority  int    `json:"priority"`
-	Autoscale bool   `json:"autoscale"`
+	Name string `json:"name"`
+	// Weights, for a model whose weights the nodes' stores fetch, says
+	// where they are whole.
+	Weights   *WeightsView `json:"weights,omitempty"`
+	Priority  int          `json:"priority"`
+	Autoscale bool         `json:"autoscale"`
 	// Min and Max are the autoscale policy's; a fixed model's are its
 	// replicas.
 	Min    int    `json:"min"`
@@ -70,4 +73,18 @@ type ModelView struct {
 	// Warnings are the catalog's about the model's profiles
 	// (facility.Model.Warnings): args no engine contract checked.
 	Warnings []string `json:"warnings,omitempty"`
+}
+
+// WeightsView is where a model's weights are: the nodes whose model store
+// holds them whole (the driver's attributes), by name.
+type WeightsView struct {
+	Key    string `json:"key"`    // weightsapi's key, as on every node
+	Source string `json:"source"` // where they come from
+	// Bytes is their size as a node holding them reports it (0: none
+	// does yet).
+	Bytes int64    `json:"bytes,omitempty"`
+	Nodes []string `json:"nodes"`
+	// WarmSpares is how many nodes beyond those serving the catalog
+	// asks to hold them.
+	WarmSpares int `json:"warm_spares,omitempty"`
 }

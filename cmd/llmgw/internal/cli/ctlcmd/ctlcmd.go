@@ -135,7 +135,7 @@ API token; 5 controller unreachable.`,
 	pf.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(
-		c.modelsCmd(), c.replicasCmd(), c.explainCmd(), c.scaleCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(), c.powerCmd(),
+		c.modelsCmd(), c.weightsCmd(), c.replicasCmd(), c.explainCmd(), c.scaleCmd(), c.nodesCmd(), c.labelCmd(), c.facilityCmd(), c.powerCmd(),
 		c.reloadCmd(), c.planCmd(), c.cacheCmd(), completionCmd(),
 	)
 	return cmd
