@@ -116,8 +116,10 @@ type Planner struct {
 	chg      []change
 	chgGen   uint32
 	modelIDs map[string]int32
-	wkeys    map[*weightsapi.Source]keyed // weightsKey's memory
 	scanOnly bool // place single-node replicas by visiting every cell (placeOneScan); for tests
+
+	// weightsKey's memory of the models' weights keys.
+	wkeys map[*weightsapi.Source]keyed
 
 	// scratch, reused across decisions
 	stamp    uint32
