@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,4 +290,148 @@ func answerOK(t *testing.T, url string) {
 	if code != 200 || !strings.Contains(string(b), "Hello world!") {
 		t.Errorf("%s answered %d %s", url, code, b)
 	}
+}
+
+// weightsClients starts n GPU clients in racks k1…kn, each with its own
+// model store fetching from hub, and returns the cluster, the stores by
+// node name and the fake engine.
+func weightsClients(t *testing.T, n int, hub *hubserver.Server, binary string) (*nomadtest.Cluster, map[string]string, string) {
+	t.Helper()
+	nomadtest.Bin(t)
+	plugins := nomadtest.PluginDir(t, plugintest.Build(t, devicePkg), plugintest.Build(t, driverPkg), plugintest.Build(t, supervisorPkg))
+	engine := plugintest.Build(t, fakeEnginePkg)
+	stores := map[string]string{}
+	var clients []nomadtest.ClientOptions
+	for i := range n {
+		name := fmt.Sprintf("gpu-%d", i+1)
+		stores[name] = storeDir(t)
+		co := gpuClient(name, fmt.Sprintf("k%d", i+1), fmt.Sprintf("p%d", i+1), plugins, engine, "")
+		co.Plugins["nomad-driver-llmgw"] = fmt.Sprintf(`
+    ready_timeout = "2m"
+    model_cache   = %q
+    hub_url       = %q`, stores[name], hub.URL()) + localnomad.DriverPolicy(engine, binary)
+		clients = append(clients, co)
+	}
+	return nomadtest.Start(t, clients...), stores, engine
+}
+
+// fetchJob is a batch job that only fetches the weights onto node (the
+// driver's engine "fetch"), as a warm spare's.
+func fetchJob(id, node string) *api.Job {
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Type: ptr("batch"), Datacenters: []string{"*"},
+		Constraints: []*api.Constraint{{LTarget: "${node.unique.name}", Operand: "=", RTarget: node}},
+		TaskGroups: []*api.TaskGroup{{
+			Name:          ptr("g"),
+			RestartPolicy: &api.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")},
+			Tasks: []*api.Task{{
+				Name: "weights", Driver: "llmgw",
+				Config: map[string]any{
+					"engine": "fetch", "model": weightsRepo, "model_file": "tiny.gguf",
+					"weights": []map[string]any{{"revision": "main"}},
+				},
+				Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(128)},
+			}},
+		}},
+	}
+}
+
+const weightsCatalog = `
+model "chat" {
+  source   = %q
+  file     = "tiny.gguf"
+  replicas = 1
+  weights {
+    revision = "main"
+  }
+  profile "x1" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 250
+    args   = ["-np", "1", "-c", "1024"]
+  }
+}
+`
+
+// The controller places a replica where its weights already are: a fetch
+// job (the driver's engine "fetch", as a warm spare's) puts them on
+// gpu-3 only; the catalog's one replica then lands on gpu-3 although
+// gpu-1 and gpu-2 rank before it by name, its prestart task fetches
+// nothing, and the hub saw one download in all.
+func TestControllerPlacesReplicaWhereWeightsAre(t *testing.T) {
+	in := bigTinyModel(t)
+	hub := hubserver.Start(t, hubserver.Options{})
+	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
+		t.Fatal(err)
+	}
+	c, _, engine := weightsClients(t, 3, hub, in.Binary)
+	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
+	attr := weightsapi.AttrPrefix + src.Key()
+
+	if _, _, err := c.API.Jobs().Register(fetchJob("spare", "gpu-3"), nil); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitAllocs("spare", 2*time.Minute, func(as []*api.AllocationListStub) (bool, string) {
+		if len(as) == 1 && as[0].ClientStatus == api.AllocClientStatusFailed {
+			t.Fatalf("the fetch job failed: %s", taskEvents(as[0].TaskStates["weights"]))
+		}
+		return len(as) == 1 && as[0].ClientStatus == api.AllocClientStatusComplete, fmt.Sprintf("%d allocs", len(as))
+	})
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		n, _, err := c.API.Nodes().Info(c.NodeID("gpu-3"), nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n.Attributes[attr] != "", fmt.Sprintf("gpu-3's %s = %q", attr, n.Attributes[attr])
+	})
+
+	cfg := controllerFilesEngines(t, c.Server.Addr(), fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, in.Binary),
+		fmt.Sprintf(weightsCatalog, weightsRepo), `headroom = 0`)
+	_, base, _ := runController(t, cfg, "ctl")
+	rs := waitServing(t, base, 3*time.Minute, "chat-0")
+	if len(rs) != 1 || len(rs[0].Nodes) != 1 || rs[0].Nodes[0] != "gpu-3" {
+		t.Fatalf("replicas %+v, want chat-0 on gpu-3, where the weights are", rs)
+	}
+	a := onlyServing(t, c, "chat-0")
+	if ts := a.TaskStates["weights"]; ts == nil || eventIndex(ts, "nothing fetched") < 0 {
+		t.Errorf("chat-0's prestart fetch: want nothing fetched: %s", taskEvents(ts))
+	}
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 1 {
+		t.Errorf("hub: %d GETs, want 1 (the spare's)", st.Gets)
+	}
+	full, _, err := c.API.Allocations().Info(a.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerOK(t, "http://"+allocAddr(t, full))
+
+	// The start's phases, from Nomad's task events, beside the engine's
+	// own start to ready on a plain llama-server with the same file
+	// (llamabuild's probe every 20 ms), three times.
+	at := func(task, substr string) time.Time {
+		ts := full.TaskStates[task]
+		if ts == nil {
+			return time.Time{}
+		}
+		for _, e := range ts.Events {
+			if substr == "" || strings.Contains(e.DisplayMessage, substr) || strings.Contains(e.Type, substr) {
+				return time.Unix(0, e.Time)
+			}
+		}
+		return time.Time{}
+	}
+	received, fetched, started, ready := at("weights", ""), at("weights", "Weights present"), at("engine", "Started llamacpp"), at("engine", "Ready after")
+	var plain []time.Duration
+	for range 3 {
+		t0 := time.Now()
+		s := realengine.Start(t, in.Model, "-np", "1", "-c", "1024")
+		plain = append(plain, time.Since(t0))
+		_ = s.Signal(syscall.SIGKILL)
+		_ = s.Wait(t.Context())
+	}
+	slices.Sort(plain)
+	t.Logf("chat-0 on gpu-3 (weights present): the prestart task received %s; weights present +%s; engine started +%s; ready +%s (engine start to ready %s). Plain llama-server, same file, start to ready: %v (median %s)",
+		received.Format("15:04:05.000"), fetched.Sub(received).Round(time.Millisecond), started.Sub(received).Round(time.Millisecond),
+		ready.Sub(received).Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), plain, plain[1].Round(time.Millisecond))
 }
