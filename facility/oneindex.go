@@ -72,10 +72,11 @@ type oneEval struct {
 
 // oneAgg sums a range of cells of the tree.
 type oneAgg struct {
-	best      int32    // the best cell that fits, or -1
-	zeroNodes int32    // Σ nodes with room of the oneZero cells
-	short     [3]int32 // Σ nodes short of GPUs, CPU, memory
-	shortBest [3]int32 // the most any of those has, -1 for none
+	best       int32    // the best cell that fits, or -1
+	zeroNodes  int32    // Σ nodes with room of the oneZero cells
+	zeroAbsent int32    // of them, those without the weights (a warm shape's)
+	short      [3]int32 // Σ nodes short of GPUs, CPU, memory
+	shortBest  [3]int32 // the most any of those has, -1 for none
 }
 
 // watch is a shape's reading of the change log: which of its cells
@@ -301,7 +302,7 @@ func (ix *oneIndex) leaf(sh *shape, i int32) oneAgg {
 	}
 	switch ix.eval[i].cat {
 	case oneZero:
-		a.best, a.zeroNodes = i, sc.feasible
+		a.best, a.zeroNodes, a.zeroAbsent = i, sc.feasible, sc.absent
 	case oneSpread:
 		a.best = i
 	}
@@ -309,7 +310,7 @@ func (ix *oneIndex) leaf(sh *shape, i int32) oneAgg {
 }
 
 func (p *Planner) mergeOne(sh *shape, ix *oneIndex, l, r *oneAgg) oneAgg {
-	a := oneAgg{best: l.best, zeroNodes: l.zeroNodes + r.zeroNodes}
+	a := oneAgg{best: l.best, zeroNodes: l.zeroNodes + r.zeroNodes, zeroAbsent: l.zeroAbsent + r.zeroAbsent}
 	for k := range a.short {
 		a.short[k] = l.short[k] + r.short[k]
 		a.shortBest[k] = max(l.shortBest[k], r.shortBest[k])
@@ -377,8 +378,18 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 	if best < 0 {
 		return false
 	}
-	col.ranked.places += int(root.zeroNodes)
-	col.ranked.nodes += int(root.zeroNodes)
+	// Where the winner holds the weights, the places as well spread that
+	// do not lost on them alone (placeOneScan).
+	held := sh.warm && ix.eval[best].fetch == 0
+	col.slower = sh.warm && !held
+	zeroAbsent := 0
+	if held {
+		zeroAbsent = int(root.zeroAbsent)
+	}
+	col.ranked.places += int(root.zeroNodes) - zeroAbsent
+	col.ranked.nodes += int(root.zeroNodes) - zeroAbsent
+	col.weights.places += zeroAbsent
+	col.weights.nodes += zeroAbsent
 	ns := len(sh.prof.Spread)
 	bsv := ix.eval[best].sv
 	eachBit(ix.spread, func(i int32) {
@@ -386,7 +397,11 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 		if i == best {
 			nodes--
 		}
-		p.spreadOrRanked(col, &ix.eval[i].sv, &bsv, &cells[i].spread, ns, nodes, nodes)
+		absent := 0
+		if held {
+			absent = int(cells[i].absent)
+		}
+		p.spreadOrRanked(col, &ix.eval[i].sv, &bsv, &cells[i].spread, ns, nodes, nodes, absent, absent)
 	})
 	if zero(&bsv) {
 		col.ranked.places-- // the winner

@@ -65,6 +65,7 @@ type gangDom struct {
 type cellHot struct {
 	version   uint32
 	feasible  int32    // nodes with room for a shard
+	absent    int32    // a warm shape's: of them, those whose store does not hold the weights
 	short     [3]int32 // nodes short of GPUs, CPU, memory
 	shortBest [3]int32 // the most any of those has
 	best      centry   // the best node with room
@@ -257,7 +258,7 @@ func (p *Planner) recache(sh *shape, i int32) {
 	ce := &sh.cells[i]
 	c := ce.cell
 	ce.version = p.cellVer[c]
-	ce.feasible = 0
+	ce.feasible, ce.absent = 0, 0
 	ce.short = [3]int32{}
 	ce.shortBest = [3]int32{-1, -1, -1}
 	pr := &sh.prof
@@ -301,6 +302,9 @@ func (p *Planner) recache(sh *shape, i int32) {
 			ce.best = e
 		}
 		ce.feasible++
+		if sh.warm && sh.fetch[n] > 0 {
+			ce.absent++
+		}
 		if keep {
 			list = append(list, e)
 		}
@@ -381,9 +385,10 @@ func rankCmp(asv, bsv *[NumLevels]int32, ready int, ahead, bhead float64, afree,
 
 // cand is a cell whose best node fits a single-node replica.
 type cand struct {
-	cell  int32 // index into shape.cells
-	nodes int32 // its nodes with room
-	sv    [NumLevels]int32
+	cell   int32 // index into shape.cells
+	nodes  int32 // its nodes with room
+	absent int32 // of them, those without the weights (a warm shape's)
+	sv     [NumLevels]int32
 }
 
 // placeOneScan places a single-node replica by visiting every cell: every
@@ -401,6 +406,7 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 	var bent centry // the node the best cell offers
 	cells := sh.cells
 	warm := sh.warm
+	zeroAbsent := 0 // nodes of the cells below that lack the weights
 	for i := range cells {
 		sc := &cells[i]
 		if sc.version != p.cellVer[sc.cell] {
@@ -446,8 +452,9 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 		if zero(&sv) {
 			col.ranked.places += int(sc.feasible)
 			col.ranked.nodes += int(sc.feasible)
+			zeroAbsent += int(sc.absent)
 		} else {
-			cands = append(cands, cand{cell: int32(i), nodes: sc.feasible, sv: sv})
+			cands = append(cands, cand{cell: int32(i), nodes: sc.feasible, absent: sc.absent, sv: sv})
 		}
 		// Rank against the best so far: spread, readiness, headroom, fit,
 		// name.
@@ -481,13 +488,27 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 	if best < 0 {
 		return false
 	}
+	// Where the winner holds the weights, the places as well spread that
+	// do not lost on them alone.
+	held := warm && bfetch == 0
+	if held {
+		col.ranked.places -= zeroAbsent
+		col.ranked.nodes -= zeroAbsent
+		col.weights.places += zeroAbsent
+		col.weights.nodes += zeroAbsent
+	}
+	col.slower = warm && !held
 	for k := range cands {
 		cd := &cands[k]
 		nodes := int(cd.nodes)
 		if cd.cell == best {
 			nodes--
 		}
-		p.spreadOrRanked(col, &cd.sv, &bsv, &cells[cd.cell].spread, ns, nodes, nodes)
+		absent := 0
+		if held {
+			absent = int(cd.absent)
+		}
+		p.spreadOrRanked(col, &cd.sv, &bsv, &cells[cd.cell].spread, ns, nodes, nodes, absent, absent)
 	}
 	if zero(&bsv) {
 		col.ranked.places-- // the winner
@@ -500,16 +521,21 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 // oneShard puts a single-node replica on the node of e.
 func (p *Planner) oneShard(sh *shape, d *Decision, e centry) {
 	pr := &sh.prof
-	d.Shards = []Shard{{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB}}
+	d.Shards = []Shard{{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
+		Fetch: p.fetchOf(sh, e.node)}}
 	d.Domain = p.scope([]int32{e.node}, LevelPDU)
 }
 
 // spreadOrRanked files a place that fits but lost: to spread, at the first
-// spread level where it holds more than the winner, or to ranked.
-func (p *Planner) spreadOrRanked(col *collector, sv, best, doms *[NumLevels]int32, ns, nodes, places int) {
+// spread level where it holds more than the winner, or to ranked; of a
+// place as well spread as the winner, wnodes and wplaces (of nodes and
+// places) to weights: they lost only because the weights are elsewhere.
+func (p *Planner) spreadOrRanked(col *collector, sv, best, doms *[NumLevels]int32, ns, nodes, places, wnodes, wplaces int) {
 	if sameVec(sv, best) {
-		col.ranked.places += places
-		col.ranked.nodes += nodes
+		col.ranked.places += places - wplaces
+		col.ranked.nodes += nodes - wnodes
+		col.weights.places += wplaces
+		col.weights.nodes += wnodes
 		return
 	}
 	for i := range ns {
@@ -622,9 +648,15 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 		return false
 	}
 	b := &runs[best]
+	held := sh.warm && b.absent == 0 // every node of the winner holds the weights
+	col.slower = sh.warm && !held
 	for i := range runs {
 		if i != best {
-			p.spreadOrRanked(col, &runs[i].sv, &b.sv, &runs[i].svDom, ns, runs[i].nodes, 1)
+			wnodes, wplaces := 0, 0
+			if held && runs[i].absent > 0 {
+				wnodes, wplaces = runs[i].nodes, 1
+			}
+			p.spreadOrRanked(col, &runs[i].sv, &b.sv, &runs[i].svDom, ns, runs[i].nodes, 1, wnodes, wplaces)
 		}
 	}
 	picked := p.best
@@ -633,7 +665,8 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 	d.Shards = make([]Shard, need)
 	for i, e := range picked {
 		idx[i] = e.node
-		d.Shards[i] = Shard{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB}
+		d.Shards[i] = Shard{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
+			Fetch: p.fetchOf(sh, e.node)}
 	}
 	d.Domain = p.scope(idx, pr.KeepWithin)
 	return true

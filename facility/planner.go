@@ -27,6 +27,10 @@ type Shard struct {
 	GPUs     int
 	CPUCores int
 	MemoryGB int
+	// Fetch is, for a model whose weights a node fetches, what the node
+	// has to fetch before the engine can load them (Decision.Readiness);
+	// nil otherwise. Placement fills it; Commit, Add and Remove ignore it.
+	Fetch *Fetch `json:",omitempty"`
 }
 
 // Replica is a replica that runs (or is being placed): its shards and their draw.

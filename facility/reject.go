@@ -23,6 +23,11 @@ const (
 	KindOverBudget                 // a budgeted domain would draw more than its limit
 	KindSpread                     // the domain already holds more of the model than another that fits
 	KindRanked                     // fits, but another place ranked higher (power headroom, GPU fit, name)
+	// KindWeights: fits, as well spread as the place chosen, whose nodes
+	// hold the model's weights, but does not hold them itself. Ranked
+	// after spread and before power headroom; numbered last so that the
+	// kinds before keep their numbers (stored decisions carry them).
+	KindWeights
 )
 
 var kindNames = [...]string{
@@ -38,9 +43,10 @@ var kindNames = [...]string{
 	KindOverBudget: "over_budget",
 	KindSpread:     "spread",
 	KindRanked:     "ranked",
+	KindWeights:    "weights",
 }
 
-// Kinds returns every kind, in check order.
+// Kinds returns every kind, in check order but for KindWeights, last.
 func Kinds() []Kind {
 	ks := make([]Kind, 0, len(kindNames)-1)
 	for k := KindInvalid; int(k) < len(kindNames); k++ {
@@ -92,6 +98,12 @@ type collector struct {
 	lists      [numDynKinds][]pending
 	more       [numDynKinds]struct{ domains, nodes int }
 	ranked     struct{ places, nodes int }
+	// weights: places as well spread as the winner that lost only because
+	// the winner's nodes hold the weights and theirs do not; slower: the
+	// winner must fetch them too, so ranked places may have lost on a
+	// slower fetch.
+	weights struct{ places, nodes int }
+	slower  bool
 }
 
 // The dynamic domain-level kinds, indexes into collector.lists.
@@ -118,6 +130,8 @@ func (c *collector) reset() {
 		c.more[i].domains, c.more[i].nodes = 0, 0
 	}
 	c.ranked.places, c.ranked.nodes = 0, 0
+	c.weights.places, c.weights.nodes = 0, 0
+	c.slower = false
 }
 
 func (c *collector) short(ce *cellHot) {
@@ -207,14 +221,32 @@ func (p *Planner) finish(c *collector, sh *shape, placedGang bool, out []Rejecti
 			})
 		}
 	}
-	if c.ranked.places > 0 {
-		what := "nodes"
+	what := "nodes"
+	if placedGang {
+		what = pr.KeepWithin.String() + "s"
+	}
+	if n := c.weights.places; n > 0 {
+		size := ""
+		if sh.wbytes > 0 {
+			size = " (" + fmtBytes(float64(sh.wbytes)) + " to fetch)"
+		}
+		msg := fmt.Sprintf("weights elsewhere: %d other %s but %s the weights%s; the chosen node holds them",
+			n, plural(n, "node fits", "nodes fit"), plural(n, "does not hold", "do not hold"), size)
 		if placedGang {
-			what = pr.KeepWithin.String() + "s"
+			l := pr.KeepWithin.String()
+			msg = fmt.Sprintf("weights elsewhere: %d other %s but some of %s nodes do not hold the weights%s; the chosen nodes hold them",
+				n, plural(n, l+" fits", l+"s fit"), plural(n, "its", "their"), size)
+		}
+		out = append(out, Rejection{Profile: name, Kind: KindWeights, Nodes: c.weights.nodes, Message: msg})
+	}
+	if c.ranked.places > 0 {
+		why := "less power headroom or a worse GPU fit"
+		if c.slower {
+			why = "a slower fetch of the weights, less power headroom or a worse GPU fit"
 		}
 		out = append(out, Rejection{
 			Profile: name, Kind: KindRanked, Nodes: c.ranked.nodes,
-			Message: fmt.Sprintf("ranked lower: %d other %s fit, with less power headroom or a worse GPU fit", c.ranked.places, what),
+			Message: fmt.Sprintf("ranked lower: %d other %s fit, with %s", c.ranked.places, what, why),
 		})
 	}
 	return out

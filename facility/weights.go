@@ -1,8 +1,11 @@
 package facility
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/llmgw/llmgw/weightsapi"
 )
@@ -202,4 +205,104 @@ func gangReady(sh *shape, picked []centry) (ready float64, absent int, sum float
 		}
 	}
 	return ready, absent, sum
+}
+
+// Fetch is what a shard's node has to fetch of the model's weights before
+// its engine can load them, as the planner estimated it when it chose the
+// node (Shard.Fetch; explain and `llmgw plan` show its String).
+type Fetch struct {
+	// Key is the weights' key (weightsapi's Key), as the node's store and
+	// its attributes driver.llmgw.weights.<key> name them.
+	Key string
+	// Present: the node's store holds them whole; nothing to fetch.
+	Present bool `json:",omitempty"`
+	// Bytes to fetch, when known: the largest size a node reports for the
+	// key, else the catalog's weights { bytes }; 0 present or unknown.
+	Bytes int64 `json:",omitempty"`
+	// BytesPerSecond is the rate the estimate takes: the node's
+	// FetchBytesPerSecond, else DefaultFetchBytesPerSecond (DefaultRate).
+	BytesPerSecond float64 `json:",omitempty"`
+	DefaultRate    bool    `json:",omitempty"`
+	// Seconds is Bytes / BytesPerSecond; 0 present or unknown.
+	Seconds float64 `json:",omitempty"`
+}
+
+// String says it in a line: "weights present, nothing to fetch",
+// "16.1 GB to fetch, ~2 m 41 s at 100 MB/s", or "weights to fetch, size
+// unknown, at 100 MB/s".
+func (f Fetch) String() string {
+	switch {
+	case f.Present:
+		return "weights present, nothing to fetch"
+	case f.Bytes > 0:
+		return fmtBytes(float64(f.Bytes)) + " to fetch, ~" + fmtSeconds(f.Seconds) + " at " + fmtBytes(f.BytesPerSecond) + "/s"
+	default:
+		return "weights to fetch, size unknown, at " + fmtBytes(f.BytesPerSecond) + "/s"
+	}
+}
+
+// fetchOf is the estimate for a shard of sh's model on node n; nil when
+// the model has no weights a node fetches.
+func (p *Planner) fetchOf(sh *shape, n int32) *Fetch {
+	if sh.wkey == "" {
+		return nil
+	}
+	nd := &p.nodes[n]
+	f := &Fetch{Key: sh.wkey}
+	if _, ok := nd.weights[sh.wkey]; ok {
+		f.Present = true
+		return f
+	}
+	f.BytesPerSecond, f.DefaultRate = nd.fetchRate(), nd.fetchBPS <= 0
+	if sh.wbytes > 0 {
+		f.Bytes = sh.wbytes
+		f.Seconds = float64(sh.wbytes) / f.BytesPerSecond
+	}
+	return f
+}
+
+// Readiness says, per shard of a placed decision whose model has weights
+// a node fetches, what its node has to fetch first: "n3: weights present,
+// nothing to fetch", "n7: 16.1 GB to fetch, ~2 m 41 s at 100 MB/s". Empty
+// for a model without such weights.
+func (d Decision) Readiness() []string {
+	var out []string
+	for _, s := range d.Shards {
+		if s.Fetch != nil {
+			out = append(out, s.Node+": "+s.Fetch.String())
+		}
+	}
+	return out
+}
+
+// fmtBytes writes a size in decimal units with at most one decimal:
+// "16.1 GB", "100 MB", "512 B".
+func fmtBytes(b float64) string {
+	units := []string{"B", "kB", "MB", "GB", "TB", "PB"}
+	i := 0
+	for b >= 999.95 && i < len(units)-1 {
+		b /= 1000
+		i++
+	}
+	s := strconv.FormatFloat(b, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + units[i]
+}
+
+// fmtSeconds writes a duration, rounded up to the second: "41 s",
+// "2 m 41 s", "1 h 5 m" (whole minutes past an hour).
+func fmtSeconds(sec float64) string {
+	if math.IsInf(sec, 0) || math.IsNaN(sec) {
+		return "unknown"
+	}
+	s := int64(math.Ceil(sec))
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%d s", s)
+	case s < 3600:
+		return fmt.Sprintf("%d m %d s", s/60, s%60)
+	default:
+		m := (s + 59) / 60
+		return fmt.Sprintf("%d h %d m", m/60, m%60)
+	}
 }

@@ -30,6 +30,17 @@ type (
 	jsonShard struct {
 		Node  string  `json:"node"`
 		Watts float64 `json:"watts"`
+		// Fetch: for a model whose weights a node fetches, what this node
+		// has to fetch first (facility.Fetch); left out otherwise.
+		Fetch *jsonFetch `json:"fetch,omitempty"`
+	}
+	jsonFetch struct {
+		Key            string  `json:"key"`
+		Present        bool    `json:"present"`
+		Bytes          int64   `json:"bytes,omitempty"`
+		BytesPerSecond float64 `json:"bytes_per_second,omitempty"`
+		Seconds        float64 `json:"seconds,omitempty"`
+		Explain        string  `json:"explain"`
 	}
 	jsonUnplaced struct {
 		Replica string   `json:"replica"`
@@ -51,13 +62,16 @@ type (
 // RenderJSON renders a plan as one line of JSON:
 //
 //	{"placements":[{"replica":…,"model":…,"profile":…,"domain":{"rack":…,"pdu":…},
-//	  "shards":[{"node":…,"watts":…}],"watts":…}],
+//	  "shards":[{"node":…,"watts":…,"fetch":{"key":…,"present":…,"bytes":…,
+//	    "bytes_per_second":…,"seconds":…,"explain":…}}],"watts":…}],
 //	 "unplaced":[{"replica":…,"model":…,"reasons":[…]}],
 //	 "domains":[{"domain":"pdu=p01-a","cap_watts":…,"draw_watts":…,"count":"measured",
 //	   "declared_watts":…,"held":false}],
 //	 "warnings":["catalog.hcl:12: profile m/p: …"]}
 //
-// warnings is left out when there are none.
+// warnings is left out when there are none; a shard's fetch, when its
+// model has no weights a node fetches (bytes, bytes_per_second and
+// seconds when nothing is to be fetched or the size is not known).
 func RenderJSON(p facility.Plan) ([]byte, error) {
 	out := jsonPlan{
 		Placements: make([]jsonPlacement, 0, len(p.Placements)),
@@ -71,7 +85,12 @@ func RenderJSON(p facility.Plan) ([]byte, error) {
 			jp.Domain = facility.Scope{}
 		}
 		for _, s := range d.Shards {
-			jp.Shards = append(jp.Shards, jsonShard{Node: s.Node, Watts: s.Watts})
+			js := jsonShard{Node: s.Node, Watts: s.Watts}
+			if f := s.Fetch; f != nil {
+				js.Fetch = &jsonFetch{Key: f.Key, Present: f.Present, Bytes: f.Bytes, BytesPerSecond: f.BytesPerSecond,
+					Seconds: f.Seconds, Explain: f.String()}
+			}
+			jp.Shards = append(jp.Shards, js)
 		}
 		out.Placements = append(out.Placements, jp)
 	}
@@ -96,9 +115,10 @@ func watts(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) }
 
 func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
 
-// RenderText renders a plan as tables: placements, budgeted domains, holds,
-// the replicas that cannot be placed with their reasons, and the catalog's
-// warnings.
+// RenderText renders a plan as tables: placements, what their nodes have
+// to fetch of the models' weights (when a model has weights a node
+// fetches), budgeted domains, holds, the replicas that cannot be placed
+// with their reasons, and the catalog's warnings.
 func RenderText(p facility.Plan) []byte {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
@@ -111,6 +131,7 @@ func RenderText(p facility.Plan) []byte {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Replica, d.Model, d.Profile, d.Domain.Key(), strings.Join(nodes, ","), watts(d.Watts))
 	}
 	_ = tw.Flush() // a bytes.Buffer does not fail
+	writeWeights(&b, p)
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
@@ -169,4 +190,26 @@ func RenderText(p facility.Plan) []byte {
 	}
 	b.WriteString("\n")
 	return b.Bytes()
+}
+
+// writeWeights writes, when some placement's model has weights a node
+// fetches, what each of its nodes has to fetch first.
+func writeWeights(b *bytes.Buffer, p facility.Plan) {
+	var tw *tabwriter.Writer
+	for _, d := range p.Placements {
+		for _, s := range d.Shards {
+			if s.Fetch == nil {
+				continue
+			}
+			if tw == nil {
+				b.WriteString("\n")
+				tw = tabwriter.NewWriter(b, 0, 8, 2, ' ', 0)
+				fmt.Fprintln(tw, "REPLICA\tNODE\tWEIGHTS")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.Replica, s.Node, s.Fetch)
+		}
+	}
+	if tw != nil {
+		_ = tw.Flush() // a bytes.Buffer does not fail
+	}
 }
