@@ -93,7 +93,7 @@ func (p *Plugin) startFetch(cfg *driverpb.TaskConfig, tc TaskConfig, conf Config
 	spec := supervisor.Spec{
 		Engine: FetchEngine,
 		Path:   p.self, Args: []string{FetchMode, specPath},
-		Env:    fetchEnv(),
+		Env:    fetchEnv(hubToken(cfg)),
 		Dir:    taskDir,
 		Stdout: cfg.GetStdoutPath(), Stderr: cfg.GetStderrPath(),
 		TailLines: tailLines, UID: &root, GID: &root, NoNewPrivs: true,
@@ -133,11 +133,14 @@ func (p *Plugin) startFetch(cfg *driverpb.TaskConfig, tc TaskConfig, conf Config
 	}, nil
 }
 
-// fetchEnv is the fetch's environment: the plugin's own proxy settings
-// (a mirror behind a proxy), the CA bundle variables, and nothing of the
-// job's.
-func fetchEnv() []string {
+// fetchEnv is the fetch's environment: the task's hub token (HF_TOKEN),
+// the plugin's own proxy settings (a mirror behind a proxy), the CA bundle
+// variables, and nothing else of the job's.
+func fetchEnv(token string) []string {
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if token != "" {
+		env = append(env, hubTokenEnv+"="+token)
+	}
 	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -172,8 +175,8 @@ func FetchMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "fetch:", err)
 		return 2
 	}
-	token := ""
-	if b, err := os.ReadFile(fs.TokenFile); err == nil {
+	token := os.Getenv(hubTokenEnv)
+	if b, err := os.ReadFile(fs.TokenFile); err == nil && strings.TrimSpace(string(b)) != "" {
 		token = strings.TrimSpace(string(b))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

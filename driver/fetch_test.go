@@ -126,3 +126,43 @@ weights {}
 		t.Errorf("a fetch with a command: %v", err)
 	}
 }
+
+// A gated repository: without a token the fetch fails saying it needs
+// one; with HF_TOKEN in the task's environment (what the controller's
+// env_from_variable template sets from Nomad Variables) it fetches, and
+// the token is in no event.
+func TestFetchTaskGatedRepository(t *testing.T) {
+	hub := hubserver.Start(t, hubserver.Options{})
+	hub.Add("llmgw/gated", "main", map[string][]byte{"m.gguf": []byte("weights of a gated model")})
+	hub.Gate("llmgw/gated", "hf_secret_token")
+	store := t.TempDir()
+	p := startPlugin(t, pluginBody+fmt.Sprintf("model_cache = %q\nhub_url = %q\n", store, hub.URL()))
+	body := "engine = \"fetch\"\nmodel = \"llmgw/gated\"\nmodel_file = \"m.gguf\"\nweights {}\n"
+	exit := func(tk *task) int32 {
+		t.Helper()
+		p.start(t, tk)
+		w, err := p.Driver.WaitTask(ctxT(t, time.Minute), &driverpb.WaitTaskRequest{TaskId: tk.cfg.GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.GetResult().GetExitCode()
+	}
+	without := newTask(t, taskOpts{noGPU: true, body: body})
+	if code := exit(without); code != 1 {
+		t.Errorf("without a token: exit %d, want 1", code)
+	}
+	p.events.wait(t, without.cfg.GetId(), "needs a token", 10*time.Second)
+	with := newTask(t, taskOpts{noGPU: true, body: body})
+	if with.cfg.Env == nil {
+		with.cfg.Env = map[string]string{}
+	}
+	with.cfg.Env["HF_TOKEN"] = "hf_secret_token"
+	if code := exit(with); code != 0 {
+		t.Fatalf("with the token: exit %d: %q", code, eventMessages(p, with.cfg.GetId()))
+	}
+	for _, ev := range p.events.all() {
+		if strings.Contains(ev.GetMessage(), "hf_secret_token") || strings.Contains(fmt.Sprint(ev.GetAnnotations()), "hf_secret_token") {
+			t.Errorf("an event carries the token: %q", ev.GetMessage())
+		}
+	}
+}

@@ -24,11 +24,27 @@ import (
 // to place replicas where their weights are.
 const weightsAttrPrefix = weightsapi.AttrPrefix
 
-// hubTokenFile is where a task's template puts the hub token for a gated
-// repository (read from Nomad Variables with the task's workload
+// hubTokenFile is where a task's template may put the hub token for a
+// gated repository (read from Nomad Variables with the task's workload
 // identity): the task's secrets dir, which only the task and the client
-// see. The token never passes through the job spec, a log or the API.
-const hubTokenFile = "secrets/hub-token"
+// see. Else the task environment's HF_TOKEN (hubTokenEnv), which the
+// controller's env_from_variable template sets the same way. The token
+// never passes through the job spec, a log or the API.
+const (
+	hubTokenFile = "secrets/hub-token"
+	hubTokenEnv  = "HF_TOKEN"
+)
+
+// hubToken is the task's hub token: its secrets/hub-token, else HF_TOKEN
+// in the task environment Nomad built (templates included); "" for none.
+func hubToken(task *driverpb.TaskConfig) string {
+	if b, err := os.ReadFile(filepath.Join(task.GetAllocDir(), task.GetName(), hubTokenFile)); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t
+		}
+	}
+	return task.GetEnv()[hubTokenEnv]
+}
 
 // weightsSource is the source a task's weights block names.
 func weightsSource(tc TaskConfig) (weights.Source, error) {
@@ -91,11 +107,7 @@ func ensureWeights(ctx context.Context, conf Config, task *driverpb.TaskConfig, 
 	if err != nil {
 		return weights.Model{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
 	}
-	token := ""
-	if b, err := os.ReadFile(filepath.Join(task.GetAllocDir(), task.GetName(), hubTokenFile)); err == nil {
-		token = strings.TrimSpace(string(b))
-	}
-	m, err := store.Ensure(ctx, src, token, func(e weights.Event) { emit(time.Time{}, e.Message, e.Annotations) })
+	m, err := store.Ensure(ctx, src, hubToken(task), func(e weights.Event) { emit(time.Time{}, e.Message, e.Annotations) })
 	if err != nil {
 		return m, err
 	}

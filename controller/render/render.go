@@ -27,8 +27,11 @@ const (
 	// the node's store fetches (the driver's engine "fetch"): the engine
 	// task starts once the weights are whole on the node.
 	FetchTaskName = "weights"
-	PortHTTP      = "http" // the engine's API port, every shard
-	PortDist      = "dist" // the leader's rendezvous port, shard 0 of a multi-node replica
+	// HubTokenEnv is the variable a gated repository's token reaches the
+	// fetch in (a profile's env_from_variable of that name).
+	HubTokenEnv = "HF_TOKEN"
+	PortHTTP    = "http" // the engine's API port, every shard
+	PortDist    = "dist" // the leader's rendezvous port, shard 0 of a multi-node replica
 	// LeaderEnvFile is where the other shards' template writes the leader's
 	// address (inside the task directory).
 	LeaderEnvFile = "local/leader.env"
@@ -484,14 +487,32 @@ func (r *rendering) tasks(rank int) []*api.Task {
 		if m.File != "" {
 			cfg["model_file"] = m.File
 		}
-		out = append(out, &api.Task{
+		fetch := &api.Task{
 			Name:        FetchTaskName,
 			Driver:      DriverName,
 			Lifecycle:   &api.TaskLifecycle{Hook: api.TaskLifecycleHookPrestart},
 			Config:      cfg,
 			Resources:   &api.Resources{CPU: new(100), MemoryMB: new(128)},
 			KillTimeout: new(10 * time.Second),
-		})
+		}
+		// A gated repository's token, where the profile reads one from
+		// Nomad Variables (env_from_variable "HF_TOKEN"): the fetch gets
+		// that item alone, by the same template.
+		var token []facility.VariableEnv
+		for _, v := range r.in.Profile.EnvFromVariable {
+			if v.Name == HubTokenEnv {
+				token = append(token, v)
+			}
+		}
+		if len(token) > 0 {
+			fetch.Templates = []*api.Template{{
+				EmbeddedTmpl: new(VariableEnvTemplate(token)),
+				DestPath:     new(VariableEnvFile),
+				ChangeMode:   new("restart"),
+				Envvars:      new(true),
+			}}
+		}
+		out = append(out, fetch)
 	}
 	return out
 }

@@ -702,3 +702,32 @@ func TestWeightsBlock(t *testing.T) {
 		}
 	}
 }
+
+// A profile that reads HF_TOKEN from Nomad Variables gives the prestart
+// fetch that item alone, by the same template; its other items stay the
+// engine's.
+func TestFetchTaskGetsOnlyTheHubToken(t *testing.T) {
+	t.Parallel()
+	m := facility.Model{Name: "m", Source: "org/m-GGUF", File: "m.gguf",
+		Weights: &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/m-GGUF", Files: []string{"m.gguf"}}},
+		Profiles: []facility.Profile{{Name: "p", Engine: "llamacpp", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1,
+			EnvFromVariable: []facility.VariableEnv{
+				{Name: "HF_TOKEN", Variable: "nomad/jobs/hub", Key: "token"},
+				{Name: "OTHER_SECRET", Variable: "nomad/jobs/other", Key: "x"},
+			}}}}
+	job, err := Job(input(m, 0, nil, nil, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := job.TaskGroups[0].Tasks
+	if len(tasks) != 2 || len(tasks[1].Templates) != 1 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	tmpl := *tasks[1].Templates[0].EmbeddedTmpl
+	if !strings.Contains(tmpl, "HF_TOKEN") || !strings.Contains(tmpl, "nomad/jobs/hub") || strings.Contains(tmpl, "OTHER_SECRET") {
+		t.Errorf("fetch template %q: want HF_TOKEN alone", tmpl)
+	}
+	if *tasks[1].Templates[0].DestPath != VariableEnvFile || !*tasks[1].Templates[0].Envvars {
+		t.Errorf("fetch template %+v", tasks[1].Templates[0])
+	}
+}
