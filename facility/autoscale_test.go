@@ -208,3 +208,28 @@ func TestParseWhenIdleSleep(t *testing.T) {
 		t.Errorf("policy %+v does not sleep", a)
 	}
 }
+
+// Sleeping when idle changes what the task runs (the engine's sleep flag
+// from idle_after), so it changes the profile's fingerprint; a model that
+// does not sleep keeps its own.
+func TestSleepJoinsTheFingerprint(t *testing.T) {
+	t.Parallel()
+	p := Profile{Name: "p", Engine: "llamacpp", GPU: "H", GPUs: 1, Nodes: 1}
+	a := DefaultAutoscale()
+	a.Min, a.Max = 0, 2
+	m := Model{Name: "m", Source: "/m.gguf", Autoscale: &a}
+	awake := ProfileFingerprint(m, p)
+	a.WhenIdle = IdleStop
+	if ProfileFingerprint(m, p) != awake {
+		t.Error("when_idle = stop changed the fingerprint")
+	}
+	a.WhenIdle = IdleSleep
+	asleep := ProfileFingerprint(m, p)
+	if asleep == awake {
+		t.Error("when_idle = sleep left the fingerprint as it was")
+	}
+	a.IdleAfter *= 2
+	if ProfileFingerprint(m, p) == asleep {
+		t.Error("another idle_after left a sleeping model's fingerprint as it was")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/weightsapi"
@@ -220,6 +221,11 @@ func ProfileFingerprint(m Model, p Profile) string {
 		} else {
 			put("weights_path", w.Path)
 		}
+	}
+	// A model that sleeps when idle runs its engine with the sleep flag
+	// from idle_after (render): only when set, as the layout above.
+	if a := m.Autoscale; a.Sleeps() {
+		put("sleep_after", strconv.FormatInt(int64(a.IdleAfter/time.Second), 10))
 	}
 	put("args", strconv.Itoa(len(p.Args)))
 	for _, a := range p.Args {
