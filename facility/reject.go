@@ -221,10 +221,6 @@ func (p *Planner) finish(c *collector, sh *shape, placedGang bool, out []Rejecti
 			})
 		}
 	}
-	what := "nodes"
-	if placedGang {
-		what = pr.KeepWithin.String() + "s"
-	}
 	if n := c.weights.places; n > 0 {
 		size := ""
 		if sh.wbytes > 0 {
@@ -240,13 +236,17 @@ func (p *Planner) finish(c *collector, sh *shape, placedGang bool, out []Rejecti
 		out = append(out, Rejection{Profile: name, Kind: KindWeights, Nodes: c.weights.nodes, Message: msg})
 	}
 	if c.ranked.places > 0 {
-		why := "less power headroom or a worse GPU fit"
+		what := "nodes"
+		if placedGang {
+			what = pr.KeepWithin.String() + "s"
+		}
+		format := "ranked lower: %d other %s fit, with less power headroom or a worse GPU fit"
 		if c.slower {
-			why = "a slower fetch of the weights, less power headroom or a worse GPU fit"
+			format = "ranked lower: %d other %s fit, with a slower fetch of the weights, less power headroom or a worse GPU fit"
 		}
 		out = append(out, Rejection{
 			Profile: name, Kind: KindRanked, Nodes: c.ranked.nodes,
-			Message: fmt.Sprintf("ranked lower: %d other %s fit, with %s", c.ranked.places, what, why),
+			Message: fmt.Sprintf(format, c.ranked.places, what),
 		})
 	}
 	return out
