@@ -60,7 +60,15 @@ func TestDemo(t *testing.T) {
 			"GET /v1/models: llama-3.1-8b (2 replicas), qwen2.5-0.5b (3 replicas), tiny-llama (2 replicas)",
 			`POST /v1/chat/completions {"model":"tiny-llama"}: through the gateway: 200 from replica tiny-llama-`,
 			`: "Hello from llama.cpp!"`,
-			"answered by llama.cpp's own llama-server 0.4.0 (80fb11a) (system_fingerprint b1-80fb11a), not fake-engine")
+			"answered by llama.cpp's own llama-server 0.4.0 (80fb11a) (system_fingerprint b1-80fb11a), not fake-engine",
+			// Issue 35: the weights through the nodes' stores, a model
+			// that sleeps and wakes.
+			"Local hub: http://127.0.0.1:",
+			"tiny-llama: llmgw/tiny-llama@main (tiny.gguf), ",
+			"whole in the model store of gpu-",
+			"woke it from zero, and was answered by tiny-nap-0 after ",
+			"its engine fell asleep",
+			"the next request woke it: answered by tiny-nap-0 after ")
 	} else {
 		wants = append(wants,
 			"replicas: 5 serving, 0 starting",

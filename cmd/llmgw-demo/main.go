@@ -38,8 +38,10 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/engine/contract"
 	"github.com/llmgw/llmgw/gateway"
+	"github.com/llmgw/llmgw/internal/testing/hubserver"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
@@ -116,8 +118,29 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 		fmt.Printf("Real engine: none, every replica runs fake-engine (%s).\n", why)
 	}
 	allowed := []string{engine}
+	storeConf := func(string) string { return "" }
 	if real != nil {
 		allowed = append(allowed, real.Binary)
+		// The real engine's model comes through each node's model store,
+		// fetched once per node from a local hub that speaks the Hugging
+		// Face hub's download protocol (as a mirror would).
+		hub := hubserver.New(hubserver.Options{})
+		if err := hub.Listen("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("the demo's local hub: %w", err)
+		}
+		defer hub.Close()
+		if _, err := hub.AddFiles(realRepo, "main", map[string]string{realFile: real.Model}); err != nil {
+			return fmt.Errorf("the demo's local hub: %w", err)
+		}
+		fmt.Printf("Local hub: %s serving %s@main (%s), the model the nodes' stores fetch.\n", hub.URL(), realRepo, realFile)
+		storeConf = func(node string) string {
+			dir := filepath.Join(c.Root, "stores", node)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return ""
+			}
+			_ = os.Chmod(filepath.Dir(dir), 0o755)
+			return fmt.Sprintf("\n    model_cache   = %q\n    hub_url       = %q", dir, hub.URL())
+		}
 	}
 	pluginDir := filepath.Join(c.Root, "plugins")
 	if err := localnomad.PluginDir(pluginDir, plugin, driver, sup); err != nil {
@@ -143,7 +166,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
       seed   = %q
     }`, name),
 				"nomad-driver-llmgw": `
-    ready_timeout = "5m"` + localnomad.DriverPolicy(allowed...),
+    ready_timeout = "5m"` + storeConf(name) + localnomad.DriverPolicy(allowed...),
 			},
 		})
 		if err != nil {
@@ -165,7 +188,14 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err != nil {
 		return err
 	}
-	api, stopController, exited, err := startController(ctx, c, llmgw, engine, real, token)
+	// The gateway's address first: the controller reads its demand (what
+	// wakes a model at zero) from it.
+	gwPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", gwPort)
+	api, stopController, exited, err := startController(ctx, c, llmgw, engine, real, token, gwAddr)
 	if err != nil {
 		return err
 	}
@@ -174,7 +204,7 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	if err != nil {
 		return err
 	}
-	gw, stopGateway, gwExited, err := startGateway(c, llmgw)
+	gw, stopGateway, gwExited, err := startGateway(c, llmgw, gwAddr)
 	if err != nil {
 		return err
 	}
@@ -184,6 +214,16 @@ func run(ctx context.Context, binDir string, once, keep bool) error {
 	model, err := tryGateway(gctx, gw, served, gwExited, real != nil)
 	if err != nil {
 		return err
+	}
+	if real != nil {
+		if err := showWeights(gctx, api, token); err != nil {
+			return err
+		}
+		sctx, scancel := context.WithTimeout(ctx, 4*time.Minute)
+		defer scancel()
+		if err := sleepAndWake(sctx, api, token, gw); err != nil {
+			return err
+		}
 	}
 	console, err := checkConsole(ctx, api)
 	if err != nil {
@@ -331,7 +371,7 @@ func planInstead(ctx context.Context, binDir string) error {
 // The controller's API needs a token (api_token, given to it in the
 // environment as LLMGW_API_TOKEN), for reads and writes alike: the demo
 // runs as an operator would, not in insecure_writes mode.
-func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *llamabuild.Installed, token string) (string, func(), func() error, error) {
+func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine string, real *llamabuild.Installed, token, gateway string) (string, func(), func() error, error) {
 	repo, err := os.Getwd()
 	if err != nil {
 		return "", nil, nil, err
@@ -345,7 +385,7 @@ func startController(_ context.Context, c *localnomad.Cluster, llmgw, engine str
 			return "", nil, nil, err
 		}
 		catalog = filepath.Join(c.Root, "catalog.hcl")
-		b = append(b, fmt.Sprintf(realModelBlock, realModel, real.Model)...)
+		b = append(b, fmt.Sprintf(realModelBlock, realModel, realRepo, realFile, napModel, realRepo, realFile)...)
 		if err := os.WriteFile(catalog, b, 0o644); err != nil {
 			return "", nil, nil, err
 		}
@@ -379,7 +419,11 @@ driver {
   env            = { FAKE_ENGINE_STRICT = %q }
 }
 reconcile { interval = "10s" }
-`, c.Server.Addr(), addr, catalog, filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engines, strict)
+autoscale {
+  interval = "2s"
+  gateways = ["http://%s"]
+}
+`, c.Server.Addr(), addr, catalog, filepath.Join(repo, "jobs/examples/demo/facility.hcl"), engines, strict, gateway)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, nil, err
 	}
@@ -445,12 +489,7 @@ func startLLMGW(root, name string, env []string, llmgw string, args ...string) (
 // startGateway runs `llmgw gateway` on a free loopback port over the local
 // Nomad's service registrations; it returns its base URL, a function that
 // stops it, and one that reports whether it has exited.
-func startGateway(c *localnomad.Cluster, llmgw string) (string, func(), func() error, error) {
-	port, err := freePort()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+func startGateway(c *localnomad.Cluster, llmgw, addr string) (string, func(), func() error, error) {
 	stop, exited, err := startLLMGW(c.Root, "gateway", nil, llmgw, "gateway", "--listen", addr, "--nomad", c.Server.Addr())
 	if err != nil {
 		return "", nil, nil, err
@@ -499,12 +538,25 @@ func newToken() (string, error) {
 // demo; realModelBlock its catalog entry (name, model file).
 const realModel = "tiny-llama"
 
+// napModel sleeps when idle; realRepo and realFile are where the local hub
+// serves the real engine's model.
+const (
+	napModel = "tiny-nap"
+	realRepo = "llmgw/tiny-llama"
+	realFile = "tiny.gguf"
+)
+
 const realModelBlock = `
 # Added by make demo because the real llama.cpp server is built: llama.cpp's
-# own llama-server with a tiny deterministic model (internal/testing/tinymodel).
+# own llama-server with a tiny deterministic model (internal/testing/tinymodel),
+# its weights fetched into each node's model store from the demo's local hub.
 model %q {
   source   = %q
+  file     = %q
   replicas = 2
+  weights {
+    revision = "main"
+  }
 
   profile "h200x1-llamacpp" {
     engine = "llamacpp"
@@ -513,6 +565,34 @@ model %q {
     watts  = 300
     spread = ["rack", "pdu"]
     args   = ["-np", "2", "-c", "4096"]
+  }
+}
+
+# The same weights for a model that sleeps when idle: at zero until a
+# request comes, then one replica whose engine sleeps after 5 s without a
+# request (the profile's own --sleep-idle-seconds; idle_after is the
+# autoscaler's, at least down_window) and wakes on the next.
+model %q {
+  source = %q
+  file   = %q
+  weights {
+    revision = "main"
+  }
+  autoscale {
+    min         = 0
+    max         = 1
+    target { outstanding_per_replica = 4 }
+    down_window = "1m"
+    idle_after  = "1m"
+    when_idle   = "sleep"
+  }
+
+  profile "h200x1-llamacpp" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 300
+    args   = ["-np", "1", "-c", "2048", "--sleep-idle-seconds", "5"]
   }
 }
 `
@@ -548,7 +628,9 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 		}
 		got := map[string]int{}
 		for _, m := range list.Data {
-			got[m.ID] = m.Replicas
+			if m.Replicas > 0 { // a model at zero (tiny-nap) is listed, to be woken
+				got[m.ID] = m.Replicas
+			}
 		}
 		return maps.Equal(got, served), fmt.Sprintf("the gateway lists %v, the controller serves %v", got, served), nil
 	})
@@ -557,7 +639,9 @@ func tryGateway(ctx context.Context, gw string, served map[string]int, exited fu
 	}
 	var models []string
 	for _, m := range list.Data {
-		models = append(models, fmt.Sprintf("%s (%d replicas)", m.ID, m.Replicas))
+		if m.Replicas > 0 {
+			models = append(models, fmt.Sprintf("%s (%d replicas)", m.ID, m.Replicas))
+		}
 	}
 	fmt.Printf("  GET /v1/models: %s\n", strings.Join(models, ", "))
 
@@ -662,4 +746,92 @@ func showReplicas(ctx context.Context, base, token string, exited func() error) 
 		served[r.Model]++
 	}
 	return served, nil
+}
+
+// apiGet reads path from the controller's API into out.
+func apiGet(ctx context.Context, base, token, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// showWeights prints where the real model's weights are, as llmgw ctl
+// weights does.
+func showWeights(ctx context.Context, base, token string) error {
+	var line string
+	err := localnomad.Poll(ctx, func() (bool, string, error) {
+		var models []controllerapi.ModelView
+		if err := apiGet(ctx, base, token, "/v1/models", &models); err != nil {
+			return false, err.Error(), nil
+		}
+		for _, m := range models {
+			if m.Name == realModel && m.Weights != nil {
+				line = fmt.Sprintf("  %s: %s, %.1f MB, whole in the model store of %s", m.Name, m.Weights.Source, float64(m.Weights.Bytes)/1e6, strings.Join(m.Weights.Nodes, ", "))
+				return len(m.Weights.Nodes) >= 2, line, nil
+			}
+		}
+		return false, "no weights for " + realModel + " yet", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the nodes to hold %s's weights: %w", realModel, err)
+	}
+	fmt.Println("\nWhere the weights are (llmgw ctl weights; each node's driver reports its store as node attributes driver.llmgw.weights.<key>):")
+	fmt.Println(line)
+	return nil
+}
+
+// sleepAndWake wakes the sleeping model from zero through the gateway,
+// waits for its engine to sleep, and wakes it again, timing both.
+func sleepAndWake(ctx context.Context, base, token, gw string) error {
+	client := &http.Client{Timeout: 3 * time.Minute}
+	ask := func() (time.Duration, string, error) {
+		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"are you awake?"}],"max_tokens":8}`, napModel)
+		start := time.Now()
+		resp, err := client.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, "", err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if resp.StatusCode != http.StatusOK {
+			return 0, "", fmt.Errorf("%s: %s", resp.Status, b)
+		}
+		return time.Since(start), resp.Header.Get(gateway.ReplicaHeader), nil
+	}
+	fmt.Printf("\nA model that sleeps (%s: autoscale min 0, when_idle = \"sleep\"), at zero replicas:\n", napModel)
+	d, replica, err := ask()
+	if err != nil {
+		return fmt.Errorf("waking %s from zero: %w", napModel, err)
+	}
+	fmt.Printf("  a request through the gateway was held, woke it from zero, and was answered by %s after %s (placement, start, load)\n", replica, d.Round(10*time.Millisecond))
+	err = localnomad.Poll(ctx, func() (bool, string, error) {
+		var r struct {
+			Engine *controllerapi.EngineMetrics `json:"engine"`
+		}
+		if err := apiGet(ctx, base, token, "/v1/replicas/"+replica, &r); err != nil {
+			return false, err.Error(), nil
+		}
+		return r.Engine != nil && r.Engine.Asleep != nil && *r.Engine.Asleep, replica + "'s engine awake", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s to sleep: %w", replica, err)
+	}
+	fmt.Printf("  idle, its engine fell asleep (llmgw ctl replicas: \"serving, asleep\"; its model freed, its GPU kept)\n")
+	d, replica, err = ask()
+	if err != nil {
+		return fmt.Errorf("waking %s: %w", napModel, err)
+	}
+	fmt.Printf("  the next request woke it: answered by %s after %s (the engine's reload only)\n", replica, d.Round(10*time.Millisecond))
+	return nil
 }

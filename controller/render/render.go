@@ -1,6 +1,8 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -754,4 +756,79 @@ func formatDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// Fetch job meta keys: a job that only fetches a model's weights onto one
+// node (a warm spare), never a replica (no llmgw.managed).
+const (
+	MetaFetch      = "llmgw.fetch"       // "true" on every warm spare's fetch job
+	MetaFetchModel = "llmgw.fetch_model" // the catalog model whose weights it fetches
+	MetaFetchKey   = "llmgw.weights_key" // weightsapi key of those weights
+	MetaFetchNode  = "llmgw.fetch_node"  // the node it fetches onto
+)
+
+// FetchJobIDPrefix starts every warm spare's fetch job's ID.
+const FetchJobIDPrefix = "llmgw-fetch-"
+
+// FetchJobID is the ID of the job that fetches weights key onto node:
+// the same inputs give the same ID, so a registration only if absent is a
+// no-op for a controller that restarted or a second one.
+func FetchJobID(key, node string) string {
+	sum := sha256.Sum256([]byte(key + "\x00" + node))
+	return FetchJobIDPrefix + dnsLabel(node) + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// FetchJob renders the batch job that keeps model m's weights on node, a
+// warm spare: one task, the driver's engine "fetch" (what a replica's
+// prestart task runs), pinned to the node, with the profile's hub token
+// template where it has one. It never restarts by itself: the controller
+// decides again.
+func FetchJob(m facility.Model, node string, s Settings) (*api.Job, error) {
+	s = s.withDefaults()
+	wb := weightsBlock(m.Weights)
+	if wb == nil {
+		return nil, fmt.Errorf("render fetch of %q: no weights a node fetches", m.Name)
+	}
+	key := m.Weights.Key()
+	cfg := map[string]any{"engine": "fetch", "model": m.Source, "weights": []map[string]any{wb}}
+	if m.File != "" {
+		cfg["model_file"] = m.File
+	}
+	task := &api.Task{
+		Name: FetchTaskName, Driver: DriverName, Config: cfg,
+		Resources:   &api.Resources{CPU: new(100), MemoryMB: new(128)},
+		KillTimeout: new(10 * time.Second),
+	}
+	if len(m.Profiles) > 0 {
+		var token []facility.VariableEnv
+		for _, v := range m.Profiles[0].EnvFromVariable {
+			if v.Name == HubTokenEnv {
+				token = append(token, v)
+			}
+		}
+		if len(token) > 0 {
+			task.Templates = []*api.Template{{
+				EmbeddedTmpl: new(VariableEnvTemplate(token)), DestPath: new(VariableEnvFile),
+				ChangeMode: new("restart"), Envvars: new(true),
+			}}
+		}
+	}
+	id := FetchJobID(key, node)
+	job := &api.Job{
+		ID: new(id), Name: new(id), Type: new(api.JobTypeBatch),
+		Datacenters: slices.Clone(s.Datacenters),
+		NodePool:    new(api.NodePoolAll), // pinned by name, whatever the node's pool
+		Meta:        map[string]string{MetaFetch: "true", MetaFetchModel: m.Name, MetaFetchKey: key, MetaFetchNode: node},
+		Constraints: []*api.Constraint{{LTarget: "${node.unique.name}", Operand: "=", RTarget: node}},
+		TaskGroups: []*api.TaskGroup{{
+			Name:             new("fetch"),
+			RestartPolicy:    &api.RestartPolicy{Attempts: new(1), Delay: new(15 * time.Second), Mode: new(api.RestartPolicyModeFail)},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)},
+			Tasks:            []*api.Task{task},
+		}},
+	}
+	if s.Namespace != "" {
+		job.Namespace = new(s.Namespace)
+	}
+	return job, nil
 }

@@ -731,3 +731,38 @@ func TestFetchTaskGetsOnlyTheHubToken(t *testing.T) {
 		t.Errorf("fetch template %+v", tasks[1].Templates[0])
 	}
 }
+
+// A warm spare's fetch job: batch, pinned to its node in any pool, the
+// driver's engine fetch with the model's weights, the same ID for the
+// same weights and node.
+func TestFetchJob(t *testing.T) {
+	t.Parallel()
+	w := &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/m-GGUF", Revision: "v2", Files: []string{"m.gguf"}}}
+	m := facility.Model{Name: "m", Source: "org/m-GGUF", File: "m.gguf", Weights: w,
+		Profiles: []facility.Profile{{Name: "p", Engine: "llamacpp", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1}}}
+	job, err := FetchJob(m, "n7", Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *job.ID != FetchJobID(w.Key(), "n7") || !strings.HasPrefix(*job.ID, FetchJobIDPrefix+"n7-") || *job.Type != "batch" || *job.NodePool != "all" {
+		t.Errorf("job %s type %s pool %s", *job.ID, *job.Type, *job.NodePool)
+	}
+	if FetchJobID(w.Key(), "n8") == *job.ID {
+		t.Error("two nodes, one ID")
+	}
+	if job.Meta[MetaFetch] != "true" || job.Meta[MetaManaged] != "" || job.Meta[MetaFetchKey] != w.Key() || job.Meta[MetaFetchNode] != "n7" {
+		t.Errorf("meta %v", job.Meta)
+	}
+	if c := job.Constraints; len(c) != 1 || c[0].RTarget != "n7" {
+		t.Errorf("constraints %+v", c)
+	}
+	task := job.TaskGroups[0].Tasks[0]
+	want := map[string]any{"engine": "fetch", "model": "org/m-GGUF", "model_file": "m.gguf",
+		"weights": []map[string]any{{"revision": "v2", "files": []string{"m.gguf"}}}}
+	if diff := cmp.Diff(want, task.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if _, err := FetchJob(facility.Model{Name: "x", Source: "/m.gguf"}, "n7", Settings{}); err == nil {
+		t.Error("a fetch job for a model without weights")
+	}
+}
