@@ -64,19 +64,17 @@ type oneEval struct {
 	after float64 // oneOver: what it would draw
 	head  float64 // oneZero, oneSpread: the least headroom its budgets keep
 	sv    [NumLevels]int32
-	// A warm shape's cells (weights.go): the node offered, an index into
-	// the cell's list (-1: the cell's best), and its fetch estimate.
-	pick  int32
-	fetch float64
+	// pick is, for a warm shape's cell (weights.go), the node it offers:
+	// its index in the cell's list plus one (0: the cell's best).
+	pick int32
 }
 
 // oneAgg sums a range of cells of the tree.
 type oneAgg struct {
-	best       int32    // the best cell that fits, or -1
-	zeroNodes  int32    // Σ nodes with room of the oneZero cells
-	zeroAbsent int32    // of them, those without the weights (a warm shape's)
-	short      [3]int32 // Σ nodes short of GPUs, CPU, memory
-	shortBest  [3]int32 // the most any of those has, -1 for none
+	best      int32    // the best cell that fits, or -1
+	zeroNodes int32    // Σ nodes with room of the oneZero cells
+	short     [3]int32 // Σ nodes short of GPUs, CPU, memory
+	shortBest [3]int32 // the most any of those has, -1 for none
 }
 
 // watch is a shape's reading of the change log: which of its cells
@@ -148,6 +146,10 @@ type oneIndex struct {
 	over    []uint64 // per shape cell: oneOver
 	spread  []uint64 // per shape cell: oneSpread
 	pending []int32  // scratch: tree nodes to recompute
+	// absent is, for a warm shape, a second tree over the cells: of the
+	// nodes with room of the oneZero cells, those without the weights,
+	// summed (kept apart so that a shape without weights pays nothing).
+	absent []int32
 }
 
 func bitSet(b []uint64, i int32)   { b[i>>6] |= 1 << (uint(i) & 63) }
@@ -184,6 +186,9 @@ func (p *Planner) index(sh *shape) *oneIndex {
 		}
 		ix.tree = make([]oneAgg, 2*ix.size)
 		ix.over, ix.spread = make([]uint64, len(ix.dirty)), make([]uint64, len(ix.dirty))
+		if sh.warm {
+			ix.absent = make([]int32, 2*ix.size)
+		}
 		sh.one = ix
 		p.rebuildOne(sh, ix)
 		return ix
@@ -209,7 +214,24 @@ func (p *Planner) rebuildOne(sh *shape, ix *oneIndex) {
 	for k := ix.size - 1; k >= 1; k-- {
 		ix.tree[k] = p.mergeOne(sh, ix, &ix.tree[2*k], &ix.tree[2*k+1])
 	}
+	if ix.absent != nil {
+		clear(ix.absent)
+		for i := range sh.cells {
+			ix.absent[ix.size+i] = ix.leafAbsent(sh, int32(i))
+		}
+		for k := ix.size - 1; k >= 1; k-- {
+			ix.absent[k] = ix.absent[2*k] + ix.absent[2*k+1]
+		}
+	}
 	clear(ix.dirty)
+}
+
+// leafAbsent is cell i's part of the absent tree.
+func (ix *oneIndex) leafAbsent(sh *shape, i int32) int32 {
+	if ix.eval[i].cat == oneZero {
+		return sh.cells[i].absent
+	}
+	return 0
 }
 
 // updateOne evaluates the dirty cells again and recomputes the tree above
@@ -223,6 +245,9 @@ func (p *Planner) updateOne(sh *shape, ix *oneIndex) {
 			x &= x - 1
 			p.evalOne(sh, ix, i, counts)
 			ix.tree[ix.size+int(i)] = ix.leaf(sh, i)
+			if ix.absent != nil {
+				ix.absent[ix.size+int(i)] = ix.leafAbsent(sh, i)
+			}
 			if k := int32(ix.size+int(i)) >> 1; len(pend) == 0 || pend[len(pend)-1] != k {
 				pend = append(pend, k)
 			}
@@ -234,6 +259,9 @@ func (p *Planner) updateOne(sh *shape, ix *oneIndex) {
 		next := pend[:0]
 		for _, k := range pend {
 			ix.tree[k] = p.mergeOne(sh, ix, &ix.tree[2*k], &ix.tree[2*k+1])
+			if ix.absent != nil {
+				ix.absent[k] = ix.absent[2*k] + ix.absent[2*k+1]
+			}
 			if k == 1 {
 				continue
 			}
@@ -253,7 +281,7 @@ func (p *Planner) evalOne(sh *shape, ix *oneIndex, i int32, counts []int32) {
 		p.recache(sh, i)
 	}
 	e := &ix.eval[i]
-	*e = oneEval{pick: -1}
+	*e = oneEval{}
 	if sc.feasible > 0 {
 		p.evalFits(sh, sc, i, e, counts)
 	}
@@ -270,7 +298,7 @@ func (p *Planner) evalFits(sh *shape, sc *scell, i int32, e *oneEval, counts []i
 			e.cat, e.over, e.after = oneOver, over, after
 			return
 		}
-		head, e.pick, e.fetch = h, k, sh.fetch[sh.lists[i][k].node]
+		head, e.pick = h, k+1
 	} else {
 		delta := &sc.best.delta
 		for _, bd := range sc.bud[:sc.nb] {
@@ -302,7 +330,7 @@ func (ix *oneIndex) leaf(sh *shape, i int32) oneAgg {
 	}
 	switch ix.eval[i].cat {
 	case oneZero:
-		a.best, a.zeroNodes, a.zeroAbsent = i, sc.feasible, sc.absent
+		a.best, a.zeroNodes = i, sc.feasible
 	case oneSpread:
 		a.best = i
 	}
@@ -310,20 +338,28 @@ func (ix *oneIndex) leaf(sh *shape, i int32) oneAgg {
 }
 
 func (p *Planner) mergeOne(sh *shape, ix *oneIndex, l, r *oneAgg) oneAgg {
-	a := oneAgg{best: l.best, zeroNodes: l.zeroNodes + r.zeroNodes, zeroAbsent: l.zeroAbsent + r.zeroAbsent}
+	a := oneAgg{best: l.best, zeroNodes: l.zeroNodes + r.zeroNodes}
 	for k := range a.short {
 		a.short[k] = l.short[k] + r.short[k]
 		a.shortBest[k] = max(l.shortBest[k], r.shortBest[k])
 	}
-	if a.best < 0 || r.best >= 0 && p.oneBefore(sh, ix, r.best, a.best) {
-		a.best = r.best
+	if r.best >= 0 {
+		if a.best < 0 {
+			a.best = r.best
+		} else if sh.warm {
+			if p.oneBeforeWarm(sh, ix, r.best, a.best) {
+				a.best = r.best
+			}
+		} else if p.oneBefore(sh, ix, r.best, a.best) {
+			a.best = r.best
+		}
 	}
 	return a
 }
 
 // oneBefore reports whether cell a ranks above cell b: fewer of the model
-// at the spread levels in order, then sooner ready, then more power
-// headroom, then fewer GPUs left free, then name (placeOneScan's order).
+// at the spread levels in order, then more power headroom, then fewer GPUs
+// left free, then name (placeOneScan's order).
 func (p *Planner) oneBefore(sh *shape, ix *oneIndex, a, b int32) bool {
 	ea, eb := &ix.eval[a], &ix.eval[b]
 	for k := range len(sh.prof.Spread) {
@@ -331,13 +367,32 @@ func (p *Planner) oneBefore(sh *shape, ix *oneIndex, a, b int32) bool {
 			return v < w
 		}
 	}
-	if ea.fetch != eb.fetch {
-		return ea.fetch < eb.fetch
+	if ea.head != eb.head {
+		return ea.head > eb.head
+	}
+	ba, bb := &sh.cells[a].best, &sh.cells[b].best
+	if ba.free != bb.free {
+		return ba.free < bb.free
+	}
+	return ba.rank < bb.rank
+}
+
+// oneBeforeWarm is oneBefore for a warm shape: sooner ready after spread,
+// and the nodes the cells offer.
+func (p *Planner) oneBeforeWarm(sh *shape, ix *oneIndex, a, b int32) bool {
+	ea, eb := &ix.eval[a], &ix.eval[b]
+	for k := range len(sh.prof.Spread) {
+		if v, w := ea.sv[k], eb.sv[k]; v != w {
+			return v < w
+		}
+	}
+	ba, bb := ix.offer(sh, a), ix.offer(sh, b)
+	if fa, fb := sh.fetch[ba.node], sh.fetch[bb.node]; fa != fb {
+		return fa < fb
 	}
 	if ea.head != eb.head {
 		return ea.head > eb.head
 	}
-	ba, bb := ix.offer(sh, a), ix.offer(sh, b)
 	if ba.free != bb.free {
 		return ba.free < bb.free
 	}
@@ -347,8 +402,8 @@ func (p *Planner) oneBefore(sh *shape, ix *oneIndex, a, b int32) bool {
 // offer is the node cell i offers: its best, or for a warm shape the one
 // evalFits picked.
 func (ix *oneIndex) offer(sh *shape, i int32) *centry {
-	if k := ix.eval[i].pick; k >= 0 {
-		return &sh.lists[i][k]
+	if k := ix.eval[i].pick; k > 0 {
+		return &sh.lists[i][k-1]
 	}
 	return &sh.cells[i].best
 }
@@ -380,11 +435,11 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 	}
 	// Where the winner holds the weights, the places as well spread that
 	// do not lost on them alone (placeOneScan).
-	held := sh.warm && ix.eval[best].fetch == 0
+	held := sh.warm && sh.fetch[ix.offer(sh, best).node] == 0
 	col.slower = sh.warm && !held
 	zeroAbsent := 0
 	if held {
-		zeroAbsent = int(root.zeroAbsent)
+		zeroAbsent = int(ix.absent[1])
 	}
 	col.ranked.places += int(root.zeroNodes) - zeroAbsent
 	col.ranked.nodes += int(root.zeroNodes) - zeroAbsent
@@ -397,11 +452,12 @@ func (p *Planner) placeOne(sh *shape, d *Decision) bool {
 		if i == best {
 			nodes--
 		}
-		absent := 0
 		if held {
-			absent = int(cells[i].absent)
+			absent := int(cells[i].absent)
+			p.spreadOrRanked(col, &ix.eval[i].sv, &bsv, &cells[i].spread, ns, nodes, nodes, absent, absent)
+		} else {
+			p.spreadOrRanked(col, &ix.eval[i].sv, &bsv, &cells[i].spread, ns, nodes, nodes, 0, 0)
 		}
-		p.spreadOrRanked(col, &ix.eval[i].sv, &bsv, &cells[i].spread, ns, nodes, nodes, absent, absent)
 	})
 	if zero(&bsv) {
 		col.ranked.places-- // the winner

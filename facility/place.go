@@ -618,6 +618,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 	counts := p.countsOf(d.Model)
 	runs := p.gruns[:0]
 	best := -1
+	warm := sh.warm
 	for gi := range sh.gangDoms {
 		var ge *gangEval
 		if evals != nil {
@@ -635,12 +636,25 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 		if ge.rec >= 0 {
 			p.record(col, int(ge.rec), ge.recDom, ge.recNodes, ge.recA, ge.recB)
 		}
-		for _, gc := range ge.runs {
-			if best < 0 || p.gangBetter(&gc, &runs[best]) {
+		for k := range ge.runs {
+			gc := &ge.runs[k]
+			better := best < 0
+			if !better {
+				// gc ranks above the best so far; on a full tie the
+				// earlier stays. Only a warm shape's places differ in
+				// readiness.
+				b := &runs[best]
+				ready := 0
+				if warm {
+					ready = readyCmp(gc, b)
+				}
+				better = rankCmp(&gc.sv, &b.sv, ready, gc.head, b.head, gc.free, b.free) < 0
+			}
+			if better {
 				p.best = append(p.best[:0], ge.picked[gc.picked:gc.picked+need]...)
 				best = len(runs)
 			}
-			runs = append(runs, gc)
+			runs = append(runs, *gc)
 		}
 	}
 	p.gruns = runs
@@ -717,7 +731,7 @@ func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEva
 		}
 		return
 	}
-	warm := sh.warm
+	warm, fetch := sh.warm, sh.fetch
 	slices.SortFunc(svs, func(a, b gsortable) int {
 		if c := cmp.Compare(a.fabric, b.fabric); c != 0 {
 			return c
@@ -729,7 +743,7 @@ func (p *Planner) evalGangDom(sh *shape, g *gangDom, counts []int32, ge *gangEva
 		}
 		if warm {
 			// Nodes that hold the weights (then the fastest to fetch) first.
-			if c := cmp.Compare(sh.fetch[a.node], sh.fetch[b.node]); c != 0 {
+			if c := cmp.Compare(fetch[a.node], fetch[b.node]); c != 0 {
 				return c
 			}
 		}
@@ -821,11 +835,6 @@ func (p *Planner) rankGang(sh *shape, dom int32, picked []centry, counts []int32
 		gc.head = min(gc.head, p.limit[d]-(p.draw[d]+p.addW[d]))
 	}
 	return gc
-}
-
-// gangBetter: a ranks above b; on a full tie the earlier (b) stays.
-func (p *Planner) gangBetter(a, b *gcand) bool {
-	return rankCmp(&a.sv, &b.sv, readyCmp(a, b), a.head, b.head, a.free, b.free) < 0
 }
 
 // readyCmp orders multi-node places by readiness: the slowest node's fetch
