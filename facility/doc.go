@@ -98,8 +98,14 @@
 // best node has 2)"); domain-level reasons name the domain ("held:
 // rack=r01-k03 (PDU swap)", "over budget: pdu=p01-a would draw 17.6 kW of
 // 16.4 kW", "spread: rack=r01-k01 already holds 1"), at most MaxListed per
-// kind and then one "and N more" line. Kind's String is a stable label for
-// metrics.
+// kind and then one "and N more" line. Places that fit, as well spread as
+// the chosen one, that lost only because the chosen node holds the model's
+// weights and they do not are KindWeights ("weights elsewhere: 3 other
+// nodes fit but do not hold the weights (16.1 GB to fetch); the chosen node
+// holds them"); the rest that lost on rank are KindRanked. Each shard of a
+// decision for a model whose weights a node fetches carries its node's
+// estimate (Shard.Fetch, Decision.Readiness). Kind's String is a stable
+// label for metrics.
 //
 // # Cost
 //
