@@ -543,6 +543,12 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			created[a.Replica] = true
 		}
 	}
+	if _, err := c.keepSpares(ctx, fenced, in); err != nil {
+		if errors.Is(err, ErrNotLeading) {
+			return err
+		}
+		errs = append(errs, err)
+	}
 	c.scaleEvents(res, info, done, in.Now)
 	if info.expired {
 		c.dropExpiredPins(in.Now)

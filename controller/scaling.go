@@ -130,13 +130,23 @@ func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last m
 			serving[j.Model]++
 		}
 	}
+	spares := map[string][]string{}
+	if ss, err := reconcile.Spares(in); err == nil {
+		for _, s := range ss {
+			state := "fetching"
+			if s.Held {
+				state = "held"
+			}
+			spares[s.Model] = append(spares[s.Model], s.Node+" ("+state+")")
+		}
+	}
 	out := make([]controllerapi.ModelView, 0, len(in.Catalog.Models))
 	for _, m := range in.Catalog.Models {
 		mv := controllerapi.ModelView{Name: m.Name, Priority: m.Priority, Min: m.Replicas, Max: m.Replicas, Wanted: m.Replicas,
 			Has: len(slots[m.Name]), Serving: serving[m.Name], LastChange: last[m.Name], Warnings: m.Warnings()}
 		if w := m.Weights; w != nil && w.Path == "" {
 			key := w.Key()
-			wv := &controllerapi.WeightsView{Key: key, Source: w.String(), Nodes: []string{}, WarmSpares: m.WarmSpares}
+			wv := &controllerapi.WeightsView{Key: key, Source: w.String(), Nodes: []string{}, WarmSpares: m.WarmSpares, Spares: spares[m.Name]}
 			for _, n := range in.Fleet.Nodes {
 				if b, ok := n.Weights[key]; ok {
 					wv.Nodes = append(wv.Nodes, n.Name)

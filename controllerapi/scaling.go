@@ -85,6 +85,8 @@ type WeightsView struct {
 	Bytes int64    `json:"bytes,omitempty"`
 	Nodes []string `json:"nodes"`
 	// WarmSpares is how many nodes beyond those serving the catalog
-	// asks to hold them.
-	WarmSpares int `json:"warm_spares,omitempty"`
+	// asks to hold them; Spares the nodes picked, where a scale-up would
+	// land ("n7 (held)", "n9 (fetching)").
+	WarmSpares int      `json:"warm_spares,omitempty"`
+	Spares     []string `json:"spares,omitempty"`
 }

@@ -765,6 +765,7 @@ const (
 	MetaFetchModel = "llmgw.fetch_model" // the catalog model whose weights it fetches
 	MetaFetchKey   = "llmgw.weights_key" // weightsapi key of those weights
 	MetaFetchNode  = "llmgw.fetch_node"  // the node it fetches onto
+	MetaFetchAt    = "llmgw.fetch_at"    // when the controller asked again, after an ended try
 )
 
 // FetchJobIDPrefix starts every warm spare's fetch job's ID.

@@ -17,7 +17,9 @@ func (c *ctl) weightsCmd() *cobra.Command {
 block in the catalog) with the nodes that hold them whole, as the driver
 reports each node's store in its attributes (driver.llmgw.weights.<KEY>).
 Placement prefers those nodes (llmgw ctl explain says so); SPARES is how many
-nodes beyond those serving the catalog asks to hold them (warm_spares).
+nodes beyond those serving the catalog asks to hold them (warm_spares), and
+which the controller picked, where a scale-up would land, with whether each
+holds them already or is fetching them.
 Models whose engines find their own weights are left out.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -43,7 +45,11 @@ Models whose engines find their own weights are left out.`,
 				if w.Bytes > 0 {
 					size = fmt.Sprintf("%.1f GB", float64(w.Bytes)/1e9)
 				}
-				t.row(m.Name, w.Source, size, dash(strings.Join(w.Nodes, ",")), fmt.Sprint(w.WarmSpares), w.Key)
+				spares := fmt.Sprint(w.WarmSpares)
+				if len(w.Spares) > 0 {
+					spares += ": " + strings.Join(w.Spares, ",")
+				}
+				t.row(m.Name, w.Source, size, dash(strings.Join(w.Nodes, ",")), spares, w.Key)
 			}
 			return write(cmd.OutOrStdout(), t.bytes())
 		},
