@@ -435,3 +435,125 @@ func TestControllerPlacesReplicaWhereWeightsAre(t *testing.T) {
 		received.Format("15:04:05.000"), fetched.Sub(received).Round(time.Millisecond), started.Sub(received).Round(time.Millisecond),
 		ready.Sub(received).Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), plain, plain[1].Round(time.Millisecond))
 }
+
+const spareCatalog = `
+model "chat" {
+  source      = %q
+  file        = "tiny.gguf"
+  replicas    = 1
+  warm_spares = 1
+  weights {
+    revision = "main"
+  }
+  profile "x1" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+    watts  = 250
+    args   = ["-np", "1", "-c", "1024"]
+  }
+}
+`
+
+// Issue 35 (c): node loss with a warm spare. The controller keeps the
+// weights of a model with warm_spares = 1 on one more node than serves it
+// (a fetch job, where a scale-up would land); the serving node dies (its
+// agent and everything it started SIGKILLed); Nomad marks it down and the
+// replacement lands where the weights are, its prestart task fetching
+// nothing; the controller then picks a new spare (the third node) and has
+// the weights fetched there, the one download after the loss. The time
+// from the kill to serving again is logged, with Nomad's own detection (the
+// node's down event) in it.
+func TestNodeLossWithAWarmSpareFetchesNothing(t *testing.T) {
+	in := bigTinyModel(t)
+	hub := hubserver.Start(t, hubserver.Options{})
+	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
+		t.Fatal(err)
+	}
+	c, _, engine := weightsClients(t, 3, hub, in.Binary)
+	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
+	attr := weightsapi.AttrPrefix + src.Key()
+	cfg := controllerFilesEngines(t, c.Server.Addr(), fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, in.Binary),
+		fmt.Sprintf(spareCatalog, weightsRepo), `headroom = 0`)
+	_, base, _ := runController(t, cfg, "ctl")
+	rs := waitServing(t, base, 3*time.Minute, "chat-0")
+	first := rs[0].Nodes[0]
+	holders := func() []string {
+		var out []string
+		for _, name := range []string{"gpu-1", "gpu-2", "gpu-3"} {
+			n, _, err := c.API.Nodes().Info(c.NodeID(name), nil)
+			if err == nil && n.Attributes[attr] != "" {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	var spare string
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		h := holders()
+		for _, n := range h {
+			if n != first {
+				spare = n
+			}
+		}
+		return len(h) == 2 && spare != "", fmt.Sprintf("nodes holding the weights: %v (chat-0 on %s)", h, first)
+	})
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 2 {
+		t.Fatalf("hub: %d GETs before the loss, want 2 (chat-0's node and the spare)", st.Gets)
+	}
+	m := getModel(t, base, "chat")
+	t.Logf("chat-0 on %s, warm spare %s; the model's weights view: %+v", first, spare, m.Weights)
+
+	var victim *nomadtest.Agent
+	for _, a := range c.Clients {
+		if a.Name == first {
+			victim = a
+		}
+	}
+	killed := time.Now()
+	victim.Kill()
+	var down time.Time
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n, _, err := c.API.Nodes().Info(c.NodeID(first), nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		if n.Status == api.NodeStatusDown {
+			down = time.Now()
+			return true, ""
+		}
+		return false, first + " " + n.Status
+	})
+	rs = waitServing(t, base, 3*time.Minute, "chat-0")
+	served := time.Now()
+	if got := rs[0].Nodes[0]; got != spare {
+		t.Errorf("chat-0 replaced on %s, want the warm spare %s", got, spare)
+	}
+	a := onlyServing(t, c, "chat-0")
+	if ts := a.TaskStates["weights"]; ts == nil || eventIndex(ts, "nothing fetched") < 0 {
+		t.Errorf("the replacement's prestart fetch: want nothing fetched: %s", taskEvents(ts))
+	}
+	// The spare now serves: the controller picks a new one, the third
+	// node, and has the weights fetched there. That is the only download
+	// after the loss.
+	var third string
+	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
+		if n != first && n != spare {
+			third = n
+		}
+	}
+	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		h := holders()
+		return slices.Contains(h, third), fmt.Sprintf("nodes holding the weights: %v; want the new spare %s among them", h, third)
+	})
+	if st := hub.Stats(weightsRepo, "tiny.gguf"); st.Gets != 3 {
+		t.Errorf("hub: %d GETs after the loss, want 3 (the first node's, the spare's, the new spare's on %s; none for the replacement)", st.Gets, third)
+	}
+	full, _, err := c.API.Allocations().Info(a.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerOK(t, "http://"+allocAddr(t, full))
+	t.Logf("node loss with a warm spare: %s killed; Nomad marked it down %s later; chat-0 serving on %s %s after the kill (%s after the node was down)",
+		first, down.Sub(killed).Round(100*time.Millisecond), spare, served.Sub(killed).Round(100*time.Millisecond), served.Sub(down).Round(100*time.Millisecond))
+}
