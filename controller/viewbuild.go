@@ -2,11 +2,14 @@ package controller
 
 import (
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
+	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 )
@@ -24,7 +27,9 @@ type viewBuilder struct {
 	// are run-time holds.
 	fileHolds []facility.Hold
 	// nodes are the snapshot's nodes, by ID, for their status.
-	nodes  map[string]*api.Node
+	nodes map[string]*api.Node
+	// allocs are the snapshot's allocations, for the replicas' phases.
+	allocs []*api.AllocationListStub
 	leader bool
 }
 
@@ -56,6 +61,15 @@ func (b viewBuilder) build() builtView {
 	for _, j := range in.Jobs {
 		bySlot[j.Replica] = append(bySlot[j.Replica], j)
 	}
+	shard0 := map[string]*api.AllocationListStub{} // job ID -> its newest shard-0 allocation
+	for _, a := range b.allocs {
+		if a.TaskGroup != observe.CheckedGroup {
+			continue
+		}
+		if o, ok := shard0[a.JobID]; !ok || a.CreateIndex > o.CreateIndex {
+			shard0[a.JobID] = a
+		}
+	}
 	counts := out.replicas
 	for _, m := range in.Catalog.Models {
 		for i := 0; i < m.SlotLimit(); i++ {
@@ -80,6 +94,7 @@ func (b viewBuilder) build() builtView {
 					rv.Watts += s.Watts
 				}
 				rv.Domain = j.Domain.Key()
+				rv.Phases = phases(shard0[j.ID])
 				if len(jobs) > 1 {
 					for _, x := range jobs {
 						rv.Jobs = append(rv.Jobs, x.ID)
@@ -198,5 +213,48 @@ func (b viewBuilder) build() builtView {
 		}
 	}
 	out.view = v
+	return out
+}
+
+// phaseEvents are the task events that mark a replica's start: the task,
+// the start of the event's message, and the phase. The driver's words
+// (driver/weights.go, driver/fetch.go, driver/plugin.go, driver/events.go).
+var phaseEvents = []struct{ task, prefix, name string }{
+	{render.FetchTaskName, "Fetch started", "fetch_started"},
+	{render.FetchTaskName, "Fetch finished", "fetch_finished"},
+	{render.FetchTaskName, "Weights present", "weights_present"},
+	{render.TaskName, "Fetch started", "fetch_started"},
+	{render.TaskName, "Fetch finished", "fetch_finished"},
+	{render.TaskName, "Weights present", "weights_present"},
+	{render.TaskName, "Started ", "engine_started"},
+	{render.TaskName, "Loading the model: 100%", "model_loaded"},
+	{render.TaskName, "Ready after", "ready"},
+}
+
+// phases reads a replica's start from its allocation's task events.
+func phases(a *api.AllocationListStub) []controllerapi.Phase {
+	if a == nil {
+		return nil
+	}
+	out := []controllerapi.Phase{{Name: "placed", At: time.Unix(0, a.CreateTime).UTC()}}
+	seen := map[string]bool{}
+	for _, pe := range phaseEvents {
+		ts := a.TaskStates[pe.task]
+		if ts == nil || seen[pe.name] {
+			continue
+		}
+		for _, e := range ts.Events {
+			msg := e.DisplayMessage
+			if msg == "" {
+				msg = e.Message
+			}
+			if strings.HasPrefix(msg, pe.prefix) {
+				out = append(out, controllerapi.Phase{Name: pe.name, At: time.Unix(0, e.Time).UTC(), Detail: msg})
+				seen[pe.name] = true
+				break
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }

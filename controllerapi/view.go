@@ -41,6 +41,18 @@ type ReplicaView struct {
 	// engine metrics; absent while the replica does not serve, or its
 	// engine has no known metrics.
 	Engine *EngineMetrics `json:"engine,omitempty"`
+	// Phases is the start of the replica's current job (its shard 0) as
+	// Nomad's task events tell it: placed, fetch started and finished (or
+	// weights present), engine started, model loaded, ready; each once,
+	// in order, with the event's words.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is one step of a replica's start.
+type Phase struct {
+	Name   string    `json:"name"` // placed, fetch_started, fetch_finished, weights_present, engine_started, model_loaded, ready
+	At     time.Time `json:"at"`
+	Detail string    `json:"detail,omitempty"`
 }
 
 // NodeView is one Nomad node as placement sees it.
