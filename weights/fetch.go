@@ -113,8 +113,8 @@ func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, hav
 		return r, fmt.Errorf("%s: %w", redact(f.URL), err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	switch {
-	case resp.StatusCode == http.StatusOK:
+	switch resp.StatusCode {
+	case http.StatusOK:
 		if have > 0 {
 			// The source ignored the range: start over.
 			if err := out.Truncate(0); err != nil {
@@ -126,12 +126,12 @@ func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, hav
 			h.Reset()
 			r.size, r.restarted = 0, true
 		}
-	case resp.StatusCode == http.StatusPartialContent:
+	case http.StatusPartialContent:
 		start, ok := rangeStart(resp.Header.Get("Content-Range"))
 		if !ok || start != have {
 			return r, fmt.Errorf("%s: asked from byte %d, got Content-Range %q", redact(f.URL), have, resp.Header.Get("Content-Range"))
 		}
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+	case http.StatusRequestedRangeNotSatisfiable:
 		// What is kept is longer than the file now: start over.
 		if err := out.Truncate(0); err != nil {
 			return r, err

@@ -150,7 +150,7 @@ func (c *client) resolveHub(ctx context.Context, h Hub) (resolved, error) {
 			size, err = strconv.ParseInt(s, 10, 64)
 		}
 		if err != nil || size < -1 {
-			return r, fmt.Errorf("%s: size header: %v", redact(u), err)
+			return r, fmt.Errorf("%s: size header: %w", redact(u), err)
 		}
 		f := File{Name: name, Size: size}
 		if weightsapi.IsSHA256(etag) {
