@@ -703,6 +703,15 @@ function signalText(sig, key, digits, unit) {
   return fmtNum(v.value, digits) + (unit || '');
 }
 
+// weightsText says where a model's weights are: the nodes whose store
+// holds them whole, and its warm spares.
+function weightsText(w) {
+  if (!w) return '-';
+  let t = w.nodes && w.nodes.length ? 'on ' + w.nodes.join(', ') : 'on no node yet';
+  if (w.spares && w.spares.length) t += '; spares ' + w.spares.join(', ');
+  return t;
+}
+
 function viewModels() {
   const rows = state.models.map((m) => {
     const d = m.decision;
@@ -718,7 +727,8 @@ function viewModels() {
       h('td', {}, m.autoscale ? signalText(sig, 'arrivals', 2, '/s') : '-'),
       h('td', {}, m.autoscale ? signalText(sig, 'waiting', 0) : '-'),
       h('td', {}, m.autoscale ? signalText(sig, 'kv_cache_use', 2) : '-'),
-      h('td', { class: 'decision', title: m.reason || '' }, decision));
+      h('td', { class: 'decision', title: m.reason || '' }, decision),
+      h('td', { class: 'weights', title: m.weights ? m.weights.source + ' (' + m.weights.key + ')' : '' }, weightsText(m.weights)));
   });
   const cards = state.models.filter((m) => m.autoscale).map((m) => {
     const hist = state.history[m.name];
@@ -746,8 +756,8 @@ function viewModels() {
   });
   return [
     h('table', { id: 'models' },
-      h('thead', {}, h('tr', {}, ['Model', 'Replicas', 'Min–max', 'Outstanding', 'Queued', 'Arrivals', 'Waiting', 'KV cache', 'Decision'].map((c) => h('th', {}, c)))),
-      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No models.')))),
+      h('thead', {}, h('tr', {}, ['Model', 'Replicas', 'Min–max', 'Outstanding', 'Queued', 'Arrivals', 'Waiting', 'KV cache', 'Decision', 'Weights'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 10, class: 'empty' }, 'No models.')))),
     cards.length ? h('div', { class: 'model-cards' },
       h('p', { class: 'muted' }, 'The last hour of each autoscaled model, one point per signal round, kept in the controller\'s memory (a restarted controller starts empty). A gap is a missing reading: the count holds on it.'),
       cards) : null,
