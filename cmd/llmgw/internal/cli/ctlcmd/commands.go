@@ -205,6 +205,15 @@ func renderExplain(d explainView) []byte {
 		}
 		b.Write(t.bytes())
 	}
+	if len(d.Phases) > 1 { // more than placed: Nomad told of the start
+		b.WriteString("\nStart (from Nomad's task events)\n")
+		t := newTable("PHASE", "AT", "AFTER", "DETAIL")
+		t0 := d.Phases[0].At
+		for _, p := range d.Phases {
+			t.row(p.Name, p.At.UTC().Format("15:04:05.000"), "+"+p.At.Sub(t0).Round(time.Millisecond).String(), dash(p.Detail))
+		}
+		b.Write(t.bytes())
+	}
 	if len(d.Nomad) > 0 {
 		fmt.Fprintf(&b, "\nNomad could not place job %s\n", d.JobID)
 		t := newTable("GROUP", "EVALUATED", "FILTERED", "EXHAUSTED", "WHY")
