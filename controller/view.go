@@ -13,7 +13,7 @@ import (
 
 func explainOf(d facility.Decision, at time.Time) controllerapi.Explain {
 	e := controllerapi.Explain{Replica: d.Replica, Placed: d.Placed, Profile: d.Profile, Domain: d.Domain, Watts: d.Watts,
-		Rejections: d.Rejections, Reasons: d.Reasons(), At: at}
+		Rejections: d.Rejections, Reasons: d.Reasons(), Readiness: d.Readiness(), At: at}
 	for _, s := range d.Shards {
 		e.Nodes = append(e.Nodes, s.Node)
 	}

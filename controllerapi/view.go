@@ -107,6 +107,10 @@ type Explain struct {
 	Watts      float64              `json:"watts,omitempty"`
 	Rejections []facility.Rejection `json:"rejections,omitempty"`
 	Reasons    []string             `json:"reasons,omitempty"`
+	// Readiness says, per chosen node, what it had to fetch of the
+	// model's weights (facility.Decision.Readiness): "n3: weights present,
+	// nothing to fetch", "n7: 16.1 GB to fetch, ~2 m 41 s at 100 MB/s".
+	Readiness []string `json:"readiness,omitempty"`
 	// Waiting says why a roll or move of the replica waits (max_surge,
 	// no room with max_unavailable 0).
 	Waiting string    `json:"waiting,omitempty"`

@@ -31,6 +31,7 @@ type explainView struct {
 		Nodes      []string             `json:"nodes"`
 		Watts      float64              `json:"watts"`
 		Rejections []facility.Rejection `json:"rejections"`
+		Readiness  []string             `json:"readiness"`
 		At         time.Time            `json:"at"`
 	} `json:"explain"`
 	Nomad []controllerapi.NomadReason `json:"nomad"`
@@ -189,6 +190,13 @@ func renderExplain(d explainView) []byte {
 		kv.row("Domain:", scopeString(e.Domain))
 		kv.row("Nodes:", strings.Join(e.Nodes, ", "))
 		kv.row("Draw:", kW(e.Watts))
+		for i, r := range e.Readiness {
+			label := ""
+			if i == 0 {
+				label = "Weights:"
+			}
+			kv.row(label, r)
+		}
 	default:
 		kv.row("Decision:", "not placed at "+e.At.UTC().Format(time.RFC3339)+": no profile fits anywhere")
 	}

@@ -54,6 +54,8 @@ func TestExplainShowsPhases(t *testing.T) {
 			{Name: "engine_started", At: t0.Add(214 * time.Millisecond), Detail: "Started llamacpp"},
 			{Name: "ready", At: t0.Add(716 * time.Millisecond), Detail: "Ready after 502ms"},
 		}}}
+	d.Explain = &controllerapi.Explain{Replica: "chat-0", Placed: true, Profile: "x1", Nodes: []string{"n3"}, At: t0,
+		Readiness: []string{"n3: weights present, nothing to fetch"}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/replicas/chat-0" {
 			http.NotFound(w, r)
@@ -67,7 +69,7 @@ func TestExplainShowsPhases(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	squeeze := func(s string) string { return strings.Join(strings.Fields(s), " ") }
-	for _, want := range []string{"Start (from Nomad's task events)", "weights_present 12:00:00.115 +115ms Weights present:", "ready 12:00:00.716 +716ms Ready after 502ms"} {
+	for _, want := range []string{"Start (from Nomad's task events)", "weights_present 12:00:00.115 +115ms Weights present:", "ready 12:00:00.716 +716ms Ready after 502ms", "Weights: n3: weights present, nothing to fetch"} {
 		if !strings.Contains(squeeze(r.stdout), want) {
 			t.Errorf("no %q in:\n%s", want, r.stdout)
 		}
