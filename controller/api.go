@@ -256,6 +256,9 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 	if found.JobID != "" && found.State != "serving" && found.State != "starting" {
 		d.Nomad = c.nomadReasons(r.Context(), found.JobID)
 	}
+	if found.JobID != "" {
+		d.Phases = c.replicaPhases(r.Context(), found.JobID)
+	}
 	for _, m := range c.models() {
 		if m.Name == found.Model && m.Autoscale {
 			d.Scale = &controllerapi.ModelScale{Explain: m.Explain, Reason: m.Reason, Decision: m.Decision, Pin: m.Pin}
@@ -265,6 +268,26 @@ func (c *Controller) getReplica(w http.ResponseWriter, r *http.Request) {
 }
 
 // nomadReasons reads why Nomad could not place a job's groups.
+// replicaPhases reads a replica job's start from Nomad: its shard-0
+// allocations with their task states (which the controller's own watch
+// leaves out, being the bulk of an allocation), the newest one's phases.
+func (c *Controller) replicaPhases(ctx context.Context, jobID string) []controllerapi.Phase {
+	qo := *c.qo
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	allocs, _, err := c.nomad.Jobs().Allocations(jobID, false, (&qo).WithContext(ctx))
+	if err != nil {
+		return nil
+	}
+	var newest *api.AllocationListStub
+	for _, a := range allocs {
+		if a.TaskGroup == observe.CheckedGroup && (newest == nil || a.CreateIndex > newest.CreateIndex) {
+			newest = a
+		}
+	}
+	return phases(newest)
+}
+
 func (c *Controller) nomadReasons(ctx context.Context, jobID string) []controllerapi.NomadReason {
 	qo := *c.qo
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

@@ -26,7 +26,7 @@ func (c *Controller) updateView(in reconcile.Input, res reconcile.Result, info s
 	_, fac := c.files.get()
 	bv := viewBuilder{
 		in: in, res: res, info: info, last: c.scale.lastChanges(),
-		fileHolds: fac.Holds, nodes: c.obs.snapshot().nodes, allocs: c.obs.snapshot().allocs, leader: c.lead.isLeading(),
+		fileHolds: fac.Holds, nodes: c.obs.snapshot().nodes, leader: c.lead.isLeading(),
 	}.build()
 	c.metrics.setView(bv)
 	c.views.publish(bv.view, c.inputGen)

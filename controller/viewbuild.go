@@ -27,9 +27,7 @@ type viewBuilder struct {
 	// are run-time holds.
 	fileHolds []facility.Hold
 	// nodes are the snapshot's nodes, by ID, for their status.
-	nodes map[string]*api.Node
-	// allocs are the snapshot's allocations, for the replicas' phases.
-	allocs []*api.AllocationListStub
+	nodes  map[string]*api.Node
 	leader bool
 }
 
@@ -61,15 +59,6 @@ func (b viewBuilder) build() builtView {
 	for _, j := range in.Jobs {
 		bySlot[j.Replica] = append(bySlot[j.Replica], j)
 	}
-	shard0 := map[string]*api.AllocationListStub{} // job ID -> its newest shard-0 allocation
-	for _, a := range b.allocs {
-		if a.TaskGroup != observe.CheckedGroup {
-			continue
-		}
-		if o, ok := shard0[a.JobID]; !ok || a.CreateIndex > o.CreateIndex {
-			shard0[a.JobID] = a
-		}
-	}
 	counts := out.replicas
 	for _, m := range in.Catalog.Models {
 		for i := 0; i < m.SlotLimit(); i++ {
@@ -94,7 +83,6 @@ func (b viewBuilder) build() builtView {
 					rv.Watts += s.Watts
 				}
 				rv.Domain = j.Domain.Key()
-				rv.Phases = phases(shard0[j.ID])
 				if len(jobs) > 1 {
 					for _, x := range jobs {
 						rv.Jobs = append(rv.Jobs, x.ID)

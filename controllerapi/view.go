@@ -44,7 +44,8 @@ type ReplicaView struct {
 	// Phases is the start of the replica's current job (its shard 0) as
 	// Nomad's task events tell it: placed, fetch started and finished (or
 	// weights present), engine started, model loaded, ready; each once,
-	// in order, with the event's words.
+	// in order, with the event's words. Only in GET /v1/replicas/{id},
+	// which reads them from Nomad.
 	Phases []Phase `json:"phases,omitempty"`
 }
 
