@@ -480,10 +480,17 @@ func (r *rendering) services() []*api.Service {
 }
 
 // tasks are a group's tasks: the engine's, and the prestart fetch of its
-// weights where the node's store fetches them.
+// weights where the node's store fetches them and does not hold them yet.
 func (r *rendering) tasks(rank int) []*api.Task {
 	out := []*api.Task{r.task(rank)}
 	m := r.in.Model
+	// Where the planner saw the weights whole on the shard's node, no
+	// prestart task: the engine task's own look in the store finds them
+	// (and fetches, should they have gone since), without a task's start
+	// in front of the engine's.
+	if sh := r.in.Decision.Shards; rank < len(sh) && sh[rank].Fetch != nil && sh[rank].Fetch.Present {
+		return out
+	}
 	if wb := weightsBlock(m.Weights); wb != nil {
 		cfg := map[string]any{"engine": "fetch", "model": m.Source, "weights": []map[string]any{wb}}
 		if m.File != "" {

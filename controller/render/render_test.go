@@ -766,3 +766,29 @@ func TestFetchJob(t *testing.T) {
 		t.Error("a fetch job for a model without weights")
 	}
 }
+
+// A shard whose node the planner saw holding the weights gets no prestart
+// fetch (the engine task's own look in the store finds them); one to fetch
+// does.
+func TestNoPrestartFetchWhereTheWeightsAre(t *testing.T) {
+	t.Parallel()
+	w := &weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/m-GGUF", Files: []string{"m.gguf"}}}
+	m := facility.Model{Name: "m", Source: "org/m-GGUF", File: "m.gguf", Weights: w, Profiles: []facility.Profile{{
+		Name: "p", Engine: "llamacpp", GPU: "NVIDIA H200", GPUs: 1, Nodes: 1,
+	}}}
+	for _, present := range []bool{true, false} {
+		in := input(m, 0, nil, nil, "n1")
+		in.Decision.Shards[0].Fetch = &facility.Fetch{Key: w.Key(), Present: present}
+		job, err := Job(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks := job.TaskGroups[0].Tasks
+		if want := map[bool]int{true: 1, false: 2}[present]; len(tasks) != want {
+			t.Errorf("weights present %v: %d tasks, want %d", present, len(tasks), want)
+		}
+		if _, ok := tasks[0].Config["weights"]; !ok {
+			t.Errorf("weights present %v: the engine task has no weights block", present)
+		}
+	}
+}
