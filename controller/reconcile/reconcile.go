@@ -389,6 +389,16 @@ type modelPass struct {
 // in.Jobs counted, as Nomad runs them now: Result.Usage leaves out the jobs
 // a pass stops for leaving the catalog, which still draw until they stop.
 func Before(in Input) ([]facility.DomainUsage, error) {
+	p, err := facility.NewPlanner(in.Fleet, in.Facility, runningReplicas(in))
+	if err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
+	}
+	return p.Budgeted(), nil
+}
+
+// runningReplicas are in.Jobs as the planner counts them: every job with
+// its shards on known nodes.
+func runningReplicas(in Input) []facility.Replica {
 	known := map[string]bool{}
 	for _, n := range in.Fleet.Nodes {
 		known[n.Name] = true
@@ -399,11 +409,7 @@ func Before(in Input) ([]facility.DomainUsage, error) {
 			running = append(running, r)
 		}
 	}
-	p, err := facility.NewPlanner(in.Fleet, in.Facility, running)
-	if err != nil {
-		return nil, fmt.Errorf("planner: %w", err)
-	}
-	return p.Budgeted(), nil
+	return running
 }
 
 // capStops keeps the first max stops (all when max is 0) and every other

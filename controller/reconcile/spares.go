@@ -34,17 +34,7 @@ func Spares(in Input) ([]Spare, error) {
 	if len(models) == 0 {
 		return nil, nil
 	}
-	known := map[string]bool{}
-	for _, n := range in.Fleet.Nodes {
-		known[n.Name] = true
-	}
-	var running []facility.Replica
-	for _, j := range in.Jobs {
-		if r, ok := asReplica(j, known); ok {
-			running = append(running, r)
-		}
-	}
-	ws, err := facility.WarmSpares(in.Fleet, in.Facility, models, running)
+	ws, err := facility.WarmSpares(in.Fleet, in.Facility, models, runningReplicas(in))
 	if err != nil {
 		return nil, fmt.Errorf("warm spares: %w", err)
 	}
