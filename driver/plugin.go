@@ -183,18 +183,24 @@ func (p *Plugin) Fingerprint(_ *driverpb.FingerprintRequest, stream driverpb.Dri
 			}
 			last = fp
 		}
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case <-p.ctx.Done():
-			return nil
-		case <-tick.C:
-		case <-p.storeChanged:
-		case <-storeTick.C:
-			if t := storeModified(p.config()); t.Equal(storeSeen) {
-				continue
-			} else {
-				storeSeen = t
+		// Wait for the tick, a fetch's end, or a change of the store's
+		// records; an unchanged store's stat waits on.
+	wait:
+		for {
+			select {
+			case <-stream.Context().Done():
+				return nil
+			case <-p.ctx.Done():
+				return nil
+			case <-tick.C:
+				break wait
+			case <-p.storeChanged:
+				break wait
+			case <-storeTick.C:
+				if t := storeModified(p.config()); !t.Equal(storeSeen) {
+					storeSeen = t
+					break wait
+				}
 			}
 		}
 	}
