@@ -76,7 +76,9 @@ func (s *Store) reserve(ctx context.Context, m Model, partDir string, events fun
 	for !fits() {
 		victim := -1
 		for i, o := range models {
-			if o.Key != m.Key && !s.InUse(o.Key) {
+			// Not one in use, nor one another process is ensuring
+			// right now (its model lock held: about to hand it out).
+			if o.Key != m.Key && !s.InUse(o.Key) && !s.held("model-"+o.Key) {
 				victim = i
 				break
 			}

@@ -181,6 +181,15 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		return Model{Source: src.String(), Dir: src.Path}, nil
 	}
 	key := src.Key()
+	// The model's lock is held from here on, so that no eviction takes
+	// it while it is handed out (evict skips a model whose lock is held).
+	unlock, err := s.lock(ctx, "model-"+key, func() {
+		events(Event{Message: fmt.Sprintf("Waiting: another task on this node is fetching %s", src)})
+	})
+	if err != nil {
+		return Model{}, err
+	}
+	defer unlock()
 	if m, ok, err := s.Lookup(key); err != nil || ok {
 		if ok {
 			s.touch(&m)
@@ -191,23 +200,6 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		return m, err
 	}
 
-	unlock, err := s.lock(ctx, "model-"+key, func() {
-		events(Event{Message: fmt.Sprintf("Waiting: another task on this node is fetching %s", src)})
-	})
-	if err != nil {
-		return Model{}, err
-	}
-	defer unlock()
-	// Whoever held the lock may have fetched it.
-	if m, ok, err := s.Lookup(key); err != nil || ok {
-		if ok {
-			s.touch(&m)
-			m.Fetch = FetchStats{}
-			events(Event{Message: fmt.Sprintf("Weights present: %s (%s), fetched by another task, nothing fetched", src, formatBytes(m.Bytes)),
-				Annotations: map[string]string{"key": key, "fetched_bytes": "0"}})
-		}
-		return m, err
-	}
 
 	c := newClient(s.cfg.HubURL, token, s.cfg.Transport)
 	var r resolved
