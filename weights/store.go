@@ -200,7 +200,6 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		return m, err
 	}
 
-
 	c := newClient(s.cfg.HubURL, token, s.cfg.Transport)
 	var r resolved
 	err = s.retry(ctx, events, "resolve "+src.String(), func() error {
