@@ -43,8 +43,20 @@ plugin "nomad-driver-llmgw" {
     }
 
     # HF_HOME for engines whose task does not set it, so that every engine
-    # on the node shares one download cache. No default.
+    # on the node shares one download cache; also the node's model store,
+    # where tasks with a weights block (a catalog model's weights) are
+    # fetched once for the node. No default.
     model_cache = "/var/lib/llmgw/models"
+
+    # The model store: the hub (or a mirror or an internal proxy that speaks
+    # its download protocol) weights blocks fetch from; what the store may
+    # hold (models no task uses are evicted, least recently used first;
+    # 0: the disk's free space); fetches at once on the node; the node's
+    # fetch bandwidth in bytes a second, shared by those (0: unbounded).
+    # hub_url                = "https://huggingface.co"
+    # store_budget_bytes     = 0
+    # max_concurrent_fetches = 2
+    # fetch_bytes_per_second = 0
 
     # Readiness defaults for tasks whose ready block does not set them.
     ready_timeout  = "30m"
