@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/internal/testing/faultproxy"
+	"github.com/llmgw/llmgw/internal/testing/hubserver"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
@@ -35,17 +36,25 @@ var (
 var chaosRack = map[string]string{"gpu-1": "k1", "gpu-2": "k1", "gpu-3": "k2", "gpu-4": "k2"}
 
 const (
+	// beta runs on llama.cpp's real server (the 2-layer, 64-wide tiny
+	// model), its weights fetched from the test's hub through each node's
+	// store; gamma (two nodes, which llama.cpp does not do here) on
+	// fake-engine.
 	chaosCatalog = `
 model "beta" {
   source   = "org/beta"
+  file     = "tiny.gguf"
   replicas = 3
+  weights {
+    revision = "main"
+  }
   profile "x1" {
-    engine = "vllm"
+    engine = "llamacpp"
     gpu    = "NVIDIA H200"
     gpus   = 1
     watts  = 250
     spread = ["rack"]
-    env    = { FAKE_ENGINE_FLAGS = "--load-seconds 1" }
+    args   = ["-np", "1", "-c", "1024"]
   }
 }
 model "gamma" {
@@ -87,6 +96,9 @@ type chaosFault struct {
 	// (restarts of agents, servers, plugins and the controller itself).
 	quiet  bool
 	writes int // job versions written while it lasted, for the quiet ones
+	// missed: a store fault that no fetch met (the replicas went to nodes
+	// that held the weights).
+	missed bool
 }
 
 type chaosRun struct {
@@ -97,6 +109,7 @@ type chaosRun struct {
 	cfgPath string
 	proxy   *faultproxy.Proxy
 	events  map[string]string // client name -> its mock events file
+	store   *chaosStore
 
 	mu         sync.Mutex
 	down       map[string]bool // agents the test has stopped or killed, until it starts them again
@@ -108,19 +121,30 @@ type chaosRun struct {
 }
 
 // TestChaos runs a real Nomad (one server, four clients in two racks and
-// two PDUs), the plugins, fake-engine and the llmgw controller (its binary,
-// reaching Nomad through a loopback proxy), with single- and two-node
-// replicas, and injects random faults for -chaos.duration: kill -9 of a
-// client agent with everything it started (then the node comes back), a
-// client agent restart, a server restart, kill -9 of the controller, a
-// partition of the controller from Nomad, kill -9 of the driver plugin,
-// an engine crash, and a fatal XID on a GPU that serves (cleared by the
-// mock GPU's loss and reset). Every second it checks, from Nomad's own
-// API: never more serving copies of a replica than 1 + max_surge, never a
-// budgeted PDU over its limit by declared draw. After each fault clears,
-// every replica must serve again within -chaos.bound; restarts must write
-// no job; after teardown no process of the test may be left. It prints a
-// table of the faults and the violations, which must be none.
+// two PDUs), the plugins, llama.cpp's real server for the single-node
+// model beta (its weights fetched from a local hub through each node's
+// model store, room for one model each) and fake-engine for the two-node
+// gamma, and the llmgw controller (its binary, reaching Nomad through a
+// loopback proxy), and injects random faults for -chaos.duration: kill -9
+// of a client agent with everything it started (then the node comes
+// back), a client agent restart, a server restart, kill -9 of the
+// controller, a partition of the controller from Nomad, kill -9 of the
+// driver plugin, an engine crash, a fatal XID on a GPU that serves
+// (cleared by the mock GPU's loss and reset), and the store's faults
+// (chaos_store_test.go): a fetch cut halfway, a hub that stalls, one that
+// answers 503, one that answers 404, and a store with no room; each meets
+// a fetch the test forces (beta removed from the stores of the nodes
+// without it, then a node killed whose beta replicas the rack spread must
+// re-place there). Every second it checks, from Nomad's own API and the
+// stores: never more serving copies of a replica than 1 + max_surge, never
+// a budgeted PDU over its limit by declared draw, no engine started before
+// its node's store said the weights were whole, nor on a file outside
+// that store, an .incomplete part, or one whose sha256 is not the hub's,
+// and no node fetching beta twice (between two removals by the test).
+// After each fault clears, every replica must serve again within
+// -chaos.bound; restarts must write no job; after teardown no process of
+// the test may be left. It prints a table of the faults and the
+// violations, which must be none.
 func TestChaos(t *testing.T) {
 	nomadtest.Bin(t)
 	seed := *chaosSeed
@@ -132,10 +156,35 @@ func TestChaos(t *testing.T) {
 	engine := plugintest.Build(t, fakeEnginePkg)
 	bin := plugintest.Build(t, llmgwPkg)
 	// Registered first, so it runs last, after the cluster's own cleanup.
-	t.Cleanup(func() { checkNothingLeft(t, plugins, engine) })
+	var llama string
+	t.Cleanup(func() {
+		dirs := []string{plugins, engine}
+		if llama != "" {
+			dirs = append(dirs, llama)
+		}
+		checkNothingLeft(t, dirs...)
+	})
+	in := installRealEngine(t, "Hello world!")
+	llama = in.Binary
+
+	// The hub serves beta's weights (and the filler, a second model of
+	// the same size, for store-full); each node's store has room for one
+	// model.
+	hub := hubserver.Start(t, hubserver.Options{})
+	for repo, file := range map[string]string{chaosRepo: chaosFile, chaosFillerRepo: chaosFillerFile} {
+		if _, err := hub.AddFiles(repo, "main", map[string]string{file: in.Model}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(in.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := fi.Size() * 3 / 2
 
 	dir := t.TempDir()
 	events := map[string]string{}
+	stores := map[string]string{}
 	var clients []nomadtest.ClientOptions
 	for _, name := range []string{"gpu-1", "gpu-2", "gpu-3", "gpu-4"} {
 		rack := chaosRack[name]
@@ -144,9 +193,19 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		events[name] = ev
+		stores[name] = storeDir(t)
 		co := gpuClient(name, rack, "p"+strings.TrimPrefix(rack, "k"), plugins, engine, fmt.Sprintf("      events_file = %q\n", ev))
 		co.Plugins["nomad-device-nvml"] = "\n    health_recovery = \"20s\"" + co.Plugins["nomad-device-nvml"]
+		co.Plugins["nomad-driver-llmgw"] = fmt.Sprintf(`
+    ready_timeout      = "2m"
+    model_cache        = %q
+    hub_url            = %q
+    store_budget_bytes = %d`, stores[name], hub.URL(), budget) + localnomad.DriverPolicy(engine, in.Binary)
 		clients = append(clients, co)
+	}
+	store, err := newChaosStore(hub, stores, in.Model, budget)
+	if err != nil {
+		t.Fatal(err)
 	}
 	c := nomadtest.Start(t, clients...)
 	proxy, err := faultproxy.New(c.Server.Addr())
@@ -154,41 +213,85 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	cfg := controllerFiles(t, proxy.URL(), engine, chaosCatalog, chaosFacility)
+	cfg := controllerFilesEngines(t, proxy.URL(), fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, in.Binary), chaosCatalog, chaosFacility)
 	r := &chaosRun{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 2026)), bin: bin, cfgPath: ctlConfigPath(cfg), proxy: proxy, events: events,
-		down: map[string]bool{}, died: map[string]bool{}}
+		store: store, down: map[string]bool{}, died: map[string]bool{}}
 	r.startController()
 	r.waitAllServing(5 * time.Minute)
+	r.checkStoreKey()
 	t.Log("every replica serves; faults begin")
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { r.checkInvariants(stop) })
 
-	kinds := []string{"node-kill", "client-restart", "server-restart", "controller-kill", "controller-partition", "plugin-kill", "engine-crash", "gpu-fail"}
+	kinds := append([]string{"node-kill", "client-restart", "server-restart", "controller-kill", "controller-partition", "plugin-kill", "engine-crash", "gpu-fail"},
+		chaosStoreKinds...)
 	var faults []*chaosFault
 	end := time.Now().Add(*chaosDuration)
-	order := r.rng.Perm(len(kinds))
-	for i := 0; time.Now().Before(end); i++ {
-		// Every kind once first, in a random order, then at random.
+	// Every kind once first, in a random order (a kind that finds nothing
+	// to act on goes to the back of the line), then at random.
+	var first []string
+	for _, i := range r.rng.Perm(len(kinds)) {
+		first = append(first, kinds[i])
+	}
+	skips := map[string]int{}
+	var never []string
+	for time.Now().Before(end) || len(first) > 0 {
 		kind := kinds[r.rng.IntN(len(kinds))]
-		if i < len(kinds) {
-			kind = kinds[order[i]]
+		if len(first) > 0 {
+			kind, first = first[0], first[1:]
 		}
 		f := r.inject(kind)
 		if f == nil {
+			if !slices.ContainsFunc(faults, func(g *chaosFault) bool { return g.kind == kind }) {
+				if skips[kind]++; skips[kind] < 5 {
+					first = append(first, kind)
+				} else if !slices.Contains(never, kind) {
+					never = append(never, kind)
+				}
+			}
+			time.Sleep(2 * time.Second)
 			continue
 		}
 		faults = append(faults, f)
 		t.Logf("fault %d %s (%s): cleared after %.1fs, serving %.1fs after it cleared", len(faults), f.kind, f.detail,
 			f.cleared.Sub(f.injected).Seconds(), since(f.serving, f.cleared))
 		if f.serving.IsZero() {
+			first = nil
 			break // the fleet did not heal: no point in going on
 		}
 	}
+	if len(never) > 0 {
+		t.Errorf("kinds never injected (nothing to act on, 5 tries each): %s", strings.Join(never, ", "))
+	}
 	close(stop)
 	wg.Wait()
+	// The store's invariants once more, at the end.
+	if v, err := r.read(); err == nil {
+		r.checkStore(v)
+	}
+	r.sampleRecords()
+	t.Log(r.finalStoreCheck())
 	r.report(faults)
+}
+
+// checkStoreKey makes sure the key the store's invariants read beta's
+// record under is the one the nodes' stores use.
+func (r *chaosRun) checkStoreKey() {
+	for node := range r.store.stores {
+		if _, err := os.Stat(r.store.recordPath(node)); err == nil {
+			return
+		}
+	}
+	var found []string
+	for _, dir := range r.store.stores {
+		ents, _ := os.ReadDir(filepath.Join(dir, ".llmgw", "models"))
+		for _, e := range ents {
+			found = append(found, e.Name())
+		}
+	}
+	r.t.Fatalf("no store holds beta's record %s.json once beta serves; records: %v", r.store.key, found)
 }
 
 func since(t, from time.Time) float64 {
@@ -317,6 +420,8 @@ func (r *chaosRun) checkInvariants(stop <-chan struct{}) {
 		for _, o := range declaredOver(v) {
 			r.violate("over budget: %s", o)
 		}
+		r.checkStore(v)
+		r.sampleRecords()
 		r.checkAgents()
 	}
 }
@@ -432,21 +537,7 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 		// The fault is the node's absence: it lasts until the fleet healed
 		// around it (Nomad marks it down, the controller places its
 		// replicas elsewhere), then the node comes back.
-		healed := time.Now().Add(*chaosBound)
-		ok, why := false, ""
-		for !ok && time.Now().Before(healed) {
-			if ok, why = r.allServingWithout(a.Name); !ok {
-				time.Sleep(500 * time.Millisecond)
-			}
-		}
-		if !ok {
-			r.violate("%s (%s): the fleet did not heal around the dead node in %s: %s", f.kind, f.detail, *chaosBound, why)
-		}
-		if err := a.Start(); err != nil {
-			r.t.Fatal(err)
-		}
-		r.setDown(a.Name, false)
-		r.c.WaitReady(2 * time.Minute)
+		r.healAround(f, a)
 	case "client-restart":
 		a := r.pickClient()
 		f.detail = a.Name
@@ -494,12 +585,16 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 		f.detail = fmt.Sprintf("nomad-driver-llmgw on %s (pid %d)", a.Name, pids[0])
 		_ = syscall.Kill(pids[0], syscall.SIGKILL)
 	case "engine-crash":
+		// beta's llama-server or gamma's fake-engine.
 		var all []int
-		var on []string
+		var on, name []string
 		for _, a := range r.c.Clients {
-			for _, p := range pidsOf(a, "fake-engine") {
-				all = append(all, p)
-				on = append(on, a.Name)
+			for _, e := range []string{"fake-engine", "llama-server"} {
+				for _, p := range pidsOf(a, e) {
+					all = append(all, p)
+					on = append(on, a.Name)
+					name = append(name, e)
+				}
 			}
 		}
 		if len(all) == 0 {
@@ -508,7 +603,7 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 		i := r.rng.IntN(len(all))
 		alloc := envOf(all[i], "NOMAD_ALLOC_ID")
 		restarts := r.taskRestarts(alloc)
-		f.detail = fmt.Sprintf("fake-engine pid %d on %s", all[i], on[i])
+		f.detail = fmt.Sprintf("%s pid %d on %s", name[i], all[i], on[i])
 		_ = syscall.Kill(all[i], syscall.SIGKILL)
 		// The crash is seen once Nomad restarts the task; back to serving
 		// is counted from there.
@@ -532,8 +627,14 @@ func (r *chaosRun) inject(kind string) *chaosFault {
 		r.waitDevice(node, dev, func(healthy bool, desc string) bool { return gpuLost(desc) })
 		r.appendEvent(node, dev+" reset")
 		r.waitDevice(node, dev, func(healthy bool, _ string) bool { return healthy })
+	case "fetch-cut", "hub-stall", "hub-503", "hub-404", "store-full":
+		if !r.injectStore(f) {
+			return nil
+		}
 	}
-	f.cleared = time.Now()
+	if f.cleared.IsZero() {
+		f.cleared = time.Now()
+	}
 	r.waitServingAfter(f)
 	if f.quiet {
 		after := r.jobVersions()
@@ -745,6 +846,22 @@ func (r *chaosRun) report(faults []*chaosFault) {
 		x := rows[k]
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d |\n", k, x.n, medWorst(x.back), medWorst(x.heal), x.quietWrite)
 	}
+	missed := 0
+	met := map[string]bool{}
+	for _, f := range faults {
+		if f.missed {
+			missed++
+		} else {
+			met[f.kind] = true
+		}
+	}
+	for _, k := range chaosStoreKinds {
+		if rows[k] != nil && !met[k] {
+			r.t.Errorf("%s never met a fetch: the store's fault was not exercised", k)
+		}
+	}
+	fmt.Fprintf(&b, "\nstore faults that no fetch met (the replicas went where the weights were): %d\n", missed)
+	b.WriteString(r.storeSummary())
 	fmt.Fprintf(&b, "\ninvariant samples: %d (one a second, from Nomad's API); violations: %d\n", samples, len(violations))
 	for _, v := range violations {
 		fmt.Fprintf(&b, "- %s\n", v)
