@@ -35,7 +35,7 @@ type fileResult struct {
 // the check covers the whole file), and verifies size and sha256. A file
 // that differs from its sha256 is removed, so the next try starts over.
 func (c *client) download(ctx context.Context, f File, part string, limiter *rate.Limiter, now func() time.Time,
-	progress func(done, total int64, rate float64)) (fileResult, error) {
+	stall time.Duration, progress func(done, total int64, rate float64)) (fileResult, error) {
 	var res fileResult
 	out, err := os.OpenFile(part, os.O_CREATE|os.O_RDWR, 0o644) //nolint:gosec // weights are read by the engines' users
 	if err != nil {
@@ -65,7 +65,7 @@ func (c *client) download(ctx context.Context, f File, part string, limiter *rat
 	res.resumed = have
 
 	if f.Size < 0 || have < f.Size {
-		n, err := c.get(ctx, f, out, h, have, limiter, now, progress)
+		n, err := c.get(ctx, f, out, h, have, limiter, now, stall, progress)
 		res.transferred = n.transferred
 		if n.restarted {
 			res.resumed = 0
@@ -98,8 +98,15 @@ type getResult struct {
 }
 
 func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, have int64, limiter *rate.Limiter,
-	now func() time.Time, progress func(done, total int64, rate float64)) (getResult, error) {
+	now func() time.Time, stall time.Duration, progress func(done, total int64, rate float64)) (getResult, error) {
 	r := getResult{size: have}
+	// A request that gets no headers, or no byte of its body, for stall
+	// is ended: the try fails and the next resumes.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stalled := fmt.Errorf("%s: nothing received for %s", redact(f.URL), stall)
+	watchdog := time.AfterFunc(stall, func() { cancel(stalled) })
+	defer watchdog.Stop()
 	req, err := c.request(ctx, http.MethodGet, f.URL)
 	if err != nil {
 		return r, permanent{err}
@@ -110,6 +117,9 @@ func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, hav
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, stalled) {
+			return r, stalled
+		}
 		return r, fmt.Errorf("%s: %w", redact(f.URL), err)
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -146,6 +156,7 @@ func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, hav
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
+			watchdog.Reset(stall)
 			if limiter != nil {
 				if err := limiter.WaitN(ctx, n); err != nil {
 					return r, err
@@ -169,6 +180,9 @@ func (c *client) get(ctx context.Context, f File, out *os.File, h hash.Hash, hav
 			return r, nil
 		}
 		if rerr != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, stalled) {
+				return r, fmt.Errorf("%w (after %d bytes)", stalled, r.size)
+			}
 			return r, fmt.Errorf("%s: cut after %d bytes: %w", redact(f.URL), r.size, rerr)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/weightsapi"
@@ -170,6 +171,8 @@ const maxInfoBytes = 16 << 20
 
 func (c *client) resolveHubList(ctx context.Context, h Hub) (resolved, error) {
 	var r resolved
+	ctx, cancel := context.WithTimeout(ctx, c.stall)
+	defer cancel()
 	u := c.base + "/api/models/" + h.Repo + "/revision/" + url.PathEscape(h.Rev()) + "?blobs=true"
 	req, err := c.request(ctx, http.MethodGet, u)
 	if err != nil {
@@ -251,9 +254,11 @@ func (c *client) resolveURLs(ctx context.Context, us []URL) (resolved, error) {
 			return r, err
 		}
 		f := File{Name: name, URL: u.URL, Size: -1, SHA256: u.SHA256}
+		hctx, cancel := context.WithTimeout(ctx, c.stall)
+		defer cancel()
 		if u.Size > 0 {
 			f.Size = u.Size
-		} else if req, err := c.request(ctx, http.MethodHead, u.URL); err == nil {
+		} else if req, err := c.request(hctx, http.MethodHead, u.URL); err == nil {
 			req.Header.Set("Accept-Encoding", "identity")
 			if resp, err := c.http.Do(req); err == nil {
 				_ = resp.Body.Close()
@@ -286,9 +291,10 @@ type client struct {
 	token      string
 	http       *http.Client
 	noRedirect *http.Client
+	stall      time.Duration
 }
 
-func newClient(base, token string, transport http.RoundTripper) *client {
+func newClient(base, token string, transport http.RoundTripper, stall time.Duration) *client {
 	base = strings.TrimRight(base, "/")
 	if base == "" {
 		base = DefaultHubURL
@@ -309,9 +315,12 @@ func newClient(base, token string, transport http.RoundTripper) *client {
 		}
 		return nil
 	}}
-	c.noRedirect = &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+	// HEAD and the model-info list are small: the whole request within
+	// stall, as a download's every read is (get).
+	c.noRedirect = &http.Client{Transport: transport, Timeout: stall, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	}}
+	c.stall = stall
 	return c
 }
 

@@ -45,6 +45,10 @@ type Config struct {
 	// RetryWait is how long a transient failure waits before the next try
 	// (doubled each time, four tries in all); 1 s when zero.
 	RetryWait time.Duration
+	// StallTimeout ends a request that gets no answer's headers, or no
+	// byte of its body, for this long (a hub or proxy that holds the
+	// connection): the try fails and the next resumes. 2 min when zero.
+	StallTimeout time.Duration
 }
 
 // Store is a node's model store: each model fetched once, shared by every
@@ -101,6 +105,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.RetryWait <= 0 {
 		cfg.RetryWait = time.Second
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 2 * time.Minute
 	}
 	for _, d := range []string{"hub", "urls", ".llmgw/models", ".llmgw/locks", ".llmgw/leases", ".llmgw/fetching"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
@@ -200,7 +207,7 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		return m, err
 	}
 
-	c := newClient(s.cfg.HubURL, token, s.cfg.Transport)
+	c := newClient(s.cfg.HubURL, token, s.cfg.Transport, s.cfg.StallTimeout)
 	var r resolved
 	err = s.retry(ctx, events, "resolve "+src.String(), func() error {
 		var err error
@@ -259,12 +266,21 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		f := &m.Files[i]
 		part := filepath.Join(partDir, partName(key, *f))
 		var got fileResult
+		tries := 0
 		err := s.retry(ctx, events, "fetch "+f.Name, func() error {
 			var err error
-			got, err = c.download(ctx, *f, part, limiter, s.cfg.Now, func(done, total int64, rate float64) {
+			got, err = c.download(ctx, *f, part, limiter, s.cfg.Now, s.cfg.StallTimeout, func(done, total int64, rate float64) {
 				events(Event{Message: fmt.Sprintf("Fetching %s: %s of %s, %s/s", f.Name, formatBytes(done), formatBytes(total), formatBytes(int64(rate))),
 					Annotations: map[string]string{"key": key, "file": f.Name, "bytes_done": fmt.Sprint(done)}})
 			})
+			// Every try's bytes moved count; only what the first found
+			// kept came from an earlier fetch (a later try's are this
+			// one's own).
+			m.Fetch.Bytes += got.transferred
+			if tries == 0 {
+				m.Fetch.Resumed += got.resumed
+			}
+			tries++
 			if errors.Is(err, syscall.ENOSPC) {
 				return permanent{fmt.Errorf("the node's disk is full (model store %s): %w", s.cfg.Dir, err)}
 			}
@@ -273,8 +289,6 @@ func (s *Store) Ensure(ctx context.Context, src Source, token string, events fun
 		if err != nil {
 			return Model{}, fmt.Errorf("weights %s: %s: %w", src, f.Name, err)
 		}
-		m.Fetch.Bytes += got.transferred
-		m.Fetch.Resumed += got.resumed
 		if f.Size < 0 {
 			f.Size = got.size
 			m.Bytes += got.size

@@ -135,13 +135,14 @@ func TestCutFetchResumes(t *testing.T) {
 	if st.Gets != 2 || len(st.RangeStarts) != 2 || st.RangeStarts[0] != 0 || st.RangeStarts[1] < 1<<19 {
 		t.Errorf("gets %d from %v, want two, the second from where the first was cut", st.Gets, st.RangeStarts)
 	}
-	if m.Fetch.Resumed != st.RangeStarts[1] || m.Fetch.Bytes != int64(len(data))-st.RangeStarts[1] {
-		t.Errorf("fetch %+v, the second GET from %d", m.Fetch, st.RangeStarts[1])
+	// Both tries' bytes count, and nothing came from an earlier fetch.
+	if m.Fetch.Resumed != 0 || m.Fetch.Bytes != st.BodyBytes || st.BodyBytes != int64(len(data)) {
+		t.Errorf("fetch %+v; the hub sent %d bytes of %d", m.Fetch, st.BodyBytes, len(data))
 	}
 	if got, _ := os.ReadFile(filepath.Join(m.Dir, "tiny.gguf")); !bytes.Equal(got, data) {
 		t.Error("the resumed file differs from the source")
 	}
-	if !strings.Contains(ev.text(), "Fetch retry") || !strings.Contains(ev.text(), "kept from an unfinished fetch") {
+	if !strings.Contains(ev.text(), "Fetch retry") || strings.Contains(ev.text(), "kept from an unfinished fetch") {
 		t.Errorf("events:\n%s", ev.text())
 	}
 }
@@ -392,5 +393,34 @@ func TestSourceValidate(t *testing.T) {
 	b := weights.Source{Hub: &weights.Hub{Repo: "Org/Model.GGUF", Files: []string{"q8.gguf"}}}
 	if a.Key() == b.Key() || !strings.HasPrefix(a.Key(), "org--model_gguf--main-") {
 		t.Errorf("keys %s and %s", a.Key(), b.Key())
+	}
+}
+
+// A hub that holds a GET without sending (a stalled proxy) is given up
+// after StallTimeout, and the next try resumes from what came.
+func TestStalledFetchResumes(t *testing.T) {
+	hub := hubserver.Start(t, hubserver.Options{})
+	data := model(3<<20, 14)
+	hub.Add(repo, "main", map[string][]byte{"tiny.gguf": data})
+	release := hub.Stall(repo, "tiny.gguf", 1<<20, 0, 1) // held after 1 MiB until released
+	t.Cleanup(release)
+	s, err := weights.Open(weights.Config{Dir: t.TempDir(), HubURL: hub.URL(), RetryWait: time.Millisecond, StallTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events
+	m, err := s.Ensure(t.Context(), hubSource("tiny.gguf"), "", ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(m.Dir, "tiny.gguf")); !bytes.Equal(got, data) {
+		t.Error("the file differs after the stall")
+	}
+	st := hub.Stats(repo, "tiny.gguf")
+	if st.Gets != 2 || st.RangeStarts[1] != 1<<20 {
+		t.Errorf("gets %d from %v, want the second from 1 MiB", st.Gets, st.RangeStarts)
+	}
+	if !strings.Contains(ev.text(), "nothing received for 300ms") {
+		t.Errorf("events do not say the stall:\n%s", ev.text())
 	}
 }
