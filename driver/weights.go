@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -51,22 +50,25 @@ func weightsSource(tc TaskConfig) (weights.Source, error) {
 	w := tc.Weights
 	if len(w.URLs) > 0 {
 		var src weights.Source
+		named := map[string]bool{}
 		for _, u := range w.URLs {
-			name := path.Base(strings.SplitN(u, "?", 2)[0])
-			src.URLs = append(src.URLs, weights.URL{URL: u, SHA256: w.SHA256[name]})
+			wu := weights.URL{URL: u}
+			name, err := wu.FileName() // the store's name for it; Validate says what is wrong
+			if err == nil {
+				wu.SHA256 = w.SHA256[name]
+				named[name] = true
+			}
+			src.URLs = append(src.URLs, wu)
+		}
+		if err := src.Validate(); err != nil {
+			return src, err
 		}
 		for name := range w.SHA256 {
-			found := false
-			for _, u := range src.URLs {
-				if path.Base(strings.SplitN(u.URL, "?", 2)[0]) == name {
-					found = true
-				}
-			}
-			if !found {
+			if !named[name] {
 				return weights.Source{}, fmt.Errorf("weights.sha256: %q names no file of urls", name)
 			}
 		}
-		return src, src.Validate()
+		return src, nil
 	}
 	if len(w.SHA256) > 0 {
 		return weights.Source{}, errors.New("weights.sha256: only for urls (a hub gives each file's sha256)")
