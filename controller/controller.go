@@ -543,7 +543,7 @@ func (c *Controller) pass(ctx context.Context, fenced bool) error {
 			created[a.Replica] = true
 		}
 	}
-	if _, err := c.keepSpares(ctx, fenced, in); err != nil {
+	if err := c.keepSpares(ctx, fenced, in, res.Spares); err != nil {
 		if errors.Is(err, ErrNotLeading) {
 			return err
 		}

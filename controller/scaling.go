@@ -131,14 +131,12 @@ func modelViews(in reconcile.Input, res reconcile.Result, info scaleInfo, last m
 		}
 	}
 	spares := map[string][]string{}
-	if ss, err := reconcile.Spares(in); err == nil {
-		for _, s := range ss {
-			state := "fetching"
-			if s.Held {
-				state = "held"
-			}
-			spares[s.Model] = append(spares[s.Model], s.Node+" ("+state+")")
+	for _, s := range res.Spares {
+		state := "fetching"
+		if s.Held {
+			state = "held"
 		}
+		spares[s.Model] = append(spares[s.Model], s.Node+" ("+state+")")
 	}
 	out := make([]controllerapi.ModelView, 0, len(in.Catalog.Models))
 	for _, m := range in.Catalog.Models {

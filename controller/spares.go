@@ -17,15 +17,14 @@ import (
 // since) waits before the controller asks again.
 const spareRetry = 10 * time.Minute
 
-// keepSpares has each warm spare's weights fetched (reconcile.Spares
-// picks them): a batch fetch job (render.FetchJob) on every spare node
+// keepSpares has each warm spare's weights fetched (the pass's
+// Result.Spares, reconcile.Spares's picks): a batch fetch job (render.FetchJob) on every spare node
 // whose store lacks them, registered only if absent, or again once an
 // ended one is spareRetry old. The leader's write, inside its lease, as
-// the pass's. It returns the spares, for the view.
-func (c *Controller) keepSpares(ctx context.Context, fenced bool, in reconcile.Input) ([]reconcile.Spare, error) {
-	spares, err := reconcile.Spares(in)
-	if err != nil || len(spares) == 0 {
-		return spares, err
+// the pass's.
+func (c *Controller) keepSpares(ctx context.Context, fenced bool, in reconcile.Input, spares []reconcile.Spare) error {
+	if len(spares) == 0 {
+		return nil
 	}
 	jobs := map[string]*api.JobListStub{}
 	for _, j := range c.obs.snapshot().jobs {
@@ -61,7 +60,7 @@ func (c *Controller) keepSpares(ctx context.Context, fenced bool, in reconcile.I
 		}
 		err = c.writes.register(ctx, fenced, job, index)
 		if errors.Is(err, ErrNotLeading) {
-			return spares, err
+			return err
 		}
 		if err != nil && !errors.Is(err, errConflict) {
 			errs = append(errs, fmt.Errorf("warm spare of %s on %s: %w", s.Model, s.Node, err))
@@ -69,5 +68,5 @@ func (c *Controller) keepSpares(ctx context.Context, fenced bool, in reconcile.I
 		}
 		c.log.Info("warm spare: fetching", "model", s.Model, "node", s.Node, "job", id, "weights", s.Key)
 	}
-	return spares, errors.Join(errs...)
+	return errors.Join(errs...)
 }

@@ -162,6 +162,9 @@ func (a Action) String() string {
 // Result is a pass's outcome.
 type Result struct {
 	Actions []Action
+	// Spares are the warm spares of the models that ask for them (Spares),
+	// picked beside what runs now: the controller fetches onto them.
+	Spares []Spare
 	// Decisions holds the placement decision of every replica placed or
 	// refused in this pass, by replica: the explanation to keep.
 	Decisions map[string]facility.Decision
@@ -218,6 +221,11 @@ func Plan(in Input) (Result, error) {
 	if err := p.settle(); err != nil { // 5
 		return Result{}, err
 	}
+	spares, err := Spares(in) // 6
+	if err != nil {
+		return Result{}, err
+	}
+	p.res.Spares = spares
 	return p.res, nil
 }
 
