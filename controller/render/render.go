@@ -504,23 +504,7 @@ func (r *rendering) tasks(rank int) []*api.Task {
 			Resources:   &api.Resources{CPU: new(100), MemoryMB: new(128)},
 			KillTimeout: new(10 * time.Second),
 		}
-		// A gated repository's token, where the profile reads one from
-		// Nomad Variables (env_from_variable "HF_TOKEN"): the fetch gets
-		// that item alone, by the same template.
-		var token []facility.VariableEnv
-		for _, v := range r.in.Profile.EnvFromVariable {
-			if v.Name == HubTokenEnv {
-				token = append(token, v)
-			}
-		}
-		if len(token) > 0 {
-			fetch.Templates = []*api.Template{{
-				EmbeddedTmpl: new(VariableEnvTemplate(token)),
-				DestPath:     new(VariableEnvFile),
-				ChangeMode:   new("restart"),
-				Envvars:      new(true),
-			}}
-		}
+		fetch.Templates = hubTokenTemplate(r.in.Profile)
 		out = append(out, fetch)
 	}
 	return out
@@ -684,6 +668,28 @@ func weightsBlock(w *weightsapi.Source) map[string]any {
 	}
 }
 
+// hubTokenTemplate is a fetch task's template for a gated repository's
+// token, where the profile reads one from Nomad Variables
+// (env_from_variable "HF_TOKEN"): that item alone, by the same template
+// as the engine's; nil for none.
+func hubTokenTemplate(p facility.Profile) []*api.Template {
+	var token []facility.VariableEnv
+	for _, v := range p.EnvFromVariable {
+		if v.Name == HubTokenEnv {
+			token = append(token, v)
+		}
+	}
+	if len(token) == 0 {
+		return nil
+	}
+	return []*api.Template{{
+		EmbeddedTmpl: new(VariableEnvTemplate(token)),
+		DestPath:     new(VariableEnvFile),
+		ChangeMode:   new("restart"),
+		Envvars:      new(true),
+	}}
+}
+
 // args are the profile's arguments. The engine's own flags (the model,
 // address, served name, layout and multi-node flags) are the driver's to
 // render from the task config (engine.Build), once each: a profile's args
@@ -808,18 +814,7 @@ func FetchJob(m facility.Model, node string, s Settings) (*api.Job, error) {
 		KillTimeout: new(10 * time.Second),
 	}
 	if len(m.Profiles) > 0 {
-		var token []facility.VariableEnv
-		for _, v := range m.Profiles[0].EnvFromVariable {
-			if v.Name == HubTokenEnv {
-				token = append(token, v)
-			}
-		}
-		if len(token) > 0 {
-			task.Templates = []*api.Template{{
-				EmbeddedTmpl: new(VariableEnvTemplate(token)), DestPath: new(VariableEnvFile),
-				ChangeMode: new("restart"), Envvars: new(true),
-			}}
-		}
+		task.Templates = hubTokenTemplate(m.Profiles[0])
 	}
 	id := FetchJobID(key, node)
 	job := &api.Job{
