@@ -2,14 +2,11 @@ package controller
 
 import (
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/reconcile"
-	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 )
@@ -201,48 +198,5 @@ func (b viewBuilder) build() builtView {
 		}
 	}
 	out.view = v
-	return out
-}
-
-// phaseEvents are the task events that mark a replica's start: the task,
-// the start of the event's message, and the phase. The driver's words
-// (driver/weights.go, driver/fetch.go, driver/plugin.go, driver/events.go).
-var phaseEvents = []struct{ task, prefix, name string }{
-	{render.FetchTaskName, "Fetch started", "fetch_started"},
-	{render.FetchTaskName, "Fetch finished", "fetch_finished"},
-	{render.FetchTaskName, "Weights present", "weights_present"},
-	{render.TaskName, "Fetch started", "fetch_started"},
-	{render.TaskName, "Fetch finished", "fetch_finished"},
-	{render.TaskName, "Weights present", "weights_present"},
-	{render.TaskName, "Started ", "engine_started"},
-	{render.TaskName, "Loading the model: 100%", "model_loaded"},
-	{render.TaskName, "Ready after", "ready"},
-}
-
-// phases reads a replica's start from its allocation's task events.
-func phases(a *api.AllocationListStub) []controllerapi.Phase {
-	if a == nil {
-		return nil
-	}
-	out := []controllerapi.Phase{{Name: "placed", At: time.Unix(0, a.CreateTime).UTC()}}
-	seen := map[string]bool{}
-	for _, pe := range phaseEvents {
-		ts := a.TaskStates[pe.task]
-		if ts == nil || seen[pe.name] {
-			continue
-		}
-		for _, e := range ts.Events {
-			msg := e.DisplayMessage
-			if msg == "" {
-				msg = e.Message
-			}
-			if strings.HasPrefix(msg, pe.prefix) {
-				out = append(out, controllerapi.Phase{Name: pe.name, At: time.Unix(0, e.Time).UTC(), Detail: msg})
-				seen[pe.name] = true
-				break
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }
