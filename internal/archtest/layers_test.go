@@ -26,9 +26,10 @@ func room(path string) string {
 const anyRoom = "*"
 
 // layers is the allow-matrix: for each room, the other rooms its non-test
-// code may import, and why. Everything not listed is refused; a listed
-// import nothing uses any more fails too, so the matrix stays the truth.
-// docs/architecture.md ("Layers") draws it.
+// code may link, and why: those it imports, and those it reaches through
+// them ("through engine"). Everything not listed is refused; a listed room
+// nothing links any more fails too, so the matrix stays the truth.
+// docs/architecture.md ("Rules the architecture tests enforce") draws it.
 var layers = map[string]map[string]string{
 	// The binaries wire the parts together.
 	"cmd": {anyRoom: "the binaries are the composition roots"},
@@ -52,13 +53,15 @@ var layers = map[string]map[string]string{
 	"internal/suggest":       {},
 	"internal/version":       {},
 	"internal/archtest":      {},
-	"enginemetrics":          {"engine": "the metric names are the engine descriptors'"},
-	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/hcldecode": "catalog, facility and fleet files are HCL", "gatewayapi": "the routing policies a model may name are the gateway's", "weightsapi": "a model's weights source, checked, and the key placement looks for on nodes"},
+	"enginemetrics":          {"engine": "the metric names are the engine descriptors'", "internal/suggest": "through engine"},
+	"facility":               {"engine": "profiles are checked against the engines' recipes and contracts", "internal/suggest": "through engine", "internal/hcldecode": "catalog, facility and fleet files are HCL", "internal/bounded": "through internal/hcldecode", "gatewayapi": "the routing policies a model may name are the gateway's", "weightsapi": "a model's weights source, checked, and the key placement looks for on nodes"},
 	"devices":                {"nomadplugin": "it is a device plugin", "internal/nvmlseam": "NVML through the one seam", "internal/blockingquery": "its Backoff and Sleep for NVML init retries; blocking queries of the power caps' Nomad variables", "devicesapi": "the stat and variable names it shares with the controller"},
-	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint", "weightsapi": "the attribute names the controller reads"},
+	"driver":                 {"nomadplugin": "it is a driver plugin", "engine": "the recipes it runs", "enginemetrics": "engine metrics in task stats", "internal/nvmlseam": "GPU memory per process through the one seam", "internal/atomicfile": "the task's state files", "weights": "the node's model store: tasks' weights fetched before their engines start, and what it holds in the fingerprint", "internal/bounded": "through weights", "internal/suggest": "through engine", "weightsapi": "the attribute names the controller reads"},
 	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit", "weightsapi": "the sources it fetches"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
+		"engine":                 "through enginemetrics",
+		"internal/suggest":       "through enginemetrics and engine",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
 		"internal/hcldecode":     "API key files are HCL",
 		"internal/bounded":       "request bodies' JSON nesting is checked before a replica sees it",
@@ -86,12 +89,21 @@ var layers = map[string]map[string]string{
 	"controllerapi": {
 		"facility":      "answers carry a catalog's models and a placement's scope and rejections as they are",
 		"enginemetrics": "a replica's answer carries its engine's reading as it is",
+		// What facility and enginemetrics link.
+		"engine":             "through facility and enginemetrics",
+		"internal/suggest":   "through engine",
+		"internal/hcldecode": "through facility",
+		"internal/bounded":   "through facility and internal/hcldecode",
+		"gatewayapi":         "through facility",
+		"weightsapi":         "through facility",
 	},
 }
 
-// TestLayers holds every package's imports of the module's other rooms to
-// the allow-matrix above.
+// TestLayers holds what every package links of the module's other rooms,
+// not only what it imports, to the allow-matrix above: a room that may
+// import another links what that one imports too, and its row must say so.
 func TestLayers(t *testing.T) {
+	g := newLinkGraph(t)
 	used := map[string]map[string]bool{}
 	for _, p := range listPackages(t) {
 		from := room(p.ImportPath)
@@ -100,31 +112,48 @@ func TestLayers(t *testing.T) {
 			t.Errorf("%s is in room %q, which the layer matrix (internal/archtest/layers_test.go) does not list: add it, with what it may import and why", p.ImportPath, from)
 			continue
 		}
-		for _, imp := range p.Imports {
-			if !strings.HasPrefix(imp, module+"/") {
-				continue
+		if _, any := allowed[anyRoom]; any {
+			continue
+		}
+		may := func(to string) bool {
+			_, ok := allowed[to]
+			return to == from || ok
+		}
+		refused := map[string]bool{}
+		// Third-party packages import nothing of the module, so the walk
+		// goes through the module's packages only, and stops at a refused
+		// room: what lies behind it is that room's own row's business.
+		through := func(q string) bool { return inModule(q) && may(room(q)) }
+		g.links(p.ImportPath, through, func(q string, chain []string) {
+			if !inModule(q) {
+				return
 			}
-			to := room(imp)
+			to := room(q)
 			if to == from {
-				continue
+				return
 			}
-			if _, any := allowed[anyRoom]; any {
-				continue
-			}
-			if _, ok := allowed[to]; !ok {
-				t.Errorf("%s imports %s: room %s may not import room %s (allowed: %s); change the code, or the matrix with a reason", p.ImportPath, imp, from, to, strings.Join(sortedKeys(allowed), ", "))
-				continue
+			if !may(to) {
+				if refused[to] {
+					return
+				}
+				refused[to] = true
+				if len(chain) == 2 {
+					t.Errorf("%s imports %s: room %s may not import room %s (allowed: %s); change the code, or the matrix with a reason", p.ImportPath, q, from, to, strings.Join(sortedKeys(allowed), ", "))
+				} else {
+					t.Errorf("%s links %s through %s: room %s may not link room %s (allowed: %s); change the code, or the matrix with a reason", p.ImportPath, q, chainText(chain), from, to, strings.Join(sortedKeys(allowed), ", "))
+				}
+				return
 			}
 			if used[from] == nil {
 				used[from] = map[string]bool{}
 			}
 			used[from][to] = true
-		}
+		})
 	}
 	for from, allowed := range layers {
 		for to := range allowed {
 			if to != anyRoom && !used[from][to] {
-				t.Errorf("the layer matrix lets %s import %s (%q), but nothing does any more: remove it", from, to, allowed[to])
+				t.Errorf("the layer matrix lets %s link %s (%q), but nothing does any more: remove it", from, to, allowed[to])
 			}
 		}
 	}
