@@ -65,7 +65,7 @@ type Options struct {
 	// (signals.go); nil: autoscale.gateways, else the llmgw-gateway
 	// services of the service provider's catalog.
 	Gateways GatewayFinder
-	// ReadDemand reads one gateway's demand; nil: gatewayapi.DemandClient.
+	// ReadDemand reads one gateway's demand; nil: gatewayclient.DemandClient.
 	ReadDemand DemandReader
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 )
 
 // Signals. Every autoscale.interval each controller, leading or standing
@@ -22,7 +23,7 @@ import (
 //
 //   - the gateways (GatewayFinder: autoscale.gateways, else the
 //     llmgw-gateway services of the service provider's catalog), each read
-//     with gatewayapi.DemandClient within autoscale.timeout, eight at a time:
+//     with gatewayclient.DemandClient within autoscale.timeout, eight at a time:
 //     per model the sum over the gateways of outstanding and queued
 //     requests and of the arrival rate, and the TTFT p90 as the mean of
 //     the gateways' p90s weighted by their samples;
@@ -122,9 +123,9 @@ func (c *Controller) findGateways(ctx context.Context) ([]string, error) {
 		return gws, nil
 	}
 	if c.consul != nil {
-		return gatewayapi.ConsulGateways(ctx, c.consul)
+		return gatewayclient.ConsulGateways(ctx, c.consul)
 	}
-	return gatewayapi.NomadGateways(ctx, c.nomad, c.cfg.Nomad.Namespace)
+	return gatewayclient.NomadGateways(ctx, c.nomad, c.cfg.Nomad.Namespace)
 }
 
 // readGateways reads every gateway's demand.
@@ -360,7 +361,7 @@ func (c *Controller) newSignalState() *signalState {
 	set := c.cfg.AutoscaleSettings()
 	st := &signalState{read: c.opts.ReadDemand, lastErr: map[string]string{}}
 	if st.read == nil {
-		dc := gatewayapi.DemandClient{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
+		dc := gatewayclient.DemandClient{HTTP: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
 		st.read = dc.Read
 	}
 	if set.Prometheus != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -169,7 +170,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 	var url string
 	var d gatewayapi.Demand
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gatewayapi.NomadGateways(t.Context(), client, "")
+		gws, err := gatewayclient.NomadGateways(t.Context(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -182,7 +183,7 @@ func runGatewayJob(t *testing.T, client *api.Client, bin string, ready func(gate
 		if url == "" {
 			return false, fmt.Sprintf("llmgw-gateway registrations %v, none on port %s", gws, port)
 		}
-		d, err = gatewayapi.DemandClient{}.Read(t.Context(), url)
+		d, err = gatewayclient.DemandClient{}.Read(t.Context(), url)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -290,7 +291,7 @@ func (l *load) pause() {
 func waitRouted(t *testing.T, gw string, want map[string]int) {
 	t.Helper()
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		d, err := gatewayapi.DemandClient{}.Read(t.Context(), gw)
+		d, err := gatewayclient.DemandClient{}.Read(t.Context(), gw)
 		if err != nil {
 			return false, err.Error()
 		}

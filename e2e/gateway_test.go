@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -239,7 +240,7 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 	}()
 	var md gatewayapi.ModelDemand
 	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		d, err := gatewayapi.DemandClient{}.Read(t.Context(), gw)
+		d, err := gatewayclient.DemandClient{}.Read(t.Context(), gw)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -286,8 +287,8 @@ func scaleToZero(t *testing.T, gw string, setCatalog func(string)) {
 
 // gatewayAsNomadJob runs jobs/llmgw-gateway.nomad.hcl in the Nomad (raw_exec,
 // this build's llmgw binary), then finds it as the controller will, by
-// its llmgw-gateway registration (gatewayapi.NomadGateways), and reads its
-// demand (gatewayapi.DemandClient): it routes the same models.
+// its llmgw-gateway registration (gatewayclient.NomadGateways), and reads its
+// demand (gatewayclient.DemandClient): it routes the same models.
 func gatewayAsNomadJob(t *testing.T, client *api.Client, bin string) {
 	t.Helper()
 	registered := time.Now()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gateway"
-	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -24,7 +24,7 @@ import (
 // metric says so), a good write replaces them with no restart, and
 // SIGHUP is handled (not the default: the process would end). It also
 // times the registry list --share-limits makes every 15 s
-// (gatewayapi.NomadGateways), for docs/perf.md.
+// (gatewayclient.NomadGateways), for docs/perf.md.
 func TestGatewayKeysOverRealNomad(t *testing.T) {
 	c := nomadtest.Start(t)
 	bin := plugintest.Build(t, llmgwPkg)
@@ -135,10 +135,10 @@ func TestGatewayKeysOverRealNomad(t *testing.T) {
 	const n = 200
 	t0 := time.Now()
 	for range n {
-		if _, err := gatewayapi.NomadGateways(t.Context(), c.API, "default"); err != nil {
+		if _, err := gatewayclient.NomadGateways(t.Context(), c.API, "default"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("gatewayapi.NomadGateways against the real Nomad: %d calls, mean %s", n, (time.Since(t0) / n).Round(time.Microsecond))
+	t.Logf("gatewayclient.NomadGateways against the real Nomad: %d calls, mean %s", n, (time.Since(t0) / n).Round(time.Microsecond))
 	gp.stop(t)
 }

@@ -28,7 +28,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
-	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
@@ -544,14 +544,14 @@ func gatewayURL(t *testing.T, client *api.Client, port string) string {
 	t.Helper()
 	var url string
 	nomadtest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		gws, err := gatewayapi.NomadGateways(t.Context(), client, "")
+		gws, err := gatewayclient.NomadGateways(t.Context(), client, "")
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, u := range gws {
 			if strings.HasSuffix(u, ":"+port) {
 				url = u
-				_, err := gatewayapi.DemandClient{}.Read(t.Context(), u)
+				_, err := gatewayclient.DemandClient{}.Read(t.Context(), u)
 				return err == nil, fmt.Sprint(err)
 			}
 		}

@@ -11,19 +11,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/gatewayapi"
-	"github.com/llmgw/llmgw/internal/testing/consulfake"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
-// demandOf reads the gateway's demand endpoint with gatewayapi.DemandClient and
+// demandOf reads the gateway's demand endpoint with gatewayclient.DemandClient and
 // returns model's entry.
 func (tg *testGateway) demandOf(t *testing.T, model string) (gatewayapi.Demand, gatewayapi.ModelDemand) {
 	t.Helper()
-	d, err := gatewayapi.DemandClient{HTTP: tg.client}.Read(t.Context(), tg.srv.URL)
+	d, err := gatewayclient.DemandClient{HTTP: tg.client}.Read(t.Context(), tg.srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,70 +260,5 @@ func TestWindowQuantile(t *testing.T) {
 	}
 	if w.slotNo(later)%winSlots != w.slotNo(now)%winSlots {
 		t.Fatal("the test's times are not ten slots apart")
-	}
-}
-
-func TestDemandClientErrors(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/html" + gatewayapi.DemandPath:
-			w.Header().Set("Content-Type", "text/html")
-			fmt.Fprint(w, "<html>")
-		case "/other" + gatewayapi.DemandPath:
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `{"models":null}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	for _, tt := range []struct{ base, want string }{
-		{srv.URL, "404 Not Found"},
-		{srv.URL + "/html", `Content-Type "text/html"`},
-		{srv.URL + "/other", "not a demand answer"},
-		{"http://127.0.0.1:1", "connection refused"},
-	} {
-		_, err := gatewayapi.DemandClient{}.Read(t.Context(), tt.base)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "127.0.0.1") {
-			t.Errorf("%s: %v, want an error naming the URL and %q", tt.base, err, tt.want)
-		}
-	}
-}
-
-// The controller finds gateways as llmgw-gateway services: in Nomad, the
-// registrations of jobs/llmgw-gateway.nomad.hcl's service; in Consul, those of
-// ConsulRegistration whose check passes.
-func TestFindGateways(t *testing.T) {
-	n := newNomadServices(t)
-	n.mu.Lock()
-	for i, port := range []int{8081, 8080} {
-		n.regs[fmt.Sprint("gw", i)] = &nomadapi.ServiceRegistration{ID: fmt.Sprint("gw", i), ServiceName: gatewayapi.GatewayServiceName,
-			Namespace: "default", Address: "10.0.0.1", Port: port, Tags: []string{gatewayapi.GatewayServiceName}}
-	}
-	n.regs["gw-tls"] = &nomadapi.ServiceRegistration{ID: "gw-tls", ServiceName: gatewayapi.GatewayServiceName,
-		Namespace: "default", Address: "10.0.0.9", Port: 8443, Tags: []string{gatewayapi.GatewayServiceName, gatewayapi.TLSTag}}
-	n.bumpLocked()
-	n.mu.Unlock()
-	n.registerAt("m", "m-0", 9000, "success") // a replica: not a gateway
-	got, err := gatewayapi.NomadGateways(t.Context(), n.client(t), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"http://10.0.0.1:8080", "http://10.0.0.1:8081", "https://10.0.0.9:8443"}, got); diff != "" {
-		t.Errorf("Nomad gateways (-want +got):\n%s", diff)
-	}
-
-	c := consulfake.New()
-	defer c.Close()
-	c.Register(consulfake.Service{ID: "gw-a", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.2", Port: 8080})
-	c.Register(consulfake.Service{ID: "gw-b", Name: gatewayapi.GatewayServiceName, Port: 8080, NodeAddress: "10.0.0.3"})
-	c.Register(consulfake.Service{ID: "gw-c", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.4", Port: 8080, Status: "critical"})
-	c.Register(consulfake.Service{ID: "gw-d", Name: gatewayapi.GatewayServiceName, Address: "10.0.0.5", Port: 8443, Tags: []string{gatewayapi.GatewayServiceName, gatewayapi.TLSTag}})
-	got, err = gatewayapi.ConsulGateways(t.Context(), c.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"http://10.0.0.2:8080", "http://10.0.0.3:8080", "https://10.0.0.5:8443"}, got); diff != "" {
-		t.Errorf("Consul gateways (-want +got):\n%s", diff)
 	}
 }

@@ -34,8 +34,8 @@
 // ones included), its arrivals (on arrival: a counter, and over a window
 // of ten slots) and its TTFT (dispatch to the first byte of a 2xx answer,
 // in log-spaced buckets per slot). Gateway.Demand, served at gatewayapi.DemandPath,
-// is what the controller reads (gatewayapi.DemandClient; gateways found by
-// gatewayapi.NomadGateways or gatewayapi.ConsulGateways).
+// is what the controller reads (gatewayclient.DemandClient; gateways found by
+// gatewayclient.NomadGateways or gatewayclient.ConsulGateways).
 //
 // # A request
 //

@@ -12,6 +12,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -80,7 +81,7 @@ func TestNomadModels(t *testing.T) {
 	}
 	put(map[string]string{"models": "not json"})
 	wait.Until(t, "the error in the demand", func() bool {
-		d, err := gatewayapi.DemandClient{}.Read(t.Context(), tg.srv.URL)
+		d, err := gatewayclient.DemandClient{}.Read(t.Context(), tg.srv.URL)
 		return err == nil && strings.Contains(d.ModelListError, "nomad variable llmgw/models (namespace default): item \"models\"")
 	})
 	if tg.tbl.Load().listed["z"].Name != "z" {

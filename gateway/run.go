@@ -25,6 +25,7 @@ import (
 	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/bounded"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
@@ -204,13 +205,13 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		grp.Go(func() error { certs.run(ctx, certCheckInterval, certReload); return nil })
 	}
 	if f.ShareLimits {
-		count := func(ctx context.Context) ([]string, error) { return gatewayapi.ConsulGateways(ctx, consul) }
+		count := func(ctx context.Context) ([]string, error) { return gatewayclient.ConsulGateways(ctx, consul) }
 		if consul == nil {
 			ns := f.Namespace
 			if ns == "" || ns == "*" {
 				ns = nomadapi.DefaultNamespace
 			}
-			count = func(ctx context.Context) ([]string, error) { return gatewayapi.NomadGateways(ctx, nomad, ns) }
+			count = func(ctx context.Context) ([]string, error) { return gatewayclient.NomadGateways(ctx, nomad, ns) }
 		}
 		grp.Go(func() error { shareLimits(ctx, g, count, shareInterval, log); return nil })
 	}

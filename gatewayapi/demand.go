@@ -1,21 +1,6 @@
 package gatewayapi
 
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"mime"
-	"net"
-	"net/http"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
-
-	consulapi "github.com/hashicorp/consul/api"
-	nomadapi "github.com/hashicorp/nomad/api"
-)
+import "time"
 
 // DemandPath is where a gateway serves its demand (GET, JSON): outside
 // OpenAI's /v1, so that no OpenAI route can ever take it.
@@ -103,119 +88,7 @@ const (
 	GatewayServiceName = "llmgw-gateway"
 )
 
-// DemandClient reads gateways' demand: the controller's side of
-// DemandPath.
-type DemandClient struct {
-	// HTTP sends the requests; a client with a 5 s timeout when nil.
-	HTTP *http.Client
-}
-
-// maxDemandBody bounds a demand answer read.
-const maxDemandBody = 8 << 20
-
-var defaultDemandHTTP = &http.Client{Timeout: 5 * time.Second}
-
-// Read returns the demand of the gateway at base ("http://host:port").
-// Any answer but a 200 with a JSON Demand is an error naming the URL.
-func (c DemandClient) Read(ctx context.Context, base string) (Demand, error) {
-	hc := c.HTTP
-	if hc == nil {
-		hc = defaultDemandHTTP
-	}
-	u := strings.TrimSuffix(base, "/") + DemandPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return Demand{}, fmt.Errorf("demand %s: %w", u, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return Demand{}, fmt.Errorf("demand: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDemandBody+1))
-	if err != nil {
-		return Demand{}, fmt.Errorf("demand %s: reading the answer: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return Demand{}, fmt.Errorf("demand %s: %s: %.200s", u, resp.Status, body)
-	}
-	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
-		return Demand{}, fmt.Errorf("demand %s: Content-Type %q, want application/json", u, resp.Header.Get("Content-Type"))
-	}
-	if len(body) > maxDemandBody {
-		return Demand{}, fmt.Errorf("demand %s: answer over %d bytes", u, maxDemandBody)
-	}
-	var d Demand
-	if err := json.Unmarshal(body, &d); err != nil {
-		return Demand{}, fmt.Errorf("demand %s: %w", u, err)
-	}
-	if d.SampledAt.IsZero() || d.Models == nil {
-		return Demand{}, fmt.Errorf("demand %s: not a demand answer (no sampled_at or models)", u)
-	}
-	return d, nil
-}
-
 // TLSTag, among a gateway registration's tags, says it serves HTTPS
-// (--tls-cert-file): NomadGateways and ConsulGateways then give its URL
-// as https://.
+// (--tls-cert-file): internal/gatewayclient then gives its URL as
+// https://.
 const TLSTag = "tls"
-
-// gatewayURL is a gateway registration's base URL.
-func gatewayURL(host string, port int, tags []string) string {
-	scheme := "http://"
-	if slices.Contains(tags, TLSTag) {
-		scheme = "https://"
-	}
-	return scheme + net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-// NomadGateways returns the base URLs ("http://host:port", "https://" for a
-// registration tagged TLSTag) of the gateways
-// registered in Nomad as GatewayServiceName in namespace ns ("" is
-// "default"), sorted: the gateways that run as Nomad jobs with
-// jobs/llmgw-gateway.nomad.hcl's service block. Nomad keeps no health on a
-// registration, so a gateway listed may not answer: its demand is then
-// missing, never zero.
-func NomadGateways(ctx context.Context, c *nomadapi.Client, ns string) ([]string, error) {
-	if ns == "" {
-		ns = nomadapi.DefaultNamespace
-	}
-	regs, _, err := c.Services().Get(GatewayServiceName, (&nomadapi.QueryOptions{Namespace: ns}).WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("nomad service %s: %w", GatewayServiceName, err)
-	}
-	var out []string
-	for _, r := range regs {
-		if r.Address != "" && r.Port > 0 {
-			out = append(out, gatewayURL(r.Address, r.Port, r.Tags))
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-// ConsulGateways returns the base URLs of the gateways registered in
-// Consul as GatewayServiceName whose checks pass (ConsulRegistration's),
-// sorted.
-func ConsulGateways(ctx context.Context, c *consulapi.Client) ([]string, error) {
-	entries, _, err := c.Health().Service(GatewayServiceName, "", true, (&consulapi.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("consul service %s: %w", GatewayServiceName, err)
-	}
-	var out []string
-	for _, e := range entries {
-		if e == nil || e.Service == nil || e.Service.Port <= 0 {
-			continue
-		}
-		host := e.Service.Address
-		if host == "" && e.Node != nil {
-			host = e.Node.Address
-		}
-		if host != "" {
-			out = append(out, gatewayURL(host, e.Service.Port, e.Service.Tags))
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}

@@ -1,7 +1,7 @@
 # The llmgw gateway as a Nomad job: one OpenAI-compatible endpoint over the
 # replicas the controller places (docs/gateway.md). Its service,
 # llmgw-gateway, is how the controller finds the gateways
-# (gateway.NomadGateways) and reads each one's demand
+# (gatewayclient.NomadGateways) and reads each one's demand
 # (GET /llmgw/v1/demand). Run one allocation per node you want an entry
 # point on (var.gateways, a static port: one per node); clients reach it at
 # the node's address and var.port.

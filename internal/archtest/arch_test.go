@@ -10,6 +10,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,6 +197,29 @@ var pureFiles = []string{
 // them, such as os/exec or net/http).
 var impure = []string{"os", "net", "log", "io/ioutil", "syscall", "sync", "runtime", "unsafe", "math/rand", "crypto/rand"}
 
+// impureLinks are what a pure package may not link at any depth, through
+// whatever it imports: the network (net, which net/http and every client
+// link), processes, signals, logging, a random source, and the Nomad and
+// Consul clients. The standard library's own basics link os, sync and
+// syscall (fmt does), so those are refused only as a pure package's own
+// imports (impure, above).
+var impureLinks = []string{"net", "net/http", "os/exec", "os/signal", "log", "log/slog", "crypto/rand",
+	"github.com/hashicorp/nomad/api", "github.com/hashicorp/consul/api"}
+
+// pureMayLink are packages a pure package (or file) may import although
+// they link some of impureLinks, and why: what they link is held against
+// them, not against the pure package. checkPureFile holds a pure package
+// to nomad/api's types: no client.
+var pureMayLink = map[string]map[string]string{
+	module + "/controller/render":  {"github.com/hashicorp/nomad/api": "the Nomad job it renders is nomad/api's Job"},
+	module + "/controller/observe": {"github.com/hashicorp/nomad/api": "the nodes, allocations and stats it reads are nomad/api's types"},
+	"enginemetrics/parse.go":       {"github.com/prometheus/common/expfmt": "Prometheus's own text parser, which links net/http for its content negotiation (Negotiate), not called here"},
+}
+
+// nomadClient are nomad/api's names that talk to Nomad; a pure package
+// that may import nomad/api for its types uses none of them.
+var nomadClient = map[string]bool{"Client": true, "NewClient": true, "Config": true, "DefaultConfig": true}
+
 // clockReads are the time functions that read or wait on the clock; a pure
 // package may use time.Duration and time.Time values given to it, never these.
 var clockReads = map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true,
@@ -208,6 +232,8 @@ type pkgFiles struct {
 }
 
 func TestPurePackages(t *testing.T) {
+	g := newLinkGraph(t)
+	checked := map[string]bool{}
 	for _, root := range pureDirs {
 		cmd := exec.Command("go", "list", "-json=ImportPath,Dir,GoFiles", "./"+strings.TrimPrefix(root, "github.com/llmgw/llmgw/")+"/...")
 		cmd.Dir = "../.."
@@ -228,29 +254,84 @@ func TestPurePackages(t *testing.T) {
 			for _, name := range p.GoFiles {
 				checkPureFile(t, p.ImportPath, filepath.Join(p.Dir, name))
 			}
+			checkPureLinks(t, g, p.ImportPath)
+			checked[p.ImportPath] = true
 		}
 		if found == 0 {
 			t.Errorf("no packages under %s: update pureDirs", root)
 		}
 	}
 	for _, f := range pureFiles {
-		checkPureFile(t, "github.com/llmgw/llmgw/"+filepath.Dir(f), filepath.Join("..", "..", f))
+		imports := checkPureFile(t, "github.com/llmgw/llmgw/"+filepath.Dir(f), filepath.Join("..", "..", f))
+		// The file's imports are a node of the graph of their own: what
+		// the file links, not what the rest of its package does.
+		g[f] = imports
+		checkPureLinks(t, g, f)
+		checked[f] = true
+	}
+	for pure, deps := range pureMayLink {
+		for dep := range deps {
+			if !checked[pure] || !slices.Contains(g[pure], dep) {
+				t.Errorf("pureMayLink lets %s import %s, but it is not held pure or imports it no more: remove it", pure, dep)
+			}
+		}
 	}
 }
 
-func checkPureFile(t *testing.T, pkgPath, path string) {
+// checkPureLinks fails for every package of impureLinks that the pure
+// package (or file) pure links, naming the chain of imports it comes
+// through. The walk stops at such a package: the first wrong step is the
+// one to fix. A direct import of one is checkPureFile's to report.
+func checkPureLinks(t *testing.T, g linkGraph, pure string) {
+	t.Helper()
+	mayLink := pureMayLink[pure]
+	stop := func(q string) bool {
+		_, ok := mayLink[q]
+		return ok || slices.Contains(impureLinks, q)
+	}
+	g.links(pure, func(q string) bool { return !stop(q) }, func(q string, chain []string) {
+		if _, ok := mayLink[q]; ok || !slices.Contains(impureLinks, q) {
+			return
+		}
+		if len(chain) == 2 && impureImport(q) {
+			return
+		}
+		t.Errorf("%s is pure but links %s through %s", pure, q, chainText(chain))
+	})
+}
+
+// impureImport reports whether a pure package's own file may not import ip.
+func impureImport(ip string) bool {
+	for _, bad := range impure {
+		if ip == bad || strings.HasPrefix(ip, bad+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPureFile holds one file of a pure package to the rules, and returns
+// its imports.
+func checkPureFile(t *testing.T, pkgPath, path string) []string {
 	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var imports []string
+	nomadAPI := ""
 	for _, imp := range f.Imports {
 		ip, _ := strconv.Unquote(imp.Path.Value)
-		for _, bad := range impure {
-			if ip == bad || strings.HasPrefix(ip, bad+"/") {
-				t.Errorf("%s is pure but %s imports %s", pkgPath, filepath.Base(path), ip)
+		if ip == "github.com/hashicorp/nomad/api" {
+			nomadAPI = "api"
+			if imp.Name != nil {
+				nomadAPI = imp.Name.Name
 			}
+		}
+		imports = append(imports, ip)
+		if impureImport(ip) {
+			t.Errorf("%s is pure but %s imports %s", pkgPath, filepath.Base(path), ip)
 		}
 	}
 	ast.Inspect(f, func(n ast.Node) bool {
@@ -261,7 +342,11 @@ func checkPureFile(t *testing.T, pkgPath, path string) {
 			if id, ok := n.X.(*ast.Ident); ok && id.Name == "time" && clockReads[n.Sel.Name] {
 				t.Errorf("%s: time.%s: %s is pure and reads no clock", fset.Position(n.Pos()), n.Sel.Name, pkgPath)
 			}
+			if id, ok := n.X.(*ast.Ident); ok && nomadAPI != "" && id.Name == nomadAPI && nomadClient[n.Sel.Name] {
+				t.Errorf("%s: %s.%s: %s is pure and uses nomad/api's types only, never its client", fset.Position(n.Pos()), id.Name, n.Sel.Name, pkgPath)
+			}
 		}
 		return true
 	})
+	return imports
 }

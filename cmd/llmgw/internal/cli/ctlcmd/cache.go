@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 )
 
 // EnvGateways names the gateways llmgw ctl cache reads when --gateway is
@@ -67,7 +68,7 @@ error naming it (exit 5); the others' counts are not shown as the whole.`,
 			}
 			rows := map[[3]string]*cacheRow{}
 			routing := map[string][]string{}
-			dc := gatewayapi.DemandClient{HTTP: c.opts.HTTPClient}
+			dc := gatewayclient.DemandClient{HTTP: c.opts.HTTPClient}
 			for _, g := range gateways {
 				g = strings.TrimSpace(g)
 				if u, err := url.Parse(g); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {

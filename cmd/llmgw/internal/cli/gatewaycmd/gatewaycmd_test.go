@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gateway/config"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/gatewayclient"
 	"github.com/llmgw/llmgw/internal/testing/consulfake"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
@@ -251,7 +252,7 @@ func TestGatewayModelListFromNomad(t *testing.T) {
 	}()
 	var d gatewayapi.Demand
 	wait.Until(t, "the request held", func() bool {
-		d, err = gatewayapi.DemandClient{}.Read(t.Context(), base)
+		d, err = gatewayclient.DemandClient{}.Read(t.Context(), base)
 		return err == nil && len(d.Models) == 1 && d.Models[0].Queued == 1
 	})
 	if m := d.Models[0]; m.Model != model || m.Outstanding != 1 || m.ArrivalsTotal != 1 || m.State != gatewayapi.StateScaledToZero {
