@@ -35,12 +35,12 @@ var mayImportDoubles = map[string]string{
 	// command line, for tests, demos and measurements by hand.
 	module + "/cmd/llmgw-tinymodel": "the tiny model writer's command line is internal/testing/tinymodel's",
 	// gwload measures the latency the gateway adds (docs/perf.md) against
-	// an in-process fake-engine replica; it is run with go run, make build
-	// does not build it, and gateway/internal keeps it from other importers.
-	module + "/gateway/internal/gwload": "the gateway latency tool serves a fakeengine replica",
+	// an in-process fake-engine replica; it is run with go run, and make
+	// build does not build it.
+	module + "/bench/gwload": "the gateway latency tool serves a fakeengine replica",
 	// prefixload measures the routing policies on real llama-server
 	// replicas (docs/perf.md), run with go run like gwload.
-	module + "/gateway/internal/prefixload": "the routing benchmark runs the real engine with tiny models (llamabuild, tinymodel)",
+	module + "/bench/prefixload": "the routing benchmark runs the real engine with tiny models (llamabuild, tinymodel)",
 }
 
 // TestNoTestDoubleInProduction checks that no production package imports a

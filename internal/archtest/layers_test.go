@@ -36,6 +36,8 @@ var layers = map[string]map[string]string{
 	// Test trees.
 	"e2e":              {anyRoom: "tests against a real Nomad drive every part"},
 	"internal/testing": {anyRoom: "doubles and harnesses stand in for, or run, every part"},
+	// Development tools that measure the parts, run with go run.
+	"bench": {anyRoom: "measuring tools run the gateway against fake and real engines"},
 
 	// The leaves: no other room of the module.
 	"engine":                 {"internal/suggest": "did-you-mean hints for an unknown flag"},
@@ -69,7 +71,6 @@ var layers = map[string]map[string]string{
 		"internal/bounded":       "request bodies' JSON nesting is checked before a replica sees it",
 		"internal/httpjson":      "its JSON answers",
 		"internal/nomadenv":      "which Nomad API the environment names (Run, discovering from Nomad in a task)",
-		"internal/testing":       "only gateway/internal/gwload and prefixload, measuring tools run with go run (see mayImportDoubles)",
 		"gatewayapi":             "the names and wire types it shares with the controller",
 	},
 	"controller": {

@@ -25,7 +25,7 @@
 // slot and prompt-cache decisions). Bounded: the trace's requests once per
 // run, each run within -run-timeout.
 //
-//	go run ./gateway/internal/prefixload -replicas 3 -tenants 4 -users 4 -turns 4 -rate 0.5
+//	go run ./bench/prefixload -replicas 3 -tenants 4 -users 4 -turns 4 -rate 0.5
 //
 // Results are in docs/perf.md ("Gateway: prefix routing on real engines").
 package main

@@ -16,8 +16,8 @@
 // a proxy in Go that does the least a proxy does (minimal.go), and -nginx
 // nginx: references for what the gateway's own work costs.
 //
-//	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s
-//	go run ./gateway/internal/gwload -rates 1000,5000 -duration 5s -keys
+//	go run ./bench/gwload -rates 1000,5000 -duration 5s
+//	go run ./bench/gwload -rates 1000,5000 -duration 5s -keys
 //
 // Results are in docs/perf.md ("Gateway", "Gateway: API keys and limits").
 package main
