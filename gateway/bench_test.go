@@ -31,7 +31,7 @@ func cpuTime(tb testing.TB) time.Duration {
 // gateway with net/http's Transport in place of its own (what
 // upstreamTransport saves); gateway-keys the gateway with an API key and
 // every limit on (none reached): what access control costs. docs/perf.md has the latency under load
-// (gwload).
+// (bench/gwload).
 func BenchmarkProxy(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{}, r.instance())
