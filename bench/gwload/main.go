@@ -19,6 +19,11 @@
 //	go run ./bench/gwload -rates 1000,5000 -duration 5s
 //	go run ./bench/gwload -rates 1000,5000 -duration 5s -keys
 //
+// -rounds repeats every rate, each round starting the alternation at
+// another place, and ends with a summary: each target's median and range
+// over the rounds, and the gateway's ratios to nginx and to minimal-go;
+// -single adds one client sending a request at a time.
+//
 // Results are in docs/perf.md ("Gateway", "Gateway: API keys and limits").
 package main
 
@@ -65,6 +70,8 @@ func main() {
 	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
 	streams := flag.String("streams", "", "measure streamed completions from llama.cpp's real server (make llama-server) instead, at these numbers of concurrent streams (comma-separated, e.g. 1,64): time to first token and inter-token gap, direct, through the gateway and through -nginx")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
+	rounds := flag.Int("rounds", 1, "measure every rate this many times (1 to 10), each round starting the targets' alternation at another place; a summary gives each target's median and range over the rounds")
+	single := flag.Bool("single", false, "also measure one client sending one request at a time (closed loop, the phase \"1client\"): the latency each proxy adds with no queueing")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
@@ -82,7 +89,11 @@ func main() {
 		return
 	}
 	refs := references{nginx: *nginx, minimal: *minimal}
-	if err := run(*rates, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, refs, *inproc, *keys); err != nil {
+	if *rounds < 1 || *rounds > 10 {
+		fmt.Fprintln(os.Stderr, "gwload: -rounds: want 1 to 10")
+		os.Exit(2)
+	}
+	if err := run(*rates, *rounds, *single, min(*dur, 30*time.Second), min(*warm, 5*time.Second), max(*slice, 10*time.Millisecond), *inflight, *cpuprofile, *pin, refs, *inproc, *keys); err != nil {
 		fmt.Fprintln(os.Stderr, "gwload:", err)
 		os.Exit(1)
 	}
@@ -346,7 +357,7 @@ type references struct {
 	minimal bool
 }
 
-func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
+func run(rateList string, rounds int, single bool, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
 	nginxBin := refs.nginx
 	rates, err := intList("-rates", rateList, 1, 50000)
 	if err != nil {
@@ -437,58 +448,87 @@ func run(rateList string, dur, warm, slice time.Duration, inflight int, cpuprofi
 	fmt.Printf("gwload: %s %s/%s, %d CPUs, GOGC %s; generator, fake-engine and gateway: %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gogc, placement)
 	fmt.Printf("per rate and target: %s of load in %s slices alternating targets, after %s warm-up each; open loop, at most %d in flight;\nlatency = request sent to response read; late = sent over 1 ms after its due time; req/s = answers (200) per second of the target's slices, the rate\nwhile the target keeps up, its throughput with %d in flight (a closed loop) when the rate is past it; cpu/req = process CPU time per request (proxy cpu: the gateway's, or nginx's master and workers')\n\n", dur, slice, warm, inflight, inflight)
-	fmt.Printf("%-6s %-12s %8s %7s %6s %8s %9s %9s %9s %9s %9s %12s %12s\n", "rate", "target", "sent", "errors", "late", "req/s", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
+	fmt.Printf("%-5s %-8s %-12s %8s %7s %6s %8s %9s %9s %9s %9s %9s %12s %12s\n", "round", "rate", "target", "sent", "errors", "late", "req/s", "p50", "p90", "p99", "p99.9", "max", "engine cpu", "proxy cpu")
+	var phases []phaseSpec
 	for _, rate := range rates {
-		for _, t := range targets {
-			load(client, t.url(), rate, warm, inflight) // warm-up, discarded
-		}
-		n := len(targets)
-		res := make([]result, n)
-		engCPU := make([]time.Duration, n)
-		proxyCPU := make([]time.Duration, n)
-		nslices := max(int(dur/slice), 1)
-		for round := range nslices {
-			for j := range n {
-				// Round r goes through the targets rotated by r, and every
-				// other n rounds backwards: each target takes each place,
-				// and none always follows the same one (for two: ABBA).
-				i := (j + round) % n
-				if (round/n)%2 == 1 {
-					i = (n - 1 - j + round) % n
-				}
-				s := targets[i].srv
-				e0, p0 := engine.cpuNow(), s.cpuNow()
-				res[i].add(load(client, targets[i].url(), rate, slice, inflight))
-				engCPU[i] += engine.cpuNow() - e0
-				if i > 0 {
-					proxyCPU[i] += s.cpuNow() - p0
-				}
-			}
-		}
-		for i, t := range targets {
-			r := res[i]
-			r.sort()
-			res[i] = r
-			pcpu := "-"
-			if i > 0 {
-				pcpu = cpuPerReq(t.srv, proxyCPU[i], r.sent)
-			}
-			fmt.Printf("%-6d %-12s %8d %7d %6d %8.0f %9s %9s %9s %9s %9s %12s %12s\n", rate, t.name, r.sent, r.errors, r.late, r.perSecond(),
-				us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
-				cpuPerReq(engine, engCPU[i], r.sent), pcpu)
-		}
-		for i := 1; i < n; i++ {
-			fmt.Printf("%-6d %-12s %8s %7s %6s %8s %9s %9s %9s\n", rate, "+"+targets[i].name, "", "", "", "",
-				us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
-		}
-		if keys {
-			k := slices.IndexFunc(targets, func(t target) bool { return t.name == "gateway+keys" }) // against the gateway (1)
-			fmt.Printf("%-6d %-12s %8s %7s %6s %8s %9s %9s %9s\n", rate, "keys added", "", "", "", "",
-				us(res[k].pct(50)-res[1].pct(50)), us(res[k].pct(90)-res[1].pct(90)), us(res[k].pct(99)-res[1].pct(99)))
-		}
-		fmt.Println()
+		phases = append(phases, phaseSpec{name: strconv.Itoa(rate), load: func(url string, d time.Duration) result { return load(client, url, rate, d, inflight) }})
 	}
+	if single {
+		phases = append(phases, phaseSpec{name: "1client", load: func(url string, d time.Duration) result { return loadOne(client, url, d) }})
+	}
+	sum := newSummary(targets)
+	for round := range rounds {
+		for _, ph := range phases {
+			for _, t := range targets {
+				ph.load(t.url(), warm) // warm-up, discarded
+			}
+			res, engCPU, proxyCPU := measure(targets, engine, ph.load, dur, slice, round)
+			for i, t := range targets {
+				r := res[i]
+				pcpu := "-"
+				if i > 0 {
+					pcpu = cpuPerReq(t.srv, proxyCPU[i], r.sent)
+				}
+				fmt.Printf("%-5d %-8s %-12s %8d %7d %6d %8.0f %9s %9s %9s %9s %9s %12s %12s\n", round+1, ph.name, t.name, r.sent, r.errors, r.late, r.perSecond(),
+					us(r.pct(50)), us(r.pct(90)), us(r.pct(99)), us(r.pct(99.9)), us(r.pct(100)),
+					cpuPerReq(engine, engCPU[i], r.sent), pcpu)
+			}
+			for i := 1; i < len(targets); i++ {
+				fmt.Printf("%-5d %-8s %-12s %8s %7s %6s %8s %9s %9s %9s\n", round+1, ph.name, "+"+targets[i].name, "", "", "", "",
+					us(res[i].pct(50)-res[0].pct(50)), us(res[i].pct(90)-res[0].pct(90)), us(res[i].pct(99)-res[0].pct(99)))
+			}
+			if keys {
+				k := slices.IndexFunc(targets, func(t target) bool { return t.name == "gateway+keys" }) // against the gateway (1)
+				fmt.Printf("%-5d %-8s %-12s %8s %7s %6s %8s %9s %9s %9s\n", round+1, ph.name, "keys added", "", "", "", "",
+					us(res[k].pct(50)-res[1].pct(50)), us(res[k].pct(90)-res[1].pct(90)), us(res[k].pct(99)-res[1].pct(99)))
+			}
+			sum.add(ph.name, res, proxyCPU)
+			fmt.Println()
+		}
+	}
+	sum.print(os.Stdout, phases)
 	return nil
+}
+
+// phaseSpec is one load shape measured on every target: an open-loop
+// rate, or one client sending a request at a time.
+type phaseSpec struct {
+	name string
+	load func(url string, d time.Duration) result
+}
+
+// measure runs one phase on every target in alternating slices for dur
+// and returns each target's result, the engine's CPU time during its
+// slices and its own (the proxy's). Slice s goes through the targets
+// rotated by s+round, and every other n slices backwards: each target
+// takes each place, none always follows the same one (for two: ABBA), and
+// rounds do not start in the same order.
+func measure(targets []target, engine *server, load func(string, time.Duration) result, dur, slice time.Duration, round int) (res []result, engCPU, proxyCPU []time.Duration) {
+	n := len(targets)
+	res = make([]result, n)
+	engCPU = make([]time.Duration, n)
+	proxyCPU = make([]time.Duration, n)
+	nslices := max(int(dur/slice), 1)
+	for sl := range nslices {
+		r := sl + round
+		for j := range n {
+			i := (j + r) % n
+			if (r/n)%2 == 1 {
+				i = (n - 1 - j + r) % n
+			}
+			s := targets[i].srv
+			e0, p0 := engine.cpuNow(), s.cpuNow()
+			res[i].add(load(targets[i].url(), slice))
+			engCPU[i] += engine.cpuNow() - e0
+			if i > 0 {
+				proxyCPU[i] += s.cpuNow() - p0
+			}
+		}
+	}
+	for i := range res {
+		res[i].sort()
+	}
+	return res, engCPU, proxyCPU
 }
 
 // startKeyedGateway serves the gateway with keys to the engine at eaddr:
