@@ -66,7 +66,7 @@ func main() {
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
-	minimal := flag.Bool("minimal", false, "also measure a minimal Go proxy (`minimal-go`, see minimal.go): what the Go runtime, http.ReadRequest and the sockets cost without the gateway")
+	minimal := flag.Bool("minimal", false, "also measure a minimal Go proxy (`minimal-go`, see minimal.go): what the Go runtime, http.ReadRequest and the sockets cost without the gateway; and `relay-nethttp`, a relay on the gateway's server (net/http) and upstream transport doing nothing else: what net/http's server adds to minimal-go, and the gateway's own work to it; and `relay-fasthttp`, the same relay on fasthttp (fast.go)")
 	keys := flag.Bool("keys", false, "also measure a gateway with API keys and every limit on (generous: none is reached), `gateway+keys`; every request carries the key")
 	streams := flag.String("streams", "", "measure streamed completions from llama.cpp's real server (make llama-server) instead, at these numbers of concurrent streams (comma-separated, e.g. 1,64): time to first token and inter-token gap, direct, through the gateway and through -nginx")
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
@@ -123,6 +123,11 @@ func handler(ctx context.Context, role, upstream string, keys bool) (http.Handle
 		fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
 		fe.Load(ctx)
 		return fe.Handler(), nil
+	case "relay":
+		if upstream == "" {
+			return nil, errors.New("-serve relay needs -upstream")
+		}
+		return relayHandler(upstream), nil
 	case "gateway":
 		if upstream == "" {
 			return nil, errors.New("-serve gateway needs -upstream")
@@ -149,7 +154,7 @@ func handler(ctx context.Context, role, upstream string, keys bool) (http.Handle
 		}
 		return g.Handler(), nil
 	}
-	return nil, fmt.Errorf("-serve %q: want engine or gateway", role)
+	return nil, fmt.Errorf("-serve %q: want engine, gateway or relay", role)
 }
 
 // listen serves with srv on a loopback port.
@@ -166,7 +171,7 @@ func listen(srv *http.Server) (string, func(), error) {
 // (gateway.NewServer), or for the engine a plain one, as a real engine's
 // server is not the gateway's.
 func serverFor(role string, h http.Handler) *http.Server {
-	if role == "gateway" {
+	if role == "gateway" || role == "relay" {
 		return gateway.NewServer(h, nil)
 	}
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -180,9 +185,12 @@ func serve(role, upstream, cpuprofile string, keys bool) error {
 	var addr string
 	var stop func()
 	var err error
-	if role == "minimal" {
+	switch role {
+	case "minimal":
 		addr, stop, err = serveMinimal(upstream)
-	} else {
+	case "fastrelay":
+		addr, stop, err = serveFastRelay(upstream)
+	default:
 		var h http.Handler
 		if h, err = handler(ctx, role, upstream, keys); err != nil {
 			return err
@@ -418,7 +426,19 @@ func run(rateList string, rounds int, single bool, dur, warm, slice time.Duratio
 		}
 		defer c.stop()
 		targets = append(targets, target{"minimal-go", &server{addr: c.addr, cpu: c.cpu, stop: c.stop}})
-		placement += "; a minimal Go proxy its own process"
+		rc, err := start(nginxCPUs(pin), "-serve", "relay", "-upstream", engine.addr)
+		if err != nil {
+			return err
+		}
+		defer rc.stop()
+		targets = append(targets, target{"relay-nethttp", &server{addr: rc.addr, cpu: rc.cpu, stop: rc.stop}})
+		fc, err := start(nginxCPUs(pin), "-serve", "fastrelay", "-upstream", engine.addr)
+		if err != nil {
+			return err
+		}
+		defer fc.stop()
+		targets = append(targets, target{"relay-fasthttp", &server{addr: fc.addr, cpu: fc.cpu, stop: fc.stop}})
+		placement += "; a minimal Go proxy, a net/http relay and a fasthttp relay, each its own process"
 		if pin != "" {
 			placement += ", on the gateway's CPU"
 		}

@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
+
+	"github.com/llmgw/llmgw/gateway"
 )
 
 // serveMinimal serves a proxy that does the least an HTTP/1.1 proxy in Go
@@ -96,4 +99,41 @@ func readAnswer(br *bufio.Reader, buf []byte) ([]byte, error) {
 	buf = append(buf, make([]byte, n)...)
 	_, err := io.ReadFull(br, buf[head:])
 	return buf, err
+}
+
+// relayHandler is the least a proxy on net/http's server does, as a
+// reference between minimal-go and the gateway (relay-nethttp): the
+// request's body read, sent on with the gateway's own upstream transport
+// (gateway.NewTransport), the answer's headers copied and its body relayed.
+// Served by gateway.NewServer like the gateway, so what the gateway spends
+// beyond it is its own work per request (keys, limits, routing, usage,
+// metrics), and what it spends beyond minimal-go is net/http's server.
+func relayHandler(upstream string) http.Handler {
+	tr := gateway.NewTransport(2*time.Second, 0)
+	target := "http://" + upstream
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		out.Header = r.Header.Clone()
+		resp, err := tr.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		h := w.Header()
+		for k, vv := range resp.Header {
+			h[k] = vv
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	})
 }
