@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -29,44 +27,76 @@ import (
 	"github.com/llmgw/llmgw/internal/nomadenv"
 )
 
-// offWhenZero is a duration flag whose 0 means off (--engine-metrics-interval,
-// --prefix-opening-wait) as Options takes it: negative there, 0 is the default.
-func offWhenZero(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
+// Server is the gateway as `llmgw gateway` runs it, from its settings: it
+// discovers the replicas from Consul or Nomad (the settings' choice), reads
+// the model list and the API keys from where the settings say, serves the
+// gateway's API with /metrics on one listener (HTTPS with the certificate
+// reloaded when it changes, or on Reload), registers itself in Consul when
+// discovering from Consul, and shares the keys' limits among the gateways
+// with share_limits.
+//
+// Open makes one and binds its listener (Addr), Run serves until its
+// context ends or Close, and Close stops it gracefully and releases what
+// Open took. Signals, flags and the logger's set-up are the command's.
+type Server struct {
+	set   config.Settings
+	log   *slog.Logger
+	g     *Gateway
+	certs *certReloader // nil without TLS
+	http  *http.Server
+	ln    net.Listener
+
+	consul  *consulapi.Client // discovered from, nil with Nomad
+	nomad   *nomadapi.Client  // discovered from, nil with Consul
+	clients []*nomadapi.Client
+	reg     *ConsulRegistration // nil unless registering in Consul
+	// For the start's log line: where the replicas, the model list and
+	// the keys come from.
+	where, modelsFrom, keysFrom string
+
+	keysReload, certReload chan struct{}
+
+	mu     sync.Mutex
+	ran    bool
+	closed bool
+	stop   context.CancelFunc // Run's, while it runs
+	done   chan struct{}      // closed when Run returns
 }
 
-// Run is `llmgw gateway`'s runtime: it discovers the replicas from Consul
-// or Nomad (the settings' choice), reads the model list and the API keys
-// from where the settings say, serves the gateway's API with /metrics on
-// one listener (HTTPS with the certificate reloaded when it changes, or
-// on SIGHUP), registers itself in Consul when discovering from Consul,
-// shares the keys' limits among the gateways with share-limits, and
-// serves until ctx ends. It logs JSON to stderr. ready, when not nil,
-// receives the address served on once listening (for tests). It takes
-// settings config.Settings.Check accepted.
-func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(addr string)) error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.LogLevel)); err != nil {
-		return fmt.Errorf("%s: %w", f.Where("log-level"), err)
+// Open checks the settings (config.Settings.Check: its errors name each
+// setting by its attribute), makes the clients of the Nomad or Consul
+// discovered from and of the sources of the model list and the keys, reads
+// the key file (its file:line errors returned) and the TLS certificate, and
+// binds the listener. A problem with one setting that only this finds (the
+// certificate, the listen address) is a *config.SettingError. log takes
+// what the gateway logs; nil discards it.
+func Open(set config.Settings, log *slog.Logger) (*Server, error) {
+	if err := set.Check(nil); err != nil {
+		return nil, err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{set: set, log: log, keysReload: make(chan struct{}, 1), certReload: make(chan struct{}, 1)}
+	if err := s.open(); err != nil {
+		_ = s.release() // the error said is open's
+		return nil, err
+	}
+	return s, nil
+}
 
+func (s *Server) open() error {
+	f := s.set
 	var src Source
-	var consul *consulapi.Client
-	var nomad *nomadapi.Client // the one discovered from
-	var where string
 	if f.Consul != "" {
 		cfg := consulapi.DefaultConfig()
 		cfg.Address = f.Consul
 		c, err := consulapi.NewClient(cfg)
 		if err != nil {
-			return fmt.Errorf("consul client %s: %w", f.Consul, err)
+			return &config.SettingError{Setting: "consul", Err: fmt.Errorf("consul client %s: %w", f.Consul, err)}
 		}
-		consul, where = c, "consul "+f.Consul
-		src = &ConsulSource{Client: c, Logger: log, Wait: f.ConsulWait}
+		s.consul, s.where = c, "consul "+f.Consul
+		src = &ConsulSource{Client: c, Logger: s.log, Wait: f.ConsulWait}
 	} else {
 		cfg := nomadapi.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, TLS, ...
 		if f.Nomad != "" {
@@ -83,45 +113,38 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		addr := cfg.Address // NewClient turns a unix:// address into http://127.0.0.1
 		c, err := nomadapi.NewClient(cfg)
 		if err != nil {
-			return fmt.Errorf("nomad client %s: %w", addr, err)
+			return &config.SettingError{Setting: "nomad", Err: fmt.Errorf("nomad client %s: %w", addr, err)}
 		}
-		defer c.Close()
-		nomad, where = c, "nomad "+addr
-		src = &NomadSource{Client: c, Logger: log, Namespace: ns, CheckInterval: f.CheckInterval,
+		s.clients = append(s.clients, c)
+		s.nomad, s.where = c, "nomad "+addr
+		src = &NomadSource{Client: c, Logger: s.log, Namespace: ns, CheckInterval: f.CheckInterval,
 			CheckTimeout: f.CheckTimeout, CheckParallelism: f.CheckParallelism}
 	}
 
-	models, modelsFrom, err := modelSource(f, nomad, log)
+	models, err := s.modelSource()
 	if err != nil {
 		return err
 	}
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	keysReload, certReload := make(chan struct{}, 1), make(chan struct{}, 1)
-
-	keys, keysFrom, err := keySource(f, nomad, keysReload, log)
+	keys, err := s.keySource()
 	if err != nil {
 		return err
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var certs *certReloader
 	if f.TLSCertFile != "" {
-		if certs, err = newCertReloader(f.TLSCertFile, f.TLSKeyFile, log, reg); err != nil {
-			return fmt.Errorf("%s: %w", f.Where("tls-cert-file"), err)
+		if s.certs, err = newCertReloader(f.TLSCertFile, f.TLSKeyFile, s.log, reg); err != nil {
+			return &config.SettingError{Setting: "tls_cert_file", Err: err}
 		}
 	}
 	routing, err := config.RoutingMap(f.Routing)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.Where("routing"), err)
+		return &config.SettingError{Setting: "routing", Err: err}
 	}
-	g := New(Options{
+	s.g = New(Options{
 		Keys:       keys,
 		Source:     src,
-		Logger:     log,
+		Logger:     s.log,
 		Registerer: reg,
 		Transport:  NewTransport(f.DialTimeout, f.HeaderTimeout),
 		MaxBody: BodyLimits{ChatCompletions: f.MaxBodyChatCompletions, Completions: f.MaxBodyCompletions,
@@ -146,34 +169,98 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", g.Handler())
+	mux.Handle("/", s.g.Handler())
+	s.http = NewServer(mux, s.log)
+	if s.certs != nil {
+		s.http.TLSConfig = s.certs.config()
+	}
 
-	ln, err := net.Listen("tcp", f.Listen)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", f.Where("listen"), f.Listen, err)
+	if s.ln, err = net.Listen("tcp", f.Listen); err != nil {
+		return &config.SettingError{Setting: "listen", Err: fmt.Errorf("%s: %w", f.Listen, err)}
 	}
-	srv, scheme := NewServer(mux, log), "http://"
-	serve := srv.Serve
-	if certs != nil {
-		srv.TLSConfig, scheme = certs.config(), "https://"
-		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	if s.consul != nil && f.Register {
+		cr, err := config.NewRegistration(f.Advertise, s.ln.Addr())
+		if err != nil {
+			return &config.SettingError{Setting: "advertise", Err: err}
+		}
+		r := &ConsulRegistration{ID: cr.ID, Address: cr.Address, Port: cr.Port, CheckURL: cr.CheckURL}
+		r.CheckInterval, r.Tags = f.RegisterCheckInterval, f.RegisterTags
+		if s.certs != nil {
+			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
+			r.CheckTLSSkipVerify = true
+			// The controller reads this gateway's demand over HTTPS.
+			r.Tags = append(slices.Clone(r.Tags), gatewayapi.TLSTag)
+		}
+		s.reg = r
 	}
-	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", where, "models", modelsFrom, "keys", keysFrom, "config", f.Config)
-	if keys == nil && !loopback(ln.Addr()) {
-		log.Warn("no API keys and not on loopback only: anyone who reaches "+ln.Addr().String()+" may use every model (give --keys-file or --keys-variable)", "listen", ln.Addr().String())
+	return nil
+}
+
+// offWhenZero is a duration setting whose 0 means off
+// (engine_metrics_interval, prefix_opening_wait) as Options takes it:
+// negative there, 0 is the default.
+func offWhenZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
-	if ready != nil {
-		ready(ln.Addr().String())
+	return d
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Reload reads the key file and the TLS certificate again now, rather
+// than at their next look (the command calls it on SIGHUP). It returns at
+// once; either is read only while Run runs, and only if the settings name
+// it.
+func (s *Server) Reload() {
+	for _, c := range []chan struct{}{s.keysReload, s.certReload} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run serves until ctx ends or Close is called, then stops gracefully:
+// requests in flight get up to 10 seconds to finish, and the Consul
+// registration is removed. It returns nil then, or the first error of a
+// part that failed (the listener's, the gateway's), which ends the others.
+// A Server runs once; Run after Close returns http.ErrServerClosed.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if s.closed || s.ran {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.ran, s.stop, s.done = true, cancel, make(chan struct{})
+	s.mu.Unlock()
+	defer close(s.done)
+
+	f, log, g, ln := s.set, s.log, s.g, s.ln
+	scheme := "http://"
+	if s.certs != nil {
+		scheme = "https://"
+	}
+	log.Info("llmgw gateway", "api", scheme+ln.Addr().String(), "discovery", s.where, "models", s.modelsFrom, "keys", s.keysFrom)
+	if f.KeysFile == "" && f.KeysVariable == "" && !loopback(ln.Addr()) {
+		log.Warn("no API keys and not on loopback only: anyone who reaches "+ln.Addr().String()+" may use every model (set keys_file or keys_variable)", "listen", ln.Addr().String())
 	}
 
 	// Every part runs until ctx ends or the gateway's Run returns; the
 	// first error (the listener's, the gateway's) ends them all and is
 	// what Run returns.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	grp, ctx := errgroup.WithContext(ctx)
 	grp.Go(func() error {
-		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.certs != nil {
+			err = s.http.ServeTLS(ln, "", "")
+		} else {
+			err = s.http.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
 		}
 		return nil
@@ -182,56 +269,26 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 		<-ctx.Done()
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer scancel()
-		_ = srv.Shutdown(sctx)
+		_ = s.http.Shutdown(sctx)
 		return nil
 	})
-	grp.Go(func() error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-hup:
-				log.Info("SIGHUP: reading the keys and the TLS certificate again")
-				for _, c := range []chan struct{}{keysReload, certReload} {
-					select {
-					case c <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}
-	})
-	if certs != nil {
-		grp.Go(func() error { certs.run(ctx, certCheckInterval, certReload); return nil })
+	if s.certs != nil {
+		grp.Go(func() error { s.certs.run(ctx, certCheckInterval, s.certReload); return nil })
 	}
 	if f.ShareLimits {
-		count := func(ctx context.Context) ([]string, error) { return gatewayclient.ConsulGateways(ctx, consul) }
-		if consul == nil {
+		count := func(ctx context.Context) ([]string, error) { return gatewayclient.ConsulGateways(ctx, s.consul) }
+		if s.consul == nil {
 			ns := f.Namespace
 			if ns == "" || ns == "*" {
 				ns = nomadapi.DefaultNamespace
 			}
-			count = func(ctx context.Context) ([]string, error) { return gatewayclient.NomadGateways(ctx, nomad, ns) }
+			count = func(ctx context.Context) ([]string, error) { return gatewayclient.NomadGateways(ctx, s.nomad, ns) }
 		}
 		grp.Go(func() error { shareLimits(ctx, g, count, shareInterval, log); return nil })
 	}
-	if consul != nil && f.Register {
-		cr, err := config.NewRegistration(f.Advertise, ln.Addr())
-		if err != nil {
-			cancel()
-			_ = grp.Wait()
-			return err
-		}
-		r := ConsulRegistration{ID: cr.ID, Address: cr.Address, Port: cr.Port, CheckURL: cr.CheckURL}
-		r.CheckInterval, r.Tags = f.RegisterCheckInterval, f.RegisterTags
-		if certs != nil {
-			r.CheckURL = "https://" + strings.TrimPrefix(r.CheckURL, "http://")
-			r.CheckTLSSkipVerify = true
-			// The controller reads this gateway's demand over HTTPS.
-			r.Tags = append(slices.Clone(r.Tags), gatewayapi.TLSTag)
-		}
+	if s.reg != nil {
 		grp.Go(func() error {
-			if err := r.Register(ctx, consul, log); err != nil {
+			if err := s.reg.Register(ctx, s.consul, log); err != nil {
 				log.Warn("consul", "error", err)
 			}
 			return nil
@@ -244,7 +301,41 @@ func Run(ctx context.Context, f config.Settings, stderr io.Writer, ready func(ad
 	return grp.Wait()
 }
 
-// shareInterval is how often --share-limits counts the gateways.
+// Close stops Run as its context's end does and waits for it to return,
+// then releases the listener and the clients Open made. Without Run it only
+// releases them. It may be called more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	first := !s.closed
+	s.closed = true
+	stop, done := s.stop, s.done
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	if !first {
+		return nil
+	}
+	return s.release()
+}
+
+// release closes the listener (unless the http server has) and the Nomad
+// clients.
+func (s *Server) release() error {
+	var err error
+	if s.ln != nil {
+		if e := s.ln.Close(); e != nil && !errors.Is(e, net.ErrClosed) {
+			err = e
+		}
+	}
+	for _, c := range s.clients {
+		c.Close()
+	}
+	return err
+}
+
+// shareInterval is how often share_limits counts the gateways.
 const shareInterval = 15 * time.Second
 
 // shareLimits sets the gateway's share of every key's limits from the
@@ -274,33 +365,33 @@ func loopback(a net.Addr) bool {
 	return ok && t.IP.IsLoopback()
 }
 
-// keySource is where the API keys come from: --keys-file (read once here,
-// so a bad file stops the command with its file:line errors), or
-// --keys-variable in the Nomad discovered from (else --models-nomad's);
-// nil without either. from says which, for the log.
-func keySource(f config.Settings, discovered *nomadapi.Client, reload <-chan struct{}, log *slog.Logger) (KeySource, string, error) {
+// keySource is where the API keys come from: keys_file (read once here,
+// so a bad file stops Open with its file:line errors), or keys_variable
+// in the Nomad discovered from (else models_nomad's); nil without either.
+// It sets s.keysFrom, which says which, for the log.
+func (s *Server) keySource() (KeySource, error) {
+	f := s.set
 	switch {
 	case f.KeysFile != "":
 		src, err := bounded.ReadFile(f.KeysFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", f.Where("keys-file"), err)
+			return nil, &config.SettingError{Setting: "keys_file", Err: err}
 		}
 		if _, err := ParseKeys(f.KeysFile, src); err != nil {
-			return nil, "", err
+			return nil, err
 		}
-		return &FileKeys{Path: f.KeysFile, Reload: reload}, "file " + f.KeysFile, nil
+		s.keysFrom = "file " + f.KeysFile
+		return &FileKeys{Path: f.KeysFile, Reload: s.keysReload}, nil
 	case f.KeysVariable != "":
-		c := discovered
-		if c == nil {
-			if f.ModelsNomad == "" {
-				return nil, "", fmt.Errorf("%s: with --consul, --models-nomad names the Nomad to read the keys from", f.Where("keys-variable"))
-			}
+		c := s.nomad
+		if c == nil { // with Consul: Check made sure of models_nomad
 			cfg := nomadapi.DefaultConfig()
 			cfg.Address = f.ModelsNomad
 			var err error
 			if c, err = nomadapi.NewClient(cfg); err != nil {
-				return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.Where("models-nomad"), f.ModelsNomad, err)
+				return nil, &config.SettingError{Setting: "models_nomad", Err: fmt.Errorf("nomad client %s: %w", f.ModelsNomad, err)}
 			}
+			s.clients = append(s.clients, c)
 		}
 		ns := f.KeysNamespace
 		if ns == "" {
@@ -309,34 +400,39 @@ func keySource(f config.Settings, discovered *nomadapi.Client, reload <-chan str
 		if ns == "" || ns == "*" {
 			ns = nomadapi.DefaultNamespace
 		}
-		return &NomadKeys{Client: c, Logger: log, Namespace: ns, Path: f.KeysVariable},
-			fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.KeysVariable, ns), nil
+		s.keysFrom = fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.KeysVariable, ns)
+		return &NomadKeys{Client: c, Logger: s.log, Namespace: ns, Path: f.KeysVariable}, nil
 	}
-	return nil, "none: open to every client", nil
+	s.keysFrom = "none: open to every client"
+	return nil, nil
 }
 
-// modelSource is where the model list is read from: --models-variable in
-// the Nomad of --models-nomad, else the one discovered from (nil with
-// --consul), in --models-namespace, else the discovery namespace. from
-// says which, for the log.
-func modelSource(f config.Settings, discovered *nomadapi.Client, log *slog.Logger) (ModelSource, string, error) {
+// modelSource is where the model list is read from: models_variable in
+// the Nomad of models_nomad, else the one discovered from (none with
+// Consul), in models_namespace, else the discovery namespace. It sets
+// s.modelsFrom, which says which, for the log.
+func (s *Server) modelSource() (ModelSource, error) {
+	f := s.set
 	if f.ModelsVariable == "" {
-		return nil, "none (--models-variable is empty)", nil
+		s.modelsFrom = "none (models_variable is empty)"
+		return nil, nil
 	}
-	c := discovered
+	c := s.nomad
 	cfg := nomadapi.DefaultConfig()
 	if f.ModelsNomad != "" {
 		cfg.Address = f.ModelsNomad
 		var err error
 		if c, err = nomadapi.NewClient(cfg); err != nil {
-			return nil, "", fmt.Errorf("%s: nomad client %s: %w", f.Where("models-nomad"), f.ModelsNomad, err)
+			return nil, &config.SettingError{Setting: "models_nomad", Err: fmt.Errorf("nomad client %s: %w", f.ModelsNomad, err)}
 		}
+		s.clients = append(s.clients, c)
 	}
 	if c == nil {
-		return nil, "none (with --consul, --models-nomad names the Nomad to read it from)", nil
+		s.modelsFrom = "none (discovering from Consul, models_nomad names the Nomad to read it from)"
+		return nil, nil
 	}
 	ns := f.ModelsNamespace
-	if ns == "" && discovered != nil && f.ModelsNomad == "" {
+	if ns == "" && s.nomad != nil && f.ModelsNomad == "" {
 		ns = f.Namespace
 	}
 	if ns == "" {
@@ -345,6 +441,6 @@ func modelSource(f config.Settings, discovered *nomadapi.Client, log *slog.Logge
 	if ns == "" || ns == "*" {
 		ns = nomadapi.DefaultNamespace
 	}
-	from := fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.ModelsVariable, ns)
-	return &NomadModels{Client: c, Logger: log, Namespace: ns, Path: f.ModelsVariable}, from, nil
+	s.modelsFrom = fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.ModelsVariable, ns)
+	return &NomadModels{Client: c, Logger: s.log, Namespace: ns, Path: f.ModelsVariable}, nil
 }

@@ -66,7 +66,7 @@ func (c *certReloader) load() error {
 	}
 	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
-		return fmt.Errorf("tls_cert_file %s, tls_key_file %s: %w", c.certFile, c.keyFile, err)
+		return fmt.Errorf("certificate %s, key %s: %w", c.certFile, c.keyFile, err)
 	}
 	c.cur.Store(&cert)
 	return nil

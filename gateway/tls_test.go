@@ -83,7 +83,7 @@ func TestCertReload(t *testing.T) {
 		t.Errorf("errors counted %v after looking again, want 1", got)
 	}
 
-	if _, err := newCertReloader(cf, kf, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "tls_cert_file "+cf) {
+	if _, err := newCertReloader(cf, kf, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "certificate "+cf) {
 		t.Errorf("a bad pair at start: %v", err)
 	}
 }

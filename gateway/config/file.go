@@ -1,8 +1,9 @@
-// Package config is the gateway's configuration: the file format of
-// `llmgw gateway --config` (Parse: every flag as an attribute) and the
-// resolved settings the runtime serves with (Settings, with Check).
-// The command (cmd/llmgw/internal/cli/gatewaycmd) defines the flags and
-// applies a parsed file to the flags the command line left alone.
+// Package config is the gateway's configuration: the configuration file's
+// format (Parse: every setting an attribute) and the resolved settings the
+// gateway's Server serves with (Settings, with Check). Errors name a
+// setting by its attribute; the command (cmd/llmgw/internal/cli/gatewaycmd)
+// defines a flag for each, applies a parsed file to the flags the command
+// line left alone, and names a setting by its flag or the file's line.
 package config
 
 import (
@@ -18,11 +19,11 @@ import (
 	"github.com/llmgw/llmgw/internal/hcldecode"
 )
 
-// FileHCL is the gateway's configuration file (--config): every flag's
-// setting, as an attribute named like the flag with "_" for "-"
-// (--breaker-max-open is breaker_max_open). A value means what the flag
-// means: durations are strings such as "30s". To add a setting, add its
-// flag and a field here; TestConfigCoversFlags holds the two together.
+// FileHCL is the gateway's configuration file: every setting as an
+// attribute (breaker_max_open), whose value means what the command's flag
+// of the same name with "-" for "_" means: durations are strings such as
+// "30s". To add a setting, add a field here and its flag to the command;
+// the command's TestConfigCoversFlags holds the two together.
 type FileHCL struct {
 	Listen                  string   `hcl:"listen,optional"`
 	Consul                  string   `hcl:"consul,optional"`
@@ -77,14 +78,13 @@ type FileHCL struct {
 // duration is a duration attribute: a string such as "30s", "10m".
 type duration string
 
-// Setting is one setting the file gives: its flag, its value as the
-// flag would take it, and where.
+// Setting is one setting the file gives: its attribute, its value as
+// the command's flag would take it, and where.
 type Setting struct {
-	Flag  string
-	Value string   // for a scalar flag
-	List  []string // for a list flag (register_tags)
 	Attr  string
-	At    string // "file:line"
+	Value string   // for a scalar setting
+	List  []string // for a list setting (register_tags)
+	At    string   // "file:line"
 }
 
 // File is a parsed configuration file: its settings in the order
@@ -116,7 +116,7 @@ func Parse(filename string, src []byte, env func(string) string) (*File, error) 
 		if name == "" || !given {
 			continue
 		}
-		s := Setting{Flag: strings.ReplaceAll(name, "_", "-"), Attr: name, At: fmt.Sprintf("%s:%d", filename, max(r.Start.Line, 1))}
+		s := Setting{Attr: name, At: fmt.Sprintf("%s:%d", filename, max(r.Start.Line, 1))}
 		switch fv := v.Field(i).Interface().(type) {
 		case string:
 			s.Value = fv

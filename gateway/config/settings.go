@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -13,158 +12,162 @@ import (
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
-// Settings are the gateway's settings: the flags' defaults, then the
-// configuration file's values, then the flags given. Each field means
-// what the flag of the same name means (HeaderTimeout is
-// --response-header-timeout, Config --config).
+// Settings are the gateway server's settings (gateway.Open). Each field
+// is the configuration file's attribute of the same name (HeaderTimeout is
+// response_header_timeout), a flag of `llmgw gateway` too; the command
+// resolves them (defaults, then the file, then the flags given) and checks
+// them with Check before serving.
 type Settings struct {
-	Config                                                string
-	Listen, Consul, Nomad, Namespace, Advertise, LogLevel string
-	Register                                              bool
-	RegisterTags                                          []string
-	RegisterCheckInterval, ConsulWait                     time.Duration
-	MaxBodyChatCompletions, MaxBodyCompletions            int64
-	MaxBodyEmbeddings, BodyMemory                         int64
-	MaxJSONDepth                                          int
-	BodyReadTimeout                                       time.Duration
-	CORSOrigins                                           []string
-	Attempts, BreakerFailures, CheckParallelism           int
-	NoReplicaRetryAfter, BreakerOpen, BreakerMaxOpen      time.Duration
-	DialTimeout, HeaderTimeout                            time.Duration
-	CheckInterval, CheckTimeout                           time.Duration
-	EngineMetricsInterval                                 time.Duration
-	HoldTimeout, DemandWindow                             time.Duration
-	HoldPerModel, HoldTotal, WakeBurst                    int
-	ModelsVariable, ModelsNamespace, ModelsNomad          string
-	KeysFile, KeysVariable, KeysNamespace                 string
-	ShareLimits                                           bool
-	TLSCertFile, TLSKeyFile                               string
-	Routing                                               []string // MODEL=POLICY
-	PrefixLoadFactor, PrefixHistoryLoadFactor             float64
-	PrefixOpeningLimit                                    int
-	PrefixOpeningWait                                     time.Duration
-
-	// From says where a setting taken from the file came from, by flag
-	// name: "file:line: attribute".
-	From map[string]string
+	Listen, Consul, Nomad, Namespace, Advertise      string
+	Register                                         bool
+	RegisterTags                                     []string
+	RegisterCheckInterval, ConsulWait                time.Duration
+	MaxBodyChatCompletions, MaxBodyCompletions       int64
+	MaxBodyEmbeddings, BodyMemory                    int64
+	MaxJSONDepth                                     int
+	BodyReadTimeout                                  time.Duration
+	CORSOrigins                                      []string
+	Attempts, BreakerFailures, CheckParallelism      int
+	NoReplicaRetryAfter, BreakerOpen, BreakerMaxOpen time.Duration
+	DialTimeout, HeaderTimeout                       time.Duration
+	CheckInterval, CheckTimeout                      time.Duration
+	EngineMetricsInterval                            time.Duration
+	HoldTimeout, DemandWindow                        time.Duration
+	HoldPerModel, HoldTotal, WakeBurst               int
+	ModelsVariable, ModelsNamespace, ModelsNomad     string
+	KeysFile, KeysVariable, KeysNamespace            string
+	ShareLimits                                      bool
+	TLSCertFile, TLSKeyFile                          string
+	Routing                                          []string // MODEL=POLICY
+	PrefixLoadFactor, PrefixHistoryLoadFactor        float64
+	PrefixOpeningLimit                               int
+	PrefixOpeningWait                                time.Duration
 }
 
-// Where names a setting in an error: the file's line and attribute, or
-// the flag.
-func (f *Settings) Where(flag string) string {
-	if at, ok := f.From[flag]; ok {
-		return at
-	}
-	return "--" + flag
+// A SettingError is a problem with one setting found only when serving
+// with it (an address that cannot be listened on, a certificate that does
+// not load). Setting is its attribute ("tls_cert_file"), by which the
+// command names it as it names it in Check's errors.
+type SettingError struct {
+	Setting string
+	Err     error
 }
 
-// Check refuses settings that cannot work, naming each by where it came
-// from.
-func (f *Settings) Check() error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.LogLevel)); err != nil {
-		return fmt.Errorf("%s: %w", f.Where("log-level"), err)
+func (e *SettingError) Error() string { return e.Setting + ": " + e.Err.Error() }
+
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// Check refuses settings that cannot work. Its errors name each setting
+// by name(attribute), "max_body_completions" say: the command names it by
+// its flag, or by the file's line where the file gave it. A nil name
+// names it by its attribute.
+func (f *Settings) Check(name func(setting string) string) error {
+	if name == nil {
+		name = func(s string) string { return s }
 	}
 	for _, b := range []struct {
-		flag string
-		v    int64
-	}{{"max-body-chat-completions", f.MaxBodyChatCompletions}, {"max-body-completions", f.MaxBodyCompletions}, {"max-body-embeddings", f.MaxBodyEmbeddings}} {
+		setting string
+		v       int64
+	}{{"max_body_chat_completions", f.MaxBodyChatCompletions}, {"max_body_completions", f.MaxBodyCompletions}, {"max_body_embeddings", f.MaxBodyEmbeddings}} {
 		if b.v <= 0 || b.v > f.BodyMemory {
-			return fmt.Errorf("%s %d, %s %d: want 0 < %s <= body-memory", f.Where(b.flag), b.v, f.Where("body-memory"), f.BodyMemory, b.flag)
+			return fmt.Errorf("%s %d, %s %d: want more than 0, and no more than the body memory", name(b.setting), b.v, name("body_memory"), f.BodyMemory)
 		}
 	}
 	if f.MaxJSONDepth < 1 || f.MaxJSONDepth > MaxJSONDepth {
-		return fmt.Errorf("%s: %d: want 1 to %d", f.Where("max-json-depth"), f.MaxJSONDepth, MaxJSONDepth)
+		return fmt.Errorf("%s: %d: want 1 to %d", name("max_json_depth"), f.MaxJSONDepth, MaxJSONDepth)
 	}
 	if f.BodyReadTimeout <= 0 {
-		return fmt.Errorf("%s: %s: want more than 0", f.Where("body-read-timeout"), f.BodyReadTimeout)
+		return fmt.Errorf("%s: %s: want more than 0", name("body_read_timeout"), f.BodyReadTimeout)
 	}
 	if err := CheckOrigins(f.CORSOrigins); err != nil {
-		return fmt.Errorf("%s: %w", f.Where("cors-origins"), err)
+		return fmt.Errorf("%s: %w", name("cors_origins"), err)
 	}
 	if f.Attempts < 1 || f.BreakerFailures < 1 || f.BreakerOpen <= 0 || f.BreakerMaxOpen < f.BreakerOpen {
-		return fmt.Errorf("%s and %s must be at least 1, and 0 < %s <= %s", f.Where("attempts"), f.Where("breaker-failures"), f.Where("breaker-open"), f.Where("breaker-max-open"))
+		return fmt.Errorf("%s and %s must be at least 1, and 0 < %s <= %s", name("attempts"), name("breaker_failures"), name("breaker_open"), name("breaker_max_open"))
 	}
 	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{"check-timeout", f.CheckTimeout}, {"consul-wait", f.ConsulWait}, {"no-replica-retry-after", f.NoReplicaRetryAfter}} {
+		setting string
+		v       time.Duration
+	}{{"check_timeout", f.CheckTimeout}, {"consul_wait", f.ConsulWait}, {"no_replica_retry_after", f.NoReplicaRetryAfter}} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s: %s: want more than 0", f.Where(d.flag), d.v)
+			return fmt.Errorf("%s: %s: want more than 0", name(d.setting), d.v)
 		}
 	}
 	if _, err := RoutingMap(f.Routing); err != nil {
-		return fmt.Errorf("%s: %w", f.Where("routing"), err)
+		return fmt.Errorf("%s: %w", name("routing"), err)
 	}
 	if f.PrefixLoadFactor < 1 {
-		return fmt.Errorf("%s: %g: want 1 or more", f.Where("prefix-load-factor"), f.PrefixLoadFactor)
+		return fmt.Errorf("%s: %g: want 1 or more", name("prefix_load_factor"), f.PrefixLoadFactor)
 	}
 	if f.PrefixHistoryLoadFactor < f.PrefixLoadFactor {
-		return fmt.Errorf("%s: %g: want at least %s (%g)", f.Where("prefix-history-load-factor"), f.PrefixHistoryLoadFactor, f.Where("prefix-load-factor"), f.PrefixLoadFactor)
+		return fmt.Errorf("%s: %g: want at least %s (%g)", name("prefix_history_load_factor"), f.PrefixHistoryLoadFactor, name("prefix_load_factor"), f.PrefixLoadFactor)
 	}
 	if f.PrefixOpeningLimit < 0 {
-		return fmt.Errorf("%s: %d: want 0 (one more than the engine's slots) or more", f.Where("prefix-opening-limit"), f.PrefixOpeningLimit)
+		return fmt.Errorf("%s: %d: want 0 (one more than the engine's slots) or more", name("prefix_opening_limit"), f.PrefixOpeningLimit)
 	}
 	if f.PrefixOpeningWait < 0 {
-		return fmt.Errorf("%s: %s: want 0 (no waiting) or more", f.Where("prefix-opening-wait"), f.PrefixOpeningWait)
+		return fmt.Errorf("%s: %s: want 0 (no waiting) or more", name("prefix_opening_wait"), f.PrefixOpeningWait)
 	}
 	if f.RegisterCheckInterval < time.Second {
-		return fmt.Errorf("%s: %s: want 1s or more", f.Where("register-check-interval"), f.RegisterCheckInterval)
+		return fmt.Errorf("%s: %s: want 1s or more", name("register_check_interval"), f.RegisterCheckInterval)
 	}
 	if f.EngineMetricsInterval < 0 {
-		return fmt.Errorf("%s: %s: want 0 (off) or more", f.Where("engine-metrics-interval"), f.EngineMetricsInterval)
+		return fmt.Errorf("%s: %s: want 0 (off) or more", name("engine_metrics_interval"), f.EngineMetricsInterval)
 	}
 	if f.CheckParallelism < 1 {
-		return fmt.Errorf("%s: %d: want at least 1", f.Where("check-parallelism"), f.CheckParallelism)
+		return fmt.Errorf("%s: %d: want at least 1", name("check_parallelism"), f.CheckParallelism)
 	}
 	if f.HoldTimeout < 0 {
-		return fmt.Errorf("%s: %s: want 0 (hold nothing) or more", f.Where("hold-timeout"), f.HoldTimeout)
+		return fmt.Errorf("%s: %s: want 0 (hold nothing) or more", name("hold_timeout"), f.HoldTimeout)
 	}
 	for _, n := range []struct {
-		flag string
-		v    int
-	}{{"hold-per-model", f.HoldPerModel}, {"hold-total", f.HoldTotal}, {"wake-burst", f.WakeBurst}} {
+		setting string
+		v       int
+	}{{"hold_per_model", f.HoldPerModel}, {"hold_total", f.HoldTotal}, {"wake_burst", f.WakeBurst}} {
 		if n.v < 1 {
-			return fmt.Errorf("%s: %d: want at least 1", f.Where(n.flag), n.v)
+			return fmt.Errorf("%s: %d: want at least 1", name(n.setting), n.v)
 		}
 	}
 	if f.DemandWindow < time.Second || f.DemandWindow > time.Hour {
-		return fmt.Errorf("%s: %s: want 1s to 1h", f.Where("demand-window"), f.DemandWindow)
+		return fmt.Errorf("%s: %s: want 1s to 1h", name("demand_window"), f.DemandWindow)
 	}
 	if f.ModelsVariable != "" && !ValidVariablePath(f.ModelsVariable) {
-		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.Where("models-variable"), f.ModelsVariable)
+		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", name("models_variable"), f.ModelsVariable)
 	}
 	if f.KeysFile != "" && f.KeysVariable != "" {
-		return fmt.Errorf("%s and %s: read the keys from one of them", f.Where("keys-file"), f.Where("keys-variable"))
+		return fmt.Errorf("%s and %s: read the keys from one of them", name("keys_file"), name("keys_variable"))
 	}
 	if f.KeysVariable != "" && !ValidVariablePath(f.KeysVariable) {
-		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", f.Where("keys-variable"), f.KeysVariable)
+		return fmt.Errorf("%s: %q: a Nomad variable path is 1 to 128 letters, digits and -_~/", name("keys_variable"), f.KeysVariable)
+	}
+	if f.KeysVariable != "" && f.Consul != "" && f.ModelsNomad == "" {
+		return fmt.Errorf("%s: with %s, %s names the Nomad to read the keys from", name("keys_variable"), name("consul"), name("models_nomad"))
 	}
 	if f.KeysNamespace == "*" {
-		return fmt.Errorf("%s: the keys are one variable in one namespace, not %q", f.Where("keys-namespace"), f.KeysNamespace)
+		return fmt.Errorf("%s: the keys are one variable in one namespace, not %q", name("keys_namespace"), f.KeysNamespace)
 	}
 	if f.ShareLimits && f.KeysFile == "" && f.KeysVariable == "" {
-		return fmt.Errorf("%s: there are no limits to share without keys (keys-file or keys-variable)", f.Where("share-limits"))
+		return fmt.Errorf("%s: there are no limits to share without keys (%s or %s)", name("share_limits"), name("keys_file"), name("keys_variable"))
 	}
 	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
-		return fmt.Errorf("%s and %s: give both, or neither", f.Where("tls-cert-file"), f.Where("tls-key-file"))
+		return fmt.Errorf("%s and %s: give both, or neither", name("tls_cert_file"), name("tls_key_file"))
 	}
 	if f.ModelsNamespace == "*" {
-		return fmt.Errorf("%s: the model list is one variable in one namespace, not %q", f.Where("models-namespace"), f.ModelsNamespace)
+		return fmt.Errorf("%s: the model list is one variable in one namespace, not %q", name("models_namespace"), f.ModelsNamespace)
 	}
 	if f.Advertise != "" {
 		if _, err := NewRegistration(f.Advertise, &net.TCPAddr{Port: 1}); err != nil {
-			return fmt.Errorf("%s: %w", f.Where("advertise"), err)
+			return fmt.Errorf("%s: %w", name("advertise"), err)
 		}
 	}
 	return nil
 }
 
-// MaxJSONDepth is the most --max-json-depth may be: Go's encoding/json,
+// MaxJSONDepth is the most max_json_depth may be: Go's encoding/json,
 // which checks every body, refuses JSON nested deeper than 10,000 levels.
 const MaxJSONDepth = 10000
 
-// CheckOrigins checks --cors-origins: each "*" (every origin) or an
+// CheckOrigins checks cors_origins: each "*" (every origin) or an
 // origin as browsers send it, scheme://host[:port] with scheme http or
 // https and nothing after the authority.
 func CheckOrigins(origins []string) error {
@@ -183,7 +186,7 @@ func CheckOrigins(origins []string) error {
 	return nil
 }
 
-// RoutingMap reads --routing's MODEL=POLICY entries.
+// RoutingMap reads routing's MODEL=POLICY entries.
 func RoutingMap(entries []string) (map[string]string, error) {
 	m := map[string]string{}
 	for _, e := range entries {
@@ -229,7 +232,7 @@ func ValidVariablePath(p string) bool {
 	return true
 }
 
-// NewRegistration is how the gateway registers itself: at --advertise, else
+// NewRegistration is how the gateway registers itself: at advertise, else
 // at the listen address (its host left to Consul when unspecified), with
 // the check on /healthz at the same address (127.0.0.1 for an unspecified
 // host: the agent is local).

@@ -9,7 +9,7 @@ import (
 )
 
 // apply sets every flag the command line left alone to the file's value,
-// and returns where each setting applied came from (flag name to
+// and returns where each setting applied came from (attribute to
 // "file:line: attribute"). --consul or --nomad on the command line choose
 // the source whatever the file says: the file's consul and nomad are
 // then both left out.
@@ -17,12 +17,13 @@ func apply(cf *config.File, fl *pflag.FlagSet) (map[string]string, error) {
 	from := map[string]string{}
 	sourceFlag := fl.Changed("consul") || fl.Changed("nomad")
 	for _, s := range cf.Settings {
-		if fl.Changed(s.Flag) || (sourceFlag && (s.Flag == "consul" || s.Flag == "nomad")) {
+		flag := flagName(s.Attr)
+		if fl.Changed(flag) || (sourceFlag && (s.Attr == "consul" || s.Attr == "nomad")) {
 			continue
 		}
-		f := fl.Lookup(s.Flag)
+		f := fl.Lookup(flag)
 		if f == nil {
-			return nil, fmt.Errorf("%s: %s: no flag --%s", s.At, s.Attr, s.Flag)
+			return nil, fmt.Errorf("%s: %s: no flag --%s", s.At, s.Attr, flag)
 		}
 		var err error
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
@@ -33,7 +34,7 @@ func apply(cf *config.File, fl *pflag.FlagSet) (map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", s.At, s.Attr, err)
 		}
-		from[s.Flag] = s.At + ": " + s.Attr
+		from[s.Attr] = s.At + ": " + s.Attr
 	}
 	return from, nil
 }

@@ -21,10 +21,10 @@ import (
 
 // settingsOf runs the command's flag and file handling on args and returns
 // the settings it would serve with.
-func settingsOf(t *testing.T, args ...string) (config.Settings, error) {
+func settingsOf(t *testing.T, args ...string) (settings, error) {
 	t.Helper()
-	var got config.Settings
-	cmd := command(func(_ context.Context, f config.Settings, _ io.Writer) error {
+	var got settings
+	cmd := command(func(_ context.Context, f settings, _ io.Writer) error {
 		got = f
 		return nil
 	})
@@ -203,7 +203,7 @@ func TestConfigErrors(t *testing.T) {
 		}},
 		{"a bad file is refused even where a flag overrides it", "attempts = \"x\"\n", []string{"--attempts", "2"}, []string{"gateway.hcl:1: attempts: Unsuitable value type"}},
 		{"log level", "\n\nlog_level = \"loud\"\n", nil, []string{`gateway.hcl:3: log_level: slog: level string "loud": unknown name`}},
-		{"body limit over memory", "max_body_chat_completions = 100\nmax_body_completions = 100\nmax_body_embeddings = 100\nbody_memory = 10\n", nil, []string{"gateway.hcl:1: max_body_chat_completions 100, gateway.hcl:4: body_memory 10: want 0 < max-body-chat-completions <= body-memory"}},
+		{"body limit over memory", "max_body_chat_completions = 100\nmax_body_completions = 100\nmax_body_embeddings = 100\nbody_memory = 10\n", nil, []string{"gateway.hcl:1: max_body_chat_completions 100, gateway.hcl:4: body_memory 10: want more than 0, and no more than the body memory"}},
 		{"body limit over memory, one from a flag", "max_body_chat_completions = 100\n", []string{"--body-memory", "10"}, []string{"gateway.hcl:1: max_body_chat_completions 100, --body-memory 10: want"}},
 		{"the old scan limit", "max_model_scan = 100\n", nil, []string{`gateway.hcl:1: Unsupported argument: An argument named "max_model_scan" is not expected here.`}},
 		{"json depth", "max_json_depth = 0\n", nil, []string{"gateway.hcl:1: max_json_depth: 0: want 1 to 10000"}},
@@ -316,7 +316,7 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		for _, s := range cf.Settings {
-			if !strings.HasPrefix(s.At, "f.hcl:") || command(nil).Flags().Lookup(s.Flag) == nil {
+			if !strings.HasPrefix(s.At, "f.hcl:") || command(nil).Flags().Lookup(flagName(s.Attr)) == nil {
 				t.Fatalf("setting %+v", s)
 			}
 		}

@@ -1,9 +1,11 @@
 // Package gatewaycmd is `llmgw gateway`: its flags, the configuration
 // file (gateway/config) applied to the flags the command line left alone,
-// and a call to gateway.Run, which discovers the replicas from Consul or
-// Nomad, serves the OpenAI-compatible API over them, serves /metrics and
-// /healthz, registers itself in Consul when discovering from Consul, and
-// stops on SIGINT/SIGTERM (the context).
+// the logger (--log-level), and the gateway's Server (gateway.Open, Run),
+// which discovers the replicas from Consul or Nomad, serves the
+// OpenAI-compatible API over them, serves /metrics and /healthz, and
+// registers itself in Consul when discovering from Consul. SIGHUP reads the
+// key file and the TLS certificate again (Server.Reload); SIGINT and
+// SIGTERM (the context) stop it.
 package gatewaycmd
 
 import (
@@ -11,7 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,9 +28,59 @@ import (
 	"github.com/llmgw/llmgw/internal/bounded"
 )
 
+// settings are the command's: the gateway's (config.Settings), the
+// command's own (--config, --log-level), and where each setting the
+// configuration file gave came from.
+type settings struct {
+	config.Settings
+	Config, LogLevel string
+	// From is where each setting the file gave came from, by attribute:
+	// "file:line: attribute".
+	From map[string]string
+}
+
+// name names a setting (its attribute, "body_memory") in an error: by
+// the file's line where the file gave it, else by its flag.
+func (f *settings) name(setting string) string {
+	if at, ok := f.From[setting]; ok {
+		return at
+	}
+	return "--" + flagName(setting)
+}
+
+// flagName is the flag of a setting: its attribute with "-" for "_".
+func flagName(setting string) string { return strings.ReplaceAll(setting, "_", "-") }
+
+// check refuses settings that cannot work, naming each by name.
+func (f *settings) check() error {
+	if _, err := f.level(); err != nil {
+		return err
+	}
+	return f.Check(f.name) // config.Settings
+}
+
+// level is --log-level's.
+func (f *settings) level() (slog.Level, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return 0, fmt.Errorf("%s: %w", f.name("log_level"), err)
+	}
+	return lvl, nil
+}
+
+// named is err as the command says it: a setting the server found wrong
+// (a *config.SettingError) named by name.
+func (f *settings) named(err error) error {
+	var se *config.SettingError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%s: %w", f.name(se.Setting), se.Err)
+	}
+	return err
+}
+
 // resolve reads the configuration file, if any, into the settings the
 // command line left alone (f holds the flags' values).
-func resolve(f *config.Settings, fl *pflag.FlagSet, env func(string) string) error {
+func resolve(f *settings, fl *pflag.FlagSet, env func(string) string) error {
 	if fl.Changed("consul") && f.Consul == "" {
 		return errors.New("--consul: empty address")
 	}
@@ -53,15 +109,60 @@ func NewCommand() *cobra.Command { return newCommand(nil) }
 // newCommand is NewCommand; ready, when not nil, is called with the
 // address served on once listening.
 func newCommand(ready func(addr string)) *cobra.Command {
-	return command(func(ctx context.Context, f config.Settings, stderr io.Writer) error {
-		return gateway.Run(ctx, f, stderr, ready)
+	return command(func(ctx context.Context, f settings, stderr io.Writer) error {
+		return run(ctx, f, stderr, ready)
 	})
+}
+
+// run runs the gateway's Server with f, logging JSON to stderr at
+// --log-level, until ctx ends; SIGHUP makes it read the key file and the
+// TLS certificate again. ready, when not nil, receives the address served
+// on once listening.
+func run(ctx context.Context, f settings, stderr io.Writer, ready func(addr string)) error {
+	lvl, err := f.level()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	if f.Config != "" {
+		log.Info("configuration file read", "config", f.Config)
+	}
+	// From before the key file is read: a SIGHUP is not lost, nor kills.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	srv, err := gateway.Open(f.Settings, log)
+	if err != nil {
+		return f.named(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reading the keys and the TLS certificate again")
+				srv.Reload()
+			}
+		}
+	}()
+	if ready != nil {
+		ready(srv.Addr().String())
+	}
+	err = srv.Run(ctx)
+	if cerr := srv.Close(); err == nil {
+		err = cerr
+	}
+	return f.named(err)
 }
 
 // command is the command, running serve with the settings resolved
 // (flags, file, defaults) and checked.
-func command(serve func(ctx context.Context, f config.Settings, stderr io.Writer) error) *cobra.Command {
-	var f config.Settings
+func command(serve func(ctx context.Context, f settings, stderr io.Writer) error) *cobra.Command {
+	var f settings
 	cmd := &cobra.Command{
 		Use:   "gateway [--config gateway.hcl] [--listen 127.0.0.1:8080] [--consul ADDR | --nomad ADDR]",
 		Short: "Serve one OpenAI-compatible endpoint over the healthy replicas of every model",
@@ -100,7 +201,7 @@ says. See docs/gateway.md.`,
 			if err := resolve(&f, cmd.Flags(), os.Getenv); err != nil {
 				return err
 			}
-			if err := f.Check(); err != nil {
+			if err := f.check(); err != nil {
 				return err
 			}
 			return serve(cmd.Context(), f, cmd.ErrOrStderr())

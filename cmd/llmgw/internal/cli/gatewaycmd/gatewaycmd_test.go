@@ -145,12 +145,15 @@ func TestFlags(t *testing.T) {
 		{[]string{"--consul", "a:1", "--nomad", "http://b:2"}, "none of the others can be"},
 		{[]string{"--consul", ""}, "--consul: empty address"},
 		{[]string{"--log-level", "loud", "--listen", "127.0.0.1:0"}, "--log-level"},
-		{[]string{"--max-body-completions", "0", "--listen", "127.0.0.1:0"}, "--max-body-completions 0, --body-memory 268435456: want 0 < max-body-completions <= body-memory"},
+		{[]string{"--max-body-completions", "0", "--listen", "127.0.0.1:0"}, "--max-body-completions 0, --body-memory 268435456: want more than 0, and no more than the body memory"},
 		{[]string{"--max-json-depth", "20000", "--listen", "127.0.0.1:0"}, "--max-json-depth: 20000: want 1 to 10000"},
 		{[]string{"--body-read-timeout", "0s", "--listen", "127.0.0.1:0"}, "--body-read-timeout: 0s: want more than 0"},
 		{[]string{"--cors-origins", "chat.example.com", "--listen", "127.0.0.1:0"}, `--cors-origins: origin "chat.example.com": want "*" or scheme://host[:port]`},
 		{[]string{"--breaker-open", "2m", "--breaker-max-open", "1m", "--listen", "127.0.0.1:0"}, "--breaker-open"},
-		{[]string{"--listen", "256.0.0.1:1", "--nomad", "http://127.0.0.1:1"}, "listen 256.0.0.1:1"},
+		{[]string{"--listen", "256.0.0.1:1", "--nomad", "http://127.0.0.1:1"}, "--listen: 256.0.0.1:1: "},
+		{[]string{"--listen", "127.0.0.1:0", "--consul", "127.0.0.1:1", "--keys-variable", "llmgw/keys"}, "--keys-variable: with --consul, --models-nomad names the Nomad to read the keys from"},
+		{[]string{"--listen", "127.0.0.1:0", "--nomad", "http://127.0.0.1:1", "--tls-cert-file", "/nonexistent/gw.crt", "--tls-key-file", "/nonexistent/gw.key"}, "--tls-cert-file: certificate /nonexistent/gw.crt, key /nonexistent/gw.key: "},
+		{[]string{"--listen", "127.0.0.1:0", "--nomad", "http://127.0.0.1:1", "--keys-file", "/nonexistent/keys.hcl"}, "--keys-file: "},
 		{[]string{"extra"}, "unknown command"},
 		{[]string{"--routing", "chat=fastest", "--listen", "127.0.0.1:0"}, `--routing: routing for model "chat": "fastest" is not a policy`},
 		{[]string{"--routing", "prefix", "--listen", "127.0.0.1:0"}, `--routing: "prefix": want MODEL=POLICY`},
@@ -168,6 +171,25 @@ func TestFlags(t *testing.T) {
 				t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A setting the configuration file gave, found wrong only when serving,
+// is named by the file's line, as the settings' checks name it.
+func TestServeErrorNamesTheFileLine(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	path := writeConfig(t, "nomad = \"http://127.0.0.1:1\"\n\nlisten = \""+taken.Addr().String()+"\"\n")
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--config", path})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	want := path + ":3: listen: " + taken.Addr().String() + ": "
+	if err := cmd.Execute(); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want an error starting %q", err, want)
 	}
 }
 
