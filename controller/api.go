@@ -334,7 +334,7 @@ func (c *Controller) listNodes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Controller) getPower(w http.ResponseWriter, _ *http.Request) {
-	httpjson.WriteIndented(w, http.StatusOK, c.powerView())
+	httpjson.WriteIndented(w, http.StatusOK, c.power.view(c.now()))
 }
 
 func (c *Controller) getFacility(w http.ResponseWriter, _ *http.Request) {

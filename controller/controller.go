@@ -172,7 +172,6 @@ func New(opts Options) (*Controller, error) {
 		saved:       map[string]string{},
 		scale:       newScaleState(),
 		engines:     &engineReadings{},
-		power:       newPowerState(opts.Config.PowerCapHold),
 	}
 	switch {
 	case opts.Config.InsecureWrites:
@@ -187,8 +186,15 @@ func New(opts Options) (*Controller, error) {
 	c.obs.namespaces, c.obs.serviceProvider = opts.Config.Nomad.Namespaces, opts.Config.ServiceProvider
 	c.obs.checkInterval, c.obs.powerInterval = opts.Config.Driver.CheckInterval, opts.PowerInterval
 	c.obs.kick, c.obs.forgetExpect = c.kick, func() { c.writes.forgetExpect() }
-	c.obs.afterPower = c.powerRound
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
+	c.power = newPowerState(powerDeps{store: c.store, lead: c.lead, log: c.log, metrics: c.metrics,
+		baseWatts: opts.Config.NodeBaseWatts, hold: opts.Config.PowerCapHold, interval: opts.PowerInterval})
+	c.obs.afterPower = func(ctx context.Context) {
+		// The power part's round, on the poll's readings and the files in
+		// force.
+		cat, fac := c.files.get()
+		c.power.round(ctx, c.obs.snapshot(), cat, fac, c.now())
+	}
 	c.writes = &writer{nomad: client, wo: c.wo, qo: c.qo, log: c.log, metrics: c.metrics, lead: c.lead,
 		settings: opts.Config.RenderSettings(), unsure: map[string]bool{}}
 	if opts.Config.ServiceProvider == render.ProviderConsul {

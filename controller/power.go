@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -13,20 +14,33 @@ import (
 
 	"github.com/llmgw/llmgw/controller/observe"
 	"github.com/llmgw/llmgw/controller/render"
+	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/facility/powercap"
 )
 
-// powerState is the controller's power part. After every power poll it
-// learns each profile's draw per shard from the GPUs' readings (what
-// measured budgets count: docs/power.md, "Measured admission"), and, while
-// it leads, caps GPUs so that every budgeted domain stays under its limit
-// (facility/powercap), writing each node's caps and fallbacks to Nomad
-// Variables for its device plugin and renewing their lease. Its lock
-// guards only its own fields.
+// powerState is the controller's power part. After every power poll
+// (round) it learns each profile's draw per shard from the GPUs' readings
+// (what measured budgets count: docs/power.md, "Measured admission"), and,
+// while it leads, caps GPUs so that every budgeted domain stays under its
+// limit (facility/powercap), writing each node's caps and fallbacks to
+// Nomad Variables for its device plugin and renewing their lease. The
+// passes ask it what measured budgets count (learned, withRefusals) and
+// the API for its last round (view).
 type powerState struct {
+	store     *store.Store
+	lead      *leader // fences the caps and the heartbeat: they are the leader's writes
+	log       *slog.Logger
+	metrics   *metrics
+	baseWatts float64       // every node's base draw (node_base_watts)
+	lease     time.Duration // the lease the caps are given (capsLease)
+
+	// mu guards every field below, and only those. Invariant: what a
+	// measured budget counts comes only from samples of running shards; a
+	// node's caps variable is written only when its caps or fallbacks
+	// change.
 	mu      sync.Mutex
 	rule    facility.Measured
 	learner *powercap.Learner
@@ -41,26 +55,41 @@ type powerState struct {
 	// refused are the measured domains holding a GPU whose plugin reports
 	// a cap it could not set: they admit as declared until caps work again.
 	refused map[facility.Domain]string
-	view    controllerapi.PowerView
+	last    controllerapi.PowerView
 	events  []controllerapi.PowerEvent // the last maxPowerEvents, oldest first
 }
 
 // maxPowerEvents is how many cap events the API keeps.
 const maxPowerEvents = 200
 
+// powerDeps is what the power part is built with.
+type powerDeps struct {
+	store     *store.Store
+	lead      *leader
+	log       *slog.Logger
+	metrics   *metrics
+	baseWatts float64
+	// hold is how long caps stay under the lift threshold before they
+	// lift (0: powercap's default); interval is the power poll's.
+	hold, interval time.Duration
+}
+
 // newPowerState's allocator has powercap's defaults, with caps lifting
-// after hold under the lift threshold (0: powercap's default hold).
-func newPowerState(hold time.Duration) *powerState {
+// after d.hold under the lift threshold.
+func newPowerState(d powerDeps) *powerState {
 	rule := facility.DefaultMeasured()
 	cfg := powercap.DefaultConfig()
-	if hold > 0 {
-		cfg.Hold = hold
+	if d.hold > 0 {
+		cfg.Hold = d.hold
 	}
 	alloc, err := powercap.NewAllocator(cfg)
 	if err != nil {
 		panic(err) // the default config is valid (powercap's tests), and so is any positive hold
 	}
-	return &powerState{rule: rule, learner: powercap.NewLearner(rule), alloc: alloc, written: map[string]nodeCaps{}, refused: map[facility.Domain]string{}}
+	return &powerState{
+		store: d.store, lead: d.lead, log: d.log, metrics: d.metrics, baseWatts: d.baseWatts, lease: capsLease(d.interval),
+		rule: rule, learner: powercap.NewLearner(rule), alloc: alloc, written: map[string]nodeCaps{}, refused: map[facility.Domain]string{},
+	}
 }
 
 // capsLease is the lease the controller gives its caps: three power polls,
@@ -97,27 +126,68 @@ func (p *powerState) withRefusals(fac facility.Facility) facility.Facility {
 	return out
 }
 
-// powerRound runs after every power poll: it learns from the shards'
-// draws and, while this controller leads, decides and writes the caps.
-func (c *Controller) powerRound(ctx context.Context) {
-	snap := c.obs.snapshot()
-	now := c.now()
-	_, fac := c.files.get()
-	p := c.power
+// round runs after every power poll, on the snapshot with its readings and
+// the files in force: it learns from the shards' draws and, while this
+// controller leads, decides the caps and writes them (capRound).
+func (p *powerState) round(ctx context.Context, snap snapshot, cat facility.Catalog, fac facility.Facility, now time.Time) {
 	p.mu.Lock()
 	for _, d := range observe.ShardDraws(snap.jobs, snap.allocs, snap.gpus) {
 		if err := p.learner.Add(d.Key, now, d.Watts); err != nil {
-			c.log.Debug("power sample refused", "alloc", d.Alloc, "error", err)
+			p.log.Debug("power sample refused", "alloc", d.Alloc, "error", err)
 		}
 	}
 	p.mu.Unlock()
-	if !snap.synced() || !c.lead.isLeading() {
+	if !snap.synced() || !p.lead.isLeading() {
 		p.mu.Lock()
 		p.cleaned = false
 		p.mu.Unlock()
 		return
 	}
-	c.capRound(ctx, snap, fac, now)
+	p.capRound(ctx, snap, cat, fac, now)
+}
+
+// capRound decides every budgeted domain's caps from the GPUs' readings,
+// shows them in the API, writes the nodes' caps that changed, then renews
+// the lease.
+func (p *powerState) capRound(ctx context.Context, snap snapshot, cat facility.Catalog, fac facility.Facility, now time.Time) {
+	in := capInputs(snap, cat, fac, p.baseWatts)
+	p.mu.Lock()
+	res := p.alloc.Decide(now, in.domains, in.gpus)
+	fb := powercap.Fallback(in.domains, in.gpus)
+	p.refused = in.refused
+	p.mu.Unlock()
+	want := in.nodeCaps(res, fb)
+	// The API shows the round's decisions before the nodes get them, so
+	// that a reader who sees a node's caps written also sees this round.
+	p.record(now, res, in)
+	// The caps are the leader's writes: made inside its lease, and cut
+	// off when it ends, like its job writes.
+	wctx, cancel, err := p.lead.writeContext(ctx, true)
+	if err != nil {
+		p.log.Info("power caps not written", "error", err)
+		return
+	}
+	defer cancel()
+	p.writeCaps(wctx, want)
+	p.mu.Lock()
+	p.beats++
+	beat := p.beats
+	p.mu.Unlock()
+	if len(want) > 0 {
+		if err := p.store.Heartbeat(wctx, p.lease, beat); err != nil {
+			p.log.Warn("power caps: heartbeat not written; nodes fall back to their safe caps when the lease ends", "error", err)
+		}
+	}
+}
+
+// capInput is what a cap round decides on: the budgeted domains with their
+// draws, the GPUs in them (sorted by UUID) each beside its reading, and
+// the domains whose caps a GPU refused.
+type capInput struct {
+	domains []powercap.Domain
+	gpus    []powercap.GPU
+	sites   []gpuSite // sites[i] is gpus[i]'s
+	refused map[facility.Domain]string
 }
 
 // gpuSite is one GPU as the cap round sees it.
@@ -127,11 +197,11 @@ type gpuSite struct {
 	model string
 }
 
-// capRound decides every budgeted domain's caps from the GPUs' readings and
-// writes the nodes' caps that changed, then renews the lease.
-func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.Facility, now time.Time) {
-	p := c.power
-	cat, _ := c.files.get()
+// capInputs gathers a cap round's input from the snapshot and the files in
+// force: each GPU of a node in a budgeted domain with the model it serves,
+// that model's priority and its profile's floor; each such domain's limit,
+// base draw (baseWatts per node) and draw.
+func capInputs(snap snapshot, cat facility.Catalog, fac facility.Facility, baseWatts float64) capInput {
 	prio := map[string]int{}
 	// The floor of each profile that sets one (min_watts, per GPU), by
 	// model and profile name.
@@ -179,9 +249,7 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 	}
 	type dsum struct{ base, draw float64 }
 	sums := map[facility.Domain]*dsum{}
-	var gpus []powercap.GPU
-	var sites []gpuSite
-	refused := map[facility.Domain]string{}
+	in := capInput{refused: map[facility.Domain]string{}}
 	for id, n := range snap.nodes {
 		loc := facility.Location{Site: n.Meta[observe.MetaSite], Room: n.Meta[observe.MetaRoom], Row: n.Meta[observe.MetaRow], Rack: n.Meta[observe.MetaRack], PDU: n.Meta[observe.MetaPDU]}
 		var doms []facility.Domain
@@ -195,15 +263,14 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 		if len(doms) == 0 {
 			continue
 		}
-		base := c.cfg.NodeBaseWatts
 		for _, d := range doms {
 			s := sums[d]
 			if s == nil {
 				s = &dsum{}
 				sums[d] = s
 			}
-			s.base += base
-			s.draw += base
+			s.base += baseWatts
+			s.draw += baseWatts
 		}
 		for _, r := range snap.gpus[id] {
 			g := powercap.GPU{UUID: r.ID, Node: n.Name, Model: modelOf[r.ID], Priority: math.MinInt32, Domains: doms, DrawWatts: r.Watts}
@@ -221,34 +288,40 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			}
 			if strings.HasPrefix(r.CapState, "error") {
 				for _, d := range doms {
-					refused[d] = fmt.Sprintf("GPU %s on %s: %s", r.ID, n.Name, r.CapState)
+					in.refused[d] = fmt.Sprintf("GPU %s on %s: %s", r.ID, n.Name, r.CapState)
 				}
 			}
 			for _, d := range doms {
 				sums[d].draw += r.Watts
 			}
-			gpus = append(gpus, g)
-			sites = append(sites, gpuSite{node: n.Name, read: r, model: g.Model})
+			in.gpus = append(in.gpus, g)
+			in.sites = append(in.sites, gpuSite{node: n.Name, read: r, model: g.Model})
 		}
 	}
-	var doms []powercap.Domain
 	for d, s := range sums {
-		doms = append(doms, powercap.Domain{Domain: d, LimitWatts: fac.Limit(budgets[d]), BaseWatts: s.base, DrawWatts: s.draw})
+		in.domains = append(in.domains, powercap.Domain{Domain: d, LimitWatts: fac.Limit(budgets[d]), BaseWatts: s.base, DrawWatts: s.draw})
 	}
-	sort.Slice(doms, func(i, j int) bool { return doms[i].Domain.String() < doms[j].Domain.String() })
-	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].UUID < gpus[j].UUID })
-	sort.SliceStable(sites, func(i, j int) bool { return sites[i].read.ID < sites[j].read.ID })
+	sort.Slice(in.domains, func(i, j int) bool { return in.domains[i].Domain.String() < in.domains[j].Domain.String() })
+	sort.SliceStable(in.gpus, func(i, j int) bool { return in.gpus[i].UUID < in.gpus[j].UUID })
+	sort.SliceStable(in.sites, func(i, j int) bool { return in.sites[i].read.ID < in.sites[j].read.ID })
+	return in
+}
 
-	p.mu.Lock()
-	res := p.alloc.Decide(now, doms, gpus)
-	fb := powercap.Fallback(doms, gpus)
-	p.refused = refused
-	p.mu.Unlock()
+// nodeCaps is what one node's caps variable holds: caps and fallbacks, W
+// by GPU UUID.
+type nodeCaps struct{ caps, fallback map[string]float64 }
 
-	// The caps and fallbacks per node, written where they changed.
+func (a nodeCaps) equal(b nodeCaps) bool {
+	return maps.Equal(a.caps, b.caps) && maps.Equal(a.fallback, b.fallback)
+}
+
+// nodeCaps is each node's caps variable after a round that decided res
+// and the fallbacks fb: every GPU whose plugin takes caps, rounded to the
+// watt.
+func (in capInput) nodeCaps(res, fb powercap.Result) map[string]nodeCaps {
 	want := map[string]nodeCaps{}
-	for i, g := range gpus {
-		if sites[i].read.CapState == "" {
+	for i, g := range in.gpus {
+		if in.sites[i].read.CapState == "" {
 			continue // its plugin takes no caps
 		}
 		nc, ok := want[g.Node]
@@ -263,42 +336,13 @@ func (c *Controller) capRound(ctx context.Context, snap snapshot, fac facility.F
 			nc.fallback[g.UUID] = math.Round(f.Watts)
 		}
 	}
-	// The API shows the round's decisions before the nodes get them, so
-	// that a reader who sees a node's caps written also sees this round.
-	c.recordCaps(now, res, gpus, sites)
-	// The caps are the leader's writes: made inside its lease, and cut
-	// off when it ends, like its job writes.
-	wctx, cancel, err := c.lead.writeContext(ctx, true)
-	if err != nil {
-		c.log.Info("power caps not written", "error", err)
-		return
-	}
-	defer cancel()
-	c.writeCaps(wctx, want)
-	p.mu.Lock()
-	p.beats++
-	beat := p.beats
-	p.mu.Unlock()
-	if len(want) > 0 {
-		if err := c.store.Heartbeat(wctx, capsLease(c.obs.powerInterval), beat); err != nil {
-			c.log.Warn("power caps: heartbeat not written; nodes fall back to their safe caps when the lease ends", "error", err)
-		}
-	}
-}
-
-// nodeCaps is what one node's caps variable holds: caps and fallbacks, W
-// by GPU UUID.
-type nodeCaps struct{ caps, fallback map[string]float64 }
-
-func (a nodeCaps) equal(b nodeCaps) bool {
-	return maps.Equal(a.caps, b.caps) && maps.Equal(a.fallback, b.fallback)
+	return want
 }
 
 // writeCaps writes every node's caps variable that differs from what was
 // last written, and deletes the variables of nodes no longer managed (all
 // of them once after this controller began to lead, then as they go).
-func (c *Controller) writeCaps(ctx context.Context, want map[string]nodeCaps) {
-	p := c.power
+func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 	p.mu.Lock()
 	written, cleaned := maps.Clone(p.written), p.cleaned
 	p.mu.Unlock()
@@ -309,17 +353,17 @@ func (c *Controller) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 		if old, ok := written[path]; ok && old.equal(nc) {
 			continue
 		}
-		if err := c.store.SetNodeCaps(ctx, node, nc.caps, nc.fallback); err != nil {
-			c.log.Warn("power caps not written", "node", node, "error", err)
+		if err := p.store.SetNodeCaps(ctx, node, nc.caps, nc.fallback); err != nil {
+			p.log.Warn("power caps not written", "node", node, "error", err)
 			continue
 		}
 		written[path] = nc
 	}
 	var gone []string
 	if !cleaned {
-		paths, err := c.store.CappedNodes(ctx)
+		paths, err := p.store.CappedNodes(ctx)
 		if err != nil {
-			c.log.Warn("power caps: the managed nodes cannot be listed", "error", err)
+			p.log.Warn("power caps: the managed nodes cannot be listed", "error", err)
 		} else {
 			cleaned = true
 			for _, path := range paths {
@@ -335,11 +379,11 @@ func (c *Controller) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 		}
 	}
 	for _, path := range gone {
-		if err := c.store.DeletePath(ctx, path); err != nil {
-			c.log.Warn("power caps: a node no longer managed keeps its variable", "variable", path, "error", err)
+		if err := p.store.DeletePath(ctx, path); err != nil {
+			p.log.Warn("power caps: a node no longer managed keeps its variable", "variable", path, "error", err)
 			continue
 		}
-		c.log.Info("power caps: node no longer managed; its GPUs go back to their default limits", "variable", path)
+		p.log.Info("power caps: node no longer managed; its GPUs go back to their default limits", "variable", path)
 		delete(written, path)
 	}
 	p.mu.Lock()
@@ -347,18 +391,17 @@ func (c *Controller) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 	p.mu.Unlock()
 }
 
-// recordCaps keeps the round's outcome for the API, logs and counts every
-// cap decision as an event, and names the GPUs that refused a cap.
-func (c *Controller) recordCaps(now time.Time, res powercap.Result, gpus []powercap.GPU, sites []gpuSite) {
-	p := c.power
+// record keeps the round's outcome for the API, logs and counts every cap
+// decision as an event, and names the GPUs that refused a cap.
+func (p *powerState) record(now time.Time, res powercap.Result, in capInput) {
 	v := controllerapi.PowerView{At: now}
 	for _, d := range res.Domains {
 		pd := controllerapi.PowerDomain{Domain: d.Domain.String(), Engaged: d.Engaged, LimitWatts: d.LimitWatts, DrawWatts: d.DrawWatts, BoundWatts: d.BoundWatts, ShortfallWatts: d.ShortfallWatts}
 		v.Domains = append(v.Domains, pd)
 	}
-	for i, g := range gpus {
+	for i, g := range in.gpus {
 		cp := res.Caps[i]
-		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, State: sites[i].read.CapState, EnforcedWatts: sites[i].read.EnforcedW}
+		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, State: in.sites[i].read.CapState, EnforcedWatts: in.sites[i].read.EnforcedW}
 		if g.FloorWatts < g.MaxWatts {
 			gv.FloorWatts = g.FloorWatts
 		}
@@ -371,20 +414,21 @@ func (c *Controller) recordCaps(now time.Time, res powercap.Result, gpus []power
 	for _, d := range res.Decisions {
 		ev := controllerapi.PowerEvent{At: now, Kind: d.Kind.String(), Domain: d.Domain.String(), GPU: d.UUID, Node: d.Node, Model: d.Model, Watts: d.Watts, Reason: d.Reason}
 		evs = append(evs, ev)
-		c.log.Info("power cap", "kind", ev.Kind, "domain", ev.Domain, "gpu", ev.GPU, "node", ev.Node, "model", ev.Model, "watts", ev.Watts, "reason", ev.Reason)
-		c.metrics.powerCapEvents.WithLabelValues(ev.Domain, ev.Kind).Inc()
+		p.log.Info("power cap", "kind", ev.Kind, "domain", ev.Domain, "gpu", ev.GPU, "node", ev.Node, "model", ev.Model, "watts", ev.Watts, "reason", ev.Reason)
+		p.metrics.powerCapEvents.WithLabelValues(ev.Domain, ev.Kind).Inc()
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for d, why := range p.refused {
 		v.Refused = append(v.Refused, controllerapi.PowerRefusal{Domain: d.String(), Reason: why})
 	}
 	sort.Slice(v.Refused, func(i, j int) bool { return v.Refused[i].Domain < v.Refused[j].Domain })
 	for _, r := range v.Refused {
-		if !slices.ContainsFunc(p.view.Refused, func(o controllerapi.PowerRefusal) bool { return o == r }) {
+		if !slices.ContainsFunc(p.last.Refused, func(o controllerapi.PowerRefusal) bool { return o == r }) {
 			ev := controllerapi.PowerEvent{At: now, Kind: "refused", Domain: r.Domain, Reason: r.Reason + "; the domain admits as declared until caps work again"}
 			evs = append(evs, ev)
-			c.log.Error("power cap refused", "domain", r.Domain, "reason", r.Reason)
-			c.metrics.powerCapEvents.WithLabelValues(r.Domain, "refused").Inc()
+			p.log.Error("power cap refused", "domain", r.Domain, "reason", r.Reason)
+			p.metrics.powerCapEvents.WithLabelValues(r.Domain, "refused").Inc()
 		}
 	}
 	v.Learned = controllerapi.LearnedDraws(p.learner.Learned(now), p.rule.MinSamples)
@@ -393,18 +437,17 @@ func (c *Controller) recordCaps(now time.Time, res powercap.Result, gpus []power
 		p.events = slices.Delete(p.events, 0, n)
 	}
 	v.Events = slices.Clone(p.events)
-	p.view = v
-	p.mu.Unlock()
+	p.last = v
 }
 
-// powerView answers GET /v1/power.
-func (c *Controller) powerView() controllerapi.PowerView {
-	p := c.power
+// view answers GET /v1/power: the last cap round's view, with what has
+// been learned by now when no round has run.
+func (p *powerState) view(now time.Time) controllerapi.PowerView {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := p.view
+	v := p.last
 	if v.Learned == nil {
-		v.Learned = controllerapi.LearnedDraws(p.learner.Learned(c.now()), p.rule.MinSamples)
+		v.Learned = controllerapi.LearnedDraws(p.learner.Learned(now), p.rule.MinSamples)
 	}
 	return v
 }
