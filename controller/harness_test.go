@@ -33,6 +33,7 @@ import (
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/fakeclock"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -43,29 +44,6 @@ const (
 	// testLockTTL is the controllers' leader lock TTL (Nomad's minimum).
 	testLockTTL = 10 * time.Second
 )
-
-// fakeClock is a manual clock shared by the fake (lock TTLs, submit
-// times) and the controllers (Options.Now). It only moves when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // tap is one controller's HTTP transport to the fake. It counts the job
 // writes the controller sends, can cut the controller off from Nomad (a
@@ -163,8 +141,8 @@ var sixNodes = []nodeDef{
 type env struct {
 	t     testing.TB
 	fake  *nomadfake.Server
-	clock *fakeClock
-	api   *api.Client // the test's own client, never tapped
+	clock *fakeclock.Clock // shared by the fake (lock TTLs, submit times) and the controllers (Options.Now)
+	api   *api.Client      // the test's own client, never tapped
 	dir   string
 	cfg   config.Config
 	nodes map[string]string // name -> ID
@@ -174,7 +152,7 @@ type env struct {
 
 func newEnv(t testing.TB, nodes []nodeDef, catalog, fac string, opts ...nomadfake.Option) *env {
 	t.Helper()
-	clk := newClock()
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	fake := nomadfake.New(append([]nomadfake.Option{nomadfake.WithClock(clk.Now)}, opts...)...)
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()

@@ -8,56 +8,29 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
 
+	"github.com/llmgw/llmgw/internal/testing/fakeclock"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
 )
 
-// fakeClock is a settable clock that counts how often it is read, so a
-// test can wait until a task's owner goroutine has looked at a new time.
-type fakeClock struct {
-	mu    sync.Mutex
-	t     time.Time
-	reads int
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reads++
-	return c.t
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) readCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reads
-}
-
 // waitReads waits until the clock was read n more times (so a task's
 // owner goroutine went round its loop with the time last set), failing
 // with why if broken() reports something first.
-func (c *fakeClock) waitReads(t *testing.T, n int, broken func() string) {
+func waitReads(t *testing.T, c *fakeclock.Clock, n int, broken func() string) {
 	t.Helper()
-	want := c.readCount() + n
+	want := c.Reads() + n
 	wait.For(t, fmt.Sprintf("%d reads of the clock", want), func() (bool, string) {
 		if why := broken(); why != "" {
 			t.Fatal(why)
 		}
-		return c.readCount() >= want, fmt.Sprintf("read %d times", c.readCount())
+		return c.Reads() >= want, fmt.Sprintf("read %d times", c.Reads())
 	})
 	if why := broken(); why != "" {
 		t.Fatal(why)
@@ -72,8 +45,8 @@ func (c *fakeClock) waitReads(t *testing.T, n int, broken func() string) {
 // is the injected clock's; nothing depends on how fast the machine is.
 func TestReadinessKillDeadlineSurvivesRestart(t *testing.T) {
 	sup := plugintest.Build(t, "github.com/llmgw/llmgw/cmd/llmgw-supervisor")
-	clock := &fakeClock{t: time.Now()}
-	t0 := clock.t
+	t0 := time.Now()
+	clock := fakeclock.New(t0)
 	conf := DefaultConfig()
 	conf.CgroupParent = ""
 	conf.ResourceLimits = LimitsBestEffort
@@ -137,13 +110,13 @@ ready {
 		t.Fatal(err)
 	}
 	wait.Until(t, "engine ignoring SIGTERM", func() bool { _, err := os.Stat(trapped); return err == nil })
-	clock.set(t0.Add(2 * time.Minute))
+	clock.Set(t0.Add(2 * time.Minute))
 	wait.Until(t, "readiness timeout noticed", func() bool {
 		_, attrs := h1.status()
 		return attrs["failure"] != ""
 	})
 	killAt := t0.Add(2 * time.Minute).Add(conf.StopTimeout)
-	clock.waitReads(t, 3, func() string {
+	waitReads(t, clock, 3, func() string {
 		if !st.Engine.Alive() {
 			return "engine died of SIGTERM; the test needs one that ignores it"
 		}
@@ -163,8 +136,8 @@ ready {
 	}
 
 	// Just before the deadline: the recovered task is stopping, and waits.
-	clock.set(killAt.Add(-time.Second))
-	clock.waitReads(t, 5, func() string {
+	clock.Set(killAt.Add(-time.Second))
+	waitReads(t, clock, 5, func() string {
 		if !st.Engine.Alive() || h.exited() {
 			return "engine killed before the SIGKILL deadline set before the restart"
 		}
@@ -176,7 +149,7 @@ ready {
 	}
 
 	// Past it: SIGKILL.
-	clock.set(killAt.Add(time.Second))
+	clock.Set(killAt.Add(time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	w, err := p2.WaitTask(ctx, &driverpb.WaitTaskRequest{TaskId: cfg.GetId()})

@@ -254,11 +254,11 @@ func TestRequestsPerMinute(t *testing.T) {
 	if got.status != http.StatusTooManyRequests || got.header.Get("Retry-After") != "30" {
 		t.Fatalf("third: %d Retry-After %q: %s", got.status, got.header.Get("Retry-After"), got.body)
 	}
-	clk.Add(20e9)
+	clk.Advance(20e9)
 	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk", chat("m1")); got.status != http.StatusTooManyRequests || got.header.Get("Retry-After") != "10" {
 		t.Fatalf("20s later: %d Retry-After %q", got.status, got.header.Get("Retry-After"))
 	}
-	clk.Add(10e9)
+	clk.Advance(10e9)
 	if got := tg.do(t, http.MethodPost, "/v1/chat/completions", "sk", chat("m1")); got.status != http.StatusOK {
 		t.Fatalf("30s later: %d %s", got.status, got.body)
 	}

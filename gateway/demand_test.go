@@ -90,13 +90,13 @@ func TestDemandOfAModelAtZero(t *testing.T) {
 	defer cancel()
 	first := tg.postAsync(ctx, chat("z"))
 	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
-	clock.Add(4 * time.Second)
+	clock.Advance(4 * time.Second)
 	second := tg.postAsync(ctx, chat("z"))
 	wait.Until(t, "held", func() bool { return tg.queued("z") == 2 })
 	if got := tg.post(t, "/v1/chat/completions", chat("z")); got.status != http.StatusServiceUnavailable {
 		t.Fatalf("third: %d", got.status)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	_, md := tg.demandOf(t, "z")
 	want := gatewayapi.ModelDemand{Model: "z", State: gatewayapi.StateScaledToZero, Listed: &gatewayapi.ListedModel{Name: "z"}, Outstanding: 2, Queued: 2,
 		OldestQueuedSeconds: 5, ArrivalsTotal: 3, ArrivalRate: md.ArrivalRate, Routing: gatewayapi.RoutingLeastOutstanding}
@@ -118,7 +118,7 @@ func TestDemandWindow(t *testing.T) {
 	clock := newFakeClock()
 	a := startReplica(t, "m", "a", nil)
 	tg := startGateway(t, Options{Now: clock.Now, DemandWindow: 30 * time.Second}, a.instance())
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	for range 15 {
 		if got := tg.post(t, "/v1/chat/completions", chat("m")); got.status != http.StatusOK {
 			t.Fatal(got.status)
@@ -137,7 +137,7 @@ func TestDemandWindow(t *testing.T) {
 	if !d.SampledAt.Equal(clock.Now()) || !d.StartedAt.Equal(clock.Now().Add(-time.Minute)) {
 		t.Errorf("sampled %v started %v", d.SampledAt, d.StartedAt)
 	}
-	clock.Add(31 * time.Second)
+	clock.Advance(31 * time.Second)
 	_, md = tg.demandOf(t, "m")
 	if md.ArrivalRate != 0 || md.ArrivalsTotal != 15 || md.TTFTSamples != 0 || md.TTFTP90Seconds != nil {
 		t.Errorf("a window later: %+v; want rate 0, 15 arrivals in all, no TTFT reading", md)
@@ -149,7 +149,7 @@ func TestDemandWindowAfterStart(t *testing.T) {
 	clock := newFakeClock()
 	a := startReplica(t, "m", "a", nil)
 	tg := startGateway(t, Options{Now: clock.Now, DemandWindow: time.Minute}, a.instance())
-	clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	for range 4 {
 		tg.post(t, "/v1/chat/completions", chat("m"))
 	}
@@ -168,7 +168,7 @@ func TestDemandTTFT(t *testing.T) {
 	delay := make(chan time.Duration, 1)
 	status := http.StatusOK
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		clock.Add(<-delay) // the replica takes this long, on the gateway's clock
+		clock.Advance(<-delay) // the replica takes this long, on the gateway's clock
 		w.WriteHeader(status)
 		fmt.Fprint(w, `{"object":"chat.completion"}`)
 	}))
@@ -197,7 +197,7 @@ func TestDemandTTFT(t *testing.T) {
 	tg.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 	held := tg.postAsync(t.Context(), chat("z"))
 	wait.Until(t, "held", func() bool { return tg.queued("z") == 1 })
-	clock.Add(10 * time.Second)
+	clock.Advance(10 * time.Second)
 	delay <- 200 * time.Millisecond
 	tg.Update(Snapshot{Instances: []Instance{inst("m"), inst("z")}})
 	if a := await(t, held); a.status != http.StatusOK {

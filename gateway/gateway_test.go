@@ -300,7 +300,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 
 	// After the open time one probe goes to a; a still fails, so the
 	// breaker opens again (and the client's request went to b).
-	clock.Add(10 * time.Second)
+	clock.Advance(10 * time.Second)
 	for i := 0; a.hits.Load() == hits; i++ {
 		if i == 10 {
 			t.Fatal("no probe reached a after its open time")
@@ -313,7 +313,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 
 	// a recovers; after the (doubled) open time the probe closes it.
 	a.mode.Store(modeOK)
-	clock.Add(20 * time.Second)
+	clock.Advance(20 * time.Second)
 	hits = a.hits.Load()
 	var probe answer
 	for i := 0; a.hits.Load() == hits; i++ {
@@ -353,7 +353,7 @@ func TestAllBreakersOpen(t *testing.T) {
 	if first.status != http.StatusServiceUnavailable || first.header.Get("Retry-After") == "" {
 		t.Errorf("the replica's own 503: %d, Retry-After %q", first.status, first.header.Get("Retry-After"))
 	}
-	clock.Add(5 * time.Second)
+	clock.Advance(5 * time.Second)
 	got := tg.post(t, "/v1/chat/completions", chat("m"))
 	e := decodeError(t, got.body)
 	if got.status != http.StatusServiceUnavailable || got.header.Get("Retry-After") != "25" || e.Error.Code != "no_healthy_replica" {

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/llmgw/llmgw/internal/atomicfile"
+	"github.com/llmgw/llmgw/internal/testing/fakeclock"
 )
 
 func mkfifo(t *testing.T, path string) {
@@ -71,8 +73,8 @@ func TestSinkReopensWhenReaderGoesAway(t *testing.T) {
 	mkfifo(t, path)
 	var problems []string
 	s := NewSink(path, func(err error) { problems = append(problems, err.Error()) })
-	clock := time.Unix(1000, 0)
-	s.now = func() time.Time { return clock }
+	clock := fakeclock.New(time.Unix(1000, 0))
+	s.now = clock.Now
 
 	// Before any reader: kept.
 	_, _ = s.Write([]byte("early\n"))
@@ -80,14 +82,14 @@ func TestSinkReopensWhenReaderGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock = clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	_, _ = s.Write([]byte("one\n"))
 	if got := readAvailable(t, r1); got != "early\none\n" {
 		t.Errorf("first reader got %q", got)
 	}
 	r1.Close()
 	_, _ = s.Write([]byte("lost-reader\n")) // EPIPE: kept for the next reader
-	clock = clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	r2, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)

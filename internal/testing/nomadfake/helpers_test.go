@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -97,24 +96,4 @@ func devicesOf(a *api.Allocation) []string {
 		}
 	}
 	return out
-}
-
-// fakeClock is a settable clock for WithClock.
-type fakeClock struct{ ch chan time.Time }
-
-func newFakeClock(start time.Time) *fakeClock {
-	c := &fakeClock{ch: make(chan time.Time, 1)}
-	c.ch <- start
-	return c
-}
-
-func (c *fakeClock) Now() time.Time {
-	t := <-c.ch
-	c.ch <- t
-	return t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	t := <-c.ch
-	c.ch <- t.Add(d)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/internal/testing/fakeclock"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -104,7 +105,7 @@ func newLocks(t *testing.T, c *api.Client, ttl string) *api.Locks {
 }
 
 func TestVariableLockLeaseWithFakeClock(t *testing.T) {
-	clock := newFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, c := newFake(t, nomadfake.WithClock(clock.Now))
 	ctx := t.Context()
 	leader, standby := newLocks(t, c, "10s"), newLocks(t, c, "10s")

@@ -2,38 +2,20 @@ package conformance_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/llmgw/llmgw/internal/testing/fakeclock"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake/conformance"
 )
 
-// clock is WithClock's settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestFakeConformance holds nomadfake to the cases e2e's
 // TestNomadFakeConformance holds a real Nomad to.
 func TestFakeConformance(t *testing.T) {
-	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	s := nomadfake.New(nomadfake.WithAutoRun(true), nomadfake.WithClock(clk.Now))
 	t.Cleanup(s.Close)
 	tg := &conformance.Target{
@@ -41,7 +23,7 @@ func TestFakeConformance(t *testing.T) {
 		GPUName: "NVIDIA H200",
 		GPUs:    4,
 		Task:    func() *api.Task { return api.NewTask("engine", "raw_exec") },
-		Advance: func(_ *testing.T, d time.Duration) { clk.advance(d); s.Tick() },
+		Advance: func(_ *testing.T, d time.Duration) { clk.Advance(d); s.Tick() },
 	}
 	ids := map[string]string{}
 	for i := range tg.Nodes {
