@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -21,23 +22,23 @@ import (
 // node shows them, and so does the controller once it observes the node.
 func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 
-	code, body := call(t, http.MethodPut, c.url+"/v1/nodes/n1/labels", "",
+	code, body := ctlharness.Call(t, http.MethodPut, c.URL+"/v1/nodes/n1/labels", "",
 		controllerapi.LabelsRequest{Set: map[string]string{"rack": "r9", "fabric": "ib0"}, Unset: []string{"pdu"}}, nil)
 	if code != http.StatusOK {
 		t.Fatalf("PUT labels: %d %s", code, body)
 	}
-	meta := e.fake.Node(e.nodes["n1"]).Meta
+	meta := e.Fake.Node(e.NodeIDs["n1"]).Meta
 	got := map[string]string{"rack": meta["llmgw.rack"], "pdu": meta["llmgw.pdu"], "fabric": meta["llmgw.fabric"]}
 	if diff := cmp.Diff(map[string]string{"rack": "r9", "pdu": "", "fabric": "ib0"}, got); diff != "" {
 		t.Errorf("node n1's meta (-want +got):\n%s", diff)
 	}
-	e.pass(c)
+	e.Pass(c)
 	var nodes []controllerapi.NodeView
-	call(t, http.MethodGet, c.url+"/v1/nodes?domain=rack=r9", "", nil, &nodes)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/nodes?domain=rack=r9", "", nil, &nodes)
 	if len(nodes) != 1 || nodes[0].Name != "n1" {
 		t.Fatalf("nodes in rack=r9: %+v, want n1", nodes)
 	}
@@ -66,12 +67,12 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 		{"nothing", "n1", controllerapi.LabelsRequest{}, http.StatusBadRequest, "nothing to set"},
 		{"unknown node", "n7", controllerapi.LabelsRequest{Set: map[string]string{"rack": "r1"}}, http.StatusNotFound, "did you mean"},
 	} {
-		code, body := call(t, http.MethodPut, c.url+"/v1/nodes/"+tc.node+"/labels", "", tc.body, nil)
+		code, body := ctlharness.Call(t, http.MethodPut, c.URL+"/v1/nodes/"+tc.node+"/labels", "", tc.body, nil)
 		if code != tc.code || !strings.Contains(body, tc.contains) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, body, tc.code, tc.contains)
 		}
 	}
-	meta = e.fake.Node(e.nodes["n1"]).Meta
+	meta = e.Fake.Node(e.NodeIDs["n1"]).Meta
 	if meta["llmgw.rack"] != "r9" || meta["llmgw.base_watts"] != "" || meta["llmgw.hcas"] != "" {
 		t.Errorf("n1's meta after the refused writes: rack %q, base_watts %q, hcas %q; want r9 and none", meta["llmgw.rack"], meta["llmgw.base_watts"], meta["llmgw.hcas"])
 	}
@@ -83,20 +84,20 @@ func TestLabelsWriteDynamicNodeMeta(t *testing.T) {
 // refused GET /v1/replicas/{id} asks Nomad nothing.
 func TestAPITokenOnEveryCall(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.cfg.APIToken, e.cfg.InsecureWrites = "s3cret", false
+	e.Config.APIToken, e.Config.InsecureWrites = "s3cret", false
 	// n1's GPUs go bad as alpha-0's job is registered there: Nomad cannot
 	// place it, and the replica is pending (as TestNomadReasonsInExplain).
-	e.fake.Hook(func(r *http.Request) {
+	e.Fake.Hook(func(r *http.Request) {
 		if r.Method == http.MethodPut && r.URL.Path == "/v1/jobs" {
 			for i := range 4 {
-				_ = e.fake.SetDeviceHealth(e.nodes["n1"], fmt.Sprintf("n1-gpu%d", i), false)
+				_ = e.Fake.SetDeviceHealth(e.NodeIDs["n1"], fmt.Sprintf("n1-gpu%d", i), false)
 			}
 		}
 	})
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.pass(c) // the view has alpha-0's job, pending
+	e.Pass(c)
+	e.Pass(c) // the view has alpha-0's job, pending
 	labels := controllerapi.LabelsRequest{Set: map[string]string{"row": "row2"}}
 	var reads []string // every GET of the API (redact_test.go's pathOf)
 	for pattern := range c.routes() {
@@ -109,7 +110,7 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 	}
 	for _, path := range reads {
 		for _, token := range []string{"", "wrong", "s3cret x"} {
-			req, err := http.NewRequest(http.MethodGet, c.url+path, nil)
+			req, err := http.NewRequest(http.MethodGet, c.URL+path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,19 +132,19 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 			}
 		}
 		// The scheme must be Bearer: the bare token is not enough.
-		req, _ := http.NewRequest(http.MethodGet, c.url+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, c.URL+path, nil)
 		req.Header.Set("Authorization", "s3cret")
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("GET %s with Authorization: s3cret (no scheme): %v %v, want 401", path, resp.Status, err)
 		} else {
 			_ = resp.Body.Close()
 		}
-		if code, body := call(t, http.MethodGet, c.url+path, "s3cret", nil, nil); code == http.StatusUnauthorized {
+		if code, body := ctlharness.Call(t, http.MethodGet, c.URL+path, "s3cret", nil, nil); code == http.StatusUnauthorized {
 			t.Errorf("GET %s with the token: %d %s", path, code, body)
 		}
 	}
 	for _, path := range []string{"/healthz", "/metrics", "/ui/", "/ui/app.js"} {
-		if code, body := call(t, http.MethodGet, c.url+path, "", nil, nil); code != http.StatusOK {
+		if code, body := ctlharness.Call(t, http.MethodGet, c.URL+path, "", nil, nil); code != http.StatusOK {
 			t.Errorf("GET %s without a token: %d %s, want 200", path, code, body)
 		}
 	}
@@ -152,20 +153,20 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 	// Nomad for the job's evaluations, but only for a caller with the token.
 	evals := func() int {
 		n := 0
-		for _, r := range e.fake.Requests() {
+		for _, r := range e.Fake.Requests() {
 			if strings.Contains(r.Path, "/evaluations") {
 				n++
 			}
 		}
 		return n
 	}
-	e.fake.ResetRequests()
-	call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, nil)
+	e.Fake.ResetRequests()
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas/alpha-0", "", nil, nil)
 	if n := evals(); n != 0 {
 		t.Errorf("GET /v1/replicas/alpha-0 without a token made %d evaluation reads in Nomad, want 0", n)
 	}
 	var d controllerapi.ReplicaDetail
-	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "s3cret", nil, &d); code != http.StatusOK || d.State == "serving" {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas/alpha-0", "s3cret", nil, &d); code != http.StatusOK || d.State == "serving" {
 		t.Fatalf("GET /v1/replicas/alpha-0: %d %s", code, body)
 	}
 	if n := evals(); n == 0 {
@@ -190,14 +191,14 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 		{http.MethodPut, "/v1/nodes/n1/labels", "s3cret", labels, http.StatusOK},
 		{http.MethodPost, "/v1/plan", "s3cret", controllerapi.PlanRequest{}, http.StatusOK},
 	} {
-		if code, body := call(t, tc.method, c.url+tc.path, tc.token, tc.body, nil); code != tc.code {
+		if code, body := ctlharness.Call(t, tc.method, c.URL+tc.path, tc.token, tc.body, nil); code != tc.code {
 			t.Errorf("%s %s with token %q: %d %s, want %d", tc.method, tc.path, tc.token, code, body, tc.code)
 		}
 	}
-	if got := e.fake.Node(e.nodes["n1"]).Meta["llmgw.row"]; got != "row2" {
+	if got := e.Fake.Node(e.NodeIDs["n1"]).Meta["llmgw.row"]; got != "row2" {
 		t.Errorf("n1's row = %q after the authorised call, want row2", got)
 	}
-	if v := e.fake.Variable("default", "llmgw/holds"); v == nil || strings.Contains(v.Items["holds"], "rack=r1") {
+	if v := e.Fake.Variable("default", "llmgw/holds"); v == nil || strings.Contains(v.Items["holds"], "rack=r1") {
 		t.Errorf("holds variable after set and release: %+v", v)
 	}
 }
@@ -206,20 +207,20 @@ func TestAPITokenOnEveryCall(t *testing.T) {
 // the error; a good reload clears it.
 func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	jobs := jobIDs(e.liveJobs())
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	jobs := jobIDs(e.LiveJobs())
 
-	e.writeCatalog(strings.Replace(alphaBeta, `gpus   = 1`, `gpus   = "one"`, 1))
+	e.WriteCatalog(strings.Replace(alphaBeta, `gpus   = 1`, `gpus   = "one"`, 1))
 	err := c.Reload()
 	if err == nil {
 		t.Fatal("reload of a bad catalog: no error")
 	}
 	var cv controllerapi.CatalogView
-	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/catalog", "", nil, &cv); code != http.StatusOK {
 		t.Fatalf("GET catalog: %d %s", code, body)
 	}
 	if cv.Error != err.Error() || !strings.Contains(cv.Error, "catalog.hcl:") {
@@ -233,23 +234,23 @@ func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 		t.Errorf("models in force (-want +got):\n%s", diff)
 	}
 	var health map[string]any
-	call(t, http.MethodGet, c.url+"/healthz", "", nil, &health)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/healthz", "", nil, &health)
 	if health["config_error"] != err.Error() {
 		t.Errorf("healthz = %v, want config_error %q", health, err)
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("pass after the refused reload sent %d job writes, want 0", n)
 	}
-	if diff := cmp.Diff(jobs, jobIDs(e.liveJobs())); diff != "" {
+	if diff := cmp.Diff(jobs, jobIDs(e.LiveJobs())); diff != "" {
 		t.Errorf("jobs after the refused reload (-before +after):\n%s", diff)
 	}
 
-	e.writeCatalog(alphaBeta)
+	e.WriteCatalog(alphaBeta)
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	cv = controllerapi.CatalogView{}
-	call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/catalog", "", nil, &cv)
 	if cv.Error != "" {
 		t.Errorf("catalog error after a good reload = %q, want none", cv.Error)
 	}
@@ -262,8 +263,8 @@ func TestBadCatalogReloadKeepsTheOldOne(t *testing.T) {
 // Nomad, the same calls answer.
 func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
-	c := e.startTap("ctl", &tap{down: true}) // Nomad unreachable: nothing is read
+	e.HoldLock()
+	c := e.startTap("ctl", &ctlharness.Tap{Down: true}) // Nomad unreachable: nothing is read
 
 	type req struct{ method, path, body string }
 	needRead := []req{
@@ -285,7 +286,7 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 	}
 	do := func(r req) (answer, string) {
 		t.Helper()
-		hr, err := http.NewRequest(r.method, c.url+r.path, strings.NewReader(r.body))
+		hr, err := http.NewRequest(r.method, c.URL+r.path, strings.NewReader(r.body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,11 +319,11 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 			t.Errorf("%s %s before the first read: %d %s, want 200", r.method, r.path, resp.StatusCode, body)
 		}
 	}
-	if e.fake.Variable("default", "llmgw/holds") != nil {
+	if e.Fake.Variable("default", "llmgw/holds") != nil {
 		t.Error("a hold was written before the first read")
 	}
 
-	c.tap.setDown(false)
+	c.Tap.SetDown(false)
 	wait.For(t, "GET /v1/nodes to answer", func() (bool, string) {
 		resp, body := do(needRead[2])
 		return resp.StatusCode == http.StatusOK, body
@@ -333,7 +334,7 @@ func TestCallsWaitForTheFirstReadOfNomad(t *testing.T) {
 		}
 	}
 	var nodes []controllerapi.NodeView
-	call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &nodes)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/nodes", "", nil, &nodes)
 	if len(nodes) != len(sixNodes) {
 		t.Errorf("GET /v1/nodes after the first read: %d nodes, want %d", len(nodes), len(sixNodes))
 	}
@@ -349,26 +350,26 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 		t.Run(map[bool]string{false: "standby", true: "leader"}[lead], func(t *testing.T) {
 			e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`, nomadfake.WithNodeMetaDelay(time.Second))
 			if !lead {
-				e.holdLock()
+				e.HoldLock()
 			}
 			c := e.start("ctl")
 			wait.For(t, "the controller to read Nomad (and lead)", func() (bool, string) {
 				leader, _ := c.health(t)
-				code, body := call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, nil)
+				code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/nodes", "", nil, nil)
 				return code == http.StatusOK && leader == lead, body
 			})
 
 			nodeIn := func(domain string) []controllerapi.NodeView {
 				t.Helper()
 				var nodes []controllerapi.NodeView
-				if code, body := call(t, http.MethodGet, c.url+"/v1/nodes?domain="+domain, "", nil, &nodes); code != http.StatusOK {
+				if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/nodes?domain="+domain, "", nil, &nodes); code != http.StatusOK {
 					t.Fatalf("GET /v1/nodes?domain=%s: %d %s", domain, code, body)
 				}
 				return nodes
 			}
 			write := func(method, path string, body any) {
 				t.Helper()
-				code, raw := call(t, method, c.url+path, "", body, nil)
+				code, raw := ctlharness.Call(t, method, c.URL+path, "", body, nil)
 				if code != http.StatusOK || strings.Contains(raw, "warning") {
 					t.Fatalf("%s %s: %d %s, want 200 without a warning", method, path, code, raw)
 				}
@@ -384,7 +385,7 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 				t.Errorf("nodes in rack=r9 right after the hold: %+v, want n1 held", nodes)
 			}
 			var fac controllerapi.FacilityView
-			call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
+			ctlharness.Call(t, http.MethodGet, c.URL+"/v1/facility", "", nil, &fac)
 			if !slices.ContainsFunc(fac.Domains, func(d controllerapi.DomainView) bool { return d.Domain == "rack=r9" && d.Hold != nil }) {
 				t.Errorf("facility right after the hold: %+v, want rack=r9 held", fac.Domains)
 			}
@@ -398,7 +399,7 @@ func TestWritesShowInTheNextRead(t *testing.T) {
 			// merge, as the fake has it): n1 has no rack.
 			write(http.MethodPut, "/v1/nodes/n1/labels", controllerapi.LabelsRequest{Unset: []string{"rack"}})
 			var all []controllerapi.NodeView
-			call(t, http.MethodGet, c.url+"/v1/nodes", "", nil, &all)
+			ctlharness.Call(t, http.MethodGet, c.URL+"/v1/nodes", "", nil, &all)
 			for _, n := range all {
 				if rack, ok := n.Location["rack"]; n.Name == "n1" && ok {
 					t.Errorf("n1 right after unsetting its rack: in rack %q, want none", rack)

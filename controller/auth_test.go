@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 )
 
 // writeBodies is a body each write route would act on, by pattern: the
@@ -27,16 +28,16 @@ var writeBodies = map[string]any{
 // itself, and changes nothing; the reads stay open.
 func TestWritesNeedAToken(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.cfg.InsecureWrites = false
-	e.holdLock()
+	e.Config.InsecureWrites = false
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	writes := 0
 	for pattern := range c.routes() {
 		method, path, _ := strings.Cut(pattern, " ")
 		path = pathOf("GET " + path)
 		if method == http.MethodGet {
-			if code, body := call(t, method, c.url+path, "", nil, nil); code == http.StatusUnauthorized || code == http.StatusForbidden {
+			if code, body := ctlharness.Call(t, method, c.URL+path, "", nil, nil); code == http.StatusUnauthorized || code == http.StatusForbidden {
 				t.Errorf("GET %s without a token: %d %s, want it open", path, code, body)
 			}
 			continue
@@ -53,11 +54,11 @@ func TestWritesNeedAToken(t *testing.T) {
 	if writes < 7 {
 		t.Errorf("only %d write routes", writes)
 	}
-	if got := e.fake.Node(e.nodes["n1"]).Meta["llmgw.row"]; got != "row1" {
+	if got := e.Fake.Node(e.NodeIDs["n1"]).Meta["llmgw.row"]; got != "row1" {
 		t.Errorf("n1's row = %q after refused writes, want row1", got)
 	}
 	for _, path := range []string{store.HoldsPath, store.PinsPath} {
-		if v := e.fake.Variable("default", path); v != nil {
+		if v := e.Fake.Variable("default", path); v != nil {
 			t.Errorf("%s written by refused writes: %v", path, v.Items)
 		}
 	}
@@ -68,9 +69,9 @@ func TestWritesNeedAToken(t *testing.T) {
 // ("insecure-loopback"), not the X-LLMGW-User header the request carries.
 func TestInsecureWritesFromLoopbackOnly(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	h := c.Handler()
 	hold := controllerapi.HoldRequest{Reason: "fan swap"}
 	for _, remote := range []string{"192.0.2.7:4000", "[2001:db8::1]:4000", "not-an-address"} {
@@ -79,7 +80,7 @@ func TestInsecureWritesFromLoopbackOnly(t *testing.T) {
 			t.Errorf("PUT hold from %s: %d %+v, want 403", remote, code, ae)
 		}
 	}
-	if v := e.fake.Variable("default", store.HoldsPath); v != nil {
+	if v := e.Fake.Variable("default", store.HoldsPath); v != nil {
 		t.Fatalf("holds written from a remote address: %v", v.Items)
 	}
 	var got HoldAnswer
@@ -100,10 +101,10 @@ func TestInsecureWritesFromLoopbackOnly(t *testing.T) {
 // header.
 func TestSetByIsTheToken(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.cfg.APIToken, e.cfg.InsecureWrites = "s3cret", false
-	e.holdLock()
+	e.Config.APIToken, e.Config.InsecureWrites = "s3cret", false
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	var got HoldAnswer
 	code, raw := rawCallInto(t, c.Handler(), http.MethodPut, "/v1/facility/holds/rack=r1", "192.0.2.7:4000", "Bearer s3cret", "mallory",
 		controllerapi.HoldRequest{Reason: "x"}, &got)
@@ -115,9 +116,9 @@ func TestSetByIsTheToken(t *testing.T) {
 // A configuration built in code with both is refused.
 func TestInsecureWritesWithATokenRefused(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	cfg := e.cfg
+	cfg := e.Config
 	cfg.APIToken = "s3cret"
-	if _, err := New(Options{Config: cfg, Nomad: e.api}); err == nil || !strings.Contains(err.Error(), "insecure_writes and api_token") {
+	if _, err := New(Options{Config: cfg, Nomad: e.API}); err == nil || !strings.Contains(err.Error(), "insecure_writes and api_token") {
 		t.Errorf("New with insecure_writes and api_token: %v, want an error", err)
 	}
 }

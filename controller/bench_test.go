@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -23,18 +24,18 @@ func bigEnv(b *testing.B, replicas, shards int) *env {
 	b.Helper()
 	const gpusPerNode, models = 8, 10
 	nodes := replicas * shards / gpusPerNode
-	var defs []nodeDef
+	var defs []ctlharness.Node
 	var fac strings.Builder
 	fac.WriteString("headroom = 0.05\n")
 	for i := range nodes {
 		pair := i / 2
-		d := nodeDef{fmt.Sprintf("n%05d", i), fmt.Sprintf("r%03d", pair/5), fmt.Sprintf("p%04d", pair), gpusPerNode}
+		d := ctlharness.Node{Name: fmt.Sprintf("n%05d", i), Rack: fmt.Sprintf("r%03d", pair/5), PDU: fmt.Sprintf("p%04d", pair), GPUs: gpusPerNode}
 		defs = append(defs, d)
 		if i%2 == 0 {
-			fmt.Fprintf(&fac, "budget %q { watts = 20000 }\n", "pdu="+d.pdu)
+			fmt.Fprintf(&fac, "budget %q { watts = 20000 }\n", "pdu="+d.PDU)
 		}
 		if i%10 == 0 {
-			fmt.Fprintf(&fac, "budget %q { watts = 100000 }\n", "rack="+d.rack)
+			fmt.Fprintf(&fac, "budget %q { watts = 100000 }\n", "rack="+d.Rack)
 		}
 	}
 	var cat strings.Builder
@@ -61,11 +62,11 @@ model "m%d" {
 		g := k % groups
 		var on []string
 		for s := range shards {
-			on = append(on, defs[g*shards+s].name)
+			on = append(on, defs[g*shards+s].Name)
 		}
-		e.seed(e.renderJob(fmt.Sprintf("m%d", k%models), "p", k/models, 0, on...))
+		e.Seed(e.RenderJob(fmt.Sprintf("m%d", k%models), "p", k/models, 0, on...))
 	}
-	b.Logf("seeded %d jobs, %d allocations on %d nodes in %s", replicas, len(e.fake.Allocations("")), nodes, time.Since(start).Round(time.Millisecond))
+	b.Logf("seeded %d jobs, %d allocations on %d nodes in %s", replicas, len(e.Fake.Allocations("")), nodes, time.Since(start).Round(time.Millisecond))
 	return e
 }
 
@@ -75,7 +76,7 @@ model "m%d" {
 // serving allocations, were loaded (synced).
 func BenchmarkAdoption(b *testing.B) {
 	e := bigEnv(b, 5000, 2)
-	e.holdLock()
+	e.HoldLock()
 	ctx := b.Context()
 	var synced, total time.Duration
 	var lists [4]time.Duration // nodes, allocations, jobs, checks: until each was loaded
@@ -106,11 +107,11 @@ func BenchmarkAdoption(b *testing.B) {
 			b.Fatal(err)
 		}
 		total += time.Since(start)
-		if w := c.tap.writes(); w != 0 {
+		if w := c.Tap.Writes(); w != 0 {
 			b.Fatalf("first pass sent %d job writes, want 0", w)
 		}
 		b.StopTimer()
-		c.stop()
+		c.Stop()
 		b.StartTimer()
 	}
 	for i, what := range []string{"nodes", "allocs", "jobs", "checks"} {
@@ -124,10 +125,10 @@ func BenchmarkAdoption(b *testing.B) {
 // with nothing to do.
 func BenchmarkNoopPass(b *testing.B) {
 	e := bigEnv(b, 1000, 1)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	if w := c.tap.writes(); w != 0 {
+	e.Pass(c)
+	if w := c.Tap.Writes(); w != 0 {
 		b.Fatalf("first pass sent %d job writes, want 0", w)
 	}
 	ctx := b.Context()
@@ -136,7 +137,7 @@ func BenchmarkNoopPass(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if w := c.tap.writes(); w != 0 {
+	if w := c.Tap.Writes(); w != 0 {
 		b.Fatalf("passes sent %d job writes, want 0", w)
 	}
 }

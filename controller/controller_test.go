@@ -17,6 +17,7 @@ import (
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -51,17 +52,17 @@ model "beta" {
 
 func TestPlacesMissingReplicasAndAdoptsOnRestart(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c1 := e.start("ctl-1")
-	if n := e.pass(c1); n != 4 {
+	if n := e.Pass(c1); n != 4 {
 		t.Errorf("first pass sent %d job writes, want 4 registrations", n)
 	}
-	jobs := e.liveJobs()
+	jobs := e.LiveJobs()
 	slots := bySlot(jobs)
 	if got, want := sortedKeys(slots), []string{"alpha-0", "alpha-1", "alpha-2", "beta-0"}; !slices.Equal(got, want) {
 		t.Fatalf("slots with jobs = %v, want %v", got, want)
 	}
-	cat := e.catalog()
+	cat := e.Catalog()
 	racks := map[string]bool{}
 	for _, j := range jobs {
 		if len(slots[j.Replica]) != 1 {
@@ -69,24 +70,24 @@ func TestPlacesMissingReplicasAndAdoptsOnRestart(t *testing.T) {
 		}
 		checkJobMeta(t, e, cat, j)
 		if j.Model == "alpha" {
-			racks[e.rackOf(j.Nodes[0])] = true
+			racks[e.RackOf(j.Nodes[0])] = true
 		}
 	}
 	if len(racks) != 3 {
 		t.Errorf("alpha's 3 replicas are in racks %v, want one in each of 3 racks", sortedKeys(racks))
 	}
 	beta := slots["beta-0"][0]
-	if len(beta.Nodes) != 2 || beta.Nodes[0] == beta.Nodes[1] || e.rackOf(beta.Nodes[0]) != e.rackOf(beta.Nodes[1]) {
+	if len(beta.Nodes) != 2 || beta.Nodes[0] == beta.Nodes[1] || e.RackOf(beta.Nodes[0]) != e.RackOf(beta.Nodes[1]) {
 		t.Errorf("beta-0 on nodes %v, want two nodes of one rack", beta.Nodes)
 	}
 
 	// Nothing serves yet: a second pass waits, and so does one after the
 	// engines serve.
-	if n := e.pass(c1); n != 0 {
+	if n := e.Pass(c1); n != 0 {
 		t.Errorf("second pass sent %d job writes, want 0", n)
 	}
-	e.serveAll()
-	if n := e.pass(c1); n != 0 {
+	e.ServeAll()
+	if n := e.Pass(c1); n != 0 {
 		t.Errorf("pass once serving sent %d job writes, want 0", n)
 	}
 	before := c1.replicas(t)
@@ -97,22 +98,22 @@ func TestPlacesMissingReplicasAndAdoptsOnRestart(t *testing.T) {
 	}
 
 	// A restarted controller adopts everything and creates nothing.
-	c1.stop()
+	c1.Stop()
 	c2 := e.start("ctl-2")
-	if n := e.pass(c2); n != 0 {
+	if n := e.Pass(c2); n != 0 {
 		t.Errorf("restarted controller sent %d job writes on its first pass, want 0", n)
 	}
 	if diff := cmp.Diff(before, c2.replicas(t)); diff != "" {
 		t.Errorf("replicas after restart (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff(jobIDs(jobs), jobIDs(e.liveJobs())); diff != "" {
+	if diff := cmp.Diff(jobIDs(jobs), jobIDs(e.LiveJobs())); diff != "" {
 		t.Errorf("jobs after restart (-before +after):\n%s", diff)
 	}
 }
 
 // checkJobMeta checks a job's llmgw meta and its placement constraints
 // against the catalog and the node it was pinned to.
-func checkJobMeta(t *testing.T, e *env, cat facility.Catalog, j liveJob) {
+func checkJobMeta(t *testing.T, e *env, cat facility.Catalog, j ctlharness.LiveJob) {
 	t.Helper()
 	var m facility.Model
 	for _, x := range cat.Models {
@@ -135,11 +136,11 @@ func checkJobMeta(t *testing.T, e *env, cat facility.Catalog, j liveJob) {
 	if got := render.JobID(j.Replica, fp, j.Gen); got != j.ID {
 		t.Errorf("job %s: ID from its meta is %s", j.ID, got)
 	}
-	job, _, err := e.api.Jobs().Info(j.ID, nil)
+	job, _, err := e.API.Jobs().Info(j.ID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rack := e.rackOf(j.Nodes[0])
+	rack := e.RackOf(j.Nodes[0])
 	if !hasConstraint(job.Constraints, "${meta.llmgw.rack}", "=", rack) {
 		t.Errorf("job %s has no constraint pinning rack %s: %v", j.ID, rack, constraintStrings(job.Constraints))
 	}
@@ -181,31 +182,31 @@ func constraintStrings(cs []*api.Constraint) []string {
 // replaced.
 func TestAdoptsMultiNodeReplicaFromAllShardsInAnyOrder(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c1 := e.start("ctl-1")
-	e.pass(c1)
-	e.serveAll()
-	beta := bySlot(e.liveJobs())["beta-0"][0]
+	e.Pass(c1)
+	e.ServeAll()
+	beta := bySlot(e.LiveJobs())["beta-0"][0]
 
 	// Shard 1's allocation fails and Nomad's rescheduler replaces it on
 	// the same node (the node its group is pinned to).
 	var failed string
-	for _, a := range e.fake.Allocations(beta.ID) {
+	for _, a := range e.Fake.Allocations(beta.ID) {
 		if a.TaskGroup == render.GroupName(1) {
 			failed = a.ID
 		}
 	}
-	if err := e.fake.SetAllocStatus(failed, api.AllocClientStatusFailed, false); err != nil {
+	if err := e.Fake.SetAllocStatus(failed, api.AllocClientStatusFailed, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fake.Reschedule(failed); err != nil {
+	if _, err := e.Fake.Reschedule(failed); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(e.fake.Allocations(beta.ID)); n != 3 {
+	if n := len(e.Fake.Allocations(beta.ID)); n != 3 {
 		t.Fatalf("beta has %d allocations, want 3 (two shards, one replaced)", n)
 	}
-	e.settle(c1) // shard 1's replacement is pending: starting, nothing to do
-	c1.stop()
+	e.Settle(c1) // shard 1's replacement is pending: starting, nothing to do
+	c1.Stop()
 
 	for _, tc := range []struct {
 		name  string
@@ -217,11 +218,11 @@ func TestAdoptsMultiNodeReplicaFromAllShardsInAnyOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.serve {
-				e.serveJob(beta.ID)
+				e.ServeJob(beta.ID)
 			}
 			for seed := range uint64(6) {
-				c := e.startTap(fmt.Sprintf("ctl-%s-%d", tc.name, seed), &tap{shuffle: rand.New(rand.NewPCG(seed, 7))})
-				if n := e.pass(c); n != 0 {
+				c := e.startTap(fmt.Sprintf("ctl-%s-%d", tc.name, seed), &ctlharness.Tap{Shuffle: rand.New(rand.NewPCG(seed, 7))})
+				if n := e.Pass(c); n != 0 {
 					t.Errorf("seed %d: adopting controller sent %d job writes, want 0", seed, n)
 				}
 				var got controllerapi.ReplicaView
@@ -235,7 +236,7 @@ func TestAdoptsMultiNodeReplicaFromAllShardsInAnyOrder(t *testing.T) {
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("seed %d: beta-0 (-want +got):\n%s", seed, diff)
 				}
-				c.stop()
+				c.Stop()
 			}
 		})
 	}
@@ -256,21 +257,21 @@ func TestDuplicateReplicaKeepsTheServingJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
 			ids := []string{
-				e.seed(e.renderJob("alpha", "h1", 0, 0, "n1")),
-				e.seed(e.renderJob("alpha", "h1", 0, 1, "n3")),
+				e.Seed(e.RenderJob("alpha", "h1", 0, 0, "n1")),
+				e.Seed(e.RenderJob("alpha", "h1", 0, 1, "n3")),
 			}
 			for _, g := range tc.serving {
-				e.serveJob(ids[g])
+				e.ServeJob(ids[g])
 			}
-			e.holdLock()
+			e.HoldLock()
 			c := e.start("ctl")
-			if n := e.pass(c); n != 1 {
+			if n := e.Pass(c); n != 1 {
 				t.Errorf("pass sent %d job writes, want 1 (the stop)", n)
 			}
-			if diff := cmp.Diff([]string{ids[tc.keep]}, jobIDs(e.liveJobs())); diff != "" {
+			if diff := cmp.Diff([]string{ids[tc.keep]}, jobIDs(e.LiveJobs())); diff != "" {
 				t.Errorf("live jobs (-want +got):\n%s", diff)
 			}
-			if n := e.pass(c); n != 0 {
+			if n := e.Pass(c); n != 0 {
 				t.Errorf("next pass sent %d job writes, want 0", n)
 			}
 		})
@@ -294,23 +295,23 @@ model "alpha" {
 // under llmgw's prefix that is not managed is left alone.
 func TestOrphanStopped(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	good := e.seed(e.renderJob("alpha", "h1", 0, 0, "n1"))
-	e.serveJob(good)
-	bad := e.renderJob("alpha", "h1", 0, 1, "n2")
+	good := e.Seed(e.RenderJob("alpha", "h1", 0, 0, "n1"))
+	e.ServeJob(good)
+	bad := e.RenderJob("alpha", "h1", 0, 1, "n2")
 	bad.ID, bad.Name = new("llmgw-mystery"), new("llmgw-mystery")
 	delete(bad.Meta, render.MetaReplica)
-	e.seed(bad)
-	foreign := e.renderJob("alpha", "h1", 0, 2, "n3")
+	e.Seed(bad)
+	foreign := e.RenderJob("alpha", "h1", 0, 2, "n3")
 	foreign.ID, foreign.Name = new("llmgw-someone-elses"), new("llmgw-someone-elses")
 	foreign.Meta = map[string]string{"owner": "ops"}
-	e.seed(foreign)
+	e.Seed(foreign)
 
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	if n := e.pass(c); n != 1 {
+	if n := e.Pass(c); n != 1 {
 		t.Errorf("pass sent %d job writes, want 1 (stop the orphan)", n)
 	}
-	stubs, _, err := e.api.Jobs().List(&api.QueryOptions{Prefix: render.JobIDPrefix})
+	stubs, _, err := e.API.Jobs().List(&api.QueryOptions{Prefix: render.JobIDPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,15 +329,15 @@ func TestOrphanStopped(t *testing.T) {
 // placed again.
 func TestModelRemovedAndReAdded(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	before := bySlot(e.liveJobs())
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	before := bySlot(e.LiveJobs())
 
 	alphaOnly := strings.Replace(alphaBeta[:strings.Index(alphaBeta, `model "beta"`)], "replicas = 3", "replicas = 1", 1)
-	e.writeCatalog(alphaOnly + `model "gamma" {
+	e.WriteCatalog(alphaOnly + `model "gamma" {
   source = "org/gamma"
   profile "h1" {
     engine = "vllm"
@@ -351,31 +352,31 @@ func TestModelRemovedAndReAdded(t *testing.T) {
 	if !errors.Is(err, ErrTooManyStops) || !strings.Contains(err.Error(), "would stop 3 of the 4 running replicas") {
 		t.Fatalf("reload that stops 3 of 4: %v, want ErrTooManyStops naming the count", err)
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Fatalf("pass after the refused reload wrote %d jobs", n)
 	}
 	if err := c.ReloadConfirmed(); err != nil {
 		t.Fatal(err)
 	}
-	e.pass(c)
-	after := bySlot(e.liveJobs())
+	e.Pass(c)
+	after := bySlot(e.LiveJobs())
 	if got, want := sortedKeys(after), []string{"alpha-0", "gamma-0"}; !slices.Equal(got, want) {
 		t.Errorf("slots with live jobs = %v, want %v", got, want)
 	}
 	if diff := cmp.Diff(jobIDs(before["alpha-0"]), jobIDs(after["alpha-0"])); diff != "" {
 		t.Errorf("alpha-0 jobs (-before +after):\n%s", diff)
 	}
-	e.serveAll()
-	e.settle(c)
+	e.ServeAll()
+	e.Settle(c)
 
 	// beta comes back: placed again, although its stopped job is still in
 	// Nomad under the ID a first generation would have.
-	e.writeCatalog(alphaBeta)
+	e.WriteCatalog(alphaBeta)
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	e.settle(c)
-	back := bySlot(e.liveJobs())
+	e.Settle(c)
+	back := bySlot(e.LiveJobs())
 	if got, want := sortedKeys(back), []string{"alpha-0", "alpha-1", "alpha-2", "beta-0"}; !slices.Equal(got, want) {
 		t.Fatalf("slots with live jobs after beta came back = %v, want %v", got, want)
 	}
@@ -393,46 +394,46 @@ func TestModelRemovedAndReAdded(t *testing.T) {
 // the new one serves.
 func TestProfileChangeRollsNewFirst(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	old := e.liveJobs()
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	old := e.LiveJobs()
 	if len(old) != 1 {
 		t.Fatalf("jobs %v, want one", jobIDs(old))
 	}
 
-	e.writeCatalog(strings.Replace(oneAlpha, `watts  = 500`, `watts  = 500
+	e.WriteCatalog(strings.Replace(oneAlpha, `watts  = 500`, `watts  = 500
     args   = ["--enable-prefix-caching"]`, 1))
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.pass(c); n != 1 {
+	if n := e.Pass(c); n != 1 {
 		t.Errorf("pass after the change sent %d job writes, want 1 (the new job)", n)
 	}
-	jobs := e.liveJobs()
+	jobs := e.LiveJobs()
 	if len(jobs) != 2 {
 		t.Fatalf("live jobs during the roll: %v, want the old and the new", jobIDs(jobs))
 	}
-	var fresh liveJob
+	var fresh ctlharness.LiveJob
 	for _, j := range jobs {
 		if j.ID != old[0].ID {
 			fresh = j
 		}
 	}
-	cat := e.catalog()
+	cat := e.Catalog()
 	if want := facility.ProfileFingerprint(cat.Models[0], cat.Models[0].Profiles[0]); fresh.FP != want || fresh.FP == old[0].FP {
 		t.Errorf("new job's fingerprint %s, want %s (old %s)", fresh.FP, want, old[0].FP)
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("pass while the new job starts sent %d job writes, want 0", n)
 	}
-	e.serveJob(fresh.ID)
-	if n := e.pass(c); n != 1 {
+	e.ServeJob(fresh.ID)
+	if n := e.Pass(c); n != 1 {
 		t.Errorf("pass once the new job serves sent %d job writes, want 1 (stop the old)", n)
 	}
-	if diff := cmp.Diff([]string{fresh.ID}, jobIDs(e.liveJobs())); diff != "" {
+	if diff := cmp.Diff([]string{fresh.ID}, jobIDs(e.LiveJobs())); diff != "" {
 		t.Errorf("live jobs after the roll (-want +got):\n%s", diff)
 	}
 }
@@ -441,27 +442,27 @@ func TestProfileChangeRollsNewFirst(t *testing.T) {
 // copies outside first, the old ones stopped once the new ones serve.
 func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	beta := bySlot(e.liveJobs())["beta-0"][0]
-	held := e.rackOf(beta.Nodes[0])
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	beta := bySlot(e.LiveJobs())["beta-0"][0]
+	held := e.RackOf(beta.Nodes[0])
 	inHeld := map[string]string{} // slot -> job in the held rack
-	for _, j := range e.liveJobs() {
-		if e.rackOf(j.Nodes[0]) == held {
+	for _, j := range e.LiveJobs() {
+		if e.RackOf(j.Nodes[0]) == held {
 			inHeld[j.Replica] = j.ID
 		}
 	}
 
 	var h controllerapi.Hold
-	code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "PDU swap", Drain: true}, nil)
+	code, body := ctlharness.Call(t, http.MethodPut, c.URL+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "PDU swap", Drain: true}, nil)
 	if code != http.StatusOK {
 		t.Fatalf("PUT hold: %d %s", code, body)
 	}
-	e.pass(c)
-	slots := bySlot(e.liveJobs())
+	e.Pass(c)
+	slots := bySlot(e.LiveJobs())
 	var fresh []string
 	for slot, old := range inHeld {
 		if len(slots[slot]) != 2 {
@@ -474,32 +475,32 @@ func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 			}
 			fresh = append(fresh, j.ID)
 			for _, n := range j.Nodes {
-				if e.rackOf(n) == held {
+				if e.RackOf(n) == held {
 					t.Errorf("new job %s of %s is on %s in held rack %s", j.ID, slot, n, held)
 				}
 			}
 		}
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("pass while the new copies start sent %d job writes, want 0", n)
 	}
 	for _, id := range fresh {
-		e.serveJob(id)
+		e.ServeJob(id)
 	}
-	e.pass(c)
-	for _, j := range e.liveJobs() {
+	e.Pass(c)
+	for _, j := range e.LiveJobs() {
 		for _, n := range j.Nodes {
-			if e.rackOf(n) == held {
+			if e.RackOf(n) == held {
 				t.Errorf("job %s still runs on %s in held rack %s", j.ID, n, held)
 			}
 		}
 	}
-	if got := len(e.liveJobs()); got != 4 {
+	if got := len(e.LiveJobs()); got != 4 {
 		t.Errorf("%d live jobs after the move, want 4", got)
 	}
 
 	var fv controllerapi.FacilityView
-	call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fv)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/facility", "", nil, &fv)
 	for _, d := range fv.Domains {
 		if d.Domain == "rack="+held {
 			h = *d.Hold
@@ -508,10 +509,10 @@ func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 	if diff := cmp.Diff(controllerapi.Hold{Reason: "PDU swap", Drain: true, Source: "runtime"}, h); diff != "" {
 		t.Errorf("hold in /v1/facility (-want +got):\n%s", diff)
 	}
-	if code, body := call(t, http.MethodDelete, c.url+"/v1/facility/holds/rack="+held, "", nil, nil); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodDelete, c.URL+"/v1/facility/holds/rack="+held, "", nil, nil); code != http.StatusOK {
 		t.Errorf("DELETE hold: %d %s", code, body)
 	}
-	if code, _ := call(t, http.MethodDelete, c.url+"/v1/facility/holds/rack="+held, "", nil, nil); code != http.StatusNotFound {
+	if code, _ := ctlharness.Call(t, http.MethodDelete, c.URL+"/v1/facility/holds/rack="+held, "", nil, nil); code != http.StatusNotFound {
 		t.Errorf("DELETE of a released hold: %d, want 404", code)
 	}
 }
@@ -519,26 +520,26 @@ func TestDrainHoldMovesNewCopyFirst(t *testing.T) {
 // A hold without drain moves nothing, and nothing new goes there.
 func TestHoldWithoutDrainPlacesNothingThere(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	first := e.liveJobs()[0]
-	held := e.rackOf(first.Nodes[0])
-	if code, body := call(t, http.MethodPut, c.url+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "firmware"}, nil); code != http.StatusOK {
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	first := e.LiveJobs()[0]
+	held := e.RackOf(first.Nodes[0])
+	if code, body := ctlharness.Call(t, http.MethodPut, c.URL+"/v1/facility/holds/rack="+held, "", controllerapi.HoldRequest{Reason: "firmware"}, nil); code != http.StatusOK {
 		t.Fatalf("PUT hold: %d %s", code, body)
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("pass after a hold without drain sent %d job writes, want 0", n)
 	}
-	e.writeCatalog(strings.Replace(oneAlpha, "replicas = 1", "replicas = 5", 1))
+	e.WriteCatalog(strings.Replace(oneAlpha, "replicas = 1", "replicas = 5", 1))
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	e.serveAll()
-	e.settle(c)
-	jobs := e.liveJobs()
+	e.ServeAll()
+	e.Settle(c)
+	jobs := e.LiveJobs()
 	if len(jobs) != 5 {
 		t.Fatalf("live jobs %v, want 5", jobIDs(jobs))
 	}
@@ -546,7 +547,7 @@ func TestHoldWithoutDrainPlacesNothingThere(t *testing.T) {
 		if j.ID == first.ID {
 			continue
 		}
-		if r := e.rackOf(j.Nodes[0]); r == held {
+		if r := e.RackOf(j.Nodes[0]); r == held {
 			t.Errorf("new job %s placed on %s in held rack %s", j.ID, j.Nodes[0], held)
 		}
 	}
@@ -558,20 +559,20 @@ func TestHoldWithoutDrainPlacesNothingThere(t *testing.T) {
 // A PDU budget too small for another replica leaves it unplaced, and the
 // replica's explain says why.
 func TestBudgetTooSmallExplained(t *testing.T) {
-	nodes := []nodeDef{{"n1", "r1", "p1", 4}, {"n2", "r2", "p2", 4}}
+	nodes := []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 4}, {Name: "n2", Rack: "r2", PDU: "p2", GPUs: 4}}
 	fac := `
 headroom = 0
 budget "pdu=p1" { watts = 1000 }
 budget "pdu=p2" { watts = 1000 }
 `
 	e := newEnv(t, nodes, strings.Replace(oneAlpha, "replicas = 1", "replicas = 3", 1), fac)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	if n := e.pass(c); n != 2 {
+	if n := e.Pass(c); n != 2 {
 		t.Errorf("pass sent %d job writes, want 2: one replica per PDU", n)
 	}
 	var d controllerapi.ReplicaDetail
-	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-2", "", nil, &d); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas/alpha-2", "", nil, &d); code != http.StatusOK {
 		t.Fatalf("GET replica: %d %s", code, body)
 	}
 	if d.State != "unplaced" || d.JobID != "" {
@@ -596,17 +597,17 @@ budget "pdu=p2" { watts = 1000 }
 
 	// The explanation survives a restart (it is in Nomad Variables), and a
 	// standby serves it: ctl-2 never leads here.
-	c.stop()
+	c.Stop()
 	c2 := e.start("ctl-2")
 	var d2 controllerapi.ReplicaDetail
 	wait.For(t, "ctl-2 to serve alpha-2", func() (bool, string) {
-		code, body := call(t, http.MethodGet, c2.url+"/v1/replicas/alpha-2", "", nil, &d2)
+		code, body := ctlharness.Call(t, http.MethodGet, c2.URL+"/v1/replicas/alpha-2", "", nil, &d2)
 		return code == http.StatusOK, body
 	})
 	if diff := cmp.Diff(d.Explain, d2.Explain, cmpopts.IgnoreFields(controllerapi.Explain{}, "At")); diff != "" {
 		t.Errorf("explain after restart (-before +after):\n%s", diff)
 	}
-	if n := c2.tap.writes(); n != 0 {
+	if n := c2.Tap.Writes(); n != 0 {
 		t.Errorf("standby sent %d job writes, want 0", n)
 	}
 }
@@ -617,26 +618,26 @@ budget "pdu=p2" { watts = 1000 }
 // it reports the metric set here, which is what Nomad 2.0.5 reports for
 // this case (e2e TestControllerNomadReasonsInExplain).
 func TestNomadReasonsInExplain(t *testing.T) {
-	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 2}}, oneAlpha, `headroom = 0`)
-	e.fake.SetPlacementFailureMetric(api.AllocationMetric{NodesEvaluated: 1, NodesFiltered: 1,
+	e := newEnv(t, []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 2}}, oneAlpha, `headroom = 0`)
+	e.Fake.SetPlacementFailureMetric(api.AllocationMetric{NodesEvaluated: 1, NodesFiltered: 1,
 		ConstraintFiltered: map[string]int{"missing devices": 1}})
-	e.fake.Hook(func(r *http.Request) {
+	e.Fake.Hook(func(r *http.Request) {
 		if r.Method == http.MethodPut && r.URL.Path == "/v1/jobs" {
 			for i := range 2 {
-				_ = e.fake.SetDeviceHealth(e.nodes["n1"], fmt.Sprintf("n1-gpu%d", i), false)
+				_ = e.Fake.SetDeviceHealth(e.NodeIDs["n1"], fmt.Sprintf("n1-gpu%d", i), false)
 			}
 		}
 	})
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	if n := e.pass(c); n != 1 {
+	if n := e.Pass(c); n != 1 {
 		t.Fatalf("pass sent %d job writes, want 1", n)
 	}
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("pass with the job pending sent %d job writes, want 0", n)
 	}
 	var d controllerapi.ReplicaDetail
-	if code, body := call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, &d); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas/alpha-0", "", nil, &d); code != http.StatusOK {
 		t.Fatalf("GET replica: %d %s", code, body)
 	}
 	if d.State != "pending" {
@@ -662,7 +663,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 		{"answer lost", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := []nodeDef{{"a1", "r1", "p1", 1}, {"a2", "r1", "p1", 1}}
+			nodes := []ctlharness.Node{{Name: "a1", Rack: "r1", PDU: "p1", GPUs: 1}, {Name: "a2", Rack: "r1", PDU: "p1", GPUs: 1}}
 			// Two nodes' base draw and one 500 W shard: one replica fits.
 			fac := `budget "pdu=p1" { watts = 1100 }`
 			zeta := strings.ReplaceAll(oneAlpha, "alpha", "zeta")
@@ -670,7 +671,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			var mu sync.Mutex
 			gate := make(chan struct{})
 			held := true
-			e.fake.Hook(func(r *http.Request) {
+			e.Fake.Hook(func(r *http.Request) {
 				mu.Lock()
 				h := held
 				mu.Unlock()
@@ -685,17 +686,17 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				close(gate)
 			})
 			t.Cleanup(release)
-			e.holdLock()
+			e.HoldLock()
 			c := e.start("ctl")
 			wait.For(t, "sync", func() (bool, string) { return e.caughtUp(c.Controller) })
 			if tc.lost {
-				e.fake.FailNextAfterApply(http.MethodPut, "/v1/jobs", 1, nomadfake.DropConnection)
+				e.Fake.FailNextAfterApply(http.MethodPut, "/v1/jobs", 1, nomadfake.DropConnection)
 			}
 			err := c.Pass(t.Context())
 			if tc.lost == (err == nil) {
 				t.Fatalf("first pass: %v", err)
 			}
-			if got := len(e.liveJobs()); got != 1 {
+			if got := len(e.LiveJobs()); got != 1 {
 				t.Fatalf("%d live jobs after the first pass, want 1", got)
 			}
 			wait.For(t, "the allocation list to show zeta-0", func() (bool, string) {
@@ -705,26 +706,26 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 
 			// A model before zeta in the catalog: with zeta-0 unseen, p1
 			// would look as if it had room.
-			e.writeCatalog(oneAlpha + zeta)
+			e.WriteCatalog(oneAlpha + zeta)
 			if err := c.Reload(); err != nil {
 				t.Fatal(err)
 			}
-			before := c.tap.writes()
+			before := c.Tap.Writes()
 			if err := c.Pass(t.Context()); !errors.Is(err, ErrBehind) {
 				t.Errorf("pass with the job list behind: %v, want ErrBehind", err)
 			}
-			if n := c.tap.writes() - before; n != 0 {
+			if n := c.Tap.Writes() - before; n != 0 {
 				t.Errorf("pass with the job list behind sent %d job writes, want 0", n)
 			}
 			release()
-			if n := e.pass(c); n != 0 {
+			if n := e.Pass(c); n != 0 {
 				t.Errorf("pass once caught up sent %d job writes, want 0 (alpha-0 is over budget)", n)
 			}
 			fv, err := facility.ParseFacility("f", []byte(fac))
 			if err != nil {
 				t.Fatal(err)
 			}
-			over, err := budgetCheck(e.api, e.defs, fv)
+			over, err := budgetCheck(e.API, e.Nodes, fv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -732,7 +733,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				t.Errorf("over budget: %v", over)
 			}
 			var d controllerapi.ReplicaDetail
-			call(t, http.MethodGet, c.url+"/v1/replicas/alpha-0", "", nil, &d)
+			ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas/alpha-0", "", nil, &d)
 			if d.State != "unplaced" {
 				t.Errorf("alpha-0 is %s, want unplaced", d.State)
 			}

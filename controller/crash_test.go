@@ -18,17 +18,18 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // crashFleet is four racks of two PDUs of two nodes, 4 H200s a node.
-func crashFleet() []nodeDef {
-	var out []nodeDef
+func crashFleet() []ctlharness.Node {
+	var out []ctlharness.Node
 	for r := 1; r <= 4; r++ {
 		for _, p := range []string{"a", "b"} {
 			for n := 1; n <= 2; n++ {
-				out = append(out, nodeDef{fmt.Sprintf("n%d%s%d", r, p, n), fmt.Sprintf("r%d", r), fmt.Sprintf("p%d%s", r, p), 4})
+				out = append(out, ctlharness.Node{Name: fmt.Sprintf("n%d%s%d", r, p, n), Rack: fmt.Sprintf("r%d", r), PDU: fmt.Sprintf("p%d%s", r, p), GPUs: 4})
 			}
 		}
 	}
@@ -101,12 +102,12 @@ type crashPlan struct {
 // checkNow checks the invariants that must hold at every point: no
 // budgeted domain over its limit, no replica with two jobs of one
 // profile.
-func checkNow(client *api.Client, defs map[string]nodeDef, fac facility.Facility) []string {
+func checkNow(client *api.Client, defs map[string]ctlharness.Node, fac facility.Facility) []string {
 	over, err := budgetCheck(client, defs, fac)
 	if err != nil {
 		return []string{"budget check: " + err.Error()}
 	}
-	jobs, err := listLive(client)
+	jobs, err := ctlharness.ListLive(client)
 	if err != nil {
 		return []string{"list jobs: " + err.Error()}
 	}
@@ -124,7 +125,7 @@ func checkNow(client *api.Client, defs map[string]nodeDef, fac facility.Facility
 // converged reports whether every slot of the catalog has exactly one
 // live job of its model's (only) profile, and nothing else runs.
 func converged(client *api.Client, cat facility.Catalog) (bool, string) {
-	jobs, err := listLive(client)
+	jobs, err := ctlharness.ListLive(client)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -149,18 +150,18 @@ func converged(client *api.Client, cat facility.Catalog) (bool, string) {
 func TestCrashDuringPlacement(t *testing.T) {
 	const maxRounds = 25 // per phase
 	e := newEnv(t, crashFleet(), crashCatalog(1, 12, `"--max-model-len", "8192"`), crashFacility, nomadfake.WithAutoRun(true))
-	e.cfg.Reconcile.PartialDeadline = 24 * time.Hour
+	e.Config.Reconcile.PartialDeadline = 24 * time.Hour
 	fac, err := facility.ParseFacility("facility.hcl", []byte(crashFacility))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := e.fake.Client(t)
+	checker := e.Fake.Client(t)
 	p := &crashPlan{}
-	e.fake.Hook(func(r *http.Request) {
-		if !isJobWrite(r.Method, r.URL.Path) {
+	e.Fake.Hook(func(r *http.Request) {
+		if !ctlharness.IsJobWrite(r.Method, r.URL.Path) {
 			return
 		}
-		bad := checkNow(checker, e.defs, fac)
+		bad := checkNow(checker, e.Nodes, fac)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.bad = append(p.bad, bad...)
@@ -171,26 +172,26 @@ func TestCrashDuringPlacement(t *testing.T) {
 		if p.writes == p.faultAt {
 			status := []int{nomadfake.DropConnection, http.StatusInternalServerError, http.StatusBadGateway}[p.writes%3]
 			if p.fault == "lose" {
-				e.fake.FailNextAfterApply(r.Method, r.URL.Path, 1, status)
+				e.Fake.FailNextAfterApply(r.Method, r.URL.Path, 1, status)
 			} else {
-				e.fake.FailNext(r.Method, r.URL.Path, 1, status)
+				e.Fake.FailNext(r.Method, r.URL.Path, 1, status)
 			}
 			p.events = append(p.events, fmt.Sprintf("%s write %d (%s %s) status %d", p.fault, p.writes, r.Method, r.URL.Path, status))
 		}
 		if p.writes == p.killAt {
 			if p.hard {
-				p.victim.tap.setDown(true)
+				p.victim.Tap.SetDown(true)
 			}
 			p.killed = true
 			p.events = append(p.events, fmt.Sprintf("kill (hard %v) at write %d (%s %s)", p.hard, p.writes, r.Method, r.URL.Path))
-			p.victim.cancel()
+			p.victim.Cancel()
 		}
 	})
 
 	rng := rand.New(rand.NewPCG(5, 2026))
 	n := 0
 	phase := func(name string) {
-		cat := e.catalog()
+		cat := e.Catalog()
 		for round := 0; round < maxRounds; round++ {
 			if ok, _ := converged(checker, cat); ok {
 				break
@@ -219,14 +220,14 @@ func TestCrashDuringPlacement(t *testing.T) {
 			p.mu.Unlock()
 			wait.For(t, plan+": the controller killed or converged", func() (bool, string) {
 				select {
-				case <-c.done:
+				case <-c.Done():
 					return true, ""
 				default:
 				}
 				ok, why := converged(checker, cat)
-				return ok, why + "; lock held by " + e.lockHolder()
+				return ok, why + "; lock held by " + e.LockHolder()
 			})
-			c.stop()
+			c.Stop()
 			p.mu.Lock()
 			p.victim = nil
 			hard, killed, events := p.hard && p.killed, p.killed, p.events
@@ -236,32 +237,32 @@ func TestCrashDuringPlacement(t *testing.T) {
 			if hard {
 				// Its lock lapses: 2 × TTL after its last renewal, then the
 				// lock delay.
-				e.clock.Advance(3*testLockTTL + time.Second)
-				e.fake.Tick()
+				e.Clock.Advance(3*testLockTTL + time.Second)
+				e.Fake.Tick()
 			}
-			if h := e.lockHolder(); h != "" {
+			if h := e.LockHolder(); h != "" {
 				t.Fatalf("%s: leader lock still held by %s after the controller stopped", plan, h)
 			}
 		}
 		// A last controller, with nothing in its way, converges.
 		c := e.start(fmt.Sprintf("ctl-%d-final", n))
 		wait.For(t, name+": convergence", func() (bool, string) { return converged(checker, cat) })
-		c.stop()
+		c.Stop()
 	}
 
 	phase("placement")
-	e.writeCatalog(crashCatalog(1, 12, `"--max-model-len", "16384"`))
+	e.WriteCatalog(crashCatalog(1, 12, `"--max-model-len", "16384"`))
 	phase("roll")
-	e.writeCatalog(crashCatalog(2, 8, `"--max-model-len", "16384"`))
+	e.WriteCatalog(crashCatalog(2, 8, `"--max-model-len", "16384"`))
 	phase("resize")
 	if n < 10 {
 		t.Errorf("only %d controllers were stopped on the way: the test exercises too little", n)
 	}
 
 	// A restarted controller finds nothing to do.
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl-check")
-	if n := e.pass(c); n != 0 {
+	if n := e.Pass(c); n != 0 {
 		t.Errorf("a controller started after convergence sent %d job writes, want 0", n)
 	}
 	for _, r := range c.replicas(t) {
@@ -270,7 +271,7 @@ func TestCrashDuringPlacement(t *testing.T) {
 		}
 	}
 	p.mu.Lock()
-	bad := append(p.bad, checkNow(checker, e.defs, fac)...)
+	bad := append(p.bad, checkNow(checker, e.Nodes, fac)...)
 	p.mu.Unlock()
 	for _, b := range bad {
 		t.Errorf("invariant broken: %s", b)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -72,11 +73,11 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 	}}}
 
 	e := newEnv(t, sixNodes, engineCatalog, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, client })
-	e.pass(c)
-	e.serveAll()
-	e.pass(c)
+	e.Pass(c)
+	e.ServeAll()
+	e.Pass(c)
 
 	byID := func() map[string]controllerapi.ReplicaView {
 		out := map[string]controllerapi.ReplicaView{}
@@ -121,7 +122,7 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 		return r.RequestsRunning.String() == "1" && r.RequestsWaiting.String() == "2", fmt.Sprintf("%+v", *r)
 	})
 	wait.For(t, "the gauges", func() (bool, string) {
-		_, page := call(t, http.MethodGet, c.url+"/metrics", "", nil, nil)
+		_, page := ctlharness.Call(t, http.MethodGet, c.URL+"/metrics", "", nil, nil)
 		return strings.Contains(page, `llmgw_engine_requests_waiting{model="alpha",replica="alpha-0"} 2`), page
 	})
 
@@ -134,7 +135,7 @@ func TestEngineMetricsPerReplica(t *testing.T) {
 		return strings.Contains(m.Error, "500") && m.Reading != nil && !m.ErrorAt.IsZero(), fmt.Sprintf("%+v", m)
 	})
 	wait.For(t, "the error count and no stale gauge", func() (bool, string) {
-		_, page := call(t, http.MethodGet, c.url+"/metrics", "", nil, nil)
+		_, page := ctlharness.Call(t, http.MethodGet, c.URL+"/metrics", "", nil, nil)
 		return strings.Contains(page, `llmgw_engine_scrape_errors_total{model="alpha"}`) &&
 			!strings.Contains(page, `llmgw_engine_requests_waiting{`), page
 	})

@@ -15,11 +15,11 @@ import (
 // changed, and only then: a model with replicas = 0 is in it at zero.
 func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
 	read := func() (gatewayapi.ModelList, uint64) {
 		t.Helper()
-		v, _, err := e.api.Variables().Peek(gatewayapi.ModelsVariable, nil)
+		v, _, err := e.API.Variables().Peek(gatewayapi.ModelsVariable, nil)
 		if err != nil || v == nil {
 			t.Fatalf("read %s: %v %v", gatewayapi.ModelsVariable, v, err)
 		}
@@ -29,22 +29,22 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 		}
 		return l, v.ModifyIndex
 	}
-	e.pass(c)
+	e.Pass(c)
 	l, index := read()
 	want := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "alpha", Min: 3, Replicas: 3}, {Name: "beta", Min: 1, Replicas: 1}}}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("model list (-want +got):\n%s", diff)
 	}
-	e.pass(c)
+	e.Pass(c)
 	if _, again := read(); again != index {
 		t.Errorf("an unchanged list was written again (index %d, then %d)", index, again)
 	}
 
-	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 1", "replicas = 0", 1))
+	e.WriteCatalog(strings.Replace(alphaBeta, "replicas = 1", "replicas = 0", 1))
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	e.pass(c)
+	e.Pass(c)
 	l, _ = read()
 	want.Models[1] = gatewayapi.ListedModel{Name: "beta", Min: 0, Replicas: 0}
 	if diff := cmp.Diff(want, l); diff != "" {
@@ -57,7 +57,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	// An autoscaled model: its min, and the slots the pass gave it: beta
 	// was at zero, and with no signal (no gateway here) the autoscaler
 	// holds it there — counts never move on missing data.
-	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 1", `autoscale {
+	e.WriteCatalog(strings.Replace(alphaBeta, "replicas = 1", `autoscale {
     min = 0
     max = 4
     target { outstanding_per_replica = 8 }
@@ -65,7 +65,7 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 	if err := c.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	e.pass(c)
+	e.Pass(c)
 	l, _ = read()
 	want.Models[1] = gatewayapi.ListedModel{Name: "beta", Min: 0, Replicas: 0}
 	if diff := cmp.Diff(want, l); diff != "" {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 )
 
 // planFacility budgets every rack; the plan tests hold r1 with drain.
@@ -24,14 +25,14 @@ budget "rack=r3" { watts = 6000 }
 // shows stay, no decision is stored.
 func TestPlanEndpoint(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, planFacility)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
-	_, replicasBefore := call(t, http.MethodGet, c.url+"/v1/replicas", "", nil, nil)
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
+	_, replicasBefore := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas", "", nil, nil)
 	var before []controllerapi.ReplicaView
-	call(t, http.MethodGet, c.url+"/v1/replicas", "", nil, &before)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas", "", nil, &before)
 	where := map[string]controllerapi.ReplicaView{}
 	for _, r := range before {
 		where[r.ID] = r
@@ -40,22 +41,22 @@ func TestPlanEndpoint(t *testing.T) {
 	// alpha goes to 5 replicas, beta leaves the catalog, and rack r1 is
 	// held with drain.
 	cat := strings.Replace(alphaBeta[:strings.Index(alphaBeta, `model "beta"`)], "replicas = 3", "replicas = 5", 1)
-	e.fake.ResetRequests()
+	e.Fake.ResetRequests()
 	var v controllerapi.PlanView
-	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "",
+	code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "",
 		controllerapi.PlanRequest{Catalog: cat, CatalogName: "new-catalog.hcl", Holds: []controllerapi.PlanHold{{Domain: "rack=r1", Reason: "swap", Drain: true}}}, &v)
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/plan: %d %s", code, body)
 	}
-	for _, r := range e.fake.Requests() {
+	for _, r := range e.Fake.Requests() {
 		if r.Method != http.MethodGet && !strings.Contains(r.Path, "llmgw/leader") {
 			t.Errorf("the plan wrote to Nomad: %s %s", r.Method, r.Path)
 		}
 	}
-	if _, after := call(t, http.MethodGet, c.url+"/v1/replicas", "", nil, nil); after != replicasBefore {
+	if _, after := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/replicas", "", nil, nil); after != replicasBefore {
 		t.Errorf("the replicas the API shows changed with the plan:\n%s\nwas\n%s", after, replicasBefore)
 	}
-	if h := e.fake.Variable("default", "llmgw/holds"); h != nil && strings.Contains(h.Items["holds"], "rack=r1") {
+	if h := e.Fake.Variable("default", "llmgw/holds"); h != nil && strings.Contains(h.Items["holds"], "rack=r1") {
 		t.Errorf("the plan's hold was stored: %+v", h)
 	}
 
@@ -68,7 +69,7 @@ func TestPlanEndpoint(t *testing.T) {
 				t.Errorf("%s %s goes to %q %v: want a domain and nodes", ch.Change, ch.Replica, ch.To, ch.Nodes)
 			}
 			for _, n := range ch.Nodes {
-				if e.rackOf(n) == "r1" {
+				if e.RackOf(n) == "r1" {
 					t.Errorf("%s %s goes to %s in held rack r1", ch.Change, ch.Replica, n)
 				}
 			}
@@ -79,7 +80,7 @@ func TestPlanEndpoint(t *testing.T) {
 	}
 	var inR1 []string
 	for _, r := range before {
-		if r.Model == "alpha" && e.rackOf(r.Nodes[0]) == "r1" {
+		if r.Model == "alpha" && e.RackOf(r.Nodes[0]) == "r1" {
 			inR1 = append(inR1, r.ID)
 		}
 	}
@@ -104,13 +105,13 @@ func TestPlanEndpoint(t *testing.T) {
 	delta := map[string]float64{}
 	for _, ch := range v.Changes {
 		for _, n := range ch.Nodes {
-			delta["rack="+e.rackOf(n)] += ch.Watts / float64(len(ch.Nodes))
+			delta["rack="+e.RackOf(n)] += ch.Watts / float64(len(ch.Nodes))
 		}
 		if ch.Change == controllerapi.ChangeStop {
 			for _, r := range before {
 				if r.JobID == ch.JobID {
 					for _, n := range r.Nodes {
-						delta["rack="+e.rackOf(n)] -= r.Watts / float64(len(r.Nodes))
+						delta["rack="+e.RackOf(n)] -= r.Watts / float64(len(r.Nodes))
 					}
 				}
 			}
@@ -135,14 +136,14 @@ func TestPlanEndpoint(t *testing.T) {
 	// refused, and the plan says so.
 	v = controllerapi.PlanView{}
 	onlyBeta := alphaBeta[strings.Index(alphaBeta, `model "beta"`):]
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: onlyBeta}, &v); code != http.StatusOK ||
+	if code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{Catalog: onlyBeta}, &v); code != http.StatusOK ||
 		v.Stops != 3 || !strings.Contains(v.Refused, "max_stop_fraction") {
 		t.Errorf("plan without alpha: %d, %d stops, refused %q; want 3 stops, refused:\n%s", code, v.Stops, v.Refused, body)
 	}
 
 	// The files in force, nothing added: nothing to do.
 	v = controllerapi.PlanView{}
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{}, &v); code != http.StatusOK || len(v.Changes) != 0 {
+	if code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{}, &v); code != http.StatusOK || len(v.Changes) != 0 {
 		t.Errorf("plan of the files in force: %d, %d changes, want none:\n%s", code, len(v.Changes), body)
 	}
 }
@@ -152,9 +153,9 @@ func TestPlanEndpoint(t *testing.T) {
 // the field.
 func TestPlanEndpointBadInput(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, planFacility)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	badCat := strings.Replace(alphaBeta, `gpus   = 1`, `gpus   = "one"`, 1)
 	for _, tc := range []struct {
 		name string
@@ -171,7 +172,7 @@ func TestPlanEndpointBadInput(t *testing.T) {
 		if tc.name == "bad both" {
 			tc.req.CatalogName = ""
 		}
-		code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", tc.req, nil)
+		code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", tc.req, nil)
 		if code != tc.code {
 			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.code)
 		}
@@ -181,11 +182,11 @@ func TestPlanEndpointBadInput(t *testing.T) {
 			}
 		}
 	}
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", map[string]any{"hold": []string{"rack=r1"}}, nil); code != http.StatusBadRequest ||
+	if code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", map[string]any{"hold": []string{"rack=r1"}}, nil); code != http.StatusBadRequest ||
 		!strings.Contains(body, `unknown field \"hold\"`) {
 		t.Errorf("a misspelt field: %d %s, want 400 naming it", code, body)
 	}
-	if code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", "not an object", nil); code != http.StatusBadRequest {
+	if code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", "not an object", nil); code != http.StatusBadRequest {
 		t.Errorf("a body that is not a plan request: %d %s, want 400", code, body)
 	}
 }
@@ -196,25 +197,25 @@ func TestCatalogWarnings(t *testing.T) {
 	unchecked := strings.Replace(alphaBeta, `    args   = ["--max-model-len", "8192"]`, `    engine_version = "0.99.0"
     args   = ["--max-model-len", "8192", "--a-flag-of-0.99"]`, 1)
 	e := newEnv(t, sixNodes, unchecked, planFacility)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	const want = `:5: profile alpha/h1: engine_version "0.99.0": llmgw has no contract for vllm 0.99.0 (it has vllm@v0.28.0)`
 	var cv controllerapi.CatalogView
-	if code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, &cv); code != http.StatusOK || len(cv.Warnings) != 1 || !strings.Contains(cv.Warnings[0], want) {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/catalog", "", nil, &cv); code != http.StatusOK || len(cv.Warnings) != 1 || !strings.Contains(cv.Warnings[0], want) {
 		t.Errorf("GET /v1/catalog: %d, warnings %q, want one containing %q\n%s", code, cv.Warnings, want, body)
 	}
 	var mv controllerapi.ModelView
-	if code, body := call(t, http.MethodGet, c.url+"/v1/models/alpha", "", nil, &mv); code != http.StatusOK || len(mv.Warnings) != 1 || !strings.Contains(mv.Warnings[0], want) {
+	if code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/models/alpha", "", nil, &mv); code != http.StatusOK || len(mv.Warnings) != 1 || !strings.Contains(mv.Warnings[0], want) {
 		t.Errorf("GET /v1/models/alpha: %d, warnings %q, want one containing %q\n%s", code, mv.Warnings, want, body)
 	}
 	var v controllerapi.PlanView
-	code, body := call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: unchecked, CatalogName: "new.hcl"}, &v)
+	code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{Catalog: unchecked, CatalogName: "new.hcl"}, &v)
 	if code != http.StatusOK || len(v.Warnings) != 1 || !strings.HasPrefix(v.Warnings[0], "new.hcl"+want) {
 		t.Errorf("POST /v1/plan: %d, warnings %q, want one starting %q\n%s", code, v.Warnings, "new.hcl"+want, body)
 	}
 	var checked controllerapi.PlanView
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: alphaBeta, CatalogName: "new.hcl"}, &checked)
+	code, body = ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{Catalog: alphaBeta, CatalogName: "new.hcl"}, &checked)
 	if code != http.StatusOK || len(checked.Warnings) != 0 {
 		t.Errorf("POST /v1/plan of a checked catalog: %d, warnings %q, want none\n%s", code, checked.Warnings, body)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/bounded"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -100,10 +101,10 @@ func planRequest(t *testing.T, h http.Handler, body []byte, gcPercent int) (rec 
 }
 
 // boundsFleet is 1,000 nodes of 8 H200s, 10 to a rack, 2 to a PDU.
-func boundsFleet() []nodeDef {
-	var nodes []nodeDef
+func boundsFleet() []ctlharness.Node {
+	var nodes []ctlharness.Node
 	for i := range 1000 {
-		nodes = append(nodes, nodeDef{fmt.Sprintf("n%04d", i), fmt.Sprintf("r%03d", i/10), fmt.Sprintf("p%05d", i/2), 8})
+		nodes = append(nodes, ctlharness.Node{Name: fmt.Sprintf("n%04d", i), Rack: fmt.Sprintf("r%03d", i/10), PDU: fmt.Sprintf("p%05d", i/2), GPUs: 8})
 	}
 	return nodes
 }
@@ -124,9 +125,9 @@ const maxLiveGrowth = 32 << 20
 // bound.
 func TestPlanWithinBounds(t *testing.T) {
 	e := newEnv(t, boundsFleet(), oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	// Replicas of 1 GPU all fit; of 8, most do not, and each keeps its
 	// reasons.
 	for _, gpus := range []int{1, 8} {
@@ -217,9 +218,9 @@ func largestPlan(t *testing.T, c *ctl, gpus int) {
 // bound is refused before it is parsed.
 func TestPlanTokensWithinBounds(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	fill := func(head, item, tail string) func(int) string {
 		return func(tokens int) string {
 			per := bounded.HCLTokens([]byte(item))
@@ -266,9 +267,9 @@ func TestPlanTokensWithinBounds(t *testing.T) {
 // answer and 3.2 GB) is refused for its size (413) before it is parsed.
 func TestPlanLimits(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	tooManyHolds := make([]controllerapi.PlanHold, MaxPlanHolds+1)
 	for i := range tooManyHolds {
 		tooManyHolds[i] = controllerapi.PlanHold{Domain: "rack=r1"}
@@ -339,9 +340,9 @@ func servePlan(h http.Handler, body []byte) *httptest.ResponseRecorder {
 // Retry-After, and goes through once the first is done.
 func TestOnePlanAtATime(t *testing.T) {
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	c.planMu.Lock() // a plan under way
 	body, _ := json.Marshal(controllerapi.PlanRequest{})
 	rec, _, _, _ := planRequest(t, c.Handler(), body, 0)

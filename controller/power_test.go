@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/devicesapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -78,18 +79,18 @@ func TestPowerCapHoldFromConfig(t *testing.T) {
 // reports beside it: "default", or for the last GPU refusal when set.
 func gpuStats(t *testing.T, e *env, draw float64, refusal string) {
 	t.Helper()
-	node := e.nodes["n1"]
+	node := e.NodeIDs["n1"]
 	f := func(v float64) *api.StatValue { return &api.StatValue{FloatNumeratorVal: &v, Unit: "W"} }
 	for i := range 4 {
 		id := fmt.Sprintf("n1-gpu%d", i)
-		if err := e.fake.SetPowerDraw(node, id, draw); err != nil {
+		if err := e.Fake.SetPowerDraw(node, id, draw); err != nil {
 			t.Fatal(err)
 		}
 		state := "default"
 		if refusal != "" && i == 3 {
 			state = refusal
 		}
-		if err := e.fake.SetDeviceStats(node, id, map[string]*api.StatValue{
+		if err := e.Fake.SetDeviceStats(node, id, map[string]*api.StatValue{
 			devicesapi.StatEnforcedLimit: f(700), devicesapi.StatDefaultLimit: f(700),
 			devicesapi.StatMinLimit: f(200), devicesapi.StatMaxLimit: f(700),
 			devicesapi.StatPowerCap: {StringVal: &state},
@@ -103,7 +104,7 @@ func gpuStats(t *testing.T, e *env, draw float64, refusal string) {
 // lo's, and those no replica holds.
 func gpusByModel(e *env) (hi string, lo, idle map[string]bool) {
 	lo, idle = map[string]bool{}, map[string]bool{"n1-gpu0": true, "n1-gpu1": true, "n1-gpu2": true, "n1-gpu3": true}
-	for _, a := range e.fake.Allocations("") {
+	for _, a := range e.Fake.Allocations("") {
 		if a.DesiredStatus != api.AllocDesiredStatusRun || a.AllocatedResources == nil {
 			continue
 		}
@@ -127,7 +128,7 @@ func gpusByModel(e *env) (hi string, lo, idle map[string]bool) {
 // changed by mod (when not nil), moving the clock by advance once the
 // spike has ended.
 func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Duration) {
-	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
+	e := newEnv(t, []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 4}}, hiLo, measuredPDU)
 	draw := func(w float64) { t.Helper(); gpuStats(t, e, w, "") }
 	draw(250)
 	c := e.start("ctl", func(o *Options) {
@@ -138,7 +139,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	})
 
 	live := func() (n int, models string) {
-		jobs := e.liveJobs()
+		jobs := e.LiveJobs()
 		var ms []string
 		for _, j := range jobs {
 			ms = append(ms, j.Model)
@@ -147,7 +148,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	}
 	// Declared: two replicas fit (300 + 2 × 700 W), by priority hi first.
 	wait.For(t, "two replicas placed by declared draw", func() (bool, string) {
-		e.serveAll()
+		e.ServeAll()
 		n, ms := live()
 		return n == 2, ms
 	})
@@ -156,13 +157,13 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	// Once three samples of lo/h1 and hi/h1 are in (250 W each, counted at
 	// 275 W), the third replica fits: 300 + 3 × 275 W.
 	wait.For(t, "the third replica placed by measured draw", func() (bool, string) {
-		e.serveAll()
+		e.ServeAll()
 		n, ms := live()
 		return n == 3, ms
 	})
 	var pdu controllerapi.DomainView
 	wait.For(t, "the facility view to count the third replica", func() (bool, string) {
-		call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/facility", "", nil, &fac)
 		for _, d := range fac.Domains {
 			if d.Domain == "pdu=p1" {
 				pdu = d
@@ -185,7 +186,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 		t.Fatalf("GPUs: hi %q, lo %v, idle %v", hiGPU, loGPUs, idle)
 	}
 	capsVar := func() map[string]string {
-		v := e.fake.Variable("default", "llmgw/power-caps/n1")
+		v := e.Fake.Variable("default", "llmgw/power-caps/n1")
 		if v == nil {
 			return nil
 		}
@@ -209,7 +210,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 			t.Errorf("lo's GPU %s has no fallback: %v", id, items)
 		}
 	}
-	if hb := e.fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb == nil || hb.Items["lease"] != "15s" {
+	if hb := e.Fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb == nil || hb.Items["lease"] != "15s" {
 		t.Errorf("heartbeat %+v, want one with lease 15s", hb)
 	}
 	// The round records its view just after it writes the variable: wait
@@ -217,7 +218,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	var pv controllerapi.PowerView
 	wait.For(t, "the cap events in the power view", func() (bool, string) {
 		pv = controllerapi.PowerView{}
-		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/power", "", nil, &pv)
 		for _, ev := range pv.Events {
 			if ev.Kind == "cap" && ev.Domain == "pdu=p1" {
 				return true, ""
@@ -240,7 +241,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	draw(150)
 	wait.For(t, "a round to see the draw low", func() (bool, string) {
 		var pv controllerapi.PowerView
-		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/power", "", nil, &pv)
 		for _, d := range pv.Domains {
 			if d.Domain == "pdu=p1" {
 				return d.DrawWatts < 1000, fmt.Sprint(d)
@@ -248,7 +249,7 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 		}
 		return false, "no pdu=p1"
 	})
-	e.clock.Advance(advance)
+	e.Clock.Advance(advance)
 	wait.For(t, "the caps lifted", func() (bool, string) {
 		items := capsVar()
 		for k := range items {
@@ -261,8 +262,8 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 
 	// Without a budget over it, llmgw no longer manages the node's power:
 	// its caps variable goes, and its plugin restores the default limits.
-	e.writeFacility("headroom = 0\n")
-	if code, body := call(t, http.MethodPost, c.url+"/v1/reload", "", nil, nil); code != http.StatusOK {
+	e.WriteFacility("headroom = 0\n")
+	if code, body := ctlharness.Call(t, http.MethodPost, c.URL+"/v1/reload", "", nil, nil); code != http.StatusOK {
 		t.Fatalf("POST /v1/reload: %d %s", code, body)
 	}
 	wait.For(t, "n1's caps variable deleted", func() (bool, string) {
@@ -282,13 +283,13 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 	if floored == hiLo {
 		t.Fatal("the catalog has no lo profile to floor")
 	}
-	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, floored, measuredPDU)
+	e := newEnv(t, []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 4}}, floored, measuredPDU)
 	draw := func(w float64) { t.Helper(); gpuStats(t, e, w, "") }
 	draw(250)
 	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
 	wait.For(t, "three replicas placed by measured draw", func() (bool, string) {
-		e.serveAll()
-		jobs := e.liveJobs()
+		e.ServeAll()
+		jobs := e.LiveJobs()
 		return len(jobs) == 3, fmt.Sprint(jobs)
 	})
 
@@ -309,7 +310,7 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 	var items map[string]string
 	wait.For(t, "hi's GPU capped once lo's are at their floor", func() (bool, string) {
 		items = nil
-		if v := e.fake.Variable("default", "llmgw/power-caps/n1"); v != nil {
+		if v := e.Fake.Variable("default", "llmgw/power-caps/n1"); v != nil {
 			items = v.Items
 		}
 		return capOf(items, hiGPU) < 700, fmt.Sprint(items)
@@ -336,7 +337,7 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 	// wait for the view of a round that had lo's GPUs' model.
 	wait.For(t, "GET /v1/power to give lo's GPUs their profile's floor", func() (bool, string) {
 		var pv controllerapi.PowerView
-		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/power", "", nil, &pv)
 		var bad []string
 		for _, g := range pv.GPUs {
 			want := 200.0
@@ -356,7 +357,7 @@ func TestCapFloorIsTheProfilesMinWatts(t *testing.T) {
 // with a refused event naming the GPU and the error; once the error clears,
 // the domain counts measured again and the third replica fits.
 func TestRefusedCapAdmitsDeclared(t *testing.T) {
-	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, measuredPDU)
+	e := newEnv(t, []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 4}}, hiLo, measuredPDU)
 	stats := func(refuse bool) {
 		t.Helper()
 		if refuse {
@@ -369,7 +370,7 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 	c := e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
 	pdu := func() controllerapi.DomainView {
 		var fac controllerapi.FacilityView
-		call(t, http.MethodGet, c.url+"/v1/facility", "", nil, &fac)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/facility", "", nil, &fac)
 		for _, d := range fac.Domains {
 			if d.Domain == "pdu=p1" {
 				return d
@@ -380,9 +381,9 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 	// Both models' draw learned and counted, the refusal seen: the view
 	// counts the PDU declared, and two replicas are all it admits.
 	wait.For(t, "the learned draw counted and the PDU admitting declared", func() (bool, string) {
-		e.serveAll()
+		e.ServeAll()
 		var pv controllerapi.PowerView
-		call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+		ctlharness.Call(t, http.MethodGet, c.URL+"/v1/power", "", nil, &pv)
 		counted := 0
 		for _, l := range pv.Learned {
 			if l.Counted {
@@ -390,13 +391,13 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 			}
 		}
 		d := pdu()
-		return counted == 2 && len(pv.Refused) == 1 && d.Count == "declared" && len(e.liveJobs()) == 2, fmt.Sprintf("counted %d, refused %+v, pdu %+v, %d jobs", counted, pv.Refused, d, len(e.liveJobs()))
+		return counted == 2 && len(pv.Refused) == 1 && d.Count == "declared" && len(e.LiveJobs()) == 2, fmt.Sprintf("counted %d, refused %+v, pdu %+v, %d jobs", counted, pv.Refused, d, len(e.LiveJobs()))
 	})
-	if n := len(e.liveJobs()); n != 2 {
+	if n := len(e.LiveJobs()); n != 2 {
 		t.Fatalf("%d replicas with a cap refused, want the 2 declared admits", n)
 	}
 	var pv controllerapi.PowerView
-	call(t, http.MethodGet, c.url+"/v1/power", "", nil, &pv)
+	ctlharness.Call(t, http.MethodGet, c.URL+"/v1/power", "", nil, &pv)
 	found := false
 	for _, ev := range pv.Events {
 		if ev.Kind == "refused" && ev.Domain == "pdu=p1" && strings.Contains(ev.Reason, "n1-gpu3") && strings.Contains(ev.Reason, "Insufficient Permissions") {
@@ -409,9 +410,9 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 
 	stats(false)
 	wait.For(t, "the third replica once caps work again", func() (bool, string) {
-		e.serveAll()
+		e.ServeAll()
 		d := pdu()
-		return len(e.liveJobs()) == 3 && d.Count == "measured", fmt.Sprintf("%d jobs, pdu %+v", len(e.liveJobs()), d)
+		return len(e.LiveJobs()) == 3 && d.Count == "measured", fmt.Sprintf("%d jobs, pdu %+v", len(e.LiveJobs()), d)
 	})
 }
 
@@ -423,15 +424,15 @@ func TestRefusedCapAdmitsDeclared(t *testing.T) {
 // a variable without items, which had left the node without one and the
 // controller logging "power caps not written" every round.
 func TestCapsVariableOfANodeWithNothingToCap(t *testing.T) {
-	e := newEnv(t, []nodeDef{{"n1", "r1", "p1", 4}}, hiLo, "headroom = 0\nbudget \"pdu=p1\" {\n  watts = 10000\n}\n")
+	e := newEnv(t, []ctlharness.Node{{Name: "n1", Rack: "r1", PDU: "p1", GPUs: 4}}, hiLo, "headroom = 0\nbudget \"pdu=p1\" {\n  watts = 10000\n}\n")
 	gpuStats(t, e, 100, "")
 	e.start("ctl", func(o *Options) { o.PowerInterval = 20 * time.Millisecond })
 	// The heartbeat is written in the same round as the nodes' caps, after
 	// them: once it exists, n1's variable has been written or refused.
 	wait.For(t, "the caps heartbeat", func() (bool, string) {
-		return e.fake.Variable("default", "llmgw/power-caps/_heartbeat") != nil, ""
+		return e.Fake.Variable("default", "llmgw/power-caps/_heartbeat") != nil, ""
 	})
-	v := e.fake.Variable("default", "llmgw/power-caps/n1")
+	v := e.Fake.Variable("default", "llmgw/power-caps/n1")
 	if v == nil {
 		t.Fatal("n1's caps variable was not written (a variable without items is refused by Nomad)")
 	}

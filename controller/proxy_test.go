@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/controller/store"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/faultproxy"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
@@ -22,24 +23,24 @@ import (
 // and, once the network is back, resume and catch up with Nomad.
 func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 	e := newEnv(t, sixNodes, alphaBeta, `headroom = 0`, nomadfake.WithAutoRun(true))
-	px, err := faultproxy.New(e.fake.URL())
+	px, err := faultproxy.New(e.Fake.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(px.Close)
-	a := e.startAt("ctl-a", px.URL(), &tap{})
-	wait.For(t, "ctl-a to lead", func() (bool, string) { return e.lockHolder() == "ctl-a", e.lockHolder() })
+	a := e.startAt("ctl-a", px.URL(), &ctlharness.Tap{})
+	wait.For(t, "ctl-a to lead", func() (bool, string) { return e.LockHolder() == "ctl-a", e.LockHolder() })
 	wait.For(t, "every replica placed", func() (bool, string) { return e.placedAll(alphaBetaSlots...) })
 	b := e.start("ctl-b")
 	wait.For(t, "ctl-b synced", func() (bool, string) { _, s := b.health(t); return s, "" })
 
 	px.Set(true, false) // every byte between ctl-a and Nomad is held
 	wait.For(t, "ctl-a to step down on its renewal's deadline", func() (bool, string) { l, _ := a.health(t); return !l, "" })
-	before := a.tap.writes()
-	e.clock.Advance(3*testLockTTL + time.Second)
-	e.fake.Tick()
-	wait.For(t, "ctl-b to take the lock", func() (bool, string) { return e.lockHolder() == "ctl-b", e.lockHolder() })
-	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 4", 1))
+	before := a.Tap.Writes()
+	e.Clock.Advance(3*testLockTTL + time.Second)
+	e.Fake.Tick()
+	wait.For(t, "ctl-b to take the lock", func() (bool, string) { return e.LockHolder() == "ctl-b", e.LockHolder() })
+	e.WriteCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 4", 1))
 	if err := b.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -47,13 +48,13 @@ func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 
 	px.Set(false, false) // ctl-a's held traffic goes through
 	wait.For(t, "ctl-a to catch up with Nomad after the stall", func() (bool, string) { return e.caughtUp(a.Controller) })
-	if n := a.tap.writes() - before; n != 0 {
+	if n := a.Tap.Writes() - before; n != 0 {
 		t.Errorf("ctl-a sent %d job writes after it stepped down", n)
 	}
 	if l, _ := a.health(t); l {
 		t.Errorf("ctl-a leads again while ctl-b holds the lock")
 	}
-	for slot, jobs := range bySlot(e.liveJobs()) {
+	for slot, jobs := range bySlot(e.LiveJobs()) {
 		if len(jobs) != 1 {
 			t.Errorf("slot %s has jobs %v, want one", slot, jobIDs(jobs))
 		}
@@ -61,7 +62,7 @@ func TestStalledLeaderStepsDownAndIsFenced(t *testing.T) {
 
 	px.Set(false, true) // reset: every connection of ctl-a dies
 	px.Set(false, false)
-	e.writeCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 5", 1))
+	e.WriteCatalog(strings.Replace(alphaBeta, "replicas = 3", "replicas = 5", 1))
 	if err := b.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestLeaderCutOffInItsRecordWritesStepsDown(t *testing.T) {
 	)
 	release := make(chan struct{})
 	leaderPath := "/v1/var/" + store.LeaderPath
-	e.fake.Hook(func(r *http.Request) {
+	e.Fake.Hook(func(r *http.Request) {
 		if r.Method != http.MethodPut || !strings.HasPrefix(r.URL.Path, "/v1/var/"+store.Prefix) {
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 )
 
 // secretCatalog has env values that must never leave the controller.
@@ -58,11 +59,11 @@ func pathOf(pattern string) string {
 // references are shown.
 func TestAPINeverReturnsEnvValues(t *testing.T) {
 	e := newEnv(t, sixNodes, secretCatalog, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
-	e.serveAll()
-	e.settle(c)
+	e.Pass(c)
+	e.ServeAll()
+	e.Settle(c)
 
 	check := func(what string, code int, body string) {
 		t.Helper()
@@ -88,7 +89,7 @@ func TestAPINeverReturnsEnvValues(t *testing.T) {
 	gets = append(gets, "/healthz", "/metrics", "/v1/replicas?model=alpha")
 	walked := 0
 	for _, path := range gets {
-		code, body := call(t, http.MethodGet, c.url+path, "", nil, nil)
+		code, body := ctlharness.Call(t, http.MethodGet, c.URL+path, "", nil, nil)
 		check("GET "+path, code, body)
 		if code == http.StatusOK {
 			walked++
@@ -98,27 +99,27 @@ func TestAPINeverReturnsEnvValues(t *testing.T) {
 		t.Errorf("only %d GETs answered 200: the walk proves little", walked)
 	}
 
-	code, body := call(t, http.MethodGet, c.url+"/v1/catalog", "", nil, nil)
+	code, body := ctlharness.Call(t, http.MethodGet, c.URL+"/v1/catalog", "", nil, nil)
 	for _, want := range []string{`"HF_TOKEN": "(redacted)"`, `"WANDB_API_KEY": "(redacted)"`, `"Variable": "nomad/jobs"`, `"Key": "api_key"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET /v1/catalog (%d) lacks %s:\n%s", code, want, body)
 		}
 	}
 
-	code, body = call(t, http.MethodPost, c.url+"/v1/reload", "", nil, nil)
+	code, body = ctlharness.Call(t, http.MethodPost, c.URL+"/v1/reload", "", nil, nil)
 	if code != http.StatusOK || !strings.Contains(body, Redacted) {
 		t.Errorf("POST /v1/reload: %d, want 200 with redacted env:\n%s", code, body)
 	}
 	check("POST /v1/reload", code, body)
 
 	planCat := strings.Replace(secretCatalog, `wandb_SECRET_three`, `plan_SECRET_four`, 1)
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: planCat}, nil)
+	code, body = ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{Catalog: planCat}, nil)
 	if code != http.StatusOK {
 		t.Errorf("POST /v1/plan: %d %s", code, body)
 	}
 	check("POST /v1/plan", code, body)
 	bad := strings.Replace(planCat, `gpus   = 1`, `gpus   = "plan_SECRET_four"`, 1)
-	code, body = call(t, http.MethodPost, c.url+"/v1/plan", "", controllerapi.PlanRequest{Catalog: bad}, nil)
+	code, body = ctlharness.Call(t, http.MethodPost, c.URL+"/v1/plan", "", controllerapi.PlanRequest{Catalog: bad}, nil)
 	if code != http.StatusUnprocessableEntity {
 		t.Errorf("POST /v1/plan of a bad catalog: %d %s, want 422", code, body)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/httpjson"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -120,9 +121,9 @@ func newScaleEnv(t *testing.T, catalog, fac string) *scaleEnv {
 	t.Helper()
 	e := newEnv(t, sixNodes, catalog, fac)
 	// Rounds come from the test: the controller's own loop waits an hour.
-	e.cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second}
+	e.Config.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second}
 	gw := newFakeGateway(t)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl", func(o *Options) {
 		o.Gateways = func(context.Context) ([]string, error) { return []string{gw.srv.URL}, nil }
 	})
@@ -132,17 +133,17 @@ func newScaleEnv(t *testing.T, catalog, fac string) *scaleEnv {
 // rounds advances the clock by a second and runs a signal round, n times.
 func (s *scaleEnv) rounds(n int) {
 	for range n {
-		s.clock.Advance(time.Second)
+		s.Clock.Advance(time.Second)
 		s.c.signalRound(context.Background(), s.st)
 	}
 }
 
 // model reads GET /v1/models/{name}.
 func (s *scaleEnv) model(name string) controllerapi.ModelView {
-	s.t.Helper()
+	s.T.Helper()
 	var mv controllerapi.ModelView
-	if code, body := call(s.t, http.MethodGet, s.c.url+"/v1/models/"+name, "", nil, &mv); code != http.StatusOK {
-		s.t.Fatalf("GET /v1/models/%s: %d %s", name, code, body)
+	if code, body := ctlharness.Call(s.T, http.MethodGet, s.c.URL+"/v1/models/"+name, "", nil, &mv); code != http.StatusOK {
+		s.T.Fatalf("GET /v1/models/%s: %d %s", name, code, body)
 	}
 	return mv
 }
@@ -150,23 +151,23 @@ func (s *scaleEnv) model(name string) controllerapi.ModelView {
 // scaled runs the pass after one that changed a count: as the job
 // list's change would in production, it shows the scaler the new count.
 func (s *scaleEnv) scaled() {
-	s.t.Helper()
-	if n := s.pass(s.c); n != 0 {
-		s.t.Errorf("the pass after a scale sent %d job writes", n)
+	s.T.Helper()
+	if n := s.Pass(s.c); n != 0 {
+		s.T.Errorf("the pass after a scale sent %d job writes", n)
 	}
 }
 
 // settleServing places what the controller wants and serves it.
 func (s *scaleEnv) settleServing() {
-	s.t.Helper()
-	s.settle(s.c)
-	s.serveAll()
-	s.pass(s.c)
+	s.T.Helper()
+	s.Settle(s.c)
+	s.ServeAll()
+	s.Pass(s.c)
 }
 
 func (s *scaleEnv) slots(model string) []string {
 	var out []string
-	for _, j := range s.liveJobs() {
+	for _, j := range s.LiveJobs() {
 		if j.Model == model {
 			out = append(out, j.Replica)
 		}
@@ -190,7 +191,7 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 	// takes twice the count).
 	s.gw.set("chat", 12)
 	s.rounds(6)
-	if n := s.pass(s.c); n != 1 {
+	if n := s.Pass(s.c); n != 1 {
 		t.Errorf("the scale up sent %d job writes, want one create", n)
 	}
 	mv := s.model("chat")
@@ -204,12 +205,12 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 	if mv.Signals == nil || mv.Signals.Outstanding.Value == nil || *mv.Signals.Outstanding.Value != 12 || mv.Signals.Outstanding.Source != controllerapi.SourceGateways {
 		t.Errorf("signals %+v", mv.Signals)
 	}
-	s.serveAll()
+	s.ServeAll()
 
 	// 20 outstanding: 5 wanted, but the room holds three.
 	s.gw.set("chat", 20)
 	s.rounds(6)
-	if n := s.pass(s.c); n != 0 {
+	if n := s.Pass(s.c); n != 0 {
 		t.Errorf("a scale up past the budget sent %d job writes", n)
 	}
 	mv = s.model("chat")
@@ -224,7 +225,7 @@ func TestDemandScalesUpWithinTheBudget(t *testing.T) {
 	}
 	// A replica's explain says it too.
 	var d controllerapi.ReplicaDetail
-	if code, body := call(t, http.MethodGet, s.c.url+"/v1/replicas/chat-0", "", nil, &d); code != http.StatusOK || d.Scale == nil ||
+	if code, body := ctlharness.Call(t, http.MethodGet, s.c.URL+"/v1/replicas/chat-0", "", nil, &d); code != http.StatusOK || d.Scale == nil ||
 		!strings.HasPrefix(d.Scale.Explain, "wants 5, has 3: room=a would draw") || !strings.Contains(d.Scale.Reason, "up 3→5") {
 		t.Errorf("GET /v1/replicas/chat-0: %d scale %+v (%s)", code, d.Scale, body)
 	}
@@ -263,7 +264,7 @@ func TestMissingSignalHolds(t *testing.T) {
 	s.rounds(3)
 	s.gw.fail(http.StatusInternalServerError)
 	s.rounds(70) // past the down window: with readings it would go down
-	if n := s.pass(s.c); n != 0 {
+	if n := s.Pass(s.c); n != 0 {
 		t.Errorf("a pass on missing data sent %d job writes", n)
 	}
 	mv := s.model("chat")
@@ -279,7 +280,7 @@ func TestMissingSignalHolds(t *testing.T) {
 		t.Errorf("signals: %+v", mv.Signals)
 	}
 	var sv controllerapi.SignalsView
-	call(t, http.MethodGet, s.c.url+"/v1/signals", "", nil, &sv)
+	ctlharness.Call(t, http.MethodGet, s.c.URL+"/v1/signals", "", nil, &sv)
 	found := false
 	for _, src := range sv.Sources {
 		if src.Source == controllerapi.SourceGateways && src.Name == s.gw.srv.URL {
@@ -293,7 +294,7 @@ func TestMissingSignalHolds(t *testing.T) {
 	// No gateway at all: missing too, and said so.
 	s.c.opts.Gateways = func(context.Context) ([]string, error) { return nil, nil }
 	s.rounds(1)
-	s.pass(s.c)
+	s.Pass(s.c)
 	if mv := s.model("chat"); mv.Decision == nil || !strings.Contains(mv.Decision.Reason, "no gateway to read demand from") || mv.Wanted != 2 {
 		t.Errorf("with no gateway: %+v", mv.Decision)
 	}
@@ -305,7 +306,7 @@ func TestMissingSignalHolds(t *testing.T) {
 	s.gw.mu.Unlock()
 	s.c.opts.Gateways = func(context.Context) ([]string, error) { return []string{s.gw.srv.URL}, nil }
 	s.rounds(1)
-	s.pass(s.c)
+	s.Pass(s.c)
 	if mv := s.model("chat"); mv.Decision == nil || !strings.Contains(mv.Decision.Reason, "no gateway knows model chat") || mv.Wanted != 2 {
 		t.Errorf("with chat unknown to the gateway: %+v", mv.Decision)
 	}
@@ -322,7 +323,7 @@ func TestPinOverridesAndExpires(t *testing.T) {
 	s.settleServing()
 	s.gw.set("chat", 4) // one replica's worth: chat stays at its min
 	s.rounds(6)
-	s.pass(s.c)
+	s.Pass(s.c)
 
 	const tok = ""
 	for _, tc := range []struct {
@@ -334,25 +335,25 @@ func TestPinOverridesAndExpires(t *testing.T) {
 		{controllerapi.PinRequest{Replicas: 4, For: "10s"}, http.StatusBadRequest, "outside 1m0s to 168h"},
 		{controllerapi.PinRequest{Replicas: 4, For: "soon"}, http.StatusBadRequest, "is not a duration"},
 	} {
-		if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, tc.body, nil); code != tc.code || !strings.Contains(body, tc.want) {
+		if code, body := ctlharness.Call(t, http.MethodPut, s.c.URL+"/v1/models/chat/pin", tok, tc.body, nil); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("PUT pin %+v: %d %s; want %d with %q", tc.body, code, body, tc.code, tc.want)
 		}
 	}
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chta/pin", tok, controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusNotFound || !strings.Contains(body, "chat") {
+	if code, body := ctlharness.Call(t, http.MethodPut, s.c.URL+"/v1/models/chta/pin", tok, controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusNotFound || !strings.Contains(body, "chat") {
 		t.Errorf("PUT pin of a mistyped model: %d %s", code, body)
 	}
 	var p controllerapi.Pin
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", tok, controllerapi.PinRequest{Replicas: 4, For: "2m", Reason: "launch"}, &p); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodPut, s.c.URL+"/v1/models/chat/pin", tok, controllerapi.PinRequest{Replicas: 4, For: "2m", Reason: "launch"}, &p); code != http.StatusOK {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
-	if want := s.clock.Now().Add(2 * time.Minute); !p.Until.Equal(want) || p.Replicas != 4 || p.SetBy != CallerInsecure {
+	if want := s.Clock.Now().Add(2 * time.Minute); !p.Until.Equal(want) || p.Replicas != 4 || p.SetBy != CallerInsecure {
 		t.Errorf("pin %+v, want 4 until %s, set by %s", p, want, CallerInsecure)
 	}
-	if v := s.fake.Variable("default", store.PinsPath); v == nil || !strings.Contains(v.Items["pins"], `"model":"chat"`) {
+	if v := s.Fake.Variable("default", store.PinsPath); v == nil || !strings.Contains(v.Items["pins"], `"model":"chat"`) {
 		t.Errorf("the pin is not in Nomad Variables: %v", v)
 	}
 	s.rounds(1)
-	if n := s.pass(s.c); n != 2 {
+	if n := s.Pass(s.c); n != 2 {
 		t.Errorf("the pin's pass sent %d job writes, want 2 creates", n)
 	}
 	mv := s.model("chat")
@@ -363,9 +364,9 @@ func TestPinOverridesAndExpires(t *testing.T) {
 		t.Errorf("reason %q", mv.Reason)
 	}
 	s.scaled()
-	s.serveAll()
+	s.ServeAll()
 	s.rounds(1)
-	s.pass(s.c)
+	s.Pass(s.c)
 	if mv := s.model("chat"); mv.Wanted != 4 || mv.Has != 4 || mv.Serving != 4 {
 		t.Errorf("pinned, served: wanted %d, has %d, serving %d", mv.Wanted, mv.Has, mv.Serving)
 	}
@@ -377,14 +378,14 @@ func TestPinOverridesAndExpires(t *testing.T) {
 	// minutes ago, more than the down window, and the down window's most
 	// is one replica's worth: down to 2 (4 less max_step).
 	s.rounds(121)
-	if n := s.pass(s.c); n != 2 {
+	if n := s.Pass(s.c); n != 2 {
 		t.Errorf("the pass after the pin expired sent %d job writes, want 2 stops", n)
 	}
 	mv = s.model("chat")
 	if mv.Pin != nil || mv.Decision == nil || mv.Decision.Rule != "down" || mv.Wanted != 2 || mv.Has != 2 || len(mv.Stopped) != 2 {
 		t.Errorf("after the pin expired: pin %+v, decision %+v, %+v", mv.Pin, mv.Decision, mv)
 	}
-	if v := s.fake.Variable("default", store.PinsPath); v != nil && strings.Contains(v.Items["pins"], "chat") {
+	if v := s.Fake.Variable("default", store.PinsPath); v != nil && strings.Contains(v.Items["pins"], "chat") {
 		t.Errorf("the expired pin is still stored: %v", v.Items)
 	}
 	if got := testutil.ToFloat64(s.c.metrics.scaleEvents.WithLabelValues("chat", "down")); got != 1 {
@@ -392,7 +393,7 @@ func TestPinOverridesAndExpires(t *testing.T) {
 	}
 
 	// Release: 404 when there is none.
-	if code, _ := call(t, http.MethodDelete, s.c.url+"/v1/models/chat/pin", tok, nil, nil); code != http.StatusNotFound {
+	if code, _ := ctlharness.Call(t, http.MethodDelete, s.c.URL+"/v1/models/chat/pin", tok, nil, nil); code != http.StatusNotFound {
 		t.Errorf("DELETE a pin that expired: %d, want 404", code)
 	}
 }
@@ -402,16 +403,16 @@ func TestPinOverridesAndExpires(t *testing.T) {
 func TestPinSurvivesRestart(t *testing.T) {
 	s := newScaleEnv(t, chatCatalog, `headroom = 0`)
 	s.settleServing()
-	if code, body := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusOK {
+	if code, body := ctlharness.Call(t, http.MethodPut, s.c.URL+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 3}, nil); code != http.StatusOK {
 		t.Fatalf("PUT pin: %d %s", code, body)
 	}
-	s.c.stop()
+	s.c.Stop()
 	c2 := s.start("ctl-2", func(o *Options) {
 		o.Gateways = func(context.Context) ([]string, error) { return nil, nil }
 	})
-	s.pass(c2)
+	s.Pass(c2)
 	var mv controllerapi.ModelView
-	call(t, http.MethodGet, c2.url+"/v1/models/chat", "", nil, &mv)
+	ctlharness.Call(t, http.MethodGet, c2.URL+"/v1/models/chat", "", nil, &mv)
 	if mv.Wanted != 3 || mv.Pin == nil || mv.Pin.Replicas != 3 {
 		t.Errorf("after a restart: wanted %d, pin %+v; want the pin's 3", mv.Wanted, mv.Pin)
 	}
@@ -426,9 +427,9 @@ func TestPinSurvivesRestart(t *testing.T) {
 // allocation ends only once the shutdown_delay has passed.
 func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	e := newEnv(t, sixNodes, chatCatalog, `headroom = 0`, nomadfake.WithShutdownDelay(true))
-	e.cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second}
+	e.Config.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second}
 	gw := newFakeGateway(t)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl", func(o *Options) {
 		o.Gateways = func(context.Context) ([]string, error) { return []string{gw.srv.URL}, nil }
 	})
@@ -441,7 +442,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		src := &gateway.NomadSource{Client: e.api, CheckInterval: 50 * time.Millisecond}
+		src := &gateway.NomadSource{Client: e.API, CheckInterval: 50 * time.Millisecond}
 		_ = src.Run(ctx, func(sn gateway.Snapshot) {
 			mu.Lock()
 			snap = sn
@@ -466,10 +467,10 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	s.settleServing()
 	s.gw.set("chat", 12) // three replicas
 	s.rounds(6)
-	s.pass(c)
+	s.Pass(c)
 	s.scaled()
-	s.serveAll()
-	s.pass(c)
+	s.ServeAll()
+	s.Pass(c)
 	wait.For(t, "the gateway to route to chat's three replicas", func() (bool, string) {
 		got := routed()
 		return slices.Equal(got, []string{"chat-0", "chat-1", "chat-2"}), fmt.Sprint(got)
@@ -479,7 +480,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	// the min of 2.
 	s.gw.set("chat", 4)
 	s.rounds(70) // the down window, and the up window before it
-	if n := s.pass(c); n != 1 {
+	if n := s.Pass(c); n != 1 {
 		t.Fatalf("the scale down sent %d job writes, want one stop", n)
 	}
 	mv := s.model("chat")
@@ -488,7 +489,7 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 	}
 	victim := mv.Stopped[0]
 	var victimJob string
-	for _, a := range e.fake.Allocations("") {
+	for _, a := range e.Fake.Allocations("") {
 		if a.DesiredStatus == api.AllocDesiredStatusStop && strings.HasPrefix(a.JobID, "llmgw-"+victim+"-") {
 			victimJob = a.JobID
 		}
@@ -500,19 +501,19 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 		got := routed()
 		return len(got) == 2 && !slices.Contains(got, victim), fmt.Sprint(got)
 	})
-	for _, a := range e.fake.Allocations(victimJob) {
+	for _, a := range e.Fake.Allocations(victimJob) {
 		if a.DesiredStatus != api.AllocDesiredStatusStop || a.ClientStatus != api.AllocClientStatusRunning {
 			t.Errorf("%s's allocation once the gateway dropped it: desired %s, client %s; want it stopping and still running (draining)",
 				victim, a.DesiredStatus, a.ClientStatus)
 		}
 	}
-	group := e.fake.Allocations(victimJob)[0].Job.TaskGroups[0]
-	if group.ShutdownDelay == nil || *group.ShutdownDelay != e.cfg.Driver.ShutdownDelay || len(group.Services) == 0 {
-		t.Fatalf("the victim's group: shutdown_delay %v, services %d; want the configured %s and its service", group.ShutdownDelay, len(group.Services), e.cfg.Driver.ShutdownDelay)
+	group := e.Fake.Allocations(victimJob)[0].Job.TaskGroups[0]
+	if group.ShutdownDelay == nil || *group.ShutdownDelay != e.Config.Driver.ShutdownDelay || len(group.Services) == 0 {
+		t.Fatalf("the victim's group: shutdown_delay %v, services %d; want the configured %s and its service", group.ShutdownDelay, len(group.Services), e.Config.Driver.ShutdownDelay)
 	}
-	e.clock.Advance(*group.ShutdownDelay)
-	e.fake.Tick()
-	for _, a := range e.fake.Allocations(victimJob) {
+	e.Clock.Advance(*group.ShutdownDelay)
+	e.Fake.Tick()
+	for _, a := range e.Fake.Allocations(victimJob) {
 		if a.ClientStatus != api.AllocClientStatusComplete {
 			t.Errorf("%s's allocation after shutdown_delay: client %s, want complete", victim, a.ClientStatus)
 		}
@@ -524,14 +525,14 @@ func TestScaleDownDrainsThroughTheGatewayBeforeStop(t *testing.T) {
 func TestPinShowsInTheNextRead(t *testing.T) {
 	s := newScaleEnv(t, chatCatalog, `headroom = 0`)
 	s.settleServing()
-	code, raw := call(t, http.MethodPut, s.c.url+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 4, Reason: "launch"}, nil)
+	code, raw := ctlharness.Call(t, http.MethodPut, s.c.URL+"/v1/models/chat/pin", "", controllerapi.PinRequest{Replicas: 4, Reason: "launch"}, nil)
 	if code != http.StatusOK || strings.Contains(raw, "warning") {
 		t.Fatalf("PUT pin: %d %s, want 200 without a warning", code, raw)
 	}
 	if mv := s.model("chat"); mv.Pin == nil || mv.Pin.Replicas != 4 {
 		t.Errorf("right after the pin: pin %+v, want 4", mv.Pin)
 	}
-	code, raw = call(t, http.MethodDelete, s.c.url+"/v1/models/chat/pin", "", nil, nil)
+	code, raw = ctlharness.Call(t, http.MethodDelete, s.c.URL+"/v1/models/chat/pin", "", nil, nil)
 	if code != http.StatusOK || strings.Contains(raw, "warning") {
 		t.Fatalf("DELETE pin: %d %s, want 200 without a warning", code, raw)
 	}

@@ -28,9 +28,9 @@ func TestServerTimeouts(t *testing.T) {
 	}
 
 	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl")
-	e.pass(c)
+	e.Pass(c)
 	// The production server with short timeouts, so that the test does not
 	// wait 30 s for each.
 	s := NewServer(c.Handler())

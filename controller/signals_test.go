@@ -127,12 +127,12 @@ func TestPrometheusSignals(t *testing.T) {
 	prom.answers[qOut] = vector(map[string]string{"chat": "20", "other": "3"})
 	prom.answers[qWait] = vector(map[string]string{"other": "1"})
 	e := newEnv(t, sixNodes, chatCatalog, `headroom = 0`)
-	e.cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Prometheus: &config.Prometheus{
+	e.Config.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Prometheus: &config.Prometheus{
 		Address: prom.srv.URL, ModelLabel: "served", Queries: map[string]string{controllerapi.SignalOutstanding: qOut, controllerapi.SignalWaiting: qWait},
 	}}
 	gw := newFakeGateway(t)
 	gw.set("chat", 1)
-	e.holdLock()
+	e.HoldLock()
 	c := e.start("ctl", func(o *Options) {
 		o.Gateways = func(context.Context) ([]string, error) { return []string{gw.srv.URL}, nil }
 	})
@@ -171,7 +171,7 @@ func TestPrometheusSignals(t *testing.T) {
 	if failing != 2 {
 		t.Errorf("GET /v1/signals reports %d failing prometheus queries, want 2: %+v", failing, c.Signals().Sources)
 	}
-	s.pass(c)
+	s.Pass(c)
 	if mv := s.model("chat"); mv.Decision == nil || mv.Decision.Rule != "stale" || !strings.Contains(mv.Decision.Reason, "answered a scalar") {
 		t.Errorf("decision on a missing prometheus signal: %+v", mv.Decision)
 	}

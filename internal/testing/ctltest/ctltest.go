@@ -1,8 +1,8 @@
-// Package ctltest runs a real controller against the Nomad fake
-// (internal/testing/nomadfake) on a small facility — two rows of two racks of two
-// 4-GPU nodes, power budgets, a hold in the facility file, and a catalog
-// with a model that cannot be placed — for the tests of llmgw ctl and of
-// the web console.
+// Package ctltest is the standard facility of the tests of llmgw ctl and
+// of the web console, on the one controller test harness
+// (internal/testing/ctlharness): a real controller against the Nomad fake
+// on two rows of two racks of two 4-GPU nodes, power budgets, a hold in
+// the facility file, and a catalog with a model that cannot be placed.
 //
 // By default the test holds the leader lock itself, so the controller
 // stands by and places nothing on its own: Start runs its passes until the
@@ -15,12 +15,10 @@
 package ctltest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -34,37 +32,35 @@ import (
 
 	"github.com/llmgw/llmgw/controller"
 	"github.com/llmgw/llmgw/controller/config"
-	"github.com/llmgw/llmgw/controller/store"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // Epoch is the time on the fake's and the controller's clock, which never
-// moves.
-var Epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+// moves (unless the controller leads).
+var Epoch = ctlharness.Epoch
 
 // BaseWatts is every node's base draw; each GPU reports IdleGPUWatts.
 const (
-	BaseWatts    = 300
+	BaseWatts    = ctlharness.BaseWatts
 	IdleGPUWatts = 60
-	GPU          = "NVIDIA H200"
+	GPU          = ctlharness.GPU
 )
 
-// Node is one node of the test fleet.
-type Node struct {
-	Name, Row, Rack, PDU string
-	GPUs                 int
-}
+// Site is every node's site.
+const Site = "ams1"
 
 // Nodes is the fleet: rows r01 and r02, two racks each, two nodes per
 // rack, each node on its own PDU.
-var Nodes = []Node{
-	{"n01", "r01", "r01-k01", "p01-a", 4}, {"n02", "r01", "r01-k01", "p01-b", 4},
-	{"n03", "r01", "r01-k02", "p02-a", 4}, {"n04", "r01", "r01-k02", "p02-b", 4},
-	{"n05", "r02", "r02-k01", "p03-a", 4}, {"n06", "r02", "r02-k01", "p03-b", 4},
-	{"n07", "r02", "r02-k02", "p04-a", 4}, {"n08", "r02", "r02-k02", "p04-b", 4},
+var Nodes = []ctlharness.Node{
+	{Name: "n01", Row: "r01", Rack: "r01-k01", PDU: "p01-a", GPUs: 4}, {Name: "n02", Row: "r01", Rack: "r01-k01", PDU: "p01-b", GPUs: 4},
+	{Name: "n03", Row: "r01", Rack: "r01-k02", PDU: "p02-a", GPUs: 4}, {Name: "n04", Row: "r01", Rack: "r01-k02", PDU: "p02-b", GPUs: 4},
+	{Name: "n05", Row: "r02", Rack: "r02-k01", PDU: "p03-a", GPUs: 4}, {Name: "n06", Row: "r02", Rack: "r02-k01", PDU: "p03-b", GPUs: 4},
+	{Name: "n07", Row: "r02", Rack: "r02-k02", PDU: "p04-a", GPUs: 4}, {Name: "n08", Row: "r02", Rack: "r02-k02", PDU: "p04-b", GPUs: 4},
 }
 
 // Catalog: alpha spreads three single-GPU replicas over racks, beta is one
@@ -198,22 +194,15 @@ const (
 	GPUDefaultWatts = 700
 )
 
-// Env is a running controller on the fake.
+// Env is a running controller on the fake: the harness's Env (T, Fake,
+// NodeIDs, …) with the controller.
 type Env struct {
-	T          testing.TB
-	Fake       *nomadfake.Server
+	*ctlharness.Env
 	Controller *controller.Controller
 	// URL is the controller API's base URL (an httptest server).
-	URL     string
-	NodeIDs map[string]string
-	opts    Options
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Logf("controller: %s", strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	URL  string
+	ctl  *ctlharness.Ctl
+	opts Options
 }
 
 // Start runs a controller against a new fake with the test fleet, catalog
@@ -224,96 +213,89 @@ func Start(t testing.TB, opts Options) *Env {
 	if opts.Power {
 		opts.Lead = true
 	}
-	now := func() time.Time { return Epoch }
-	fakeOpts := []nomadfake.Option{nomadfake.WithAutoRun(true)}
-	if !opts.Lead {
-		fakeOpts = append(fakeOpts, nomadfake.WithClock(now))
-	} else {
-		now = time.Now
+	catalog, fac := Catalog, Facility
+	if opts.Autoscale {
+		catalog += Autoscaled
 	}
-	fake := nomadfake.New(fakeOpts...)
-	t.Cleanup(fake.Close)
-	e := &Env{T: t, Fake: fake, NodeIDs: map[string]string{}, opts: opts}
+	if opts.Power {
+		fac = PowerFacility
+	}
+	h := ctlharness.New(t, ctlharness.Spec{
+		Nodes: Nodes, Catalog: catalog, Facility: fac, Site: Site,
+		// A leading controller learns, keeps history and rounds as time
+		// passes: it runs on the real clock.
+		RealTime: opts.Lead, LogLevel: slog.LevelWarn,
+		Fake: []nomadfake.Option{nomadfake.WithAutoRun(true)},
+	})
 	for _, n := range Nodes {
-		var ids []string
-		for i := range n.GPUs {
-			ids = append(ids, fmt.Sprintf("%s-gpu%d", n.Name, i))
-		}
-		id := fake.AddNode(nomadfake.NodeSpec{
-			Name: n.Name,
-			Meta: map[string]string{
-				"llmgw.site": "ams1", "llmgw.room": "a", "llmgw.row": n.Row,
-				"llmgw.rack": n.Rack, "llmgw.pdu": n.PDU,
-			},
-			Devices: []nomadfake.DeviceGroup{nomadfake.NvidiaGPUs(GPU, 700, 143771, ids...)},
-		})
-		e.NodeIDs[n.Name] = id
-		for _, g := range ids {
+		id := h.NodeIDs[n.Name]
+		for _, g := range ctlharness.GPUIDs(n) {
 			w := float64(IdleGPUWatts)
 			if opts.Power && n.Name == "n01" {
 				w = CappedGPUWatts
 			}
-			if err := fake.SetPowerDraw(id, g, w); err != nil {
+			if err := h.Fake.SetPowerDraw(id, g, w); err != nil {
 				t.Fatal(err)
 			}
 			if opts.Power {
-				if err := fake.SetDeviceStats(id, g, limitStats()); err != nil {
+				if err := h.Fake.SetDeviceStats(id, g, limitStats()); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 	}
-	dir := t.TempDir()
-	cfg := config.Default(dir)
-	cfg.NodeBaseWatts = BaseWatts
-	cfg.APIToken = opts.Token
+	h.Config.APIToken = opts.Token
 	// Without a token the API takes writes only in insecure mode (its
 	// server is on loopback).
-	cfg.InsecureWrites = opts.Token == ""
-	cfg.Reconcile.Interval = time.Second
-	catalog := Catalog
-	var gateways []string
+	h.Config.InsecureWrites = opts.Token == ""
 	if opts.Autoscale {
-		catalog += Autoscaled
 		gw := httptest.NewServer(http.HandlerFunc(serveDemand))
 		t.Cleanup(gw.Close)
-		gateways = []string{gw.URL}
-		cfg.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Gateways: gateways}
+		h.Config.Autoscale = &config.Autoscale{Interval: time.Hour, Timeout: 5 * time.Second, Gateways: []string{gw.URL}}
 		if opts.Lead {
-			cfg.Autoscale.Interval = time.Second
-		}
-	}
-	facility := Facility
-	if opts.Power {
-		facility = PowerFacility
-	}
-	for path, src := range map[string]string{cfg.Catalog: catalog, cfg.Facility: facility} {
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
+			h.Config.Autoscale.Interval = time.Second
 		}
 	}
 	if !opts.Lead {
-		holdLock(t, fake)
+		h.HoldLock()
 	}
-	client, err := api.NewClient(fake.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := controller.New(controller.Options{
-		Config: cfg, Nomad: client, Identity: "ctl-test", Now: now,
-		Logger:        slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PowerInterval: 50 * time.Millisecond, LockTTL: 10 * time.Second,
-		// nomadfake's allocations have loopback addresses no engine serves:
-		// reading them would put errors in the tables the tests compare.
-		EngineMetricsInterval: time.Hour,
+	e := &Env{Env: h, opts: opts}
+	e.ctl = h.Start("ctl-test", func(s ctlharness.Setup) (ctlharness.Controller, error) {
+		c, err := controller.New(controller.Options{
+			Config: s.Config, Nomad: s.Nomad, Identity: s.Name, Now: s.Now, Logger: s.Logger,
+			PowerInterval: 50 * time.Millisecond, LockTTL: ctlharness.LockTTL,
+			// nomadfake's allocations have loopback addresses no engine serves:
+			// reading them would put errors in the tables the tests compare.
+			EngineMetricsInterval: time.Hour,
+		})
+		if err != nil {
+			return nil, err
+		}
+		e.Controller = c
+		if opts.Autoscale {
+			return readsDemand{c}, nil
+		}
+		return c, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Controller = c
-	e.URL = serve(t, c, client)
+	e.ctl.NotYet = notYet
+	e.URL = e.ctl.URL
 	e.settle()
 	return e
+}
+
+// notYet is a pass's error while the controller has not read every list
+// of Nomad, or its own last writes, yet.
+func notYet(err error) bool {
+	return errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind)
+}
+
+// readsDemand is a controller with Options.Autoscale whose passes (Start's
+// and Pass's) read the test gateway's demand first.
+type readsDemand struct{ *controller.Controller }
+
+func (c readsDemand) Pass(ctx context.Context) error {
+	c.ReadSignals(ctx)
+	return c.Controller.Pass(ctx)
 }
 
 // limitStats are the stats nomad-device-nvml adds beside a GPU's draw
@@ -328,25 +310,6 @@ func limitStats() map[string]*api.StatValue {
 	}
 }
 
-// serve runs c until the test ends, its API on a loopback server whose URL
-// it returns; the test's end stops c, then closes the server and client.
-func serve(t testing.TB, c *controller.Controller, client *api.Client) string {
-	srv := httptest.NewServer(c.Handler())
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-		client.Close()
-	})
-	return srv.URL
-}
-
 // StartUnread runs a controller with the test catalog and facility whose
 // Nomad never answers (its address refuses connections), so that it never
 // reads Nomad: the API's answers before a controller's first read. Only
@@ -355,26 +318,18 @@ func StartUnread(t testing.TB) *Env {
 	t.Helper()
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close() // its address now refuses connections
-	dir := t.TempDir()
-	cfg := config.Default(dir)
-	cfg.InsecureWrites = true // its server is on loopback
-	for path, src := range map[string]string{cfg.Catalog: Catalog, cfg.Facility: Facility} {
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	client, err := api.NewClient(&api.Config{Address: gone.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := controller.New(controller.Options{
-		Config: cfg, Nomad: client, Identity: "ctl-unread", LockTTL: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EngineMetricsInterval: time.Hour,
+	h := ctlharness.New(t, ctlharness.Spec{Catalog: Catalog, Facility: Facility, Site: Site, LogLevel: slog.LevelError})
+	e := &Env{Env: h}
+	e.ctl = h.StartAt("ctl-unread", gone.URL, &ctlharness.Tap{}, func(s ctlharness.Setup) (ctlharness.Controller, error) {
+		c, err := controller.New(controller.Options{
+			Config: s.Config, Nomad: s.Nomad, Identity: s.Name, Now: s.Now, Logger: s.Logger,
+			LockTTL: ctlharness.LockTTL, EngineMetricsInterval: time.Hour,
+		})
+		e.Controller = c
+		return c, err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Env{T: t, Controller: c, URL: serve(t, c, client)}
+	e.URL = e.ctl.URL
+	return e
 }
 
 // serveDemand answers a gateway's demand (gatewayapi.DemandPath) with Demand.
@@ -391,28 +346,14 @@ func serveDemand(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(d)
 }
 
-// holdLock takes the controller's leader lock for the test, so that the
-// controller stands by.
-func holdLock(t testing.TB, fake *nomadfake.Server) {
-	t.Helper()
-	locks, err := fake.Client(t).Locks(api.WriteOptions{}, api.Variable{
-		Path: store.LeaderPath, Items: api.VariableItems{"holder": "test"},
-		Lock: &api.VariableLock{TTL: "10s", LockDelay: "10s"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.Acquire(t.Context()); err != nil {
-		t.Fatalf("test leader lock: %v", err)
-	}
-}
-
-// settle waits until every node's power has been read, then (standing
-// by) runs passes, or (leading) waits, until the replicas are the same
-// twice in a row and none is on its way.
+// settle waits until every node's power has been read; then, standing
+// by, it runs passes until one writes nothing (the harness's Settle); and
+// then it waits (standing by: passing before each look) until the
+// replicas are the same twice in a row and none is on its way, so that
+// the tables the tests compare are the same from run to run.
 func (e *Env) settle() {
 	e.T.Helper()
-	e.WaitFor("every node's power reading", func() (bool, string) {
+	wait.For(e.T, "every node's power reading", func() (bool, string) {
 		var nodes []controllerapi.NodeView
 		if code, body := e.Call(http.MethodGet, "/v1/nodes", e.opts.Token, nil, &nodes); code != http.StatusOK {
 			return false, body
@@ -427,19 +368,13 @@ func (e *Env) settle() {
 		}
 		return true, ""
 	})
+	if !e.opts.Lead {
+		e.Settle(e.ctl)
+	}
 	last, stable := "", 0
-	e.WaitFor("the replicas to settle", func() (bool, string) {
+	wait.For(e.T, "the replicas to settle", func() (bool, string) {
 		if !e.opts.Lead {
-			if e.opts.Autoscale {
-				e.Controller.ReadSignals(context.Background())
-			}
-			err := e.Controller.Pass(context.Background())
-			if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
-				return false, err.Error()
-			}
-			if err != nil {
-				e.T.Fatalf("pass: %v", err)
-			}
+			e.Pass()
 		}
 		_, body := e.Call(http.MethodGet, "/v1/replicas", e.opts.Token, nil, nil)
 		moving := strings.Contains(body, `"pending"`) || strings.Contains(body, `"starting"`) || strings.Contains(body, `"partial"`)
@@ -453,23 +388,12 @@ func (e *Env) settle() {
 	})
 }
 
-// Pass runs one pass of a standing-by controller, retrying while it
-// has not caught up with Nomad.
+// Pass runs one pass of a standing-by controller (with Autoscale, after
+// it read the gateway's demand), again while it has not caught up with
+// Nomad.
 func (e *Env) Pass() {
 	e.T.Helper()
-	e.WaitFor("a pass", func() (bool, string) {
-		if e.opts.Autoscale {
-			e.Controller.ReadSignals(context.Background())
-		}
-		err := e.Controller.Pass(context.Background())
-		if errors.Is(err, controller.ErrNotSynced) || errors.Is(err, controller.ErrBehind) {
-			return false, err.Error()
-		}
-		if err != nil {
-			e.T.Fatalf("pass: %v", err)
-		}
-		return true, ""
-	})
+	e.Env.Pass(e.ctl)
 }
 
 // WaitFor polls cond until it holds, failing the test after 30 s with
@@ -496,41 +420,12 @@ func WaitFor(t testing.TB, what string, cond func() (bool, string)) {
 	}
 }
 
-// Call sends one request to the controller API; body, when not nil, is
-// sent as JSON, and a 2xx answer is decoded into out when out is not nil.
-// It returns the status code and the raw body.
+// Call sends one request to the controller API (ctlharness.Call): body,
+// when not nil, is sent as JSON, and a 2xx answer is decoded into out when
+// out is not nil. It returns the status code and the raw body.
 func (e *Env) Call(method, path, token string, body, out any) (int, string) {
 	e.T.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			e.T.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, e.URL+path, rd)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			e.T.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
-	}
-	return resp.StatusCode, string(raw)
+	return ctlharness.Call(e.T, method, e.URL+path, token, body, out)
 }
 
 // Artifacts returns the folder for a test's output files: under

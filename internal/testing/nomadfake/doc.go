@@ -2,7 +2,8 @@
 // server that answers the part of the Nomad 2.0 HTTP API llmgw's
 // controller calls, for the real client github.com/hashicorp/nomad/api, so
 // that the tests of controller, controller/ui and cmd/llmgw/internal/cli/ctlcmd
-// (through internal/testing/ctltest) run fast and deterministically. It
+// (through internal/testing/ctlharness, and ctltest on it) run fast and
+// deterministically. It
 // imports testing and httptest and must only be imported by tests.
 //
 //	s := nomadfake.New(nomadfake.WithAutoRun(true))
@@ -205,8 +206,8 @@
 //   - Checks follow the allocation [AllocationChecks]; the service
 //     catalog follows running allocations [ServiceCatalog; the
 //     WithShutdownDelay order is e2e/autoscale_test.go's]: every test that
-//     serves (the harness's
-//     caughtUp reads them as the controller does); e2e: the controller
+//     serves (ctlharness's
+//     CaughtUp reads them as the controller does); e2e: the controller
 //     serves on Nomad's own check results in every controller test
 //     (checksPass in e2e/faults_test.go reads them).
 //   - Client stats power [ClientStatsDevices]: the ctltest tables (each
