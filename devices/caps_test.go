@@ -18,6 +18,7 @@ import (
 	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/internal/testing/localnomad"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/structspb"
 )
 
@@ -125,16 +126,16 @@ func (r *capsRig) capStat(i int) string {
 	return ""
 }
 
-// waitFor polls cond for up to 30s.
+// waitFor waits (wait.For) until cond holds, naming the GPUs' states if
+// it never does.
 func (r *capsRig) waitFor(what string, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: not within 30s; GPU states: %s", what, r.states())
+	wait.For(r.t, what, func() (bool, string) {
+		if cond() {
+			return true, ""
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false, "GPU states: " + r.states()
+	})
 }
 
 func (r *capsRig) states() string {
@@ -189,14 +190,11 @@ func (r *capsRig) measureApply(where string) {
 		w := 300 + float64(i)
 		start := time.Now()
 		r.put("cap."+r.uuid(1), fmt.Sprint(w))
-		// Polled every 100µs (not waitFor's 5ms), so the poll adds little.
-		deadline := start.Add(30 * time.Second)
-		for r.limitMW(1) != uint32(w*1000) {
-			if time.Now().After(deadline) {
-				r.t.Fatalf("cap %v W not in place within 30s: %s", w, r.states())
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+		// Polled every 100µs (not wait.For's 10ms), so the poll adds little.
+		wait.For(r.t, fmt.Sprintf("cap %v W in place", w), func() (bool, string) {
+			mw := r.limitMW(1)
+			return mw == uint32(w*1000), fmt.Sprintf("GPU 1 at %d mW", mw)
+		}, wait.Every(100*time.Microsecond))
 		took = append(took, time.Since(start))
 	}
 	slices.Sort(took)

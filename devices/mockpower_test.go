@@ -1,6 +1,7 @@
 package devices
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/llmgw/llmgw/internal/nvmlseam"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 func TestMockPowerLimits(t *testing.T) {
@@ -113,15 +115,11 @@ func TestMockDrawFollowsLoad(t *testing.T) {
 	}
 	waitDraw := func(what string, g *MockGPU, ok func(mw uint32) bool) uint32 {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
 		var p uint32
-		for time.Now().Before(deadline) {
-			if p = draw(g); ok(p) {
-				return p
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("%s: draw of %s still %d mW after 30s", what, g.UUID, p)
+		wait.For(t, what, func() (bool, string) {
+			p = draw(g)
+			return ok(p), fmt.Sprintf("draw of %s at %d mW", g.UUID, p)
+		}, wait.Every(100*time.Millisecond))
 		return p
 	}
 	if p := draw(busy); p != 70000 {

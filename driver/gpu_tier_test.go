@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/llmgw/llmgw/internal/nvmlseam"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/devicepb"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -85,16 +87,15 @@ ready { skip = true }
 `})
 	h := p.start(t, tk)
 	_ = decodeState(t, h)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(tk.stdout.String(), "cuda holding") {
+	wait.For(t, "the CUDA probe's report", func() (bool, string) {
+		if strings.Contains(tk.stdout.String(), "cuda holding") {
+			return true, ""
+		}
 		if e := tk.stderr.String(); strings.Contains(e, "cudaprobe: libcuda.so.1") {
 			t.Skipf("skipping: NVML works here but the CUDA driver library does not load, so no CUDA program can run: %s", strings.TrimSpace(e))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the CUDA probe did not report within 60s; stdout:\n%s\nstderr:\n%s", tk.stdout.String(), tk.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("stdout:\n%s\nstderr:\n%s", tk.stdout.String(), tk.stderr.String())
+	}, wait.Within(time.Minute), wait.Every(50*time.Millisecond))
 	out := tk.stdout.String()
 	t.Logf("probe:\n%s", out)
 

@@ -317,10 +317,7 @@ func (p *plugin) start(t *testing.T, tk *task) *driverpb.TaskHandle {
 		}
 		// The supervisor records the exit in the task dir after the engine
 		// dies; wait for it to finish before the test's temp dir goes.
-		deadline := time.Now().Add(10 * time.Second)
-		for st.Supervisor.Alive() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		wait.Until(t, "the supervisor to exit after its engine", func() bool { return !st.Supervisor.Alive() })
 	})
 	return resp.GetHandle()
 }

@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 )
 
@@ -111,11 +113,8 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	var attrs map[string]string
-	deadline := time.Now().Add(time.Minute)
-	for attrs["engine_requests_running"] != "1" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the task's stats never showed the running stream: %v", attrs)
-		}
+	// Each look waits for the next stats report (every 200ms).
+	wait.For(t, "the task's stats to show the running stream", func() (bool, string) {
 		if _, err := stats.Recv(); err != nil {
 			t.Fatalf("stats: %v", err)
 		}
@@ -127,7 +126,8 @@ func TestRealLlamaCppUnderTheDriver(t *testing.T) {
 		if attrs["engine_pid"] != strconv.Itoa(st.Engine.Pid) {
 			t.Fatalf("recovered task runs pid %s, want %d", attrs["engine_pid"], st.Engine.Pid)
 		}
-	}
+		return attrs["engine_requests_running"] == "1", fmt.Sprint(attrs)
+	}, wait.Within(time.Minute))
 	if attrs["engine_requests_waiting"] != "0" || !strings.Contains(attrs["engine_metrics_absent"], "kv_cache_usage") {
 		t.Errorf("engine stats %v: want 0 waiting and the KV cache absent", attrs)
 	}

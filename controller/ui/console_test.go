@@ -19,6 +19,7 @@ import (
 	"github.com/llmgw/llmgw/controller/ui"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/ctltest"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // The files are embedded and served with their types; /ui redirects to
@@ -253,11 +254,11 @@ func TestConsoleHoldsARackInTheBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#label-pdu"), "p01-z"),
 		chromedp.Click(chromedp.CSS(".labelform button[type=submit]")),
 	)
-	ctltest.WaitFor(t, "n01's pdu label in Nomad", func() (bool, string) {
+	wait.For(t, "n01's pdu label in Nomad", func() (bool, string) {
 		got := e.Fake.Node(e.NodeIDs["n01"]).Meta["llmgw.pdu"]
 		return got == "p01-z", got
 	})
-	ctltest.WaitFor(t, "the page to show n01's new pdu", func() (bool, string) {
+	wait.For(t, "the page to show n01's new pdu", func() (bool, string) {
 		got := text(t, ctx, `#nodes tr[data-node="n01"]`)
 		return strings.Contains(got, "ams1/a/r01/r01-k01/p01-z"), got
 	})
@@ -335,7 +336,7 @@ func TestConsoleShowsPowerCaps(t *testing.T) {
 	dir := ctltest.Artifacts(t)
 	var pv controllerapi.PowerView
 	capped, onN01 := 0, 0
-	ctltest.WaitFor(t, "pdu=p01-a's caps engaged in GET /v1/power", func() (bool, string) {
+	wait.For(t, "pdu=p01-a's caps engaged in GET /v1/power", func() (bool, string) {
 		pv = controllerapi.PowerView{}
 		if code, body := e.Call(http.MethodGet, "/v1/power", "", nil, &pv); code != http.StatusOK {
 			return false, body

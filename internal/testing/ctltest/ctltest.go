@@ -396,30 +396,6 @@ func (e *Env) Pass() {
 	e.Env.Pass(e.ctl)
 }
 
-// WaitFor polls cond until it holds, failing the test after 30 s with
-// cond's last description of what it saw.
-func (e *Env) WaitFor(what string, cond func() (bool, string)) {
-	e.T.Helper()
-	WaitFor(e.T, what, cond)
-}
-
-// WaitFor polls cond until it holds, failing the test after 30 s (generous,
-// for a loaded 2-core machine) with cond's last description.
-func WaitFor(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last saw: %s", what, saw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Call sends one request to the controller API (ctlharness.Call): body,
 // when not nil, is sent as JSON, and a 2xx answer is decoded into out when
 // out is not nil. It returns the status code and the raw body.

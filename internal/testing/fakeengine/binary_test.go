@@ -104,7 +104,7 @@ func TestBinary(t *testing.T) {
 		}
 
 		client := &http.Client{Timeout: 5 * time.Second}
-		waitHealthy(t, client, "http://127.0.0.1:"+port+"/health", 30*time.Second)
+		waitHealthy(t, client, "http://127.0.0.1:"+port+"/health")
 
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatalf("SIGTERM: %v", err)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // chanListener is a listener no one dials: Accept blocks on a channel, so a
@@ -324,7 +326,7 @@ func TestRunOverHTTP(t *testing.T) {
 		})
 	}()
 	client := &http.Client{Timeout: 10 * time.Second}
-	waitHealthy(t, client, base+"/health", 10*time.Second)
+	waitHealthy(t, client, base+"/health")
 
 	resp, err := client.Post(base+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true}`))
@@ -365,19 +367,15 @@ func TestRunOverHTTP(t *testing.T) {
 	}
 }
 
-// waitHealthy polls url until it answers 200, failing after the deadline.
-func waitHealthy(t *testing.T, client *http.Client, url string, within time.Duration) {
+// waitHealthy waits (wait.For) until url answers 200.
+func waitHealthy(t *testing.T, client *http.Client, url string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	wait.For(t, url+" to answer 200", func() (bool, string) {
 		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not answer 200 within %s", url, within)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	}, wait.Every(50*time.Millisecond))
 }
