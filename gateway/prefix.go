@@ -7,6 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/jsonscan"
 )
 
 // Routing policies (gatewayapi.ListedModel.Routing, Options.Routing).
@@ -84,51 +85,10 @@ func keyOf(path string, buf []byte) prefixKey {
 	return prefixKey{}
 }
 
-// memberValue returns the offset of the value of the top-level member name
-// of the JSON object buf begins (buf may end early: the value may be cut),
-// or -1 when buf has no such member as far as it goes.
-func memberValue(buf []byte, name string) int {
-	i := skipSpace(buf, 0)
-	if i >= len(buf) || buf[i] != '{' {
-		return -1
-	}
-	i++
-	for {
-		i = skipSpace(buf, i)
-		if i >= len(buf) || buf[i] != '"' {
-			return -1
-		}
-		end, _, err := scanString(buf, i)
-		if err != nil {
-			return -1
-		}
-		key := buf[i+1 : end-1]
-		i = skipSpace(buf, end)
-		if i >= len(buf) || buf[i] != ':' {
-			return -1
-		}
-		i = skipSpace(buf, i+1)
-		if i >= len(buf) {
-			return -1
-		}
-		if string(key) == name {
-			return i
-		}
-		if i, err = skipValue(buf, i); err != nil {
-			return -1
-		}
-		i = skipSpace(buf, i)
-		if i >= len(buf) || buf[i] != ',' {
-			return -1
-		}
-		i++
-	}
-}
-
 // chatKey keys a chat by its messages: each whole message is a block,
 // hashed cumulatively (its role and its content as the client wrote them).
 func chatKey(buf []byte) prefixKey {
-	i := memberValue(buf, "messages")
+	i := jsonscan.Member(buf, "messages")
 	if i < 0 || buf[i] != '[' {
 		return prefixKey{}
 	}
@@ -136,11 +96,11 @@ func chatKey(buf []byte) prefixKey {
 	d := xxhash.New()
 	i++
 	for n := 0; ; n++ {
-		i = skipSpace(buf, i)
+		i = jsonscan.SkipSpace(buf, i)
 		if i >= len(buf) || buf[i] != '{' {
 			break
 		}
-		end, err := skipValue(buf, i)
+		end, err := jsonscan.SkipValue(buf, i)
 		if err != nil {
 			if n == 0 {
 				// The first message runs past the bound: what there
@@ -151,7 +111,7 @@ func chatKey(buf []byte) prefixKey {
 			break
 		}
 		var role, content []byte
-		members(buf[i:end], func(key []byte, vs, ve int) bool {
+		jsonscan.Members(buf[i:end], func(key []byte, vs, ve int) bool {
 			switch string(key) {
 			case "role":
 				role = buf[i+vs : i+ve]
@@ -174,12 +134,12 @@ func chatKey(buf []byte) prefixKey {
 		if user {
 			// The first user turn (with no system prompt it is both
 			// parts); a message after it continues the conversation.
-			j := skipSpace(buf, end)
+			j := jsonscan.SkipSpace(buf, end)
 			k.history = j < len(buf) && buf[j] == ','
 			k.opens = j < len(buf) && buf[j] == ']'
 			return k
 		}
-		i = skipSpace(buf, end)
+		i = jsonscan.SkipSpace(buf, end)
 		if i >= len(buf) || buf[i] != ',' {
 			break
 		}
@@ -193,7 +153,7 @@ func chatKey(buf []byte) prefixKey {
 // string, has no key: there is little prefix to reuse, and a prompt that
 // grows would change its key.
 func promptKey(buf []byte) prefixKey {
-	i := memberValue(buf, "prompt")
+	i := jsonscan.Member(buf, "prompt")
 	if i < 0 || buf[i] != '"' || len(buf)-(i+1) < promptBlock {
 		return prefixKey{}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/httpjson"
+	"github.com/llmgw/llmgw/internal/jsonscan"
 )
 
 // ReplicaHeader names the replica that answered, on every proxied response.
@@ -90,7 +91,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	// An answer streams for as long as it takes.
 	setReadDeadline(w, time.Time{})
 	defer body.release()
-	model, err := checkJSON(body.prefix, g.maxDepth)
+	model, err := jsonscan.Check(body.prefix, g.maxDepth)
 	if err != nil {
 		g.m.request("", g.bodyError(w, r, rt, err))
 		return
@@ -610,10 +611,10 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
 			"", "The gateway is holding as many request bodies as it may; retry later.")
 		return http.StatusServiceUnavailable
-	case errors.Is(err, errNoModel), errors.Is(err, errModelNotString):
+	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_model", "model", err.Error())
 		return http.StatusBadRequest
-	case errors.Is(err, errNotObject), errors.Is(err, errBadJSON):
+	case errors.Is(err, jsonscan.ErrNotObject), errors.Is(err, jsonscan.ErrBadJSON):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
 		return http.StatusBadRequest
 	case errors.Is(err, os.ErrDeadlineExceeded):
