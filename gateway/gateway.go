@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/httpjson"
@@ -440,7 +441,7 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 			g.log.Info("replica gone", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address)
 		}
 		ep.gone.Store(true)
-		ep.freed.wake() // a request waiting for it chooses again
+		ep.Wake() // a request waiting for it chooses again
 		g.m.breaker.Delete(breakerLabels(ep.inst))
 		g.m.engineLoad.Delete(breakerLabels(ep.inst))
 		g.m.promptTokens.Delete(breakerLabels(ep.inst))
@@ -474,10 +475,10 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 func (g *Gateway) newModel(name string) *modelState { return newModelState(name, g.span) }
 
 func (g *Gateway) newEndpoint(in Instance) *endpoint {
-	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: &epState{}}
+	st := &epState{}
+	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: st}
 	labels := breakerLabels(in)
-	st := ep.epState
-	ep.br = newBreaker(g.brCfg, func(s BreakerState) {
+	st.br = newBreaker(g.brCfg, func(s BreakerState) {
 		g.m.transitions.WithLabelValues(in.Model, s.String()).Inc()
 		if st.gone.Load() {
 			return
@@ -485,6 +486,7 @@ func (g *Gateway) newEndpoint(in Instance) *endpoint {
 		g.m.breaker.With(labels).Set(float64(s))
 		g.log.Info("breaker "+s.String(), "model", in.Model, "replica", in.Replica, "endpoint", in.Address)
 	})
+	st.State = routing.NewState(in.Address, st.br)
 	return ep
 }
 

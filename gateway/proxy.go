@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/httpjson"
 	"github.com/llmgw/llmgw/internal/jsonscan"
@@ -132,7 +133,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start}
 	if g.policy(t, model) == RoutePrefix {
-		x.key = keyOf(r.URL.Path, body.prefix)
+		x.key = routing.KeyOf(r.URL.Path, body.prefix)
 	}
 	x.dispatched = g.now()
 	x.send(p)
@@ -151,18 +152,18 @@ type exchange struct {
 	ac                *account // nil without keys
 	start, dispatched time.Time
 
-	tried    []*epState     // the endpoints tried, in order
-	lastErr  error          // the last attempt's transport error
-	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
-	lastEp   *endpoint      // whose answer lastResp is
+	tried    []*routing.State // the endpoints tried, in order
+	lastErr  error            // the last attempt's transport error
+	lastResp *http.Response   // the last "cannot serve" answer, kept to pass on
+	lastEp   *endpoint        // whose answer lastResp is
 	// lastRoute is why lastEp was chosen.
 	lastRoute string
 
 	// brokenErr is why the answer finish was sending broke off.
 	brokenErr error
 
-	key   prefixKey // the prefix policy's key; !key.ok: least-outstanding routes
-	route string    // why the last attempt's replica was chosen (RouteHeader)
+	key   routing.Key // the prefix policy's key; !key.OK: least-outstanding routes
+	route string      // why the last attempt's replica was chosen (RouteHeader)
 }
 
 // send tries p's replicas, up to the gateway's attempts, until one
@@ -174,23 +175,41 @@ func (x *exchange) send(p *pool) {
 		var ep *endpoint
 		var probe, counted bool
 		if n <= g.attempts {
+			var i int
 			switch {
-			case x.key.ok && x.key.opens && n == 1 && g.openingWait > 0:
+			case x.key.OK && x.key.Opens && n == 1 && g.openingWait > 0:
 				var cancelled bool
-				if p, ep, probe, cancelled = x.pickOpening(p, g.loadFactor); cancelled {
+				refresh := func() *routing.Set {
+					if np := g.tbl.Load().pools[model]; np != nil {
+						p = np
+						return &p.set
+					}
+					return nil
+				}
+				o := routing.Opening{Limit: g.openingMax, Wait: g.openingWait, Now: g.now, Waited: func(outcome string, d time.Duration) {
+					g.m.openingWaits.WithLabelValues(model, outcome).Inc()
+					if outcome != routing.WaitCancelled {
+						g.m.openingWait.WithLabelValues(model).Observe(d.Seconds())
+					}
+				}}
+				// refresh moves p to the table's pool now: i indexes its set.
+				if i, probe, x.route, cancelled = o.Pick(r.Context(), &p.set, refresh, x.key, g.loadFactor, x.tried); cancelled {
 					g.m.request(model, statusClientClosed)
 					return
 				}
 				counted = true
-			case x.key.ok:
+			case x.key.OK:
 				f := g.loadFactor
-				if x.key.history {
+				if x.key.History {
 					f = g.historyFactor
 				}
-				ep, probe, x.route = p.pickPrefix(x.key, f, x.tried, g.now())
+				i, probe, x.route = p.set.PickPrefix(x.key, f, x.tried, g.now())
 			default:
-				ep, probe = p.pick(x.tried, g.now())
+				i, probe = p.set.PickLeastOutstanding(x.tried, g.now())
 				x.route = RouteLeastOutstanding
+			}
+			if i >= 0 {
+				ep = p.eps[i]
 			}
 		}
 		if ep == nil {
@@ -201,9 +220,9 @@ func (x *exchange) send(p *pool) {
 			discard(x.lastResp)
 			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
-		x.tried = append(x.tried, ep.epState)
+		x.tried = append(x.tried, ep.State)
 		if !counted {
-			ep.outstanding.Add(1)
+			ep.Outstanding.Add(1)
 		}
 		sent := g.now()
 		if x.ac != nil {
@@ -211,10 +230,10 @@ func (x *exchange) send(p *pool) {
 		}
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
-			ep.release()
+			ep.Release()
 			if r.Context().Err() != nil {
 				// The client went away: no fault of the replica's.
-				ep.br.abandon(probe)
+				ep.br.Abandon(probe)
 				g.m.attempts.WithLabelValues(model, "cancelled").Inc()
 				g.m.request(model, statusClientClosed)
 				return
@@ -240,7 +259,7 @@ func (x *exchange) send(p *pool) {
 			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
-			ep.release()
+			ep.Release()
 			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
 			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 			continue
@@ -256,7 +275,7 @@ func (x *exchange) send(p *pool) {
 		}
 		g.m.attempts.WithLabelValues(model, outcome).Inc()
 		broken, told := x.finish(ep, resp)
-		ep.release()
+		ep.Release()
 		if broken {
 			// The replica failed mid-response: the client must not take
 			// a cut-off answer for a whole one. A stream was told with an
