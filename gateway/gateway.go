@@ -141,7 +141,7 @@ type Options struct {
 	// before a prefix-routed chat that opens a conversation (its messages
 	// end with the first user turn) waits at the gateway for it to have
 	// fewer, so that a busy replica finishes its conversations before it
-	// takes on new ones (pickOpening). When 0, one more than the engine's
+	// takes on new ones (routing.Prefix). When 0, one more than the engine's
 	// slots, known once a read of its metrics found requests waiting
 	// behind full slots; until then none waits.
 	PrefixOpeningLimit int
@@ -413,7 +413,7 @@ func (g *Gateway) UpdateModels(l gatewayapi.ModelList, err error) {
 // discovered says discovery has published.
 func (g *Gateway) rebuildLocked(discovered bool) {
 	old := g.tbl.Load()
-	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint)
+	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint, g.policyOf)
 	g.tbl.Store(t)
 	if discovered {
 		g.discovered = true

@@ -99,6 +99,7 @@ func TestPrefixOpeningWaitBounded(t *testing.T) {
 	}
 
 	tg.openingWait = time.Hour
+	tg.Update(Snapshot{Instances: []Instance{r.instance()}}) // the policy is built with it
 	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions", strings.NewReader(openingBody(t, "bob", 1)))
 	if err != nil {

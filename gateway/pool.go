@@ -28,12 +28,13 @@ type epState struct {
 	cache epCache
 }
 
-// pool is one model's endpoints.
+// pool is one model's endpoints, and the policy that routes among them.
 type pool struct {
-	model string
-	eps   []*endpoint
-	// set is eps as the routing policies see them, in the same order:
-	// a policy's choice is an index into both.
+	model  string
+	eps    []*endpoint
+	policy routing.Policy
+	// set is eps as the policy sees them, in the same order: its choice
+	// is an index into both.
 	set routing.Set
 }
 
@@ -44,21 +45,26 @@ type table struct {
 	// model list.
 	models map[string]*modelState
 	listed map[string]gatewayapi.ListedModel // the model list's entries
-	pools  map[string]*pool
-	served []string // models with at least one endpoint, sorted
-	byID   map[string]*endpoint
+	// policies are the known models' routing policies.
+	policies map[string]routing.Policy
+	pools    map[string]*pool
+	served   []string // models with at least one endpoint, sorted
+	byID     map[string]*endpoint
 }
 
 func emptyTable() *table {
-	return &table{models: map[string]*modelState{}, listed: map[string]gatewayapi.ListedModel{}, pools: map[string]*pool{},
-		byID: map[string]*endpoint{}}
+	return &table{models: map[string]*modelState{}, listed: map[string]gatewayapi.ListedModel{}, policies: map[string]routing.Policy{},
+		pools: map[string]*pool{}, byID: map[string]*endpoint{}}
 }
 
 // buildTable makes the table for snap and the model list, carrying over
 // the model states of old for the models still known and the endpoints of
 // old whose ID and address are unchanged. newModel and newEndpoint make
-// the others. It returns the endpoints of old that are gone.
-func buildTable(old *table, snap Snapshot, list gatewayapi.ModelList, newModel func(string) *modelState, newEndpoint func(Instance) *endpoint) (*table, []*endpoint) {
+// the others; policyOf chooses each known model's routing policy, given
+// the model list's routing of it. It returns the endpoints of old that are
+// gone.
+func buildTable(old *table, snap Snapshot, list gatewayapi.ModelList, newModel func(string) *modelState, newEndpoint func(Instance) *endpoint,
+	policyOf func(model, listed string) routing.Policy) (*table, []*endpoint) {
 	snap = snap.normalize()
 	t := emptyTable()
 	known := func(m string) {
@@ -78,6 +84,9 @@ func buildTable(old *table, snap Snapshot, list gatewayapi.ModelList, newModel f
 		t.listed[lm.Name] = lm
 		known(lm.Name)
 	}
+	for m := range t.models {
+		t.policies[m] = policyOf(m, t.listed[m].Routing)
+	}
 	for _, in := range snap.Instances {
 		if _, dup := t.byID[in.ID]; dup {
 			continue
@@ -93,7 +102,7 @@ func buildTable(old *table, snap Snapshot, list gatewayapi.ModelList, newModel f
 		t.byID[in.ID] = ep
 		p := t.pools[in.Model]
 		if p == nil {
-			p = &pool{model: in.Model}
+			p = &pool{model: in.Model, policy: t.policies[in.Model]}
 			t.pools[in.Model] = p
 			t.served = append(t.served, in.Model)
 		}

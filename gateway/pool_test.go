@@ -46,9 +46,30 @@ func TestBuildTableKeepsState(t *testing.T) {
 		{ID: "3", Model: "n", Address: "h:3", Weight: 1},
 	}}
 	mkModel := func(m string) *modelState { return newModelState(m, time.Minute) }
-	t1, gone := buildTable(emptyTable(), s1, gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "zero"}}}, mkModel, mk)
+	// Each model's policy is chosen as the table is built, from the model
+	// list's routing when it has one.
+	policyOf := func(_, listed string) routing.Policy {
+		if listed == RoutePrefix {
+			return &routing.Prefix{}
+		}
+		return &routing.LeastOutstanding{}
+	}
+	list := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "zero"}, {Name: "n", Routing: RoutePrefix}}}
+	t1, gone := buildTable(emptyTable(), s1, list, mkModel, mk, policyOf)
 	if len(gone) != 0 {
 		t.Fatalf("gone from empty: %d", len(gone))
+	}
+	for _, m := range []string{"idle", "zero", "m", "n"} {
+		want := RouteLeastOutstanding
+		if m == "n" {
+			want = RoutePrefix
+		}
+		if p := t1.policies[m]; p == nil || p.Name() != want {
+			t.Errorf("%s's policy: %v, want %s", m, p, want)
+		}
+		if p := t1.pools[m]; p != nil && p.policy != t1.policies[m] {
+			t.Errorf("%s's pool routes by %v, its model by %v", m, p.policy, t1.policies[m])
+		}
 	}
 	if diff := cmp.Diff([]string{"m", "n"}, t1.served); diff != "" {
 		t.Errorf("served (-want +got):\n%s", diff)
@@ -65,7 +86,7 @@ func TestBuildTableKeepsState(t *testing.T) {
 		{ID: "1", Model: "m", Address: "h:1", Weight: 4}, // weight changed
 		{ID: "2", Model: "m", Address: "h:9", Weight: 1}, // moved
 	}}
-	t2, gone := buildTable(t1, s2, gatewayapi.ModelList{}, mkModel, mk)
+	t2, gone := buildTable(t1, s2, gatewayapi.ModelList{}, mkModel, mk, policyOf)
 	if t2.models["m"] != t1.models["m"] || t2.models["m"].arrivals.Load() != 5 {
 		t.Error("model m, still known, lost its state")
 	}

@@ -115,8 +115,10 @@ func TestPrefixRoutingThroughGateway(t *testing.T) {
 	if a.header.Get(RouteHeader) != RouteLeastOutstanding || a.header.Get(ReplicaHeader) == "" {
 		t.Errorf("unkeyable body: %d route %q replica %q: %s", a.status, a.header.Get(RouteHeader), a.header.Get(ReplicaHeader), a.body)
 	}
-	// The gateway's setting overrides the list's.
+	// The gateway's setting overrides the list's (read as the next table
+	// is built).
 	tg.routing = map[string]string{"n": RouteLeastOutstanding}
+	tg.UpdateModels(gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "m", Min: 1, Replicas: 3}, {Name: "n", Min: 1, Replicas: 3, Routing: RoutePrefix}}}, nil)
 	b, _ := json.Marshal(map[string]any{"model": "n", "messages": conversation(sys, "dave", 2), "max_tokens": 4})
 	if a := tg.post(t, "/v1/chat/completions", string(b)); a.header.Get(RouteHeader) != RouteLeastOutstanding {
 		t.Errorf("n set to least-outstanding by the gateway: route %q", a.header.Get(RouteHeader))

@@ -131,12 +131,10 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 			defer done()
 		}
 	}
-	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start}
-	if g.policy(t, model) == RoutePrefix {
-		x.key = routing.KeyOf(r.URL.Path, body.prefix)
-	}
+	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p}
+	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
-	x.send(p)
+	x.send()
 }
 
 // exchange is one request on its way to a replica and its answer back:
@@ -152,78 +150,64 @@ type exchange struct {
 	ac                *account // nil without keys
 	start, dispatched time.Time
 
-	tried    []*routing.State // the endpoints tried, in order
-	lastErr  error            // the last attempt's transport error
-	lastResp *http.Response   // the last "cannot serve" answer, kept to pass on
-	lastEp   *endpoint        // whose answer lastResp is
+	// p is the model's pool the request is routed among: the one it was
+	// dispatched to, or the table's now after a policy waited (Replicas).
+	p *pool
+	// req is the request as p's policy sees it: its key, the replicas
+	// tried (in tried's room while they fit).
+	req   routing.Request
+	tried [DefaultAttempts]*routing.State
+
+	lastErr  error          // the last attempt's transport error
+	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
+	lastEp   *endpoint      // whose answer lastResp is
 	// lastRoute is why lastEp was chosen.
 	lastRoute string
 
 	// brokenErr is why the answer finish was sending broke off.
 	brokenErr error
 
-	key   routing.Key // the prefix policy's key; !key.OK: least-outstanding routes
-	route string      // why the last attempt's replica was chosen (RouteHeader)
+	route string // why the last attempt's replica was chosen (RouteHeader)
 }
 
-// send tries p's replicas, up to the gateway's attempts, until one
-// answers, and sends that answer to the client; when none can, it passes
-// the last "cannot serve" answer on or answers 503 itself.
-func (x *exchange) send(p *pool) {
+// Replicas is routing.Table's: the model's pool in the routing table now
+// (the one it had when the model has none now), which the exchange routes
+// among from then on.
+func (x *exchange) Replicas() *routing.Set {
+	if np := x.g.tbl.Load().pools[x.ms.name]; np != nil {
+		x.p = np
+	}
+	return &x.p.set
+}
+
+// send tries the model's replicas, as its policy chooses them, up to the
+// gateway's attempts, until one answers, and sends that answer to the
+// client; when none can, it passes the last "cannot serve" answer on or
+// answers 503 itself.
+func (x *exchange) send() {
 	g, r, model := x.g, x.r, x.ms.name
 	for n := 1; ; n++ {
 		var ep *endpoint
-		var probe, counted bool
+		var c routing.Choice
 		if n <= g.attempts {
-			var i int
-			switch {
-			case x.key.OK && x.key.Opens && n == 1 && g.openingWait > 0:
-				var cancelled bool
-				refresh := func() *routing.Set {
-					if np := g.tbl.Load().pools[model]; np != nil {
-						p = np
-						return &p.set
-					}
-					return nil
-				}
-				o := routing.Opening{Limit: g.openingMax, Wait: g.openingWait, Now: g.now, Waited: func(outcome string, d time.Duration) {
-					g.m.openingWaits.WithLabelValues(model, outcome).Inc()
-					if outcome != routing.WaitCancelled {
-						g.m.openingWait.WithLabelValues(model).Observe(d.Seconds())
-					}
-				}}
-				// refresh moves p to the table's pool now: i indexes its set.
-				if i, probe, x.route, cancelled = o.Pick(r.Context(), &p.set, refresh, x.key, g.loadFactor, x.tried); cancelled {
-					g.m.request(model, statusClientClosed)
-					return
-				}
-				counted = true
-			case x.key.OK:
-				f := g.loadFactor
-				if x.key.History {
-					f = g.historyFactor
-				}
-				i, probe, x.route = p.set.PickPrefix(x.key, f, x.tried, g.now())
-			default:
-				i, probe = p.set.PickLeastOutstanding(x.tried, g.now())
-				x.route = RouteLeastOutstanding
-			}
-			if i >= 0 {
-				ep = p.eps[i]
+			// The policy counts the request in flight on its choice;
+			// every way out of this attempt releases it.
+			var ok bool
+			if c, ok = x.p.policy.Pick(&x.req); ok {
+				ep = x.p.eps[c.Index]
 			}
 		}
 		if ep == nil {
-			x.giveUp(p)
+			x.giveUp()
 			return
 		}
+		probe := c.Probe
+		x.route = c.Route
 		if x.lastResp != nil {
 			discard(x.lastResp)
 			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
-		x.tried = append(x.tried, ep.State)
-		if !counted {
-			ep.Outstanding.Add(1)
-		}
+		x.req.Tried = append(x.req.Tried, ep.State)
 		sent := g.now()
 		if x.ac != nil {
 			x.ac.sent = true
@@ -336,7 +320,7 @@ func (x *exchange) poison(ep *endpoint, stage string, err error) {
 
 // giveUp answers when no replica is left to try: the last "cannot serve"
 // answer when one came, nothing when the client went away, else 503.
-func (x *exchange) giveUp(p *pool) {
+func (x *exchange) giveUp() {
 	g, model := x.g, x.ms.name
 	switch {
 	case x.lastResp != nil:
@@ -347,7 +331,7 @@ func (x *exchange) giveUp(p *pool) {
 	case x.r.Context().Err() != nil:
 		g.m.request(model, statusClientClosed)
 	default:
-		ra := p.retryAfter(g.now(), g.noReplica)
+		ra := x.p.retryAfter(g.now(), g.noReplica)
 		setRetryAfter(x.w.Header(), ra)
 		msg := fmt.Sprintf("No replica of `%s` can take the request now (every one is failing or its circuit breaker is open); retry later.", model)
 		if x.lastErr != nil {

@@ -2,13 +2,36 @@ package routing
 
 import "time"
 
-// PickLeastOutstanding chooses the replica for the next attempt: among
-// those not in tried whose breaker lets a request through at now, the one
-// with the fewest requests per unit of weight — this gateway's in flight
-// plus the others' its engine last reported (weight 0 only when no other
-// can take it). It takes the breaker's permission; probe says the request
-// is its half-open probe. i is -1 when none can take the request.
-func (s *Set) PickLeastOutstanding(tried []*State, now time.Time) (i int, probe bool) {
+// LeastOutstanding sends each request to the replica with the fewest
+// requests in flight per unit of weight.
+type LeastOutstanding struct {
+	// Now is the clock the breakers read.
+	Now func() time.Time
+}
+
+// Name is RouteLeastOutstanding.
+func (*LeastOutstanding) Name() string { return RouteLeastOutstanding }
+
+// Key is the zero Key: least-outstanding reads nothing of the request.
+func (*LeastOutstanding) Key(string, []byte) Key { return Key{} }
+
+// Pick chooses by pick and counts the request there.
+func (l *LeastOutstanding) Pick(req *Request) (Choice, bool) {
+	i, probe := req.Replicas.pick(req.Tried, l.Now())
+	if i < 0 {
+		return Choice{}, false
+	}
+	req.Replicas.Replicas[i].take()
+	return Choice{Index: i, Probe: probe, Route: RouteLeastOutstanding}, true
+}
+
+// pick chooses the replica for the next attempt: among those not in tried
+// whose breaker lets a request through at now, the one with the fewest
+// requests per unit of weight — this gateway's in flight plus the others'
+// its engine last reported (weight 0 only when no other can take it). It
+// takes the breaker's permission; probe says the request is its half-open
+// probe. i is -1 when none can take the request.
+func (s *Set) pick(tried []*State, now time.Time) (i int, probe bool) {
 	n := len(s.Replicas)
 	if n == 0 {
 		return -1, false

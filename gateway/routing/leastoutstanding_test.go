@@ -14,7 +14,7 @@ func TestPickWeightedLeastOutstanding(t *testing.T) {
 	ts := (&testSet{}).add("a", 1).add("b", 2).add("z", 0)
 	count := map[string]int{}
 	for range 30 {
-		i, probe := ts.PickLeastOutstanding(nil, now)
+		i, probe := ts.pick(nil, now)
 		if i < 0 || probe {
 			t.Fatalf("pick: %d, probe %v", i, probe)
 		}
@@ -26,17 +26,17 @@ func TestPickWeightedLeastOutstanding(t *testing.T) {
 	}
 	// Excluding the ones tried, and open breakers.
 	ts.gate("b").open = true
-	if i, _ := ts.PickLeastOutstanding([]*State{ts.state("a")}, now); ts.name(i) != "z" {
+	if i, _ := ts.pick([]*State{ts.state("a")}, now); ts.name(i) != "z" {
 		t.Errorf("a tried, b open: got %q, want z", ts.name(i))
 	}
-	if i, _ := ts.PickLeastOutstanding([]*State{ts.state("a"), ts.state("z")}, now); i != -1 {
+	if i, _ := ts.pick([]*State{ts.state("a"), ts.state("z")}, now); i != -1 {
 		t.Errorf("everything tried or open: got %q", ts.name(i))
 	}
 	// A probe taken by another request between Available and Acquire:
 	// the next best.
 	ts.gate("b").open = false
 	ts.gate("b").taken = true
-	if i, _ := ts.PickLeastOutstanding([]*State{ts.state("a")}, now); ts.name(i) != "z" {
+	if i, _ := ts.pick([]*State{ts.state("a")}, now); ts.name(i) != "z" {
 		t.Errorf("a tried, b's probe taken: got %q, want z", ts.name(i))
 	}
 }
@@ -46,7 +46,7 @@ func TestPickRotatesTies(t *testing.T) {
 	ts := (&testSet{}).add("a", 1).add("b", 1).add("c", 1)
 	count := map[string]int{}
 	for range 30 {
-		i, _ := ts.PickLeastOutstanding(nil, time.Unix(0, 0))
+		i, _ := ts.pick(nil, time.Unix(0, 0))
 		count[ts.name(i)]++
 	}
 	if diff := cmp.Diff(map[string]int{"a": 10, "b": 10, "c": 10}, count); diff != "" {

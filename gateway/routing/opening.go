@@ -1,13 +1,12 @@
 package routing
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// How a first turn's wait for its replica ended (Opening.Waited).
+// How a first turn's wait for its replica ended (Prefix.Waited).
 const (
 	WaitSent      = "sent"
 	WaitExpired   = "expired"
@@ -50,31 +49,13 @@ func (w *waker) wake() {
 	}
 }
 
-// Opening is the prefix policy's wait for the first turn of a
-// conversation: it goes to its replica only while that replica holds fewer
-// than its opening limit, so that a busy replica finishes the
-// conversations it has before it takes on more.
-type Opening struct {
-	// Limit is how many requests a replica may hold (this gateway's in
-	// flight plus the others' its engine last reported) before a first
-	// turn waits for it; 0: one more than the engine's slots, known once
-	// a read found requests waiting behind full slots.
-	Limit int64
-	// Wait is the longest a first turn waits; then it is sent anyway.
-	Wait time.Duration
-	// Now is the clock the breakers and the wait read.
-	Now func() time.Time
-	// Waited hears how each wait ended (WaitSent, WaitExpired,
-	// WaitCancelled) and how long it lasted.
-	Waited func(outcome string, waited time.Duration)
-}
-
-// limit is how many requests r may hold before a first turn waits for it:
-// Limit, or, when that is 0, one more than the engine's slots, known once
-// a read found requests waiting behind full slots. 0: no limit known.
-func (o *Opening) limit(r *State) int64 {
-	if o.Limit > 0 {
-		return o.Limit
+// openingLimit is how many requests r may hold before a first turn waits
+// for it: OpeningLimit, or, when that is 0, one more than the engine's
+// slots, known once a read found requests waiting behind full slots. 0:
+// no limit known.
+func (p *Prefix) openingLimit(r *State) int64 {
+	if p.OpeningLimit > 0 {
+		return p.OpeningLimit
 	}
 	if s := r.Slots.Load(); s > 0 {
 		return s + 1
@@ -82,33 +63,17 @@ func (o *Opening) limit(r *State) int64 {
 	return 0
 }
 
-// reserve counts a request in flight on r unless r holds limit already;
-// it reports whether it did.
-func (r *State) reserve(limit int64) bool {
-	for {
-		own := r.Outstanding.Load()
-		if limit > 0 && own+r.Others.Load() >= limit {
-			return false
-		}
-		if r.Outstanding.CompareAndSwap(own, own+1) {
-			return true
-		}
-	}
-}
-
-// Pick chooses the replica of a request that opens a conversation
-// (PickPrefix) and counts it in flight there. While the replica the key
-// chooses holds its opening limit, the request waits, up to Wait, and
-// chooses again when a request to that replica ends, its engine is read or
-// it leaves: then among refresh's replicas (the routing table's now; nil:
-// the ones it had). Turns that continue conversations are never held back
-// this way, so a busy replica finishes the conversations it has before it
-// takes on more, and its live histories stay within its prompt cache.
-// Past the wait the request is sent to its choice anyway. i indexes the
-// set it chose from (refresh's last, when it waited); it is -1 when none
-// can take the request or the client went away (ctx ended: then cancelled
-// is set).
-func (o *Opening) Pick(ctx context.Context, s *Set, refresh func() *Set, k Key, factor float64, tried []*State) (i int, probe bool, route string, cancelled bool) {
+// pickOpening chooses the replica of a request that opens a conversation
+// (pickPrefix, within LoadFactor) and counts it in flight there. While the
+// replica the key chooses holds its opening limit, the request waits, up
+// to OpeningWait, and chooses again when a request to that replica ends,
+// its engine is read or it leaves: then among the table's replicas now
+// (req.Table, left in req.Replicas). Turns that continue conversations are
+// never held back this way, so a busy replica finishes the conversations
+// it has before it takes on more, and its live histories stay within its
+// prompt cache. Past the wait the request is sent to its choice anyway.
+// ok is false when none can take the request or the client went away.
+func (p *Prefix) pickOpening(req *Request) (c Choice, ok bool) {
 	var waited time.Time // when it began to wait; zero while it has not
 	var expire *time.Timer
 	defer func() {
@@ -117,50 +82,50 @@ func (o *Opening) Pick(ctx context.Context, s *Set, refresh func() *Set, k Key, 
 		}
 	}()
 	for {
-		i, probe, route = s.PickPrefix(k, factor, tried, o.Now())
-		if i < 0 {
-			return -1, false, route, false
+		set := req.Replicas
+		c.Index, c.Probe, c.Route = set.pickPrefix(req.Key, p.LoadFactor, req.Tried, p.Now())
+		if c.Index < 0 {
+			return Choice{}, false
 		}
-		r := s.Replicas[i].State
+		r := set.Replicas[c.Index].State
 		var woken <-chan struct{}
-		admitted := o.limit(r) == 0 // no limit known: nothing to wait for
+		admitted := p.openingLimit(r) == 0 // no limit known: nothing to wait for
 		if admitted {
-			r.Outstanding.Add(1)
+			r.take()
 		} else {
 			woken = r.freed.arm()
-			if admitted = r.reserve(o.limit(r)); admitted {
+			if admitted = r.reserve(p.openingLimit(r)); admitted {
 				r.freed.disarm()
 			}
 		}
 		if admitted {
 			if !waited.IsZero() {
-				o.Waited(WaitSent, o.Now().Sub(waited))
+				p.Waited(WaitSent, p.Now().Sub(waited))
 			}
-			return i, probe, route, false
+			return c, true
 		}
-		r.gate.Abandon(probe)
+		r.gate.Abandon(c.Probe)
 		if expire == nil {
-			waited = o.Now()
-			expire = time.NewTimer(o.Wait)
+			waited = p.Now()
+			expire = time.NewTimer(p.OpeningWait)
 		}
 		select {
 		case <-woken:
 		case <-expire.C:
 			r.freed.disarm()
-			o.Waited(WaitExpired, o.Now().Sub(waited))
-			i, probe, route = s.PickPrefix(k, factor, tried, o.Now())
-			if i >= 0 {
-				s.Replicas[i].Outstanding.Add(1)
+			p.Waited(WaitExpired, p.Now().Sub(waited))
+			c.Index, c.Probe, c.Route = set.pickPrefix(req.Key, p.LoadFactor, req.Tried, p.Now())
+			if c.Index < 0 {
+				return Choice{}, false
 			}
-			return i, probe, route, false
-		case <-ctx.Done():
+			set.Replicas[c.Index].take()
+			return c, true
+		case <-req.Ctx.Done():
 			r.freed.disarm()
-			o.Waited(WaitCancelled, o.Now().Sub(waited))
-			return -1, false, route, true
+			p.Waited(WaitCancelled, p.Now().Sub(waited))
+			return Choice{}, false
 		}
 		r.freed.disarm()
-		if ns := refresh(); ns != nil {
-			s = ns
-		}
+		req.Replicas = req.Table.Replicas()
 	}
 }

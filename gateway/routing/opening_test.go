@@ -6,16 +6,16 @@ import "testing"
 // once they are known, else none; reserve counts a request only below it.
 func TestOpeningLimitAndReserve(t *testing.T) {
 	s := NewState("a:1", &testGate{})
-	o := &Opening{}
-	if got := o.limit(s); got != 0 {
+	p := &Prefix{}
+	if got := p.openingLimit(s); got != 0 {
 		t.Errorf("slots unknown: limit %d, want 0 (none)", got)
 	}
 	s.Slots.Store(1)
-	if got := o.limit(s); got != 2 {
+	if got := p.openingLimit(s); got != 2 {
 		t.Errorf("1 slot: limit %d, want 2", got)
 	}
-	o.Limit = 5
-	if got := o.limit(s); got != 5 {
+	p.OpeningLimit = 5
+	if got := p.openingLimit(s); got != 5 {
 		t.Errorf("limit set: %d, want 5", got)
 	}
 	s.Outstanding.Store(1)

@@ -5,6 +5,70 @@ import (
 	"time"
 )
 
+// Prefix sends requests that share their prompt's first blocks to the
+// same replica (the Key's order over the replicas, weighted rendezvous),
+// within a bound on each replica's load; a conversation's first turn
+// waits while its replica is full (opening.go). A request with no key
+// goes by least-outstanding.
+type Prefix struct {
+	// LoadFactor bounds a replica's load: one whose requests in flight,
+	// with the next, would pass this factor times its weight's share of
+	// them all is passed over for the next in the key's order (1 or more).
+	LoadFactor float64
+	// HistoryLoadFactor is the bound of a request that continues a
+	// conversation (Key.History), whose history another replica would
+	// compute again (at least LoadFactor).
+	HistoryLoadFactor float64
+	// OpeningLimit is how many requests a replica may hold (this
+	// gateway's in flight plus the others' its engine last reported)
+	// before a conversation's first turn waits for it; 0: one more than
+	// the engine's slots, known once a read found requests waiting behind
+	// full slots.
+	OpeningLimit int64
+	// OpeningWait is the longest a first turn waits; then it is sent
+	// anyway. 0: none waits.
+	OpeningWait time.Duration
+	// Waited hears how each first turn's wait ended (WaitSent,
+	// WaitExpired, WaitCancelled) and how long it lasted.
+	Waited func(outcome string, waited time.Duration)
+	// Now is the clock the breakers and the wait read.
+	Now func() time.Time
+}
+
+// Name is RoutePrefix.
+func (p *Prefix) Name() string { return RoutePrefix }
+
+// Key is the request's prefix key (KeyOf).
+func (p *Prefix) Key(path string, body []byte) Key { return KeyOf(path, body) }
+
+// Pick chooses by the request's key (pickPrefix), within the history load
+// factor for a turn that continues a conversation; a conversation's first
+// turn, on its first attempt, may wait for its replica (pickOpening); a
+// request with no key goes by least-outstanding (pick). It counts the
+// request in flight on its choice.
+func (p *Prefix) Pick(req *Request) (Choice, bool) {
+	var c Choice
+	k, set := req.Key, req.Replicas
+	switch {
+	case !k.OK:
+		c.Index, c.Probe = set.pick(req.Tried, p.Now())
+		c.Route = RouteLeastOutstanding
+	case k.Opens && len(req.Tried) == 0 && p.OpeningWait > 0:
+		return p.pickOpening(req)
+	default:
+		f := p.LoadFactor
+		if k.History {
+			f = p.HistoryLoadFactor
+		}
+		c.Index, c.Probe, c.Route = set.pickPrefix(k, f, req.Tried, p.Now())
+	}
+	if c.Index < 0 {
+		return Choice{}, false
+	}
+	set.Replicas[c.Index].take()
+	return c, true
+}
+
 // rank is where replica r stands in key k's order: the weighted
 // rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
 // from the conversation key and the replica's address, w the replica's
@@ -53,22 +117,22 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// maxStackReplicas is how many replicas PickPrefix ranks without
+// maxStackReplicas is how many replicas pickPrefix ranks without
 // allocating.
 const maxStackReplicas = 128
 
-// PickPrefix chooses the replica for the next attempt of a request with
+// pickPrefix chooses the replica for the next attempt of a request with
 // key k: the first in the key's order (rank) that can take a request as
-// PickLeastOutstanding judges it (not tried, its breaker letting one
+// pick judges it (not tried, its breaker letting one
 // through) and is within the load bound: its requests in flight, with
 // this one, at most factor times its weight's share of all of them,
-// counted by PickLeastOutstanding's measure (this gateway's plus the
+// counted by pick's measure (this gateway's plus the
 // others' its engine reported) or by this gateway's alone. route is
 // RoutePrefix for the first such replica in the order, RouteSpill when
 // one was passed over for load. When every replica is over the bound
-// (factor below 1), PickLeastOutstanding's choice stands. i is -1 when
+// (factor below 1), pick's choice stands. i is -1 when
 // none can take the request.
-func (s *Set) PickPrefix(k Key, factor float64, tried []*State, now time.Time) (i int, probe bool, route string) {
+func (s *Set) pickPrefix(k Key, factor float64, tried []*State, now time.Time) (i int, probe bool, route string) {
 	n := len(s.Replicas)
 	if n == 0 {
 		return -1, false, RoutePrefix
@@ -139,6 +203,6 @@ func (s *Set) PickPrefix(k Key, factor float64, tried []*State, now time.Time) (
 			return best, probe, RoutePrefix
 		}
 	}
-	i, probe = s.PickLeastOutstanding(tried, now)
+	i, probe = s.pick(tried, now)
 	return i, probe, RouteSpill
 }

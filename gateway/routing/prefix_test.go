@@ -20,9 +20,9 @@ func keys(n int) []Key {
 // choose is the replica PickPrefix chooses for k on an idle set.
 func choose(t *testing.T, ts *testSet, k Key) string {
 	t.Helper()
-	i, _, route := ts.PickPrefix(k, 1.25, nil, time.Unix(0, 0))
+	i, _, route := ts.pickPrefix(k, 1.25, nil, time.Unix(0, 0))
 	if i < 0 || route != RoutePrefix {
-		t.Fatalf("PickPrefix on an idle set: %d, route %q", i, route)
+		t.Fatalf("pickPrefix on an idle set: %d, route %q", i, route)
 	}
 	return ts.name(i)
 }
@@ -109,7 +109,7 @@ func TestPrefixPickWeights(t *testing.T) {
 	ts := (&testSet{}).add("a", 1).add("b", 3).add("z", 0)
 	won := map[string]int{}
 	for _, k := range keys(2000) {
-		i, _, _ := ts.PickPrefix(k, 1.25, nil, time.Unix(0, 0))
+		i, _, _ := ts.pickPrefix(k, 1.25, nil, time.Unix(0, 0))
 		won[ts.name(i)]++
 	}
 	if won["z"] != 0 || won["b"] < 1350 || won["b"] > 1650 {
@@ -124,7 +124,7 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	now := time.Unix(0, 0)
 	ts := testPool(4)
 	k := keys(1)[0]
-	first, _, route := ts.PickPrefix(k, 1.25, nil, now)
+	first, _, route := ts.pickPrefix(k, 1.25, nil, now)
 	if route != RoutePrefix {
 		t.Fatalf("idle: route %q", route)
 	}
@@ -133,10 +133,10 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	second := spillsSteadily(t, ts, k, first, 4)
 	// An open breaker: passed over, like a tried replica, and not a spill.
 	ts.Replicas[first].gate.(*testGate).open = true
-	if i, _, route := ts.PickPrefix(k, 1.25, nil, now); i != second || route != RoutePrefix {
+	if i, _, route := ts.pickPrefix(k, 1.25, nil, now); i != second || route != RoutePrefix {
 		t.Errorf("first choice's breaker open: %s route %q, want %s, prefix", ts.name(i), route, ts.name(second))
 	}
-	if i, _, _ := ts.PickPrefix(k, 1.25, []*State{ts.Replicas[second].State}, now); i == first || i == second {
+	if i, _, _ := ts.pickPrefix(k, 1.25, []*State{ts.Replicas[second].State}, now); i == first || i == second {
 		t.Errorf("first open, second tried: got %s", ts.name(i))
 	}
 }
@@ -181,7 +181,7 @@ func TestPrefixPickTenantLocality(t *testing.T) {
 	}
 
 	k := Key{Shared: mix(shared), Conv: mix(5), OK: true}
-	first, _, _ := p.PickPrefix(k, 1.25, nil, now)
+	first, _, _ := p.pickPrefix(k, 1.25, nil, now)
 	spillsSteadily(t, p, k, first, 10)
 	// A gateway listing the replicas in another order agrees.
 	q := reverse(testPool(4))
@@ -201,15 +201,15 @@ func TestPrefixPickOthersLoadAlone(t *testing.T) {
 	now := time.Unix(0, 0)
 	ts := testPool(4)
 	k := keys(1)[0]
-	first, _, _ := ts.PickPrefix(k, 1.25, nil, now)
+	first, _, _ := ts.pickPrefix(k, 1.25, nil, now)
 	f := ts.Replicas[first]
 	f.Others.Store(10)
-	if i, _, route := ts.PickPrefix(k, 1.25, nil, now); i != first || route != RoutePrefix {
+	if i, _, route := ts.pickPrefix(k, 1.25, nil, now); i != first || route != RoutePrefix {
 		t.Errorf("others' load on the first choice: %s route %q, want %s, prefix", ts.name(i), route, ts.name(first))
 	}
 	// Its own load over the bound as well: a spill.
 	f.Outstanding.Add(3)
-	if i, _, route := ts.PickPrefix(k, 1.25, nil, now); i == first || route != RouteSpill {
+	if i, _, route := ts.pickPrefix(k, 1.25, nil, now); i == first || route != RouteSpill {
 		t.Errorf("own and others' load on the first choice: %s route %q, want another, spill", ts.name(i), route)
 	}
 	// Own load over its own bound but within the bound counting every
@@ -220,7 +220,7 @@ func TestPrefixPickOthersLoadAlone(t *testing.T) {
 		}
 	}
 	f.Others.Store(0)
-	if i, _, route := ts.PickPrefix(k, 1.25, nil, now); i != first || route != RoutePrefix {
+	if i, _, route := ts.pickPrefix(k, 1.25, nil, now); i != first || route != RoutePrefix {
 		t.Errorf("others busy elsewhere: %s route %q, want %s, prefix", ts.name(i), route, ts.name(first))
 	}
 }
@@ -234,12 +234,12 @@ func spillsSteadily(t *testing.T, ts *testSet, k Key, first int, load int64) int
 	f := ts.Replicas[first]
 	f.Outstanding.Add(load)
 	defer f.Outstanding.Add(-load)
-	spill, _, route := ts.PickPrefix(k, 1.25, nil, now)
+	spill, _, route := ts.pickPrefix(k, 1.25, nil, now)
 	if spill == first || route != RouteSpill {
 		t.Fatalf("first choice loaded: got %s route %q, want another replica, spill", ts.name(spill), route)
 	}
 	for range 5 {
-		if again, _, _ := ts.PickPrefix(k, 1.25, nil, now); again != spill {
+		if again, _, _ := ts.pickPrefix(k, 1.25, nil, now); again != spill {
 			t.Fatalf("spill went to %s, then %s", ts.name(spill), ts.name(again))
 		}
 	}
@@ -252,7 +252,7 @@ func TestPrefixPickBoundedLoad(t *testing.T) {
 	ts := testPool(4)
 	k := keys(1)[0]
 	for i := range 40 {
-		j, _, _ := ts.PickPrefix(k, 1.25, nil, time.Unix(0, 0))
+		j, _, _ := ts.pickPrefix(k, 1.25, nil, time.Unix(0, 0))
 		ts.Replicas[j].Outstanding.Add(1)
 		total := int64(i + 1)
 		limit := int64(1.25*float64(total)/4) + 1
@@ -291,7 +291,7 @@ func BenchmarkPrefixPick(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				// 2: the gateway's default load factor.
-				if j, _, _ := ts.PickPrefix(ks[i%len(ks)], 2, nil, now); j < 0 {
+				if j, _, _ := ts.pickPrefix(ks[i%len(ks)], 2, nil, now); j < 0 {
 					b.Fatal("no replica")
 				}
 			}

@@ -1,19 +1,27 @@
 // Package routing chooses the replica of a model that each attempt of a
-// request goes to. Least-outstanding sends it to the replica with the
-// fewest requests in flight per unit of weight (leastoutstanding.go); the
-// prefix policy sends requests that share their prompt's first blocks to
-// the same replica, whose engine then has them in its prompt cache, within
-// a bound on each replica's load, and holds a conversation's first turn
-// back while its replica is full (prefix.go, opening.go); the prefix key is
-// read from the request body (key.go). A replica's State is what the
-// policies read and count: the requests in flight (this gateway's and, as
-// its engine last reported, the others'), its engine's slots, its breaker.
+// request goes to. A Policy does: the gateway chooses one per model when
+// it builds its routing table (Options.Routing, else the model list's),
+// and its retry loop asks that model's policy for each attempt, knowing no
+// policy by name.
+//
+// LeastOutstanding sends a request to the replica with the fewest requests
+// in flight per unit of weight (leastoutstanding.go). Prefix sends
+// requests that share their prompt's first blocks (the Key, read from the
+// body: key.go) to the same replica, whose engine then has them in its
+// prompt cache, within a bound on each replica's load (prefix.go), and
+// holds a conversation's first turn back while its replica is full
+// (opening.go). A replica's State is what the policies read and count:
+// the requests in flight (this gateway's and, as its engine last reported,
+// the others'), its engine's slots, its breaker. A policy's Pick counts
+// the request in flight on the replica it chose; the caller ends it with
+// State.Release: no one else counts.
 //
 // docs/gateway.md ("Choosing a replica", "Prefix routing") is the
 // operator's page.
 package routing
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +39,60 @@ const (
 	RouteSpill = "spill"
 )
 
+// Policy chooses the replica for each attempt of a request among its
+// model's replicas.
+type Policy interface {
+	// Name is the policy's name, as Options.Routing, the model list and
+	// the demand say it.
+	Name() string
+	// Key reads what the policy routes a request by from its path and
+	// body: the prefix key, or the zero Key for a policy that reads none.
+	Key(path string, body []byte) Key
+	// Pick chooses the replica for req's next attempt among
+	// req.Replicas, passing over those tried and those whose breaker
+	// refuses, and counts the request in flight there (State.Release
+	// ends it). ok is false when none can take the request, or when the
+	// client went away while it waited.
+	Pick(req *Request) (c Choice, ok bool)
+}
+
+// Request is one request as a policy sees it, from one attempt to the
+// next.
+type Request struct {
+	// Ctx is the client's: a wait ends when it does.
+	Ctx context.Context
+	// Key is what the policy read of the request (Policy.Key).
+	Key Key
+	// Tried are the replicas of the request's earlier attempts, in order:
+	// the caller adds each attempt's.
+	Tried []*State
+	// Replicas are the model's replicas to choose among. A policy that
+	// waited chooses among Table's instead, and leaves them here.
+	Replicas *Set
+	// Table gives the model's replicas in the routing table now.
+	Table Table
+}
+
+// Table is the routing table as a policy that waited sees it (it may have
+// changed meanwhile).
+type Table interface {
+	// Replicas returns the request's model's replicas in the table now:
+	// the ones it had when the model has none now.
+	Replicas() *Set
+}
+
+// Choice is a policy's choice for one attempt.
+type Choice struct {
+	// Index is the replica's in Request.Replicas (as Pick left them).
+	Index int
+	// Probe says the request is the replica's half-open probe: the caller
+	// reports its outcome to the breaker.
+	Probe bool
+	// Route says why the replica was chosen: RouteLeastOutstanding,
+	// RoutePrefix or RouteSpill.
+	Route string
+}
+
 // Gate is a replica's circuit breaker as the policies use it.
 type Gate interface {
 	// Available reports, without taking anything, whether Acquire would
@@ -47,7 +109,8 @@ type Gate interface {
 // requests in flight, its engine's load and slots, its breaker. It
 // outlives routing tables that keep the replica at the same address.
 type State struct {
-	// Outstanding is this gateway's requests in flight on the replica.
+	// Outstanding is this gateway's requests in flight on the replica: a
+	// policy's Pick counts one, Release ends it.
 	Outstanding atomic.Int64
 	// Others are the requests the replica's engine held beyond this
 	// gateway's at its last read: other gateways' load.
@@ -63,6 +126,23 @@ type State struct {
 // NewState returns the state of a replica at address, behind gate.
 func NewState(address string, gate Gate) *State {
 	return &State{gate: gate, hash: xxhash.Sum64String(address) | 1}
+}
+
+// take counts a request in flight on the replica: a policy's choice.
+func (s *State) take() { s.Outstanding.Add(1) }
+
+// reserve counts a request in flight on the replica unless it holds limit
+// already (0: no limit); it reports whether it did.
+func (s *State) reserve(limit int64) bool {
+	for {
+		own := s.Outstanding.Load()
+		if limit > 0 && own+s.Others.Load() >= limit {
+			return false
+		}
+		if s.Outstanding.CompareAndSwap(own, own+1) {
+			return true
+		}
+	}
 }
 
 // Release ends a request to the replica: one fewer in flight, and its

@@ -38,14 +38,29 @@ const DefaultPrefixHistoryLoadFactor = 2 * DefaultPrefixLoadFactor
 // replica to have room before it is sent anyway.
 const DefaultPrefixOpeningWait = 30 * time.Second
 
-// policy is the routing policy of model: the gateway's own setting for it
+// policyOf is the routing policy of model, listed the model list's routing
+// of it (empty when unlisted or unset): the gateway's own setting for it
 // (Options.Routing), else the model list's, else least-outstanding.
-func (g *Gateway) policy(t *table, model string) string {
+// buildTable asks it once per model and table.
+func (g *Gateway) policyOf(model, listed string) routing.Policy {
+	name := listed
 	if p, ok := g.routing[model]; ok {
-		return p
+		name = p
 	}
-	if lm, ok := t.listed[model]; ok && lm.Routing != "" {
-		return lm.Routing
+	if name != RoutePrefix {
+		return &routing.LeastOutstanding{Now: g.now}
 	}
-	return RouteLeastOutstanding
+	return &routing.Prefix{
+		LoadFactor:        g.loadFactor,
+		HistoryLoadFactor: g.historyFactor,
+		OpeningLimit:      g.openingMax,
+		OpeningWait:       g.openingWait,
+		Now:               g.now,
+		Waited: func(outcome string, d time.Duration) {
+			g.m.openingWaits.WithLabelValues(model, outcome).Inc()
+			if outcome != routing.WaitCancelled {
+				g.m.openingWait.WithLabelValues(model).Observe(d.Seconds())
+			}
+		},
+	}
 }
