@@ -5,6 +5,13 @@ import (
 	"time"
 )
 
+// How a first turn's wait for its replica ended (Prefix.Waited).
+const (
+	WaitSent      = "sent"
+	WaitExpired   = "expired"
+	WaitCancelled = "cancelled"
+)
+
 // Prefix sends requests that share their prompt's first blocks to the
 // same replica (the Key's order over the replicas, weighted rendezvous),
 // within a bound on each replica's load; a conversation's first turn
@@ -69,52 +76,85 @@ func (p *Prefix) Pick(req *Request) (Choice, bool) {
 	return c, true
 }
 
-// rank is where replica r stands in key k's order: the weighted
-// rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
-// from the conversation key and the replica's address, w the replica's
-// weight times its locality for the shared key (locality). Every gateway
-// computes the same for the same key and address; a replica joining or
-// leaving changes no other replica's score, so only the keys it wins or
-// held move. With uniform set (every replica ranked has the same weight
-// and the key has no shared part of its own) the order is u's, and rank
-// returns u's bits without the logarithm.
-func rank(k Key, r Replica, uniform bool) float64 {
-	w := float64(r.Weight)
-	if w <= 0 {
-		return 0
+// pickOpening chooses the replica of a request that opens a conversation
+// (pickPrefix, within LoadFactor) and counts it in flight there. While the
+// replica the key chooses holds its opening limit, the request waits, up
+// to OpeningWait, and chooses again when a request to that replica ends,
+// its engine is read or it leaves: then among the table's replicas now
+// (req.Table, left in req.Replicas). Turns that continue conversations are
+// never held back this way, so a busy replica finishes the conversations
+// it has before it takes on more, and its live histories stay within its
+// prompt cache. Past the wait the request is sent to its choice anyway.
+// ok is false when none can take the request or the client went away.
+func (p *Prefix) pickOpening(req *Request) (c Choice, ok bool) {
+	var waited time.Time // when it began to wait; zero while it has not
+	var expire *time.Timer
+	defer func() {
+		if expire != nil {
+			expire.Stop()
+		}
+	}()
+	for {
+		set := req.Replicas
+		c.Index, c.Probe, c.Route = set.pickPrefix(req.Key, p.LoadFactor, req.Tried, p.Now())
+		if c.Index < 0 {
+			return Choice{}, false
+		}
+		r := set.Replicas[c.Index].State
+		var woken <-chan struct{}
+		admitted := p.openingLimit(r) == 0 // no limit known: nothing to wait for
+		if admitted {
+			r.take()
+		} else {
+			woken = r.freed.arm()
+			if admitted = r.reserve(p.openingLimit(r)); admitted {
+				r.freed.disarm()
+			}
+		}
+		if admitted {
+			if !waited.IsZero() {
+				p.Waited(WaitSent, p.Now().Sub(waited))
+			}
+			return c, true
+		}
+		r.gate.Abandon(c.Probe)
+		if expire == nil {
+			waited = p.Now()
+			expire = time.NewTimer(p.OpeningWait)
+		}
+		select {
+		case <-woken:
+		case <-expire.C:
+			r.freed.disarm()
+			p.Waited(WaitExpired, p.Now().Sub(waited))
+			c.Index, c.Probe, c.Route = set.pickPrefix(req.Key, p.LoadFactor, req.Tried, p.Now())
+			if c.Index < 0 {
+				return Choice{}, false
+			}
+			set.Replicas[c.Index].take()
+			return c, true
+		case <-req.Ctx.Done():
+			r.freed.disarm()
+			p.Waited(WaitCancelled, p.Now().Sub(waited))
+			return Choice{}, false
+		}
+		r.freed.disarm()
+		req.Replicas = req.Table.Replicas()
 	}
-	a := r.hash
-	h := mix(k.Conv ^ a)
-	if uniform && k.Shared == k.Conv {
-		return float64(h>>11) + 1
-	}
-	if k.Shared != k.Conv {
-		w *= locality(mix(k.Shared ^ a))
-	}
-	return -w / math.Log(unit(h))
 }
 
-// locality is how strongly a replica draws the conversations of a shared
-// prefix (a tenant's system prompt), from the hash of the prefix and its
-// address: 1/(1-v), v uniform in (0, 1). Ranked by it, the replica first
-// for a prefix draws about as many of its conversations as the second
-// and third together (among n replicas, the k-th about 1/k of the first's
-// share), so a tenant's conversations meet on a few replicas that hold
-// its system prompt, while each conversation keeps one replica for all
-// its turns. It depends on nothing but the prefix and the address.
-func locality(h uint64) float64 { return 1 / (1 - unit(h)) }
-
-// unit maps a hash to (0, 1).
-func unit(h uint64) float64 { return (float64(h>>11) + 0.5) / (1 << 53) }
-
-// mix is splitmix64's finalizer: it spreads the bits of x.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+// openingLimit is how many requests r may hold before a first turn waits
+// for it: OpeningLimit, or, when that is 0, one more than the engine's
+// slots, known once a read found requests waiting behind full slots. 0:
+// no limit known.
+func (p *Prefix) openingLimit(r *State) int64 {
+	if p.OpeningLimit > 0 {
+		return p.OpeningLimit
+	}
+	if s := r.Slots.Load(); s > 0 {
+		return s + 1
+	}
+	return 0
 }
 
 // maxStackReplicas is how many replicas pickPrefix ranks without
@@ -205,4 +245,52 @@ func (s *Set) pickPrefix(k Key, factor float64, tried []*State, now time.Time) (
 	}
 	i, probe = s.pick(tried, now)
 	return i, probe, RouteSpill
+}
+
+// rank is where replica r stands in key k's order: the weighted
+// rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
+// from the conversation key and the replica's address, w the replica's
+// weight times its locality for the shared key (locality). Every gateway
+// computes the same for the same key and address; a replica joining or
+// leaving changes no other replica's score, so only the keys it wins or
+// held move. With uniform set (every replica ranked has the same weight
+// and the key has no shared part of its own) the order is u's, and rank
+// returns u's bits without the logarithm.
+func rank(k Key, r Replica, uniform bool) float64 {
+	w := float64(r.Weight)
+	if w <= 0 {
+		return 0
+	}
+	a := r.hash
+	h := mix(k.Conv ^ a)
+	if uniform && k.Shared == k.Conv {
+		return float64(h>>11) + 1
+	}
+	if k.Shared != k.Conv {
+		w *= locality(mix(k.Shared ^ a))
+	}
+	return -w / math.Log(unit(h))
+}
+
+// locality is how strongly a replica draws the conversations of a shared
+// prefix (a tenant's system prompt), from the hash of the prefix and its
+// address: 1/(1-v), v uniform in (0, 1). Ranked by it, the replica first
+// for a prefix draws about as many of its conversations as the second
+// and third together (among n replicas, the k-th about 1/k of the first's
+// share), so a tenant's conversations meet on a few replicas that hold
+// its system prompt, while each conversation keeps one replica for all
+// its turns. It depends on nothing but the prefix and the address.
+func locality(h uint64) float64 { return 1 / (1 - unit(h)) }
+
+// unit maps a hash to (0, 1).
+func unit(h uint64) float64 { return (float64(h>>11) + 0.5) / (1 << 53) }
+
+// mix is splitmix64's finalizer: it spreads the bits of x.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }

@@ -8,9 +8,9 @@
 // in flight per unit of weight (leastoutstanding.go). Prefix sends
 // requests that share their prompt's first blocks (the Key, read from the
 // body: key.go) to the same replica, whose engine then has them in its
-// prompt cache, within a bound on each replica's load (prefix.go), and
-// holds a conversation's first turn back while its replica is full
-// (opening.go). A replica's State is what the policies read and count:
+// prompt cache, within a bound on each replica's load, and holds a
+// conversation's first turn back while its replica is full (prefix.go,
+// in the order a request goes through it). A replica's State is what the policies read and count:
 // the requests in flight (this gateway's and, as its engine last reported,
 // the others'), its engine's slots, its breaker. A policy's Pick counts
 // the request in flight on the replica it chose; the caller ends it with
@@ -22,6 +22,7 @@ package routing
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +163,42 @@ func (s *State) Waiting() int64 { return s.freed.waiting.Load() }
 // load is the replica's requests in flight: this gateway's and, as of its
 // engine's last read, the others'.
 func (s *State) load() int64 { return s.Outstanding.Load() + s.Others.Load() }
+
+// waker lets requests wait for a replica to have room: wake closes the
+// channel the waiters armed, when a request to it ends or its engine was
+// read. With no one waiting, wake costs an atomic load.
+type waker struct {
+	waiting atomic.Int64
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+// arm returns a channel closed at the first wake after arm; disarm must
+// follow. A waiter arms before it looks at the load, so that a request
+// ending in between is not missed.
+func (w *waker) arm() <-chan struct{} {
+	w.waiting.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	return w.ch
+}
+
+func (w *waker) disarm() { w.waiting.Add(-1) }
+
+func (w *waker) wake() {
+	if w.waiting.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+}
 
 // Replica is one replica in one routing table: its weight there (a
 // weight tag may change with the replica staying) and its State.
