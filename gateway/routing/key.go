@@ -39,6 +39,9 @@ type Key struct {
 	History, Opens bool
 }
 
+// Key is the request's prefix key (KeyOf).
+func (p *Prefix) Key(path string, body []byte) Key { return KeyOf(path, body) }
+
 // KeyOf derives the prefix key of a request body for path from its first
 // keyBytes bytes (buf may be a prefix of the body). Anything it cannot read
 // as the request's JSON gives no key.

@@ -45,9 +45,6 @@ type Prefix struct {
 // Name is RoutePrefix.
 func (p *Prefix) Name() string { return RoutePrefix }
 
-// Key is the request's prefix key (KeyOf).
-func (p *Prefix) Key(path string, body []byte) Key { return KeyOf(path, body) }
-
 // Pick chooses by the request's key (pickPrefix), within the history load
 // factor for a turn that continues a conversation; a conversation's first
 // turn, on its first attempt, may wait for its replica (pickOpening); a
