@@ -401,11 +401,11 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	defer func() { _ = resp.Body.Close() }()
 	x.writeHead(ep, resp)
 	tap := x.tapAnswer(resp)
-	defer tap.release()
 	code, whole, broken, told := x.copyAnswer(ep, resp, &tap)
 	if whole {
 		x.recordAnswer(ep, &tap)
 	}
+	tap.release()
 	g, model := x.g, x.ms.name
 	g.m.request(model, code)
 	g.m.duration.WithLabelValues(model).Observe(g.now().Sub(x.start).Seconds())

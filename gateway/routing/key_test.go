@@ -129,7 +129,7 @@ func TestPrefixKeyUnreadable(t *testing.T) {
 }
 
 // The key of a chat's fourth turn behind a 4 KB system prompt.
-func BenchmarkKeyOf(b *testing.B) {
+func BenchmarkPrefixKey(b *testing.B) {
 	body := chatBody(b, conversation(strings.Repeat("You are a helpful assistant. ", 150), "alice", 4)...)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -143,7 +143,7 @@ func BenchmarkKeyOf(b *testing.B) {
 // Any body: KeyOf does not panic, reads no more than keyBytes (a body
 // and its first keyBytes have the same key), and a key is never made of
 // nothing.
-func FuzzKeyOf(f *testing.F) {
+func FuzzPrefixKey(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`))
 	f.Add([]byte(`{"messages":[{"role":"user","content":"a\"b"},{"x":1}],"model":"m"}`))
 	f.Add([]byte(`{"model":"m","prompt":"` + strings.Repeat("p", promptBlock+3) + `"}`))
