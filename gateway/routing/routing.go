@@ -9,12 +9,16 @@
 // requests that share their prompt's first blocks (the Key, read from the
 // body: key.go) to the same replica, whose engine then has them in its
 // prompt cache, within a bound on each replica's load, and holds a
-// conversation's first turn back while its replica is full (prefix.go,
-// in the order a request goes through it). A replica's State is what the policies read and count:
-// the requests in flight (this gateway's and, as its engine last reported,
-// the others'), its engine's slots, its breaker. A policy's Pick counts
-// the request in flight on the replica it chose; the caller ends it with
-// State.Release: no one else counts.
+// conversation's first turn back while its replica is full (prefix.go, in
+// the order a request goes through it). A replica's State is what the
+// policies read and count: the requests in flight (this gateway's and, as
+// its engine last reported, the others'), its engine's slots, its
+// breaker. A policy's Pick counts the request in flight on the replica it
+// chose; the caller ends it with State.Release: no one else counts.
+//
+// The policy named "random" in the prefix benchmark (prefixload) is not
+// one of these: that tool sends its requests straight to a replica drawn
+// at random, past the gateway.
 //
 // docs/gateway.md ("Choosing a replica", "Prefix routing") is the
 // operator's page.
