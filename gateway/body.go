@@ -1,14 +1,11 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
-
-	"github.com/llmgw/llmgw/internal/bounded"
 )
 
 // Body errors.
@@ -125,29 +122,6 @@ func readBody(r io.Reader, contentLength, limit int64, bud *budget) (*reqBody, e
 	}
 	b.prefix = buf
 	return b, nil
-}
-
-// checkJSON checks a whole body before any part of llmgw or an engine
-// parses it: nesting at most maxDepth levels (a *bounded.LimitError),
-// well-formed JSON (errBadJSON), an object (errNotObject) with a string
-// "model" (errNoModel, errModelNotString), which it returns. Both checks
-// are iterative: a deeply nested body costs no stack.
-func checkJSON(buf []byte, maxDepth int) (string, error) {
-	if err := bounded.JSONDepth(buf, maxDepth); err != nil {
-		return "", err
-	}
-	if !json.Valid(buf) {
-		if len(buf) == 0 {
-			return "", errNoModel
-		}
-		return "", errBadJSON
-	}
-	model, _, err := scanModel(buf, 0)
-	if errors.Is(err, errShort) {
-		// Not expected of valid JSON: the scan reads a whole object.
-		err = errBadJSON
-	}
-	return model, err
 }
 
 // putBuf returns buf to the pool when it is the pooled one.

@@ -1,15 +1,11 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 	"testing/iotest"
-
-	"github.com/llmgw/llmgw/internal/bounded"
-	"github.com/llmgw/llmgw/internal/testing/hostile"
 )
 
 // trickle is a reader that hands out at most n bytes a call and counts how
@@ -145,71 +141,4 @@ func TestReadBodyReadError(t *testing.T) {
 	if _, err := readBody(r, -1, 1<<20, &budget{limit: 1 << 30}); !errors.Is(err, boom) {
 		t.Errorf("got %v, want the reader's error", err)
 	}
-}
-
-func TestCheckJSON(t *testing.T) {
-	nest := func(n int) string {
-		return `{"model":"m","x":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + `}`
-	}
-	tests := []struct {
-		name      string
-		body      string
-		wantModel string
-		wantErr   error // nil; or errLimit for a *bounded.LimitError
-	}{
-		{"ok", `{"messages":[{"role":"user","content":"hi"}],"model":"m"}`, "m", nil},
-		{"64 levels", nest(64), "m", nil},
-		{"65 levels", nest(65), "", errLimit},
-		{"a megabyte of brackets", `{"model":"m","x":` + strings.Repeat("[", 1<<20), "", errLimit},
-		{"brackets in a string do not nest", `{"model":"m","x":"` + strings.Repeat("[", 1000) + `"}`, "m", nil},
-		{"truncated", `{"model":"m","x":[1,`, "", errBadJSON},
-		{"trailing garbage", `{"model":"m"} x`, "", errBadJSON},
-		{"model then garbage", `{"model":"m","x":}`, "", errBadJSON},
-		{"not an object", `["model"]`, "", errNotObject},
-		{"no model", `{"x":1}`, "", errNoModel},
-		{"model not a string", `{"model":1}`, "", errModelNotString},
-		{"empty", ``, "", errNoModel},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			model, err := checkJSON([]byte(tt.body), 64)
-			switch {
-			case errors.Is(tt.wantErr, errLimit):
-				if !bounded.IsLimit(err) || !strings.Contains(err.Error(), "64") {
-					t.Errorf("got %q, %v; want the depth limit, naming 64", model, err)
-				}
-			case !errors.Is(err, tt.wantErr) || model != tt.wantModel:
-				t.Errorf("got %q, %v; want %q, %v", model, err, tt.wantModel, tt.wantErr)
-			}
-		})
-	}
-}
-
-var errLimit = errors.New("a *bounded.LimitError")
-
-// FuzzCheckJSON: what checkJSON lets through to an engine is well-formed
-// JSON nested at most the limit, an object whose "model" is the string it
-// returns; deep and huge seeds included.
-func FuzzCheckJSON(f *testing.F) {
-	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	f.Add(`{"model":"m","x":[[[[[[1]]]]]]}`)
-	for _, b := range hostile.JSONSeeds() {
-		f.Add(string(b))
-	}
-	f.Fuzz(func(t *testing.T, body string) {
-		model, err := checkJSON([]byte(body), 8)
-		if err != nil {
-			return
-		}
-		var v map[string]any
-		if json.Unmarshal([]byte(body), &v) != nil {
-			t.Fatalf("accepted %q, which is not a JSON object", body)
-		}
-		if m, _ := v["model"].(string); m != model {
-			t.Fatalf("model %q, the body says %q", model, v["model"])
-		}
-		if bounded.JSONDepth([]byte(body), 8) != nil {
-			t.Fatalf("accepted %q, deeper than 8", body)
-		}
-	})
 }

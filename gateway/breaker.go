@@ -76,9 +76,9 @@ func newBreaker(cfg BreakerConfig, onChange func(BreakerState)) *breaker {
 // has passed reads open until a request probes it.
 func (b *breaker) State() BreakerState { return BreakerState(b.fast.Load()) }
 
-// available reports, without taking anything, whether acquire would let a
+// Available reports, without taking anything, whether Acquire would let a
 // request through at now.
-func (b *breaker) available(now time.Time) bool {
+func (b *breaker) Available(now time.Time) bool {
 	if BreakerState(b.fast.Load()) == BreakerClosed {
 		return true
 	}
@@ -105,10 +105,10 @@ func (b *breaker) reopensAt() time.Time {
 	return b.openedAt.Add(b.openFor)
 }
 
-// acquire lets a request through, or not. probe reports that this request
+// Acquire lets a request through, or not. probe reports that this request
 // is the half-open probe whose outcome decides the breaker: the caller must
 // report it with success, failure or abandon.
-func (b *breaker) acquire(now time.Time) (ok, probe bool) {
+func (b *breaker) Acquire(now time.Time) (ok, probe bool) {
 	if BreakerState(b.fast.Load()) == BreakerClosed {
 		return true, false
 	}
@@ -184,9 +184,9 @@ func (b *breaker) failure(probe bool, now time.Time) {
 	}
 }
 
-// abandon gives the probe slot back without a verdict: the client went
+// Abandon gives the probe slot back without a verdict: the client went
 // away before the endpoint answered.
-func (b *breaker) abandon(probe bool) {
+func (b *breaker) Abandon(probe bool) {
 	if !probe {
 		return
 	}

@@ -13,7 +13,7 @@ func TestBreaker(t *testing.T) {
 	b := newBreaker(BreakerConfig{Failures: 3, OpenFor: 10 * time.Second, MaxOpenFor: 25 * time.Second}.withDefaults(),
 		func(s BreakerState) { changes = append(changes, s) })
 
-	take := func(now time.Time) (bool, bool) { return b.acquire(now) }
+	take := func(now time.Time) (bool, bool) { return b.Acquire(now) }
 
 	// Failures below the threshold, broken by a success, keep it closed.
 	b.failure(false, t0)
@@ -43,14 +43,14 @@ func TestBreaker(t *testing.T) {
 
 	// After OpenFor, one probe goes through; nothing else meanwhile.
 	t1 := t0.Add(10 * time.Second)
-	if !b.available(t1) {
+	if !b.Available(t1) {
 		t.Fatal("not available after OpenFor")
 	}
 	ok, probe := take(t1)
 	if !ok || !probe {
 		t.Fatalf("first request after OpenFor: ok %v probe %v", ok, probe)
 	}
-	if ok, _ := take(t1); ok || b.available(t1) {
+	if ok, _ := take(t1); ok || b.Available(t1) {
 		t.Fatal("second request let through while the probe is out")
 	}
 	// A failed probe opens it again for twice as long.
@@ -64,7 +64,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("no probe after the doubled open time")
 	}
 	// An abandoned probe (the client left) frees the slot, no verdict.
-	b.abandon(true)
+	b.Abandon(true)
 	if got := b.State(); got != BreakerHalfOpen {
 		t.Fatalf("after abandon: %v", got)
 	}

@@ -38,7 +38,7 @@ func (g *Gateway) Demand() gatewayapi.Demand {
 					PromptTokens: e.cache.prompt.Load(), CachedTokens: e.cache.cached.Load(), UnknownAnswers: e.cache.unknown.Load()})
 			}
 		}
-		md.Routing = g.policy(t, m)
+		md.Routing = t.policies[m].Name()
 		if lm, ok := t.listed[m]; ok {
 			md.Listed = &lm
 		}

@@ -43,15 +43,22 @@
 // past it, before reading when Content-Length says so), within
 // Options.BodyReadTimeout (408), from a buffer budget shared by all
 // requests (Options.BodyMemory; 503 when spent), and checked before any
-// replica sees it (checkJSON): nesting at most Options.MaxJSONDepth
-// levels (bounded.JSONDepth), well-formed (json.Valid), an object with a
-// string top-level "model" (scanModel); both checks are iterative. A
-// query string on an OpenAI route is refused (400).
+// replica sees it (internal/jsonscan's Check): nesting at most
+// Options.MaxJSONDepth levels (bounded.JSONDepth), well-formed
+// (json.Valid), an object with a string top-level "model"; both checks
+// are iterative. What else the gateway reads of a body or an answer (the
+// prefix key's messages, max_tokens, usage) it reads with jsonscan too,
+// without decoding. A query string on an OpenAI route is refused (400).
 //
-// The replica is the one with the fewest requests in flight per unit of
-// weight, (outstanding+1)/weight, ties rotating; weight comes from a
-// weight=<n> tag, else the registry's (Consul's passing weight), else 1; a
-// weight of 0 is used only when no other replica can take the request.
+// The replica is the one the model's routing policy chooses
+// (gateway/routing; pool.policy, chosen as buildTable builds the table:
+// Options.Routing, else the model list's). By default that is the one
+// with the fewest requests in flight per unit of weight,
+// (outstanding+1)/weight, ties rotating; weight comes from a weight=<n>
+// tag, else the registry's (Consul's passing weight), else 1; a weight of
+// 0 is used only when no other replica can take the request. The prefix
+// policy routes by a key read from the body. The policy counts the
+// request in flight on the replica it chose; exchange.send releases it.
 //
 // A request is tried on another replica (up to Options.Attempts in all)
 // when it never reached the replica (the connection was refused or could

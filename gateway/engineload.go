@@ -78,13 +78,13 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	cctx, cancel := context.WithTimeout(ctx, min(g.engineEvery, enginemetrics.DefaultTimeout))
 	defer cancel()
 	_, s, err := enginemetrics.ScrapeAny(cctx, g.engineClient, ep.base, engineMetricsPath, nil)
-	own := ep.outstanding.Load()
+	own := ep.Outstanding.Load()
 	waiting, wok := s.Waiting.Get()
 	running, rok := s.Running.Get()
 	labels := breakerLabels(ep.inst)
 	if err != nil || !wok || !rok {
-		ep.others.Store(0)
-		ep.freed.wake()
+		ep.Others.Store(0)
+		ep.Wake()
 		if !ep.gone.Load() {
 			g.m.engineLoad.Delete(labels)
 		}
@@ -94,13 +94,13 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 		return
 	}
 	total := int64(waiting + running)
-	ep.others.Store(max(total-own, 0))
-	if r := int64(running); waiting > 0 && r > ep.slots.Load() {
+	ep.Others.Store(max(total-own, 0))
+	if r := int64(running); waiting > 0 && r > ep.Slots.Load() {
 		// Requests wait behind full slots: running is how many it has.
 		// (One read of an endpoint at a time: no other store races.)
-		ep.slots.Store(r)
+		ep.Slots.Store(r)
 	}
-	ep.freed.wake()
+	ep.Wake()
 	if !ep.gone.Load() {
 		g.m.engineLoad.With(labels).Set(float64(total))
 	}

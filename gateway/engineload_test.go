@@ -61,7 +61,7 @@ func TestEngineLoadSteersAwayFromBusyReplica(t *testing.T) {
 	}
 	wait.Until(t, "the busy replica's engine read", func() bool {
 		ep := tg.tbl.Load().byID["busy"]
-		return ep != nil && ep.others.Load() == 3
+		return ep != nil && ep.Others.Load() == 3
 	})
 	if got := testutil.ToFloat64(tg.m.engineLoad.WithLabelValues("m", "busy", busy.addr())); got != 3 {
 		t.Errorf("llmgw_gateway_engine_requests for busy = %v, want 3", got)

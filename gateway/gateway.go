@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/blockingquery"
 	"github.com/llmgw/llmgw/internal/httpjson"
@@ -140,7 +141,7 @@ type Options struct {
 	// before a prefix-routed chat that opens a conversation (its messages
 	// end with the first user turn) waits at the gateway for it to have
 	// fewer, so that a busy replica finishes its conversations before it
-	// takes on new ones (pickOpening). When 0, one more than the engine's
+	// takes on new ones (routing.Prefix). When 0, one more than the engine's
 	// slots, known once a read of its metrics found requests waiting
 	// behind full slots; until then none waits.
 	PrefixOpeningLimit int
@@ -412,7 +413,7 @@ func (g *Gateway) UpdateModels(l gatewayapi.ModelList, err error) {
 // discovered says discovery has published.
 func (g *Gateway) rebuildLocked(discovered bool) {
 	old := g.tbl.Load()
-	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint)
+	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint, g.policyOf)
 	g.tbl.Store(t)
 	if discovered {
 		g.discovered = true
@@ -440,7 +441,7 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 			g.log.Info("replica gone", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address)
 		}
 		ep.gone.Store(true)
-		ep.freed.wake() // a request waiting for it chooses again
+		ep.Wake() // a request waiting for it chooses again
 		g.m.breaker.Delete(breakerLabels(ep.inst))
 		g.m.engineLoad.Delete(breakerLabels(ep.inst))
 		g.m.promptTokens.Delete(breakerLabels(ep.inst))
@@ -474,10 +475,10 @@ func (g *Gateway) rebuildLocked(discovered bool) {
 func (g *Gateway) newModel(name string) *modelState { return newModelState(name, g.span) }
 
 func (g *Gateway) newEndpoint(in Instance) *endpoint {
-	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: &epState{}}
+	st := &epState{}
+	ep := &endpoint{inst: in, base: "http://" + in.Address, epState: st}
 	labels := breakerLabels(in)
-	st := ep.epState
-	ep.br = newBreaker(g.brCfg, func(s BreakerState) {
+	st.br = newBreaker(g.brCfg, func(s BreakerState) {
 		g.m.transitions.WithLabelValues(in.Model, s.String()).Inc()
 		if st.gone.Load() {
 			return
@@ -485,6 +486,7 @@ func (g *Gateway) newEndpoint(in Instance) *endpoint {
 		g.m.breaker.With(labels).Set(float64(s))
 		g.log.Info("breaker "+s.String(), "model", in.Model, "replica", in.Replica, "endpoint", in.Address)
 	})
+	st.State = routing.NewState(in.Address, st.br)
 	return ep
 }
 

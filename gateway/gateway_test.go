@@ -567,7 +567,7 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		ep := tg.tbl.Load().byID[id]
-		wait.Until(t, id+" has nothing in flight", func() bool { return ep.outstanding.Load() == 0 })
+		wait.Until(t, id+" has nothing in flight", func() bool { return ep.Outstanding.Load() == 0 })
 	}
 	wait.Until(t, "budget released", func() bool { return tg.bud.used.Load() == 0 })
 }

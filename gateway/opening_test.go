@@ -33,7 +33,7 @@ func waiters(tg *testGateway, id string) int64 {
 	if ep == nil {
 		return -1
 	}
-	return ep.freed.waiting.Load()
+	return ep.Waiting()
 }
 
 // A conversation's first turn waits while its replica holds the opening
@@ -44,7 +44,7 @@ func TestPrefixOpeningWaitsForItsReplica(t *testing.T) {
 	r := startReplica(t, "m", "r0", nil)
 	tg := startGateway(t, Options{Routing: map[string]string{"m": RoutePrefix}, PrefixOpeningLimit: 2}, r.instance())
 	ep := tg.tbl.Load().byID["r0"]
-	ep.outstanding.Add(2) // two requests of another client's, in flight
+	ep.Outstanding.Add(2) // two requests of another client's, in flight
 
 	var wg sync.WaitGroup
 	var first answer
@@ -64,7 +64,7 @@ func TestPrefixOpeningWaitsForItsReplica(t *testing.T) {
 		t.Errorf("requests answered 200: %v, want only the continuing turn's", got)
 	}
 
-	ep.release() // one of the other client's ends: 1 in flight
+	ep.Release() // one of the other client's ends: 1 in flight
 	wg.Wait()
 	if first.status != http.StatusOK || first.header.Get(RouteHeader) != RoutePrefix || first.header.Get(ReplicaHeader) != "r0" {
 		t.Errorf("first turn: %d route %q replica %q: %s", first.status, first.header.Get(RouteHeader), first.header.Get(ReplicaHeader), first.body)
@@ -75,8 +75,8 @@ func TestPrefixOpeningWaitsForItsReplica(t *testing.T) {
 	if got := testutil.CollectAndCount(tg.m.openingWait); got != 1 {
 		t.Errorf("opening wait histograms: %d, want 1 (model m)", got)
 	}
-	ep.release()
-	if got := ep.outstanding.Load(); got != 0 {
+	ep.Release()
+	if got := ep.Outstanding.Load(); got != 0 {
 		t.Errorf("in flight after all ended: %d, want 0", got)
 	}
 }
@@ -87,8 +87,8 @@ func TestPrefixOpeningWaitBounded(t *testing.T) {
 	r := startReplica(t, "m", "r0", nil)
 	tg := startGateway(t, Options{Routing: map[string]string{"m": RoutePrefix}, PrefixOpeningLimit: 1, PrefixOpeningWait: 50 * time.Millisecond}, r.instance())
 	ep := tg.tbl.Load().byID["r0"]
-	ep.outstanding.Add(1)
-	defer ep.release()
+	ep.Outstanding.Add(1)
+	defer ep.Release()
 
 	a := tg.post(t, "/v1/chat/completions", openingBody(t, "ann", 1))
 	if a.status != http.StatusOK || a.header.Get(ReplicaHeader) != "r0" {
@@ -99,6 +99,7 @@ func TestPrefixOpeningWaitBounded(t *testing.T) {
 	}
 
 	tg.openingWait = time.Hour
+	tg.Update(Snapshot{Instances: []Instance{r.instance()}}) // the policy is built with it
 	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions", strings.NewReader(openingBody(t, "bob", 1)))
 	if err != nil {
@@ -128,7 +129,7 @@ func TestPrefixOpeningWaitBounded(t *testing.T) {
 	if got := r.completions(t); got != "1" {
 		t.Errorf("the replica answered %s chats, want 1 (the expired wait's; the cancelled one never sent)", got)
 	}
-	if got := ep.outstanding.Load(); got != 1 {
+	if got := ep.Outstanding.Load(); got != 1 {
 		t.Errorf("in flight: %d, want the 1 set by the test", got)
 	}
 }
@@ -166,10 +167,9 @@ func TestPrefixOpeningLimitFromEngineSlots(t *testing.T) {
 		})
 	}
 	ep := tg.tbl.Load().byID["r0"]
-	wait.Until(t, "the engine read full", func() bool { return ep.slots.Load() == 1 && ep.others.Load() == 3 })
-	if got := tg.openingLimit(ep); got != 2 {
-		t.Fatalf("opening limit with 1 slot: %d, want 2", got)
-	}
+	wait.Until(t, "the engine read full", func() bool { return ep.Slots.Load() == 1 && ep.Others.Load() == 3 })
+	// The limit is now 2 (routing's TestOpeningLimitAndReserve), and the
+	// engine holds 3: a first turn waits.
 	var first answer
 	wg.Go(func() { first = tg.post(t, "/v1/chat/completions", openingBody(t, "bob", 1)) })
 	wait.Until(t, "the first turn waiting", func() bool { return waiters(tg, "r0") == 1 })
@@ -184,7 +184,7 @@ func TestPrefixOpeningLimitFromEngineSlots(t *testing.T) {
 	if got := testutil.ToFloat64(tg.m.openingWaits.WithLabelValues("m", "sent")); got != 1 {
 		t.Errorf("opening waits sent: %v, want 1", got)
 	}
-	if got := ep.slots.Load(); got != 1 {
+	if got := ep.Slots.Load(); got != 1 {
 		t.Errorf("slots after the engine emptied: %d, want 1 (the most seen)", got)
 	}
 }
@@ -203,18 +203,18 @@ func TestPrefixOpeningReplicaLeaves(t *testing.T) {
 	other := map[string]*replica{"a": b, "b": a}[home]
 	// Both replicas full: it waits for home.
 	for _, ep := range tg.tbl.Load().byID {
-		ep.outstanding.Add(1)
+		ep.Outstanding.Add(1)
 	}
 	var got answer
 	var wg sync.WaitGroup
 	wg.Go(func() { got = tg.post(t, "/v1/chat/completions", body) })
 	wait.Until(t, "the first turn waiting", func() bool { return waiters(tg, home) == 1 })
 	left := tg.tbl.Load().byID[home]
-	tg.tbl.Load().byID[other.instance().ID].release()
+	tg.tbl.Load().byID[other.instance().ID].Release()
 	tg.Update(Snapshot{Instances: []Instance{other.instance()}})
 	wg.Wait()
 	if got.status != http.StatusOK || got.header.Get(ReplicaHeader) != other.instance().ID {
 		t.Errorf("after %s left: %d replica %q, want %s", home, got.status, got.header.Get(ReplicaHeader), other.instance().ID)
 	}
-	left.release()
+	left.Release()
 }

@@ -9,75 +9,67 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
-func testEndpoint(id string, weight int) *endpoint {
-	return &endpoint{inst: Instance{ID: id, Model: "m", Address: id + ":1", Weight: weight},
-		epState: &epState{br: newBreaker(BreakerConfig{}.withDefaults(), nil)}}
+// testEndpoint is an endpoint for in with a breaker of the defaults.
+func testEndpoint(in Instance) *endpoint {
+	st := &epState{br: newBreaker(BreakerConfig{}.withDefaults(), nil)}
+	st.State = routing.NewState(in.Address, st.br)
+	return &endpoint{inst: in, base: "http://" + in.Address, epState: st}
 }
 
-// With requests held open, picks follow the weights: weight 2 takes twice
-// the requests in flight of weight 1; weight 0 only when nothing else can.
-func TestPickWeightedLeastOutstanding(t *testing.T) {
+// retryAfter is the soonest an open breaker lets a probe through.
+func TestPoolRetryAfter(t *testing.T) {
 	now := time.Unix(0, 0)
-	a, b, z := testEndpoint("a", 1), testEndpoint("b", 2), testEndpoint("z", 0)
-	p := &pool{model: "m", eps: []*endpoint{a, b, z}}
-	count := map[string]int{}
-	for range 30 {
-		ep, probe := p.pick(nil, now)
-		if ep == nil || probe {
-			t.Fatalf("pick: %v, probe %v", ep, probe)
-		}
-		ep.outstanding.Add(1)
-		count[ep.inst.ID]++
+	a, b := testEndpoint(Instance{ID: "a", Address: "a:1", Weight: 1}), testEndpoint(Instance{ID: "b", Address: "b:1", Weight: 1})
+	p := &pool{model: "m", eps: []*endpoint{a, b}}
+	if got := p.retryAfter(now, time.Minute); got != time.Minute {
+		t.Errorf("no breaker open: %v, want the fallback 1m", got)
 	}
-	if diff := cmp.Diff(map[string]int{"a": 10, "b": 20}, count); diff != "" {
-		t.Errorf("requests held per endpoint (-want +got):\n%s", diff)
-	}
-	// Excluding the ones tried, and open breakers.
-	for range 5 {
+	for range DefaultBreakerFailures {
 		b.br.failure(false, now)
 	}
-	if ep, _ := p.pick([]*epState{a.epState}, now); ep != z {
-		t.Errorf("a tried, b open: got %v, want z", ep)
-	}
-	if ep, _ := p.pick([]*epState{a.epState, z.epState}, now); ep != nil {
-		t.Errorf("everything tried or open: got %v", ep)
-	}
-	if got := p.retryAfter(now, time.Minute); got != 5*time.Second {
-		t.Errorf("retryAfter: %v, want b's 5s", got)
-	}
-}
-
-// Idle endpoints of equal weight share requests by rotation.
-func TestPickRotatesTies(t *testing.T) {
-	p := &pool{model: "m", eps: []*endpoint{testEndpoint("a", 1), testEndpoint("b", 1), testEndpoint("c", 1)}}
-	count := map[string]int{}
-	for range 30 {
-		ep, _ := p.pick(nil, time.Unix(0, 0))
-		count[ep.inst.ID]++
-	}
-	if diff := cmp.Diff(map[string]int{"a": 10, "b": 10, "c": 10}, count); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+	if got := p.retryAfter(now, time.Minute); got != DefaultBreakerOpen {
+		t.Errorf("b open: %v, want b's %v", got, DefaultBreakerOpen)
 	}
 }
 
 // A new snapshot keeps the state of endpoints that stay at one address,
 // also when their tags change, and drops the rest.
 func TestBuildTableKeepsState(t *testing.T) {
-	mk := func(in Instance) *endpoint {
-		return &endpoint{inst: in, epState: &epState{br: newBreaker(BreakerConfig{}.withDefaults(), nil)}}
-	}
+	mk := func(in Instance) *endpoint { return testEndpoint(in) }
 	s1 := Snapshot{Models: []string{"idle"}, Instances: []Instance{
 		{ID: "1", Model: "m", Address: "h:1", Weight: 1},
 		{ID: "2", Model: "m", Address: "h:2", Weight: 1},
 		{ID: "3", Model: "n", Address: "h:3", Weight: 1},
 	}}
 	mkModel := func(m string) *modelState { return newModelState(m, time.Minute) }
-	t1, gone := buildTable(emptyTable(), s1, gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "zero"}}}, mkModel, mk)
+	// Each model's policy is chosen as the table is built, from the model
+	// list's routing when it has one.
+	policyOf := func(_, listed string) routing.Policy {
+		if listed == RoutePrefix {
+			return &routing.Prefix{}
+		}
+		return &routing.LeastOutstanding{}
+	}
+	list := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "zero"}, {Name: "n", Routing: RoutePrefix}}}
+	t1, gone := buildTable(emptyTable(), s1, list, mkModel, mk, policyOf)
 	if len(gone) != 0 {
 		t.Fatalf("gone from empty: %d", len(gone))
+	}
+	for _, m := range []string{"idle", "zero", "m", "n"} {
+		want := RouteLeastOutstanding
+		if m == "n" {
+			want = RoutePrefix
+		}
+		if p := t1.policies[m]; p == nil || p.Name() != want {
+			t.Errorf("%s's policy: %v, want %s", m, p, want)
+		}
+		if p := t1.pools[m]; p != nil && p.policy != t1.policies[m] {
+			t.Errorf("%s's pool routes by %v, its model by %v", m, p.policy, t1.policies[m])
+		}
 	}
 	if diff := cmp.Diff([]string{"m", "n"}, t1.served); diff != "" {
 		t.Errorf("served (-want +got):\n%s", diff)
@@ -89,19 +81,19 @@ func TestBuildTableKeepsState(t *testing.T) {
 		t.Errorf("zero, only in the model list: known %v, pool %v, listed %+v", t1.models["zero"] != nil, t1.pools["zero"], t1.listed["zero"])
 	}
 	t1.models["m"].arrivals.Add(5)
-	t1.byID["1"].outstanding.Add(3)
+	t1.byID["1"].Outstanding.Add(3)
 	s2 := Snapshot{Instances: []Instance{
 		{ID: "1", Model: "m", Address: "h:1", Weight: 4}, // weight changed
 		{ID: "2", Model: "m", Address: "h:9", Weight: 1}, // moved
 	}}
-	t2, gone := buildTable(t1, s2, gatewayapi.ModelList{}, mkModel, mk)
+	t2, gone := buildTable(t1, s2, gatewayapi.ModelList{}, mkModel, mk, policyOf)
 	if t2.models["m"] != t1.models["m"] || t2.models["m"].arrivals.Load() != 5 {
 		t.Error("model m, still known, lost its state")
 	}
 	if t2.models["zero"] != nil || t2.models["idle"] != nil || t2.models["n"] != nil {
 		t.Errorf("models no longer known are still there: %v", slices.Sorted(maps.Keys(t2.models)))
 	}
-	if got := t2.byID["1"]; got.epState != t1.byID["1"].epState || got.inst.Weight != 4 || got.outstanding.Load() != 3 {
+	if got := t2.byID["1"]; got.epState != t1.byID["1"].epState || got.inst.Weight != 4 || got.Outstanding.Load() != 3 {
 		t.Errorf("endpoint 1 lost its state or missed its new weight: %+v", got.inst)
 	}
 	if t2.byID["2"].epState == t1.byID["2"].epState {

@@ -15,8 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/internal/bounded"
 	"github.com/llmgw/llmgw/internal/httpjson"
+	"github.com/llmgw/llmgw/internal/jsonscan"
 )
 
 // ReplicaHeader names the replica that answered, on every proxied response.
@@ -90,7 +92,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	// An answer streams for as long as it takes.
 	setReadDeadline(w, time.Time{})
 	defer body.release()
-	model, err := checkJSON(body.prefix, g.maxDepth)
+	model, err := jsonscan.Check(body.prefix, g.maxDepth)
 	if err != nil {
 		g.m.request("", g.bodyError(w, r, rt, err))
 		return
@@ -129,12 +131,10 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 			defer done()
 		}
 	}
-	x := exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start}
-	if g.policy(t, model) == RoutePrefix {
-		x.key = keyOf(r.URL.Path, body.prefix)
-	}
+	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p}
+	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
-	x.send(p)
+	x.send()
 }
 
 // exchange is one request on its way to a replica and its answer back:
@@ -150,7 +150,14 @@ type exchange struct {
 	ac                *account // nil without keys
 	start, dispatched time.Time
 
-	tried    []*epState     // the endpoints tried, in order
+	// p is the model's pool the request is routed among: the one it was
+	// dispatched to, or the table's now after a policy waited (Replicas).
+	p *pool
+	// req is the request as p's policy sees it: its key, the replicas
+	// tried (in tried's room while they fit).
+	req   routing.Request
+	tried [DefaultAttempts]*routing.State
+
 	lastErr  error          // the last attempt's transport error
 	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
 	lastEp   *endpoint      // whose answer lastResp is
@@ -160,60 +167,57 @@ type exchange struct {
 	// brokenErr is why the answer finish was sending broke off.
 	brokenErr error
 
-	key   prefixKey // the prefix policy's key; !key.ok: least-outstanding routes
-	route string    // why the last attempt's replica was chosen (RouteHeader)
+	route string // why the last attempt's replica was chosen (RouteHeader)
 }
 
-// send tries p's replicas, up to the gateway's attempts, until one
-// answers, and sends that answer to the client; when none can, it passes
-// the last "cannot serve" answer on or answers 503 itself.
-func (x *exchange) send(p *pool) {
+// Replicas is routing.Table's: the model's pool in the routing table now
+// (the one it had when the model has none now), which the exchange routes
+// among from then on.
+func (x *exchange) Replicas() *routing.Set {
+	if np := x.g.tbl.Load().pools[x.ms.name]; np != nil {
+		x.p = np
+	}
+	return &x.p.set
+}
+
+// send tries the model's replicas, as its policy chooses them, up to the
+// gateway's attempts, until one answers, and sends that answer to the
+// client; when none can, it passes the last "cannot serve" answer on or
+// answers 503 itself.
+func (x *exchange) send() {
 	g, r, model := x.g, x.r, x.ms.name
 	for n := 1; ; n++ {
 		var ep *endpoint
-		var probe, counted bool
+		var c routing.Choice
 		if n <= g.attempts {
-			switch {
-			case x.key.ok && x.key.opens && n == 1 && g.openingWait > 0:
-				var cancelled bool
-				if p, ep, probe, cancelled = x.pickOpening(p, g.loadFactor); cancelled {
-					g.m.request(model, statusClientClosed)
-					return
-				}
-				counted = true
-			case x.key.ok:
-				f := g.loadFactor
-				if x.key.history {
-					f = g.historyFactor
-				}
-				ep, probe, x.route = p.pickPrefix(x.key, f, x.tried, g.now())
-			default:
-				ep, probe = p.pick(x.tried, g.now())
-				x.route = RouteLeastOutstanding
+			// The policy counts the request in flight on its choice;
+			// every way out of this attempt releases it.
+			var ok bool
+			if c, ok = x.p.policy.Pick(&x.req); ok {
+				ep = x.p.eps[c.Index]
 			}
 		}
 		if ep == nil {
-			x.giveUp(p)
+			x.giveUp()
 			return
 		}
+		probe := c.Probe
+		x.route = c.Route
 		if x.lastResp != nil {
 			discard(x.lastResp)
 			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
-		x.tried = append(x.tried, ep.epState)
-		if !counted {
-			ep.outstanding.Add(1)
-		}
+		x.req.Tried = append(x.req.Tried, ep.State)
 		sent := g.now()
 		if x.ac != nil {
 			x.ac.sent = true
 		}
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
-			ep.release()
+			ep.Release()
 			if r.Context().Err() != nil {
 				// The client went away: no fault of the replica's.
-				ep.br.abandon(probe)
+				ep.br.Abandon(probe)
 				g.m.attempts.WithLabelValues(model, "cancelled").Inc()
 				g.m.request(model, statusClientClosed)
 				return
@@ -239,7 +243,7 @@ func (x *exchange) send(p *pool) {
 			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
-			ep.release()
+			ep.Release()
 			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
 			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 			continue
@@ -255,7 +259,7 @@ func (x *exchange) send(p *pool) {
 		}
 		g.m.attempts.WithLabelValues(model, outcome).Inc()
 		broken, told := x.finish(ep, resp)
-		ep.release()
+		ep.Release()
 		if broken {
 			// The replica failed mid-response: the client must not take
 			// a cut-off answer for a whole one. A stream was told with an
@@ -316,7 +320,7 @@ func (x *exchange) poison(ep *endpoint, stage string, err error) {
 
 // giveUp answers when no replica is left to try: the last "cannot serve"
 // answer when one came, nothing when the client went away, else 503.
-func (x *exchange) giveUp(p *pool) {
+func (x *exchange) giveUp() {
 	g, model := x.g, x.ms.name
 	switch {
 	case x.lastResp != nil:
@@ -327,7 +331,7 @@ func (x *exchange) giveUp(p *pool) {
 	case x.r.Context().Err() != nil:
 		g.m.request(model, statusClientClosed)
 	default:
-		ra := p.retryAfter(g.now(), g.noReplica)
+		ra := x.p.retryAfter(g.now(), g.noReplica)
 		setRetryAfter(x.w.Header(), ra)
 		msg := fmt.Sprintf("No replica of `%s` can take the request now (every one is failing or its circuit breaker is open); retry later.", model)
 		if x.lastErr != nil {
@@ -387,19 +391,32 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 	return out.WithContext(r.Context())
 }
 
-// finish sends ep's answer resp to the client, flushing as it goes for
-// event streams and bodies of unknown length. It reports whether the
-// replica failed mid-response (the caller aborts the client's
-// connection). A 2xx answer's time to first byte from dispatched (later
-// than start by any hold) is the model's TTFT sample. The key's account,
-// when keys are on, gets the answer's usage: from a JSON answer's "usage", or an event stream's usage
-// chunk (left out of what the client gets when the gateway asked for it).
+// finish sends ep's answer resp to the client: its head (writeHead), then
+// its body as it comes (copyAnswer), read on the way (answerTap) for the
+// key's usage and the engine's prompt cache, which recordAnswer takes once
+// the answer is whole; then the request's metrics. It reports whether the
+// replica failed mid-response (the caller aborts the client's connection)
+// and, if so, whether the client was told (a stream's error event).
 func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool) {
-	g, w, r, ms, ac := x.g, x.w, x.r, x.ms, x.ac
-	start, dispatched := x.start, x.dispatched
-	model := ms.name
 	defer func() { _ = resp.Body.Close() }()
-	h := w.Header()
+	x.writeHead(ep, resp)
+	tap := x.tapAnswer(resp)
+	code, whole, broken, told := x.copyAnswer(ep, resp, &tap)
+	if whole {
+		x.recordAnswer(ep, &tap)
+	}
+	tap.release()
+	g, model := x.g, x.ms.name
+	g.m.request(model, code)
+	g.m.duration.WithLabelValues(model).Observe(g.now().Sub(x.start).Seconds())
+	return broken, told
+}
+
+// writeHead writes resp's status and headers to the client: the replica's
+// own but hop-by-hop and CORS ones, with the replica's name and the route
+// that chose it, and a Retry-After on a 503 that has none.
+func (x *exchange) writeHead(ep *endpoint, resp *http.Response) {
+	h := x.w.Header()
 	for k, v := range resp.Header {
 		// CORS is the gateway's policy (cors.go), never the engine's.
 		if !hopHeaders[k] && !strings.HasPrefix(k, "Access-Control-") {
@@ -418,110 +435,146 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	if resp.StatusCode == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		setRetryAfter(h, time.Second)
 	}
-	w.WriteHeader(resp.StatusCode)
-	ct := resp.Header.Get("Content-Type")
-	events := strings.HasPrefix(ct, "text/event-stream")
-	flush := resp.ContentLength < 0 || events
-	var sse *sseUsage
-	var sseOut *[]byte // what the usage filter passes on, per read
-	var tee []byte
-	teeOK := false
+	x.w.WriteHeader(resp.StatusCode)
+}
+
+// answerTap is what an answer is read for on its way to the client: with
+// keys on, the key's usage; for a 2xx completion, what the engine's prompt
+// cache held of its prompt (with keys on or off). An event stream goes
+// through a usage filter (which leaves out the usage chunk the gateway
+// asked for); a JSON answer of a known length up to maxEvent is copied,
+// and read whole at its end.
+type answerTap struct {
+	events  bool      // an event stream
+	observe bool      // read for the engine's prompt cache
+	sse     *sseUsage // the usage filter of an event stream, if read
+	sseOut  *[]byte   // what the filter passes on, per read
+	tee     []byte    // the copy of a JSON answer, while teeOK
+	teeOK   bool
+	teeBuf  *[]byte // the pooled buffer tee is from
+}
+
+// tapAnswer sets up what resp is read for, and gives the key's account
+// the answer's status.
+func (x *exchange) tapAnswer(resp *http.Response) answerTap {
+	ac := x.ac
 	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
-	// A completion's answer says what the engine's prompt cache held of
-	// its prompt: read, with keys on or off.
-	observe := ok2xx && x.cacheObserved()
-	if ac != nil || observe {
-		tp := teeBufs.Get().(*[]byte)
-		tee = (*tp)[:0]
-		defer func() {
-			if cap(tee) <= 64<<10 {
-				*tp = tee[:0]
-				teeBufs.Put(tp)
-			}
-		}()
+	t := answerTap{
+		events:  strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"),
+		observe: ok2xx && x.cacheObserved(),
+	}
+	if ac != nil || t.observe {
+		t.teeBuf = teeBufs.Get().(*[]byte)
+		t.tee = (*t.teeBuf)[:0]
 	}
 	if ac != nil {
 		ac.status = resp.StatusCode
 	}
-	if ok2xx && (ac != nil || observe) {
+	if ok2xx && (ac != nil || t.observe) {
 		switch {
-		case events && ac != nil:
-			sse, sseOut = &ac.sse, &ac.out
+		case t.events && ac != nil:
+			t.sse, t.sseOut = &ac.sse, &ac.out
 			// A length the replica promised cannot lose an event.
-			sse.strip = ac.strip && resp.ContentLength < 0
-		case events:
-			sse, sseOut = &sseUsage{}, new([]byte)
+			t.sse.strip = ac.strip && resp.ContentLength < 0
+		case t.events:
+			t.sse, t.sseOut = &sseUsage{}, new([]byte)
 		case resp.ContentLength <= maxEvent:
-			teeOK = true
+			t.teeOK = true
 		}
 	}
+	return t
+}
+
+// pass returns what of data, one read of the answer (the last when eof),
+// goes to the client, reading it on the way.
+func (t *answerTap) pass(data []byte, eof bool) []byte {
+	switch {
+	case t.sse != nil:
+		if eof {
+			*t.sseOut = t.sse.rest(t.sse.feed(data, (*t.sseOut)[:0]))
+		} else {
+			*t.sseOut = t.sse.feed(data, (*t.sseOut)[:0])
+		}
+		return *t.sseOut
+	case t.teeOK && len(data) > 0:
+		if len(t.tee)+len(data) > maxEvent {
+			t.teeOK, t.tee = false, t.tee[:0]
+		} else {
+			t.tee = append(t.tee, data...)
+		}
+	}
+	return data
+}
+
+// held is what the usage filter holds back of an answer that broke off.
+func (t *answerTap) held() []byte {
+	if t.sse == nil {
+		return nil
+	}
+	return t.sse.rest(nil)
+}
+
+// release gives the copy's buffer back to its pool (unless it grew large).
+func (t *answerTap) release() {
+	if t.teeBuf != nil && cap(t.tee) <= 64<<10 {
+		*t.teeBuf = t.tee[:0]
+		teeBufs.Put(t.teeBuf)
+	}
+}
+
+// copyAnswer copies resp's body to the client through tap, flushing after
+// every read for event streams and bodies of unknown length, and records
+// its first byte (firstByte: a 2xx answer's time to it from dispatched,
+// later than start by any hold, is the model's TTFT sample). It returns
+// the status to record and how the copy ended: whole (read to its end and
+// written), broken (the replica failed mid-answer; told: an event stream
+// got an error event), or neither (the client went away).
+func (x *exchange) copyAnswer(ep *endpoint, resp *http.Response, tap *answerTap) (code int, whole, broken, told bool) {
+	g, w := x.g, x.w
+	code = resp.StatusCode
+	flush := resp.ContentLength < 0 || tap.events
 	rc := http.NewResponseController(w)
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	first := true
-	code := resp.StatusCode
-	defer func() {
-		g.m.request(model, code)
-		g.m.duration.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
-	}()
 	for {
 		n, rerr := resp.Body.Read(buf)
-		data := buf[:n]
-		if sse != nil {
-			if errors.Is(rerr, io.EOF) {
-				*sseOut = sse.rest(sse.feed(data, (*sseOut)[:0]))
-			} else {
-				*sseOut = sse.feed(data, (*sseOut)[:0])
-			}
-			data = *sseOut
-		} else if teeOK && n > 0 {
-			if len(tee)+n > maxEvent {
-				teeOK, tee = false, tee[:0]
-			} else {
-				tee = append(tee, data...)
-			}
-		}
+		data := tap.pass(buf[:n], errors.Is(rerr, io.EOF))
 		if len(data) > 0 {
 			if _, werr := w.Write(data); werr != nil {
-				code = statusClientClosed
-				return false, false
+				return statusClientClosed, false, false, false
 			}
 			if flush {
 				if err := rc.Flush(); err != nil {
-					code = statusClientClosed
-					return false, false
+					return statusClientClosed, false, false, false
 				}
 			}
 			if first {
 				first = false
-				g.firstByte(ms, start, dispatched, code)
+				g.firstByte(x.ms, x.start, x.dispatched, code)
 			}
 		}
 		if errors.Is(rerr, io.EOF) {
 			break
 		}
 		if rerr != nil {
-			if sse != nil {
-				if rest := sse.rest(nil); len(rest) > 0 {
-					_, _ = w.Write(rest)
-				}
+			if rest := tap.held(); len(rest) > 0 {
+				_, _ = w.Write(rest)
 			}
-			if r.Context().Err() != nil {
-				code = statusClientClosed
-				return false, false
+			if x.r.Context().Err() != nil {
+				return statusClientClosed, false, false, false
 			}
 			x.brokenErr = rerr
-			if events && resp.ContentLength < 0 && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			if tap.events && resp.ContentLength < 0 && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 				// An event stream ends with an error event in OpenAI's
 				// shape, which its clients raise, rather than a cut that
 				// looks like a network fault.
 				_, _ = w.Write(midStreamError(ep.inst.Replica, rerr))
 				_ = rc.Flush()
-				code = http.StatusBadGateway
-				return true, true
+				return http.StatusBadGateway, false, true, true
 			}
-			return true, false
+			return code, false, true, false
 		}
 	}
 	if !flush {
@@ -532,24 +585,31 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 		_ = rc.Flush()
 	}
 	if first {
-		g.firstByte(ms, start, dispatched, code)
+		g.firstByte(x.ms, x.start, x.dispatched, code)
 	}
+	return code, true, false, false
+}
+
+// recordAnswer gives a whole answer's usage to the key's account, when
+// keys are on, and what it said of the engine's prompt cache to ep's
+// counters: from a JSON answer's "usage" (and llama.cpp's "timings"), or
+// an event stream's usage chunk.
+func (x *exchange) recordAnswer(ep *endpoint, tap *answerTap) {
 	var u Usage
 	var found bool
 	var cache cacheUse
 	switch {
-	case sse != nil:
-		u, found, cache = sse.usage, sse.found, sse.cache
-	case teeOK:
-		u, found, cache = answerUsage(tee)
+	case tap.sse != nil:
+		u, found, cache = tap.sse.usage, tap.sse.found, tap.sse.cache
+	case tap.teeOK:
+		u, found, cache = answerUsage(tap.tee)
 	}
-	if ac != nil {
-		ac.usage, ac.found = u, found
+	if x.ac != nil {
+		x.ac.usage, x.ac.found = u, found
 	}
-	if observe {
-		g.observeCache(ep, cache)
+	if tap.observe {
+		x.g.observeCache(ep, cache)
 	}
-	return false, false
 }
 
 // cacheObserved reports whether the request's answer is read for the
@@ -610,10 +670,10 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
 			"", "The gateway is holding as many request bodies as it may; retry later.")
 		return http.StatusServiceUnavailable
-	case errors.Is(err, errNoModel), errors.Is(err, errModelNotString):
+	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_model", "model", err.Error())
 		return http.StatusBadRequest
-	case errors.Is(err, errNotObject), errors.Is(err, errBadJSON):
+	case errors.Is(err, jsonscan.ErrNotObject), errors.Is(err, jsonscan.ErrBadJSON):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
 		return http.StatusBadRequest
 	case errors.Is(err, os.ErrDeadlineExceeded):

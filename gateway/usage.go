@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/llmgw/llmgw/internal/jsonscan"
 )
 
 // Usage is the token usage an answer reports (OpenAI's "usage").
@@ -21,65 +23,6 @@ func (u Usage) total() int64 {
 	return u.PromptTokens + u.CompletionTokens
 }
 
-// members calls fn with the key and value of each top-level member of the
-// JSON object buf holds whole (the value as offsets into buf), until fn
-// returns false. It reports false when buf is not such an object.
-func members(buf []byte, fn func(key []byte, vs, ve int) bool) bool {
-	i := skipSpace(buf, 0)
-	if i >= len(buf) || buf[i] != '{' {
-		return false
-	}
-	i = skipSpace(buf, i+1)
-	if i < len(buf) && buf[i] == '}' {
-		return true
-	}
-	for {
-		i = skipSpace(buf, i)
-		if i >= len(buf) || buf[i] != '"' {
-			return false
-		}
-		end, escaped, err := scanString(buf, i)
-		if err != nil {
-			return false
-		}
-		key := buf[i+1 : end-1]
-		if escaped {
-			var k string
-			if json.Unmarshal(buf[i:end], &k) != nil {
-				return false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(buf, end)
-		if i >= len(buf) || buf[i] != ':' {
-			return false
-		}
-		i = skipSpace(buf, i+1)
-		if i >= len(buf) {
-			return false
-		}
-		ve, err := skipValue(buf, i)
-		if err != nil {
-			return false
-		}
-		if !fn(key, i, ve) {
-			return true
-		}
-		i = skipSpace(buf, ve)
-		if i >= len(buf) {
-			return false
-		}
-		switch buf[i] {
-		case ',':
-			i++
-		case '}':
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 // requestFields are what the gateway reads of a whole request body when
 // keys are on: the completion tokens it may ask for, and whether it is a
 // stream that asked for usage.
@@ -92,7 +35,7 @@ type requestFields struct {
 
 func readRequestFields(buf []byte) requestFields {
 	f := requestFields{maxTokens: -1, optsAt: [2]int{-1, -1}}
-	members(buf, func(key []byte, vs, ve int) bool {
+	jsonscan.Members(buf, func(key []byte, vs, ve int) bool {
 		switch string(key) {
 		case "max_tokens", "max_completion_tokens":
 			if n, err := strconv.ParseInt(string(buf[vs:ve]), 10, 64); err == nil && n > f.maxTokens {
@@ -158,7 +101,7 @@ func responseUsage(buf []byte) (Usage, bool) {
 // "usage", or llama.cpp's "timings".
 func answerUsage(buf []byte) (u Usage, found bool, c cacheUse) {
 	var usage, timings []byte
-	members(buf, func(key []byte, vs, ve int) bool {
+	jsonscan.Members(buf, func(key []byte, vs, ve int) bool {
 		switch string(key) {
 		case "usage":
 			usage = buf[vs:ve]
@@ -185,13 +128,13 @@ type cacheUse struct {
 // from llama.cpp's timings (cache_n of prompt_n + cache_n).
 func readCache(usage, timings []byte) cacheUse {
 	var c cacheUse
-	members(usage, func(key []byte, vs, ve int) bool {
+	jsonscan.Members(usage, func(key []byte, vs, ve int) bool {
 		switch string(key) {
 		case "prompt_tokens":
 			c.prompt, _ = strconv.ParseInt(string(usage[vs:ve]), 10, 64)
 		case "prompt_tokens_details":
 			d := usage[vs:ve]
-			members(d, func(key []byte, vs, ve int) bool {
+			jsonscan.Members(d, func(key []byte, vs, ve int) bool {
 				if string(key) == "cached_tokens" {
 					n, err := strconv.ParseInt(string(d[vs:ve]), 10, 64)
 					c.cached, c.known = n, err == nil && n >= 0
@@ -208,7 +151,7 @@ func readCache(usage, timings []byte) cacheUse {
 	var t cacheUse
 	var promptN int64
 	var gotN bool
-	members(timings, func(key []byte, vs, ve int) bool {
+	jsonscan.Members(timings, func(key []byte, vs, ve int) bool {
 		n, err := strconv.ParseInt(string(timings[vs:ve]), 10, 64)
 		switch string(key) {
 		case "cache_n":
@@ -231,7 +174,7 @@ func readCache(usage, timings []byte) cacheUse {
 func parseUsage(v []byte) (Usage, bool) {
 	var u Usage
 	bad := false
-	object := members(v, func(key []byte, vs, ve int) bool {
+	object := jsonscan.Members(v, func(key []byte, vs, ve int) bool {
 		var dst *int64
 		switch string(key) {
 		case "prompt_tokens":

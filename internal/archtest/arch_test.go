@@ -180,6 +180,7 @@ var pureDirs = []string{
 	"github.com/llmgw/llmgw/controller/render",
 	"github.com/llmgw/llmgw/internal/hcldecode",
 	"github.com/llmgw/llmgw/internal/nomadenv",
+	"github.com/llmgw/llmgw/internal/jsonscan",
 }
 
 // pureFiles are the pure part of packages that also do I/O, held to the
