@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,10 +216,23 @@ func TestGatewayRealEngineKilledMidStream(t *testing.T) {
 	}
 }
 
-// The prefix policy over two real llama.cpp servers: both turns of a
-// conversation go to one replica, and the second finds the first's prompt
-// in that engine's cache, as the gateway's cache counters read it from the
-// answers.
+// The prefix policy over two real llama.cpp servers, three tenants (each its
+// own system prompt) with three conversations each, three turns a
+// conversation, sent one at a time and interleaved (every conversation's
+// first turn, then every second turn, then every third), so that each
+// replica serves other conversations between two turns of one: every
+// answer is routed "prefix" (one request at a time is never over the
+// bound), every later turn goes to the replica of its conversation's first
+// turn, and finds part of its prompt in that engine's cache, as the
+// gateway's cache counters read it from the answers.
+//
+// The bound random routing fails: each of the 18 later turns lands on its
+// conversation's first replica with probability 1/2 at random, so random
+// routing passes the affinity check with probability 2^-18 (about 4e-6).
+// The cache check alone is not one random routing fails (a tenant's system
+// prompt is soon on both replicas); it checks that the engines report what
+// they reuse and that affinity keeps more than half of the later turns'
+// prompt tokens cached.
 func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
 	model := realengine.TinyModel(t)
 	_, _, a := realReplica(t, model, "r1")
@@ -230,39 +244,67 @@ func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
 		return testutil.ToFloat64(tg.m.promptTokens.WithLabelValues(l...)), testutil.ToFloat64(tg.m.cachedTokens.WithLabelValues(l...)),
 			testutil.ToFloat64(tg.m.cacheUnknown.WithLabelValues(l...))
 	}
-	system := strings.Repeat("You are a careful assistant who answers briefly and politely. ", 20)
-	msgs := []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": "What is the capital of France?"}}
-	turn := func(n int) (replica, content string) {
-		body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 8})
-		ans := tg.post(t, "/v1/chat/completions", string(body))
-		var out struct {
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(ans.body, &out); err != nil || ans.status != 200 || len(out.Choices) == 0 {
-			t.Fatalf("turn %d: %d %s (%v)", n, ans.status, ans.body, err)
-		}
-		if r := ans.header.Get(RouteHeader); r != RoutePrefix {
-			t.Errorf("turn %d: route %q, want prefix", n, r)
-		}
-		return ans.header.Get(ReplicaHeader), out.Choices[0].Message.Content
+	type conv struct {
+		tenant, user int
+		msgs         []map[string]string
+		replica      string // its first turn's
 	}
-	first, answer := turn(1)
-	p1, c1, u1 := counts(first)
-	if p1 == 0 || u1 != 0 {
-		t.Fatalf("turn 1 on %s: prompt tokens %v, unknown answers %v: want the engine's report", first, p1, u1)
+	var convs []*conv
+	for tenant := range 3 {
+		system := strings.Repeat(fmt.Sprintf("You are tenant %d's careful assistant and answer briefly and politely. ", tenant), 20)
+		for user := range 3 {
+			convs = append(convs, &conv{tenant: tenant, user: user, msgs: []map[string]string{{"role": "system", "content": system}}})
+		}
 	}
-	msgs = append(msgs, map[string]string{"role": "assistant", "content": answer}, map[string]string{"role": "user", "content": "And of Italy?"})
-	second, _ := turn(2)
-	if second != first {
-		t.Fatalf("turn 2 went to %s, turn 1 to %s", second, first)
+	var laterPrompt, laterCached float64
+	for turn := 1; turn <= 3; turn++ {
+		for _, cv := range convs {
+			cv.msgs = append(cv.msgs, map[string]string{"role": "user", "content": fmt.Sprintf("User %d of tenant %d, turn %d: what is the capital of France?", cv.user, cv.tenant, turn)})
+			body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": cv.msgs, "max_tokens": 8})
+			before := map[string][2]float64{}
+			for r := range addr {
+				p, c, _ := counts(r)
+				before[r] = [2]float64{p, c}
+			}
+			ans := tg.post(t, "/v1/chat/completions", string(body))
+			var out struct {
+				Choices []struct {
+					Message struct {
+						Content string `json:"content"`
+					} `json:"message"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal(ans.body, &out); err != nil || ans.status != 200 || len(out.Choices) == 0 {
+				t.Fatalf("tenant %d user %d turn %d: %d %s (%v)", cv.tenant, cv.user, turn, ans.status, ans.body, err)
+			}
+			cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": out.Choices[0].Message.Content})
+			replica := ans.header.Get(ReplicaHeader)
+			if r := ans.header.Get(RouteHeader); r != RoutePrefix {
+				t.Errorf("tenant %d user %d turn %d: route %q, want prefix", cv.tenant, cv.user, turn, r)
+			}
+			// One request at a time: the counters' change is this answer's.
+			p, c, u := counts(replica)
+			p, c = p-before[replica][0], c-before[replica][1]
+			if p == 0 || u != 0 {
+				t.Fatalf("tenant %d user %d turn %d on %s: prompt tokens %v, unknown answers %v: want the engine's report", cv.tenant, cv.user, turn, replica, p, u)
+			}
+			t.Logf("tenant %d user %d turn %d: %s, %v of %v prompt tokens cached", cv.tenant, cv.user, turn, replica, c, p)
+			if turn == 1 {
+				cv.replica = replica
+				continue
+			}
+			if replica != cv.replica {
+				t.Errorf("tenant %d user %d turn %d went to %s, its first turn to %s", cv.tenant, cv.user, turn, replica, cv.replica)
+			}
+			if c <= 0 {
+				t.Errorf("tenant %d user %d turn %d on %s: none of %v prompt tokens cached: want its earlier turns found", cv.tenant, cv.user, turn, replica, p)
+			}
+			laterPrompt += p
+			laterCached += c
+		}
 	}
-	p2, c2, _ := counts(first)
-	t.Logf("replica %s: turn 1 prompt %v cached %v; turn 2 prompt %v cached %v", first, p1, c1, p2-p1, c2-c1)
-	if c2-c1 <= 0 {
-		t.Errorf("turn 2: %v cached prompt tokens of %v: want the first turn's prompt found in the cache", c2-c1, p2-p1)
+	t.Logf("later turns: %v of %v prompt tokens cached (%.2f)", laterCached, laterPrompt, laterCached/laterPrompt)
+	if 2*laterCached <= laterPrompt {
+		t.Errorf("later turns: %v of %v prompt tokens cached: want more than half", laterCached, laterPrompt)
 	}
 }
