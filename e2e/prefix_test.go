@@ -87,7 +87,8 @@ func gwDemand(t *testing.T, gw, model string) gatewayapi.ModelDemand {
 // the engines report the history they reused and the gateways count it;
 // and when a replica leaves the catalog (its allocation stopped, as
 // Nomad's API shows) only its conversations move, and when one joins only
-// conversations moving to it move.
+// conversations moving to it move; each of the two must move at least one
+// conversation, or it checked nothing.
 func TestPrefixRoutingOverRealNomad(t *testing.T) {
 	in := installRealEngine(t, "Hello world!")
 	c, engine := sameRackClients(t, 2, in.Binary)
@@ -114,11 +115,15 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 	}
 	waitPrefix(3)
 
-	// 12 conversations: 3 tenants, 4 users each, 3 turns, the turns of
-	// each alternating between the two gateways.
+	// 36 conversations: 18 tenants, 2 users each, 3 turns, the turns of
+	// each alternating between the two gateways. 18 tenants so that the
+	// leave and join checks below check something: with a tenant's
+	// conversations meeting on one replica, chat-2 holds none of them, or
+	// a new chat-2 draws none, with probability (2/3)^18, under 1e-3.
+	const tenants, users = 18, 2
 	var convs []*prefixConv
-	for tenant := range 3 {
-		for user := range 4 {
+	for tenant := range tenants {
+		for user := range users {
 			convs = append(convs, &prefixConv{
 				name:     fmt.Sprintf("tenant %d user %d", tenant, user),
 				messages: []map[string]string{{"role": "system", "content": prefixSystem(tenant)}},
@@ -142,7 +147,7 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("12 conversations by replica: %v", used)
+	t.Logf("%d conversations by replica: %v", len(convs), used)
 	if len(used) < 2 {
 		t.Errorf("every conversation went to %v: the key spreads nothing", used)
 	}
@@ -159,10 +164,9 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 		}
 	}
 	t.Logf("the gateways counted %d prompt tokens, %d of them cached (%.0f %%)", prompt, cached, 100*float64(cached)/float64(max(prompt, 1)))
-	// Of 36 answers, 24 are later turns whose whole history is on their
-	// replica, and 9 of the 12 first turns find their tenant's system
-	// prompt there at best: more than half the prompt is a conservative
-	// floor for conversations that stayed.
+	// Of 108 answers, 72 are later turns whose history (at least their
+	// system prompt) is on their replica: more than half the prompt is a
+	// conservative floor for conversations that stayed.
 	if prompt == 0 || 2*cached < prompt {
 		t.Errorf("cached %d of %d prompt tokens: want more than half, the histories and system prompts reused", cached, prompt)
 	}
@@ -209,6 +213,9 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 		cv.replica = after[cv.name]
 	}
 	t.Logf("chat-2 left: %d of %d conversations moved, all of them chat-2's", moved, len(convs))
+	if moved == 0 {
+		t.Errorf("no conversation was on chat-2 when it left (%v): the leave checked nothing", used)
+	}
 
 	// chat-2 joins again (a new allocation, a new address): a conversation
 	// moves to it or stays where it was, never between the others.
@@ -230,4 +237,7 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 		got[r]++
 	}
 	t.Logf("chat-2 joined: %d of %d conversations moved to it; conversations by replica: %v", moved, len(convs), got)
+	if moved == 0 {
+		t.Errorf("no conversation moved to chat-2 when it joined (%v): the join checked nothing", got)
+	}
 }
