@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,16 +51,23 @@ func TestPrefixOpeningWaitsForItsReplica(t *testing.T) {
 	var first answer
 	wg.Go(func() { first = tg.post(t, "/v1/chat/completions", openingBody(t, "ann", 1)) })
 	wait.Until(t, "the first turn waiting", func() bool { return waiters(tg, "r0") == 1 })
+	woken := ep.Armed()
 
 	// A continuing turn is not held back, even at the limit.
 	if a := tg.post(t, "/v1/chat/completions", openingBody(t, "bob", 3)); a.status != http.StatusOK || a.header.Get(RouteHeader) != RoutePrefix {
 		t.Fatalf("continuing turn at the limit: %d route %q: %s", a.status, a.header.Get(RouteHeader), a.body)
 	}
-	// Its end woke the first turn, which found the replica still at 2
-	// and waits on.
-	if n := waiters(tg, "r0"); n != 1 {
-		t.Fatalf("after the continuing turn ended, %d waiting, want the first turn still waiting", n)
-	}
+	// Its end woke the first turn (closed the channel it waited on),
+	// which found the replica still at 2 and waits on (armed anew).
+	wait.For(t, "the first turn woken and waiting again", func() (bool, string) {
+		select {
+		case <-woken:
+		default:
+			return false, "not woken"
+		}
+		n, ch := waiters(tg, "r0"), ep.Armed()
+		return n == 1 && ch != nil && ch != woken, fmt.Sprintf("woken; %d waiting, armed anew: %v", n, ch != nil && ch != woken)
+	})
 	if got := testutil.ToFloat64(tg.m.requests.WithLabelValues("m", "200")); got != 1 {
 		t.Errorf("requests answered 200: %v, want only the continuing turn's", got)
 	}

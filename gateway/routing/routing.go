@@ -164,6 +164,14 @@ func (s *State) Wake() { s.freed.wake() }
 // Waiting is how many requests wait for the replica to have room.
 func (s *State) Waiting() int64 { return s.freed.waiting.Load() }
 
+// Armed is the channel the replica's waiters wait on now (nil: none armed
+// since the last wake): a test sees a waiter woken and waiting again by it.
+func (s *State) Armed() <-chan struct{} {
+	s.freed.mu.Lock()
+	defer s.freed.mu.Unlock()
+	return s.freed.ch
+}
+
 // load is the replica's requests in flight: this gateway's and, as of its
 // engine's last read, the others'.
 func (s *State) load() int64 { return s.Outstanding.Load() + s.Others.Load() }
