@@ -47,9 +47,9 @@ func (p *Prefix) Name() string { return RoutePrefix }
 
 // Pick chooses by the request's key (pickPrefix), within the history load
 // factor for a turn that continues a conversation; a conversation's first
-// turn, on its first attempt, may wait for its replica (pickOpening); a
-// request with no key goes by least-outstanding (pick). It counts the
-// request in flight on its choice.
+// turn, on its first attempt, may wait for its replica (pickOpening) unless
+// req.NoWait; a request with no key goes by least-outstanding (pick). It
+// counts the request in flight on its choice.
 func (p *Prefix) Pick(req *Request) (Choice, bool) {
 	var c Choice
 	k, set := req.Key, req.Replicas
@@ -57,7 +57,7 @@ func (p *Prefix) Pick(req *Request) (Choice, bool) {
 	case !k.OK:
 		c.Index, c.Probe = set.pick(req.Tried, p.Now())
 		c.Route = RouteLeastOutstanding
-	case k.Opens && len(req.Tried) == 0 && p.OpeningWait > 0:
+	case k.Opens && len(req.Tried) == 0 && p.OpeningWait > 0 && !req.NoWait:
 		return p.pickOpening(req)
 	default:
 		f := p.LoadFactor

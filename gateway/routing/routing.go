@@ -76,6 +76,10 @@ type Request struct {
 	Replicas *Set
 	// Table gives the model's replicas in the routing table now.
 	Table Table
+	// NoWait says the request waits for nothing: a conversation's first
+	// turn is not held for its replica's room but chosen as if its wait
+	// were over (Gateway.Choose, which asks where a request would go).
+	NoWait bool
 }
 
 // Table is the routing table as a policy that waited sees it (it may have
