@@ -2,22 +2,41 @@
 // llama.cpp servers (llama-server, one thread each) serving a tiny model
 // large enough that prefill dominates: a seeded trace of tenants with long
 // shared system prompts, users with multi-turn conversations and one hot
-// tenant, conversations arriving open loop (Poisson), each turn sent when
-// the previous one is answered plus a think time. Each run starts fresh
-// replicas (cold caches) and sends the whole trace through one or two
-// in-process gateways (least-outstanding or prefix; with two, every request
-// goes to one of them at random), or straight to a random replica
-// (random). -churn adds a run per gateway policy where a replica joins at
-// a third of the conversations and one leaves at two thirds.
+// tenant. Open loop (the default), conversations arrive as a Poisson
+// process at -rate and each turn is sent when the previous one is answered
+// plus a think time; with -sequential, one request at a time, the next
+// turn a seeded draw among the conversations with turns left. Each run
+// starts fresh replicas (cold caches) and sends the whole trace through one
+// or two in-process gateways (least-outstanding or prefix; with two, every
+// request goes to one of them at random), or straight to a replica:
+// random (a replica drawn for each request) or affinity (perfect affinity:
+// tenant t's every request to replica t mod n, the ideal's routing).
+// -churn adds a run per gateway policy where a replica joins at a third of
+// the conversations and one leaves at two thirds.
 //
-// Per run it prints TTFT p50/p90/p99 (to the first content token of a
-// stream), completed requests per second, the hit ratio the engines
-// reported (cached over prompt tokens, from each answer's usage) against
-// the ideal (the share of prompt tokens an unbounded cache with perfect
-// affinity would hit: each request's longest token prefix shared with an
-// earlier request of the trace, tokenized by the engine), and the share of
-// conversations whose turns did not all go to one replica. On standard
-// error, per run: where the hits the ideal counts were lost (a
+// Every run is repeated -rounds times, interleaved: each round runs every
+// policy (at every -cache-ram setting) once, in an order shuffled afresh
+// each round from -seed (never the round before's), so no policy always
+// runs first or after the same one. Per run it prints TTFT p50/p90/p99 (to the first
+// content token of a stream), completed requests per second, the hit
+// ratio the engines reported (cached over prompt tokens, from each
+// answer's usage) against the ideal (the share of prompt tokens an
+// unbounded cache with perfect affinity would hit: each request's longest
+// token prefix shared with an earlier request of the trace, tokenized by
+// the engine), the conversations whose turns did not all go to one
+// replica, the spills, and the load average before and after; then, per
+// policy and setting, the median of the rounds and their spread (min–max).
+//
+// For prefix runs it also measures, request by request, whether two
+// gateways agree: before each request is sent, two more gateways that are
+// sent nothing (the replicas listed in opposite orders under other IDs)
+// are asked where it would go (gateway.Gateway.Choose) from one load
+// snapshot, the requests in flight per replica as the load generator
+// counts them (from an answer's headers to its end); and, with two
+// gateways, the gateway not sent the request is asked from its own view at
+// that moment, against the replica that answered it.
+//
+// On standard error, per run: where the hits the ideal counts were lost (a
 // conversation's first turn, a later turn on the replica of the turn
 // before, a later turn elsewhere), the engines' own prompt and answer
 // time, and each replica's answers and TTFT. -dump writes every answer,
@@ -27,7 +46,8 @@
 //
 //	go run ./bench/prefixload -replicas 3 -tenants 4 -users 4 -turns 4 -rate 0.5
 //
-// Results are in docs/perf.md ("Gateway: prefix routing on real engines").
+// Results are in docs/perf.md ("Gateway: prefix routing on real engines",
+// "Prefix routing with bounded loads (issue 36)").
 package main
 
 import (
@@ -62,22 +82,29 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
+// Policies besides the gateway's: a replica drawn at random for each
+// request, and perfect affinity, both sent straight to the replica.
+const (
+	policyRandom   = "random"
+	policyAffinity = "affinity"
+)
+
 type config struct {
 	replicas, tenants, users, turns, systemWords, maxTokens, layers, embed, slots, ctx int
-	portBase                                                                           int
+	portBase, rounds, live                                                             int
 	hot, rate, loadFactor, historyFactor                                               float64
 	think, runTimeout, engineEvery, openingWait                                        time.Duration
 	openingLimit                                                                       int
 	seed                                                                               uint64
 	slotSimilarity, cacheRAM, dump, serverArgs, serverLogs                             string
-	policies                                                                           []string
+	cacheRAMs, policies                                                                []string
 	gateways                                                                           []int
-	churn                                                                              bool
+	churn, sequential                                                                  bool
 }
 
 func main() {
 	var c config
-	var policies, gateways string
+	var policies, gateways, cacheRAMs string
 	flag.IntVar(&c.replicas, "replicas", 3, "llama-server replicas (one thread each)")
 	flag.IntVar(&c.tenants, "tenants", 4, "tenants, each with its own system prompt")
 	flag.IntVar(&c.users, "users", 4, "conversations per ordinary tenant")
@@ -85,15 +112,18 @@ func main() {
 	flag.Float64Var(&c.hot, "hot", 0.5, "the hot tenant's share of all conversations (0: none hot)")
 	flag.IntVar(&c.systemWords, "system-words", 700, "words of each system prompt")
 	flag.IntVar(&c.maxTokens, "max-tokens", 8, "max_tokens of each request")
-	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson)")
+	flag.Float64Var(&c.rate, "rate", 0.5, "conversations starting per second (Poisson; not with -sequential)")
+	flag.BoolVar(&c.sequential, "sequential", false, "send one request at a time, the next turn a seeded draw among the conversations with turns left (-rate and -think unused)")
+	flag.IntVar(&c.live, "live", 8, "with -sequential, the conversations open at once")
+	flag.IntVar(&c.rounds, "rounds", 3, "rounds: every run once a round, in an order rotated each round")
 	flag.Float64Var(&c.loadFactor, "load-factor", gateway.DefaultPrefixLoadFactor, "the prefix policy's load factor (gateway.Options.PrefixLoadFactor)")
 	flag.DurationVar(&c.engineEvery, "engine-metrics-interval", gateway.DefaultEngineMetricsInterval, "how often each gateway reads the replicas' engine metrics (gateway.Options.EngineMetricsInterval)")
 	flag.Float64Var(&c.historyFactor, "history-load-factor", gateway.DefaultPrefixHistoryLoadFactor, "the prefix policy's load factor for a turn that continues a conversation (gateway.Options.PrefixHistoryLoadFactor)")
 	flag.IntVar(&c.openingLimit, "opening-limit", 0, "requests a replica may hold before a conversation's first turn waits for it (gateway.Options.PrefixOpeningLimit; 0: one more than its slots, learned)")
 	flag.DurationVar(&c.openingWait, "opening-wait", gateway.DefaultPrefixOpeningWait, "the longest a first turn waits for its replica (gateway.Options.PrefixOpeningWait; 0: none waits)")
 	flag.DurationVar(&c.think, "think", time.Second, "mean pause between a turn's answer and the next turn (exponential)")
-	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the random choices")
-	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix", "policies to run, in order")
+	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace, of the rounds' order and of the random choices")
+	flag.StringVar(&policies, "policies", "least-outstanding,random,prefix,affinity", "policies to run: least-outstanding, prefix (through gateways), random, affinity (direct)")
 	flag.StringVar(&gateways, "gateways", "1,2", "gateway counts to run each gateway policy with")
 	flag.BoolVar(&c.churn, "churn", true, "also run each gateway policy with a replica joining and one leaving")
 	flag.IntVar(&c.layers, "layers", 8, "the tiny model's layers")
@@ -101,17 +131,17 @@ func main() {
 	flag.IntVar(&c.slots, "slots", 2, "llama-server's --parallel slots per replica")
 	flag.IntVar(&c.ctx, "ctx", 8192, "llama-server's -c (shared by its slots)")
 	flag.StringVar(&c.slotSimilarity, "slot-similarity", "", "llama-server's --slot-prompt-similarity (empty: its default, 0.10)")
-	flag.StringVar(&c.cacheRAM, "cache-ram", "", "llama-server's --cache-ram in MiB, its host-memory prompt cache (empty: its default, 8192; 0: off)")
+	flag.StringVar(&cacheRAMs, "cache-ram", "", "llama-server's --cache-ram in MiB, its host-memory prompt cache (empty: its default, 8192; 0: off); several, comma-separated, run every policy at each")
 	flag.StringVar(&c.dump, "dump", "", "append every answer of every run to this file, a line each (tab-separated: run, conversation, turn, replica, route, prompt tokens, ideal, cached, TTFT ms)")
 	flag.StringVar(&c.serverArgs, "server-args", "", "more llama-server arguments, split at spaces (after the ones above: a later one wins)")
 	flag.StringVar(&c.serverLogs, "server-logs", "", "a directory to write each replica's output to, a file per run and replica (empty: discarded)")
-	flag.IntVar(&c.portBase, "port-base", 0, "replica i listens on 127.0.0.1:port-base+i in every run, so the prefix policy's locality (it hashes the address) draws the same in every run (0: ports the kernel picks, a new draw each run)")
+	flag.IntVar(&c.portBase, "port-base", 0, "replica i listens on 127.0.0.1:port-base+i in every run, so the prefix policy (it hashes the address) draws the same in every run (0: ports the kernel picks, a new draw each run)")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 4*time.Minute, "the longest one run may take")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
 	for _, p := range c.policies {
-		if p != "random" && p != gateway.RouteLeastOutstanding && p != gateway.RoutePrefix {
-			fail(fmt.Errorf("-policies: %q is not least-outstanding, random or prefix", p))
+		if p != policyRandom && p != policyAffinity && p != gateway.RouteLeastOutstanding && p != gateway.RoutePrefix {
+			fail(fmt.Errorf("-policies: %q is not least-outstanding, prefix, random or affinity", p))
 		}
 	}
 	for _, s := range strings.Split(gateways, ",") {
@@ -121,8 +151,14 @@ func main() {
 		}
 		c.gateways = append(c.gateways, n)
 	}
-	if c.replicas < 1 || c.tenants < 1 || c.users < 1 || c.turns < 1 || c.rate <= 0 || c.hot < 0 || c.hot >= 1 {
-		fail(errors.New("-replicas, -tenants, -users, -turns at least 1, -rate above 0, -hot in [0, 1)"))
+	c.cacheRAMs = strings.Split(cacheRAMs, ",")
+	for _, s := range c.cacheRAMs {
+		if n, err := strconv.Atoi(s); s != "" && (err != nil || n < 0) {
+			fail(fmt.Errorf("-cache-ram: %q: want MiB (0 or more), or nothing for llama-server's default", s))
+		}
+	}
+	if c.replicas < 1 || c.tenants < 1 || c.users < 1 || c.turns < 1 || c.rate <= 0 || c.hot < 0 || c.hot >= 1 || c.rounds < 1 || c.live < 1 {
+		fail(errors.New("-replicas, -tenants, -users, -turns, -rounds, -live at least 1, -rate above 0, -hot in [0, 1)"))
 	}
 	if c.portBase != 0 && (c.portBase < 1024 || c.portBase+c.replicas > 65535) {
 		fail(fmt.Errorf("-port-base %d: want 0, or a port from 1024 with room for %d replicas after it", c.portBase, c.replicas+1))
@@ -155,9 +191,15 @@ through back much good before well made where right part great same own small la
 every place while point order word course between under never last again keep help city house study
 light water power field line story group short plan early real play hold turn open close begin end`)
 
+// step is one request of a sequential run: conversation conv's turn.
+type step struct{ conv, turn int }
+
 // trace builds the conversations: tenant 0 is the hot one (a -hot share
-// of all conversations), the others have -users each.
-func trace(c config) (systems []string, convs []*conversation) {
+// of all conversations), the others have -users each. With -sequential,
+// seq is the order of every request: -live conversations open at once (in
+// the trace's order), the next turn drawn among them, one that ends
+// replaced by the next.
+func trace(c config) (systems []string, convs []*conversation, seq []step) {
 	rng := rand.New(rand.NewPCG(c.seed, 0x9e3779b97f4a7c15))
 	for t := range c.tenants {
 		var b strings.Builder
@@ -200,7 +242,25 @@ func trace(c config) (systems []string, convs []*conversation) {
 		cv.start = at
 		at += time.Duration(rng.ExpFloat64() / c.rate * float64(time.Second))
 	}
-	return systems, convs
+	if c.sequential {
+		draw := rand.New(rand.NewPCG(c.seed, 2))
+		next := make([]int, len(convs))
+		var open []int
+		started := 0
+		for started < len(convs) || len(open) > 0 {
+			for len(open) < c.live && started < len(convs) {
+				open = append(open, started)
+				started++
+			}
+			i := draw.IntN(len(open))
+			id := open[i]
+			seq = append(seq, step{id, next[id]})
+			if next[id]++; next[id] == c.turns {
+				open = slices.Delete(open, i, i+1)
+			}
+		}
+	}
+	return systems, convs, seq
 }
 
 // replica is one llama-server.
@@ -294,6 +354,11 @@ type setup struct {
 	gwURLs   []string
 	mu       sync.Mutex
 	replicas []*replica // in the view now
+	// shadows are two gateways sent nothing, asked where each request of a
+	// prefix run would go from one load snapshot; they list the replicas
+	// in opposite orders under other IDs, as two gateways' discoveries
+	// may.
+	shadows [2]*gateway.Gateway
 }
 
 func (s *setup) view() []*replica {
@@ -306,13 +371,48 @@ func (s *setup) publish(rs []*replica) {
 	s.mu.Lock()
 	s.replicas = rs
 	s.mu.Unlock()
-	var insts []gateway.Instance
-	for _, r := range rs {
+	var insts, others []gateway.Instance
+	for i, r := range rs {
 		insts = append(insts, r.instance())
+		in := rs[len(rs)-1-i].instance()
+		in.ID = "shadow-" + in.ID
+		others = append(others, in)
 	}
 	for _, g := range s.gws {
 		g.Update(gateway.Snapshot{Instances: insts})
 	}
+	if s.shadows[0] != nil {
+		s.shadows[0].Update(gateway.Snapshot{Instances: insts})
+		s.shadows[1].Update(gateway.Snapshot{Instances: others})
+	}
+}
+
+// flight counts the requests in flight per replica as the load generator
+// sees them: from an answer's headers (which name the replica) to its end.
+type flight struct {
+	mu sync.Mutex
+	n  map[string]int64 // by address
+}
+
+func (f *flight) add(addr string, d int64) {
+	f.mu.Lock()
+	f.n[addr] += d
+	f.mu.Unlock()
+}
+
+func (f *flight) snapshot() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.n)
+}
+
+// agreement counts, request by request, whether two gateways agree.
+type agreement struct {
+	mu sync.Mutex
+	// same: the two shadows from one snapshot; live: the gateway not sent
+	// the request, from its own view when it was sent, against the replica
+	// that answered.
+	same, sameN, live, liveN int
 }
 
 // client sends every request to a gateway; directClient sends random's
@@ -325,10 +425,17 @@ var (
 	directClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DisableCompression: true}}
 )
 
-// send sends one turn and reads its stream.
-func send(ctx context.Context, hc *http.Client, url string, msgs []map[string]string, maxTokens int) (s sample, answer string, err error) {
+// chatBody is the body of a turn with msgs.
+func chatBody(msgs []map[string]string, maxTokens int) []byte {
 	body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
+	return body
+}
+
+// send sends one turn's body and reads its stream, counting it in fl on
+// its replica (direct's, or the one the gateway's answer names, whose
+// address is addrOf's) from its headers to its end.
+func send(ctx context.Context, hc *http.Client, url string, body []byte, direct string, addrOf map[string]string, fl *flight) (s sample, answer string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return s, "", err
@@ -341,6 +448,13 @@ func send(ctx context.Context, hc *http.Client, url string, msgs []map[string]st
 	}
 	defer func() { _ = resp.Body.Close() }()
 	s.replica, s.route = resp.Header.Get(gateway.ReplicaHeader), resp.Header.Get(gateway.RouteHeader)
+	if direct != "" {
+		s.replica = direct
+	}
+	if addr := addrOf[s.replica]; addr != "" {
+		fl.add(addr, 1)
+		defer fl.add(addr, -1)
+	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return s, "", fmt.Errorf("%s: %s", resp.Status, b)
@@ -401,23 +515,57 @@ func send(ctx context.Context, hc *http.Client, url string, msgs []map[string]st
 	return s, content.String(), nil
 }
 
+// kind is one run of a round: a policy through a number of gateways (0:
+// direct), with or without churn, at a cache size (empty: llama-server's
+// default).
+type kind struct {
+	policy   string
+	gateways int
+	churn    bool
+	cacheRAM string
+}
+
+func (k kind) name() string {
+	name := k.policy
+	switch {
+	case k.gateways == 0:
+		name += " (direct)"
+	case k.churn:
+		name += ", 1 gateway, churn"
+	default:
+		name += fmt.Sprintf(", %d gateway", k.gateways)
+		if k.gateways > 1 {
+			name += "s"
+		}
+	}
+	return name
+}
+
+func (k kind) setting() string { return "cache-ram " + cmp.Or(k.cacheRAM, "default") }
+
 // result is one run's numbers.
 type result struct {
-	name                 string
-	requests, ok         int
-	p50, p90, p99        time.Duration
-	hotP99, otherP99     time.Duration
-	rps                  float64
-	prompt, cached       int64
-	unknown              int
-	ideal                float64
-	moved, convs         int
-	spills, prefixRoutes int
-	waits                map[string]float64 // first turns that waited, by outcome
-	wall                 time.Duration
-	errs                 []string
-	losses               string
+	kind                  kind
+	round                 int
+	requests, ok          int
+	p50, p90, p99         time.Duration
+	hotP99, otherP99      time.Duration
+	rps                   float64
+	prompt, cached        int64
+	unknown               int
+	ideal                 float64
+	moved, convs          int
+	spills, prefixRoutes  int
+	waits                 map[string]float64 // first turns that waited, by outcome
+	wall                  time.Duration
+	errs                  []string
+	losses                string
+	loadBefore, loadAfter string
+	// Two gateways' agreement (prefix runs): from one snapshot, and live.
+	same, sameN, live, liveN int
 }
+
+func (r result) hit() float64 { return float64(r.cached) / float64(max(r.prompt, 1)) }
 
 func run(c config) error {
 	if ok, why := llamabuild.Available(); !ok {
@@ -435,31 +583,58 @@ func run(c config) error {
 	if err := tinymodel.Write(model, opts); err != nil {
 		return err
 	}
-	systems, convs := trace(c)
+	systems, convs, seq := trace(c)
 	nreq := len(convs) * c.turns
-	fmt.Printf("trace: %d tenants (%d-word system prompts), %d conversations (hot tenant: %d), %d turns each, %d requests; %.2f conversations/s; think %s; seed %d\n",
-		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, c.rate, c.think, c.seed)
-	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s; model %d layers x %d wide\n",
-		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), cmp.Or(c.cacheRAM, "default"), c.layers, c.embed)
+	arrival := fmt.Sprintf("open loop: %.2f conversations/s (Poisson), think %s", c.rate, c.think)
+	if c.sequential {
+		arrival = fmt.Sprintf("sequential: one request at a time, %d conversations open at once", c.live)
+	}
+	fmt.Printf("trace: %d tenants (%d-word system prompts), %d conversations (hot tenant: %d), %d turns each, %d requests; %s; seed %d\n",
+		c.tenants, c.systemWords, len(convs), countHot(convs), c.turns, nreq, arrival, c.seed)
+	var caches []string
+	for _, cr := range c.cacheRAMs {
+		caches = append(caches, cmp.Or(cr, "default (8192)"))
+	}
+	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, --slot-prompt-similarity %s, --cache-ram %s MiB; model %d layers x %d wide\n",
+		c.replicas, llamabuild.Binary(), c.slots, c.ctx, cmp.Or(c.slotSimilarity, "default"), strings.Join(caches, " and "), c.layers, c.embed)
 	fmt.Printf("prefix load factor %g, for a conversation's later turns %g; opening limit %d (0: slots+1), opening wait %s (0: none); engine reads every %s\n",
 		c.loadFactor, c.historyFactor, c.openingLimit, c.openingWait, c.engineEvery)
-	fmt.Printf("uptime before: %s\n", uptime())
-	var results []result
-	for _, p := range c.policies {
-		counts := c.gateways
-		if p == "random" {
-			counts = []int{0}
-		}
-		for _, n := range counts {
-			r, err := runOnce(c, model, systems, convs, p, n, false)
-			if err != nil {
-				return err
+	var kinds []kind
+	for _, cr := range c.cacheRAMs {
+		for _, p := range c.policies {
+			if p == policyRandom || p == policyAffinity {
+				kinds = append(kinds, kind{policy: p, cacheRAM: cr})
+				continue
 			}
-			results = append(results, r)
-			printResult(r)
+			for _, n := range c.gateways {
+				kinds = append(kinds, kind{policy: p, gateways: n, cacheRAM: cr})
+			}
+			if c.churn {
+				kinds = append(kinds, kind{policy: p, gateways: 1, churn: true, cacheRAM: cr})
+			}
 		}
-		if c.churn && p != "random" {
-			r, err := runOnce(c, model, systems, convs, p, 1, true)
+	}
+	// Each round's order: a seeded shuffle, drawn again while it is the
+	// round before's.
+	orderRng := rand.New(rand.NewPCG(c.seed, 3))
+	var results []result
+	var prev []kind
+	for round := range c.rounds {
+		order := slices.Clone(kinds)
+		for {
+			orderRng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			if len(order) < 2 || !slices.Equal(order, prev) {
+				break
+			}
+		}
+		prev = order
+		var names []string
+		for _, k := range order {
+			names = append(names, k.name()+" at "+k.setting())
+		}
+		fmt.Printf("round %d: %s\n", round+1, strings.Join(names, "; "))
+		for _, k := range order {
+			r, err := runOnce(c, model, systems, convs, seq, k, round)
 			if err != nil {
 				return err
 			}
@@ -467,16 +642,74 @@ func run(c config) error {
 			printResult(r)
 		}
 	}
-	fmt.Printf("uptime after: %s\n\n", uptime())
-	fmt.Println("| run | ok/requests | TTFT p50 | p90 | p99 | hot p99 | others p99 | completed/s | hit | ideal | hit/ideal | conversations moved | spills | first turns waited (expired) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println()
+	fmt.Println("| round | run | setting | ok/requests | TTFT p50 | p90 | p99 | hot p99 | others p99 | completed/s | hit | ideal | hit/ideal | conversations moved | spills | first turns waited (expired) | two gateways agree: snapshot | live | load average before → after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		hit := float64(r.cached) / float64(max(r.prompt, 1))
-		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d | %.0f (%.0f) |\n",
-			r.name, r.ok, r.requests, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.hotP99), ms(r.otherP99), r.rps, 100*hit, 100*r.ideal, 100*hit/max(r.ideal, 1e-9),
-			r.moved, r.convs, r.spills, r.waits["sent"]+r.waits["expired"]+r.waits["cancelled"], r.waits["expired"])
+		fmt.Printf("| %d | %s | %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d | %.0f (%.0f) | %s | %s | %s → %s |\n",
+			r.round+1, r.kind.name(), r.kind.setting(), r.ok, r.requests, ms(r.p50), ms(r.p90), ms(r.p99), cmp.Or(msOr(r.hotP99), "—"), ms(r.otherP99), r.rps,
+			100*r.hit(), 100*r.ideal, 100*r.hit()/max(r.ideal, 1e-9), r.moved, r.convs, r.spills,
+			r.waits["sent"]+r.waits["expired"]+r.waits["cancelled"], r.waits["expired"], share(r.same, r.sameN), share(r.live, r.liveN), r.loadBefore, r.loadAfter)
+	}
+	fmt.Println()
+	fmt.Printf("Medians of %d rounds (min–max):\n\n", c.rounds)
+	fmt.Println("| run | setting | hit | hit/ideal | TTFT p50 | p90 | p99 | completed/s | spills | conversations moved | two gateways agree: snapshot | live |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, k := range kinds {
+		var rs []result
+		for _, r := range results {
+			if r.kind == k {
+				rs = append(rs, r)
+			}
+		}
+		f := func(v func(result) float64, format string) string {
+			var xs []float64
+			for _, r := range rs {
+				xs = append(xs, v(r))
+			}
+			med, lo, hi := spread(xs)
+			return fmt.Sprintf(format+" ("+format+"–"+format+")", med, lo, hi)
+		}
+		d := func(v func(result) time.Duration) string {
+			return f(func(r result) float64 { return float64(v(r).Milliseconds()) }, "%.0f") + " ms"
+		}
+		var same, sameN, live, liveN int
+		for _, r := range rs {
+			same, sameN, live, liveN = same+r.same, sameN+r.sameN, live+r.live, liveN+r.liveN
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k.name(), k.setting(),
+			f(func(r result) float64 { return 100 * r.hit() }, "%.1f")+" %",
+			f(func(r result) float64 { return 100 * r.hit() / max(r.ideal, 1e-9) }, "%.0f")+" %",
+			d(func(r result) time.Duration { return r.p50 }), d(func(r result) time.Duration { return r.p90 }), d(func(r result) time.Duration { return r.p99 }),
+			f(func(r result) float64 { return r.rps }, "%.2f"),
+			f(func(r result) float64 { return float64(r.spills) }, "%.0f"),
+			f(func(r result) float64 { return float64(r.moved) }, "%.0f"),
+			share(same, sameN), share(live, liveN))
 	}
 	return nil
+}
+
+// spread is the median, least and greatest of xs.
+func spread(xs []float64) (med, lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	med = s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return med, s[0], s[n-1]
+}
+
+// share is n of of as "n/of (p %)", or "—" when of is 0.
+func share(n, of int) string {
+	if of == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%d/%d (%.1f %%)", n, of, 100*float64(n)/float64(of))
 }
 
 func countHot(convs []*conversation) int {
@@ -489,31 +722,31 @@ func countHot(convs []*conversation) int {
 	return n
 }
 
-func uptime() string {
+// loadavg is /proc/loadavg's three load averages.
+func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "unknown"
 	}
 	f := strings.Fields(string(b))
-	return "load average " + strings.Join(f[:3], ", ")
+	return strings.Join(f[:3], " ")
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
 
-func runOnce(c config, model string, systems []string, convs []*conversation, policy string, ngw int, churn bool) (result, error) {
-	name := policy
-	switch {
-	case policy == "random":
-		name = "random (direct)"
-	case churn:
-		name += ", 1 gateway, churn"
-	default:
-		name += fmt.Sprintf(", %d gateway", ngw)
-		if ngw > 1 {
-			name += "s"
-		}
+// msOr is ms, or "" for no time (a quantile of nothing: no hot tenant).
+func msOr(d time.Duration) string {
+	if d == 0 {
+		return ""
 	}
-	fmt.Fprintf(os.Stderr, "run: %s\n", name)
+	return ms(d)
+}
+
+func runOnce(c config, model string, systems []string, convs []*conversation, seq []step, k kind, round int) (result, error) {
+	policy, name := k.policy, k.name()+" at "+k.setting()
+	c.cacheRAM = k.cacheRAM
+	res := result{kind: k, round: round, convs: len(convs), loadBefore: loadavg()}
+	fmt.Fprintf(os.Stderr, "run: round %d, %s (load average %s)\n", round+1, name, res.loadBefore)
 	ctx, cancel := context.WithTimeout(context.Background(), c.runTimeout)
 	defer cancel()
 	var all []*replica
@@ -530,13 +763,17 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		all = append(all, r)
 	}
 	var spare *replica
-	if churn {
+	if k.churn {
 		r, err := startReplica(ctx, c, model, c.replicas)
 		if err != nil {
 			return result{}, err
 		}
 		all = append(all, r)
 		spare = r
+	}
+	addrOf := map[string]string{}
+	for _, r := range all {
+		addrOf[r.name] = r.addr
 	}
 	s := &setup{policy: policy}
 	var srvs []*http.Server
@@ -550,12 +787,15 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		}
 		gwg.Wait()
 	}()
-	for range ngw {
+	gwOpts := func(reg prometheus.Registerer) gateway.Options {
+		return gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: c.engineEvery,
+			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor,
+			PrefixOpeningLimit: c.openingLimit, PrefixOpeningWait: cmp.Or(c.openingWait, -1), Registerer: reg}
+	}
+	for range k.gateways {
 		reg := prometheus.NewRegistry()
 		regs = append(regs, reg)
-		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": policy}, EngineMetricsInterval: c.engineEvery,
-			PrefixLoadFactor: c.loadFactor, PrefixHistoryLoadFactor: c.historyFactor,
-			PrefixOpeningLimit: c.openingLimit, PrefixOpeningWait: cmp.Or(c.openingWait, -1), Registerer: reg})
+		g := gateway.New(gwOpts(reg))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return result{}, err
@@ -567,83 +807,159 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 		s.gws = append(s.gws, g)
 		s.gwURLs = append(s.gwURLs, "http://"+ln.Addr().String())
 	}
+	if policy == gateway.RoutePrefix {
+		for i := range s.shadows {
+			s.shadows[i] = gateway.New(gwOpts(prometheus.NewRegistry()))
+		}
+	}
 	s.publish(all[:c.replicas])
+
+	fl := &flight{n: map[string]int64{}}
+	var ag agreement
+	const path = "/v1/chat/completions"
+	// turn sends one turn of cv, with msgs, by the run's policy.
+	turn := func(cv *conversation, msgs []map[string]string, rng *rand.Rand) (sample, string, error) {
+		body := chatBody(msgs, c.maxTokens)
+		var url, direct, other string
+		hc := client
+		switch policy {
+		case policyRandom, policyAffinity:
+			v := s.view()
+			r := v[rng.IntN(len(v))]
+			if policy == policyAffinity {
+				r = v[cv.tenant%len(v)]
+			}
+			url, direct, hc = "http://"+r.addr, r.name, directClient
+		default:
+			gi := rng.IntN(len(s.gwURLs))
+			url = s.gwURLs[gi]
+			if policy == gateway.RoutePrefix {
+				snap := fl.snapshot()
+				a1, _ := s.shadows[0].Choose("tiny", path, body, snap)
+				a2, _ := s.shadows[1].Choose("tiny", path, body, snap)
+				ag.mu.Lock()
+				ag.sameN++
+				if a1 != "" && a1 == a2 {
+					ag.same++
+				}
+				ag.mu.Unlock()
+				if len(s.gws) > 1 {
+					other, _ = s.gws[(gi+1)%len(s.gws)].Choose("tiny", path, body, nil)
+				}
+			}
+		}
+		smp, answer, err := send(ctx, hc, url, body, direct, addrOf, fl)
+		if direct != "" {
+			smp.route = policy
+		}
+		if other != "" && err == nil {
+			ag.mu.Lock()
+			ag.liveN++
+			if addrOf[smp.replica] == other {
+				ag.live++
+			}
+			ag.mu.Unlock()
+		}
+		return smp, answer, err
+	}
 
 	samples := make([][]sample, len(convs))
 	var errMu sync.Mutex
 	var errs []string
 	start := time.Now()
 	var wg sync.WaitGroup
-	for _, cv := range convs {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(c.seed, uint64(cv.id)+1))
-			select {
-			case <-time.After(time.Until(start.Add(cv.start))):
-			case <-ctx.Done():
-				return
+	// join and leave are the churn's: a replica joins, then the first
+	// leaves.
+	join := func() { s.publish(append(slices.Clone(all[:c.replicas]), spare)) }
+	leave := func() { s.publish(append(slices.Clone(all[1:c.replicas]), spare)) }
+	if c.sequential {
+		rng := rand.New(rand.NewPCG(c.seed+uint64(round), 0))
+		msgs := make([][]map[string]string, len(convs))
+		for i, st := range seq {
+			if ctx.Err() != nil {
+				break
 			}
-			msgs := []map[string]string{{"role": "system", "content": systems[cv.tenant]}}
-			for k, u := range cv.users {
-				msgs = append(msgs, map[string]string{"role": "user", "content": u})
-				var url, direct string
-				hc := client
-				if policy == "random" {
-					v := s.view()
-					r := v[rng.IntN(len(v))]
-					url, direct, hc = "http://"+r.addr, r.name, directClient
-				} else {
-					url = s.gwURLs[rng.IntN(len(s.gwURLs))]
-				}
-				smp, answer, err := send(ctx, hc, url, msgs, c.maxTokens)
-				smp.conv, smp.turn, smp.hot = cv.id, k, cv.hot
-				smp.messages = slices.Clone(msgs)
-				if direct != "" {
-					smp.replica, smp.route = direct, "random"
-				}
-				if err != nil {
-					errMu.Lock()
-					errs = append(errs, err.Error())
-					errMu.Unlock()
-					samples[cv.id] = append(samples[cv.id], smp)
-					return
-				}
-				samples[cv.id] = append(samples[cv.id], smp)
-				msgs = append(msgs, map[string]string{"role": "assistant", "content": answer})
+			if k.churn && i == len(seq)/3 {
+				join()
+			}
+			if k.churn && i == 2*len(seq)/3 {
+				leave()
+			}
+			cv := convs[st.conv]
+			if st.turn == 0 {
+				msgs[cv.id] = []map[string]string{{"role": "system", "content": systems[cv.tenant]}}
+			}
+			msgs[cv.id] = append(msgs[cv.id], map[string]string{"role": "user", "content": cv.users[st.turn]})
+			smp, answer, err := turn(cv, msgs[cv.id], rng)
+			smp.conv, smp.turn, smp.hot = cv.id, st.turn, cv.hot
+			smp.messages = slices.Clone(msgs[cv.id])
+			samples[cv.id] = append(samples[cv.id], smp)
+			if err != nil {
+				errs = append(errs, err.Error())
+				break
+			}
+			msgs[cv.id] = append(msgs[cv.id], map[string]string{"role": "assistant", "content": answer})
+		}
+	} else {
+		for _, cv := range convs {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(c.seed+uint64(round), uint64(cv.id)+1))
 				select {
-				case <-time.After(cv.thinks[k]):
+				case <-time.After(time.Until(start.Add(cv.start))):
 				case <-ctx.Done():
 					return
 				}
-			}
-		})
-	}
-	if churn {
-		// A replica joins when a third of the conversations have started,
-		// the first leaves at two thirds.
-		first, last := convs[len(convs)/3].start, convs[2*len(convs)/3].start
-		for _, cv := range convs {
-			first, last = min(first, cv.start), max(last, cv.start)
+				msgs := []map[string]string{{"role": "system", "content": systems[cv.tenant]}}
+				for k, u := range cv.users {
+					msgs = append(msgs, map[string]string{"role": "user", "content": u})
+					smp, answer, err := turn(cv, msgs, rng)
+					smp.conv, smp.turn, smp.hot = cv.id, k, cv.hot
+					smp.messages = slices.Clone(msgs)
+					samples[cv.id] = append(samples[cv.id], smp)
+					if err != nil {
+						errMu.Lock()
+						errs = append(errs, err.Error())
+						errMu.Unlock()
+						return
+					}
+					msgs = append(msgs, map[string]string{"role": "assistant", "content": answer})
+					select {
+					case <-time.After(cv.thinks[k]):
+					case <-ctx.Done():
+						return
+					}
+				}
+			})
 		}
-		join := convs[0].start + (last-convs[0].start)/3
-		leave := convs[0].start + 2*(last-convs[0].start)/3
-		wg.Go(func() {
-			select {
-			case <-time.After(time.Until(start.Add(join))):
-			case <-ctx.Done():
-				return
+		if k.churn {
+			// A replica joins a third of the way through the
+			// conversations' starts, the first leaves at two thirds.
+			var first, last time.Duration
+			for _, cv := range convs {
+				first, last = min(first, cv.start), max(last, cv.start)
 			}
-			s.publish(append(slices.Clone(all[:c.replicas]), spare))
-			select {
-			case <-time.After(time.Until(start.Add(leave))):
-			case <-ctx.Done():
-				return
+			at := func(d time.Duration) bool {
+				select {
+				case <-time.After(time.Until(start.Add(d))):
+					return true
+				case <-ctx.Done():
+					return false
+				}
 			}
-			s.publish(append(slices.Clone(all[1:c.replicas]), spare))
-		})
+			wg.Go(func() {
+				if at(first + (last-first)/3) {
+					join()
+					if at(first + 2*(last-first)/3) {
+						leave()
+					}
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	wall := time.Since(start)
-	res := result{name: name, convs: len(convs), wall: wall, errs: errs, waits: openingWaits(regs)}
+	res.wall = time.Since(start)
+	res.errs, res.waits = errs, openingWaits(regs)
+	res.same, res.sameN, res.live, res.liveN = ag.same, ag.sameN, ag.live, ag.liveN
 	var flat []sample
 	for _, ss := range samples {
 		flat = append(flat, ss...)
@@ -695,6 +1011,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	if d := lastEnd.Sub(firstSent); d > 0 {
 		res.rps = float64(res.ok) / d.Seconds()
 	}
+	res.loadAfter = loadavg()
 	ideal, err := idealHit(ctx, "http://"+all[len(all)-1].addr, flat)
 	if err != nil {
 		return res, fmt.Errorf("%s: the ideal hit ratio: %w", name, err)
@@ -702,7 +1019,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, po
 	res.ideal = ideal
 	res.losses = losses(flat)
 	if c.dump != "" {
-		if err := dump(c.dump, name, flat); err != nil {
+		if err := dump(c.dump, fmt.Sprintf("round %d, %s", round+1, name), flat); err != nil {
 			return res, err
 		}
 	}
@@ -738,8 +1055,9 @@ func openingWaits(regs []*prometheus.Registry) map[string]float64 {
 }
 
 func printResult(r result) {
-	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d, first turns waited %v\n",
-		r.name, r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown, r.waits)
+	fmt.Fprintf(os.Stderr, "  %s at %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d, first turns waited %v, two gateways agree %s (snapshot), %s (live); load average %s → %s\n",
+		r.kind.name(), r.kind.setting(), r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown, r.waits,
+		share(r.same, r.sameN), share(r.live, r.liveN), r.loadBefore, r.loadAfter)
 	fmt.Fprintf(os.Stderr, "    %s\n", r.losses)
 }
 
@@ -753,11 +1071,18 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[max(i, 0)]
 }
 
+// tokenized holds the tokens of the prompts idealHit has seen, by their
+// messages' JSON.
+var tokenized = map[string][]int{}
+
 // idealHit is the share of the prompt tokens of the requests sent that an
 // unbounded cache with perfect affinity would hold: each request's longest
 // token prefix in common with a request sent before it, over all its
 // tokens. The prompts are rendered and tokenized by the engine at url. It
 // sets each sample's idealTokens and tokens.
+//
+// Every run's engine is the same build and model, so a prompt's tokens are
+// kept (tokenized) for the runs after.
 func idealHit(ctx context.Context, url string, samples []sample) (float64, error) {
 	order := make([]int, len(samples))
 	for i := range order {
@@ -768,17 +1093,23 @@ func idealHit(ctx context.Context, url string, samples []sample) (float64, error
 	var hit, total int
 	for _, i := range order {
 		smp := &samples[i]
-		var tp struct {
-			Prompt string `json:"prompt"`
-		}
-		if err := postJSON(ctx, url+"/apply-template", map[string]any{"messages": smp.messages}, &tp); err != nil {
-			return 0, err
-		}
 		var tk struct {
 			Tokens []int `json:"tokens"`
 		}
-		if err := postJSON(ctx, url+"/tokenize", map[string]any{"content": tp.Prompt, "add_special": true}, &tk); err != nil {
-			return 0, err
+		mk, _ := json.Marshal(smp.messages)
+		if t, ok := tokenized[string(mk)]; ok {
+			tk.Tokens = t
+		} else {
+			var tp struct {
+				Prompt string `json:"prompt"`
+			}
+			if err := postJSON(ctx, url+"/apply-template", map[string]any{"messages": smp.messages}, &tp); err != nil {
+				return 0, err
+			}
+			if err := postJSON(ctx, url+"/tokenize", map[string]any{"content": tp.Prompt, "add_special": true}, &tk); err != nil {
+				return 0, err
+			}
+			tokenized[string(mk)] = tk.Tokens
 		}
 		best := 0
 		for _, prev := range toks {
