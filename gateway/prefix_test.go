@@ -78,8 +78,8 @@ func TestPrefixRoutingHistoryBound(t *testing.T) {
 	}
 }
 
-// Through the gateway: a model routed by prefix sends every turn of a
-// conversation to one replica and says so; a body the policy cannot key
+// Through the gateway: a model routed by prefix sends every turn of every
+// conversation behind one system prompt to one replica and says so; a body the policy cannot key
 // (and other models) goes by least-outstanding, never refused; the model
 // list's routing applies when the gateway sets none.
 func TestPrefixRoutingThroughGateway(t *testing.T) {
@@ -93,8 +93,9 @@ func TestPrefixRoutingThroughGateway(t *testing.T) {
 	tg.UpdateModels(gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "m", Min: 1, Replicas: 3}, {Name: "n", Min: 1, Replicas: 3, Routing: RoutePrefix}}}, nil)
 	sys := strings.Repeat("You answer in French. ", 50)
 	for _, model := range []string{"m", "n"} {
+		// One system prompt: every user's every turn to one replica.
+		replica := ""
 		for _, user := range []string{"alice", "bob", "carol"} {
-			replica := ""
 			for turn := 1; turn <= 4; turn++ {
 				b, _ := json.Marshal(map[string]any{"model": model, "messages": conversation(sys, user, turn), "max_tokens": 4})
 				a := tg.post(t, "/v1/chat/completions", string(b))
@@ -104,7 +105,7 @@ func TestPrefixRoutingThroughGateway(t *testing.T) {
 				if got := a.header.Get(ReplicaHeader); replica == "" {
 					replica = got
 				} else if got != replica {
-					t.Errorf("%s %s turn %d went to %s, earlier turns to %s", model, user, turn, got, replica)
+					t.Errorf("%s %s turn %d went to %s, the system prompt's earlier requests to %s", model, user, turn, got, replica)
 				}
 			}
 		}
@@ -169,7 +170,7 @@ func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
 	sys := strings.Repeat("Shared instructions. ", 40)
 	seen := map[string]bool{}
 	for u := range 24 {
-		b, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(sys+fmt.Sprint(u%6), fmt.Sprintf("user%d", u), 1+u%3), "max_tokens": 4})
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(sys+fmt.Sprint(u%12), fmt.Sprintf("user%d", u), 1+u%3), "max_tokens": 4})
 		a1, a2 := g1.post(t, "/v1/chat/completions", string(b)), g2.post(t, "/v1/chat/completions", string(b))
 		r1, r2 := a1.header.Get(ReplicaHeader), a2.header.Get(ReplicaHeader)
 		if a1.status != 200 || a2.status != 200 || r1 != r2 {
@@ -178,6 +179,7 @@ func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
 		seen[r1] = true
 	}
 	if len(seen) < 2 {
-		t.Errorf("six system prompts all went to %v: the keys do not spread", seen)
+		// Twelve system prompts on one of four replicas: 4^-11 at random.
+		t.Errorf("twelve system prompts all went to %v: the keys do not spread", seen)
 	}
 }

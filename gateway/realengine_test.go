@@ -222,13 +222,16 @@ func TestGatewayRealEngineKilledMidStream(t *testing.T) {
 // first turn, then every second turn, then every third), so that each
 // replica serves other conversations between two turns of one: every
 // answer is routed "prefix" (one request at a time is never over the
-// bound), every later turn goes to the replica of its conversation's first
-// turn, and finds part of its prompt in that engine's cache, as the
-// gateway's cache counters read it from the answers.
+// bound), every request of a tenant goes to one replica (where its system
+// prompt is; so every later turn to the replica of its conversation's
+// first turn), and every later turn finds part of its prompt in that
+// engine's cache, as the gateway's cache counters read it from the
+// answers.
 //
-// The bound random routing fails: each of the 18 later turns lands on its
-// conversation's first replica with probability 1/2 at random, so random
-// routing passes the affinity check with probability 2^-18 (about 4e-6).
+// The bound random routing fails: each of a tenant's 9 requests lands on
+// the replica of its first with probability 1/2 at random, so random
+// routing passes the affinity check with probability 2^-24 (about 6e-8;
+// the later turns alone on their conversation's replica: 2^-18).
 // The cache check alone is not one random routing fails (a tenant's system
 // prompt is soon on both replicas); it checks that the engines report what
 // they reuse and that affinity keeps more than half of the later turns'
@@ -256,6 +259,7 @@ func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
 			convs = append(convs, &conv{tenant: tenant, user: user, msgs: []map[string]string{{"role": "system", "content": system}}})
 		}
 	}
+	home := map[int]string{} // each tenant's replica
 	var laterPrompt, laterCached float64
 	for turn := 1; turn <= 3; turn++ {
 		for _, cv := range convs {
@@ -289,6 +293,11 @@ func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
 				t.Fatalf("tenant %d user %d turn %d on %s: prompt tokens %v, unknown answers %v: want the engine's report", cv.tenant, cv.user, turn, replica, p, u)
 			}
 			t.Logf("tenant %d user %d turn %d: %s, %v of %v prompt tokens cached", cv.tenant, cv.user, turn, replica, c, p)
+			if h, ok := home[cv.tenant]; !ok {
+				home[cv.tenant] = replica
+			} else if replica != h {
+				t.Errorf("tenant %d user %d turn %d went to %s, the tenant's first request to %s", cv.tenant, cv.user, turn, replica, h)
+			}
 			if turn == 1 {
 				cv.replica = replica
 				continue

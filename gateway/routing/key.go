@@ -16,16 +16,15 @@ const (
 	promptBlock = 1 << 10
 )
 
-// Key is what the prefix policy routes a request by: two hashes of its
-// prompt's first blocks, computed from the body alone so that every
-// gateway derives the same. Conv is the conversation's (the system prompt
-// and the first user turn, which every later turn repeats): it orders the
-// replicas for the request, so every turn of a conversation has one first
-// choice. Shared is the prefix that conversations share (a chat's system
-// prompt, a completion prompt's first block): it weighs that order
-// towards the replicas the prefix favours (locality), so that a tenant's
-// conversations meet where its system prompt is. A request with no system
-// prompt has Shared == Conv.
+// Key is what the prefix policy routes a request by: Shared, the hash of
+// the prompt's first block that other requests share (a chat's system
+// prompt, or its first user turn when it has none; a completion prompt's
+// first block), computed from the body alone so that every gateway derives
+// the same. It orders the replicas for the request (rank), so all of a
+// tenant's conversations, and every turn of each, have one first choice,
+// where the system prompt and their histories are, and the same next ones
+// when it is over its load bound. A chat with no system prompt is keyed by
+// its first user turn: its conversation alone.
 //
 // History is set when the request continues a conversation: a message
 // follows its first user turn (an answer and a later turn), so the replica
@@ -34,7 +33,7 @@ const (
 // Opens is set when it opens one: a chat whose messages end with the first
 // user turn. Such a request may wait for its replica (the opening wait).
 type Key struct {
-	Shared, Conv   uint64
+	Shared         uint64
 	OK             bool // false: nothing to key by, least-outstanding routes it
 	History, Opens bool
 }
@@ -78,8 +77,7 @@ func chatKey(buf []byte) Key {
 			if n == 0 {
 				// The first message runs past the bound: what there
 				// is of it, as written, is the key.
-				h := xxhash.Sum64(buf[i:])
-				return Key{Shared: h, Conv: h, OK: true}
+				return Key{Shared: xxhash.Sum64(buf[i:]), OK: true}
 			}
 			break
 		}
@@ -100,13 +98,11 @@ func chatKey(buf []byte) Key {
 		h := d.Sum64()
 		user := string(role) == `"user"`
 		if n == 0 {
-			k = Key{Shared: h, Conv: h, OK: true}
-		} else if user {
-			k.Conv = h
+			k = Key{Shared: h, OK: true}
 		}
 		if user {
-			// The first user turn (with no system prompt it is both
-			// parts); a message after it continues the conversation.
+			// The first user turn (with no system prompt, the key); a
+			// message after it continues the conversation.
 			j := jsonscan.SkipSpace(buf, end)
 			k.History = j < len(buf) && buf[j] == ','
 			k.Opens = j < len(buf) && buf[j] == ']'
@@ -139,6 +135,5 @@ func promptKey(buf []byte) Key {
 			return Key{}
 		}
 	}
-	h := xxhash.Sum64(block)
-	return Key{Shared: h, Conv: h, OK: true}
+	return Key{Shared: xxhash.Sum64(block), OK: true}
 }

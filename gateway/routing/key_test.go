@@ -39,17 +39,18 @@ func conversation(system, user string, turn int) []msg {
 	return ms
 }
 
-// Every turn of a conversation has the same key; conversations of a
-// tenant share the shared key, not the conversation key; other tenants
-// have other keys.
+// Every turn of a conversation has the same key, and so do all the
+// conversations of a tenant (one system prompt); other tenants have other
+// keys; a chat with no system prompt is keyed by its first user turn, so
+// by its conversation alone.
 func TestPrefixKeyFollowsConversations(t *testing.T) {
 	sysA, sysB := strings.Repeat("You are tenant A's assistant. ", 100), strings.Repeat("You are tenant B's assistant. ", 100)
 	first := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", 1)...))
-	if !first.OK || first.Shared == first.Conv {
-		t.Fatalf("first turn: %+v, want a key with shared and conversation parts", first)
+	if !first.OK {
+		t.Fatalf("first turn: %+v, want a key", first)
 	}
 	for turn := 2; turn <= 6; turn++ {
-		if k := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", turn)...)); k.Shared != first.Shared || k.Conv != first.Conv {
+		if k := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", turn)...)); k.Shared != first.Shared {
 			t.Errorf("turn %d: key %+v, want the first turn's %+v", turn, k, first)
 		}
 	}
@@ -58,31 +59,32 @@ func TestPrefixKeyFollowsConversations(t *testing.T) {
 		t.Errorf("first turn: %+v, want a new conversation (opens, no history)", first)
 	}
 	later := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "alice", 2)...))
-	if !later.History || later.Opens || later.Conv != first.Conv {
-		t.Errorf("second turn: %+v, want the first turn's conversation with history", later)
+	if !later.History || later.Opens || later.Shared != first.Shared {
+		t.Errorf("second turn: %+v, want the first turn's key with history", later)
 	}
 	// Cut just after its first user turn, a body may go on: it neither
 	// opens nor continues a conversation as far as the key can tell.
 	whole := chatBody(t, conversation(sysA, "alice", 2)...)
 	cut := whole[:bytes.Index(whole, []byte("alice turn 1"))+len("alice turn 1\"}")]
-	if k := KeyOf("/v1/chat/completions", cut); !k.OK || k.History || k.Opens || k.Conv != first.Conv {
+	if k := KeyOf("/v1/chat/completions", cut); !k.OK || k.History || k.Opens || k.Shared != first.Shared {
 		t.Errorf("body cut after the first user turn: %+v, want the conversation's key, neither opening nor continuing", k)
 	}
-	bob := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "bob", 3)...))
-	if bob.Shared != first.Shared || bob.Conv == first.Conv {
-		t.Errorf("same tenant, other user: %+v against %+v: want the shared part equal, the conversation's not", bob, first)
+	if bob := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysA, "bob", 3)...)); bob.Shared != first.Shared {
+		t.Errorf("same tenant, other user: %+v against %+v: want one key", bob, first)
 	}
-	other := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysB, "alice", 1)...))
-	if other.Shared == first.Shared || other.Conv == first.Conv {
-		t.Errorf("other tenant: %+v against %+v: want both parts different", other, first)
+	if other := KeyOf("/v1/chat/completions", chatBody(t, conversation(sysB, "alice", 1)...)); other.Shared == first.Shared {
+		t.Errorf("other tenant: %+v against %+v: want another key", other, first)
 	}
-	// No system prompt: the first user turn is both.
+	// No system prompt: the first user turn is the key.
 	plain := KeyOf("/v1/chat/completions", chatBody(t, conversation("", "carol", 3)...))
-	if !plain.OK || plain.Shared != plain.Conv {
-		t.Errorf("no system prompt: %+v, want shared == conv", plain)
+	if !plain.OK || plain.Shared == first.Shared {
+		t.Errorf("no system prompt: %+v, want a key of its own", plain)
 	}
-	if k := KeyOf("/v1/chat/completions", chatBody(t, conversation("", "carol", 1)...)); k.Shared != plain.Shared || k.Conv != plain.Conv || k.History || !plain.History {
-		t.Errorf("no system prompt, turn 1: %+v, want turn 3's hashes %+v, turn 1 new and turn 3 continuing", k, plain)
+	if k := KeyOf("/v1/chat/completions", chatBody(t, conversation("", "carol", 1)...)); k.Shared != plain.Shared || k.History || !plain.History {
+		t.Errorf("no system prompt, turn 1: %+v, want turn 3's key %+v, turn 1 new and turn 3 continuing", k, plain)
+	}
+	if k := KeyOf("/v1/chat/completions", chatBody(t, conversation("", "dave", 3)...)); k.Shared == plain.Shared {
+		t.Errorf("no system prompt, other user: %+v, want a key other than carol's %+v", k, plain)
 	}
 }
 

@@ -159,12 +159,15 @@ func (p *Prefix) openingLimit(r *State) int64 {
 const maxStackReplicas = 128
 
 // pickPrefix chooses the replica for the next attempt of a request with
-// key k: the first in the key's order (rank) that can take a request as
-// pick judges it (not tried, its breaker letting one
-// through) and is within the load bound: its requests in flight, with
-// this one, at most factor times its weight's share of all of them,
-// counted by pick's measure (this gateway's plus the
-// others' its engine reported) or by this gateway's alone. route is
+// key k, by consistent hashing with bounded loads: the first in the key's
+// order (rank) that can take a request as pick judges it (not tried, its
+// breaker letting one through) and is within the load bound: its requests
+// in flight, with this one, at most factor times its weight's share of
+// all of them, counted by pick's measure (this gateway's plus the others'
+// its engine reported) or by this gateway's alone. So at low load every
+// request of a shared prefix goes to its first replica, and past the bound
+// to the next ones in the same order, which are therefore also the same
+// for every spilled request of the prefix. route is
 // RoutePrefix for the first such replica in the order, RouteSpill when
 // one was passed over for load. When every replica is over the bound
 // (factor below 1), pick's choice stands. i is -1 when
@@ -246,38 +249,23 @@ func (s *Set) pickPrefix(k Key, factor float64, tried []*State, now time.Time) (
 
 // rank is where replica r stands in key k's order: the weighted
 // rendezvous score (highest first), -w/ln(u) with u uniform in (0, 1)
-// from the conversation key and the replica's address, w the replica's
-// weight times its locality for the shared key (locality). Every gateway
-// computes the same for the same key and address; a replica joining or
-// leaving changes no other replica's score, so only the keys it wins or
-// held move. With uniform set (every replica ranked has the same weight
-// and the key has no shared part of its own) the order is u's, and rank
-// returns u's bits without the logarithm.
+// from the shared key and the replica's address, w the replica's weight.
+// Every gateway computes the same for the same key and address; a replica
+// joining or leaving changes no other replica's score, so only the keys it
+// wins or held move. With uniform set (every replica ranked has the same
+// weight) the order is u's, and rank returns u's bits without the
+// logarithm.
 func rank(k Key, r Replica, uniform bool) float64 {
 	w := float64(r.Weight)
 	if w <= 0 {
 		return 0
 	}
-	a := r.hash
-	h := mix(k.Conv ^ a)
-	if uniform && k.Shared == k.Conv {
+	h := mix(k.Shared ^ r.hash)
+	if uniform {
 		return float64(h>>11) + 1
-	}
-	if k.Shared != k.Conv {
-		w *= locality(mix(k.Shared ^ a))
 	}
 	return -w / math.Log(unit(h))
 }
-
-// locality is how strongly a replica draws the conversations of a shared
-// prefix (a tenant's system prompt), from the hash of the prefix and its
-// address: 1/(1-v), v uniform in (0, 1). Ranked by it, the replica first
-// for a prefix draws about as many of its conversations as the second
-// and third together (among n replicas, the k-th about 1/k of the first's
-// share), so a tenant's conversations meet on a few replicas that hold
-// its system prompt, while each conversation keeps one replica for all
-// its turns. It depends on nothing but the prefix and the address.
-func locality(h uint64) float64 { return 1 / (1 - unit(h)) }
 
 // unit maps a hash to (0, 1).
 func unit(h uint64) float64 { return (float64(h>>11) + 0.5) / (1 << 53) }

@@ -1,9 +1,8 @@
 package routing
 
 import (
-	"maps"
 	"math"
-	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,7 +11,7 @@ func keys(n int) []Key {
 	out := make([]Key, n)
 	for i := range out {
 		h := mix(uint64(i) + 1)
-		out[i] = Key{Shared: h, Conv: h, OK: true}
+		out[i] = Key{Shared: h, OK: true}
 	}
 	return out
 }
@@ -44,7 +43,7 @@ func TestPrefixPickAgrees(t *testing.T) {
 	for _, k := range keys(500) {
 		ca, cb := choose(t, a, k), choose(t, b, k)
 		if ca != cb {
-			t.Fatalf("key %x: gateway a chose %s, b %s", k.Conv, ca, cb)
+			t.Fatalf("key %x: gateway a chose %s, b %s", k.Shared, ca, cb)
 		}
 		seen[ca]++
 	}
@@ -64,23 +63,11 @@ func TestPrefixPickMinimalMovement(t *testing.T) {
 	joined := testPool(5)
 	left := before.without("r0")
 	moved, movedLeave, held0 := 0, 0, 0
-	// Conversations of no tenant, then of 100 tenants: a replica's
-	// locality for a tenant depends only on the two, so the same holds.
-	ks := keys(nKeys)
-	for i := range nKeys {
-		ks = append(ks, Key{Shared: mix(uint64(i%100) + 7000), Conv: mix(uint64(i) + 70000), OK: true})
-	}
-	for i, k := range ks {
-		if i == nKeys {
-			if moved < 300 || moved > 500 || held0 < 400 || held0 > 600 {
-				break // the checks below report it
-			}
-			moved, held0 = 0, 0
-		}
+	for _, k := range keys(nKeys) {
 		was := choose(t, before, k)
 		if now := choose(t, joined, k); now != was {
 			if now != "r4" {
-				t.Fatalf("key %x moved from %s to %s when r4 joined: only moves to r4 are allowed", k.Conv, was, now)
+				t.Fatalf("key %x moved from %s to %s when r4 joined: only moves to r4 are allowed", k.Shared, was, now)
 			}
 			moved++
 		}
@@ -141,54 +128,81 @@ func TestPrefixPickSpillsAndAvailability(t *testing.T) {
 	}
 }
 
-// A tenant's conversations (one shared key, many conversation keys): each
-// keeps one replica, the same for every gateway; each replica draws its
-// locality's share of them (weighted rendezvous), and over many tenants
-// the replica a tenant favours most draws about half of its conversations
-// among 4; when its replica is over the bound a conversation spills,
-// always to the same next replica.
-func TestPrefixPickTenantLocality(t *testing.T) {
+// A tenant's traffic (every turn of every conversation behind its system
+// prompt: one key) goes to one replica at idle, the same for every
+// gateway; tenants spread over the replicas (about a quarter of them each
+// among 4); past the bound a tenant's requests spill to the next replica
+// in its key's order, always the same one, and past that one's bound to
+// the next again (consistent hashing with bounded loads).
+func TestPrefixPickTenantAffinity(t *testing.T) {
 	now := time.Unix(0, 0)
 	p := testPool(4)
-	const shared, convs = 77, 4000
-	won := map[string]int{}
-	for i := range convs {
-		k := Key{Shared: mix(shared), Conv: mix(uint64(i) + 1000), OK: true}
-		won[choose(t, p, k)]++
-	}
-	var sum float64
-	for _, r := range p.Replicas {
-		sum += locality(mix(mix(shared) ^ r.hash))
-	}
-	for i, r := range p.Replicas {
-		want := locality(mix(mix(shared)^r.hash)) / sum
-		if got := float64(won[p.name(i)]) / convs; math.Abs(got-want) > 0.04 {
-			t.Errorf("%s drew %.3f of the conversations, want its locality's share %.3f", p.name(i), got, want)
+	sys := strings.Repeat("You are tenant T's assistant. ", 40)
+	home := ""
+	for _, user := range []string{"ann", "bob", "cy", "di", "ed", "flo"} {
+		for turn := 1; turn <= 4; turn++ {
+			k := KeyOf("/v1/chat/completions", chatBody(t, conversation(sys, user, turn)...))
+			if got := choose(t, p, k); home == "" {
+				home = got
+			} else if got != home {
+				t.Errorf("%s turn %d: %s, the tenant's other requests %s", user, turn, got, home)
+			}
 		}
-	}
-	const tenants, perTenant = 400, 25
-	top := 0
-	for s := range tenants {
-		won := map[string]int{}
-		for i := range perTenant {
-			k := Key{Shared: mix(uint64(s) + 5000), Conv: mix(uint64(s*perTenant+i) + 90000), OK: true}
-			won[choose(t, p, k)]++
-		}
-		top += slices.Max(slices.Collect(maps.Values(won)))
-	}
-	if share := float64(top) / (tenants * perTenant); share < 0.45 {
-		t.Errorf("the replica a tenant uses most drew %.3f of its conversations on average, want about half", share)
 	}
 
-	k := Key{Shared: mix(shared), Conv: mix(5), OK: true}
+	const tenants = 4000
+	won := map[string]int{}
+	for _, k := range keys(tenants) {
+		won[choose(t, p, k)]++
+	}
+	for i := range p.Replicas {
+		if got := float64(won[p.name(i)]) / tenants; math.Abs(got-0.25) > 0.03 {
+			t.Errorf("%s is the first choice of %.3f of the tenants, want about 0.25: %v", p.name(i), got, won)
+		}
+	}
+
+	// Spills: the first choice loaded, then the second as well.
+	k := KeyOf("/v1/chat/completions", chatBody(t, conversation(sys, "ann", 1)...))
 	first, _, _ := p.pickPrefix(k, 1.25, nil, now)
-	spillsSteadily(t, p, k, first, 10)
-	// A gateway listing the replicas in another order agrees.
-	q := reverse(testPool(4))
+	second := spillsSteadily(t, p, k, first, 10)
+	f, s := p.Replicas[first], p.Replicas[second]
+	for _, user := range []string{"bob", "cy", "di"} {
+		// Another conversation of the tenant spills to the same replica.
+		k := KeyOf("/v1/chat/completions", chatBody(t, conversation(sys, user, 1)...))
+		f.Outstanding.Add(10)
+		i, _, route := p.pickPrefix(k, 1.25, nil, now)
+		f.Outstanding.Add(-10)
+		if i != second || route != RouteSpill {
+			t.Errorf("%s with the tenant's first replica loaded: %s route %q, want %s, spill", user, p.name(i), route, p.name(second))
+		}
+	}
+	f.Outstanding.Add(10)
+	s.Outstanding.Add(10)
+	third, _, route := p.pickPrefix(k, 1.25, nil, now)
+	if third == first || third == second || route != RouteSpill {
+		t.Errorf("first two choices loaded: %s route %q, want a third replica, spill", p.name(third), route)
+	}
+	for range 5 {
+		if again, _, _ := p.pickPrefix(k, 1.25, nil, now); again != third {
+			t.Fatalf("the third choice was %s, then %s", p.name(third), p.name(again))
+		}
+	}
+	// A gateway listing the replicas in another order, with the same
+	// loads, agrees.
+	q := reverse(p)
+	for i, r := range q.Replicas {
+		r.Outstanding.Store(p.Replicas[len(p.Replicas)-1-i].Outstanding.Load())
+	}
+	if i, _, _ := q.pickPrefix(k, 1.25, nil, now); q.name(i) != p.name(third) {
+		t.Errorf("the replicas listed in reverse: %s, want %s", q.name(i), p.name(third))
+	}
+	f.Outstanding.Add(-10)
+	s.Outstanding.Add(-10)
+	r := reverse(testPool(4))
 	for i := range 200 {
-		k := Key{Shared: mix(shared + uint64(i%3)), Conv: mix(uint64(i) + 9000), OK: true}
-		if a, b := choose(t, p, k), choose(t, q, k); a != b {
-			t.Fatalf("conversation %d: %s and %s", i, a, b)
+		k := Key{Shared: mix(uint64(i) + 9000), OK: true}
+		if a, b := choose(t, p, k), choose(t, r, k); a != b {
+			t.Fatalf("key %d: %s and %s", i, a, b)
 		}
 	}
 }
