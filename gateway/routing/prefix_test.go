@@ -279,9 +279,9 @@ func TestPrefixPickBoundedLoad(t *testing.T) {
 }
 
 // One prefix routing decision at 100 replicas, some loaded: the rank of
-// every replica for the conversation key, the shared key's first choice,
-// and the breaker's permission; replicas of one weight (the rank without
-// a logarithm) and of mixed weights.
+// every replica for the key, the first within the load bound, and the
+// breaker's permission; replicas of one weight (the rank without a
+// logarithm) and of mixed weights.
 func BenchmarkPrefixPick(b *testing.B) {
 	for _, weighted := range []bool{false, true} {
 		name := "uniform"
@@ -297,9 +297,6 @@ func BenchmarkPrefixPick(b *testing.B) {
 				}
 			}
 			ks := keys(1024)
-			for i := range ks {
-				ks[i].Shared = mix(uint64(i) + 99991)
-			}
 			now := time.Unix(0, 0)
 			b.ReportAllocs()
 			b.ResetTimer()
