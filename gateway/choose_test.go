@@ -14,19 +14,7 @@ import (
 // the same for two gateways that list the replicas in other orders under
 // other IDs, spills included; and nothing is counted.
 func TestChoose(t *testing.T) {
-	var reps []*replica
-	for i := range 3 {
-		reps = append(reps, startReplica(t, "m", fmt.Sprintf("r%d", i), nil))
-	}
-	var one, two []Instance
-	for i, r := range reps {
-		one = append(one, r.instance())
-		in := reps[len(reps)-1-i].instance()
-		in.ID = "other-" + in.ID
-		two = append(two, in)
-	}
-	opts := Options{Routing: map[string]string{"m": RoutePrefix}}
-	g1, g2 := startGateway(t, opts, one...), startGateway(t, opts, two...)
+	g1, g2, one, _ := twoPrefixGateways(t, 3)
 	addrOf := map[string]string{}
 	for _, in := range one {
 		addrOf[in.ID] = in.Address

@@ -151,14 +151,15 @@ func TestPrefixRoutingLongBody(t *testing.T) {
 	}
 }
 
-// Two gateways over the same replicas (discovered in other orders, with
-// other IDs) send every conversation to the same replica.
-func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
+// twoPrefixGateways starts n replicas of model m and two prefix-routing
+// gateways over them: one lists them as started (one), the other in
+// reverse order under other IDs (two).
+func twoPrefixGateways(t *testing.T, n int) (g1, g2 *testGateway, one, two []Instance) {
+	t.Helper()
 	var reps []*replica
-	for i := range 4 {
+	for i := range n {
 		reps = append(reps, startReplica(t, "m", fmt.Sprintf("r%d", i), nil))
 	}
-	var one, two []Instance
 	for i, r := range reps {
 		one = append(one, r.instance())
 		in := reps[len(reps)-1-i].instance()
@@ -166,7 +167,13 @@ func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
 		two = append(two, in)
 	}
 	opts := Options{Routing: map[string]string{"m": RoutePrefix}}
-	g1, g2 := startGateway(t, opts, one...), startGateway(t, opts, two...)
+	return startGateway(t, opts, one...), startGateway(t, opts, two...), one, two
+}
+
+// Two gateways over the same replicas (discovered in other orders, with
+// other IDs) send every conversation to the same replica.
+func TestPrefixRoutingTwoGatewaysAgree(t *testing.T) {
+	g1, g2, _, _ := twoPrefixGateways(t, 4)
 	sys := strings.Repeat("Shared instructions. ", 40)
 	seen := map[string]bool{}
 	for u := range 24 {
