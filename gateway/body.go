@@ -196,6 +196,6 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 func (a *attemptBody) Close() error { return nil }
 
 // bodyLimitError is the 413's message.
-func bodyLimitError(path string, limit int64, flag string) string {
-	return fmt.Sprintf("The request body is larger than %d bytes, the gateway's limit for POST %s (%s).", limit, path, flag)
+func bodyLimitError(path string, limit int64, setting string) string {
+	return fmt.Sprintf("The request body is larger than %d bytes, the gateway's limit for POST %s (its setting %s).", limit, path, setting)
 }

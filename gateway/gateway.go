@@ -341,9 +341,9 @@ func (l BodyLimits) routes() []*route {
 		return v
 	}
 	return []*route{
-		{path: "/v1/chat/completions", maxBody: or(l.ChatCompletions), flag: "--max-body-chat-completions"},
-		{path: "/v1/completions", maxBody: or(l.Completions), flag: "--max-body-completions"},
-		{path: "/v1/embeddings", maxBody: or(l.Embeddings), flag: "--max-body-embeddings"},
+		{path: "/v1/chat/completions", maxBody: or(l.ChatCompletions), setting: "max_body_chat_completions"},
+		{path: "/v1/completions", maxBody: or(l.Completions), setting: "max_body_completions"},
+		{path: "/v1/embeddings", maxBody: or(l.Embeddings), setting: "max_body_embeddings"},
 	}
 }
 

@@ -331,8 +331,8 @@ func TestBodyReadTimeout(t *testing.T) {
 	if len(got) != 1 || got[0].status != http.StatusRequestTimeout || !got[0].close {
 		t.Fatalf("answers %v; want one 408 with Connection: close", statuses(got))
 	}
-	if !strings.Contains(got[0].body, "--body-read-timeout") {
-		t.Errorf("408 body %s; want it to name --body-read-timeout", got[0].body)
+	if !strings.Contains(got[0].body, "body_read_timeout") {
+		t.Errorf("408 body %s; want it to name body_read_timeout", got[0].body)
 	}
 	if n := a.hits.Load(); n != 0 {
 		t.Errorf("the replica got %d requests; want none", n)

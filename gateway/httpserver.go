@@ -13,7 +13,7 @@ const (
 	ServerReadHeaderTimeout = 10 * time.Second
 	// ServerBodyReadTimeout bounds reading a request's body, from the
 	// end of its headers, on every route but the OpenAI ones (which
-	// take Options.BodyReadTimeout, --body-read-timeout): a body
+	// take Options.BodyReadTimeout, the setting body_read_timeout): a body
 	// trickled in is cut, and its connection closed. The answer is not
 	// bounded (a completion streams for as long as the model writes).
 	ServerBodyReadTimeout = 30 * time.Second

@@ -47,11 +47,12 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }
 var teeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // route is one OpenAI route the gateway proxies: its path, the largest
-// body it takes and the flag that sets it (named in the 413).
+// body it takes and the setting that sets it (its configuration
+// attribute, named in the 413: the command maps it to its flag).
 type route struct {
 	path    string
 	maxBody int64
-	flag    string
+	setting string
 }
 
 // proxy routes one OpenAI request by its body's model.
@@ -659,11 +660,11 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 		// after the answer rather than drained.
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
-			bodyLimitError(rt.path, rt.maxBody, rt.flag))
+			bodyLimitError(rt.path, rt.maxBody, rt.setting))
 		return http.StatusRequestEntityTooLarge
 	case bounded.IsLimit(err):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "",
-			fmt.Sprintf("The request body's JSON is %v; the limit is --max-json-depth.", err))
+			fmt.Sprintf("The request body's JSON is %v; the limit is the gateway's max_json_depth.", err))
 		return http.StatusBadRequest
 	case errors.Is(err, errBusy):
 		setRetryAfter(w.Header(), time.Second)
@@ -679,7 +680,7 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
-			fmt.Sprintf("The request body did not arrive whole within %s (--body-read-timeout).", g.bodyTimeout))
+			fmt.Sprintf("The request body did not arrive whole within %s (the gateway's body_read_timeout).", g.bodyTimeout))
 		return http.StatusRequestTimeout
 	case r.Context().Err() != nil:
 		return statusClientClosed
