@@ -67,7 +67,7 @@ func (p corsPolicy) wrap(h http.Handler) http.Handler {
 		if len(vals) != 1 || !p.allowed(vals[0]) {
 			origin := strings.Join(vals, ", ")
 			writeError(w, http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "",
-				fmt.Sprintf("Requests from web pages of origin %q are not allowed: the gateway's CORS policy allows the origins of --cors-origins only (none by default).", origin))
+				fmt.Sprintf("Requests from web pages of origin %q are not allowed: the gateway's CORS policy allows the origins of its setting cors_origins only (none by default).", origin))
 			return
 		}
 		hd := w.Header()
