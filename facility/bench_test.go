@@ -95,6 +95,36 @@ func benchRequests(cat Catalog) []Request {
 
 var benchSizes = []int{1_000, 10_000, 100_000}
 
+// benchPlaceAll places and commits reqs on a fresh planner per
+// iteration (building it not timed) and reports decisions per second,
+// nanoseconds per decision and how many were placed.
+func benchPlaceAll(b *testing.B, fleet Fleet, fac Facility, reqs []Request) {
+	b.Helper()
+	placed := 0
+	for range b.N {
+		b.StopTimer()
+		p, err := NewPlanner(fleet, fac, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		placed = 0
+		b.StartTimer()
+		for _, req := range reqs {
+			d := p.Place(req)
+			if d.Placed {
+				placed++
+				if err := p.Commit(d); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	decisions := float64(len(reqs)) * float64(b.N)
+	b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
+	b.ReportMetric(float64(placed), "placed")
+}
+
 // BenchmarkPlace places 2,000 replicas (Place, then Commit) on a fresh
 // planner; building the planner is not timed (see BenchmarkNewPlanner).
 func BenchmarkPlace(b *testing.B) {
@@ -102,29 +132,7 @@ func BenchmarkPlace(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			fleet, fac := benchWorld(n)
-			placed := 0
-			for range b.N {
-				b.StopTimer()
-				p, err := NewPlanner(fleet, fac, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				placed = 0
-				b.StartTimer()
-				for _, req := range reqs {
-					d := p.Place(req)
-					if d.Placed {
-						placed++
-						if err := p.Commit(d); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-			}
-			decisions := float64(len(reqs)) * float64(b.N)
-			b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
-			b.ReportMetric(float64(placed), "placed")
+			benchPlaceAll(b, fleet, fac, reqs)
 		})
 	}
 }
@@ -190,30 +198,7 @@ func BenchmarkPlaceWeights(b *testing.B) {
 			b.Run(fmt.Sprintf("held=%s/nodes=%d", held.name, n), func(b *testing.B) {
 				fleet, fac := benchWorld(n)
 				fleet, cat := benchWeights(fleet, benchCatalog(2000), held.every)
-				reqs := benchRequests(cat)
-				placed := 0
-				for range b.N {
-					b.StopTimer()
-					p, err := NewPlanner(fleet, fac, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					placed = 0
-					b.StartTimer()
-					for _, req := range reqs {
-						d := p.Place(req)
-						if d.Placed {
-							placed++
-							if err := p.Commit(d); err != nil {
-								b.Fatal(err)
-							}
-						}
-					}
-				}
-				decisions := float64(len(reqs)) * float64(b.N)
-				b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
-				b.ReportMetric(float64(placed), "placed")
+				benchPlaceAll(b, fleet, fac, benchRequests(cat))
 			})
 		}
 	}
