@@ -49,7 +49,9 @@ type Server struct {
 	consul  *consulapi.Client // discovered from, nil with Nomad
 	nomad   *nomadapi.Client  // discovered from, nil with Consul
 	clients []*nomadapi.Client
-	reg     *ConsulRegistration // nil unless registering in Consul
+	// modelsNomad is the client of models_nomad's Nomad, once made.
+	modelsNomad *nomadapi.Client
+	reg         *ConsulRegistration // nil unless registering in Consul
 	// For the start's log line: where the replicas, the model list and
 	// the keys come from.
 	where, modelsFrom, keysFrom string
@@ -385,13 +387,10 @@ func (s *Server) keySource() (KeySource, error) {
 	case f.KeysVariable != "":
 		c := s.nomad
 		if c == nil { // with Consul: Check made sure of models_nomad
-			cfg := nomadapi.DefaultConfig()
-			cfg.Address = f.ModelsNomad
 			var err error
-			if c, err = nomadapi.NewClient(cfg); err != nil {
-				return nil, &config.SettingError{Setting: "models_nomad", Err: fmt.Errorf("nomad client %s: %w", f.ModelsNomad, err)}
+			if c, err = s.modelsNomadClient(); err != nil {
+				return nil, err
 			}
-			s.clients = append(s.clients, c)
 		}
 		ns := f.KeysNamespace
 		if ns == "" {
@@ -418,14 +417,11 @@ func (s *Server) modelSource() (ModelSource, error) {
 		return nil, nil
 	}
 	c := s.nomad
-	cfg := nomadapi.DefaultConfig()
 	if f.ModelsNomad != "" {
-		cfg.Address = f.ModelsNomad
 		var err error
-		if c, err = nomadapi.NewClient(cfg); err != nil {
-			return nil, &config.SettingError{Setting: "models_nomad", Err: fmt.Errorf("nomad client %s: %w", f.ModelsNomad, err)}
+		if c, err = s.modelsNomadClient(); err != nil {
+			return nil, err
 		}
-		s.clients = append(s.clients, c)
 	}
 	if c == nil {
 		s.modelsFrom = "none (discovering from Consul, models_nomad names the Nomad to read it from)"
@@ -436,11 +432,28 @@ func (s *Server) modelSource() (ModelSource, error) {
 		ns = f.Namespace
 	}
 	if ns == "" {
-		ns = cfg.Namespace
+		ns = nomadapi.DefaultConfig().Namespace // NOMAD_NAMESPACE
 	}
 	if ns == "" || ns == "*" {
 		ns = nomadapi.DefaultNamespace
 	}
 	s.modelsFrom = fmt.Sprintf("nomad %s variable %s (namespace %s)", c.Address(), f.ModelsVariable, ns)
 	return &NomadModels{Client: c, Logger: s.log, Namespace: ns, Path: f.ModelsVariable}, nil
+}
+
+// modelsNomadClient is the client of the Nomad that models_nomad names,
+// made once for the key and the model sources both.
+func (s *Server) modelsNomadClient() (*nomadapi.Client, error) {
+	if s.modelsNomad != nil {
+		return s.modelsNomad, nil
+	}
+	cfg := nomadapi.DefaultConfig()
+	cfg.Address = s.set.ModelsNomad
+	c, err := nomadapi.NewClient(cfg)
+	if err != nil {
+		return nil, &config.SettingError{Setting: "models_nomad", Err: fmt.Errorf("nomad client %s: %w", s.set.ModelsNomad, err)}
+	}
+	s.clients = append(s.clients, c)
+	s.modelsNomad = c
+	return c, nil
 }
