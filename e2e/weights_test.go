@@ -152,10 +152,7 @@ func TestWeightsFetchedOncePerNode(t *testing.T) {
 	nomadtest.Bin(t)
 	in := bigTinyModel(t)
 	want := fileSHA256(t, in.Model)
-	hub := hubserver.Start(t, hubserver.Options{})
-	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
-		t.Fatal(err)
-	}
+	hub := weightsHub(t, in.Model)
 	fi, err := os.Stat(in.Model)
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +174,7 @@ func TestWeightsFetchedOncePerNode(t *testing.T) {
 		clients = append(clients, co)
 	}
 	c := nomadtest.Start(t, clients...)
-	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
-	attr := weightsapi.AttrPrefix + src.Key()
+	attr := weightsAttr()
 
 	// (a) The first replica on gpu-1 fetches the weights, then starts.
 	if _, _, err := c.API.Jobs().Register(weightsJob("w1", "gpu-1", in.Binary), nil); err != nil {
@@ -338,6 +334,24 @@ func fetchJob(id, node string) *api.Job {
 	}
 }
 
+// weightsHub serves the tiny model file at model as weightsRepo's
+// tiny.gguf at revision main, from a local hub.
+func weightsHub(t *testing.T, model string) *hubserver.Server {
+	t.Helper()
+	hub := hubserver.Start(t, hubserver.Options{})
+	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": model}); err != nil {
+		t.Fatal(err)
+	}
+	return hub
+}
+
+// weightsAttr is the node attribute that says a node's store holds
+// weightsHub's model (weightsCatalog's weights).
+func weightsAttr() string {
+	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
+	return weightsapi.AttrPrefix + src.Key()
+}
+
 const weightsCatalog = `
 model "chat" {
   source   = %q
@@ -363,13 +377,9 @@ model "chat" {
 // nothing, and the hub saw one download in all.
 func TestControllerPlacesReplicaWhereWeightsAre(t *testing.T) {
 	in := bigTinyModel(t)
-	hub := hubserver.Start(t, hubserver.Options{})
-	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
-		t.Fatal(err)
-	}
+	hub := weightsHub(t, in.Model)
 	c, _, engine := weightsClients(t, 3, hub, in.Binary)
-	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
-	attr := weightsapi.AttrPrefix + src.Key()
+	attr := weightsAttr()
 
 	if _, _, err := c.API.Jobs().Register(fetchJob("spare", "gpu-3"), nil); err != nil {
 		t.Fatal(err)
@@ -440,25 +450,6 @@ func TestControllerPlacesReplicaWhereWeightsAre(t *testing.T) {
 		ready.Sub(received).Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), plain, plain[1].Round(time.Millisecond))
 }
 
-const spareCatalog = `
-model "chat" {
-  source      = %q
-  file        = "tiny.gguf"
-  replicas    = 1
-  warm_spares = 1
-  weights {
-    revision = "main"
-  }
-  profile "x1" {
-    engine = "llamacpp"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
-    watts  = 250
-    args   = ["-np", "1", "-c", "1024"]
-  }
-}
-`
-
 // Issue 35 (c): node loss with a warm spare. The controller keeps the
 // weights of a model with warm_spares = 1 on one more node than serves it
 // (a fetch job, where a scale-up would land); the serving node dies (its
@@ -470,15 +461,11 @@ model "chat" {
 // node's down event) in it.
 func TestNodeLossWithAWarmSpareFetchesNothing(t *testing.T) {
 	in := bigTinyModel(t)
-	hub := hubserver.Start(t, hubserver.Options{})
-	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
-		t.Fatal(err)
-	}
+	hub := weightsHub(t, in.Model)
 	c, _, engine := weightsClients(t, 3, hub, in.Binary)
-	src := weightsapi.Source{Hub: &weightsapi.Hub{Repo: weightsRepo, Revision: "main", Files: []string{"tiny.gguf"}}}
-	attr := weightsapi.AttrPrefix + src.Key()
+	attr := weightsAttr()
 	cfg := controllerFilesEngines(t, c.Server.Addr(), fmt.Sprintf("{ vllm = %q, llamacpp = %q }", engine, in.Binary),
-		fmt.Sprintf(spareCatalog, weightsRepo), `headroom = 0`)
+		strings.Replace(fmt.Sprintf(weightsCatalog, weightsRepo), "replicas = 1", "replicas = 1\n  warm_spares = 1", 1), `headroom = 0`)
 	_, base, _ := runController(t, cfg, "ctl")
 	rs := waitServing(t, base, 3*time.Minute, "chat-0")
 	first := rs[0].Nodes[0]
@@ -572,10 +559,7 @@ func TestNodeLossWithAWarmSpareFetchesNothing(t *testing.T) {
 // the numbers; the assertions are on what happened, not on time.
 func TestReadyWhereWeightsAreBesidePlainStart(t *testing.T) {
 	in := bigTinyModel(t)
-	hub := hubserver.Start(t, hubserver.Options{})
-	if _, err := hub.AddFiles(weightsRepo, "main", map[string]string{"tiny.gguf": in.Model}); err != nil {
-		t.Fatal(err)
-	}
+	hub := weightsHub(t, in.Model)
 	c, _, engine := weightsClients(t, 3, hub, in.Binary)
 	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
 		if _, _, err := c.API.Jobs().Register(fetchJob("spare-"+n, n), nil); err != nil {
