@@ -828,23 +828,16 @@ func clip(s string, n int) string {
 func formatMiB(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func (r *chaosRun) storeFailuresSince(t time.Time) []chaosStoreEvent {
-	v, err := r.read()
-	if err == nil {
-		r.checkStore(v)
-	}
-	r.store.mu.Lock()
-	defer r.store.mu.Unlock()
-	var out []chaosStoreEvent
-	for _, e := range r.store.failures {
-		if !e.at.Before(t) {
-			out = append(out, e)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
-	return out
+	return r.storeEventsSince(t, func() []chaosStoreEvent { return r.store.failures })
 }
 
 func (r *chaosRun) storeFetchesSince(t time.Time) []chaosStoreEvent {
+	return r.storeEventsSince(t, func() []chaosStoreEvent { return r.store.fetches })
+}
+
+// storeEventsSince reads the nodes' stores once more, then returns the
+// events of list (read under the store's lock) from t on, oldest first.
+func (r *chaosRun) storeEventsSince(t time.Time, list func() []chaosStoreEvent) []chaosStoreEvent {
 	v, err := r.read()
 	if err == nil {
 		r.checkStore(v)
@@ -852,7 +845,7 @@ func (r *chaosRun) storeFetchesSince(t time.Time) []chaosStoreEvent {
 	r.store.mu.Lock()
 	defer r.store.mu.Unlock()
 	var out []chaosStoreEvent
-	for _, e := range r.store.fetches {
+	for _, e := range list() {
 		if !e.at.Before(t) {
 			out = append(out, e)
 		}
