@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/e2e/nomadtest"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/nomadplugin/plugintest"
@@ -96,6 +99,23 @@ func TestPrefixRoutingOverRealNomad(t *testing.T) {
 		fmt.Sprintf(prefixCatalog, in.Model, 3), "headroom = 0\n")
 	ctl, base, _ := runController(t, cfg, "ctl")
 	waitServing(t, base, 4*time.Minute, "chat-0", "chat-1", "chat-2")
+	// The controller gave each replica llama.cpp's slot threshold for a
+	// prefix-routed model (engine.Descriptor.PrefixCache), and the real
+	// server started with it.
+	jobs, _, err := c.API.Jobs().List(&api.QueryOptions{Prefix: render.JobIDPrefix + "chat-"})
+	if err != nil || len(jobs) == 0 {
+		t.Fatalf("chat's jobs: %d, %v", len(jobs), err)
+	}
+	for _, j := range jobs {
+		job, _, err := c.API.Jobs().Info(j.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := fmt.Sprint(job.TaskGroups[0].Tasks[0].Config["args"])
+		if !strings.Contains(args, "--slot-prompt-similarity 0.85") {
+			t.Errorf("job %s: args %s: want --slot-prompt-similarity 0.85 (a prefix-routed llama.cpp model)", j.ID, args)
+		}
+	}
 
 	bin := plugintest.Build(t, llmgwPkg)
 	gws := []string{

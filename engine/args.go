@@ -45,6 +45,12 @@ func (d *Descriptor) flagSet(args []string) map[string]bool {
 	return set
 }
 
+// Sets reports whether args give flag, in any of the engine's spellings
+// of it (an alias, '_' for '-', --flag=value).
+func (d *Descriptor) Sets(args []string, flag string) bool {
+	return d.flagSet(args)[d.canon(flag)]
+}
+
 // Owned returns the flags llmgw sets itself for the engine, in the
 // descriptor's spelling: the model, address and parallelism flags, the
 // multi-node flags, and the served-name flag when servedName. A task's or

@@ -76,6 +76,11 @@ type Descriptor struct {
 	// again on the next request, where llmgw drives it; nil where it does
 	// not.
 	Sleep *SleepMode
+	// PrefixCache is what the engine is given, unless the args set it,
+	// when the gateways route the model's requests by prefix
+	// (gatewayapi.RoutingPrefix), so that a conversation's next turn finds
+	// its state where it arrives; nil where nothing is needed.
+	PrefixCache *FlagDefault
 
 	// layout holds the engine's parallelism rules.
 	layout layoutRules
@@ -299,6 +304,13 @@ type Input struct {
 	// Args are appended after the recipe's own arguments. They may not set
 	// a flag the recipe sets (CheckArgs).
 	Args []string
+}
+
+// FlagDefault is a flag and the value llmgw gives it, and why.
+type FlagDefault struct {
+	Flag, Value string
+	// Why cites where the value was measured and the flag read.
+	Why string
 }
 
 // SleepMode is an engine's own sleep: after IdleFlag's seconds without a

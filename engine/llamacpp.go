@@ -84,6 +84,7 @@ func init() {
 		aliases: map[string]string{
 			"--model": "-m", "-a": "--alias",
 			"--gpu-layers": "-ngl", "--n-gpu-layers": "-ngl",
+			"-sps": "--slot-prompt-similarity",
 		},
 		underscores: true,
 		defaults: func(in Input) [][]string {
@@ -107,6 +108,23 @@ func init() {
 			IdleFlag: "--sleep-idle-seconds", StatePath: "/props", StateField: "is_sleeping",
 			Why: "common/arg.cpp:3828 (--sleep-idle-seconds), tools/server/server-context.cpp:4583-4618 " +
 				"(/props' is_sleeping) at 80fb11a; /props and /metrics do not wake it, /slots and a completion do",
+		},
+		// A slot is reused for a request when its prompt shares more than
+		// this of the request's tokens (common/arg.cpp:3814, default 0.10;
+		// tools/server/server-context.cpp get_available_slot at 80fb11a).
+		// At 0.10 a slot holding another conversation of the same tenant
+		// qualifies (the system prompt is most of every request) and the
+		// conversation's own state is computed again; prefix routing puts
+		// a tenant's conversations on one replica, so it needs the
+		// threshold just under the share a turn's previous turn makes of
+		// it (docs/gateway.md, "llama.cpp's slots"; docs/perf.md, "Prefix
+		// routing with bounded loads (issue 36)": 75.8–76.5 % of the
+		// prompt tokens hit at 0.10, 87.4–88.9 % at 0.85).
+		PrefixCache: &FlagDefault{
+			Flag: "--slot-prompt-similarity", Value: "0.85",
+			Why: "llama-server reuses a slot sharing more than --slot-prompt-similarity of a request " +
+				"(common/arg.cpp:3814, tools/server/server-context.cpp get_available_slot at 80fb11a); " +
+				"at its default 0.10 a tenant's other conversation takes the slot: docs/gateway.md, \"llama.cpp's slots\"",
 		},
 		Stop: StopRule{
 			RepeatWhenUnserved: true,

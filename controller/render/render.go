@@ -702,8 +702,14 @@ func (r *rendering) args(int) []string {
 	// A model that sleeps when idle: the engine's own sleep after the
 	// policy's idle_after without a request (unless the profile's args
 	// set it themselves).
-	if sm := r.engine.Sleep; sm != nil && r.in.Model.Autoscale.Sleeps() && !slices.Contains(args, sm.IdleFlag) {
+	if sm := r.engine.Sleep; sm != nil && r.in.Model.Autoscale.Sleeps() && !r.engine.Sets(args, sm.IdleFlag) {
 		args = append(args, sm.IdleFlag, strconv.Itoa(max(int(r.in.Model.Autoscale.IdleAfter/time.Second), 1)))
+	}
+	// A model the gateways route by prefix: what the engine needs to keep
+	// each conversation's state where its turns arrive (llama.cpp's slot
+	// threshold), unless the profile's args set it.
+	if pc := r.engine.PrefixCache; pc != nil && r.in.Model.Routing == gatewayapi.RoutingPrefix && !r.engine.Sets(args, pc.Flag) {
+		args = append(args, pc.Flag, pc.Value)
 	}
 	return args
 }

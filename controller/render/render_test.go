@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/llmgw/llmgw/facility"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/weightsapi"
 )
 
@@ -419,6 +420,36 @@ func TestServedName(t *testing.T) {
 		}
 		if got := task.Env[EnvServedName]; got != "m" {
 			t.Errorf("%s: %s = %q, want m", tc.engine, EnvServedName, got)
+		}
+	}
+}
+
+// A model the gateways route by prefix gets llama.cpp's slot threshold
+// (engine.Descriptor.PrefixCache) unless its args set it, in any spelling;
+// a model routed otherwise, or on another engine, gets its args alone.
+func TestPrefixRoutedArgs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, engine, routing string
+		args, want            []string
+	}{
+		{"llama.cpp prefix", "llamacpp", gatewayapi.RoutingPrefix, []string{"-np", "2"}, []string{"-np", "2", "--slot-prompt-similarity", "0.85"}},
+		{"llama.cpp prefix, set", "llamacpp", gatewayapi.RoutingPrefix, []string{"--slot-prompt-similarity", "0.9"}, []string{"--slot-prompt-similarity", "0.9"}},
+		{"llama.cpp prefix, alias", "llamacpp", gatewayapi.RoutingPrefix, []string{"-sps", "0.5"}, []string{"-sps", "0.5"}},
+		{"llama.cpp prefix, underscores", "llamacpp", gatewayapi.RoutingPrefix, []string{"--slot_prompt_similarity", "0.5"}, []string{"--slot_prompt_similarity", "0.5"}},
+		{"llama.cpp least-outstanding", "llamacpp", gatewayapi.RoutingLeastOutstanding, []string{"-np", "2"}, []string{"-np", "2"}},
+		{"llama.cpp default routing", "llamacpp", "", []string{"-np", "2"}, []string{"-np", "2"}},
+		{"vllm prefix", "vllm", gatewayapi.RoutingPrefix, []string{"--x", "1"}, []string{"--x", "1"}},
+	} {
+		m := facility.Model{Name: "m", Source: "/models/m.gguf", Routing: tc.routing, Profiles: []facility.Profile{{
+			Name: "p", Engine: tc.engine, GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Args: tc.args,
+		}}}
+		job, err := Job(input(m, 0, nil, nil, "n1"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if diff := cmp.Diff(tc.want, job.TaskGroups[0].Tasks[0].Config["args"]); diff != "" {
+			t.Errorf("%s: args (-want +got):\n%s", tc.name, diff)
 		}
 	}
 }
