@@ -581,31 +581,19 @@ func (r *chaosRun) isDown(name string) bool {
 }
 
 // pickFetchTarget picks a node to kill whose beta replicas the planner's
-// rack spread must re-place onto nodes that run no beta. The controller
-// places a failed replica again with its failed copy still counted where
-// it was (reconcile's planSlot), so the first one goes to the racks that
-// hold the fewest beta replicas now: the node qualifies when the live
-// nodes of those racks, itself left out, run no beta. It returns the node
-// and those nodes (the targets), or why none.
+// rack spread must re-place onto nodes that run no beta. A failed replica
+// does not count for spread while it is placed again (reconcile's
+// countRunning, facility's NotServing), so the first one goes to the racks
+// that hold the fewest beta replicas once the killed node's are left out:
+// the node qualifies when the live nodes of those racks, itself left out,
+// run no beta. It returns the node and those nodes (the targets), or why
+// none.
 func (r *chaosRun) pickFetchTarget() (*localnomad.Agent, []string, string) {
 	v, err := r.read()
 	if err != nil {
 		return nil, nil, err.Error()
 	}
 	beta := betaByNode(v)
-	racks := map[string]int{}
-	for _, rk := range chaosRack {
-		racks[rk] += 0
-	}
-	for n, k := range beta {
-		racks[chaosRack[n]] += k
-	}
-	least := -1
-	for _, k := range racks {
-		if least < 0 || k < least {
-			least = k
-		}
-	}
 	type choice struct {
 		kill    *localnomad.Agent
 		targets []string
@@ -614,6 +602,21 @@ func (r *chaosRun) pickFetchTarget() (*localnomad.Agent, []string, string) {
 	for _, m := range r.c.Clients {
 		if beta[m.Name] == 0 || r.isDown(m.Name) {
 			continue
+		}
+		racks := map[string]int{}
+		for _, rk := range chaosRack {
+			racks[rk] += 0
+		}
+		for n, k := range beta {
+			if n != m.Name {
+				racks[chaosRack[n]] += k
+			}
+		}
+		least := -1
+		for _, k := range racks {
+			if least < 0 || k < least {
+				least = k
+			}
 		}
 		var targets []string
 		ok := true

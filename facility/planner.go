@@ -110,7 +110,10 @@ type Planner struct {
 
 	counts  map[string][]int32 // model → replicas of it per domain
 	running []Replica
-	shapes  map[shapeKey]*shape
+	// notServing holds the running replicas NotServing took out of the
+	// spread counts (their draw still counts).
+	notServing map[string]bool
+	shapes     map[shapeKey]*shape
 	// shapeOrder is shapes' keys, oldest first; shapeCap is the most kept
 	// (maxShapes; tests set it).
 	shapeOrder []shapeKey

@@ -40,9 +40,42 @@ func (p *Planner) Remove(id string) (Replica, error) {
 		w := p.shardCounts(r.Model, r.Profile, s)
 		p.addDraw(idx[k], [2]float64{-w[0], -w[1]})
 	}
-	p.uncount(r.Model, idx)
+	if p.notServing[id] {
+		delete(p.notServing, id)
+	} else {
+		p.uncount(r.Model, idx)
+	}
 	p.running = slices.Delete(p.running, i, i+1)
 	return r, nil
+}
+
+// NotServing takes a running replica out of its model's spread counts and
+// leaves the rest of its accounting: a replica that failed serves nowhere,
+// so the domains it sat in hold one replica fewer of its model when the
+// next one is placed, while its draw and what its shards hold still count
+// (a shard of it may still run, or be placed again by Nomad, until it is
+// removed). Without it, a replica placed again leans away from the domain
+// it failed in, and two lost on one node both lean away from it onto one
+// other node. Calling it again for the same replica changes nothing.
+func (p *Planner) NotServing(id string) error {
+	i := slices.IndexFunc(p.running, func(r Replica) bool { return r.ID == id })
+	if i < 0 {
+		return fmt.Errorf("not serving %s: %w", id, ErrNotRunning)
+	}
+	if p.notServing[id] {
+		return nil
+	}
+	r := p.running[i]
+	idx, err := p.shardNodes(r)
+	if err != nil {
+		return err
+	}
+	p.uncount(r.Model, idx)
+	if p.notServing == nil {
+		p.notServing = map[string]bool{}
+	}
+	p.notServing[id] = true
+	return nil
 }
 
 // Restore puts back a replica Remove took out, taking its resources again.

@@ -77,3 +77,39 @@ func TestRemoveUnderMeasuredDraw(t *testing.T) {
 		t.Errorf("draw after remove %v, want 5000: the measurement still shows it", u.DrawWatts)
 	}
 }
+
+// NotServing takes a replica out of the spread counts and nothing else;
+// twice is once, and Remove afterwards does not take it out again.
+func TestNotServing(t *testing.T) {
+	t.Parallel()
+	nodes := fourNodes(nil)
+	running := []Replica{
+		{ID: "a", Model: "m", Profile: "p", Shards: []Shard{{Node: "n1", Watts: 700, GPU: "H", GPUs: 1}}},
+		{ID: "b", Model: "m", Profile: "p", Shards: []Shard{{Node: "n1", Watts: 700, GPU: "H", GPUs: 1}}},
+	}
+	p, err := NewPlanner(Fleet{Nodes: nodes}, Facility{Budgets: []Budget{budget("rack=k1", 100000)}}, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1 := mustDomain("rack=k1")
+	before, _ := p.Usage(k1)
+	for range 2 {
+		if err := p.NotServing("a"); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := p.Usage(k1)
+		if c := p.Count("m", k1); c != 1 || u.DrawWatts != before.DrawWatts {
+			t.Fatalf("after NotServing: count %d, draw %v; want 1 and %v (the draw stays)", c, u.DrawWatts, before.DrawWatts)
+		}
+	}
+	if _, err := p.Remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := p.Usage(k1)
+	if c := p.Count("m", k1); c != 1 || u.DrawWatts != before.DrawWatts-700 {
+		t.Errorf("after Remove: count %d, draw %v; want 1 (b) and %v", c, u.DrawWatts, before.DrawWatts-700)
+	}
+	if err := p.NotServing("a"); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("NotServing of a removed replica: %v, want ErrNotRunning", err)
+	}
+}

@@ -303,9 +303,13 @@ func (p *pass) scaleDown() {
 // anything is placed.
 func (p *pass) countRunning() error {
 	var running []facility.Replica
+	var failed []string
 	for _, j := range p.live {
 		if r, ok := asReplica(j, p.known); ok {
 			running = append(running, r)
+			if j.State == Failed {
+				failed = append(failed, j.ID)
+			}
 		}
 	}
 	planner, err := facility.NewPlanner(p.in.Fleet, p.in.Facility, running)
@@ -314,6 +318,14 @@ func (p *pass) countRunning() error {
 	}
 	p.planner = planner
 	p.res.Usage = planner.Budgeted()
+	// A failed job serves nowhere: its domains do not hold one of its
+	// model's replicas when this pass places the next (its draw still
+	// counts until it is replaced or stopped).
+	for _, id := range failed {
+		if err := planner.NotServing(id); err != nil {
+			return fmt.Errorf("planner: %w", err)
+		}
+	}
 	p.draining = map[string]bool{}
 	for _, id := range planner.Draining() {
 		p.draining[id] = true
@@ -592,9 +604,10 @@ func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decisio
 	}
 
 	// A kept job that failed, or is stuck partly placed, is placed again.
-	// Its own shards still count while it is placed again, so the new
-	// decision is conservative: never over a budget, and it leans away from
-	// the domains the failed copy sits in.
+	// Its own shards' draw still counts while it is placed again, so the
+	// new decision is conservative: never over a budget. A failed job no
+	// longer counts for spread (step 2), so it does not lean away from the
+	// domains it failed in; a stuck one still does.
 	stuck := (keep.State == Partial || keep.State == Pending) && in.PartialDeadline > 0 && in.Now.Sub(keep.Since) >= in.PartialDeadline
 	if keep.State == Failed || stuck {
 		why := "failed"

@@ -407,6 +407,61 @@ func TestFailedReplicaPlacedAgain(t *testing.T) {
 	}
 }
 
+// Two replicas lost with one node are placed again in the rack that lost
+// them when it has room, not both beside the third replica: a failed copy
+// serves nowhere, so it does not count for spread (the chaos suite's seed
+// 1796650643575754265 put all three on one node before, docs/reliability.md).
+func TestFailedReplicasKeepTheirSpread(t *testing.T) {
+	t.Parallel()
+	var nodes []facility.Node
+	for _, n := range []struct{ name, rack string }{{"a1", "k1"}, {"a2", "k1"}, {"b1", "k2"}, {"b2", "k2"}} {
+		nodes = append(nodes, facility.Node{
+			Name: n.name, Location: facility.Location{Site: "s", Room: "a", Row: "r1", Rack: n.rack, PDU: "p-" + n.name},
+			CPUCores: 128, MemoryGB: 2048, BaseWatts: 1000,
+			GPUs: []facility.GPU{{Model: "NVIDIA H200", Count: 8, Free: 8, PowerLimitWatts: 700, MemoryMiB: 143771}},
+		})
+	}
+	m := model("m", 3, "p", 1, nil)
+	m.Profiles[0].Spread = []facility.Level{facility.LevelRack}
+	fp := facility.ProfileFingerprint(m, m.Profiles[0])
+	job := func(slot int, node string, st State) Job {
+		return Job{
+			ID: fmt.Sprintf("llmgw-m-%d-g0", slot), Replica: facility.ReplicaID("m", slot), Model: "m", Profile: "p", FP: fp,
+			Shards: []facility.Shard{{Node: node, Watts: 2600, GPU: "NVIDIA H200", GPUs: 1, CPUCores: 8, MemoryGB: 64}},
+			State:  st, Since: t0, CreateIndex: uint64(10 + slot), ModifyIndex: uint64(10 + slot),
+		}
+	}
+	// b1 is down: still in the fleet (what ran there drew power), nothing free.
+	nodes[0].GPUs[0].Free = 7
+	nodes[2].GPUs[0].Free = 0
+	jobs := []Job{job(0, "a1", Serving), job(1, "b1", Failed), job(2, "b1", Failed)}
+	res, err := Plan(Input{Now: t0, Catalog: facility.Catalog{Models: []facility.Model{m}}, Fleet: facility.Fleet{Nodes: nodes}, Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rack := map[string]string{"a1": "k1", "a2": "k1", "b1": "k2", "b2": "k2"}
+	byRack, byNode := map[string]int{"k1": 1}, map[string]int{"a1": 1}
+	for _, a := range res.Actions {
+		if a.Kind != Replace {
+			t.Fatalf("want only replaces of the failed jobs, got %v", kinds(res.Actions))
+		}
+		n := a.Decision.Shards[0].Node
+		byRack[rack[n]]++
+		byNode[n]++
+	}
+	if len(res.Actions) != 2 {
+		t.Fatalf("want the two failed jobs replaced, got %v", kinds(res.Actions))
+	}
+	if byRack["k2"] == 0 {
+		t.Errorf("replicas by rack %v, by node %v: want one placed again in k2, where b2 has room (spread = [\"rack\"])", byRack, byNode)
+	}
+	for n, k := range byNode {
+		if k > 2 {
+			t.Errorf("replicas by node %v: %d on %s", byNode, k, n)
+		}
+	}
+}
+
 func TestPartialPlacementDeadline(t *testing.T) {
 	t.Parallel()
 	w := newWorld()
