@@ -76,6 +76,9 @@ type Descriptor struct {
 	// again on the next request, where llmgw drives it; nil where it does
 	// not.
 	Sleep *SleepMode
+	// Adapters is how the engine serves the LoRA adapters a catalog model
+	// lists (adapters.go); nil where llmgw renders none.
+	Adapters *AdapterRule
 
 	// layout holds the engine's parallelism rules.
 	layout layoutRules
