@@ -165,7 +165,7 @@ var VLLMMaxLoRARanks = []int{1, 8, 16, 32, 64, 128, 256, 320, 512}
 // --lora-modules {"name":…,"path":…} … [--max-lora-rank R]`.
 //
 //   - --enable-lora, --max-loras, --max-lora-rank, --max-cpu-loras
-//     (vllm/engine/arg_utils.py:1409-1415 at the v0.28.0 merge-base
+//     (vllm/engine/arg_utils.py:1409, 1414, 1415, 1424 at the v0.28.0 merge-base
 //     53e211d, engine/contract/vllm.txt; the fields in vllm/config/lora.py:
 //     max_loras ≥ 1, "Max number of LoRAs in a single batch"; max_cpu_loras
 //     ≥ max_loras, the adapters kept in CPU memory; max_lora_rank one of
@@ -210,9 +210,10 @@ func vllmAdapters(s AdapterSpec) ([]string, error) {
 //     int), --lora-paths (zero or more), --max-loaded-loras,
 //     --max-loras-per-batch.
 //   - --lora-paths items: LoRAPathAction
-//     (python/sglang/srt/arg_groups/argparse_actions.py) takes an item
-//     that starts with '{' and ends with '}' as JSON with lora_name and
-//     lora_path, else a "name=path" string; the recipe gives JSON.
+//     (python/sglang/srt/arg_groups/argparse_actions.py, as the code
+//     search index holds it; not read at the v0.5.18 commit itself) takes
+//     an item that starts with '{' and ends with '}' as JSON with lora_name
+//     and lora_path, else a "name=path" string; the recipe gives JSON.
 func sglangAdapters(s AdapterSpec) ([]string, error) {
 	slots := slotsOf(s)
 	args := []string{"--enable-lora", "--max-loras-per-batch", strconv.Itoa(slots), "--max-loaded-loras", strconv.Itoa(max(slots, len(s.Adapters)))}

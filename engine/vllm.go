@@ -88,7 +88,7 @@ func init() {
 		Adapters: &AdapterRule{
 			Flags: []string{"--enable-lora", "--max-loras", "--max-cpu-loras", "--max-lora-rank", "--lora-modules"},
 			args:  vllmAdapters,
-			Why:   "vllm/engine/arg_utils.py:1409-1415 and vllm/entrypoints/openai/cli_args.py:75 at v0.28.0",
+			Why:   "vllm/engine/arg_utils.py:1409-1424 and vllm/entrypoints/openai/cli_args.py:75 at v0.28.0",
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
