@@ -13,6 +13,7 @@
 // with --lora and applies it per request ("lora": [{"id": 0, "scale": 1}]):
 //
 //	llmgw-tinymodel adapter -o pirate.gguf -adapter-answer "Ahoy matey."
+//	llmgw-tinymodel adapter -o moon.gguf -adapter-answer "Goodbye moon." -signature 1
 //
 // llmgw-tinymodel hub serves files from disk as one repository of a local
 // Hugging Face hub (internal/testing/hubserver: the hub's resolve and
@@ -101,6 +102,7 @@ func runAdapter(args []string, stdout io.Writer) error {
 	out := fs.String("o", "", "the adapter GGUF file to write (required)")
 	answer := fs.String("adapter-answer", "", "what the model answers with the adapter applied (required; its tokens must all differ)")
 	name := fs.String("adapter-name", "", "the adapter's general.name (default: the file's name)")
+	sig := fs.Int("signature", 0, fmt.Sprintf("the adapter's cache signature, 0 to %d: adapters served together need different ones", tinymodel.MaxSignatures-1))
 	model := modelFlags(fs, "what the base model answers (as it was written with)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -121,7 +123,7 @@ func runAdapter(args []string, stdout io.Writer) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*out), ".gguf")
 	}
-	if err := tinymodel.WriteAdapter(*out, tinymodel.AdapterOptions{Base: o, Name: *name, Answer: *answer}); err != nil {
+	if err := tinymodel.WriteAdapter(*out, tinymodel.AdapterOptions{Base: o, Name: *name, Answer: *answer, Signature: *sig}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: a LoRA adapter for the %d-wide model that answers %q; with it, it answers %q\n", *out, o.Embed, o.Answer, *answer)

@@ -123,8 +123,8 @@ func TestFakeEngineRefusesWhatTheRealServerRefuses(t *testing.T) {
 		return cmd.Args
 	}
 	adapterArgs, err := engine.AdapterArgs(engine.LlamaCpp, engine.AdapterSpec{Adapters: []engine.Adapter{
-		{Name: "a", Path: realengine.Adapter(t, tinymodel.Defaults, "Ahoy matey.")},
-		{Name: "b", Path: realengine.Adapter(t, tinymodel.Defaults, "Goodbye moon.")},
+		{Name: "a", Path: realengine.Adapter(t, tinymodel.Defaults, "Ahoy matey.", 0)},
+		{Name: "b", Path: realengine.Adapter(t, tinymodel.Defaults, "Goodbye moon.", 1)},
 	}})
 	if err != nil {
 		t.Fatal(err)

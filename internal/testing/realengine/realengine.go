@@ -75,9 +75,10 @@ func Model(t testing.TB, o tinymodel.Options) string {
 }
 
 // Adapter writes a LoRA adapter for the tiny model base describes (Vocab
-// filled in) with which it answers answer, to a file shared like Model's,
-// and returns its path.
-func Adapter(t testing.TB, base tinymodel.Options, answer string) string {
+// filled in) with which it answers answer, marking its cache with
+// signature (tinymodel.AdapterOptions), to a file shared like Model's, and
+// returns its path.
+func Adapter(t testing.TB, base tinymodel.Options, answer string, signature int) string {
 	t.Helper()
 	Require(t)
 	if base.Vocab == "" {
@@ -89,11 +90,11 @@ func Adapter(t testing.TB, base tinymodel.Options, answer string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("lora-%d-%x.gguf", base.Embed, hashString(base.Answer+"\x00"+answer+"\x00"+base.Vocab)))
+	path := filepath.Join(dir, fmt.Sprintf("lora-%d-s%d-%x.gguf", base.Embed, signature, hashString(base.Answer+"\x00"+answer+"\x00"+base.Vocab)))
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}
-	if err := tinymodel.WriteAdapter(path, tinymodel.AdapterOptions{Base: base, Name: "lora", Answer: answer}); err != nil {
+	if err := tinymodel.WriteAdapter(path, tinymodel.AdapterOptions{Base: base, Name: "lora", Answer: answer, Signature: signature}); err != nil {
 		t.Fatalf("write tiny adapter: %v", err)
 	}
 	return path

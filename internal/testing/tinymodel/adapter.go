@@ -19,11 +19,31 @@ type AdapterOptions struct {
 	// Name is general.name.
 	Name string
 	// Answer is what the model says with the adapter. Its tokens must all
-	// differ, and with the base answer's they must be fewer than Embed.
+	// differ, and with the base answer's they must be fewer than Embed
+	// less MaxSignatures and 2.
 	Answer string
+	// Signature (0 to MaxSignatures-1) is the attention value direction
+	// the adapter marks the prompt's cache with; adapters served together
+	// need different ones, or a cache computed under one reads as the
+	// other's.
+	Signature int
 }
 
-// An adapter is a pair of low-rank deltas in the form llama.cpp loads
+// MaxSignatures is how many adapters with different signatures a model
+// has room for.
+const MaxSignatures = 8
+
+// Attention constants of the adapters' cache signature: an ordinary
+// prompt token's value gains sigValue in the adapter's signature direction,
+// and the attention output's signature comes back into the residual
+// stream's gate direction times sigGain, so a prompt computed wholly under
+// the adapter gives the gate about sigValue × sigGain = 3.
+const (
+	sigValue = 4
+	sigGain  = 0.75
+)
+
+// An adapter is a set of low-rank deltas in the form llama.cpp loads
 // (src/llama-adapter.cpp, llama_adapter_lora_init_impl, at 80fb11a):
 // metadata general.type = "adapter", general.architecture equal to the
 // model's, adapter.type = "lora", adapter.lora.alpha; tensors named after
@@ -34,19 +54,30 @@ type AdapterOptions struct {
 // exception: lora_a is [r, n_vocab] and lora_b [r, n_embd], and a token's
 // row gains s·B·A[token] (build_inp_embd).
 //
-// This adapter changes both:
-//   - token_embd: it moves the base answer's tokens and its own answer's
-//     tokens to the states of its own chain. Its answer's k-th token goes to
-//     direction L+1+k (L: the base answer's length), directions no base
-//     token uses; every other token the base embeds apart (the base
-//     answer's) goes back to direction 0, "any other token".
-//   - output: from direction 0 it picks its first token, from L+1+k the
-//     next token of its answer (the last to the end of sequence), with a
-//     logit of 2·Margin. The base still gives its own first token Margin
-//     from direction 0, so the adapter's token wins by Margin.
+// This adapter changes four tensors. Let L be the base answer's length and
+// La the adapter's, and q = L+La+1 its gate direction and σ = Embed-1-
+// Signature its signature direction.
+//   - token_embd: it moves its answer's k-th token to direction L+1+k,
+//     which no base token uses, and every other token the base embeds
+//     apart (the base answer's) back to direction 0, "any other token".
+//   - blk.0.attn_v: an ordinary token (direction 0) gains sigValue in
+//     value direction σ, so every position of a prompt computed under the
+//     adapter carries its signature in the cache.
+//   - blk.0.attn_output (zero in the base): the attention output's σ comes
+//     back into the residual's direction q times sigGain. So the gate is
+//     about 3 when the prompt was computed under the adapter, and about
+//     3/N when only its last token was, the rest coming from a cache
+//     computed under another adapter (N the prompt's tokens).
+//   - output: from direction 0 it picks its first token with Margin/2 for
+//     the state and Margin/2 per unit of gate, so it beats the base's first
+//     token (Margin) when the gate is above 1, not when the prompt's cache
+//     came from elsewhere; from L+1+k the next token of its answer (the
+//     last to the end of sequence) with 3·Margin, which the gate's pull
+//     towards the first token never reaches.
 //
-// Both deltas have rank r = L+1+len(Answer), the directions they touch, and
-// alpha = r, so that the adapter's scale is the whole factor.
+// The deltas share one basis of rank r = L+La+3: basis j is direction j
+// for j ≤ q, and the last is σ. alpha = r, so the adapter's scale is the
+// whole factor.
 
 // WriteAdapter writes the adapter a describes to path (through a temporary
 // file in the same folder).
@@ -95,8 +126,13 @@ func buildAdapter(a AdapterOptions) ([]KV, []Tensor, error) {
 		return nil, nil, fmt.Errorf("adapter %w", err)
 	}
 	nb, na := len(base), len(mine)
-	rank := nb + 1 + na
-	if rank > o.Embed {
+	if a.Signature < 0 || a.Signature >= MaxSignatures {
+		return nil, nil, fmt.Errorf("adapter signature: %d, want 0 to %d", a.Signature, MaxSignatures-1)
+	}
+	gate := nb + na + 1
+	sig := o.Embed - 1 - a.Signature
+	rank := gate + 2
+	if gate+MaxSignatures >= o.Embed {
 		return nil, nil, fmt.Errorf("adapter answer %q: with the base answer's %d tokens, its %d need an embedding wider than %d", a.Answer, nb, na, o.Embed)
 	}
 	eos := -1
@@ -121,17 +157,22 @@ func buildAdapter(a AdapterOptions) ([]KV, []Tensor, error) {
 		}
 		move[id] = [2]int{from, nb + 1 + k}
 	}
-	// next[t] lists the directions from which the adapter picks token t.
-	next := map[int][]int{}
-	for k, id := range mine {
-		from := 0
-		if k > 0 {
-			from = nb + k // the direction of the previous answer token
-		}
-		next[id] = append(next[id], from)
+	// chain[t] lists the states from which the adapter picks token t, the
+	// first token's (state 0) aside.
+	chain := map[int][]int{}
+	for k, id := range mine[1:] {
+		chain[id] = append(chain[id], nb+1+k) // the previous answer token's state
 	}
-	next[eos] = append(next[eos], nb+na)
-	out := float32(2 * Margin / math.Sqrt(float64(o.Embed)))
+	chain[eos] = append(chain[eos], nb+na)
+	unit := float32(Margin / math.Sqrt(float64(o.Embed))) // a logit of Margin from one direction
+	sqrtN := float32(math.Sqrt(float64(o.Embed)))
+	// dim is basis j's direction.
+	dim := func(j uint64) int {
+		if int(j) == rank-1 {
+			return sig
+		}
+		return int(j)
+	}
 
 	n, v, r := uint64(o.Embed), uint64(len(tokens)), uint64(rank)
 	kvs := []KV{
@@ -141,6 +182,14 @@ func buildAdapter(a AdapterOptions) ([]KV, []Tensor, error) {
 		{"adapter.type", Value{Type: TypeString, V: "lora"}},
 		{"adapter.lora.alpha", Value{Type: TypeFloat32, V: float32(rank)}},
 	}
+	// basisB is a lora_b that writes basis j to direction dim(j).
+	basisB := func(i uint64, dst []float32) {
+		for j := range r {
+			if dim(j) == int(i) {
+				dst[j] = 1
+			}
+		}
+	}
 	tensors := []Tensor{
 		{Name: "token_embd.weight.lora_a", Dims: []uint64{r, v}, Type: F32, Row: func(i uint64, dst []float32) {
 			if m, ok := move[int(i)]; ok && m[0] != m[1] {
@@ -148,17 +197,43 @@ func buildAdapter(a AdapterOptions) ([]KV, []Tensor, error) {
 				dst[m[1]] += 1
 			}
 		}},
-		{Name: "token_embd.weight.lora_b", Dims: []uint64{r, n}, Type: F32, Row: func(i uint64, dst []float32) {
-			if i < r {
-				dst[i] = 1 // direction i of the rank's basis is the embedding's direction i
+		{Name: "token_embd.weight.lora_b", Dims: []uint64{r, n}, Type: F32, Row: basisB},
+		// V += B·A·x: A reads direction 0 of the normed input (√n for an
+		// ordinary token) into basis 0, B writes it to value direction σ.
+		{Name: "blk.0.attn_v.weight.lora_a", Dims: []uint64{n, r}, Type: F32, Row: func(i uint64, dst []float32) {
+			if i == 0 {
+				dst[0] = 1
+			}
+		}},
+		{Name: "blk.0.attn_v.weight.lora_b", Dims: []uint64{r, n}, Type: F32, Row: func(i uint64, dst []float32) {
+			if int(i) == sig {
+				dst[0] = sigValue / sqrtN
+			}
+		}},
+		// residual += B·A·attention: A reads direction σ into basis q, B
+		// writes it to direction q.
+		{Name: "blk.0.attn_output.weight.lora_a", Dims: []uint64{n, r}, Type: F32, Row: func(i uint64, dst []float32) {
+			if int(i) == gate {
+				dst[sig] = 1
+			}
+		}},
+		{Name: "blk.0.attn_output.weight.lora_b", Dims: []uint64{r, n}, Type: F32, Row: func(i uint64, dst []float32) {
+			if int(i) == gate {
+				dst[gate] = sigGain
 			}
 		}},
 		{Name: "output.weight.lora_a", Dims: []uint64{n, r}, Type: F32, Row: func(i uint64, dst []float32) {
-			dst[i] = 1 // reads the state's direction i
+			if d := dim(i); d != sig {
+				dst[d] = 1 // reads the state's (or the gate's) direction
+			}
 		}},
 		{Name: "output.weight.lora_b", Dims: []uint64{r, v}, Type: F32, Row: func(i uint64, dst []float32) {
-			for _, from := range next[int(i)] {
-				dst[from] = out
+			if int(i) == mine[0] {
+				dst[0] += unit / 2
+				dst[gate] += unit / 2
+			}
+			for _, from := range chain[int(i)] {
+				dst[from] += 3 * unit
 			}
 		}},
 	}
