@@ -135,10 +135,11 @@ func maxRank(s AdapterSpec) int {
 //     adapter (TestLoraAdaptersAnswerPerRequest). Requests must always name
 //     their adapters, the base model's with every scale 0.
 //   - --cache-ram 0: the host-memory prompt cache keeps prompts by their
-//     tokens alone and gives a slot a prompt computed under another adapter
-//     (llama.cpp issue 26207; server_prompt_cache::load,
-//     tools/server/server-task.cpp, and get_available_slot,
-//     server-context.cpp; TestLoraPromptCacheAcrossAdapters). A slot
+//     tokens alone and gives a slot a prompt computed under another
+//     adapter, whose answer is then wrong (llama.cpp issue 26207;
+//     server_prompt_cache::load, tools/server/server-task.cpp, and
+//     get_available_slot, server-context.cpp;
+//     TestLoraPromptCacheAcrossAdapters saw it). A slot
 //     itself clears its cache when a request's adapters differ from its
 //     last (launch_slot_with_task, lora_should_clear_cache), so a prefix
 //     reused within a slot was computed under the same adapters. The cost:

@@ -85,8 +85,8 @@ func checkScale(s float64) error {
 	return nil
 }
 
-// AdapterSpec is what the model's replicas serve of adapters, for profile
-// p's engine.
+// AdapterSpec is what the model's replicas serve of adapters, as the
+// engines' recipes take it (engine.AdapterArgs).
 func (m Model) AdapterSpec() engine.AdapterSpec {
 	s := engine.AdapterSpec{Slots: m.MaxAdapters}
 	for _, a := range m.Adapters {
