@@ -81,6 +81,9 @@ type Descriptor struct {
 	// (gatewayapi.RoutingPrefix), so that a conversation's next turn finds
 	// its state where it arrives; nil where nothing is needed.
 	PrefixCache *FlagDefault
+	// Adapters is how the engine serves the LoRA adapters a catalog model
+	// lists (adapters.go); nil where llmgw renders none.
+	Adapters *AdapterRule
 
 	// layout holds the engine's parallelism rules.
 	layout layoutRules

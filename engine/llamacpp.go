@@ -93,6 +93,12 @@ func init() {
 			}
 			return nil
 		},
+		Adapters: &AdapterRule{
+			Flags:    []string{"--lora", "--lora-scaled", "--lora-init-without-apply", "--cache-ram"},
+			LoadsAll: true,
+			args:     llamaCppAdapters,
+			Why:      "--lora loads every adapter before the server listens; common/common.cpp:1342-1357 at 80fb11a",
+		},
 		ReadyPath: "/health",
 		Progress:  parseLlamaCppProgress,
 		// tools/server/server-task.cpp to_metrics: no labels; "deferred"

@@ -93,7 +93,12 @@ func init() {
 			"--data-parallel-size": "--dp-size", "--expert-parallel-size": "--ep-size", "--ep": "--ep-size",
 			"--nccl-init-addr": "--dist-init-addr",
 		},
-		abbrev:    true,
+		abbrev: true,
+		Adapters: &AdapterRule{
+			Flags: []string{"--enable-lora", "--max-loras-per-batch", "--max-loaded-loras", "--max-lora-rank", "--lora-paths"},
+			args:  sglangAdapters,
+			Why:   "python/sglang/srt/server_args.py:2879-2917 at v0.5.18",
+		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
 		// sglang/srt/observability/metrics_collector.py. Scheduler gauges

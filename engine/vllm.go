@@ -85,8 +85,13 @@ func init() {
 		},
 		// docs/engines/vllm.md, "CUDA_VISIBLE_DEVICES".
 		MIGWarning: "vLLM releases crash on a MIG UUID in CUDA_VISIBLE_DEVICES (vllm-project/vllm#41848; the fix, PR #46132, is open)",
-		ReadyPath:  "/health",
-		Progress:   ParseProgress,
+		Adapters: &AdapterRule{
+			Flags: []string{"--enable-lora", "--max-loras", "--max-cpu-loras", "--max-lora-rank", "--lora-modules"},
+			args:  vllmAdapters,
+			Why:   "vllm/engine/arg_utils.py:1409-1424 and vllm/entrypoints/openai/cli_args.py:75 at v0.28.0",
+		},
+		ReadyPath: "/health",
+		Progress:  ParseProgress,
 		// vllm/v1/metrics/loggers.py: every engine metric carries
 		// model_name and engine (the engine core's index; one series per
 		// data-parallel engine).

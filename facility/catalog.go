@@ -43,7 +43,17 @@ type Model struct {
 	// weights fetched, so that a replacement or a scale-up need not wait
 	// for a fetch (warm_spares).
 	WarmSpares int `json:",omitempty"`
-	Replicas   int
+	// Adapters are the model's LoRA adapters (adapter blocks), served by
+	// every replica beside the base model, in the catalog's order (the
+	// order llama.cpp numbers them in); adapters.go.
+	Adapters []Adapter `json:",omitempty"`
+	// MaxAdapters is how many adapters one replica holds on its GPUs at
+	// once (max_adapters: vLLM's --max-loras, SGLang's
+	// --max-loras-per-batch); 0: all of them. llama.cpp loads every adapter
+	// at start, so for it a max_adapters below the adapters' count is
+	// refused.
+	MaxAdapters int `json:",omitempty"`
+	Replicas    int
 	// Profiles in order of preference: a replica takes the first that fits.
 	Profiles []Profile
 	// MaxSurge is how many of the model's replicas may have a second copy
@@ -224,6 +234,16 @@ func ProfileFingerprint(m Model, p Profile) string {
 	}
 	// A model that sleeps when idle runs its engine with the sleep flag
 	// from idle_after (render): only when set, as the layout above.
+	// The adapters the engine loads, as the recipe renders them (not their
+	// scales, which only the requests carry): only when set, as the layout
+	// above.
+	if len(m.Adapters) > 0 {
+		put("adapters", strconv.Itoa(len(m.Adapters)))
+		for _, a := range m.Adapters {
+			put(a.Name, a.Weights.Path+"\x00"+strconv.Itoa(a.Rank))
+		}
+		put("max_adapters", strconv.Itoa(m.MaxAdapters))
+	}
 	if a := m.Autoscale; a.Sleeps() {
 		put("sleep_after", strconv.FormatInt(int64(a.IdleAfter/time.Second), 10))
 	}
@@ -257,6 +277,13 @@ func ProfileFingerprint(m Model, p Profile) string {
 func (c Catalog) Validate() error {
 	var errs []error
 	models := map[string]Pos{}
+	// Names requests use: every model's, then every adapter's as it comes.
+	names := map[string]string{}
+	for _, m := range c.Models {
+		if _, dup := names[m.Name]; !dup {
+			names[m.Name] = fmt.Sprintf("model %q at %s", m.Name, m.Pos)
+		}
+	}
 	for _, m := range c.Models {
 		bad := func(format string, args ...any) {
 			errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: ", m.Name)+fmt.Sprintf(format, args...)))
@@ -286,6 +313,7 @@ func (c Catalog) Validate() error {
 		for _, msg := range m.validateWeights() {
 			bad("%s", msg)
 		}
+		errs = append(errs, m.validateAdapters(names)...)
 		if a := m.Autoscale; a != nil {
 			for _, msg := range a.validate() {
 				errs = append(errs, errAt(a.Pos, fmt.Sprintf("model %q: autoscale: %s", m.Name, msg)))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/llmgw/llmgw/engine"
@@ -61,6 +62,11 @@ func (p Profile) checkEngine(m Model) error {
 		Engine: p.Engine, Executable: d.Name, Model: cmp.Or(m.Source, m.Name),
 		Host: "127.0.0.1", Port: 8000, Layout: layout, GPUs: p.GPUs,
 		Nodes: max(p.Nodes, 1), Args: p.Args,
+	}
+	// With the adapter flags the recipe renders (their own errors are
+	// validateAdapters'), as render's args put them after the profile's.
+	if adapterArgs, err := engine.AdapterArgs(p.Engine, m.AdapterSpec()); err == nil && len(adapterArgs) > 0 {
+		in.Args = append(slices.Clone(p.Args), adapterArgs...)
 	}
 	if d.Model.File {
 		in.Model = path.Join("/model-cache", m.Source, m.File)

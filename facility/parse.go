@@ -114,6 +114,8 @@ type (
 		Routing        string        `hcl:"routing,optional"`
 		WarmSpares     int           `hcl:"warm_spares,optional"`
 		Weights        *weightsHCL   `hcl:"weights,block"`
+		MaxAdapters    int           `hcl:"max_adapters,optional"`
+		Adapters       []adapterHCL  `hcl:"adapter,block"`
 		Autoscale      *autoscaleHCL `hcl:"autoscale,block"`
 		Profiles       []profileHCL  `hcl:"profile,block"`
 		DefRange       hcl.Range     `hcl:",def_range"`
@@ -599,7 +601,8 @@ func (d *decoder) learned(raw []learnedHCL) []Learned {
 // profiles in order of preference. Defaults: replicas 1, max_surge 1,
 // max_unavailable 0, priority 50, gpus 1, nodes 1,
 // spread ["rack", "pdu"], pool "default", weight 1. A model's weights
-// block and warm_spares are read as parse_weights.go says. Every problem
+// block and warm_spares are read as parse_weights.go says, its adapter
+// blocks and max_adapters as adapters.go says. Every problem
 // is an *Error naming filename:line.
 func ParseCatalog(filename string, src []byte) (Catalog, error) {
 	var raw catalogHCL
@@ -637,6 +640,7 @@ func ParseCatalog(filename string, src []byte) (Catalog, error) {
 			d.weights(&m, &rm)
 		}
 		d.warmSpares(&m, &rm)
+		d.adapters(&m, &rm)
 		d.intIn(b, "max_surge", rm.MaxSurge, &m.MaxSurge, 0, maxCount)
 		d.intIn(b, "max_unavailable", rm.MaxUnavailable, &m.MaxUnavailable, 0, maxCount)
 		if m.MaxSurge == 0 && m.MaxUnavailable == 0 {

@@ -7,6 +7,14 @@
 //	llmgw-tinymodel -o tiny.gguf
 //	llmgw-tinymodel -layers 8 -embed 512 -ff 1536 -o bigger.gguf -answer "Hello from r2!"
 //
+// llmgw-tinymodel adapter writes a LoRA adapter for such a model (the same
+// model flags describe the base) with which the model answers
+// -adapter-answer instead (tinymodel.WriteAdapter); llama-server loads it
+// with --lora and applies it per request ("lora": [{"id": 0, "scale": 1}]):
+//
+//	llmgw-tinymodel adapter -o pirate.gguf -adapter-answer "Ahoy matey."
+//	llmgw-tinymodel adapter -o moon.gguf -adapter-answer "Goodbye moon." -signature 1
+//
 // llmgw-tinymodel hub serves files from disk as one repository of a local
 // Hugging Face hub (internal/testing/hubserver: the hub's resolve and
 // model-info endpoints, as huggingface_hub's client speaks them), for the
@@ -32,8 +40,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
@@ -44,9 +55,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "hub" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "hub":
 		err = runHub(ctx, os.Args[2:], os.Stdout)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "adapter":
+		err = runAdapter(os.Args[2:], os.Stdout)
+	default:
 		err = run(os.Args[1:])
 	}
 	if err != nil {
@@ -57,34 +71,18 @@ func main() {
 }
 
 func run(args []string) error {
-	d := tinymodel.Defaults
 	fs := flag.NewFlagSet("llmgw-tinymodel", flag.ContinueOnError)
 	out := fs.String("o", "", "the GGUF file to write (required)")
-	vocab := fs.String("vocab", llamabuild.Vocab(), "the GGUF vocabulary to copy the tokenizer from (make llama-server keeps llama.cpp's)")
-	name := fs.String("name", d.Name, "general.name")
-	answer := fs.String("answer", d.Answer, "what the model answers (its tokens must all differ)")
-	layers := fs.Int("layers", d.Layers, "transformer blocks")
-	embed := fs.Int("embed", d.Embed, "embedding width")
-	heads := fs.Int("heads", d.Heads, "attention heads")
-	ff := fs.Int("ff", d.FF, "feed-forward width")
-	ctx := fs.Int("context", d.Context, "trained context length")
-	typ := fs.String("type", "q8_0", "weights: q8_0 or f32")
-	seed := fs.Uint64("seed", d.Seed, "seed of the layers' weights")
+	model := modelFlags(fs, "what the model answers (its tokens must all differ)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *out == "" {
 		return errors.New("-o: name the file to write")
 	}
-	o := tinymodel.Options{Vocab: *vocab, Name: *name, Answer: *answer, Layers: *layers, Embed: *embed,
-		Heads: *heads, FF: *ff, Context: *ctx, Seed: *seed}
-	switch *typ {
-	case "q8_0":
-		o.Type = tinymodel.Q8_0
-	case "f32":
-		o.Type = tinymodel.F32
-	default:
-		return fmt.Errorf("-type %q: want q8_0 or f32", *typ)
+	o, err := model()
+	if err != nil {
+		return err
 	}
 	if err := tinymodel.Write(*out, o); err != nil {
 		return err
@@ -93,6 +91,70 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: %d layers × %d wide, %s, %.1f MB; it answers %q\n", *out, o.Layers, o.Embed, *typ, float64(st.Size())/1e6, o.Answer)
+	fmt.Printf("wrote %s: %d layers × %d wide, %v, %.1f MB; it answers %q\n", *out, o.Layers, o.Embed, o.Type, float64(st.Size())/1e6, o.Answer)
 	return nil
+}
+
+// runAdapter writes a LoRA adapter for the model the same model flags
+// describe.
+func runAdapter(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("llmgw-tinymodel adapter", flag.ContinueOnError)
+	out := fs.String("o", "", "the adapter GGUF file to write (required)")
+	answer := fs.String("adapter-answer", "", "what the model answers with the adapter applied (required; its tokens must all differ)")
+	name := fs.String("adapter-name", "", "the adapter's general.name (default: the file's name)")
+	sig := fs.Int("signature", 0, fmt.Sprintf("the adapter's cache signature, 0 to %d: adapters served together need different ones", tinymodel.MaxSignatures-1))
+	model := modelFlags(fs, "what the base model answers (as it was written with)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *out == "" {
+		return errors.New("-o: name the file to write")
+	}
+	if *answer == "" {
+		return errors.New("-adapter-answer: say what the adapter makes the model answer")
+	}
+	o, err := model()
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		*name = strings.TrimSuffix(filepath.Base(*out), ".gguf")
+	}
+	if err := tinymodel.WriteAdapter(*out, tinymodel.AdapterOptions{Base: o, Name: *name, Answer: *answer, Signature: *sig}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: a LoRA adapter for the %d-wide model that answers %q; with it, it answers %q\n", *out, o.Embed, o.Answer, *answer)
+	return nil
+}
+
+// modelFlags defines the flags that describe a tiny model on fs and returns
+// a function that reads them once fs is parsed.
+func modelFlags(fs *flag.FlagSet, answerUsage string) func() (tinymodel.Options, error) {
+	d := tinymodel.Defaults
+	vocab := fs.String("vocab", llamabuild.Vocab(), "the GGUF vocabulary to copy the tokenizer from (make llama-server keeps llama.cpp's)")
+	name := fs.String("name", d.Name, "general.name")
+	answer := fs.String("answer", d.Answer, answerUsage)
+	layers := fs.Int("layers", d.Layers, "transformer blocks")
+	embed := fs.Int("embed", d.Embed, "embedding width")
+	heads := fs.Int("heads", d.Heads, "attention heads")
+	ff := fs.Int("ff", d.FF, "feed-forward width")
+	ctx := fs.Int("context", d.Context, "trained context length")
+	typ := fs.String("type", "q8_0", "weights: q8_0 or f32")
+	seed := fs.Uint64("seed", d.Seed, "seed of the layers' weights")
+	return func() (tinymodel.Options, error) {
+		o := tinymodel.Options{Vocab: *vocab, Name: *name, Answer: *answer, Layers: *layers, Embed: *embed,
+			Heads: *heads, FF: *ff, Context: *ctx, Seed: *seed}
+		switch *typ {
+		case "q8_0":
+			o.Type = tinymodel.Q8_0
+		case "f32":
+			o.Type = tinymodel.F32
+		default:
+			return o, fmt.Errorf("-type %q: want q8_0 or f32", *typ)
+		}
+		return o, nil
+	}
 }

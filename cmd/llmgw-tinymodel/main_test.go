@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/syncbuf"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -87,5 +89,46 @@ func TestHubFlags(t *testing.T) {
 func TestWriteModelNeedsOutput(t *testing.T) {
 	if err := run(nil); err == nil || !strings.Contains(err.Error(), "-o") {
 		t.Errorf("run without -o: %v", err)
+	}
+}
+
+// The adapter subcommand writes an adapter for the model the model flags
+// describe; it refuses to guess the answer or the file.
+func TestWriteAdapter(t *testing.T) {
+	if ok, why := llamabuild.Available(); !ok {
+		t.Skip("skipping: the vocabulary is needed: " + why)
+	}
+	p := filepath.Join(t.TempDir(), "pirate.gguf")
+	var out bytes.Buffer
+	if err := runAdapter([]string{"-o", p, "-adapter-answer", "Ahoy matey.", "-embed", "128"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := tinymodel.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.Get("general.name"); v.V != "pirate" {
+		t.Errorf("general.name %v, want the file's name", v.V)
+	}
+	if v, _ := f.Get("general.type"); v.V != "adapter" {
+		t.Errorf("general.type %v", v.V)
+	}
+	for _, ti := range f.Tensors {
+		if ti.Name == "output.weight.lora_a" && ti.Dims[0] != 128 {
+			t.Errorf("%s dims %v, want 128 wide as -embed says", ti.Name, ti.Dims)
+		}
+	}
+	if !strings.Contains(out.String(), `it answers "Ahoy matey."`) {
+		t.Errorf("output %q", out.String())
+	}
+	for _, args := range [][]string{
+		{"-adapter-answer", "Ahoy"},
+		{"-o", p},
+		{"-o", p, "-adapter-answer", "Ahoy", "-type", "q4"},
+		{"-o", p, "-adapter-answer", "Ahoy", "extra"},
+	} {
+		if err := runAdapter(args, io.Discard); err == nil {
+			t.Errorf("adapter %q: no error", args)
+		}
 	}
 }

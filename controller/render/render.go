@@ -282,6 +282,8 @@ type rendering struct {
 	nnodes    int
 	fabric    string // the shards' common fabric; "" none or single-node
 	readyPath string
+	// adapterArgs load the model's adapters (engine.AdapterArgs).
+	adapterArgs []string
 }
 
 func plan(in Input, s Settings) (*rendering, error) {
@@ -348,6 +350,15 @@ func plan(in Input, s Settings) (*rendering, error) {
 	}
 	if err := desc.CheckArgs(p.Args, desc.ServedNameFlag != ""); err != nil {
 		return nil, bad("profile %q: %v", p.Name, err)
+	}
+	// The model's LoRA adapters, as the engine loads them at start.
+	if r.adapterArgs, err = engine.AdapterArgs(p.Engine, m.AdapterSpec()); err != nil {
+		return nil, bad("model %q, profile %q: %v", m.Name, p.Name, err)
+	}
+	if len(m.Adapters) > 0 {
+		if err := engine.CheckAdapterArgs(p.Engine, p.Args); err != nil {
+			return nil, bad("profile %q: %v", p.Name, err)
+		}
 	}
 	if desc.Model.File && m.File == "" && !path.IsAbs(m.Source) {
 		return nil, bad("model %q: engine %q loads one local file: give the model a file, or a source that is the file's absolute path", m.Name, p.Engine)
@@ -711,7 +722,7 @@ func (r *rendering) args(int) []string {
 	if pc := r.engine.PrefixCache; pc != nil && r.in.Model.Routing == gatewayapi.RoutingPrefix && !r.engine.Sets(args, pc.Flag) {
 		args = append(args, pc.Flag, pc.Value)
 	}
-	return args
+	return append(args, r.adapterArgs...)
 }
 
 // leaderTemplate renders the leader's dist address as environment

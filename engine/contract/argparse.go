@@ -2,6 +2,8 @@ package contract
 
 import (
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -145,6 +147,9 @@ func (c *Contract) walkArgparse(args []string) (*Parsed, *Error) {
 				return nil, fail(MissingValue, arg, f, "argument "+strings.Join(f.Names(), "/")+": "+want)
 			}
 		}
+		if msg := argparseValues(f, o.Values); msg != "" {
+			return nil, fail(BadValue, arg, f, "argument "+strings.Join(f.Names(), "/")+": "+msg)
+		}
 		p.Flags = append(p.Flags, o)
 		if f.Name == "--help" {
 			return p, nil // argparse prints the help and exits
@@ -160,6 +165,43 @@ func (c *Contract) walkArgparse(args []string) (*Parsed, *Error) {
 		return nil, fail(MissingValue, "", nil, "the following arguments are required: "+strings.Join(missing, ", "))
 	}
 	return p, nil
+}
+
+// pythonIntRE is what Python's int() takes of a string: a whole number in
+// decimal, with a sign, digits grouped by single underscores, and spaces
+// around it (ASCII digits only here).
+var pythonIntRE = regexp.MustCompile(`^\s*[+-]?[0-9]+(_[0-9]+)*\s*$`)
+
+// argparseValues is what argparse says of a flag's values that its type or
+// choices refuse ("invalid int value: 'x'", "invalid choice: 24 (choose
+// from 1, 8, 16)"), or "" when it takes them. Only for the flags the
+// contract notes an int type or choices for.
+func argparseValues(f *Flag, values []string) string {
+	for _, v := range values {
+		shown := quote(v)
+		if f.Int {
+			if !pythonIntRE.MatchString(v) {
+				return "invalid int value: " + quote(v)
+			}
+			n, err := strconv.ParseInt(strings.ReplaceAll(strings.TrimSpace(v), "_", ""), 10, 64)
+			if err != nil {
+				return "invalid int value: " + quote(v)
+			}
+			shown = strconv.FormatInt(n, 10) // argparse shows the converted int's repr
+			v = shown
+		}
+		if len(f.Choices) > 0 && !slices.Contains(f.Choices, v) {
+			choices := f.Choices
+			if !f.Int {
+				choices = make([]string, len(f.Choices))
+				for i, c := range f.Choices {
+					choices[i] = quote(c)
+				}
+			}
+			return "invalid choice: " + shown + " (choose from " + strings.Join(choices, ", ") + ")"
+		}
+	}
+	return ""
 }
 
 // abbreviates reports whether an unknown option could be one argparse

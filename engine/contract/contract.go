@@ -145,8 +145,14 @@ type Flag struct {
 	Removed string
 	// Int is set by a comment "# note: value: int ..." above the flag: its
 	// value goes through C++'s std::stoi (llama.cpp's handler_int), which
-	// refuses a value that does not start with a number.
+	// refuses a value that does not start with a number; for argparse,
+	// through Python's int() (type=int), which refuses anything but a whole
+	// number.
 	Int bool
+	// Choices, from "# note: value: int, choices A,B,C ..." (or "value:
+	// choices A,B,C"), are the only values argparse takes (choices=):
+	// compared as numbers for an Int flag.
+	Choices []string
 }
 
 // Names are the flag's spellings: Name, then its aliases.
@@ -331,6 +337,7 @@ func Parse(name string, data []byte) (*Contract, error) {
 		}
 		f.Source, f.Decl = source, decl
 		f.Required, f.Removed, f.Int = flagNotes(notes)
+		f.Choices = choicesNote(notes)
 		source, decl, notes = "", "", nil
 		for _, s := range f.Names() {
 			if prev, dup := c.byName[s]; dup {
@@ -430,6 +437,24 @@ func flagNotes(notes []string) (required bool, removed string, isInt bool) {
 		}
 	}
 	return required, removed, isInt
+}
+
+// choicesNote reads "choices A,B,C" from a "value:" note above a flag.
+func choicesNote(notes []string) []string {
+	for _, n := range notes {
+		for _, tag := range []string{"unsure:", "note:"} {
+			n = strings.TrimSpace(strings.TrimPrefix(n, tag))
+		}
+		rest, ok := strings.CutPrefix(n, "value:")
+		if !ok {
+			continue
+		}
+		if _, list, ok := strings.Cut(rest, "choices "); ok {
+			list, _, _ = strings.Cut(strings.TrimSpace(list), " ")
+			return strings.Split(list, ",")
+		}
+	}
+	return nil
 }
 
 func parserKind(p string) (Kind, error) {

@@ -298,6 +298,17 @@ func TestArgparseVLLM(t *testing.T) {
 		{name: "missing values", args: with("--served-model-name"), kind: MissingValue, msg: "vllm serve: error: argument --served-model-name: expected at least one argument"},
 		{name: "switch value", args: with("--headless=1"), kind: UnexpectedValue, msg: "vllm serve: error: argument --headless: ignored explicit argument '1'"},
 		{name: "no subcommand", args: []string{"org/m", "--port", "1"}, kind: Unknown, msg: "vllm serve: error: want serve first, got 'org/m'"},
+		// The LoRA flags llmgw renders (engine.AdapterArgs), and the values
+		// their types refuse: max_loras an int, max_lora_rank a Literal of
+		// ints (type=int with choices).
+		{name: "lora", args: with("--enable-lora", "--max-loras", "4", "--max-cpu-loras", "8", "--max-lora-rank", "016",
+			"--lora-modules", `{"name":"a","path":"/a"}`, `{"name":"b","path":"/b"}`)},
+		{name: "int with underscores and spaces", args: with("--max-loras", " 1_0 ", "--max-lora-rank=+8")},
+		{name: "not an int", args: with("--max-loras", "four"), kind: BadValue, msg: "vllm serve: error: argument --max-loras: invalid int value: 'four'"},
+		{name: "not an int, attached", args: with("--max-loras=4.0"), kind: BadValue, msg: "vllm serve: error: argument --max-loras: invalid int value: '4.0'"},
+		{name: "not a choice", args: with("--max-lora-rank", "24"), kind: BadValue,
+			msg: "vllm serve: error: argument --max-lora-rank: invalid choice: 24 (choose from 1, 8, 16, 32, 64, 128, 256, 320, 512)"},
+		{name: "a choice's type first", args: with("--max-lora-rank", "r16"), kind: BadValue, msg: "vllm serve: error: argument --max-lora-rank: invalid int value: 'r16'"},
 	})
 	if h := hintOf(c.Check(with("--max-mdoel-len", "8"))); !strings.HasPrefix(h, "did you mean --max-model-len") {
 		t.Errorf("--max-mdoel-len: hint %q, want did you mean --max-model-len first", h)

@@ -16,6 +16,12 @@
 // breaker. A policy's Pick counts the request in flight on the replica it
 // chose; the caller ends it with State.Release: no one else counts.
 //
+// Adapters routes the requests for a model's LoRA adapters: each adapter
+// to a home set of replicas by rendezvous on its name, growing with its
+// requests in flight, within each replica's adapter slots, a cold
+// adapter keeping its first replica (adapters.go). It is not a Policy yet:
+// the gateway does not route adapters.
+//
 // The policy named "random" in the prefix benchmark (prefixload) is not
 // one of these: that tool sends its requests straight to a replica drawn
 // at random, past the gateway.

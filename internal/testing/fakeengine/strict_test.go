@@ -54,6 +54,23 @@ func TestStrictMode(t *testing.T) {
 			wantStderr: "vllm serve: error: unrecognized arguments: --load-seconds\n",
 		},
 		{
+			name: "vllm takes the LoRA flags llmgw renders", env: []string{StrictEnv, vllm, FlagsEnv, "--exit-code 0"},
+			args:       `serve org/m --enable-lora --max-loras 2 --max-cpu-loras 2 --max-lora-rank 32 --lora-modules {"name":"a","path":"/a"} {"name":"b","path":"/b"}`,
+			wantStdout: "fake-engine: serving model=org/m served_model_name=org/m host=127.0.0.1 port=8000 tensor_parallel=0 gpus=unset load_seconds=0 strict=" + vllm + "\n",
+		},
+		{
+			name: "vllm refuses a LoRA rank it has no slot size for", env: []string{StrictEnv, vllm},
+			args:       "serve org/m --enable-lora --max-lora-rank 24",
+			wantCode:   2,
+			wantStderr: "vllm serve: error: argument --max-lora-rank: invalid choice: 24 (choose from 1, 8, 16, 32, 64, 128, 256, 320, 512)\n",
+		},
+		{
+			name: "vllm refuses a slot count that is not a number", env: []string{StrictEnv, vllm},
+			args:       "serve org/m --enable-lora --max-loras all",
+			wantCode:   2,
+			wantStderr: "vllm serve: error: argument --max-loras: invalid int value: 'all'\n",
+		},
+		{
 			name: "tgi refuses a repeat", env: []string{StrictEnv, "vllm"},
 			args:       "--strict=tgi --model-id m --num-shard 1 --num-shard 2",
 			wantCode:   2,

@@ -15,6 +15,7 @@ import (
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
 // verdict is what a server did with a command line: served (ready), or
@@ -121,6 +122,13 @@ func TestFakeEngineRefusesWhatTheRealServerRefuses(t *testing.T) {
 		}
 		return cmd.Args
 	}
+	adapterArgs, err := engine.AdapterArgs(engine.LlamaCpp, engine.AdapterSpec{Adapters: []engine.Adapter{
+		{Name: "a", Path: realengine.Adapter(t, tinymodel.Defaults, "Ahoy matey.", 0)},
+		{Name: "b", Path: realengine.Adapter(t, tinymodel.Defaults, "Goodbye moon.", 1)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -134,6 +142,8 @@ func TestFakeEngineRefusesWhatTheRealServerRefuses(t *testing.T) {
 		{"negated switch and string values", recipe(0, "", "--no-mmap", "-fa", "off", "--jinja"), "served"},
 		{"repeats", recipe(0, "", "-c", "1024", "-c", "2048"), "served"},
 		{"two values", recipe(0, "", "--control-vector-layer-range", "1", "2"), "served"},
+		{"adapters as llmgw renders them", recipe(0, "", adapterArgs...), "served"},
+		{"a cache size that is not a number", recipe(0, "", "--cache-ram", "none"), `error while handling argument "--cache-ram": stoi`},
 		{"unknown", recipe(0, "", "--foo"), "error: invalid argument: --foo"},
 		{"equals form", recipe(0, "", "--ctx-size=512"), "error: invalid argument: --ctx-size=512"},
 		{"bare word", recipe(0, "", "WORD"), "error: invalid argument: WORD"},

@@ -74,6 +74,32 @@ func Model(t testing.TB, o tinymodel.Options) string {
 	return path
 }
 
+// Adapter writes a LoRA adapter for the tiny model base describes (Vocab
+// filled in) with which it answers answer, marking its cache with
+// signature (tinymodel.AdapterOptions), to a file shared like Model's, and
+// returns its path.
+func Adapter(t testing.TB, base tinymodel.Options, answer string, signature int) string {
+	t.Helper()
+	Require(t)
+	if base.Vocab == "" {
+		base.Vocab = llamabuild.Vocab()
+	}
+	modelMu.Lock()
+	defer modelMu.Unlock()
+	dir := filepath.Join(os.TempDir(), "llmgw-tinymodels")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("lora-%d-s%d-%x.gguf", base.Embed, signature, hashString(base.Answer+"\x00"+answer+"\x00"+base.Vocab)))
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if err := tinymodel.WriteAdapter(path, tinymodel.AdapterOptions{Base: base, Name: "lora", Answer: answer, Signature: signature}); err != nil {
+		t.Fatalf("write tiny adapter: %v", err)
+	}
+	return path
+}
+
 // TinyModel is Model with tinymodel.Defaults.
 func TinyModel(t testing.TB) string { return Model(t, tinymodel.Defaults) }
 

@@ -17,6 +17,19 @@
 // nothing they compute disturbs the chain; the cost of a prompt and of a
 // token grows with Layers and Embed as a real model's does.
 //
+// WriteAdapter writes a LoRA adapter for such a model, in the GGUF form
+// llama.cpp loads with --lora: applied at scale 1 it makes the model answer
+// AdapterOptions.Answer instead, and at scale 0 it changes nothing, so a
+// test sees which adapter (if any) answered. It changes the token
+// embeddings (its answer's tokens get states of their own), the output (a
+// chain of its own through those states), and the first layer's attention:
+// every prompt position computed under the adapter carries its signature
+// in the attention's values, and its first token needs that signature, so
+// a prompt whose cache was computed under another adapter is answered
+// wrong, visibly (llama.cpp issue 26207); adapter.go says how. An adapter
+// written for another Embed is refused by the model, as llama.cpp refuses
+// an adapter for another base model.
+//
 // The tokenizer (every tokenizer.ggml.* key) is copied from a vocabulary
 // file of llama.cpp's source tree, models/ggml-vocab-llama-spm.gguf by
 // default (the 32,000-token SentencePiece vocabulary), which make

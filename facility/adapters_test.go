@@ -1,0 +1,176 @@
+package facility
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmgw/llmgw/weightsapi"
+)
+
+// adapterCatalog is a catalog of model "m" (engine e) with the lines given
+// before its profile, and a second model "other".
+func adapterCatalog(engine, lines string) string {
+	return "model \"m\" {\n  source = \"/models/m.gguf\"\n" + lines +
+		"  profile \"p\" {\n    engine = \"" + engine + "\"\n    gpu    = \"H\"\n  }\n}\n" +
+		"model \"other\" {\n  source = \"org/other\"\n  profile \"p\" {\n    engine = \"vllm\"\n    gpu = \"H\"\n  }\n}\n"
+}
+
+func TestParseCatalogAdapters(t *testing.T) {
+	t.Parallel()
+	src := adapterCatalog("vllm", "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n    scale = 0.5\n  }\n")
+	cat, err := ParseCatalog("c.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	want := []Adapter{
+		{Name: "sql", Weights: weightsapi.Source{Path: "/srv/lora/sql"}, Scale: 1, Rank: 24, Pos: Pos{"c.hcl", 4}},
+		{Name: "chat", Weights: weightsapi.Source{Path: "/srv/lora/chat"}, Scale: 0.5, Pos: Pos{"c.hcl", 8}},
+	}
+	if diff := cmp.Diff(want, m.Adapters); diff != "" {
+		t.Errorf("adapters (-want +got):\n%s", diff)
+	}
+	if m.MaxAdapters != 2 {
+		t.Errorf("max_adapters %d", m.MaxAdapters)
+	}
+	// The adapters are part of what the engine runs: another path, rank or
+	// slot count is another fingerprint; a scale is not.
+	fp := ProfileFingerprint(m, m.Profiles[0])
+	for name, mod := range map[string]func(*Model){
+		"path":         func(m *Model) { m.Adapters[0].Weights.Path = "/srv/lora/sql2" },
+		"rank":         func(m *Model) { m.Adapters[0].Rank = 32 },
+		"max_adapters": func(m *Model) { m.MaxAdapters = 1 },
+		"one fewer":    func(m *Model) { m.Adapters = m.Adapters[:1] },
+	} {
+		c := m
+		c.Adapters = append([]Adapter(nil), m.Adapters...)
+		mod(&c)
+		if ProfileFingerprint(c, c.Profiles[0]) == fp {
+			t.Errorf("%s: the same fingerprint", name)
+		}
+	}
+	c := m
+	c.Adapters = append([]Adapter(nil), m.Adapters...)
+	c.Adapters[1].Scale = 2
+	if ProfileFingerprint(c, c.Profiles[0]) != fp {
+		t.Error("scale: another fingerprint")
+	}
+	none := cat.Models[1]
+	none.Adapters, none.MaxAdapters = nil, 0
+	if ProfileFingerprint(none, none.Profiles[0]) != ProfileFingerprint(cat.Models[1], cat.Models[1].Profiles[0]) {
+		t.Error("a model without adapters changed its fingerprint")
+	}
+}
+
+func TestParseCatalogAdaptersErrors(t *testing.T) {
+	t.Parallel()
+	sql := "  adapter \"sql\" {\n    path = \"/srv/lora/sql.gguf\"\n  }\n"
+	tests := []struct {
+		name, engine, lines string
+		want                []string
+	}{
+		{"duplicate", "vllm", sql + sql,
+			[]string{`c.hcl:6: model "m": adapter "sql": the name is taken: adapter of model "m" at c.hcl:3`}},
+		{"a model's name", "vllm", "  adapter \"other\" {\n    path = \"/a\"\n  }\n",
+			[]string{`c.hcl:3: model "m": adapter "other": the name is taken: model "other" at c.hcl:11`}},
+		{"its own model's name", "vllm", "  adapter \"m\" {\n    path = \"/a\"\n  }\n",
+			[]string{`c.hcl:3: model "m": adapter "m": the name is taken: model "m" at c.hcl:1`}},
+		{"a colon", "vllm", "  adapter \"m:sql\" {\n    path = \"/a\"\n  }\n",
+			[]string{`c.hcl:3: model "m": adapter "m:sql": the name may not hold ':' (requests may name an adapter as model:adapter), quotes or braces, nor start with '-'`}},
+		{"relative path", "vllm", "  adapter \"sql\" {\n    path = \"lora/sql\"\n  }\n",
+			[]string{`c.hcl:3: model "m": adapter "sql": path: "lora/sql" is not a clean absolute path`}},
+		{"no path", "vllm", "  adapter \"sql\" {\n  }\n",
+			[]string{`c.hcl:3: Missing required argument: The argument "path" is required, but no definition was found.`}},
+		{"a hub source", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    source = \"org/sql\"\n  }\n",
+			[]string{`c.hcl:5: Unsupported argument: An argument named "source" is not expected here.`}},
+		{"scale", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    scale = 0\n  }\n",
+			[]string{`c.hcl:5: model "m": adapter "sql": scale: want a number above 0 and at most 100, got 0`}},
+		{"rank", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    rank = 0\n  }\n",
+			[]string{`c.hcl:5: model "m": adapter "sql": rank must be between 1 and 65536, got 0`}},
+		{"max_adapters alone", "vllm", "  max_adapters = 2\n",
+			[]string{`c.hcl:3: model "m": max_adapters without an adapter block`}},
+		{"more adapters than llama.cpp's slots", "llamacpp", "  max_adapters = 1\n" + sql + "  adapter \"chat\" {\n    path = \"/srv/lora/chat.gguf\"\n  }\n",
+			[]string{`c.hcl:10: profile m/p: max_adapters: 1, but engine "llamacpp" loads all 2 adapters at start (--lora loads every adapter before the server listens; common/common.cpp:1342-1357 at 80fb11a): raise max_adapters to 2, or serve fewer adapters`}},
+		{"an engine without adapters", "tgi", sql,
+			[]string{`c.hcl:6: profile m/p: adapters: engine "tgi" serves no LoRA adapters through llmgw (llamacpp, sglang, vllm do)`}},
+		{"a comma in a llama.cpp path", "llamacpp", "  adapter \"sql\" {\n    path = \"/a,b.gguf\"\n  }\n",
+			[]string{`c.hcl:6: profile m/p: adapter "sql": path "/a,b.gguf" holds a comma, which llama.cpp's --lora reads as a separator`}},
+		{"a rank vLLM cannot take", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    rank = 1024\n  }\n",
+			[]string{`c.hcl:7: profile m/p: adapters: rank 1024 is above vLLM's largest --max-lora-rank, 512 (vllm/config/lora.py MaxLoRARanks)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseCatalog("c.hcl", []byte(adapterCatalog(tt.engine, tt.lines)))
+			if err == nil {
+				t.Fatalf("got no error, want %q", tt.want)
+			}
+			checkErrorLines(t, "c.hcl", err)
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A profile's args may not set the adapter flags llmgw renders.
+func TestParseCatalogAdapterArgs(t *testing.T) {
+	t.Parallel()
+	src := strings.Replace(adapterCatalog("llamacpp", "  adapter \"sql\" {\n    path = \"/a.gguf\"\n  }\n"),
+		"    gpu    = \"H\"\n", "    gpu    = \"H\"\n    args = [\"-cram\", \"2048\"]\n", 1)
+	_, err := ParseCatalog("c.hcl", []byte(src))
+	want := `c.hcl:6: profile m/p: args: --cache-ram is llmgw's to set when the model lists adapters`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v, want %q", err, want)
+	}
+}
+
+// An adapter and another model's adapter of one name collide too.
+func TestValidateAdaptersAcrossModels(t *testing.T) {
+	t.Parallel()
+	src := adapterCatalog("vllm", "  adapter \"sql\" {\n    path = \"/a\"\n  }\n")
+	src = strings.Replace(src, "model \"other\" {\n  source = \"org/other\"\n", "model \"other\" {\n  source = \"org/other\"\n  adapter \"sql\" {\n    path = \"/b\"\n  }\n", 1)
+	_, err := ParseCatalog("c.hcl", []byte(src))
+	want := `c.hcl:13: model "other": adapter "sql": the name is taken: adapter of model "m" at c.hcl:3`
+	if err == nil || err.Error() != want {
+		t.Errorf("%v, want %q", err, want)
+	}
+}
+
+// Validate checks a catalog built in code as the parser does.
+func TestValidateAdapters(t *testing.T) {
+	t.Parallel()
+	base := func() Model {
+		return Model{Name: "m", Source: "org/m", Replicas: 1, MaxSurge: 1, Priority: DefaultPriority, Pos: Pos{"c.hcl", 1},
+			Profiles: []Profile{{Name: "p", Engine: "vllm", GPU: "H", GPUs: 1, Nodes: 1, Pos: Pos{"c.hcl", 2}}}}
+	}
+	for _, c := range []struct {
+		name string
+		mod  func(*Model)
+		want string
+	}{
+		{"a hub source", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "a", Scale: 1, Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/a", Files: []string{"x"}}}, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "a": path: give the adapter's path on every node (adapters the nodes' stores fetch are not supported yet)`},
+		{"max_adapters alone", func(m *Model) { m.MaxAdapters = 3 }, `c.hcl:1: model "m": max_adapters 3 without an adapter`},
+		{"scale 0", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "a", Weights: weightsapi.Source{Path: "/a"}, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "a": scale: want a number above 0 and at most 100, got 0`},
+		{"an empty name", func(m *Model) {
+			m.Adapters = []Adapter{{Weights: weightsapi.Source{Path: "/a"}, Scale: 1, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "": adapter name: empty value`},
+	} {
+		m := base()
+		c.mod(&m)
+		err := Catalog{Models: []Model{m}}.Validate()
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	m := base()
+	m.Adapters = []Adapter{{Name: "a", Weights: weightsapi.Source{Path: "/a"}, Scale: 1}}
+	if err := (Catalog{Models: []Model{m}}).Validate(); err != nil {
+		t.Errorf("a good adapter: %v", err)
+	}
+}
