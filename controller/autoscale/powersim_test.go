@@ -436,6 +436,7 @@ func reportPower(b *testing.B, r powerResult) {
 	b.ReportMetric(float64(r.total), "replicas")
 	b.ReportMetric(float64(r.gpus), "gpus")
 	b.ReportMetric(r.watts, "admitted_W")
+	b.ReportMetric(r.declared, "declared_W")
 	b.ReportMetric(float64(r.nodeEngages), "node_engages")
 	b.ReportMetric(r.overPct(), "over_%")
 	b.ReportMetric(float64(r.longestOver), "longest_over_s")
