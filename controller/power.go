@@ -25,8 +25,10 @@ import (
 // (round) it learns each profile's draw per shard from the GPUs' readings
 // (what measured budgets count: docs/power.md, "Measured admission"), and,
 // while it leads, caps GPUs so that every budgeted domain stays under its
-// limit (facility/powercap), writing each node's caps and fallbacks to
-// Nomad Variables for its device plugin and renewing their lease. The
+// limit (facility/powercap) and divides each domain's limit into node
+// shares (powercap.Shares), which each node's plugin holds itself every
+// second; it writes each node's caps, fallbacks and share to Nomad
+// Variables for its device plugin and renews their lease. The
 // passes ask it what measured budgets count (learned, withRefusals) and
 // the API for its last round (view).
 type powerState struct {
@@ -156,10 +158,11 @@ func (p *powerState) capRound(ctx context.Context, snap snapshot, cat facility.C
 	fb := powercap.Fallback(in.domains, in.gpus)
 	p.refused = in.refused
 	p.mu.Unlock()
-	want := in.nodeCaps(res, fb)
+	sh := powercap.Shares(in.domains, in.gpus, in.wants())
+	want := in.nodeCaps(res, fb, sh)
 	// The API shows the round's decisions before the nodes get them, so
 	// that a reader who sees a node's caps written also sees this round.
-	p.record(now, res, in)
+	p.record(now, res, sh, in)
 	// The caps are the leader's writes: made inside its lease, and cut
 	// off when it ends, like its job writes.
 	wctx, cancel, err := p.lead.writeContext(ctx, true)
@@ -307,27 +310,45 @@ func capInputs(snap snapshot, cat facility.Catalog, fac facility.Facility, baseW
 	return in
 }
 
-// nodeCaps is what one node's caps variable holds: caps and fallbacks, W
-// by GPU UUID.
-type nodeCaps struct{ caps, fallback map[string]float64 }
-
-func (a nodeCaps) equal(b nodeCaps) bool {
-	return maps.Equal(a.caps, b.caps) && maps.Equal(a.fallback, b.fallback)
+// wants is what each GPU wants when shares are divided (powercap.Want):
+// its max while its plugin reports it held at a limit under its max, else
+// its draw and some room.
+func (in capInput) wants() []float64 {
+	out := make([]float64, len(in.gpus))
+	for i, g := range in.gpus {
+		out[i] = powercap.Want(g, in.sites[i].read.EnforcedW)
+	}
+	return out
 }
 
-// nodeCaps is each node's caps variable after a round that decided res
-// and the fallbacks fb: every GPU whose plugin takes caps, rounded to the
-// watt.
-func (in capInput) nodeCaps(res, fb powercap.Result) map[string]nodeCaps {
+// nodeCaps is what one node's caps variable holds: caps and fallbacks, W
+// by GPU UUID, and the node's share (format 2).
+type nodeCaps struct {
+	caps, fallback map[string]float64
+	share          devicesapi.NodeShare
+}
+
+func (a nodeCaps) equal(b nodeCaps) bool {
+	return maps.Equal(a.caps, b.caps) && maps.Equal(a.fallback, b.fallback) &&
+		a.share.Watts == b.share.Watts && maps.Equal(a.share.GPUs, b.share.GPUs)
+}
+
+// nodeCaps is each node's caps variable after a round that decided res,
+// the fallbacks fb and the shares sh: every GPU whose plugin takes caps,
+// rounded to the watt; the node's share is the sum of its GPUs' shares,
+// rounded down, so that no domain's shares add up over its limit. A node
+// whose share leaves every GPU its max gets none (format 1).
+func (in capInput) nodeCaps(res, fb, sh powercap.Result) map[string]nodeCaps {
 	want := map[string]nodeCaps{}
+	most := map[string]float64{} // Σ MaxWatts of each node's GPUs
 	for i, g := range in.gpus {
 		if in.sites[i].read.CapState == "" {
 			continue // its plugin takes no caps
 		}
+		most[g.Node] += g.MaxWatts
 		nc, ok := want[g.Node]
 		if !ok {
-			nc = nodeCaps{caps: map[string]float64{}, fallback: map[string]float64{}}
-			want[g.Node] = nc
+			nc = nodeCaps{caps: map[string]float64{}, fallback: map[string]float64{}, share: devicesapi.NodeShare{GPUs: map[string]devicesapi.ShareItems{}}}
 		}
 		if cp := res.Caps[i]; cp.Capped {
 			nc.caps[g.UUID] = math.Round(cp.Watts)
@@ -335,8 +356,41 @@ func (in capInput) nodeCaps(res, fb powercap.Result) map[string]nodeCaps {
 		if f := fb.Caps[i]; f.Capped && f.Watts < g.MaxWatts {
 			nc.fallback[g.UUID] = math.Round(f.Watts)
 		}
+		nc.share.Watts += sh.Caps[i].Watts
+		gi := devicesapi.ShareItems{Priority: g.Priority}
+		if g.FloorWatts < g.MaxWatts {
+			gi.Floor = math.Ceil(g.FloorWatts)
+		}
+		nc.share.GPUs[g.UUID] = gi
+		want[g.Node] = nc
+	}
+	for node, nc := range want {
+		nc.share.Watts = math.Floor(nc.share.Watts + 1e-6)
+		if nc.share.Watts >= math.Floor(most[node]) {
+			// Room for every GPU of the node at its max: no share to hold,
+			// the variable stays format 1.
+			nc.share = devicesapi.NodeShare{}
+		}
+		want[node] = nc
 	}
 	return want
+}
+
+// shareDeadBand: a node's share that would rise by less than this share of
+// it is not rewritten (keeping the lower share written is safe: the
+// domain's shares only add up to less); a share that falls is always
+// written. It spares Nomad a write per node and round for the draw's
+// small swings.
+const shareDeadBand = 0.05
+
+// keepShare reports whether a node's written share may stay instead of
+// the new one: the same items otherwise, and the new share above the old
+// by less than the dead band.
+func keepShare(old, nc nodeCaps) bool {
+	if !maps.Equal(old.caps, nc.caps) || !maps.Equal(old.fallback, nc.fallback) || !maps.Equal(old.share.GPUs, nc.share.GPUs) {
+		return false
+	}
+	return nc.share.Watts >= old.share.Watts && nc.share.Watts < old.share.Watts*(1+shareDeadBand)
 }
 
 // writeCaps writes every node's caps variable that differs from what was
@@ -347,14 +401,40 @@ func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 	written, cleaned := maps.Clone(p.written), p.cleaned
 	p.mu.Unlock()
 	wantPaths := map[string]bool{}
-	for node, nc := range want {
+	// The nodes whose share falls are written first, so that a share moved
+	// from one node to another is given up before it is taken.
+	nodes := slices.Collect(maps.Keys(want))
+	falls := func(node string) bool {
+		old, ok := written[devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)]
+		return !ok || want[node].share.Watts < old.share.Watts
+	}
+	slices.SortFunc(nodes, func(a, b string) int {
+		fa, fb := falls(a), falls(b)
+		switch {
+		case fa && !fb:
+			return -1
+		case fb && !fa:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	fallFailed := false
+	for _, node := range nodes {
+		nc := want[node]
 		path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
 		wantPaths[path] = true
-		if old, ok := written[path]; ok && old.equal(nc) {
+		if old, ok := written[path]; ok && (old.equal(nc) || keepShare(old, nc)) {
 			continue
 		}
-		if err := p.store.SetNodeCaps(ctx, node, nc.caps, nc.fallback); err != nil {
+		if fallFailed && !falls(node) {
+			// A share that should have fallen did not: the shares that
+			// rise wait for the next round, so that no domain's written
+			// shares add up over its limit.
+			continue
+		}
+		if err := p.store.SetNodeCaps(ctx, node, nc.caps, nc.fallback, nc.share); err != nil {
 			p.log.Warn("power caps not written", "node", node, "error", err)
+			fallFailed = fallFailed || falls(node)
 			continue
 		}
 		written[path] = nc
@@ -393,7 +473,7 @@ func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 
 // record keeps the round's outcome for the API, logs and counts every cap
 // decision as an event, and names the GPUs that refused a cap.
-func (p *powerState) record(now time.Time, res powercap.Result, in capInput) {
+func (p *powerState) record(now time.Time, res, sh powercap.Result, in capInput) {
 	v := controllerapi.PowerView{At: now}
 	for _, d := range res.Domains {
 		pd := controllerapi.PowerDomain{Domain: d.Domain.String(), Engaged: d.Engaged, LimitWatts: d.LimitWatts, DrawWatts: d.DrawWatts, BoundWatts: d.BoundWatts, ShortfallWatts: d.ShortfallWatts}
@@ -407,6 +487,9 @@ func (p *powerState) record(now time.Time, res powercap.Result, in capInput) {
 		}
 		if cp.Capped {
 			gv.CapWatts, gv.CapDomain, gv.Reason = cp.Watts, cp.Domain.String(), cp.Reason
+		}
+		if s := sh.Caps[i]; s.Capped && in.sites[i].read.CapState != "" {
+			gv.ShareWatts = s.Watts
 		}
 		v.GPUs = append(v.GPUs, gv)
 	}

@@ -213,6 +213,21 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	if hb := e.Fake.Variable("default", "llmgw/power-caps/_heartbeat"); hb == nil || hb.Items["lease"] != "15s" {
 		t.Errorf("heartbeat %+v, want one with lease 15s", hb)
 	}
+	// n1's share (format 2): the PDU's 1.8 kW less n1's 300 W base at
+	// most, every GPU on it with its priority and floor; hi's GPU keeps
+	// the most.
+	share, err := devicesapi.ParseShare("n1", items)
+	if err != nil || share.Watts <= 0 || share.Watts > 1500 {
+		t.Errorf("n1's share %+v (%v), want one of at most 1,500 W: %v", share, err, items)
+	}
+	if g := share.GPUs[hiGPU]; g.Priority != 80 || g.Floor != 200 {
+		t.Errorf("hi's GPU in the share: %+v, want priority 80, floor 200", g)
+	}
+	for id := range loGPUs {
+		if g := share.GPUs[id]; g.Priority != 10 || g.Floor != 200 {
+			t.Errorf("lo's GPU %s in the share: %+v, want priority 10, floor 200", id, g)
+		}
+	}
 	// The round records its view just after it writes the variable: wait
 	// for it.
 	var pv controllerapi.PowerView

@@ -68,6 +68,10 @@ type GPUPower struct {
 	// limit and its profile's min_watts; 0: it cannot be capped (its
 	// plugin takes no caps or reports no limits).
 	FloorWatts float64 `json:"floor_watts,omitempty"`
+	// ShareWatts is its part of its node's power share (the share the
+	// node's plugin holds every second: docs/power.md, "Node shares"),
+	// when under its max; 0: its share is its max.
+	ShareWatts float64 `json:"share_watts,omitempty"`
 	CapDomain  string  `json:"cap_domain,omitempty"`
 	Reason     string  `json:"reason,omitempty"`
 	State      string  `json:"state,omitempty"` // the plugin's power_cap stat

@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strconv"
@@ -25,7 +26,8 @@ type capSource int
 const (
 	srcNone       capSource = iota // the default limit, or one llmgw did not set
 	srcController                  // cap.<UUID> of the node's variable
-	srcFallback                    // the lease ran out: fallback.<UUID> or fallback_watts
+	srcFallback                    // the lease ran out (or the share is unreadable): fallback.<UUID> or fallback_watts
+	srcShare                       // the node holding its share (format 2), below the controller's cap
 )
 
 // capGPU is what the capper knows of one physical GPU.
@@ -37,14 +39,19 @@ type capGPU struct {
 	// its limit is llmgw's to set and, when the variable goes, to restore.
 	managed bool
 	err     string // the last failure, NVML's text; "" when none
+	// why a fallback holds ("controller lost", "share unreadable"), and
+	// the node's share while it sets the limit (srcShare), for the state.
+	why    string
+	shareW float64
 }
 
 // CapState is one GPU's power limit as the capper last set or read it.
 type CapState struct {
 	EnforcedW, DefaultW float64
 	// State is what Stats reports as power_cap: "capped 450 W by
-	// controller", "fallback 400 W: controller lost", "default",
-	// "limit 500 W, not set by llmgw", "error: <NVML error>".
+	// controller", "capped 380 W by node share 2400 W", "fallback 400 W:
+	// controller lost", "default", "limit 500 W, not set by llmgw",
+	// "error: <NVML error>".
 	State string
 }
 
@@ -57,8 +64,14 @@ func (g *capGPU) state() CapState {
 		s.State = "error: " + g.err
 	case g.source == srcController:
 		s.State = fmt.Sprintf("capped %g W by controller", s.EnforcedW)
+	case g.source == srcShare:
+		s.State = fmt.Sprintf("capped %g W by node share %g W", s.EnforcedW, g.shareW)
 	case g.source == srcFallback:
-		s.State = fmt.Sprintf("fallback %g W: controller lost", s.EnforcedW)
+		why := g.why
+		if why == "" {
+			why = "controller lost"
+		}
+		s.State = fmt.Sprintf("fallback %g W: %s", s.EnforcedW, why)
 	case g.enforcedMW == g.defaultMW || g.defaultMW == 0:
 		s.State = "default"
 	default:
@@ -110,6 +123,14 @@ type capper struct {
 	// applied is the node variable's index last applied (or refused), so a
 	// refused version is not retried until the controller writes another.
 	applied uint64
+	// The node's share (format 2) as the node variable last said, or why
+	// it could not be read (then the fallbacks hold); the controller's caps
+	// in mW; the holder; the caps it gives, in mW by UUID, while engaged.
+	share     devicesapi.NodeShare
+	shareErr  string
+	ctlCaps   map[string]uint32
+	holder    *devicesapi.ShareHolder
+	shareCaps map[string]uint32
 }
 
 func newCapper(cfg PowerCaps, log hclog.Logger, boards func() []capBoard) (*capper, error) {
@@ -125,7 +146,12 @@ func newCapper(cfg PowerCaps, log hclog.Logger, boards func() []capBoard) (*capp
 	if err != nil {
 		return nil, fmt.Errorf("power_caps: Nomad client for %s: %w", ac.Address, err)
 	}
-	return &capper{cfg: cfg, client: client, log: log.Named("power_caps"), boards: boards, now: time.Now, gpus: map[string]*capGPU{}}, nil
+	return &capper{cfg: cfg, client: client, log: log.Named("power_caps"), boards: boards, now: time.Now, gpus: map[string]*capGPU{},
+		holder: newHolder(cfg), shareCaps: map[string]uint32{}}, nil
+}
+
+func newHolder(cfg PowerCaps) *devicesapi.ShareHolder {
+	return devicesapi.NewShareHolder(devicesapi.ShareConfig{Hold: cfg.ShareHold})
 }
 
 func (c *capper) nodePath() string { return devicesapi.NodeCapsPath(c.cfg.Prefix, c.cfg.NodeName) }
@@ -186,11 +212,17 @@ func (c *capper) run(ctx context.Context) {
 
 	expiry := time.NewTimer(c.lease())
 	defer expiry.Stop()
+	tick := time.NewTicker(c.cfg.ShareInterval)
+	defer tick.Stop()
 	nodeSeen := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			if nodeSeen {
+				c.holdShare()
+			}
 		case nc := <-nodeCh:
 			c.node = nc
 			nodeSeen = true
@@ -289,8 +321,11 @@ type change struct {
 	fromMW uint32
 	toMW   uint32
 	source capSource
-	// reason for the log: "controller cap", "fallback", "default".
+	// reason for the log: "controller cap", "fallback", "default", "node share".
 	reason string
+	// quiet: a change of the node's own share caps, which may move every
+	// second: logged at debug (the holder logs when it engages and lifts).
+	quiet bool
 }
 
 // reconcile brings every GPU's limit to what the node variable and the
@@ -315,6 +350,22 @@ func (c *capper) reconcile() {
 			c.gpuLocked(b.uuid).err = err.Error()
 		}
 		return
+	}
+	c.ctlCaps = caps
+	if share, serr := devicesapi.ParseShare(c.nodePath(), c.node.items); serr != nil {
+		if newVersion {
+			c.log.Error("power share refused: the GPUs hold their fallbacks until the controller writes one this plugin reads", "error", serr)
+		}
+		c.share, c.shareErr = devicesapi.NodeShare{}, serr.Error()
+	} else {
+		c.share, c.shareErr = share, ""
+	}
+	// Fallbacks hold when the lease is lost, and when the node's share
+	// cannot be read: a share the node cannot hold must not leave its
+	// GPUs uncapped.
+	safe, why := c.leaseLost, "controller lost"
+	if !safe && c.shareErr != "" {
+		safe, why = true, "share unreadable"
 	}
 	known := map[string]bool{}
 	for _, b := range boards {
@@ -353,14 +404,14 @@ func (c *capper) reconcile() {
 		to, src, reason := def, srcNone, "default"
 		capMW, hasCap := caps[b.uuid]
 		switch {
-		case !c.leaseLost && hasCap:
+		case !safe && hasCap:
 			to, src, reason = capMW, srcController, "controller cap"
 			if to < lo || to > hi {
 				g.err = fmt.Sprintf("cap %g W is outside the GPU's limits %g-%g W", watts(to), watts(lo), watts(hi))
 				bad = append(bad, b.uuid+": "+g.err)
 				continue
 			}
-		case c.leaseLost:
+		case safe:
 			fb, hasFB := fallbacks[b.uuid]
 			if !hasFB && c.cfg.FallbackWatts != nil {
 				fb, hasFB = uint32(math.Round(*c.cfg.FallbackWatts*1000)), true
@@ -377,8 +428,15 @@ func (c *capper) reconcile() {
 				to, src, reason = min(max(capMW, lo), hi), srcFallback, "fallback: the last controller cap"
 			}
 		}
+		if sc, ok := c.shareCaps[b.uuid]; ok && !safe && sc < to {
+			// The node's own cap, holding its share: held to the GPU's
+			// range (the holder's floors are at least its minimum).
+			to, src, reason = min(max(sc, lo), hi), srcShare, "node share"
+		}
+		g.why, g.shareW = why, c.share.Watts
 		if to != cur {
-			plan = append(plan, change{uuid: b.uuid, dev: b.dev, fromMW: cur, toMW: to, source: src, reason: reason})
+			plan = append(plan, change{uuid: b.uuid, dev: b.dev, fromMW: cur, toMW: to, source: src, reason: reason,
+				quiet: src == srcShare || g.source == srcShare && src == srcNone})
 		} else {
 			g.source, g.err = src, ""
 		}
@@ -395,6 +453,76 @@ func (c *capper) reconcile() {
 		return
 	}
 	c.applyLocked(plan)
+}
+
+// shareRaise is the least rise, as a share of a share cap, that the node
+// applies: a smaller one keeps the lower cap in place (safe: the caps sum
+// to less), so that a cap does not move every second for the draw's
+// small swings. A cap that falls is applied at once.
+const shareRaise = 0.02
+
+// holdShare runs every share_interval: it reads each GPU's draw, steps the
+// node's share holder, and applies the caps it gives when they changed.
+// Without a share (format 1, none given, the lease lost, the share
+// unreadable) the holder's caps go.
+func (c *capper) holdShare() {
+	if !c.node.exists || c.leaseLost || c.shareErr != "" || c.share.Watts <= 0 {
+		if len(c.shareCaps) > 0 || c.holder.Engaged() {
+			c.holder = newHolder(c.cfg)
+			clear(c.shareCaps)
+			c.reconcile()
+		}
+		return
+	}
+	boards := c.boards()
+	sort.Slice(boards, func(i, j int) bool { return boards[i].uuid < boards[j].uuid })
+	gpus := make([]devicesapi.ShareGPU, 0, len(boards))
+	for _, b := range boards {
+		def, ret := b.dev.GetPowerManagementDefaultLimit()
+		lo, _, ret2 := b.dev.GetPowerManagementLimitConstraints()
+		if ret != nvml.SUCCESS || ret2 != nvml.SUCCESS || def == 0 {
+			continue // reconcile reports it; a GPU without limits cannot be held
+		}
+		mx := def
+		if cp, ok := c.ctlCaps[b.uuid]; ok && cp < mx {
+			mx = cp
+		}
+		sg := c.share.GPUs[b.uuid]
+		g := devicesapi.ShareGPU{UUID: b.uuid, Priority: sg.Priority, MaxWatts: watts(mx),
+			FloorWatts: min(max(watts(lo), sg.Floor), watts(mx))}
+		if mw, ret := b.dev.GetPowerUsage(); ret == nvml.SUCCESS {
+			g.DrawWatts = watts(mw)
+		} else {
+			g.DrawWatts = g.MaxWatts // unread: counted at the most it may draw
+		}
+		gpus = append(gpus, g)
+	}
+	was := c.holder.Engaged()
+	caps := c.holder.Step(c.now(), c.share.Watts, gpus)
+	next := map[string]uint32{}
+	drew := 0.0
+	for i, g := range gpus {
+		drew += g.DrawWatts
+		if caps[i] <= 0 {
+			continue
+		}
+		mw := uint32(math.Floor(caps[i] * 1000))
+		if old, ok := c.shareCaps[g.UUID]; ok && mw > old && float64(mw) < float64(old)*(1+shareRaise) {
+			mw = old
+		}
+		next[g.UUID] = mw
+	}
+	switch now := c.holder.Engaged(); {
+	case now && !was:
+		c.log.Info("node over its power share: capping its GPUs", "share_w", c.share.Watts, "drawing_w", drew)
+	case was && !now:
+		c.log.Info("node under its power share long enough: its share caps lift", "share_w", c.share.Watts, "drawing_w", drew, "hold", c.cfg.ShareHold.String())
+	}
+	if maps.Equal(next, c.shareCaps) {
+		return
+	}
+	c.shareCaps = next
+	c.reconcile()
 }
 
 // restoreLocked puts every GPU llmgw manages back to its default limit:
@@ -463,9 +591,15 @@ func (c *capper) applyLocked(plan []change) bool {
 		msg := "GPU power capped"
 		switch ch.source {
 		case srcFallback:
-			msg = "GPU power capped at its fallback: controller lost"
+			msg = "GPU power capped at its fallback: " + g.why
 		case srcNone:
 			msg = "GPU power cap lifted to the default limit"
+		case srcShare:
+			msg = "GPU power capped by the node's share"
+		}
+		if ch.quiet {
+			c.log.Debug(msg, "gpu", ch.uuid, "watts", watts(ch.toMW), "was_w", watts(ch.fromMW), "reason", ch.reason)
+			continue
 		}
 		c.log.Info(msg, "gpu", ch.uuid, "watts", watts(ch.toMW), "was_w", watts(ch.fromMW), "reason", ch.reason)
 	}

@@ -409,6 +409,8 @@ func TestPowerCapsConfig(t *testing.T) {
 		{`power_caps { fallback_watts = 0 }`, "power_caps.fallback_watts: must be above zero, got 0"},
 		{`power_caps { token_file = "/nonexistent/token" }`, "power_caps.token_file: open /nonexistent/token: no such file or directory"},
 		{`power_caps { variable_prefix = "llmgw/power caps" }`, `power_caps: variable path "llmgw/power caps/`},
+		{`power_caps { share_interval = "10ms" }`, "power_caps.share_interval: 10ms is out of range (100ms to 1m)"},
+		{`power_caps { share_hold = "500ms" }`, "power_caps.share_hold: 500ms is too short (minimum 1s)"},
 	} {
 		_, err := decodeHCL(t, c.hcl)
 		if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -420,7 +422,8 @@ func TestPowerCapsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := got.PowerCaps
-	if pc.Namespace != "default" || pc.Prefix != "llmgw/power-caps" || pc.Lease != 45*time.Second || pc.FallbackWatts != nil || pc.NodeName != "n7" {
+	if pc.Namespace != "default" || pc.Prefix != "llmgw/power-caps" || pc.Lease != 45*time.Second || pc.FallbackWatts != nil || pc.NodeName != "n7" ||
+		pc.ShareInterval != time.Second || pc.ShareHold != 30*time.Second {
 		t.Fatalf("defaults: %+v", *pc)
 	}
 }

@@ -46,6 +46,11 @@ type PowerCaps struct {
 	// FallbackWatts caps a GPU when the controller is lost and gave no
 	// fallback for it; nil: keep its last cap.
 	FallbackWatts *float64 `codec:"fallback_watts"`
+	// ShareInterval is how often the plugin reads its GPUs' draw and holds
+	// the node's share (a format-2 variable); ShareHold how long the node
+	// draws under the lift line before its share caps lift.
+	ShareInterval time.Duration `codec:"share_interval"`
+	ShareHold     time.Duration `codec:"share_hold"`
 
 	token string // read from TokenFile by Validate
 }
@@ -97,6 +102,10 @@ func ConfigSpec() *hclspec.Spec {
 			"lease": hclspec.Default(
 				hclspec.Attr("lease", "string"), hclspec.Literal(`"45s"`)),
 			"fallback_watts": hclspec.Attr("fallback_watts", "number"),
+			"share_interval": hclspec.Default(
+				hclspec.Attr("share_interval", "string"), hclspec.Literal(`"1s"`)),
+			"share_hold": hclspec.Default(
+				hclspec.Attr("share_hold", "string"), hclspec.Literal(`"30s"`)),
 		})),
 		"mock": hclspec.Block("mock", false, hclspec.Object(map[string]*hclspec.Spec{
 			"system":      hclspec.RequiredAttr("system", "string"),
@@ -169,6 +178,19 @@ func (c *Config) Validate() error {
 func (pc *PowerCaps) validate() error {
 	if pc.Lease < time.Second {
 		return fmt.Errorf("power_caps.lease: %s is too short (minimum 1s)", pc.Lease)
+	}
+	// Zero (a PowerCaps built in code, not decoded) takes the default.
+	if pc.ShareInterval == 0 {
+		pc.ShareInterval = time.Second
+	}
+	if pc.ShareHold == 0 {
+		pc.ShareHold = 30 * time.Second
+	}
+	if pc.ShareInterval < 100*time.Millisecond || pc.ShareInterval > time.Minute {
+		return fmt.Errorf("power_caps.share_interval: %s is out of range (100ms to 1m)", pc.ShareInterval)
+	}
+	if pc.ShareHold < time.Second {
+		return fmt.Errorf("power_caps.share_hold: %s is too short (minimum 1s)", pc.ShareHold)
 	}
 	if pc.FallbackWatts != nil && (math.IsNaN(*pc.FallbackWatts) || *pc.FallbackWatts <= 0) {
 		return fmt.Errorf("power_caps.fallback_watts: must be above zero, got %v", *pc.FallbackWatts)

@@ -2,7 +2,9 @@
 // share, each defined once: the device stats the controller reads through
 // Nomad's client stats (a GPU's draw and power limits, its cap state), and
 // the Nomad variables through which the controller caps GPUs and the
-// plugin applies the caps (docs/device-plugin.md, "Power caps").
+// plugin applies the caps (docs/device-plugin.md, "Power caps"); and the
+// rule by which a node holds the power share those variables give it
+// (ShareHolder: the plugin runs it, the power simulation replays it).
 package devicesapi
 
 import (

@@ -101,7 +101,11 @@ budget "pdu=p1" { watts = 1650 }
 //     the caps' engage threshold; caps land on lo's GPUs (and the unused
 //     one), not hi's, in the node's caps variable and in the GPUs'
 //     enforced_power_limit in Nomad's client stats; once they are in place
-//     every sampled domain draw is under the limit;
+//     every sampled domain draw is under the limit. The node also holds
+//     its share (format 2, issue 38), reading its GPUs every second: its
+//     own caps may come before any sample shows the domain over the engage
+//     line, and then they must be the node's ("by node share"); the share
+//     with the node's base is within the limit;
 //   - after the spike, past power_cap_hold (20 s here), the caps lift: the
 //     variable has no cap. items and every GPU is back at 700 W.
 func TestPowerCapsOnRealNomad(t *testing.T) {
@@ -248,6 +252,7 @@ func TestPowerCapsOnRealNomad(t *testing.T) {
 	}
 	var (
 		firstOver, capped   time.Time
+		byShare             bool // the caps first in place were the node's share caps
 		maxDraw, maxCapped  float64
 		overAfterCaps       []string
 		samples, capSamples int
@@ -297,17 +302,21 @@ func TestPowerCapsOnRealNomad(t *testing.T) {
 			}
 			continue
 		}
-		all := true
+		all, share := true, false
 		for _, id := range loGPUs {
 			// The plugin's word: a limit under the default, set by the
-			// controller ("capped 225 W by controller").
+			// controller ("capped 225 W by controller") or by the node
+			// holding its share ("capped 224 W by node share 1348 W").
 			lim, state := st[id][devicesapi.StatEnforcedLimit].FloatNumeratorVal, st[id][devicesapi.StatPowerCap].StringVal
 			if lim == nil || *lim >= capsGPUMax || state == nil || !strings.HasPrefix(*state, "capped ") {
 				all = false
 			}
+			if state != nil && strings.Contains(*state, " by node share ") {
+				share = true
+			}
 		}
 		if all {
-			capped = now
+			capped, byShare = now, share
 			t.Logf("caps in place on lo's GPUs %s into the spike: %s", now.Sub(spikeStart).Round(time.Millisecond), last)
 		}
 	}
@@ -319,7 +328,12 @@ func TestPowerCapsOnRealNomad(t *testing.T) {
 			samples, maxDraw, capsBudget, capsEngage, last)
 	}
 	if firstOver.IsZero() || firstOver.After(capped) {
-		t.Errorf("caps in place at %s without a sample over the engage threshold before (first over: %v)", capped.Format(time.StampMilli), firstOver)
+		if !byShare {
+			t.Errorf("caps in place at %s without a sample over the engage threshold before (first over: %v), and not the node's share caps", capped.Format(time.StampMilli), firstOver)
+		} else {
+			t.Logf("the node's share caps in place at %s, before any sample over %.1f W (first over: %v): the node caps itself at 95 %% of its share, reading its GPUs every second",
+				capped.Format(time.StampMilli), capsEngage, firstOver)
+		}
 	} else {
 		t.Logf("from the first sample over %.1f W to the caps in place: %s (power_interval 2s; Nomad's client stats every 1s)",
 			capsEngage, capped.Sub(firstOver).Round(time.Millisecond))
@@ -344,6 +358,19 @@ func TestPowerCapsOnRealNomad(t *testing.T) {
 	for _, id := range loGPUs {
 		if _, ok := items[devicesapi.CapItem+id]; !ok {
 			t.Errorf("lo's GPU %s has no cap in the variable: %v", id, items)
+		}
+	}
+	// The node's share (format 2): with its base, within the PDU's limit;
+	// hi's GPU at a higher priority than lo's.
+	if sh, err := devicesapi.ParseShare("caps variable", items); err != nil || sh.Watts <= 0 || capsBase+sh.Watts > capsBudget {
+		t.Errorf("node share %+v (%v): want one with base %.0f W + share within %.0f W", sh, err, capsBase, capsBudget)
+	} else {
+		for _, hi := range hiGPUs {
+			for _, lo := range loGPUs {
+				if sh.GPUs[hi].Priority <= sh.GPUs[lo].Priority {
+					t.Errorf("share items: hi's GPU at priority %d, lo's at %d", sh.GPUs[hi].Priority, sh.GPUs[lo].Priority)
+				}
+			}
 		}
 	}
 	engaged := false

@@ -13,10 +13,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/facility/powercap"
 )
@@ -31,8 +33,14 @@ type powerModel struct {
 	idle, decodeLo, decodeHi, prefill, unused float64
 	noise                                     float64            // each second's draw × (1 ± noise), uniform
 	prefillSec                                map[string]float64 // a request's prefill time per model
+	prefillScale                              float64            // × every prefill time (the sweep)
 	floor, max                                float64            // a GPU's least and greatest power limit
 	poll, apply                               time.Duration      // the controller reads draws every poll; a node applies a cap within apply
+	// nodeLoop: each node holds its share (the controller's
+	// powercap.Shares, written every poll, in place after apply) itself
+	// every second with devicesapi.ShareHolder: its caps decided from a
+	// second's readings are in place the next second.
+	nodeLoop bool
 }
 
 func defaultPower() powerModel {
@@ -40,15 +48,30 @@ func defaultPower() powerModel {
 		pduWatts: 13500,
 		want:     map[string]int{"llama-70b": 12, "qwen-7b": 32, "mistral-24b": 16}, // 96 GPUs: the whole fleet
 		idle:     90, decodeLo: 137, decodeHi: 300, prefill: 680, unused: 60, noise: 0.03,
-		prefillSec: map[string]float64{"llama-70b": 0.10, "qwen-7b": 0.03, "mistral-24b": 0.06},
-		floor:      200, max: 700,
+		prefillSec: map[string]float64{"llama-70b": 0.10, "qwen-7b": 0.03, "mistral-24b": 0.06}, prefillScale: 1,
+		floor: 200, max: 700,
 		poll: 5 * time.Second, apply: 2 * time.Second,
 	}
 }
 
-// capBound is the longest a PDU may stay over its limit: a poll to see it,
-// and the node's apply.
-func (pm powerModel) capBound() time.Duration { return pm.poll + pm.apply }
+// shippedPower is defaultPower as llmgw ships: the controller polls every
+// power_interval (30 s by default) and every node holds its share each
+// second.
+func shippedPower() powerModel {
+	pm := defaultPower()
+	pm.poll, pm.nodeLoop = 30*time.Second, true
+	return pm
+}
+
+// capBound is the longest a PDU may stay over its limit: with the node
+// loop, the second a node goes over and the second its caps are in place
+// (goal: 3 s at most); without it, a poll to see it and the node's apply.
+func (pm powerModel) capBound() time.Duration {
+	if pm.nodeLoop {
+		return 3 * time.Second
+	}
+	return pm.poll + pm.apply
+}
 
 type powerResult struct {
 	replicas     map[string]int
@@ -59,9 +82,14 @@ type powerResult struct {
 	engages      int // times a PDU's caps engaged
 	engagedSecs  int // PDU × seconds with caps engaged
 	capDecisions int // cap, change and lift decisions
-	lost, work   map[string]float64
-	learned      []facility.Learned
-	peakPDU      float64 // the most any PDU drew in one second
+	nodeEngages  int // times a node's share holder engaged
+	// watts: Σ over the PDUs of what the plan admitted, in their count
+	// (declared or measured), the nodes' base draw left out; declared:
+	// the same with every shard at its declared draw.
+	watts, declared float64
+	lost, work      map[string]float64
+	learned         []facility.Learned
+	peakPDU         float64 // the most any PDU drew in one second
 }
 
 func (r powerResult) lostPct(model string) float64 {
@@ -74,10 +102,30 @@ type simGPU struct {
 	node, pdu string
 	model     string // "" unused
 	replica   int
-	cap       float64 // in place; pm.max uncapped
+	cap       float64 // the controller's, in place; pm.max uncapped
 	pending   float64 // the next cap, from at
 	pendingAt int
+	ncap      float64 // the node's own (share) cap in place; 0 none
 	draw      float64
+}
+
+// limit is what the GPU may draw now: the lower of the controller's cap
+// and the node's.
+func (g *simGPU) limit() float64 {
+	if g.ncap > 0 {
+		return math.Min(g.cap, g.ncap)
+	}
+	return g.cap
+}
+
+// simNode is one node's share loop.
+type simNode struct {
+	first, n  int // its GPUs: gpus[first : first+n]
+	share     float64
+	pending   float64 // the next share (-1 none), from pendingAt
+	pendingAt int
+	holder    *devicesapi.ShareHolder
+	in        []devicesapi.ShareGPU
 }
 
 // runPower places the replicas of pm.want on the simulated fleet, counting
@@ -97,6 +145,14 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 		panic(err)
 	}
 	res := powerResult{replicas: map[string]int{}, lost: map[string]float64{}, work: map[string]float64{}}
+	for _, du := range plan.Domains {
+		res.watts += du.DrawWatts
+		res.declared += du.DeclaredWatts
+	}
+	for _, n := range nodes {
+		res.watts -= n.BaseWatts
+		res.declared -= n.BaseWatts
+	}
 
 	// GPUs: per node in order; a replica takes the node's next free ones.
 	var gpus []simGPU
@@ -125,6 +181,15 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 		res.replicas[d.Model]++
 		res.total++
 		res.gpus += len(idx)
+	}
+	uuids := make([]string, len(gpus))
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("GPU-%03d", i)
+	}
+	var snodes []*simNode
+	for _, n := range nodes {
+		snodes = append(snodes, &simNode{first: first[n.Name], n: n.GPUs[0].Count, pending: -1,
+			holder: devicesapi.NewShareHolder(devicesapi.ShareConfig{}), in: make([]devicesapi.ShareGPU, n.GPUs[0].Count)})
 	}
 
 	// The day's demand, as the autoscaling simulator makes it.
@@ -208,13 +273,13 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 				if busy > 0 {
 					p = pm.decodeLo + (pm.decodeHi-pm.decodeLo)*u
 				}
-				f := math.Min(1, float64(perReplica[r])*pm.prefillSec[name])
+				f := math.Min(1, float64(perReplica[r])*pm.prefillSec[name]*pm.prefillScale)
 				p = f*pm.prefill + (1-f)*p
 				shard := 0.0
 				for _, g := range idx {
 					d := math.Min(pm.max, p*(1+pm.noise*(2*prng.Float64()-1)))
 					gg := &gpus[g]
-					gg.draw = math.Min(d, gg.cap)
+					gg.draw = math.Min(d, gg.limit())
 					res.work[name] += d
 					res.lost[name] += d - gg.draw
 					shard += gg.draw
@@ -229,7 +294,7 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 				g.cap, g.pending = g.pending, -1
 			}
 			if g.model == "" {
-				g.draw = math.Min(pm.unused, g.cap)
+				g.draw = math.Min(pm.unused, g.limit())
 			}
 			pduDraw[g.pdu] += g.draw
 		}
@@ -249,6 +314,40 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 				res.engagedSecs++
 			}
 		}
+		if pm.nodeLoop {
+			// Each node reads this second's draws and sets its caps for
+			// the next, as the plugin does every share_interval.
+			now := start.Add(time.Duration(sec) * time.Second)
+			for _, sn := range snodes {
+				if sn.pending >= 0 && sec >= sn.pendingAt {
+					sn.share, sn.pending = sn.pending, -1
+				}
+				was := sn.holder.Engaged()
+				for k := range sn.n {
+					g := &gpus[sn.first+k]
+					pr := -1
+					if g.model != "" {
+						pr = prio[g.model]
+					}
+					sn.in[k] = devicesapi.ShareGPU{UUID: uuids[sn.first+k], Priority: pr, DrawWatts: g.draw, FloorWatts: pm.floor, MaxWatts: g.cap}
+				}
+				caps := sn.holder.Step(now, sn.share, sn.in)
+				for k, c := range caps {
+					g := &gpus[sn.first+k]
+					switch {
+					case c <= 0:
+						g.ncap = 0
+					case g.ncap > 0 && c > g.ncap && c < g.ncap*1.02:
+						// a rise under 2 % keeps the lower cap, as the plugin does
+					default:
+						g.ncap = math.Floor(c)
+					}
+				}
+				if sn.holder.Engaged() && !was {
+					res.nodeEngages++
+				}
+			}
+		}
 		if caps && sec%poll == 0 {
 			var doms []powercap.Domain
 			for _, p := range pdus {
@@ -260,13 +359,38 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 				if g.model != "" {
 					pr = prio[g.model]
 				}
-				in[i] = powercap.GPU{UUID: fmt.Sprintf("GPU-%03d", i), Node: g.node, Model: g.model, Priority: pr, DrawWatts: g.draw,
+				in[i] = powercap.GPU{UUID: uuids[i], Node: g.node, Model: g.model, Priority: pr, DrawWatts: g.draw,
 					FloorWatts: pm.floor, MaxWatts: pm.max, Domains: []facility.Domain{{Level: facility.LevelPDU, Value: g.pdu}}}
 			}
 			out := alloc.Decide(start.Add(time.Duration(sec)*time.Second), doms, in)
 			for i, c := range out.Caps {
 				if c.Watts != gpus[i].cap {
 					gpus[i].pending, gpus[i].pendingAt = c.Watts, sec+apply
+				}
+			}
+			if pm.nodeLoop {
+				// The nodes' shares, as the controller writes them: a node
+				// whose share leaves every GPU its max gets none.
+				want := make([]float64, len(in))
+				for i := range in {
+					lim := gpus[i].limit()
+					if lim >= pm.max {
+						lim = 0
+					}
+					want[i] = powercap.Want(in[i], lim)
+				}
+				sh := powercap.Shares(doms, in, want)
+				for _, sn := range snodes {
+					total, most := 0.0, 0.0
+					for k := range sn.n {
+						total += sh.Caps[sn.first+k].Watts
+						most += pm.max
+					}
+					total = math.Floor(total + 1e-6)
+					if total >= most {
+						total = 0
+					}
+					sn.pending, sn.pendingAt = total, sec+apply
 				}
 			}
 			for _, st := range out.Domains {
@@ -294,14 +418,26 @@ func runPower(cfg simConfig, pm powerModel, mode facility.CountMode, learned []f
 // draws), then measured admission with what was learned, with caps, on
 // the same day with every model's traffic × surge.
 func powerDay(cfg simConfig, pm powerModel, surge float64) (declared, measured powerResult) {
-	declared = runPower(cfg, pm, facility.CountDeclared, nil, false, 1)
-	measured = runPower(cfg, pm, facility.CountMeasured, declared.learned, true, surge)
-	return declared, measured
+	declared = declaredDay(cfg, pm)
+	return declared, measuredDay(cfg, pm, declared, surge)
+}
+
+// declaredDay is the declared day (no caps; it learns the draws), and
+// measuredDay the measured day with caps after it.
+func declaredDay(cfg simConfig, pm powerModel) powerResult {
+	return runPower(cfg, pm, facility.CountDeclared, nil, false, 1)
+}
+
+func measuredDay(cfg simConfig, pm powerModel, declared powerResult, surge float64) powerResult {
+	return runPower(cfg, pm, facility.CountMeasured, declared.learned, true, surge)
 }
 
 func reportPower(b *testing.B, r powerResult) {
 	b.ReportMetric(float64(r.total), "replicas")
 	b.ReportMetric(float64(r.gpus), "gpus")
+	b.ReportMetric(r.watts, "admitted_W")
+	b.ReportMetric(r.declared, "declared_W")
+	b.ReportMetric(float64(r.nodeEngages), "node_engages")
 	b.ReportMetric(r.overPct(), "over_%")
 	b.ReportMetric(float64(r.longestOver), "longest_over_s")
 	b.ReportMetric(float64(r.engages), "engages")
@@ -315,67 +451,465 @@ func reportPower(b *testing.B, r powerResult) {
 }
 
 // BenchmarkPowerSim replays the seeded day with declared admission, then
-// with measured admission and caps: on the same traffic, and with every
-// model's traffic doubled (what was learned the day before no longer
-// holds: the caps must). docs/perf.md has the table and the command.
+// with measured admission and caps as llmgw ships them (the controller
+// every power_interval, 30 s; every node holding its share each second),
+// and as the issue-22 design ran them (the controller alone, every 5 s):
+// on the same traffic, and with every model's traffic doubled (what was
+// learned the day before no longer holds: the caps must). docs/perf.md has
+// the table and the command.
 func BenchmarkPowerSim(b *testing.B) {
-	cfg, pm := defaultSim(), defaultPower()
-	for _, surge := range []float64{1, 2} {
-		var d, m powerResult
-		b.Run(fmt.Sprintf("surge=%g", surge), func(b *testing.B) {
-			for b.Loop() {
-				d, m = powerDay(cfg, pm, surge)
-			}
-			b.ReportMetric(float64(d.total), "declared_replicas")
-			reportPower(b, m)
-		})
+	cfg := defaultSim()
+	for _, pm := range []powerModel{shippedPower(), defaultPower()} {
+		for _, surge := range []float64{1, 2} {
+			var d, m powerResult
+			b.Run(fmt.Sprintf("%s/surge=%g", pm.name(), surge), func(b *testing.B) {
+				for b.Loop() {
+					d, m = powerDay(cfg, pm, surge)
+				}
+				b.ReportMetric(float64(d.total), "declared_replicas")
+				b.ReportMetric(d.watts, "declared_admitted_W")
+				reportPower(b, m)
+			})
+		}
 	}
 }
 
-// The goals of issue 22, checked on the seeded day: at least +25 %
-// replicas under the same PDU budgets; no PDU over its limit for longer
-// than the cap bound, and under 0.1 % of 1-second samples over; under
-// 5 % of the highest-priority model's work lost to caps. The safety goals
-// hold on the same traffic and with it doubled, where the caps must act.
-func TestPowerSimMeetsItsGoals(t *testing.T) {
-	t.Parallel()
-	cfg, pm := defaultSim(), defaultPower()
+// name says how the caps run: "node1s+ctl30s", "ctl5s".
+func (pm powerModel) name() string {
+	if pm.nodeLoop {
+		return fmt.Sprintf("node1s+ctl%s", pm.poll)
+	}
+	return fmt.Sprintf("ctl%s", pm.poll)
+}
+
+// goalMisses checks the goals of issues 22 and 38 on one day: at least
+// +25 % replicas under the same PDU budgets; no PDU over its limit for
+// longer than the cap bound, and under 0.1 % of 1-second samples over;
+// under 5 % of the highest-priority model's work lost to caps. It returns
+// the goals missed, by name.
+func goalMisses(cfg simConfig, pm powerModel, d, m powerResult) map[string]string {
 	top := cfg.models[0]
 	for _, mm := range cfg.models {
 		if mm.priority > top.priority {
 			top = mm
 		}
 	}
-	for _, surge := range []float64{1, 2} {
-		d, m := powerDay(cfg, pm, surge)
-		for _, r := range []struct {
-			name string
-			r    powerResult
-		}{{"declared", d}, {fmt.Sprintf("measured+caps, traffic ×%g", surge), m}} {
-			t.Logf("%s: %d replicas (%v) on %d GPUs; %d PDU-seconds of %d (%.4f %%) over, longest %d s, peak %.0f W; %d engages, %.1f %% engaged, %d cap decisions; lost llama %.2f %%, qwen %.2f %%, mistral %.2f %%",
-				r.name, r.r.total, r.r.replicas, r.r.gpus, r.r.over, r.r.pduSeconds, r.r.overPct(), r.r.longestOver, r.r.peakPDU, r.r.engages,
-				100*float64(r.r.engagedSecs)/float64(max(r.r.pduSeconds, 1)), r.r.capDecisions,
-				r.r.lostPct("llama-70b"), r.r.lostPct("qwen-7b"), r.r.lostPct("mistral-24b"))
-		}
-		if surge == 1 {
-			for _, l := range d.learned {
-				t.Logf("learned %s: %.0f W over %d samples (the day's worst hour)", l.LearnedKey, l.Watts, l.Samples)
+	miss := map[string]string{}
+	if gain := float64(m.total)/float64(max(d.total, 1)) - 1; gain < 0.25 {
+		miss["capacity"] = fmt.Sprintf("measured admits %d replicas, declared %d: %+.1f %%, want at least +25 %%", m.total, d.total, 100*gain)
+	}
+	if bound := int(pm.capBound().Seconds()); m.longestOver > bound {
+		miss["bound"] = fmt.Sprintf("a PDU stayed over its limit for %d s, longer than the cap bound %d s", m.longestOver, bound)
+	}
+	if m.overPct() >= 0.1 {
+		miss["over"] = fmt.Sprintf("%.4f %% of PDU-seconds over the limit, want under 0.1 %%", m.overPct())
+	}
+	if lost := m.lostPct(top.name); lost >= 5 {
+		miss["priority"] = fmt.Sprintf("%s (the highest priority) lost %.2f %% of its work to caps, want under 5 %%", top.name, lost)
+	}
+	return miss
+}
+
+func logDay(t *testing.T, name string, r powerResult) {
+	t.Helper()
+	t.Logf("%s: %d replicas (%v) on %d GPUs, %.0f W admitted (declared %.0f W); %d PDU-seconds of %d (%.4f %%) over, longest %d s, peak %.0f W; %d engages, %.1f %% engaged, %d cap decisions, %d node engages; lost llama %.2f %%, qwen %.2f %%, mistral %.2f %%",
+		name, r.total, r.replicas, r.gpus, r.watts, r.declared, r.over, r.pduSeconds, r.overPct(), r.longestOver, r.peakPDU, r.engages,
+		100*float64(r.engagedSecs)/float64(max(r.pduSeconds, 1)), r.capDecisions, r.nodeEngages,
+		r.lostPct("llama-70b"), r.lostPct("qwen-7b"), r.lostPct("mistral-24b"))
+}
+
+// The goals, checked on the seeded day as llmgw ships (the controller every
+// 30 s, the nodes holding their shares every second) and as issue 22 ran
+// it (the controller alone every 5 s): they hold on the same traffic and
+// with it doubled, where the caps must act.
+func TestPowerSimMeetsItsGoals(t *testing.T) {
+	t.Parallel()
+	cfg := defaultSim()
+	for _, pm := range []powerModel{shippedPower(), defaultPower()} {
+		for _, surge := range []float64{1, 2} {
+			d, m := powerDay(cfg, pm, surge)
+			logDay(t, "declared", d)
+			logDay(t, fmt.Sprintf("measured, %s, traffic ×%g", pm.name(), surge), m)
+			if surge == 1 && !pm.nodeLoop {
+				for _, l := range d.learned {
+					t.Logf("learned %s: %.0f W over %d samples (the day's worst hour)", l.LearnedKey, l.Watts, l.Samples)
+				}
+			}
+			for _, why := range goalMisses(cfg, pm, d, m) {
+				t.Errorf("%s ×%g: %s", pm.name(), surge, why)
+			}
+			if surge > 1 && m.engages == 0 && m.nodeEngages == 0 {
+				t.Errorf("%s ×%g: caps never engaged: the surge did not exercise them", pm.name(), surge)
 			}
 		}
-		if gain := float64(m.total)/float64(max(d.total, 1)) - 1; gain < 0.25 {
-			t.Errorf("×%g: measured admits %d replicas, declared %d: +%.1f %%, want at least +25 %%", surge, m.total, d.total, 100*gain)
+	}
+}
+
+// sweepPoint is one point of the sweep: the full-load decode draw per GPU
+// (decodeHi) and the prefill times' scale.
+type sweepPoint struct {
+	decode, prefill float64
+}
+
+func (sp sweepPoint) String() string {
+	return fmt.Sprintf("decode=%gW/prefill=x%g", sp.decode, sp.prefill)
+}
+
+// sweep is the sweep of issue 38: full-load decode from 300 to 550 W of
+// 700, prefill times × 1 and × 2.
+var sweep = []sweepPoint{{300, 1}, {300, 2}, {425, 1}, {425, 2}, {550, 1}, {550, 2}}
+
+// sweepMisses are the goals the shipped caps miss at a point of the sweep
+// and a traffic (× 1, × 2), as docs/perf.md ("Power held where it is
+// drawn") states them: a change to the model that makes a goal hold or
+// fail where the docs say otherwise fails TestPowerSimSweep, so the docs
+// and the simulation stay together.
+var sweepMisses = map[sweepPoint]map[float64][]string{
+	{300, 2}: {1: {"capacity"}, 2: {"capacity", "priority"}},
+	{425, 1}: {1: {"capacity"}, 2: {"capacity"}},
+	{425, 2}: {1: {"capacity"}, 2: {"capacity", "priority"}},
+	{550, 1}: {1: {"capacity"}, 2: {"capacity", "priority"}},
+	{550, 2}: {1: {"capacity"}, 2: {"capacity", "priority"}},
+}
+
+func (sp sweepPoint) model(pm powerModel) powerModel {
+	pm.decodeHi, pm.prefillScale = sp.decode, sp.prefill
+	return pm
+}
+
+// BenchmarkPowerSimSweep runs the sweep, as shipped and with the
+// controller alone at its shipped 30 s: docs/perf.md has the table.
+func BenchmarkPowerSimSweep(b *testing.B) {
+	cfg := defaultSim()
+	ctl30 := defaultPower()
+	ctl30.poll = 30 * time.Second
+	for _, sp := range sweep {
+		d := declaredDay(cfg, sp.model(shippedPower())) // the caps do not run on the declared day
+		for _, pm := range []powerModel{shippedPower(), ctl30} {
+			for _, surge := range []float64{1, 2} {
+				var m powerResult
+				b.Run(fmt.Sprintf("%s/%s/surge=%g", sp, pm.name(), surge), func(b *testing.B) {
+					for b.Loop() {
+						m = measuredDay(cfg, sp.model(pm), d, surge)
+					}
+					b.ReportMetric(float64(d.total), "declared_replicas")
+					b.ReportMetric(d.watts, "declared_admitted_W")
+					reportPower(b, m)
+				})
+			}
 		}
-		if bound := int(pm.capBound().Seconds()); m.longestOver > bound {
-			t.Errorf("×%g: a PDU stayed over its limit for %d s, longer than the cap bound %d s", surge, m.longestOver, bound)
+	}
+}
+
+// TestPowerSimSweep checks the goals across the sweep as shipped: the
+// safety goals (the bound, the share of seconds over) at every point, the
+// capacity and the highest priority's loss where docs/perf.md says they
+// hold, and that they miss where it says they miss.
+func TestPowerSimSweep(t *testing.T) {
+	t.Parallel()
+	cfg := defaultSim()
+	pm := shippedPower()
+	type day struct {
+		sp    sweepPoint
+		surge float64 // 0: the declared day
+		r     powerResult
+	}
+	// The declared days first, then the measured ones, two at a time: the
+	// days are independent.
+	run := func(days []day, f func(*day)) {
+		sem := make(chan struct{}, 2)
+		done := make(chan struct{})
+		for i := range days {
+			go func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				f(&days[i])
+				done <- struct{}{}
+			}()
 		}
-		if m.overPct() >= 0.1 {
-			t.Errorf("×%g: %.4f %% of PDU-seconds over the limit, want under 0.1 %%", surge, m.overPct())
+		for range days {
+			<-done
 		}
-		if lost := m.lostPct(top.name); lost >= 5 {
-			t.Errorf("×%g: %s (the highest priority) lost %.2f %% of its work to caps, want under 5 %%", surge, top.name, lost)
+	}
+	declared := make([]day, len(sweep))
+	for i, sp := range sweep {
+		declared[i].sp = sp
+	}
+	run(declared, func(d *day) { d.r = declaredDay(cfg, d.sp.model(pm)) })
+	var measured []day
+	for i := range sweep {
+		for _, surge := range []float64{1, 2} {
+			measured = append(measured, day{sp: sweep[i], surge: surge})
 		}
-		if surge > 1 && m.engages == 0 {
-			t.Errorf("×%g: caps never engaged: the surge did not exercise them", surge)
+	}
+	run(measured, func(m *day) {
+		for _, d := range declared {
+			if d.sp == m.sp {
+				m.r = measuredDay(cfg, m.sp.model(pm), d.r, m.surge)
+			}
+		}
+	})
+	for _, m := range measured {
+		var d powerResult
+		for _, dd := range declared {
+			if dd.sp == m.sp {
+				d = dd.r
+			}
+		}
+		name := fmt.Sprintf("%s ×%g", m.sp, m.surge)
+		if m.surge == 1 {
+			logDay(t, m.sp.String()+" declared", d)
+		}
+		logDay(t, name+" measured", m.r)
+		misses := goalMisses(cfg, pm, d, m.r)
+		expected := map[string]bool{}
+		for _, g := range sweepMisses[m.sp][m.surge] {
+			expected[g] = true
+		}
+		for g, why := range misses {
+			if g == "bound" || g == "over" || !expected[g] {
+				t.Errorf("%s: %s", name, why)
+			}
+		}
+		for g := range expected {
+			if _, missed := misses[g]; !missed {
+				t.Errorf("%s: goal %q holds, but docs/perf.md says it does not here: update sweepMisses and the docs", name, g)
+			}
+		}
+	}
+}
+
+// boundResult is the over-limit bound at one fleet size.
+type boundResult struct {
+	nodes, domains int
+	domainSeconds  int // domain × second samples
+	over           int // of them over the domain's limit
+	longestOver    int // seconds, the longest run of one domain over its limit
+	nodeEngages    int
+}
+
+// runBound holds a fleet of n nodes of 8 GPUs under one PDU tree (a PDU
+// for every 4 nodes, a row for every 25 PDUs, one site; every level
+// budgeted, the PDUs at 400 W a GPU over their nodes' base, each row at 97
+// % of its PDUs' limits, the site at 95 % of its rows') through 240
+// seconds: every GPU wanting 250 W ± 10 % and, each second, one in ten
+// prefilling at 680 W, the whole fleet surging to 700 W from 75 to 135 s
+// (halfway between two polls). The controller (the real
+// allocator and powercap.Shares) runs every poll and its word is in place
+// apply later; with nodeLoop every node holds its share each second
+// (devicesapi.ShareHolder). What it measures: how long any domain stays
+// over its limit, in 1-second samples.
+func runBound(n int, nodeLoop bool) boundResult {
+	const (
+		gpusPer        = 8
+		base, floor    = 1000.0, 200.0
+		maxW           = 700.0
+		poll, apply    = 30, 2
+		secs           = 240
+		perPDU, perRow = 4, 25
+	)
+	type bgpu struct {
+		node      int
+		prio      int
+		cap, ncap float64
+		pending   float64
+		pendingAt int
+		draw      float64
+		doms      []facility.Domain
+	}
+	var gpus []bgpu
+	var doms []powercap.Domain
+	limit := map[facility.Domain]float64{}
+	baseOf := map[facility.Domain]float64{}
+	dom := func(l facility.Level, v string) facility.Domain { return facility.Domain{Level: l, Value: v} }
+	site := dom(facility.LevelSite, "s")
+	rowOf := map[facility.Domain]facility.Domain{} // a PDU's row
+	for i := range n {
+		pdu := dom(facility.LevelPDU, fmt.Sprintf("p%d", i/perPDU))
+		row := dom(facility.LevelRow, fmt.Sprintf("r%d", i/(perPDU*perRow)))
+		ds := []facility.Domain{pdu, row, site}
+		rowOf[pdu] = row
+		limit[pdu] += base + gpusPer*400
+		for _, d := range ds {
+			baseOf[d] += base
+		}
+		for k := range gpusPer {
+			prio := 80
+			if k >= gpusPer/2 {
+				prio = 30
+			}
+			gpus = append(gpus, bgpu{node: i, prio: prio, cap: maxW, pending: -1, doms: ds})
+		}
+	}
+	for pdu, row := range rowOf {
+		limit[row] += 0.97 * limit[pdu]
+	}
+	for row := range limit {
+		if row.Level == facility.LevelRow {
+			limit[site] += 0.95 * limit[row]
+		}
+	}
+	for d, l := range limit {
+		doms = append(doms, powercap.Domain{Domain: d, LimitWatts: l, BaseWatts: baseOf[d]})
+	}
+	slices.SortFunc(doms, func(a, b powercap.Domain) int { return strings.Compare(a.Domain.String(), b.Domain.String()) })
+	di := map[facility.Domain]int{}
+	for i, d := range doms {
+		di[d.Domain] = i
+	}
+	uuids := make([]string, len(gpus))
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("GPU-%06d", i)
+	}
+	holders := make([]*devicesapi.ShareHolder, n)
+	share := make([]float64, n)
+	pendingShare := make([]float64, n)
+	shareAt := make([]int, n)
+	for i := range holders {
+		holders[i] = devicesapi.NewShareHolder(devicesapi.ShareConfig{})
+		pendingShare[i] = -1
+	}
+	alloc, err := powercap.NewAllocator(powercap.DefaultConfig())
+	if err != nil {
+		panic(err)
+	}
+	rng := rand.New(rand.NewPCG(38, uint64(n)))
+	start := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	res := boundResult{nodes: n, domains: len(doms)}
+	draw := make([]float64, len(doms))
+	run := make([]int, len(doms))
+	in := make([]powercap.GPU, len(gpus))
+	sg := make([]devicesapi.ShareGPU, gpusPer)
+	limOf := func(g *bgpu) float64 {
+		if g.ncap > 0 {
+			return math.Min(g.cap, g.ncap)
+		}
+		return g.cap
+	}
+	for sec := range secs {
+		surge := sec >= 75 && sec < 135
+		clear(draw)
+		for i := range gpus {
+			g := &gpus[i]
+			if g.pending >= 0 && sec >= g.pendingAt {
+				g.cap, g.pending = g.pending, -1
+			}
+			want := 250 * (0.9 + 0.2*rng.Float64())
+			if rng.IntN(10) == 0 {
+				want = 680
+			}
+			if surge {
+				want = maxW
+			}
+			g.draw = math.Min(want, limOf(g))
+			for _, d := range g.doms {
+				draw[di[d]] += g.draw
+			}
+		}
+		for i, d := range doms {
+			total := d.BaseWatts + draw[i]
+			doms[i].DrawWatts = total
+			res.domainSeconds++
+			if total > d.LimitWatts {
+				res.over++
+				run[i]++
+				res.longestOver = max(res.longestOver, run[i])
+			} else {
+				run[i] = 0
+			}
+		}
+		now := start.Add(time.Duration(sec) * time.Second)
+		if nodeLoop {
+			for node := range n {
+				if pendingShare[node] >= 0 && sec >= shareAt[node] {
+					share[node], pendingShare[node] = pendingShare[node], -1
+				}
+				was := holders[node].Engaged()
+				for k := range gpusPer {
+					g := &gpus[node*gpusPer+k]
+					sg[k] = devicesapi.ShareGPU{UUID: uuids[node*gpusPer+k], Priority: g.prio, DrawWatts: g.draw, FloorWatts: floor, MaxWatts: g.cap}
+				}
+				caps := holders[node].Step(now, share[node], sg)
+				for k, c := range caps {
+					g := &gpus[node*gpusPer+k]
+					switch {
+					case c <= 0:
+						g.ncap = 0
+					case g.ncap > 0 && c > g.ncap && c < g.ncap*1.02:
+					default:
+						g.ncap = math.Floor(c)
+					}
+				}
+				if holders[node].Engaged() && !was {
+					res.nodeEngages++
+				}
+			}
+		}
+		if sec%poll == 0 {
+			for i := range gpus {
+				g := &gpus[i]
+				in[i] = powercap.GPU{UUID: uuids[i], Node: strconv.Itoa(g.node), Priority: g.prio, DrawWatts: g.draw, FloorWatts: floor, MaxWatts: maxW, Domains: g.doms}
+			}
+			out := alloc.Decide(now, doms, in)
+			for i, c := range out.Caps {
+				if c.Watts != gpus[i].cap {
+					gpus[i].pending, gpus[i].pendingAt = c.Watts, sec+apply
+				}
+			}
+			if nodeLoop {
+				want := make([]float64, len(in))
+				for i := range in {
+					lim := limOf(&gpus[i])
+					if lim >= maxW {
+						lim = 0
+					}
+					want[i] = powercap.Want(in[i], lim)
+				}
+				sh := powercap.Shares(doms, in, want)
+				for node := range n {
+					total := 0.0
+					for k := range gpusPer {
+						total += sh.Caps[node*gpusPer+k].Watts
+					}
+					total = math.Floor(total + 1e-6)
+					if total >= gpusPer*maxW {
+						total = 0
+					}
+					pendingShare[node], shareAt[node] = total, sec+apply
+				}
+			}
+		}
+	}
+	return res
+}
+
+// TestPowerBoundDoesNotGrowWithTheFleet: with every node holding its share
+// each second, no domain (PDU, row, site) stays over its limit longer than
+// the 3 s goal, at 10 nodes as at 10,000, through a surge of the whole
+// fleet at once halfway between two of the controller's 30 s polls; the
+// controller alone (its 30 s poll) stays over far longer, and the surge
+// does take the domains over (a test of the bound that nothing reached
+// would prove nothing).
+func TestPowerBoundDoesNotGrowWithTheFleet(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{10, 10000} {
+		held := runBound(n, true)
+		alone := runBound(n, false)
+		for _, r := range []struct {
+			name string
+			r    boundResult
+		}{{"node 1 s + controller 30 s", held}, {"controller 30 s alone", alone}} {
+			t.Logf("%d nodes, %s: %d domains, %d of %d domain-seconds over (%.3f %%), longest %d s, %d node engages",
+				n, r.name, r.r.domains, r.r.over, r.r.domainSeconds, 100*float64(r.r.over)/float64(r.r.domainSeconds), r.r.longestOver, r.r.nodeEngages)
+		}
+		if held.longestOver > 3 {
+			t.Errorf("%d nodes: a domain stayed over its limit for %d s with the node loop, want at most 3 s", n, held.longestOver)
+		}
+		if alone.longestOver <= 3 {
+			t.Errorf("%d nodes: without the node loop a domain stayed over for %d s at most: the surge did not test the bound", n, alone.longestOver)
+		}
+		if held.over == 0 {
+			t.Errorf("%d nodes: no domain ever went over with the node loop: the surge did not reach a limit", n)
 		}
 	}
 }

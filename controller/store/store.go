@@ -328,15 +328,27 @@ func DecisionPath(replica string) string { return DecisionsPath + devicesapi.Esc
 // runs at its default limit. The variable always holds
 // devicesapi.ManagedItem too: a node with neither caps nor fallbacks is
 // still managed (its plugin applies its own fallback_watts when the lease
-// ends), and Nomad refuses a variable without items. The latest write
-// wins; only the leader writes.
-func (s *Store) SetNodeCaps(ctx context.Context, node string, caps, fallback map[string]float64) error {
+// ends), and Nomad refuses a variable without items. A share (Watts > 0)
+// makes the variable format 2: the node's share and each GPU's floor and
+// priority, beside the same caps and fallbacks (devicesapi.FormatItem).
+// The latest write wins; only the leader writes.
+func (s *Store) SetNodeCaps(ctx context.Context, node string, caps, fallback map[string]float64, share devicesapi.NodeShare) error {
 	items := api.VariableItems{devicesapi.ManagedItem: "true"}
 	for uuid, w := range caps {
 		items[devicesapi.CapItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
 	}
 	for uuid, w := range fallback {
 		items[devicesapi.FallbackItem+uuid] = strconv.FormatFloat(w, 'f', -1, 64)
+	}
+	if share.Watts > 0 {
+		items[devicesapi.FormatItem] = devicesapi.Format
+		items[devicesapi.ShareItem] = strconv.FormatFloat(share.Watts, 'f', -1, 64)
+		for uuid, g := range share.GPUs {
+			if g.Floor > 0 {
+				items[devicesapi.FloorItem+uuid] = strconv.FormatFloat(g.Floor, 'f', -1, 64)
+			}
+			items[devicesapi.PriorityItem+uuid] = strconv.Itoa(g.Priority)
+		}
 	}
 	path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
 	wo, cancel := s.wo(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -125,10 +126,10 @@ func TestPowerCapsVariables(t *testing.T) {
 	t.Cleanup(fake.Close)
 	s := New(fake.Client(t).Variables(), "")
 	ctx := t.Context()
-	if err := s.SetNodeCaps(ctx, "gpu-1.dc1", map[string]float64{"GPU-a": 450}, map[string]float64{"GPU-a": 300, "GPU-b": 300.5}); err != nil {
+	if err := s.SetNodeCaps(ctx, "gpu-1.dc1", map[string]float64{"GPU-a": 450}, map[string]float64{"GPU-a": 300, "GPU-b": 300.5}, devicesapi.NodeShare{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetNodeCaps(ctx, "gpu-2", nil, map[string]float64{"GPU-c": 400}); err != nil {
+	if err := s.SetNodeCaps(ctx, "gpu-2", nil, map[string]float64{"GPU-c": 400}, devicesapi.NodeShare{Watts: 1200.5, GPUs: map[string]devicesapi.ShareItems{"GPU-c": {Floor: 250, Priority: -5}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Heartbeat(ctx, 45*time.Second, 1); err != nil {
@@ -141,6 +142,17 @@ func TestPowerCapsVariables(t *testing.T) {
 	want := map[string]string{"managed": "true", "cap.GPU-a": "450", "fallback.GPU-a": "300", "fallback.GPU-b": "300.5"}
 	if diff := cmp.Diff(want, map[string]string(v.Items)); diff != "" {
 		t.Errorf("gpu-1.dc1's items (-want +got):\n%s", diff)
+	}
+	v2 := fake.Variable("default", "llmgw/power-caps/gpu-2")
+	if v2 == nil {
+		t.Fatal("no caps variable for gpu-2")
+	}
+	want = map[string]string{"managed": "true", "fallback.GPU-c": "400", "format": "2", "share": "1200.5", "floor.GPU-c": "250", "priority.GPU-c": "-5"}
+	if diff := cmp.Diff(want, map[string]string(v2.Items)); diff != "" {
+		t.Errorf("gpu-2's items, format 2 (-want +got):\n%s", diff)
+	}
+	if sh, err := devicesapi.ParseShare(v2.Path, v2.Items); err != nil || sh.Watts != 1200.5 || sh.GPUs["GPU-c"] != (devicesapi.ShareItems{Floor: 250, Priority: -5}) {
+		t.Errorf("the plugin's parse of gpu-2's share: %+v, %v", sh, err)
 	}
 	hb := fake.Variable("default", "llmgw/power-caps/_heartbeat")
 	if hb == nil || hb.Items["lease"] != "45s" {
@@ -177,7 +189,7 @@ func TestNodeCapsWithNothingToCap(t *testing.T) {
 	fake := nomadfake.New()
 	t.Cleanup(fake.Close)
 	s := New(fake.Client(t).Variables(), "")
-	if err := s.SetNodeCaps(t.Context(), "gpu-3", map[string]float64{}, nil); err != nil {
+	if err := s.SetNodeCaps(t.Context(), "gpu-3", map[string]float64{}, nil, devicesapi.NodeShare{}); err != nil {
 		t.Fatal(err)
 	}
 	v := fake.Variable("default", "llmgw/power-caps/gpu-3")
