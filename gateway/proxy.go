@@ -671,7 +671,7 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
 			"", "The gateway is holding as many request bodies as it may; retry later.")
 		return http.StatusServiceUnavailable
-	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString):
+	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString), errors.Is(err, jsonscan.ErrModelTwice):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_model", "model", err.Error())
 		return http.StatusBadRequest
 	case errors.Is(err, jsonscan.ErrNotObject), errors.Is(err, jsonscan.ErrBadJSON):
