@@ -31,6 +31,9 @@ type ListedModel struct {
 	// load them (the catalog's). A request names one as the model
 	// (docs/controller.md, "LoRA adapters").
 	Adapters []ListedAdapter `json:"adapters,omitempty"`
+	// MaxAdapters is how many adapters one replica holds on its GPUs at
+	// once (the catalog's max_adapters); 0: every adapter.
+	MaxAdapters int `json:"max_adapters,omitempty"`
 }
 
 // ListedAdapter is one LoRA adapter of a listed model: what a gateway
@@ -123,6 +126,9 @@ func (l ModelList) Check() error {
 		errs = append(errs, checkAdapters(i, m, seen, adapterSeen)...)
 		if !ValidRouting(m.Routing) {
 			errs = append(errs, fmt.Errorf("models[%d] (%s): routing %q: want %q or %q", i, m.Name, m.Routing, RoutingLeastOutstanding, RoutingPrefix))
+		}
+		if m.MaxAdapters < 0 {
+			errs = append(errs, fmt.Errorf("models[%d] (%s): max_adapters %d: want 0 (every adapter) or more", i, m.Name, m.MaxAdapters))
 		}
 		if m.Min < 0 || m.Replicas < 0 {
 			errs = append(errs, fmt.Errorf("models[%d] (%s): min %d, replicas %d: want 0 or more", i, m.Name, m.Min, m.Replicas))
