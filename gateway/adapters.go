@@ -35,8 +35,12 @@ import (
 //     its GET /lora-adapters by path (a replica that left an adapter out
 //     numbers the rest without it, and one that does not list the asked
 //     adapter is not sent the request).
-//   - vLLM and SGLang serve an adapter under its name: the request's model
-//     becomes the adapter's name (it may have been base:adapter).
+//   - vLLM serves an adapter under its name (--lora-modules' name): the
+//     request's model becomes the adapter's name (it may have been
+//     base:adapter). SGLang takes "served-name:adapter" as the model, as its
+//     LoRA documentation says (docs/advanced_features/lora); that was not
+//     checked at the pinned v0.5.18, whose source is not reachable here.
+//     A replica with no engine tag is written as vLLM.
 //
 // A client may not send its own "lora" for a model with adapters (400): the
 // gateway decides which adapter answers, so that no request is answered by
@@ -216,10 +220,17 @@ func (x *exchange) bodyFor(ep *endpoint) ([]byte, error) {
 		}
 		return withMember(body, member), nil
 	}
-	if x.adapter == nil || x.asked == x.adapter.ad.Name {
+	if x.adapter == nil {
 		return nil, nil
 	}
-	name, _ := json.Marshal(x.adapter.ad.Name)
+	want := x.adapter.ad.Name
+	if ep.inst.Engine == engine.SGLang {
+		want = x.adapter.base + ":" + want
+	}
+	if x.asked == want {
+		return nil, nil
+	}
+	name, _ := json.Marshal(want)
 	return withValue(body, "model", name), nil
 }
 

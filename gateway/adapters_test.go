@@ -81,6 +81,8 @@ func TestAdapterRequestsWrittenPerEngine(t *testing.T) {
 		{engine.VLLM, "sql", "sql", ""},
 		{engine.VLLM, "base:sql", "sql", ""},
 		{engine.VLLM, "base", "base", ""},
+		{engine.SGLang, "sql", "base:sql", ""},
+		{engine.SGLang, "base:sql", "base:sql", ""},
 		{engine.LlamaCpp, "sql", "sql", `[{"id":1,"scale":0.5}]`},
 		{engine.LlamaCpp, "base:chat", "base:chat", `[{"id":0,"scale":1}]`},
 		{engine.LlamaCpp, "base", "base", `[{"id":0,"scale":0}]`},
