@@ -123,7 +123,7 @@ func TestGatewayOverRealConsul(t *testing.T) {
 		for _, e := range consulHealth(t, cons, render.ServiceName(m), true) {
 			id := e.tag("replica=")
 			seen = append(seen, id)
-			wantTags := []string{"llmgw", "model=" + m, "profile=" + profileOf[m], "replica=" + id, "weight=1"}
+			wantTags := []string{"llmgw", "model=" + m, "profile=" + profileOf[m], "replica=" + id, "weight=1", "engine=vllm"} // controllerFiles runs every profile as vLLM
 			sort.Strings(wantTags)
 			if got := slices.Sorted(slices.Values(e.Service.Tags)); !slices.Equal(got, wantTags) {
 				t.Errorf("Consul's %s instance %s: tags %q, want %q", e.Service.Service, e.Service.ID, got, wantTags)

@@ -142,8 +142,18 @@ func (b *reqBody) replace(nb []byte) {
 	b.prefix = nb
 }
 
-// attempt returns the body for upstream attempt n (from 1).
-func (b *reqBody) attempt(n int) *attemptBody { return &attemptBody{b: b, n: n} }
+// bytes is the whole body as it is now (nil once released).
+func (b *reqBody) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.prefix
+}
+
+// attempt returns the body for upstream attempt n (from 1): the client's,
+// or data when the gateway wrote it for the attempt's replica.
+func (b *reqBody) attempt(n int, data []byte) *attemptBody {
+	return &attemptBody{b: b, n: n, data: data}
+}
 
 // sent reports whether attempt n's transport read any of the body: the
 // request went out to the replica (a dial that failed reads none).
@@ -171,9 +181,10 @@ func (b *reqBody) release() {
 
 // attemptBody is one attempt's view of the request body.
 type attemptBody struct {
-	b   *reqBody
-	n   int
-	off int
+	b    *reqBody
+	n    int
+	off  int
+	data []byte // nil: b's
 }
 
 func (a *attemptBody) Read(p []byte) (int, error) {
@@ -184,10 +195,14 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 		return 0, errBodyClosed
 	}
 	b.sentBy = max(b.sentBy, a.n)
-	if a.off >= len(b.prefix) {
+	src := b.prefix
+	if a.data != nil {
+		src = a.data
+	}
+	if a.off >= len(src) {
 		return 0, io.EOF
 	}
-	n := copy(p, b.prefix[a.off:])
+	n := copy(p, src[a.off:])
 	a.off += n
 	return n, nil
 }

@@ -73,7 +73,7 @@ func TestReadBody(t *testing.T) {
 			}
 			// Every attempt sends the whole body.
 			for n := 1; n <= 2; n++ {
-				got, err := io.ReadAll(b.attempt(n))
+				got, err := io.ReadAll(b.attempt(n, nil))
 				if err != nil || string(got) != tt.body {
 					t.Errorf("attempt %d body: %d bytes, %v; want the %d sent", n, len(got), err, len(tt.body))
 				}
@@ -82,7 +82,7 @@ func TestReadBody(t *testing.T) {
 			if bud.used.Load() != 0 {
 				t.Errorf("budget used after release: %d", bud.used.Load())
 			}
-			if _, err := b.attempt(3).Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
+			if _, err := b.attempt(3, nil).Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
 				t.Errorf("read after release: got %v, want errBodyClosed", err)
 			}
 		})
@@ -98,11 +98,11 @@ func TestReqBodySent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.release()
-	_ = b.attempt(1) // a dial that failed
+	_ = b.attempt(1, nil) // a dial that failed
 	if b.sent(1) {
 		t.Error("sent(1) before attempt 1 read anything")
 	}
-	if _, err := b.attempt(2).Read(make([]byte, 1)); err != nil {
+	if _, err := b.attempt(2, nil).Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if !b.sent(2) || b.sent(1) || b.sent(3) {

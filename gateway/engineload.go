@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
 )
 
@@ -77,6 +78,15 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, min(g.engineEvery, enginemetrics.DefaultTimeout))
 	defer cancel()
+	if ep.inst.Engine == engine.LlamaCpp && len(g.tbl.Load().listed[ep.inst.Model].Adapters) > 0 {
+		// The adapters it serves, by id (adapters.go): a replica that
+		// restarted with other adapters is read again here.
+		if lt, err := g.readLoras(cctx, ep); err == nil {
+			ep.loras.Store(lt)
+		} else if ctx.Err() == nil {
+			g.log.Debug("engine adapters unreadable", "model", ep.inst.Model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", err)
+		}
+	}
 	_, s, err := enginemetrics.ScrapeAny(cctx, g.engineClient, ep.base, engineMetricsPath, nil)
 	own := ep.Outstanding.Load()
 	waiting, wok := s.Waiting.Get()

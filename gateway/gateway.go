@@ -414,6 +414,7 @@ func (g *Gateway) UpdateModels(l gatewayapi.ModelList, err error) {
 func (g *Gateway) rebuildLocked(discovered bool) {
 	old := g.tbl.Load()
 	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint, g.policyOf)
+	adapterTables(t, old, g.list, adapterPerReplica, g.now)
 	g.tbl.Store(t)
 	if discovered {
 		g.discovered = true
@@ -513,7 +514,10 @@ type modelCard struct {
 	Created  int64  `json:"created"`
 	OwnedBy  string `json:"owned_by"`
 	Replicas int    `json:"replicas"`
-	Llmgw    struct {
+	// Parent is a LoRA adapter's base model (vLLM's field); empty for a
+	// model.
+	Parent string `json:"parent,omitempty"`
+	Llmgw  struct {
 		State string `json:"state"`
 	} `json:"llmgw"`
 }
@@ -538,7 +542,7 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 	}{Object: "list", Data: []modelCard{}}
 	for _, m := range slices.Sorted(maps.Keys(t.models)) {
 		st := t.state(m)
-		if st == gatewayapi.StateUnavailable || key != nil && !key.Allows(m) {
+		if st == gatewayapi.StateUnavailable {
 			continue
 		}
 		c := modelCard{ID: m, Object: "model", Created: g.started.Unix(), OwnedBy: "llmgw"}
@@ -546,7 +550,20 @@ func (g *Gateway) modelsList(w http.ResponseWriter, r *http.Request) {
 			c.Replicas = len(p.eps)
 		}
 		c.Llmgw.State = st
-		list.Data = append(list.Data, c)
+		if key == nil || key.Allows(m) {
+			list.Data = append(list.Data, c)
+		}
+		// Its adapters, each as a model of its own whose parent it is
+		// (a request names one by its id, or as parent:id), each as the
+		// key allows it (adapterRef.allowedBy).
+		for _, a := range t.listed[m].Adapters {
+			if key != nil && !(&adapterRef{base: m, ad: a}).allowedBy(key, a.Name) {
+				continue
+			}
+			ac := c
+			ac.ID, ac.Parent = a.Name, m
+			list.Data = append(list.Data, ac)
+		}
 	}
 	httpjson.Write(w, http.StatusOK, list)
 }

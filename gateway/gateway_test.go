@@ -99,6 +99,7 @@ func TestErrors(t *testing.T) {
 		{"model without healthy replica", "POST", "/v1/chat/completions", chat("idle"), 503, "no_healthy_replica", "5"},
 		{"no model", "POST", "/v1/completions", `{"prompt":"x"}`, 400, "invalid_model", ""},
 		{"model not a string", "POST", "/v1/completions", `{"model":7}`, 400, "invalid_model", ""},
+		{"model twice", "POST", "/v1/completions", `{"model":"m","prompt":"x","model":"other"}`, 400, "invalid_model", ""},
 		{"not JSON", "POST", "/v1/embeddings", `model=m`, 400, "invalid_json", ""},
 		{"truncated JSON", "POST", "/v1/embeddings", `{"input":["a",`, 400, "invalid_json", ""},
 		{"body over the route's limit", "POST", "/v1/chat/completions", big, 413, "request_too_large", ""},

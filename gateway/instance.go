@@ -24,6 +24,9 @@ type Instance struct {
 	// replicas: a weight=<n> tag, else the registry's weight, else 1. A
 	// weight of 0 gets traffic only when no other replica can take it.
 	Weight int
+	// Engine is the replica's engine, from its engine=<name> tag ("" when
+	// untagged): how a request for a LoRA adapter is written for it.
+	Engine string
 }
 
 // Snapshot is what a discovery source knows at one moment.
@@ -70,6 +73,8 @@ func instanceFromTags(id, host string, port int, tags []string, registryWeight i
 			in.Profile = t[len(gatewayapi.TagProfile):]
 		case strings.HasPrefix(t, gatewayapi.TagReplica):
 			in.Replica = t[len(gatewayapi.TagReplica):]
+		case strings.HasPrefix(t, gatewayapi.TagEngine):
+			in.Engine = t[len(gatewayapi.TagEngine):]
 		case strings.HasPrefix(t, gatewayapi.TagWeight):
 			if w, err := strconv.Atoi(t[len(gatewayapi.TagWeight):]); err == nil && w >= 0 {
 				in.Weight = w

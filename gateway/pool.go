@@ -26,6 +26,9 @@ type epState struct {
 	br    *breaker
 	gone  atomic.Bool // left discovery: its metrics are deleted
 	cache epCache
+	// loras is a llama.cpp replica's adapter list as it last read it (nil:
+	// not read yet): adapters.go.
+	loras atomic.Pointer[loraTable]
 }
 
 // pool is one model's endpoints, and the policy that routes among them.
@@ -50,11 +53,15 @@ type table struct {
 	pools    map[string]*pool
 	served   []string // models with at least one endpoint, sorted
 	byID     map[string]*endpoint
+	// adapters are the model list's LoRA adapters by name;
+	// adapterRouters route each model's adapters (adapters.go).
+	adapters       map[string]adapterRef
+	adapterRouters map[string]*routing.Adapters
 }
 
 func emptyTable() *table {
 	return &table{models: map[string]*modelState{}, listed: map[string]gatewayapi.ListedModel{}, policies: map[string]routing.Policy{},
-		pools: map[string]*pool{}, byID: map[string]*endpoint{}}
+		pools: map[string]*pool{}, byID: map[string]*endpoint{}, adapters: map[string]adapterRef{}, adapterRouters: map[string]*routing.Adapters{}}
 }
 
 // buildTable makes the table for snap and the model list, carrying over

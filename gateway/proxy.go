@@ -99,18 +99,29 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	}
 
-	if key != nil && !key.Allows(model) {
+	// The model may name one of a model's LoRA adapters (adapters.go).
+	t := g.tbl.Load()
+	base, ad := t.resolve(model)
+	sent := model
+	if key != nil && !ad.allowedBy(key, model) {
 		g.refuseModel(w, key, model)
 		return
 	}
-	t := g.tbl.Load()
-	ms := t.models[model]
+	ms := t.models[base]
 	if ms == nil {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
 			fmt.Sprintf("The model `%s` does not exist.", model))
 		g.m.request("", http.StatusNotFound)
 		return
 	}
+	adapters := len(t.listed[base].Adapters) > 0
+	if adapters && jsonscan.Member(body.prefix, "lora") >= 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "lora_not_allowed", "lora",
+			fmt.Sprintf("The model `%s` has LoRA adapters, and the gateway chooses which one answers from the request's model: name the adapter as the model (`adapter` or `%s:adapter`), without a \"lora\" member.", base, base))
+		g.m.request(base, http.StatusBadRequest)
+		return
+	}
+	model = base
 	var ac *account
 	if key != nil {
 		if ac = g.admit(w, r, key, body, model); ac == nil {
@@ -132,7 +143,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 			defer done()
 		}
 	}
-	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p}
+	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p, adapters: adapters, adapter: ad, asked: sent}
 	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
 	x.send()
@@ -168,6 +179,15 @@ type exchange struct {
 	// brokenErr is why the answer finish was sending broke off.
 	brokenErr error
 
+	// adapters says the model has LoRA adapters: every attempt's body is
+	// written for its replica's engine (bodyFor). adapter is the one the
+	// request asked for (nil: the base model), under the name asked.
+	adapters bool
+	adapter  *adapterRef
+	asked    string
+	// router is the adapter router that counted the attempt in flight.
+	router *routing.Adapters
+
 	route string // why the last attempt's replica was chosen (RouteHeader)
 }
 
@@ -194,7 +214,7 @@ func (x *exchange) send() {
 			// The policy counts the request in flight on its choice;
 			// every way out of this attempt releases it.
 			var ok bool
-			if c, ok = x.p.policy.Pick(&x.req); ok {
+			if c, ok = x.pick(); ok {
 				ep = x.p.eps[c.Index]
 			}
 		}
@@ -209,13 +229,24 @@ func (x *exchange) send() {
 			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
 		}
 		x.req.Tried = append(x.req.Tried, ep.State)
+		data, err := x.bodyFor(ep)
+		if err != nil {
+			// The replica does not serve the asked adapter, or its list
+			// of adapters cannot be read: another replica may.
+			x.release(ep)
+			ep.br.Abandon(probe)
+			g.m.attempts.WithLabelValues(model, "adapter").Inc()
+			g.log.Debug("replica passed over for the adapter", "model", model, "adapter", x.asked, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", err)
+			x.lastErr = fmt.Errorf("replica %s: adapter %s: %w", ep.inst.Replica, x.asked, err)
+			continue
+		}
 		sent := g.now()
 		if x.ac != nil {
 			x.ac.sent = true
 		}
-		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n)) //nolint:bodyclose // finish or discard closes it
+		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n, data)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
-			ep.Release()
+			x.release(ep)
 			if r.Context().Err() != nil {
 				// The client went away: no fault of the replica's.
 				ep.br.Abandon(probe)
@@ -244,7 +275,7 @@ func (x *exchange) send() {
 			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
-			ep.Release()
+			x.release(ep)
 			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
 			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 			continue
@@ -260,7 +291,7 @@ func (x *exchange) send() {
 		}
 		g.m.attempts.WithLabelValues(model, outcome).Inc()
 		broken, told := x.finish(ep, resp)
-		ep.Release()
+		x.release(ep)
 		if broken {
 			// The replica failed mid-response: the client must not take
 			// a cut-off answer for a whole one. A stream was told with an
@@ -276,6 +307,29 @@ func (x *exchange) send() {
 		}
 		return
 	}
+}
+
+// pick chooses the replica of the next attempt: the adapter's home set
+// for a request that names an adapter (routing.Adapters), else the model's
+// policy.
+func (x *exchange) pick() (routing.Choice, bool) {
+	if x.adapter != nil {
+		if r := x.g.tbl.Load().adapterRouters[x.ms.name]; r != nil {
+			x.router = r
+			return r.Pick(x.adapter.ad.Name, &x.p.set, x.req.Tried)
+		}
+	}
+	return x.p.policy.Pick(&x.req)
+}
+
+// release ends the attempt's request on ep: its count there, and the
+// adapter's where the adapter's router counted it.
+func (x *exchange) release(ep *endpoint) {
+	if x.router != nil {
+		x.router.Done(x.adapter.ad.Name, ep.State)
+		x.router = nil
+	}
+	ep.Release()
 }
 
 // The stages a replica failed at, after a request reached it
@@ -348,7 +402,7 @@ func (x *exchange) giveUp() {
 const statusClientClosed = 499
 
 // outRequest is r as sent to ep, attempt n.
-func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int) *http.Request {
+func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int, data []byte) *http.Request {
 	h := make(http.Header, len(r.Header)+1)
 	for k, v := range r.Header {
 		if !hopHeaders[k] {
@@ -381,13 +435,16 @@ func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int
 		Host:   ep.inst.Address,
 	}
 	out.ContentLength = int64(len(body.prefix))
+	if data != nil {
+		out.ContentLength = int64(len(data))
+	}
 	if out.ContentLength == 0 {
 		out.Body = http.NoBody
 	} else {
-		out.Body = body.attempt(n)
+		out.Body = body.attempt(n, data)
 		// The transport may resend on a kept-alive connection the
 		// replica had closed.
-		out.GetBody = func() (io.ReadCloser, error) { return body.attempt(n), nil }
+		out.GetBody = func() (io.ReadCloser, error) { return body.attempt(n, data), nil }
 	}
 	return out.WithContext(r.Context())
 }
@@ -671,7 +728,7 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "gateway_busy",
 			"", "The gateway is holding as many request bodies as it may; retry later.")
 		return http.StatusServiceUnavailable
-	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString):
+	case errors.Is(err, jsonscan.ErrNoModel), errors.Is(err, jsonscan.ErrModelNotString), errors.Is(err, jsonscan.ErrModelTwice):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_model", "model", err.Error())
 		return http.StatusBadRequest
 	case errors.Is(err, jsonscan.ErrNotObject), errors.Is(err, jsonscan.ErrBadJSON):

@@ -16,7 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
+	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 )
 
 // recorder is a loopback TCP proxy in front of a real engine that keeps
@@ -315,5 +318,101 @@ func TestPrefixRoutingCachesOnRealEngines(t *testing.T) {
 	t.Logf("later turns: %v of %v prompt tokens cached (%.2f)", laterCached, laterPrompt, laterCached/laterPrompt)
 	if 2*laterCached <= laterPrompt {
 		t.Errorf("later turns: %v of %v prompt tokens cached: want more than half", laterCached, laterPrompt)
+	}
+}
+
+// LoRA adapters through the gateway, on two real llama.cpp replicas as the
+// controller starts them (--lora … --lora-init-without-apply --cache-ram
+// 0): r1 loaded adapters a and b, r2 only b (as a replica whose a was bad
+// and left out), so b has id 1 on r1 and id 0 on r2. A request names an
+// adapter as its model, by name or as tiny:name, and gets that adapter's
+// answer wherever it goes; a's requests never go to r2; the base model's
+// requests get the base answer on both (every adapter at scale 0, where a
+// request without a "lora" list would get them all). A client's own "lora"
+// is refused. llama.cpp's issue 26207 sequence (a on p1, b on p2, b on p1)
+// gets b's answer.
+func TestAdaptersOverRealEngines(t *testing.T) {
+	model := realengine.TinyModel(t)
+	const answerA, answerB, answerBase = "Ahoy matey.", "Goodbye moon.", "Hello world!"
+	pa := realengine.Adapter(t, tinymodel.Defaults, answerA, 0)
+	pb := realengine.Adapter(t, tinymodel.Defaults, answerB, 1)
+	start := func(id string, loras string) Instance {
+		s := realengine.Start(t, model, "--alias", "tiny", "-np", "1", "--lora", loras, "--lora-init-without-apply", "--cache-ram", "0")
+		return Instance{ID: id, Model: "tiny", Replica: id, Address: "127.0.0.1:" + strconv.Itoa(s.Port), Weight: 1, Engine: engine.LlamaCpp}
+	}
+	r1, r2 := start("r1", pa+","+pb), start("r2", pb)
+	tg := startGateway(t, Options{}, r1, r2)
+	tg.UpdateModels(gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "tiny", Replicas: 2, Min: 2, Adapters: []gatewayapi.ListedAdapter{
+		{Name: "pirate", Path: pa, Scale: 1}, {Name: "farewell", Path: pb, Scale: 1},
+	}}}}, nil)
+
+	ask := func(name, prompt string) (string, string) {
+		t.Helper()
+		p, _ := json.Marshal(prompt)
+		n, _ := json.Marshal(name)
+		ans := tg.post(t, "/v1/completions", `{"model":`+string(n)+`,"prompt":`+string(p)+`,"max_tokens":16}`)
+		var out struct {
+			Model   string `json:"model"`
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(ans.body, &out); err != nil || ans.status != 200 || len(out.Choices) != 1 {
+			t.Fatalf("%s: %d %s (%v)", name, ans.status, ans.body, err)
+		}
+		return out.Choices[0].Text, ans.header.Get(ReplicaHeader)
+	}
+	byName := map[string]map[string]int{}
+	for i := range 6 {
+		prompt := fmt.Sprintf("Question %d: what is the capital of France?", i)
+		for _, c := range []struct{ name, want string }{
+			{"pirate", answerA}, {"tiny:pirate", answerA}, {"farewell", answerB}, {"tiny:farewell", answerB}, {"tiny", answerBase},
+		} {
+			got, replica := ask(c.name, prompt)
+			if got != c.want {
+				t.Errorf("%s on %s: %q, want %q", c.name, replica, got, c.want)
+			}
+			if byName[c.name] == nil {
+				byName[c.name] = map[string]int{}
+			}
+			byName[c.name][replica]++
+		}
+	}
+	t.Logf("answers by model and replica: %v", byName)
+	for _, name := range []string{"pirate", "tiny:pirate"} {
+		if byName[name]["r2"] != 0 {
+			t.Errorf("%s went to r2, which did not load it: %v", name, byName[name])
+		}
+	}
+	if len(byName["tiny"]) != 2 {
+		t.Errorf("the base model's requests went to %v: want both replicas (least-outstanding rotates)", byName["tiny"])
+	}
+
+	// llama.cpp's 26207: a on p1, b on p2, b on p1, each on whichever
+	// replica; with one slot and no host cache, b's answer.
+	const p1, p2 = "Tell me a long story about the sea and the ships on it", "What is the capital of France, and why there?"
+	for _, c := range []struct{ name, prompt, want string }{{"pirate", p1, answerA}, {"farewell", p2, answerB}, {"farewell", p1, answerB}} {
+		if got, replica := ask(c.name, c.prompt); got != c.want {
+			t.Errorf("26207 sequence: %s on %q at %s: %q, want %q", c.name, c.prompt, replica, got, c.want)
+		}
+	}
+
+	if ans := tg.post(t, "/v1/completions", `{"model":"tiny","prompt":"Hi","lora":[{"id":0,"scale":1}]}`); ans.status != 400 || decodeError(t, ans.body).Error.Code != "lora_not_allowed" {
+		t.Errorf("a client's own lora list: %d %s, want 400 lora_not_allowed", ans.status, ans.body)
+	}
+	if ans := tg.post(t, "/v1/completions", `{"model":"other:pirate","prompt":"Hi"}`); ans.status != 404 {
+		t.Errorf("an adapter under another model's name: %d %s, want 404", ans.status, ans.body)
+	}
+
+	resp, err := tg.client.Get(tg.srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{`"id":"tiny"`, `"id":"pirate"`, `"parent":"tiny"`, `"id":"farewell"`} {
+		if !strings.Contains(string(mb), want) {
+			t.Errorf("/v1/models: no %s in %s", want, mb)
+		}
 	}
 }

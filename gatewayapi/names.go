@@ -22,4 +22,8 @@ const (
 	TagProfile = "profile="
 	TagReplica = "replica="
 	TagWeight  = "weight="
+	// TagEngine prefixes the tag naming the replica's engine (engine.Name
+	// of its profile: "llamacpp", "vllm", …): how a gateway writes a
+	// request for one of the model's LoRA adapters (docs/gateway.md).
+	TagEngine = "engine="
 )

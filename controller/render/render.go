@@ -461,7 +461,7 @@ func (r *rendering) services() []*api.Service {
 		// so a changed weight reaches a replica's service when its job is
 		// next rendered (a roll, a move, a re-placement).
 		Tags: []string{gatewayapi.ServiceTag, gatewayapi.TagModel + m.Name, gatewayapi.TagProfile + p.Name,
-			gatewayapi.TagReplica + d.Replica, gatewayapi.TagWeight + strconv.Itoa(max(p.Weight, 1))},
+			gatewayapi.TagReplica + d.Replica, gatewayapi.TagWeight + strconv.Itoa(max(p.Weight, 1)), gatewayapi.TagEngine + p.Engine},
 		PortLabel: PortHTTP,
 		Provider:  s.ServiceProvider,
 		Checks: []api.ServiceCheck{{

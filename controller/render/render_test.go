@@ -370,7 +370,7 @@ func TestJobInvariants(t *testing.T) {
 			if got, want := api0.Name, ServiceName(in.Model.Name); got != want {
 				t.Errorf("service %q, want %q", got, want)
 			}
-			wantTags := []string{"llmgw", "model=" + in.Model.Name, "profile=" + p.Name, "replica=" + d.Replica, "weight=" + strconv.Itoa(max(p.Weight, 1))}
+			wantTags := []string{"llmgw", "model=" + in.Model.Name, "profile=" + p.Name, "replica=" + d.Replica, "weight=" + strconv.Itoa(max(p.Weight, 1)), "engine=" + p.Engine}
 			if diff := cmp.Diff(wantTags, api0.Tags); diff != "" {
 				t.Errorf("tags (-want +got):\n%s", diff)
 			}

@@ -64,7 +64,7 @@ var layers = map[string]map[string]string{
 	"weights":                {"internal/atomicfile": "the store's records", "internal/bounded": "the hub's model-info answer read within a limit", "weightsapi": "the sources it fetches"},
 	"gateway": {
 		"enginemetrics":          "replicas' load from their engines' metrics",
-		"engine":                 "through enginemetrics",
+		"engine":                 "engine names (how a request for a LoRA adapter is written for a replica's engine); through enginemetrics",
 		"internal/suggest":       "through enginemetrics and engine",
 		"internal/blockingquery": "Nomad's and Consul's blocking queries",
 		"internal/gatewayclient": "counting the gateways registered beside it (share_limits)",

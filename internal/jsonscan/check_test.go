@@ -124,6 +124,11 @@ func TestCheck(t *testing.T) {
 		{"no model", `{"x":1}`, "", ErrNoModel},
 		{"model not a string", `{"model":1}`, "", ErrModelNotString},
 		{"empty", ``, "", ErrNoModel},
+		{"model twice", `{"model":"base","messages":[],"model":"secret-adapter"}`, "", ErrModelTwice},
+		{"model twice, escaped", `{"model":"base","mod\u0065l":"other"}`, "", ErrModelTwice},
+		{"model twice, the second not a string", `{"model":"base","model":1}`, "", ErrModelTwice},
+		{"model inside a value is another member's", `{"model":"m","x":{"model":"n"},"y":[{"model":"o"}]}`, "m", nil},
+		{"a key that holds model", `{"model":"m","models":"n","xmodel":"o"}`, "m", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

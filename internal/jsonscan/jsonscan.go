@@ -26,6 +26,11 @@ var (
 	ErrBadJSON        = errors.New("request body is not valid JSON")
 	ErrNoModel        = errors.New("you must provide a model parameter")
 	ErrModelNotString = errors.New("model must be a string")
+	// ErrModelTwice: the body names its model twice. JSON parsers keep
+	// one or the other (Python's and Go's the last), so the gateway would
+	// route and authorize by one model and the engine serve another (an
+	// adapter the key does not allow, on the same replica).
+	ErrModelTwice = errors.New("model is given twice")
 )
 
 // Check checks a whole request body before any part of llmgw or an engine
@@ -43,20 +48,54 @@ func Check(buf []byte, maxDepth int) (string, error) {
 		}
 		return "", ErrBadJSON
 	}
-	model, _, err := scanModel(buf, 0)
+	model, end, err := scanModel(buf, 0)
 	if errors.Is(err, ErrShort) {
 		// Not expected of valid JSON: the scan reads a whole object.
 		err = ErrBadJSON
 	}
-	return model, err
+	if err != nil {
+		return "", err
+	}
+	if modelAgain(buf, end) {
+		return "", ErrModelTwice
+	}
+	return model, nil
+}
+
+// modelAgain reports whether a top-level member after offset i (the end
+// of the "model" member's value) of the valid JSON object buf is "model"
+// too.
+func modelAgain(buf []byte, i int) bool {
+	for {
+		i = SkipSpace(buf, i)
+		if i >= len(buf) || buf[i] != ',' {
+			return false
+		}
+		i = SkipSpace(buf, i+1)
+		end, escaped, err := scanString(buf, i)
+		if err != nil {
+			return false
+		}
+		if isModelKey(buf[i:end], escaped) {
+			return true
+		}
+		i = SkipSpace(buf, end)
+		if i >= len(buf) || buf[i] != ':' {
+			return false
+		}
+		if i, err = SkipValue(buf, SkipSpace(buf, i+1)); err != nil {
+			return false
+		}
+	}
 }
 
 // scanModel looks for the top-level member "model" of the JSON object that
 // buf begins, starting at from (0, or a resume point an earlier call
-// returned). It returns the model; or ErrShort with the offset of the first
-// member not yet fully skipped, to resume from when buf has grown; or
-// another error when buf cannot begin an object with a string model. The
-// first "model" member wins. Only what it must read is checked: the rest of
+// returned). It returns the model and the offset just past its value; or
+// ErrShort with the offset of the first member not yet fully skipped, to
+// resume from when buf has grown; or another error when buf cannot begin
+// an object with a string model. The first "model" member wins (Check
+// refuses a second). Only what it must read is checked: the rest of
 // the document is the engine's to judge.
 func scanModel(buf []byte, from int) (model string, resume int, err error) {
 	i := from
@@ -111,13 +150,13 @@ func scanModel(buf []byte, from int) (model string, resume int, err error) {
 				return "", start, err
 			}
 			if raw := buf[i+1 : vend-1]; !vesc && utf8.Valid(raw) {
-				return string(raw), 0, nil
+				return string(raw), vend, nil
 			}
 			var s string
 			if err := json.Unmarshal(buf[i:vend], &s); err != nil {
 				return "", 0, ErrBadJSON
 			}
-			return s, 0, nil
+			return s, vend, nil
 		}
 		i, err = SkipValue(buf, i)
 		if err != nil {

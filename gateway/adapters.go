@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/gateway/routing"
+	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/internal/jsonscan"
+)
+
+// LoRA adapters. A model of the model list may list adapters
+// (gatewayapi.ListedAdapter); a request names one as its model, by the
+// adapter's name or as base:adapter. The gateway routes it among the base
+// model's replicas by the adapter's home set (routing.Adapters) and writes
+// the request the way the replica's engine (its engine= tag) names
+// adapters:
+//
+//   - llama.cpp takes a per-request "lora" list of ids and scales; an
+//     adapter the list leaves out has scale 0, and a request with no list
+//     gets the global scales, which are every adapter at 1 at start
+//     (tools/server/server-context.cpp construct_lora_list,
+//     launch_slot_with_task at 80fb11a). So every request for a model with
+//     adapters gets a list: the asked adapter at its scale, or for the base
+//     model one adapter at scale 0. The ids are the replica's own, read from
+//     its GET /lora-adapters by path (a replica that left an adapter out
+//     numbers the rest without it, and one that does not list the asked
+//     adapter is not sent the request).
+//   - vLLM serves an adapter under its name (--lora-modules' name): the
+//     request's model becomes the adapter's name (it may have been
+//     base:adapter). SGLang takes "served-name:adapter" as the model, as its
+//     LoRA documentation says (docs/advanced_features/lora); that was not
+//     checked at the pinned v0.5.18, whose source is not reachable here.
+//     A replica with no engine tag is written as vLLM.
+//
+// A client may not send its own "lora" for a model with adapters (400): the
+// gateway decides which adapter answers, so that no request is answered by
+// an adapter it did not ask for.
+
+// adapterRef is an adapter a request names, and its base model.
+type adapterRef struct {
+	base string
+	ad   gatewayapi.ListedAdapter
+}
+
+// allowedBy reports whether k may use what a request named as sent: ad,
+// or the model when ad is nil. A key allows an adapter when its models
+// name it as sent, by its name or as base:adapter; allowing the base model
+// does not allow its adapters (a fine-tune may be one tenant's).
+func (ad *adapterRef) allowedBy(k *Key, sent string) bool {
+	if k.Allows(sent) {
+		return true
+	}
+	return ad != nil && (k.Allows(ad.ad.Name) || k.Allows(ad.base+":"+ad.ad.Name))
+}
+
+// adapterPerReplica is an adapter's requests in flight per replica of its
+// home set before the set grows by one replica (routing.Adapters.PerReplica).
+const adapterPerReplica = 4
+
+// resolve says what a request's model names: a model (ad nil), or an
+// adapter of base. A name that is neither is returned as the model, for
+// the caller's 404.
+func (t *table) resolve(name string) (base string, ad *adapterRef) {
+	if t.models[name] != nil {
+		return name, nil
+	}
+	if r, ok := t.adapters[name]; ok {
+		return r.base, &r
+	}
+	if b, a, ok := strings.Cut(name, ":"); ok {
+		if r, ok := t.adapters[a]; ok && r.base == b {
+			return b, &r
+		}
+	}
+	return name, nil
+}
+
+// adapterTables fills t.adapters and the adapter routers of t's models
+// from the model list, keeping old's routers (what they counted in flight
+// and placed) for the models that still have adapters.
+func adapterTables(t, old *table, list gatewayapi.ModelList, perReplica int64, now func() time.Time) {
+	for _, lm := range list.Models {
+		if len(lm.Adapters) == 0 {
+			continue
+		}
+		for _, a := range lm.Adapters {
+			t.adapters[a.Name] = adapterRef{base: lm.Name, ad: a}
+		}
+		r := old.adapterRouters[lm.Name]
+		if r == nil || r.Slots != lm.MaxAdapters {
+			// A router's Slots is read under its lock: a new bound gets a
+			// new router (what the old one placed is forgotten).
+			r = &routing.Adapters{Slots: lm.MaxAdapters, PerReplica: perReplica, Now: now}
+		}
+		t.adapterRouters[lm.Name] = r
+	}
+}
+
+// errAdapterNotLoaded: the replica does not list the adapter the request
+// asks for; another replica may.
+var errAdapterNotLoaded = errors.New("adapter not loaded on the replica")
+
+// loraTable is a llama.cpp replica's adapters as its GET /lora-adapters
+// lists them: their ids by path.
+type loraTable struct {
+	ids map[string]int
+}
+
+// loraPath is where llama.cpp's server lists its adapters.
+const loraPath = "/lora-adapters"
+
+// readLoras reads ep's GET /lora-adapters.
+func (g *Gateway) readLoras(ctx context.Context, ep *endpoint) (*loraTable, error) {
+	ctx, cancel := context.WithTimeout(ctx, loraReadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.base+loraPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := g.engineClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLoraList+1))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", loraPath, resp.Status)
+	}
+	if len(body) > maxLoraList {
+		return nil, fmt.Errorf("GET %s: over %d bytes", loraPath, maxLoraList)
+	}
+	var list []struct {
+		ID   *int   `json:"id"`
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", loraPath, err)
+	}
+	lt := &loraTable{ids: map[string]int{}}
+	for _, e := range list {
+		if e.ID != nil {
+			lt.ids[e.Path] = *e.ID
+		}
+	}
+	return lt, nil
+}
+
+// How a llama.cpp replica's adapter list is read: within loraReadTimeout,
+// at most maxLoraList bytes (an entry is about 100 bytes).
+const (
+	loraReadTimeout = 5 * time.Second
+	maxLoraList     = 1 << 20
+)
+
+// lorasOf is ep's adapter list: the one read last, else read now.
+func (g *Gateway) lorasOf(ctx context.Context, ep *endpoint) (*loraTable, error) {
+	if lt := ep.loras.Load(); lt != nil {
+		return lt, nil
+	}
+	lt, err := g.readLoras(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	ep.loras.Store(lt)
+	return lt, nil
+}
+
+// loraList is the "lora" member llama.cpp gets: ad at its scale, or for
+// the base model (ad nil) one adapter at scale 0; nil when the replica
+// loaded no adapter and the request is the base model's.
+func (lt *loraTable) loraList(ad *adapterRef) ([]byte, error) {
+	if ad == nil {
+		if len(lt.ids) == 0 {
+			return nil, nil
+		}
+		id := -1
+		for _, i := range lt.ids {
+			if id < 0 || i < id {
+				id = i
+			}
+		}
+		return []byte(`"lora":[{"id":` + strconv.Itoa(id) + `,"scale":0}],`), nil
+	}
+	id, ok := lt.ids[ad.ad.Path]
+	if !ok {
+		return nil, errAdapterNotLoaded
+	}
+	return []byte(`"lora":[{"id":` + strconv.Itoa(id) + `,"scale":` + strconv.FormatFloat(ad.ad.Scale, 'g', -1, 64) + `}],`), nil
+}
+
+// bodyFor is the body the request is sent to ep with, when the gateway
+// writes it for ep's engine (nil: the client's, as it is): see the top of
+// this file.
+func (x *exchange) bodyFor(ep *endpoint) ([]byte, error) {
+	if !x.adapters {
+		return nil, nil
+	}
+	body := x.body.bytes()
+	if ep.inst.Engine == engine.LlamaCpp {
+		lt, err := x.g.lorasOf(x.r.Context(), ep)
+		if err != nil {
+			return nil, fmt.Errorf("reading its adapters: %w", err)
+		}
+		member, err := lt.loraList(x.adapter)
+		if err != nil || member == nil {
+			return nil, err
+		}
+		return withMember(body, member), nil
+	}
+	if x.adapter == nil {
+		return nil, nil
+	}
+	want := x.adapter.ad.Name
+	if ep.inst.Engine == engine.SGLang {
+		want = x.adapter.base + ":" + want
+	}
+	if x.asked == want {
+		return nil, nil
+	}
+	name, _ := json.Marshal(want)
+	return withValue(body, "model", name), nil
+}
+
+// withMember returns the JSON object body with member (`"k":v,`) first.
+func withMember(body, member []byte) []byte {
+	i := bytes.IndexByte(body, '{')
+	out := make([]byte, 0, len(body)+len(member))
+	out = append(out, body[:i+1]...)
+	out = append(out, member...)
+	return append(out, body[i+1:]...)
+}
+
+// withValue returns the JSON object body (checked: jsonscan.Check) with
+// its top-level member name's value replaced by val.
+func withValue(body []byte, name string, val []byte) []byte {
+	vs := jsonscan.Member(body, name)
+	ve, err := jsonscan.SkipValue(body, vs)
+	if vs < 0 || err != nil {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(val))
+	out = append(out, body[:vs]...)
+	out = append(out, val...)
+	return append(out, body[ve:]...)
+}

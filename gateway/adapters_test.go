@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/gatewayapi"
+)
+
+// bodyRecorder is a replica that answers every completion 200 and keeps
+// the bodies it was sent; as llama.cpp it lists the adapters of loras at
+// GET /lora-adapters, in that order.
+type bodyRecorder struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	seen  []string
+	loras []string
+}
+
+func startBodyRecorder(t *testing.T, loras ...string) *bodyRecorder {
+	t.Helper()
+	br := &bodyRecorder{loras: loras}
+	br.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == loraPath {
+			var list []map[string]any
+			for i, p := range br.loras {
+				list = append(list, map[string]any{"id": i, "path": p, "scale": 1})
+			}
+			_ = json.NewEncoder(w).Encode(list)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		br.mu.Lock()
+		br.seen = append(br.seen, string(b))
+		br.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	t.Cleanup(br.srv.Close)
+	return br
+}
+
+func (br *bodyRecorder) last(t *testing.T) map[string]any {
+	t.Helper()
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if len(br.seen) == 0 {
+		t.Fatal("the replica was sent nothing")
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(br.seen[len(br.seen)-1]), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (br *bodyRecorder) instance(id, eng string) Instance {
+	return Instance{ID: id, Model: "base", Replica: id, Address: strings.TrimPrefix(br.srv.URL, "http://"), Weight: 1, Engine: eng}
+}
+
+var adapterList = gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "base", Replicas: 1, Min: 1, Adapters: []gatewayapi.ListedAdapter{
+	{Name: "sql", Path: "/lora/sql.gguf", Scale: 0.5}, {Name: "chat", Path: "/lora/chat.gguf", Scale: 1},
+}}}}
+
+// What each engine is sent: vLLM the adapter's name as the model, the
+// client's body otherwise untouched; llama.cpp a "lora" list with the
+// replica's own id for the adapter at its scale, or scale 0 for the base
+// model, the client's model left as sent.
+func TestAdapterRequestsWrittenPerEngine(t *testing.T) {
+	for _, tc := range []struct {
+		engine, model string
+		wantModel     string
+		wantLora      string // JSON of the lora member; "" none
+	}{
+		{engine.VLLM, "sql", "sql", ""},
+		{engine.VLLM, "base:sql", "sql", ""},
+		{engine.VLLM, "base", "base", ""},
+		{engine.SGLang, "sql", "base:sql", ""},
+		{engine.SGLang, "base:sql", "base:sql", ""},
+		{engine.LlamaCpp, "sql", "sql", `[{"id":1,"scale":0.5}]`},
+		{engine.LlamaCpp, "base:chat", "base:chat", `[{"id":0,"scale":1}]`},
+		{engine.LlamaCpp, "base", "base", `[{"id":0,"scale":0}]`},
+	} {
+		t.Run(tc.engine+" "+tc.model, func(t *testing.T) {
+			// The llama.cpp replica loaded chat first: ids are its own.
+			br := startBodyRecorder(t, "/lora/chat.gguf", "/lora/sql.gguf")
+			tg := startGateway(t, Options{}, br.instance("r", tc.engine))
+			tg.UpdateModels(adapterList, nil)
+			ans := tg.post(t, "/v1/completions", `{"model":"`+tc.model+`","prompt":"hi","max_tokens":4}`)
+			if ans.status != 200 {
+				t.Fatalf("%d %s", ans.status, ans.body)
+			}
+			v := br.last(t)
+			if v["model"] != tc.wantModel || v["prompt"] != "hi" || v["max_tokens"] != 4.0 {
+				t.Errorf("sent %v, want model %q and the rest as the client wrote it", v, tc.wantModel)
+			}
+			lora, _ := json.Marshal(v["lora"])
+			if tc.wantLora == "" && v["lora"] != nil || tc.wantLora != "" && string(lora) != tc.wantLora {
+				t.Errorf("sent lora %s, want %q", lora, tc.wantLora)
+			}
+		})
+	}
+}
+
+// A llama.cpp replica that does not list the asked adapter is not sent
+// the request: another is, and with none the answer is a 503 naming why.
+func TestAdapterNotLoadedPassedOver(t *testing.T) {
+	without := startBodyRecorder(t, "/lora/chat.gguf")
+	with := startBodyRecorder(t, "/lora/chat.gguf", "/lora/sql.gguf")
+	tg := startGateway(t, Options{}, without.instance("without", engine.LlamaCpp), with.instance("with", engine.LlamaCpp))
+	tg.UpdateModels(adapterList, nil)
+	for range 6 {
+		if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 200 || ans.header.Get(ReplicaHeader) != "with" {
+			t.Fatalf("sql: %d from %q: %s", ans.status, ans.header.Get(ReplicaHeader), ans.body)
+		}
+	}
+	if n := len(without.seen); n != 0 {
+		t.Errorf("the replica without sql was sent %d requests", n)
+	}
+
+	tg = startGateway(t, Options{}, without.instance("without", engine.LlamaCpp))
+	tg.UpdateModels(adapterList, nil)
+	ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+	if ans.status != 503 || !strings.Contains(string(ans.body), "adapter not loaded") {
+		t.Errorf("sql with no replica serving it: %d %s, want 503 saying the adapter is not loaded", ans.status, ans.body)
+	}
+}
+
+// Keys: an adapter is allowed when the key names it (as requested, by its
+// name or as base:adapter), not because it allows the base model;
+// /v1/models lists for each key what it may use.
+func TestAdapterKeys(t *testing.T) {
+	br := startBodyRecorder(t)
+	tg := startKeyGateway(t, keyBlock("base-only", "sk-base", "  models = [\"base\"]\n")+
+		keyBlock("sql", "sk-sql", "  models = [\"sql\"]\n")+keyBlock("chat", "sk-chat", "  models = [\"base:chat\"]\n"),
+		Options{}, br.instance("r", engine.VLLM))
+	tg.UpdateModels(adapterList, nil)
+	for _, tc := range []struct {
+		key, model string
+		status     int
+	}{
+		{"sk-base", "base", 200}, {"sk-base", "sql", 403}, {"sk-base", "base:sql", 403},
+		{"sk-sql", "sql", 200}, {"sk-sql", "base:sql", 200}, {"sk-sql", "base", 403}, {"sk-sql", "chat", 403},
+		{"sk-chat", "chat", 200}, {"sk-chat", "base:chat", 200}, {"sk-chat", "sql", 403},
+	} {
+		if got := tg.do(t, http.MethodPost, "/v1/completions", tc.key, `{"model":"`+tc.model+`","prompt":"hi"}`); got.status != tc.status {
+			t.Errorf("%s asking for %s: %d, want %d: %s", tc.key, tc.model, got.status, tc.status, got.body)
+		}
+	}
+	for key, want := range map[string][]string{"sk-base": {"base"}, "sk-sql": {"sql"}, "sk-chat": {"chat"}} {
+		got := tg.do(t, http.MethodGet, "/v1/models", key, "")
+		var list struct {
+			Data []modelCard `json:"data"`
+		}
+		if err := json.Unmarshal(got.body, &list); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range list.Data {
+			ids = append(ids, c.ID)
+		}
+		if strings.Join(ids, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: /v1/models lists %v, want %v", key, ids, want)
+		}
+	}
+}
