@@ -131,7 +131,7 @@ func (g *Gateway) readLoras(ctx context.Context, ep *endpoint) (*loraTable, erro
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxLoraList+1))
 	if err != nil {
 		return nil, err
