@@ -9,6 +9,7 @@ import (
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // Each pass writes the catalog's model list for the gateways when it
@@ -76,13 +77,18 @@ func TestPassWritesTheGatewaysModelList(t *testing.T) {
 // modelList takes an autoscaled model's count from the pass's Scale.
 func TestModelListOfAutoscaledModels(t *testing.T) {
 	cat := facility.Catalog{Models: []facility.Model{
-		{Name: "fixed", Replicas: 2, Routing: gatewayapi.RoutingPrefix},
+		{Name: "fixed", Replicas: 2, Routing: gatewayapi.RoutingPrefix, Adapters: []facility.Adapter{
+			{Name: "sql", Weights: weightsapi.Source{Path: "/srv/lora/sql.gguf"}, Scale: 1},
+			{Name: "chat", Weights: weightsapi.Source{Path: "/srv/lora/chat.gguf"}, Scale: 0.5},
+		}},
 		{Name: "asleep", Autoscale: &facility.Autoscale{Min: 0, Max: 4}},
 		{Name: "busy", Replicas: 1, Autoscale: &facility.Autoscale{Min: 1, Max: 8}},
 	}}
 	got := modelList(cat, map[string]reconcile.Scale{"asleep": {Want: 0, Has: 0}, "busy": {Want: 6, Has: 4}})
 	want := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{
-		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2, Routing: gatewayapi.RoutingPrefix},
+		{Name: "asleep", Min: 0, Replicas: 0}, {Name: "busy", Min: 1, Replicas: 4}, {Name: "fixed", Min: 2, Replicas: 2, Routing: gatewayapi.RoutingPrefix, Adapters: []gatewayapi.ListedAdapter{
+			{Name: "sql", Path: "/srv/lora/sql.gguf", Scale: 1}, {Name: "chat", Path: "/srv/lora/chat.gguf", Scale: 0.5},
+		}},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

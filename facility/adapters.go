@@ -116,13 +116,15 @@ func (m Model) validateAdapters(taken map[string]string) []error {
 	if len(m.Adapters) > engine.MaxAdapters {
 		errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: %d adapters, at most %d", m.Name, len(m.Adapters), engine.MaxAdapters)))
 	}
+	paths := map[string]string{}
 	for _, a := range m.Adapters {
 		if err := checkName("adapter", a.Name); err != nil {
 			at(a, "%v", err)
 		} else if strings.ContainsAny(a.Name, ":\"'{}") || strings.HasPrefix(a.Name, "-") {
 			at(a, "the name may not hold ':' (requests may name an adapter as model:adapter), quotes or braces, nor start with '-'")
 		}
-		if where, dup := taken[a.Name]; dup {
+		where, dupName := taken[a.Name]
+		if dupName {
 			at(a, "the name is taken: %s", where)
 		} else {
 			taken[a.Name] = fmt.Sprintf("adapter of model %q at %s", m.Name, a.Pos)
@@ -131,6 +133,12 @@ func (m Model) validateAdapters(taken map[string]string) []error {
 			at(a, "path: give the adapter's path on every node (adapters the nodes' stores fetch are not supported yet)")
 		} else if err := a.Weights.Validate(); err != nil {
 			at(a, "%s", strings.TrimPrefix(err.Error(), "weights."))
+		} else if other, dup := paths[a.Weights.Path]; dup && !dupName {
+			// llama.cpp lists its adapters by path (GET /lora-adapters),
+			// which is how llmgw tells them apart.
+			at(a, "path %q is also adapter %q's", a.Weights.Path, other)
+		} else {
+			paths[a.Weights.Path] = a.Name
 		}
 		if err := checkScale(a.Scale); err != nil {
 			at(a, "%v", err)

@@ -81,6 +81,8 @@ func TestParseCatalogAdaptersErrors(t *testing.T) {
 			[]string{`c.hcl:3: model "m": adapter "m:sql": the name may not hold ':' (requests may name an adapter as model:adapter), quotes or braces, nor start with '-'`}},
 		{"relative path", "vllm", "  adapter \"sql\" {\n    path = \"lora/sql\"\n  }\n",
 			[]string{`c.hcl:3: model "m": adapter "sql": path: "lora/sql" is not a clean absolute path`}},
+		{"a path twice", "vllm", sql + "  adapter \"chat\" {\n    path = \"/srv/lora/sql.gguf\"\n  }\n",
+			[]string{`c.hcl:6: model "m": adapter "chat": path "/srv/lora/sql.gguf" is also adapter "sql"'s`}},
 		{"no path", "vllm", "  adapter \"sql\" {\n  }\n",
 			[]string{`c.hcl:3: Missing required argument: The argument "path" is required, but no definition was found.`}},
 		{"a hub source", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    source = \"org/sql\"\n  }\n",

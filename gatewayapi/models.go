@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // ModelList is what the controller publishes of its catalog for the
@@ -26,6 +27,26 @@ type ListedModel struct {
 	// RoutingLeastOutstanding (also when empty) or RoutingPrefix. A
 	// gateway's own setting for the model overrides it.
 	Routing string `json:"routing,omitempty"`
+	// Adapters are the model's LoRA adapters, in the order its replicas
+	// load them (the catalog's). A request names one as the model
+	// (docs/controller.md, "LoRA adapters").
+	Adapters []ListedAdapter `json:"adapters,omitempty"`
+}
+
+// ListedAdapter is one LoRA adapter of a listed model: what a gateway
+// needs to name it in a request to a replica. vLLM and SGLang take the
+// name as the request's model; llama.cpp numbers its adapters in the
+// order they loaded and lists them, by id, path and scale, at GET
+// /lora-adapters, where Path finds the id of this one (a replica that
+// left a bad adapter out numbers the rest without it).
+type ListedAdapter struct {
+	Name string `json:"name"`
+	// Path is the adapter as the replicas load it: a file or directory on
+	// the nodes.
+	Path string `json:"path"`
+	// Scale is how strongly the adapter applies (llama.cpp's per-request
+	// "lora" scale); above 0.
+	Scale float64 `json:"scale"`
 }
 
 // Routing policies of ListedModel.Routing.
@@ -81,18 +102,25 @@ func ParseModelList(items map[string]string) (ModelList, error) {
 }
 
 // Check reports every problem of the list: an empty or repeated name, a
-// negative count.
+// negative count, an adapter without a name, path or scale, or with a
+// name taken by a model or another adapter.
 func (l ModelList) Check() error {
 	seen := map[string]bool{}
+	for _, m := range l.Models {
+		seen[m.Name] = true
+	}
+	adapterSeen := map[string]string{}
 	var errs []error
+	names := map[string]bool{}
 	for i, m := range l.Models {
 		switch {
 		case m.Name == "":
 			errs = append(errs, fmt.Errorf("models[%d]: empty name", i))
-		case seen[m.Name]:
+		case names[m.Name]:
 			errs = append(errs, fmt.Errorf("models[%d]: %q listed twice", i, m.Name))
 		}
-		seen[m.Name] = true
+		names[m.Name] = true
+		errs = append(errs, checkAdapters(i, m, seen, adapterSeen)...)
 		if !ValidRouting(m.Routing) {
 			errs = append(errs, fmt.Errorf("models[%d] (%s): routing %q: want %q or %q", i, m.Name, m.Routing, RoutingLeastOutstanding, RoutingPrefix))
 		}
@@ -101,4 +129,36 @@ func (l ModelList) Check() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkAdapters reports the problems of the adapters of m, models[i]:
+// models holds every model's name, adapters each adapter seen so far with
+// its entry.
+func checkAdapters(i int, m ListedModel, models map[string]bool, adapters map[string]string) []error {
+	var errs []error
+	paths := map[string]bool{}
+	for j, a := range m.Adapters {
+		at := fmt.Sprintf("models[%d] (%s): adapters[%d]", i, m.Name, j)
+		switch {
+		case a.Name == "":
+			errs = append(errs, fmt.Errorf("%s: empty name", at))
+		case models[a.Name]:
+			errs = append(errs, fmt.Errorf("%s: name %q is a model's", at, a.Name))
+		case adapters[a.Name] != "":
+			errs = append(errs, fmt.Errorf("%s: name %q is also %s", at, a.Name, adapters[a.Name]))
+		default:
+			adapters[a.Name] = at
+		}
+		switch {
+		case a.Path == "":
+			errs = append(errs, fmt.Errorf("%s (%s): empty path", at, a.Name))
+		case paths[a.Path]:
+			errs = append(errs, fmt.Errorf("%s (%s): path %q given twice in the model", at, a.Name, a.Path))
+		}
+		paths[a.Path] = true
+		if math.IsNaN(a.Scale) || math.IsInf(a.Scale, 0) || a.Scale <= 0 {
+			errs = append(errs, fmt.Errorf("%s (%s): scale %v: want a number above 0", at, a.Name, a.Scale))
+		}
+	}
+	return errs
 }
