@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,7 +85,14 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 				return printJSON(cmd, raw)
 			}
 			now := c.opts.Now()
-			t := newTable("REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE", "WAIT", "RUN", "KV", "TOK/S", "TTFT-P90")
+			cols := []string{"REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE", "WAIT", "RUN", "KV", "TOK/S", "TTFT-P90"}
+			// The ADAPTERS column only where a replica's model has
+			// LoRA adapters.
+			withAdapters := slices.ContainsFunc(reps, func(r controllerapi.ReplicaView) bool { return r.Engine != nil && len(r.Engine.Adapters) > 0 })
+			if withAdapters {
+				cols = append(cols, "ADAPTERS")
+			}
+			t := newTable(cols...)
 			for _, r := range reps {
 				state := r.State
 				if len(r.Jobs) > 1 {
@@ -93,8 +101,12 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 				if r.Engine != nil && r.Engine.Asleep != nil && *r.Engine.Asleep {
 					state += ", asleep"
 				}
-				t.row(append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
-					engineLoad(r.Engine)...)...)
+				row := append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
+					engineLoad(r.Engine)...)
+				if withAdapters {
+					row = append(row, adapterCell(r.Engine))
+				}
+				t.row(row...)
 			}
 			return write(cmd.OutOrStdout(), t.bytes())
 		},
