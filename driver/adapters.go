@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -68,6 +69,49 @@ func checkGGUFAdapters(modelPath string, as []AdapterConfig, readable func(strin
 		ok = append(ok, a)
 	}
 	return ok, bad
+}
+
+// checkPEFTAdapters checks each adapter of vLLM or SGLang before the
+// engine starts: a PEFT directory holding adapter_config.json that the
+// engine's user may read. vLLM loads every --lora-modules item before it
+// listens and stops on the first it cannot load
+// (OpenAIServingModels.init_static_loras raises; a directory without the
+// config is "Loading lora NAME failed: No adapter found for PATH"), base
+// model included. Shapes, ranks and target modules are not checked: the
+// weights' format is the engine's to read. It returns the adapters that
+// pass, in their order, and those that do not, with the cause.
+func checkPEFTAdapters(as []AdapterConfig, readable func(string) error) (ok []AdapterConfig, bad []badAdapter) {
+	for _, a := range as {
+		err := checkPEFTDir(a.Path)
+		if err == nil {
+			err = readable(filepath.Join(a.Path, "adapter_config.json"))
+		}
+		if err != nil {
+			bad = append(bad, badAdapter{a, err})
+			continue
+		}
+		ok = append(ok, a)
+	}
+	return ok, bad
+}
+
+func checkPEFTDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (a PEFT adapter is a directory with adapter_config.json and the weights)", dir)
+	}
+	cfg := filepath.Join(dir, "adapter_config.json")
+	fi, err = os.Stat(cfg)
+	if err != nil {
+		return fmt.Errorf("%s holds no adapter_config.json: not a PEFT adapter", dir)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", cfg)
+	}
+	return nil
 }
 
 // ggufFile is what the check reads of a GGUF file.

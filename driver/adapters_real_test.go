@@ -2,6 +2,8 @@ package driver_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,5 +77,44 @@ adapter {
 		if err := json.Unmarshal(b, &a); err != nil || code != 200 || len(a.Choices) != 1 || a.Choices[0].Text != c.want {
 			t.Errorf("lora %s: %d %s, want %q", c.lora, code, b, c.want)
 		}
+	}
+}
+
+// A vLLM adapter that is no PEFT directory is left out (vLLM would not
+// start with it: fake-engine refuses it as vLLM does), with its event;
+// the engine starts with the other, which GET /v1/models lists.
+func TestVLLMLeavesOutAMissingAdapter(t *testing.T) {
+	good := t.TempDir()
+	if err := os.WriteFile(filepath.Join(good, "adapter_config.json"), []byte(`{"r": 8}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "sql")
+	p := startPlugin(t, pluginBody)
+	tk := newTask(t, taskOpts{body: vllmTask(`served_model_name = "base"
+adapter {
+  name = "sql"
+  path = "` + missing + `"
+}
+adapter {
+  name = "chat"
+  path = "` + good + `"
+}
+`)})
+	p.start(t, tk)
+	id := tk.cfg.GetId()
+	p.events.wait(t, id, `LoRA adapter "sql" not loaded: stat `+missing+`: no such file or directory`, 10*time.Second)
+	p.events.wait(t, id, "LoRA adapters loaded: chat", 10*time.Second)
+	p.events.wait(t, id, "Ready after", 30*time.Second)
+	code, body := realengine.Get(t, "http://127.0.0.1:"+strconv.Itoa(tk.port)+"/v1/models")
+	var list struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Root   string  `json:"root"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil || code != 200 || len(list.Data) != 2 ||
+		list.Data[1].ID != "chat" || list.Data[1].Root != good || list.Data[1].Parent == nil || *list.Data[1].Parent != "base" {
+		t.Errorf("GET /v1/models: %d %s (%v): want base, then chat from %s", code, body, err, good)
 	}
 }

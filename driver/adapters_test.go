@@ -81,6 +81,57 @@ func TestCheckGGUFAdapters(t *testing.T) {
 	}
 }
 
+// peftDir makes a directory with an adapter_config.json, as a PEFT
+// adapter has.
+func peftDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(`{"r": 8}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// vLLM's and SGLang's adapters must be PEFT directories the engine's
+// user may read.
+func TestCheckPEFTAdapters(t *testing.T) {
+	good := peftDir(t)
+	empty := t.TempDir()
+	file := filepath.Join(empty, "a.safetensors")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgDir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cfgDir, "adapter_config.json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(empty, "gone")
+	as := []AdapterConfig{{Name: "good", Path: good}, {Name: "empty", Path: empty}, {Name: "file", Path: file},
+		{Name: "missing", Path: missing}, {Name: "cfgdir", Path: cfgDir}}
+	ok, bad := checkPEFTAdapters(as, func(string) error { return nil })
+	if len(ok) != 1 || ok[0].Name != "good" {
+		t.Errorf("kept %+v", ok)
+	}
+	want := map[string]string{
+		"empty":   empty + " holds no adapter_config.json: not a PEFT adapter",
+		"file":    file + " is not a directory (a PEFT adapter is a directory with adapter_config.json and the weights)",
+		"missing": "stat " + missing + ": no such file or directory",
+		"cfgdir":  filepath.Join(cfgDir, "adapter_config.json") + " is not a regular file",
+	}
+	if len(bad) != len(want) {
+		t.Errorf("left out %+v", bad)
+	}
+	for _, b := range bad {
+		if b.err.Error() != want[b.Name] {
+			t.Errorf("%s: %v, want %q", b.Name, b.err, want[b.Name])
+		}
+	}
+	_, bad = checkPEFTAdapters(as[:1], func(p string) error { return errors.New("permission denied: " + p) })
+	if len(bad) != 1 || bad[0].err.Error() != "permission denied: "+filepath.Join(good, "adapter_config.json") {
+		t.Errorf("unreadable: %+v", bad)
+	}
+}
+
 // renderedArgv renders cat's first model on one node through render.Job
 // and returns the task config the driver decodes and the argv its plan
 // gives the engine (contract_test.go's path).
@@ -129,15 +180,17 @@ func renderedArgv(t *testing.T, catalog string) (TaskConfig, plan) {
 // travelled structured; a llama.cpp adapter that does not fit the model is
 // left out, and the others keep their order.
 func TestRenderedAdaptersReachTheCommandLine(t *testing.T) {
-	tc, pl := renderedArgv(t, `model "m" {
+	sql, chat := peftDir(t), peftDir(t)
+	vllm := func(sql, chat string) string {
+		return fmt.Sprintf(`model "m" {
   source = "org/m"
   max_adapters = 1
   adapter "sql" {
-    path = "/srv/lora/sql"
+    path = %q
     rank = 16
   }
   adapter "chat" {
-    path = "/srv/lora/chat"
+    path = %q
   }
   profile "p" {
     engine = "vllm"
@@ -145,14 +198,24 @@ func TestRenderedAdaptersReachTheCommandLine(t *testing.T) {
     gpus   = 1
   }
 }
-`)
-	if diff := cmp.Diff([]AdapterConfig{{Name: "sql", Path: "/srv/lora/sql", Rank: 16}, {Name: "chat", Path: "/srv/lora/chat"}}, tc.Adapters); diff != "" || tc.MaxAdapters != 1 {
+`, sql, chat)
+	}
+	tc, pl := renderedArgv(t, vllm(sql, chat))
+	if diff := cmp.Diff([]AdapterConfig{{Name: "sql", Path: sql, Rank: 16}, {Name: "chat", Path: chat}}, tc.Adapters); diff != "" || tc.MaxAdapters != 1 {
 		t.Errorf("adapter blocks (-want +got):\n%s max_adapters %d", diff, tc.MaxAdapters)
 	}
 	want := []string{"--enable-lora", "--max-loras", "1", "--max-cpu-loras", "2", "--max-lora-rank", "16",
-		"--lora-modules", `{"name":"sql","path":"/srv/lora/sql"}`, `{"name":"chat","path":"/srv/lora/chat"}`}
-	if got := pl.cmd.Args[len(pl.cmd.Args)-len(want):]; !cmp.Equal(want, got) {
-		t.Errorf("vllm argv %q, want it to end %q", pl.cmd.Args, want)
+		"--lora-modules", `{"name":"sql","path":"` + sql + `"}`, `{"name":"chat","path":"` + chat + `"}`}
+	if got := pl.cmd.Args[len(pl.cmd.Args)-len(want):]; !cmp.Equal(want, got) || len(pl.badAdapters) != 0 {
+		t.Errorf("vllm argv %q, want it to end %q (left out %v)", pl.cmd.Args, want, pl.badAdapters)
+	}
+	// A vLLM adapter that is no PEFT directory is left out: vLLM would
+	// not start with it.
+	_, pl = renderedArgv(t, vllm(filepath.Join(t.TempDir(), "gone"), chat))
+	want = []string{"--enable-lora", "--max-loras", "1", "--max-cpu-loras", "1",
+		"--lora-modules", `{"name":"chat","path":"` + chat + `"}`}
+	if got := pl.cmd.Args[len(pl.cmd.Args)-len(want):]; !cmp.Equal(want, got) || len(pl.badAdapters) != 1 || pl.badAdapters[0].Name != "sql" {
+		t.Errorf("vllm argv %q, want it to end %q, sql left out (left out %v)", pl.cmd.Args, want, pl.badAdapters)
 	}
 
 	model := realengine.TinyModel(t)

@@ -231,13 +231,14 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func()
 	}
 	args := tc.Args
 	if len(tc.Adapters) > 0 {
-		pl.adapters = tc.Adapters
+		// The engines load every adapter at start and exit, base model
+		// included, on one they cannot load: one that is not there, or
+		// (llama.cpp) does not fit the model, is left out.
+		readable := func(p string) error { return checkAccess(p, pl.user, accessR) }
 		if tc.Engine == engine.LlamaCpp {
-			// llama-server exits, base model included, on one adapter it
-			// cannot load: one that does not fit the model is left out.
-			pl.adapters, pl.badAdapters = checkGGUFAdapters(model, tc.Adapters, func(p string) error {
-				return checkAccess(p, pl.user, accessR)
-			})
+			pl.adapters, pl.badAdapters = checkGGUFAdapters(model, tc.Adapters, readable)
+		} else {
+			pl.adapters, pl.badAdapters = checkPEFTAdapters(tc.Adapters, readable)
 		}
 		if len(pl.adapters) > 0 {
 			extra, err := engine.AdapterArgs(tc.Engine, adapterSpec(pl.adapters, tc.MaxAdapters))

@@ -394,7 +394,11 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 	if len(pl.badAdapters) > 0 {
 		loaded := make([]string, len(pl.adapters))
 		for i, a := range pl.adapters {
-			loaded[i] = fmt.Sprintf("%s (id %d)", a.Name, i)
+			loaded[i] = a.Name
+			if tc.Engine == engine.LlamaCpp {
+				// llama.cpp numbers them in their order.
+				loaded[i] = fmt.Sprintf("%s (id %d)", a.Name, i)
+			}
 		}
 		if len(loaded) == 0 {
 			loaded = []string{"none: the base model alone"}
