@@ -31,6 +31,9 @@ const maxAdapterListBytes = 8 << 20
 // maxAdapterEvents bounds the adapter events kept per replica.
 const maxAdapterEvents = 32
 
+// leftOutHint ends the note of an adapter the engine does not list.
+const leftOutHint = " (the driver leaves out an adapter the engine could not load: the allocation's task events say why)"
+
 // unverified prefixes the note of an adapter whose state is unknown.
 const unverified = "unverified: "
 
@@ -116,7 +119,7 @@ func fetchAdapters(ctx context.Context, client *http.Client, url string, l *engi
 func adapterStates(t engineTarget, loaded []engine.LoadedAdapter) []controllerapi.AdapterState {
 	out := make([]controllerapi.AdapterState, len(t.adapters))
 	for i, a := range t.adapters {
-		st := controllerapi.AdapterState{Name: a.Name, Note: fmt.Sprintf("not in the engine's GET %s", t.listing.Path)}
+		st := controllerapi.AdapterState{Name: a.Name, Note: fmt.Sprintf("not in the engine's GET %s%s", t.listing.Path, leftOutHint)}
 		for _, l := range loaded {
 			switch {
 			case l.Name != "" && l.Name == a.Name && l.Path != a.Weights.Path:

@@ -124,7 +124,7 @@ func TestReplicaAdaptersFromVLLM(t *testing.T) {
 		}
 		a := r.Engine.Adapters
 		return a[0] == controllerapi.AdapterState{Name: "sql", Loaded: true} &&
-			a[1] == controllerapi.AdapterState{Name: "chat", Note: "not in the engine's GET /v1/models"} &&
+			a[1] == controllerapi.AdapterState{Name: "chat", Note: "not in the engine's GET /v1/models" + leftOutHint} &&
 			len(r.Engine.AdapterEvents) == 1 && r.Engine.AdapterEvents[0].Adapter == "chat" && r.Engine.AdapterEvents[0].Event == "not loaded", adaptersOf(r)
 	})
 	// Rounds go on (readings two rounds later): the event is not repeated.
@@ -196,7 +196,7 @@ func TestReplicaAdaptersFromLlamaCpp(t *testing.T) {
 			return false, adaptersOf(r)
 		}
 		a := r.Engine.Adapters
-		return !a[0].Loaded && a[0].Note == "not in the engine's GET /lora-adapters" && a[0].ID == nil &&
+		return !a[0].Loaded && a[0].Note == "not in the engine's GET /lora-adapters"+leftOutHint && a[0].ID == nil &&
 			a[1].Loaded && a[1].ID != nil && *a[1].ID == 0 &&
 			len(r.Engine.AdapterEvents) == 1 && r.Engine.AdapterEvents[0].Adapter == "sql", adaptersOf(r)
 	})
