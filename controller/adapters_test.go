@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmgw/llmgw/controllerapi"
+	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
@@ -127,6 +129,11 @@ func TestReplicaAdaptersFromVLLM(t *testing.T) {
 			a[1] == controllerapi.AdapterState{Name: "chat", Note: "not in the engine's GET /v1/models" + leftOutHint} &&
 			len(r.Engine.AdapterEvents) == 1 && r.Engine.AdapterEvents[0].Adapter == "chat" && r.Engine.AdapterEvents[0].Event == "not loaded", adaptersOf(r)
 	})
+	wait.For(t, "the gauges", func() (bool, string) {
+		_, page := ctlharness.Call(t, http.MethodGet, c.URL+"/metrics", "", nil, nil)
+		return strings.Contains(page, `llmgw_replica_adapter_loaded{adapter="chat",model="alpha",replica="alpha-0"} 0`) &&
+			strings.Contains(page, `llmgw_replica_adapter_loaded{adapter="sql",model="alpha",replica="alpha-0"} 1`), page
+	})
 	// Rounds go on (readings two rounds later): the event is not repeated.
 	first := alpha0(t, c).Engine.Reading.At
 	wait.For(t, "two more rounds", func() (bool, string) {
@@ -168,6 +175,10 @@ func TestReplicaAdaptersFromVLLM(t *testing.T) {
 	if got := len(alpha0(t, c).Engine.AdapterEvents); got != before {
 		t.Errorf("%d events after the list failed, want %d", got, before)
 	}
+	wait.For(t, "no gauge while unverified", func() (bool, string) {
+		_, page := ctlharness.Call(t, http.MethodGet, c.URL+"/metrics", "", nil, nil)
+		return !strings.Contains(page, `llmgw_replica_adapter_loaded{`), page
+	})
 }
 
 // llama.cpp's replica: the adapters it loaded are matched by path from
