@@ -225,6 +225,26 @@ func renderExplain(d explainView) []byte {
 		}
 		b.Write(t.bytes())
 	}
+	if m := d.Engine; m != nil && len(m.Adapters) > 0 {
+		b.WriteString("\nLoRA adapters (as the engine lists them)\n")
+		t := newTable("ADAPTER", "LOADED", "ID", "NOTE")
+		for _, a := range m.Adapters {
+			id := "-"
+			if a.ID != nil {
+				id = fmt.Sprint(*a.ID)
+			}
+			t.row(a.Name, fmt.Sprint(a.Loaded), id, dash(a.Note))
+		}
+		b.Write(t.bytes())
+		if len(m.AdapterEvents) > 0 {
+			b.WriteString("\nAdapter events\n")
+			t := newTable("AT", "ADAPTER", "EVENT", "DETAIL")
+			for _, e := range m.AdapterEvents {
+				t.row(e.At.UTC().Format(time.RFC3339), e.Adapter, e.Event, dash(e.Detail))
+			}
+			b.Write(t.bytes())
+		}
+	}
 	if len(d.Phases) > 1 { // more than placed: Nomad told of the start
 		b.WriteString("\nStart (from Nomad's task events)\n")
 		t := newTable("PHASE", "AT", "AFTER", "DETAIL")
