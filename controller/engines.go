@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
+	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/bounded"
 )
 
@@ -45,6 +46,11 @@ type engineTarget struct {
 	allocID, jobID, replica, model, engine, url string
 	names                                       engine.Metrics
 	sleep                                       *engine.SleepMode
+	// adapters are the model's LoRA adapters in the catalog; listing
+	// how the engine lists those it serves (nil: it has no list llmgw
+	// reads).
+	adapters []facility.Adapter
+	listing  *engine.AdapterListing
 }
 
 // engineTargets lists the engines of serving replicas: running shard-0
@@ -55,7 +61,9 @@ func (c *Controller) engineTargets() []engineTarget {
 	jobs, allocs, checks := snap.jobs, snap.allocs, snap.checks
 	cat, _ := c.files.get()
 	engineOf := map[[2]string]string{} // model, profile -> engine
+	adaptersOf := map[string][]facility.Adapter{}
 	for _, m := range cat.Models {
+		adaptersOf[m.Name] = m.Adapters
 		for _, p := range m.Profiles {
 			engineOf[[2]string{m.Name, p.Name}] = p.Engine
 		}
@@ -93,6 +101,9 @@ func (c *Controller) engineTargets() []engineTarget {
 			engine: eng, url: "http://" + addr, names: names}
 		if d, ok := engine.Lookup(eng); ok {
 			t.sleep = d.Sleep
+			if t.adapters = adaptersOf[ji.model]; len(t.adapters) > 0 && d.Adapters != nil {
+				t.listing = d.Adapters.Listed
+			}
 		}
 		out = append(out, t)
 	}
@@ -167,6 +178,9 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 				if asleep, err := readSleep(ctx, client, t.url, t.sleep); err == nil {
 					m.Asleep = &asleep
 				}
+			}
+			if len(t.adapters) > 0 {
+				c.readAdapters(ctx, client, t, &m)
 			}
 			out[i] = m
 		})

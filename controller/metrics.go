@@ -32,6 +32,7 @@ type metrics struct {
 	adopted          *prometheus.GaugeVec
 	engineGauges     map[string]*prometheus.GaugeVec // by enginemetrics field
 	engineErrors     *prometheus.CounterVec
+	adapterLoaded    *prometheus.GaugeVec
 	modelDesired     *prometheus.GaugeVec
 	modelServing     *prometheus.GaugeVec
 	scaleEvents      *prometheus.CounterVec
@@ -104,6 +105,10 @@ func newMetrics() *metrics {
 		Name: "llmgw_engine_scrape_errors_total", Help: "Scrapes of a serving replica's engine metrics that failed, by model.",
 	}, []string{"model"})
 	m.add(m.engineErrors)
+	m.adapterLoaded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgw_replica_adapter_loaded", Help: "1 when a serving replica's engine lists the LoRA adapter as served, 0 when its list lacks it; absent while the list cannot be read.",
+	}, []string{"model", "replica", "adapter"})
+	m.add(m.adapterLoaded)
 	m.modelDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "llmgw_model_replicas_desired", Help: "Replicas the model is to have: its fixed replicas, or the count the last pass asked for (the autoscaler's or a pin's, within min and max).",
 	}, []string{"model"})
@@ -191,8 +196,18 @@ func (m *metrics) setEngines(targets []engineTarget, obs []controllerapi.EngineM
 	for _, g := range m.engineGauges {
 		g.Reset()
 	}
+	m.adapterLoaded.Reset()
 	for i, t := range targets {
 		o := obs[i]
+		if o.AdaptersError == "" {
+			for _, a := range o.Adapters {
+				v := 0.0
+				if a.Loaded {
+					v = 1
+				}
+				m.adapterLoaded.WithLabelValues(t.model, t.replica, a.Name).Set(v)
+			}
+		}
 		if o.Error != "" {
 			m.engineErrors.WithLabelValues(t.model).Inc()
 		}

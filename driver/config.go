@@ -271,6 +271,14 @@ type TaskConfig struct {
 	// fetching once per node, before the engine starts, and hands the
 	// engine the store's directory.
 	Weights *WeightsConfig `codec:"weights"`
+	// Adapters are the LoRA adapters the engine loads at start (adapter
+	// blocks), rendered onto its command line by the driver
+	// (engine.AdapterArgs) after it checked them where it can: a
+	// llama.cpp adapter that does not fit the model is left out, with a
+	// task event (adapters.go). MaxAdapters is how many one replica holds
+	// on its GPUs at once (0: all).
+	Adapters    []AdapterConfig `codec:"adapter"`
+	MaxAdapters int             `codec:"max_adapters"`
 }
 
 // WeightsConfig is a task's weights block: model (a hub repository
@@ -322,6 +330,12 @@ func TaskConfigSpec() *hclspec.Spec {
 		"node_rank":         hclspec.Attr("node_rank", "number"),
 		"leader_addr":       hclspec.Attr("leader_addr", "string"),
 		"env":               hclspec.Attr("env", "map(string)"),
+		"adapter": hclspec.BlockList("adapter", 0, engine.MaxAdapters, hclspec.Object(map[string]*hclspec.Spec{
+			"name": hclspec.RequiredAttr("name", "string"),
+			"path": hclspec.RequiredAttr("path", "string"),
+			"rank": hclspec.Attr("rank", "number"),
+		})),
+		"max_adapters": hclspec.Attr("max_adapters", "number"),
 		"weights": hclspec.Block("weights", false, hclspec.Object(map[string]*hclspec.Spec{
 			"revision": hclspec.Attr("revision", "string"),
 			"files":    hclspec.Attr("files", "list(string)"),
@@ -340,6 +354,9 @@ func DecodeTaskConfig(msgpack []byte) (TaskConfig, error) {
 	var tc TaskConfig
 	if err := hclspec.Decode(TaskConfigSpec(), msgpack, &tc); err != nil {
 		return TaskConfig{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
+	}
+	if len(tc.Adapters) == 0 {
+		tc.Adapters = nil // no adapter block
 	}
 	if err := tc.validate(); err != nil {
 		return TaskConfig{}, fmt.Errorf("%w: %w", ErrBadTaskConfig, err)
@@ -394,6 +411,17 @@ func (tc *TaskConfig) validate() error {
 	}
 	if err := d.CheckArgs(tc.Args, tc.ServedModelName != ""); err != nil {
 		return err
+	}
+	if len(tc.Adapters) > 0 || tc.MaxAdapters != 0 {
+		if len(tc.Adapters) == 0 {
+			return fmt.Errorf("max_adapters: %d without an adapter block", tc.MaxAdapters)
+		}
+		if _, err := engine.AdapterArgs(tc.Engine, adapterSpec(tc.Adapters, tc.MaxAdapters)); err != nil {
+			return err
+		}
+		if err := engine.CheckAdapterArgs(tc.Engine, tc.Args); err != nil {
+			return err
+		}
 	}
 	if r := tc.Ready; r != nil {
 		if r.Path != "" && !strings.HasPrefix(r.Path, "/") {

@@ -267,6 +267,32 @@ func taskConfig(cfg map[string]any, vars map[string]string) (TaskConfig, error) 
 				return tc, fmt.Errorf("config env: %T, want map[string]string", v)
 			}
 			tc.Env = m
+		case "max_adapters":
+			tc.MaxAdapters, err = num(k, v)
+		case "adapter":
+			blocks, ok := v.([]map[string]any)
+			if !ok {
+				return tc, fmt.Errorf("config adapter: %T, want []map[string]any", v)
+			}
+			for i, b := range blocks {
+				var a AdapterConfig
+				for bk, bv := range b {
+					switch bk {
+					case "name":
+						a.Name, err = str("adapter name", bv)
+					case "path":
+						a.Path, err = str("adapter path", bv)
+					case "rank":
+						a.Rank, err = num("adapter rank", bv)
+					default:
+						err = fmt.Errorf("config adapter[%d].%s: a key this test does not map", i, bk)
+					}
+					if err != nil {
+						return tc, err
+					}
+				}
+				tc.Adapters = append(tc.Adapters, a)
+			}
 		case "ready":
 			// Readiness does not reach the command line.
 		default:

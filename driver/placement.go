@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -151,6 +152,10 @@ type plan struct {
 	userEnv      map[string]string
 	limits       supervisor.Limits
 	cgroupParent string
+	// adapters are the LoRA adapters on the engine's command line, in
+	// their order (llama.cpp's ids); badAdapters those left out.
+	adapters    []AdapterConfig
+	badAdapters []badAdapter
 }
 
 // makePlan resolves a decoded task config against what Nomad allocated and
@@ -224,12 +229,31 @@ func makePlan(conf Config, task *driverpb.TaskConfig, tc TaskConfig, topo func()
 			return plan{}, fmt.Errorf("%s: %w (engines run as default_user, or the task's user where allowed_users lets it: the model cache must be readable by it)", field, err)
 		}
 	}
+	args := tc.Args
+	if len(tc.Adapters) > 0 {
+		// The engines load every adapter at start and exit, base model
+		// included, on one they cannot load: one that is not there, or
+		// (llama.cpp) does not fit the model, is left out.
+		readable := func(p string) error { return checkAccess(p, pl.user, accessR) }
+		if tc.Engine == engine.LlamaCpp {
+			pl.adapters, pl.badAdapters = checkGGUFAdapters(model, tc.Adapters, readable)
+		} else {
+			pl.adapters, pl.badAdapters = checkPEFTAdapters(tc.Adapters, readable)
+		}
+		if len(pl.adapters) > 0 {
+			extra, err := engine.AdapterArgs(tc.Engine, adapterSpec(pl.adapters, tc.MaxAdapters))
+			if err != nil {
+				return plan{}, err
+			}
+			args = append(slices.Clone(tc.Args), extra...)
+		}
+	}
 	pl.cmd, err = engine.Build(engine.Input{
 		Engine: tc.Engine, Executable: resolved, Model: model,
 		Host: pl.host, Port: pl.port, Layout: lay, GPUs: len(pl.gpus),
 		ServedName: tc.ServedModelName,
 		Nodes:      tc.Nodes, Rank: tc.NodeRank, Leader: tc.LeaderAddr,
-		Args: tc.Args,
+		Args: args,
 	})
 	if err != nil {
 		return plan{}, err

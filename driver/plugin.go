@@ -385,6 +385,26 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		log.Warn("GPU binding", "note", n)
 		emit(time.Time{}, n, map[string]string{"gpus": strings.Join(pl.gpus, ","), "cuda_visible_devices": strings.Join(pl.gpu.bind.Visible, ",")})
 	}
+	for _, b := range pl.badAdapters {
+		log.Error("LoRA adapter left out", "adapter", b.Name, "path", b.Path, "error", b.err)
+		emit(time.Time{}, fmt.Sprintf("LoRA adapter %q not loaded: %v", b.Name, b.err), map[string]string{
+			"adapter": b.Name, "path": b.Path, "cause": b.err.Error(),
+		})
+	}
+	if len(pl.badAdapters) > 0 {
+		loaded := make([]string, len(pl.adapters))
+		for i, a := range pl.adapters {
+			loaded[i] = a.Name
+			if tc.Engine == engine.LlamaCpp {
+				// llama.cpp numbers them in their order.
+				loaded[i] = fmt.Sprintf("%s (id %d)", a.Name, i)
+			}
+		}
+		if len(loaded) == 0 {
+			loaded = []string{"none: the base model alone"}
+		}
+		emit(time.Time{}, "LoRA adapters loaded: "+strings.Join(loaded, ", "), nil)
+	}
 	started := p.now().UTC()
 	l, err := supervisor.Launch(p.exe, stateDir, spec, supervisorStartTimeout)
 	var lerr *supervisor.LimitsError

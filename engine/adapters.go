@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -46,6 +47,97 @@ type AdapterRule struct {
 	args func(s AdapterSpec) ([]string, error)
 	// Why cites where the flags were read.
 	Why string
+	// Listed, where set, is how the engine says which adapters it
+	// serves: what the controller reads to verify them.
+	Listed *AdapterListing
+}
+
+// AdapterListing is an engine's list of the adapters it serves.
+type AdapterListing struct {
+	// Path is the GET path that lists them.
+	Path string
+	// parse reads Path's answer.
+	parse func(body []byte) ([]LoadedAdapter, error)
+	// Why cites where the answer's shape was read.
+	Why string
+}
+
+// LoadedAdapter is one adapter an engine says it serves.
+type LoadedAdapter struct {
+	// Name is the adapter's name where the engine names adapters (vLLM's
+	// model id for it); "" for llama.cpp, which knows them by ID.
+	Name string
+	// Path is where the engine loaded it from.
+	Path string
+	// ID is llama.cpp's index of the adapter (the "id" a request's
+	// "lora" list names); -1 where the engine has none.
+	ID int
+	// Scale is llama.cpp's global scale of the adapter; 0 elsewhere.
+	Scale float64
+}
+
+// ParseLoadedAdapters reads an answer of the listing's path.
+func (l *AdapterListing) ParseLoadedAdapters(body []byte) ([]LoadedAdapter, error) {
+	out, err := l.parse(body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", l.Path, err)
+	}
+	return out, nil
+}
+
+// parseLlamaCppLoraAdapters reads llama-server's GET /lora-adapters: a
+// JSON array of {"id", "path", "scale", "task_name", "prompt_prefix"}
+// (tools/server/server-task.cpp, server_task_result_get_lora::to_json at
+// 80fb11a), one per adapter it loaded at start, id its index.
+func parseLlamaCppLoraAdapters(body []byte) ([]LoadedAdapter, error) {
+	var list []struct {
+		ID    *int     `json:"id"`
+		Path  string   `json:"path"`
+		Scale *float64 `json:"scale"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, err
+	}
+	out := make([]LoadedAdapter, 0, len(list))
+	for i, e := range list {
+		if e.ID == nil || e.Path == "" || e.Scale == nil {
+			return nil, fmt.Errorf("entry %d: want an id, a path and a scale", i)
+		}
+		out = append(out, LoadedAdapter{ID: *e.ID, Path: e.Path, Scale: *e.Scale})
+	}
+	return out, nil
+}
+
+// parseVLLMModels reads vLLM's GET /v1/models: the base model's card,
+// then one card per LoRA adapter it holds, {"id": its name, "root": its
+// path, "parent": the base model's name}
+// (vllm/entrypoints/openai/models/serving.py,
+// OpenAIServingModels.show_available_models, as the code index holds it at
+// 00153c8b, not read at the v0.28.0 commit itself). vLLM lists an adapter
+// once it loaded it: the --lora-modules at start (init_static_loras, which
+// stops the server on one that fails), or a runtime load.
+func parseVLLMModels(body []byte) ([]LoadedAdapter, error) {
+	var list struct {
+		Data *[]struct {
+			ID     string  `json:"id"`
+			Root   string  `json:"root"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, err
+	}
+	if list.Data == nil {
+		return nil, errors.New(`no "data" list`)
+	}
+	var out []LoadedAdapter
+	for _, c := range *list.Data {
+		if c.Parent == nil || *c.Parent == "" {
+			continue // a base model
+		}
+		out = append(out, LoadedAdapter{Name: c.ID, Path: c.Root, ID: -1})
+	}
+	return out, nil
 }
 
 // MaxAdapters bounds the adapters of one model.

@@ -127,3 +127,39 @@ func TestVLLMRanks(t *testing.T) {
 		}
 	}
 }
+
+// What each engine lists of the adapters it serves, read as the
+// controller reads it; a bad answer is an error naming the path.
+func TestParseLoadedAdapters(t *testing.T) {
+	t.Parallel()
+	llama := registry[LlamaCpp].Adapters.Listed
+	got, err := llama.ParseLoadedAdapters([]byte(`[{"id":0,"path":"/srv/lora/sql.gguf","scale":1.0,"task_name":"","prompt_prefix":""},{"id":1,"path":"/srv/lora/chat.gguf","scale":0.0,"task_name":"","prompt_prefix":""}]`))
+	want := []LoadedAdapter{{ID: 0, Path: "/srv/lora/sql.gguf", Scale: 1}, {ID: 1, Path: "/srv/lora/chat.gguf"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("llama.cpp: %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := llama.ParseLoadedAdapters([]byte(`[]`)); err != nil || len(got) != 0 {
+		t.Errorf("llama.cpp, none: %+v, %v", got, err)
+	}
+	for _, bad := range []string{`{"id":0}`, `[{"path":"/a","scale":1}]`, `[{"id":0,"scale":1}]`, `[{"id":0,"path":"/a"}]`, `<html>`} {
+		if _, err := llama.ParseLoadedAdapters([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "GET /lora-adapters: ") {
+			t.Errorf("llama.cpp %s: %v", bad, err)
+		}
+	}
+	vllm := registry[VLLM].Adapters.Listed
+	got, err = vllm.ParseLoadedAdapters([]byte(`{"object":"list","data":[
+		{"id":"base","object":"model","root":"/models/base","parent":null,"max_model_len":4096},
+		{"id":"sql","object":"model","root":"/srv/lora/sql","parent":"base"}]}`))
+	want = []LoadedAdapter{{Name: "sql", Path: "/srv/lora/sql", ID: -1}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("vllm: %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []string{`[]`, `{"object":"list"}`, `{"data":{}}`} {
+		if _, err := vllm.ParseLoadedAdapters([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "GET /v1/models: ") {
+			t.Errorf("vllm %s: %v", bad, err)
+		}
+	}
+	if registry[SGLang].Adapters.Listed != nil {
+		t.Error("sglang: a listing no one read")
+	}
+}

@@ -98,6 +98,8 @@ func init() {
 			LoadsAll: true,
 			args:     llamaCppAdapters,
 			Why:      "--lora loads every adapter before the server listens; common/common.cpp:1342-1357 at 80fb11a",
+			Listed: &AdapterListing{Path: "/lora-adapters", parse: parseLlamaCppLoraAdapters,
+				Why: "tools/server/server-task.cpp server_task_result_get_lora::to_json at 80fb11a"},
 		},
 		ReadyPath: "/health",
 		Progress:  parseLlamaCppProgress,

@@ -89,6 +89,8 @@ func init() {
 			Flags: []string{"--enable-lora", "--max-loras", "--max-cpu-loras", "--max-lora-rank", "--lora-modules"},
 			args:  vllmAdapters,
 			Why:   "vllm/engine/arg_utils.py:1409-1424 and vllm/entrypoints/openai/cli_args.py:75 at v0.28.0",
+			Listed: &AdapterListing{Path: "/v1/models", parse: parseVLLMModels,
+				Why: "vllm/entrypoints/openai/models/serving.py show_available_models"},
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,

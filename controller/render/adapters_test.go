@@ -19,24 +19,32 @@ func adapterModel(engine string, args ...string) facility.Model {
 		Profiles: []facility.Profile{{Name: "p", Engine: engine, GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Args: args}}}
 }
 
-// A model's adapters are on its engine's command line, after the
-// profile's args, in the catalog's order.
+// A model's adapters travel as the task's adapter blocks, in the
+// catalog's order, with max_adapters where set; the driver renders them
+// onto the engine's command line after it checked them (driver's
+// TestRenderedAdaptersReachTheCommandLine), so the profile's args hold
+// none of their flags.
 func TestJobRendersAdapters(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		engine string
-		want   []string
-	}{
-		{"llamacpp", []string{"-c", "4096", "--lora", "/srv/lora/sql.gguf,/srv/lora/chat.gguf", "--lora-init-without-apply", "--cache-ram", "0"}},
-		{"vllm", []string{"-c", "4096", "--enable-lora", "--max-loras", "2", "--max-cpu-loras", "2", "--max-lora-rank", "16", "--lora-modules",
-			`{"name":"sql","path":"/srv/lora/sql.gguf"}`, `{"name":"chat","path":"/srv/lora/chat.gguf"}`}},
-	} {
-		job, err := Job(input(adapterModel(tc.engine, "-c", "4096"), 0, nil, nil, "n1"))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.engine, err)
+	for _, engine := range []string{"llamacpp", "vllm"} {
+		m := adapterModel(engine, "-c", "4096")
+		if engine == "vllm" {
+			m.MaxAdapters = 1
 		}
-		if diff := cmp.Diff(tc.want, job.TaskGroups[0].Tasks[0].Config["args"]); diff != "" {
-			t.Errorf("%s args (-want +got):\n%s", tc.engine, diff)
+		job, err := Job(input(m, 0, nil, nil, "n1"))
+		if err != nil {
+			t.Fatalf("%s: %v", engine, err)
+		}
+		cfg := job.TaskGroups[0].Tasks[0].Config
+		if diff := cmp.Diff([]string{"-c", "4096"}, cfg["args"]); diff != "" {
+			t.Errorf("%s args (-want +got):\n%s", engine, diff)
+		}
+		want := []map[string]any{{"name": "sql", "path": "/srv/lora/sql.gguf"}, {"name": "chat", "path": "/srv/lora/chat.gguf", "rank": 16}}
+		if diff := cmp.Diff(want, cfg["adapter"]); diff != "" {
+			t.Errorf("%s adapter blocks (-want +got):\n%s", engine, diff)
+		}
+		if got, ok := cfg["max_adapters"]; engine == "vllm" && got != 1 || engine == "llamacpp" && ok {
+			t.Errorf("%s max_adapters %v", engine, got)
 		}
 	}
 	// Without adapters, nothing of them.
@@ -46,8 +54,8 @@ func TestJobRendersAdapters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"-c", "4096"}, job.TaskGroups[0].Tasks[0].Config["args"]); diff != "" {
-		t.Errorf("no adapters (-want +got):\n%s", diff)
+	if _, ok := job.TaskGroups[0].Tasks[0].Config["adapter"]; ok {
+		t.Error("adapter blocks without adapters")
 	}
 }
 

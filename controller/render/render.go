@@ -282,8 +282,6 @@ type rendering struct {
 	nnodes    int
 	fabric    string // the shards' common fabric; "" none or single-node
 	readyPath string
-	// adapterArgs load the model's adapters (engine.AdapterArgs).
-	adapterArgs []string
 }
 
 func plan(in Input, s Settings) (*rendering, error) {
@@ -351,8 +349,10 @@ func plan(in Input, s Settings) (*rendering, error) {
 	if err := desc.CheckArgs(p.Args, desc.ServedNameFlag != ""); err != nil {
 		return nil, bad("profile %q: %v", p.Name, err)
 	}
-	// The model's LoRA adapters, as the engine loads them at start.
-	if r.adapterArgs, err = engine.AdapterArgs(p.Engine, m.AdapterSpec()); err != nil {
+	// The model's LoRA adapters, as the engine loads them at start: the
+	// task's adapter blocks, which the driver checks and renders onto the
+	// command line (engine.AdapterArgs).
+	if _, err = engine.AdapterArgs(p.Engine, m.AdapterSpec()); err != nil {
 		return nil, bad("model %q, profile %q: %v", m.Name, p.Name, err)
 	}
 	if len(m.Adapters) > 0 {
@@ -553,6 +553,12 @@ func (r *rendering) task(rank int) *api.Task {
 	if r.engine.ServedNameFlag != "" {
 		cfg["served_model_name"] = m.Name
 	}
+	if len(m.Adapters) > 0 {
+		cfg["adapter"] = adapterBlocks(m)
+		if m.MaxAdapters > 0 {
+			cfg["max_adapters"] = m.MaxAdapters
+		}
+	}
 	if r.nnodes > 1 {
 		cfg["nodes"] = r.nnodes
 		cfg["node_rank"] = rank
@@ -722,7 +728,23 @@ func (r *rendering) args(int) []string {
 	if pc := r.engine.PrefixCache; pc != nil && r.in.Model.Routing == gatewayapi.RoutingPrefix && !r.engine.Sets(args, pc.Flag) {
 		args = append(args, pc.Flag, pc.Value)
 	}
-	return append(args, r.adapterArgs...)
+	return args
+}
+
+// adapterBlocks are the task config's adapter blocks: the model's LoRA
+// adapters in the catalog's order, which the driver renders onto the
+// engine's command line after checking them (a llama.cpp adapter that
+// does not fit the model is left out, with a task event).
+func adapterBlocks(m facility.Model) []map[string]any {
+	var out []map[string]any
+	for _, a := range m.Adapters {
+		b := map[string]any{"name": a.Name, "path": a.Weights.Path}
+		if a.Rank > 0 {
+			b["rank"] = a.Rank
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // leaderTemplate renders the leader's dist address as environment

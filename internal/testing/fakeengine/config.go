@@ -88,6 +88,12 @@ type Config struct {
 	// ResolveGPUs); without, its entries are taken as they are.
 	HostGPUs []string
 
+	// LoRAModules are vLLM's --lora-modules; LoRAFiles llama.cpp's --lora
+	// files (adapters.go). EnableLoRA is vLLM's --enable-lora.
+	LoRAModules []Adapter
+	LoRAFiles   []Adapter
+	EnableLoRA  bool
+
 	// Ignored holds the arguments fake-engine does not know, in order.
 	Ignored []string
 	// Help asks for the usage text.
@@ -108,6 +114,18 @@ func (c Config) names() []string {
 		return c.ServedNames
 	}
 	return []string{c.Model}
+}
+
+// requestNames are the models a request may name: the served names, and
+// vLLM's adapters.
+func (c Config) requestNames() []string {
+	out := c.names()
+	if c.Engine == EngineVLLM {
+		for _, a := range c.LoRAModules {
+			out = append(out, a.Name)
+		}
+	}
+	return out
 }
 
 // Defaults is the configuration before any argument or environment.
@@ -192,6 +210,35 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 					c.ServedNames = append(c.ServedNames, args[i])
 				}
 			}
+		case "--enable-lora":
+			c.EnableLoRA, err = boolValue(name, val, hasVal)
+		case "--lora-modules":
+			// vLLM's: one or more items.
+			var v string
+			if v, err = value(); err == nil {
+				items := []string{v}
+				for i+1 < len(args) && !isFlag(args[i+1]) && !hasVal {
+					i++
+					items = append(items, args[i])
+				}
+				for _, it := range items {
+					var a Adapter
+					if a, err = parseLoRAModule(it); err != nil {
+						break
+					}
+					c.LoRAModules = append(c.LoRAModules, a)
+				}
+			}
+		case "--lora":
+			// llama.cpp's: comma-separated files.
+			var v string
+			if v, err = value(); err == nil {
+				for p := range strings.SplitSeq(v, ",") {
+					c.LoRAFiles = append(c.LoRAFiles, Adapter{Path: p})
+				}
+			}
+		case "--lora-init-without-apply":
+			// llama.cpp's; the adapters' scales stay 1 either way.
 		case "--alias":
 			var v string
 			if v, err = value(); err == nil {
@@ -424,6 +471,11 @@ Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
   --max-num-seqs, --max-running-requests, --max-batch-size, --parallel, -np N
                                                  requests generating at once; the rest wait
   --enable-metrics, --metrics                    SGLang's and llama.cpp's switch for /metrics
+  --enable-lora --lora-modules ITEM...           vLLM's LoRA adapters (name=path or {"name","path"}):
+                                                 each path must hold adapter_config.json; listed in
+                                                 /v1/models with their parent, served by name
+  --lora FILE,... [--lora-init-without-apply]    llama.cpp's adapters: each file must be there;
+                                                 listed at GET /lora-adapters
 
 Fake-engine flags:
   --load-seconds S        /health answers 503 for S seconds, logging load progress (default 0)

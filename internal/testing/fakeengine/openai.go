@@ -111,12 +111,14 @@ type embeddingResponse struct {
 }
 
 type modelCard struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"`
-	Created     int64  `json:"created"`
-	OwnedBy     string `json:"owned_by"`
-	Root        string `json:"root"`
-	MaxModelLen int    `json:"max_model_len"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root"`
+	// Parent is an adapter's base model (vLLM's LoRA cards).
+	Parent      *string `json:"parent,omitempty"`
+	MaxModelLen int     `json:"max_model_len,omitempty"`
 }
 
 type modelList struct {

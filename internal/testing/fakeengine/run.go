@@ -71,6 +71,12 @@ func Run(ctx context.Context, o Options) int {
 		fmt.Fprintf(stderr, "ERROR fake-engine: %v\n", err)
 		return ExitGPUs
 	}
+	// The engine loads its LoRA adapters before it listens; one that
+	// fails stops it.
+	if err := LoadAdapters(cfg); err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return ExitError
+	}
 	ln := o.Listener
 	if ln == nil {
 		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))

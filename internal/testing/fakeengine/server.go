@@ -45,6 +45,7 @@ func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.gated(s.models))
+	mux.HandleFunc("GET /lora-adapters", s.gated(s.loraAdapters))
 	mux.HandleFunc("POST /v1/chat/completions", s.gated(s.chatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.gated(s.completions))
 	mux.HandleFunc("POST /v1/embeddings", s.gated(s.embeddings))
@@ -199,6 +200,14 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 			Root: s.cfg.Model, MaxModelLen: s.cfg.MaxModelLen,
 		})
 	}
+	if s.cfg.Engine == EngineVLLM {
+		for _, a := range s.cfg.LoRAModules {
+			list.Data = append(list.Data, modelCard{
+				ID: a.Name, Object: "model", Created: s.created, OwnedBy: "fake-engine",
+				Root: a.Path, Parent: new(s.cfg.ModelID()),
+			})
+		}
+	}
 	writeJSON(w, http.StatusOK, list)
 }
 
@@ -214,7 +223,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // checkModel answers 404 for a model this engine does not serve; an empty
 // model means the served one.
 func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
-	if model == "" || slices.Contains(s.cfg.names(), model) {
+	if model == "" || slices.Contains(s.cfg.requestNames(), model) {
 		return true
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model))

@@ -21,6 +21,8 @@ func pinned(t *testing.T, engine string) string {
 
 func TestStrictMode(t *testing.T) {
 	vllm, tgi := pinned(t, "vllm"), pinned(t, "tgi")
+	// vLLM loads each --lora-modules path at start: a PEFT directory.
+	loraA, loraB := peftDir(t), peftDir(t)
 	tests := []struct {
 		name       string
 		args       string
@@ -55,7 +57,7 @@ func TestStrictMode(t *testing.T) {
 		},
 		{
 			name: "vllm takes the LoRA flags llmgw renders", env: []string{StrictEnv, vllm, FlagsEnv, "--exit-code 0"},
-			args:       `serve org/m --enable-lora --max-loras 2 --max-cpu-loras 2 --max-lora-rank 32 --lora-modules {"name":"a","path":"/a"} {"name":"b","path":"/b"}`,
+			args:       `serve org/m --enable-lora --max-loras 2 --max-cpu-loras 2 --max-lora-rank 32 --lora-modules {"name":"a","path":"` + loraA + `"} {"name":"b","path":"` + loraB + `"}`,
 			wantStdout: "fake-engine: serving model=org/m served_model_name=org/m host=127.0.0.1 port=8000 tensor_parallel=0 gpus=unset load_seconds=0 strict=" + vllm + "\n",
 		},
 		{

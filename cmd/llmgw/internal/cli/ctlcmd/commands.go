@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,7 +85,14 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 				return printJSON(cmd, raw)
 			}
 			now := c.opts.Now()
-			t := newTable("REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE", "WAIT", "RUN", "KV", "TOK/S", "TTFT-P90")
+			cols := []string{"REPLICA", "MODEL", "PROFILE", "STATE", "DOMAIN", "NODES", "AGE", "WAIT", "RUN", "KV", "TOK/S", "TTFT-P90"}
+			// The ADAPTERS column only where a replica's model has
+			// LoRA adapters.
+			withAdapters := slices.ContainsFunc(reps, func(r controllerapi.ReplicaView) bool { return r.Engine != nil && len(r.Engine.Adapters) > 0 })
+			if withAdapters {
+				cols = append(cols, "ADAPTERS")
+			}
+			t := newTable(cols...)
 			for _, r := range reps {
 				state := r.State
 				if len(r.Jobs) > 1 {
@@ -93,8 +101,12 @@ export it, or nothing to measure yet); "error" means the last scrape failed
 				if r.Engine != nil && r.Engine.Asleep != nil && *r.Engine.Asleep {
 					state += ", asleep"
 				}
-				t.row(append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
-					engineLoad(r.Engine)...)...)
+				row := append([]string{r.ID, r.Model, dash(r.Profile), state, dash(r.Domain), dash(strings.Join(r.Nodes, ",")), age(r.Since, now)},
+					engineLoad(r.Engine)...)
+				if withAdapters {
+					row = append(row, adapterCell(r.Engine))
+				}
+				t.row(row...)
 			}
 			return write(cmd.OutOrStdout(), t.bytes())
 		},
@@ -212,6 +224,26 @@ func renderExplain(d explainView) []byte {
 			t.row(r.Profile, r.Kind.String(), dash(r.Domain), fmt.Sprint(r.Nodes), r.Message)
 		}
 		b.Write(t.bytes())
+	}
+	if m := d.Engine; m != nil && len(m.Adapters) > 0 {
+		b.WriteString("\nLoRA adapters (as the engine lists them)\n")
+		t := newTable("ADAPTER", "LOADED", "ID", "NOTE")
+		for _, a := range m.Adapters {
+			id := "-"
+			if a.ID != nil {
+				id = fmt.Sprint(*a.ID)
+			}
+			t.row(a.Name, fmt.Sprint(a.Loaded), id, dash(a.Note))
+		}
+		b.Write(t.bytes())
+		if len(m.AdapterEvents) > 0 {
+			b.WriteString("\nAdapter events\n")
+			t := newTable("AT", "ADAPTER", "EVENT", "DETAIL")
+			for _, e := range m.AdapterEvents {
+				t.row(e.At.UTC().Format(time.RFC3339), e.Adapter, e.Event, dash(e.Detail))
+			}
+			b.Write(t.bytes())
+		}
 	}
 	if len(d.Phases) > 1 { // more than placed: Nomad told of the start
 		b.WriteString("\nStart (from Nomad's task events)\n")

@@ -320,6 +320,7 @@ func recorded(t *testing.T) map[string]string {
 	files := map[string]string{
 		"/v1/replicas":             "replicas.json",
 		"/v1/replicas/llama-70b-1": "replica-llama-70b-1.json",
+		"/v1/replicas/llama-70b-0": "replica-llama-70b-0.json",
 		"/v1/catalog":              "catalog.json",
 		"/v1/facility":             "facility.json",
 		"/v1/power":                "power.json",
@@ -353,6 +354,7 @@ func TestTablesFromRecordedAPI(t *testing.T) {
 	}{
 		{"recorded-replicas.golden", []string{"replicas"}, ""},
 		{"recorded-explain.golden", []string{"explain", "llama-70b-1"}, ""},
+		{"recorded-explain-adapters.golden", []string{"explain", "llama-70b-0"}, ""},
 		{"recorded-models.golden", []string{"models"}, "llmgw: warning: the last catalog reload was refused; the catalog above stays in force:\nllmgw: catalog.hcl:12: profile llama-70b/h200x4: gpus: want a whole number\n"},
 		{"recorded-facility.golden", []string{"facility"}, ""},
 		{"recorded-power.golden", []string{"power"}, ""},

@@ -76,6 +76,32 @@ func engineLoad(m *controllerapi.EngineMetrics) []string {
 		num(r.TokensPerSecond, "%.0f", 1), num(r.TTFT.P90, "%.2fs", 1)}
 }
 
+// adapterCell is the ADAPTERS cell of a replica: how many of its model's
+// LoRA adapters its engine serves, and those it does not ("1/2, not
+// loaded: chat"); "-" for a replica without adapter states.
+func adapterCell(m *controllerapi.EngineMetrics) string {
+	if m == nil || len(m.Adapters) == 0 {
+		return "-"
+	}
+	var out []string
+	n := 0
+	for _, a := range m.Adapters {
+		if a.Loaded {
+			n++
+		} else {
+			out = append(out, a.Name)
+		}
+	}
+	cell := fmt.Sprintf("%d/%d", n, len(m.Adapters))
+	switch {
+	case m.AdaptersError != "":
+		cell += ", unverified"
+	case len(out) > 0:
+		cell += ", not loaded: " + strings.Join(out, ",")
+	}
+	return cell
+}
+
 // kW writes watts as kilowatts with one decimal.
 func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
 
