@@ -261,7 +261,9 @@
 // SetDeviceHealth, SetPowerDraw, Node; RegisterJob (seeding without HTTP);
 // SetAllocStatus, Reschedule, Allocations, AutoRun and WithAutoRun,
 // AddService, WithShutdownDelay,
-// SetPlacementFailureMetric; Variable; WithClock and Tick; Index; fault
+// SetPlacementFailureMetric; Variable; WithClock and Tick; Index;
+// EndEventStreams (a server restart, to the event stream) and
+// HoldEventStreams (a stream lagging behind); fault
 // injection with FailNext (fail before applying), FailNextAfterApply
 // (apply, then lose the answer) and DropConnection; Hook, called with each
 // request before it is handled; Requests, the log of every request with

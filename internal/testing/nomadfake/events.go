@@ -55,6 +55,28 @@ func WithEventHeartbeat(d time.Duration) Option {
 	return func(s *Server) { s.eventHeartbeat = d }
 }
 
+// EndEventStreams ends every open event stream, as a server restart or
+// leader change does; subscriptions made after it are served as usual.
+func (s *Server) EndEventStreams() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streamsEnd != nil {
+		close(s.streamsEnd)
+	}
+	s.streamsEnd = make(chan struct{})
+}
+
+// HoldEventStreams, while on, makes every event stream send nothing (its
+// subscriber sees a stream that lags behind the writes); off, each sends
+// what it held back, in order. Events held back still leave the buffer as
+// usual.
+func (s *Server) HoldEventStreams(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streamsHeld = on
+	s.notifyLocked()
+}
+
 // streamEvent is one event as Nomad writes it on the stream.
 type streamEvent struct {
 	Topic      string
@@ -231,6 +253,9 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) {
 		cutOff := started && s.eventsDropped != 0 && s.eventsDropped >= next
 		var lines [][]byte
 		for _, b := range s.events {
+			if s.streamsHeld {
+				break
+			}
 			if b.Index < next {
 				continue
 			}
@@ -251,6 +276,10 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) {
 			lines = append(lines, append(line, '\n'))
 		}
 		ch := s.changed
+		if s.streamsEnd == nil {
+			s.streamsEnd = make(chan struct{})
+		}
+		end := s.streamsEnd
 		s.mu.Unlock()
 		if cutOff {
 			// Nomad ends the stream: "event dropped from buffer".
@@ -268,6 +297,8 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) {
 			if !send(heartbeat) {
 				return
 			}
+		case <-end:
+			return
 		case <-s.closed:
 			return
 		case <-r.Context().Done():

@@ -197,6 +197,8 @@ type Server struct {
 	eventsDropped  uint64
 	eventBufSize   int
 	eventHeartbeat time.Duration
+	streamsEnd     chan struct{} // closed by EndEventStreams
+	streamsHeld    bool          // HoldEventStreams
 }
 
 // New starts a fake Nomad server on a loopback port.
