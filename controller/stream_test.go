@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -142,5 +143,22 @@ func TestStreamEndingAtOnceFallsBackToBlockingQueries(t *testing.T) {
 	waitNodeStatus(t, c, e.NodeIDs["n5"], api.NodeStatusDown)
 	if n := e.Fake.Traffic()["GET /v1/event/stream"].Requests; n != streamFailuresToFallBack {
 		t.Errorf("%d subscriptions; want %d, then blocking queries", n, streamFailuresToFallBack)
+	}
+}
+
+func TestServingChecksReReadAtABoundedRate(t *testing.T) {
+	for _, tc := range []struct {
+		every time.Duration
+		n     int
+		want  time.Duration
+	}{
+		{10 * time.Second, 0, 10 * time.Second},
+		{10 * time.Second, 250, 10 * time.Second},
+		{10 * time.Second, 2500, 100 * time.Second},
+		{time.Second, 100, 4 * time.Second},
+	} {
+		if got := servingEvery(tc.every, tc.n); got != tc.want {
+			t.Errorf("servingEvery(%s, %d) = %s, want %s", tc.every, tc.n, got, tc.want)
+		}
 	}
 }
