@@ -172,9 +172,19 @@ func BenchmarkScale(b *testing.B) {
 }
 
 func scaleRun(b *testing.B, nodes int) {
+	// The report goes to stdout whole (a benchmark's log is cut at a few
+	// lines).
+	logf := func(format string, args ...any) {
+		fmt.Printf("nodes=%d: "+format+"\n", append([]any{nodes}, args...)...)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	logf("loadavg at start: %s", strings.TrimSpace(string(load)))
 	e := fleetEnv(b, nodes)
 	e.HoldLock()
 	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	rssBase, _ := rssMiB()
 
 	// Adoption: New, every list and check read, the first pass done.
 	start := time.Now()
@@ -202,7 +212,7 @@ func scaleRun(b *testing.B, nodes int) {
 	if w := c.Tap.Writes(); w != 0 {
 		b.Errorf("first pass sent %d job writes, want 0", w)
 	}
-	b.Logf("adoption: synced %s (nodes %s, allocations %s, jobs %s, checks %s), first pass done %s",
+	logf("adoption: synced %s (nodes %s, allocations %s, jobs %s, checks %s), first pass done %s",
 		synced.Round(time.Millisecond), lists[0].Round(time.Millisecond), lists[1].Round(time.Millisecond),
 		lists[2].Round(time.Millisecond), lists[3].Round(time.Millisecond), adoption.Round(time.Millisecond))
 	adoptTraffic := e.Fake.Traffic()
@@ -238,7 +248,7 @@ func scaleRun(b *testing.B, nodes int) {
 		totalBytes += db
 		fmt.Fprintf(&table, "\n  %-40s %8.2f req/s %12.0f B/s  (adoption: %d requests, %d B)", k, dr/window, db/window, adoptTraffic[k].Requests, adoptTraffic[k].Bytes)
 	}
-	b.Logf("steady state over %.1f s: %.2f req/s, %.0f B/s; passes p50 %s p99 %s (%d)%s", window, total/window, totalBytes/window,
+	logf("steady state over %.1f s: %.2f req/s, %.0f B/s; passes p50 %s p99 %s (%d)%s", window, total/window, totalBytes/window,
 		percentile(passes, 0.5).Round(time.Microsecond), percentile(passes, 0.99).Round(time.Microsecond), len(passes), table.String())
 
 	// The plan of every slot, as a pass makes it.
@@ -265,7 +275,7 @@ func scaleRun(b *testing.B, nodes int) {
 	}
 	catalogPasses := passUntil(b, c, func() bool { return c.Tap.Writes()-w0 >= scaleReplicas/scaleModels })
 	catalog := time.Since(t0)
-	b.Logf("catalog change: %d passes", catalogPasses)
+	logf("catalog change: %d passes", catalogPasses)
 	if n := c.Tap.Writes() - w0; n != scaleReplicas/scaleModels {
 		b.Errorf("catalog change sent %d job writes, want %d", n, scaleReplicas/scaleModels)
 	}
@@ -296,15 +306,19 @@ func scaleRun(b *testing.B, nodes int) {
 		return c.Tap.Writes()-w0 >= onVictim
 	})
 	lost := time.Since(t0)
-	b.Logf("node lost: the controller saw it down after %s; %d passes to the replacement", seenDown.Round(time.Millisecond), lostPasses)
+	logf("node lost: the controller saw it down after %s; %d passes to the replacement", seenDown.Round(time.Millisecond), lostPasses)
 
 	rss, hwm := rssMiB()
+	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b.Logf("plan of every slot p50 %s; catalog change (%d new replicas) registered in %s; node lost (%d replicas) replaced in %s; RSS %.0f MiB (peak %.0f MiB), heap in use %.0f MiB",
-		percentile(plans, 0.5).Round(time.Microsecond), scaleReplicas/scaleModels, catalog.Round(time.Millisecond), onVictim, lost.Round(time.Millisecond),
-		rss, hwm, float64(ms.HeapInuse)/(1<<20))
+	logf("plan of every slot p50 %s; catalog change (%d new replicas) registered in %s; node lost (%d replicas) replaced in %s",
+		percentile(plans, 0.5).Round(time.Microsecond), scaleReplicas/scaleModels, catalog.Round(time.Millisecond), onVictim, lost.Round(time.Millisecond))
+	logf("process (controller, fake and harness) RSS %.0f MiB, peak %.0f MiB, %.0f MiB before the controller started; live heap after GC %.0f MiB, %.0f MiB before it started (the difference is the controller's, and the fake's 250 new jobs)",
+		rss, hwm, rssBase, float64(ms.HeapAlloc)/(1<<20), float64(base.HeapAlloc)/(1<<20))
 
+	load, _ = os.ReadFile("/proc/loadavg")
+	logf("loadavg at end: %s", strings.TrimSpace(string(load)))
 	b.ReportMetric(float64(adoption.Milliseconds()), "ms-adoption")
 	b.ReportMetric(float64(percentile(passes, 0.5).Microseconds())/1000, "ms-pass-p50")
 	b.ReportMetric(float64(percentile(passes, 0.99).Microseconds())/1000, "ms-pass-p99")

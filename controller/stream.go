@@ -175,7 +175,8 @@ func (q *eventQueue) take() ([]*api.Events, bool, error) {
 
 // followRound is one subscription: subscribe, read the lists, apply
 // events until the stream ends. subscribed reports whether Nomad answered
-// the subscription, delivered whether the stream delivered any event.
+// the subscription and the lists were read (the stream's end is then its
+// own), delivered whether the stream delivered any event.
 func (o *observer) followRound(ctx context.Context, ns string) (subscribed, delivered bool, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -213,7 +214,10 @@ func (o *observer) followRound(ctx context.Context, ns string) (subscribed, deli
 
 	st, err := o.readLists(rctx, ns)
 	if err != nil {
-		return true, false, fmt.Errorf("read the lists: %w", err)
+		// Not wrapped: a list the token may not read (403) is retried as
+		// the blocking queries would, not taken for a refused stream.
+		// Nor does it count as a stream that ended early.
+		return false, false, fmt.Errorf("read the lists: %v", err) //nolint:errorlint // see above
 	}
 	for {
 		batches, ended, serr := q.take()

@@ -162,3 +162,26 @@ func TestServingChecksReReadAtABoundedRate(t *testing.T) {
 		}
 	}
 }
+
+// A list the token may not read yet (403) is read again; it is no sign
+// that the stream is refused.
+func TestStreamListForbiddenIsRetriedOnTheStream(t *testing.T) {
+	e := newEnv(t, sixNodes, oneAlpha, `headroom = 0`)
+	e.Fake.FailNext(http.MethodGet, "/v1/nodes", streamFailuresToFallBack, http.StatusForbidden)
+	e.HoldLock()
+	c := e.start("ctl")
+	e.Pass(c)
+	if err := e.Fake.SetNodeStatus(e.NodeIDs["n5"], api.NodeStatusDown); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeStatus(t, c, e.NodeIDs["n5"], api.NodeStatusDown)
+	for _, r := range e.Fake.Requests() {
+		if r.Query.Get("index") != "" && r.Path != "/v1/event/stream" {
+			t.Errorf("blocking query %s?%s: the stream should have been kept", r.Path, r.Query.Encode())
+		}
+	}
+	// The test's own reads (CaughtUp) may take some of the failures.
+	if n := e.Fake.Traffic()["GET /v1/event/stream"].Requests; n < 2 {
+		t.Errorf("%d subscriptions; want a second after the failed list read", n)
+	}
+}
