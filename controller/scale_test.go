@@ -5,7 +5,7 @@ package controller
 // minutes: each size holds a 30 s steady-state window):
 //
 //	go test ./controller -run '^$' -bench Scale -benchtime=1x -timeout 60m
-//	LLMGW_SCALE_NODES=10000 go test ./controller -run '^$' -bench Scale -benchtime=1x -timeout 60m
+//	LLMGW_SCALE_NODES=10000 LLMGW_SCALE_STEADY=160s go test ./controller -run '^$' -bench Scale -benchtime=1x -timeout 60m
 
 import (
 	"errors"
@@ -32,10 +32,23 @@ const (
 	scaleReplicas = 2500
 	scaleModels   = 10
 	scaleGPUs     = 8 // per node
-	// scaleSteady is the steady-state window: one power round of the
-	// shipped power_interval (30 s) falls in it.
-	scaleSteady = 30 * time.Second
 )
+
+// scaleSteady is the steady-state window: one power round of the shipped
+// power_interval (30 s) falls in it. LLMGW_SCALE_STEADY (a duration)
+// makes it longer: the serving allocations' checks are first re-read
+// 50 to 150 s after adoption with 2,500 of them (health.go).
+func scaleSteady(b *testing.B) time.Duration {
+	v := os.Getenv("LLMGW_SCALE_STEADY")
+	if v == "" {
+		return 30 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("LLMGW_SCALE_STEADY: %q is not a positive duration", v)
+	}
+	return d
+}
 
 func scaleCatalog(models, replicasEach int) string {
 	var cat strings.Builder
@@ -221,7 +234,7 @@ func scaleRun(b *testing.B, nodes int) {
 	before := e.Fake.Traffic()
 	steadyStart := time.Now()
 	var passes []time.Duration
-	for time.Since(steadyStart) < scaleSteady {
+	for steady := scaleSteady(b); time.Since(steadyStart) < steady; {
 		t0 := time.Now()
 		if err := c.Pass(b.Context()); err != nil {
 			b.Fatal(err)

@@ -120,7 +120,7 @@ func (o *observer) follow(ctx context.Context, ns string) error {
 		if subscribed && !delivered && time.Since(opened) < streamEarlyEnd {
 			early++
 			if early >= streamFailuresToFallBack {
-				return fmt.Errorf("%w: %d subscriptions in a row ended before their first event (last: %v)", errStreamRefused, early, err)
+				return fmt.Errorf("%w: %d subscriptions in a row ended before their first event (last: %w)", errStreamRefused, early, err)
 			}
 		} else if subscribed {
 			early = 0

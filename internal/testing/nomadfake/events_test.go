@@ -27,7 +27,7 @@ type rawStream struct {
 
 func openRawStream(t *testing.T, s *nomadfake.Server, query string) *rawStream {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/v1/event/stream?"+query, nil)
 	if err != nil {
@@ -37,6 +37,7 @@ func openRawStream(t *testing.T, s *nomadfake.Server, query string) *rawStream {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("event stream: %d %s", resp.StatusCode, b)

@@ -29,7 +29,7 @@ func (l *eventLog) snapshot() ([]api.Event, error, bool) {
 // events until the test ends.
 func (tg *Target) subscribe(t *testing.T, topics map[api.Topic][]string, index uint64) *eventLog {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	ch, err := tg.Client.EventStream().Stream(ctx, topics, index, nil)
 	if err != nil {
