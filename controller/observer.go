@@ -42,6 +42,9 @@ type observer struct {
 	// snapshot (the controller's power part: learning and caps).
 	afterPower    func(context.Context)
 	healthTrigger chan struct{} // an allocation list changed: read the checks now
+	// jobsTable is the jobs table's last index the event stream's rounds
+	// have seen (stream.go; its goroutine alone uses it).
+	jobsTable uint64
 
 	// mu guards snap and changed. Invariant: each list of snap is
 	// replaced whole, never changed in place (a reader may keep the

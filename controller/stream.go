@@ -27,7 +27,9 @@ import (
 //     not newer than the object held, are skipped.
 //  2. Apply every batch the stream delivers, in order, object by object.
 //  3. When the stream ends (an error, a server restart, a subscriber cut
-//     off for falling behind: "event dropped from buffer"), go back to 1:
+//     off for falling behind: "event dropped from buffer"), and every
+//     streamResync (Nomad sends no event when it garbage-collects an
+//     allocation), go back to 1:
 //     Nomad starts a subscription from an index no longer buffered at its
 //     oldest event without saying so, so a lost index is never trusted;
 //     the lists are read again.
@@ -57,6 +59,15 @@ const (
 
 // nodeFirstReaders is how many nodes a full read reads at once.
 const nodeFirstReaders = 32
+
+// streamResync is how long a round follows the stream before it reads the
+// lists in full again: Nomad sends no event when it garbage-collects an
+// allocation, so the allocations it dropped leave the view only then (a
+// full read re-reads only the nodes whose ModifyIndex moved).
+const streamResync = time.Hour
+
+// errResync ends a round that has run for streamResync.
+var errResync = errors.New("periodic full read")
 
 // errStreamRefused: Nomad does not serve this controller the event stream.
 var errStreamRefused = errors.New("event stream refused")
@@ -116,6 +127,10 @@ func (o *observer) follow(ctx context.Context, ns string) error {
 		}
 		if isRefusal(err) {
 			return err
+		}
+		if errors.Is(err, errResync) {
+			early, backoff = 0, time.Second
+			continue
 		}
 		if subscribed && !delivered && time.Since(opened) < streamEarlyEnd {
 			early++
@@ -219,6 +234,8 @@ func (o *observer) followRound(ctx context.Context, ns string) (subscribed, deli
 		// Nor does it count as a stream that ended early.
 		return false, false, fmt.Errorf("read the lists: %v", err) //nolint:errorlint // see above
 	}
+	resync := time.NewTimer(streamResync)
+	defer resync.Stop()
 	for {
 		batches, ended, serr := q.take()
 		if len(batches) > 0 {
@@ -231,6 +248,8 @@ func (o *observer) followRound(ctx context.Context, ns string) (subscribed, deli
 		select {
 		case <-ctx.Done():
 			return true, delivered, ctx.Err()
+		case <-resync.C:
+			return true, delivered, errResync
 		case <-q.wake:
 		}
 	}
@@ -309,12 +328,14 @@ func (o *observer) readLists(ctx context.Context, ns string) (*streamState, erro
 	}
 	st.jobsIdx = jobsMeta.LastIndex
 
-	o.mu.RLock()
-	backwards := st.jobsIdx < o.snap.jobsIndex
-	o.mu.RUnlock()
-	if backwards {
+	// The jobs table's index going backwards (servers restored from an
+	// older snapshot) makes the writes the writer waits for moot. Compared
+	// with the table's own last index (lists and job events), not with
+	// jobsIndex, which the stream moves past the table's.
+	if st.jobsIdx < o.jobsTable {
 		o.forgetExpect()
 	}
+	o.jobsTable = st.jobsIdx
 	o.mu.Lock()
 	o.snap.nodes, o.snap.nodesSynced = next, true
 	o.snap.allocs, o.snap.allocSynced = allocs, true
@@ -437,6 +458,7 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 				if deleted {
 					delete(st.jobs, *j.ID)
 					jobsChanged = true
+					o.jobsTable = max(o.jobsTable, e.Index)
 					continue
 				}
 				stub := jobStub(j)
@@ -445,6 +467,7 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 				}
 				st.jobs[stub.ID] = stub
 				jobsChanged = true
+				o.jobsTable = max(o.jobsTable, e.Index)
 			}
 		}
 	}
