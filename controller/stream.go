@@ -66,6 +66,10 @@ const nodeFirstReaders = 32
 // full read re-reads only the nodes whose ModifyIndex moved).
 const streamResync = time.Hour
 
+// errListRead: a round could not read a list (each failure is logged with
+// the list, as a blocking query's is).
+var errListRead = errors.New("read the lists")
+
 // errResync ends a round that has run for streamResync.
 var errResync = errors.New("periodic full read")
 
@@ -143,7 +147,10 @@ func (o *observer) follow(ctx context.Context, ns string) error {
 		if delivered {
 			backoff = time.Second
 		}
-		o.log.Warn("nomad event stream ended; reading the lists again", "error", err, "in", backoff)
+		if !errors.Is(err, errListRead) {
+			// A list that could not be read was logged as it failed.
+			o.log.Warn("nomad event stream ended; reading the lists again", "error", err, "in", backoff)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -229,10 +236,10 @@ func (o *observer) followRound(ctx context.Context, ns string) (subscribed, deli
 
 	st, err := o.readLists(rctx, ns)
 	if err != nil {
-		// Not wrapped: a list the token may not read (403) is retried as
-		// the blocking queries would, not taken for a refused stream.
-		// Nor does it count as a stream that ended early.
-		return false, false, fmt.Errorf("read the lists: %v", err) //nolint:errorlint // see above
+		// Only errListRead wrapped: a list the token may not read (403) is
+		// retried as the blocking queries would, not taken for a refused
+		// stream; nor does it count as a stream that ended early.
+		return false, false, fmt.Errorf("%w: %v", errListRead, err) //nolint:errorlint // see above
 	}
 	resync := time.NewTimer(streamResync)
 	defer resync.Stop()
@@ -301,20 +308,27 @@ func (o *observer) readLists(ctx context.Context, ns string) (*streamState, erro
 		return err
 	})
 	wg.Wait()
+	var failed []string
 	for i, what := range []string{"nodes", "allocations", "jobs"} {
 		if errs[i] != nil {
-			return nil, fmt.Errorf("%s: %w", what, errs[i])
+			if ctx.Err() == nil {
+				o.log.Warn("nomad watch failed; retrying", "watch", what, "error", errs[i])
+			}
+			failed = append(failed, fmt.Sprintf("%s: %v", what, errs[i]))
 		}
 	}
-	next, failed := o.readNodes(ctx, stubs, have, nodeFirstReaders)
-	if failed > 0 {
+	if len(failed) > 0 {
+		return nil, errors.New(strings.Join(failed, "; "))
+	}
+	next, unread := o.readNodes(ctx, stubs, have, nodeFirstReaders)
+	if unread > 0 {
 		// Keep what was read: the retry reads only the rest.
 		o.mu.Lock()
 		if !o.snap.nodesSynced {
 			o.snap.nodes = next
 		}
 		o.mu.Unlock()
-		return nil, fmt.Errorf("%d of %d nodes could not be read", failed, len(stubs))
+		return nil, fmt.Errorf("%d of %d nodes could not be read", unread, len(stubs))
 	}
 	st.nodes, st.nodesIdx = next, nodesMeta.LastIndex
 	st.allocs = make(map[string]*api.AllocationListStub, len(allocs))
