@@ -340,9 +340,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
-	run(c.obs.watchNodes)
-	run(c.obs.watchAllocs)
-	run(c.obs.watchJobs)
+	run(c.obs.observeLists)
 	run(c.obs.pollPower)
 	run(c.obs.watchHealth)
 	run(c.watchEngineMetrics)

@@ -652,15 +652,20 @@ func TestNomadReasonsInExplain(t *testing.T) {
 
 // A pass never acts on a job list that misses the controller's own last
 // registration: that job's draw would count nowhere, and another replica
-// could be placed into the budget it uses. Here the job list's blocking
-// query is held back while the allocation list moves on.
+// could be placed into the budget it uses. Here, with blocking queries
+// (the stream refused), the job list's blocking query is held back while
+// the allocation list moves on; with the event stream, the stream is held
+// back.
 func TestPassWaitsForItsOwnWrites(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		lost bool // the registration's answer is lost: the controller does not know it happened
+		name   string
+		lost   bool // the registration's answer is lost: the controller does not know it happened
+		stream bool // followed through the event stream, not blocking queries
 	}{
-		{"answered", false},
-		{"answer lost", true},
+		{"answered", false, false},
+		{"answer lost", true, false},
+		{"stream answered", false, true},
+		{"stream answer lost", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := []ctlharness.Node{{Name: "a1", Rack: "r1", PDU: "p1", GPUs: 1}, {Name: "a2", Rack: "r1", PDU: "p1", GPUs: 1}}
@@ -686,9 +691,16 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				close(gate)
 			})
 			t.Cleanup(release)
+			if !tc.stream {
+				e.Fake.FailNext(http.MethodGet, "/v1/event/stream", 1, http.StatusForbidden)
+			}
 			e.HoldLock()
 			c := e.start("ctl")
 			wait.For(t, "sync", func() (bool, string) { return e.caughtUp(c.Controller) })
+			if tc.stream {
+				e.Fake.HoldEventStreams(true)
+				t.Cleanup(func() { e.Fake.HoldEventStreams(false) })
+			}
 			if tc.lost {
 				e.Fake.FailNextAfterApply(http.MethodPut, "/v1/jobs", 1, nomadfake.DropConnection)
 			}
@@ -699,10 +711,13 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 			if got := len(e.LiveJobs()); got != 1 {
 				t.Fatalf("%d live jobs after the first pass, want 1", got)
 			}
-			wait.For(t, "the allocation list to show zeta-0", func() (bool, string) {
-				snap := c.obs.snapshot()
-				return len(snap.allocs) == 1, fmt.Sprintf("%d allocations", len(snap.allocs))
-			})
+			if !tc.stream {
+				// The stream delivers the job and its allocation together.
+				wait.For(t, "the allocation list to show zeta-0", func() (bool, string) {
+					snap := c.obs.snapshot()
+					return len(snap.allocs) == 1, fmt.Sprintf("%d allocations", len(snap.allocs))
+				})
+			}
 
 			// A model before zeta in the catalog: with zeta-0 unseen, p1
 			// would look as if it had room.
@@ -718,6 +733,7 @@ func TestPassWaitsForItsOwnWrites(t *testing.T) {
 				t.Errorf("pass with the job list behind sent %d job writes, want 0", n)
 			}
 			release()
+			e.Fake.HoldEventStreams(false)
 			if n := e.Pass(c); n != 0 {
 				t.Errorf("pass once caught up sent %d job writes, want 0 (alpha-0 is over budget)", n)
 			}

@@ -19,7 +19,8 @@ import (
 )
 
 // observer keeps the controller's snapshot of Nomad current: nodes,
-// allocations and llmgw's jobs through blocking queries (watchNodes,
+// allocations and llmgw's jobs through Nomad's event stream (stream.go),
+// or where it is not served through blocking queries (watchNodes,
 // watchAllocs, watchJobs), each GPU node's measured power by polling
 // client stats (pollPower), and the service checks of the serving shards
 // (watchHealth, health.go). Every change kicks a pass. It writes nothing
@@ -41,6 +42,9 @@ type observer struct {
 	// snapshot (the controller's power part: learning and caps).
 	afterPower    func(context.Context)
 	healthTrigger chan struct{} // an allocation list changed: read the checks now
+	// jobsTable is the jobs table's last index the event stream's rounds
+	// have seen (stream.go; its goroutine alone uses it).
+	jobsTable uint64
 
 	// mu guards snap and changed. Invariant: each list of snap is
 	// replaced whole, never changed in place (a reader may keep the
@@ -80,7 +84,9 @@ func (s snapshot) synced() bool {
 	return s.nodesSynced && s.allocSynced && s.jobsSynced && s.checksSynced
 }
 
-// nodeReaders is how many nodes the nodes watch reads at once.
+// nodeReaders is how many nodes the nodes watch reads at once (the
+// blocking-query fallback; a full read of the stream's uses
+// nodeFirstReaders).
 const nodeReaders = 8
 
 func (o *observer) watchNodes(ctx context.Context) {
@@ -91,36 +97,11 @@ func (o *observer) watchNodes(ctx context.Context) {
 		o.mu.RLock()
 		have := o.snap.nodes
 		o.mu.RUnlock()
-		next := make(map[string]*api.Node, len(stubs))
-		var changed []*api.NodeListStub
-		for _, s := range stubs {
-			if n, ok := have[s.ID]; ok && n.ModifyIndex == s.ModifyIndex {
-				next[s.ID] = n
-				continue
-			}
-			changed = append(changed, s)
-		}
 		// The list has no meta: read each changed node, a few at a time
 		// (one at a time, a fleet's first read is a round trip per node).
-		read := make([]*api.Node, len(changed))
-		errs := make([]error, len(changed))
-		forEach(ctx, len(changed), nodeReaders, func(i int) {
-			rctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			read[i], _, errs[i] = o.nomad.Nodes().Info(changed[i].ID, (&api.QueryOptions{Region: o.region}).WithContext(rctx))
-		})
+		next, _ := o.readNodes(ctx, stubs, have, nodeReaders)
 		if ctx.Err() != nil {
 			return
-		}
-		for i, s := range changed {
-			if errs[i] != nil || read[i] == nil {
-				o.log.Warn("read node", "node", s.Name, "error", errs[i])
-				if old, ok := have[s.ID]; ok {
-					next[s.ID] = old
-				}
-				continue
-			}
-			next[s.ID] = read[i]
 		}
 		o.mu.Lock()
 		o.snap.nodes, o.snap.nodesSynced = next, true
@@ -155,11 +136,7 @@ func (o *observer) watchAllocs(ctx context.Context) {
 		o.mu.Lock()
 		o.snap.allocs, o.snap.allocSynced = allocs, synced
 		o.mu.Unlock()
-		select {
-		case o.healthTrigger <- struct{}{}:
-		default:
-		}
-		o.kick()
+		o.allocsChanged()
 	}
 	nss := o.namespaces
 	all := len(nss) == 0

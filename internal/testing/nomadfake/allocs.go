@@ -123,12 +123,14 @@ func (s *Server) createAllocLocked(rec *jobRecord, eval *api.Evaluation, tg *api
 	s.allocsByJob[k] = append(s.allocsByJob[k], a)
 	s.allocsByNode[n.ID] = append(s.allocsByNode[n.ID], a)
 	s.touchLocked(idx, tableAlloc)
+	s.markLocked(string(api.TopicAllocation), "PlanResult", a.ID, a)
 }
 
 func (s *Server) modifyAllocLocked(a *allocRecord, idx uint64) {
 	a.ModifyIndex = idx
 	a.ModifyTime = s.nowNano()
 	s.touchLocked(idx, tableAlloc)
+	s.markLocked(string(api.TopicAllocation), "AllocationUpdated", a.ID, a)
 }
 
 // SetAllocStatus reports a client status for an allocation as its client

@@ -115,6 +115,13 @@
 //     fail) and is released LockDelay after that; the clock is WithClock's
 //     and is read at every request and by Tick. ACLs are off, so every
 //     caller sees locks as a management token does.
+//   - GET /v1/event/stream for the topics Node, Allocation and Job
+//     (events.go): a batch per write, an event per changed object, its
+//     payload the whole object (an allocation without its job); ?index
+//     inclusive; a bounded buffer (WithEventBuffer, Nomad's 100 by
+//     default) from which a lost index starts silently at the oldest
+//     batch, and a subscriber that falls behind it is cut off;
+//     heartbeats {} (WithEventHeartbeat). Other topics answer 501.
 //
 // Everything else answers 501 "nomadfake: <method> <path> is not faked".
 //
@@ -227,6 +234,12 @@
 //   - Blocking reads of one variable across its write and its delete
 //     [VariableBlockingRead]: the device plugin's power caps tests
 //     (devices/caps_test.go).
+//   - The event stream's topics, keys, payloads, inclusive index, and a
+//     lost index starting at the oldest buffered write
+//     [EventStreamFollowsChanges, EventStreamLostIndex]: the
+//     controller's watches (controller/stream.go) in every controller
+//     test; the cut-off of a subscriber that fell behind is Nomad's
+//     ("event dropped from buffer", nomad/stream) but not in the suite.
 //   - Job status [RegisterCreatesVersionZero, StopByRegistration,
 //     HeldDevicesNotGiven, NodeDownLosesAllocations]: only the tests' own
 //     budget check reads it (a dead job
@@ -248,11 +261,14 @@
 // SetDeviceHealth, SetPowerDraw, Node; RegisterJob (seeding without HTTP);
 // SetAllocStatus, Reschedule, Allocations, AutoRun and WithAutoRun,
 // AddService, WithShutdownDelay,
-// SetPlacementFailureMetric; Variable; WithClock and Tick; Index; fault
+// SetPlacementFailureMetric; Variable; WithClock and Tick; Index;
+// EndEventStreams (a server restart, to the event stream) and
+// HoldEventStreams (a stream lagging behind); fault
 // injection with FailNext (fail before applying), FailNextAfterApply
 // (apply, then lose the answer) and DropConnection; Hook, called with each
 // request before it is handled; Requests, the log of every request with
-// its body and status.
+// its body and status (none WithoutRequestLog); Traffic, the requests
+// and response bytes by endpoint.
 //
 // # Not faked
 //
@@ -261,6 +277,8 @@
 // deregistration and purge, plan, scale, dispatch, periodic jobs, service
 // deletion and Consul-provider services, allocation reads, stop, restart,
 // signal, exec and file system, evaluation reads, node drain, eligibility
-// and purge, CSI and host volumes, the event stream, operator, status and
-// agent endpoints, gzip responses, bexpr filters and pagination.
+// and purge, CSI and host volumes, operator, status and
+// agent endpoints, gzip responses, bexpr filters and pagination, the event
+// stream's topics other than Node, Allocation and Job, and its events for
+// deletions (the fake deletes nothing).
 package nomadfake

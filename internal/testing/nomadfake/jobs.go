@@ -265,6 +265,7 @@ func (s *Server) registerLocked(job *api.Job, enforce bool, jobModifyIndex uint6
 		}
 		rec.job, rec.snap = job, cloneJob(job)
 		s.touchLocked(idx, tableJobs)
+		s.markLocked(string(api.TopicJob), "JobRegistered", *job.ID, rec)
 	} else {
 		// Nomad answers with the existing job's ModifyIndex here.
 		res.JobModifyIndex = *existing.ModifyIndex
@@ -397,4 +398,5 @@ func (s *Server) refreshJobStatusLocked(k nsKey, idx uint64) {
 	rec.job.Status = new(st)
 	rec.job.ModifyIndex = new(idx)
 	s.touchLocked(idx, tableJobs)
+	s.markNewLocked(string(api.TopicJob), "AllocationUpdated", *rec.job.ID, rec)
 }

@@ -136,6 +136,7 @@ func (s *Server) AddNode(spec NodeSpec) string {
 	s.nodes[n.ID] = nr
 	s.byName[n.Name] = nr
 	s.touchLocked(idx, tableNodes)
+	s.markLocked(string(api.TopicNode), "NodeRegistration", n.ID, nr)
 	s.notifyLocked()
 	return n.ID
 }
@@ -145,6 +146,7 @@ func (s *Server) modifyNodeLocked(nr *nodeRecord) uint64 {
 	idx := s.nextIndexLocked()
 	nr.node.ModifyIndex = idx
 	s.touchLocked(idx, tableNodes)
+	s.markLocked(string(api.TopicNode), "NodeRegistration", nr.node.ID, nr)
 	return idx
 }
 
@@ -167,6 +169,7 @@ func (s *Server) SetNodeStatus(nodeID, status string) error {
 		return fmt.Errorf("nomadfake: unknown node %q", nodeID)
 	}
 	idx := s.modifyNodeLocked(nr)
+	s.markLocked(string(api.TopicNode), "NodeEvent", nodeID, nr) // Nomad's node status update
 	nr.node.Status = status
 	nr.node.StatusUpdatedAt = s.now().Unix()
 	if status == api.NodeStatusDown {

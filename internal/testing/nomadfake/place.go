@@ -92,6 +92,7 @@ func (s *Server) evaluateLocked(rec *jobRecord, trigger string, idx uint64) *api
 func (s *Server) stopAllocLocked(a *allocRecord, idx uint64) {
 	if d := shutdownDelayOf(a); s.shutdownDelay && d > 0 && a.live() && a.ClientStatus == api.AllocClientStatusRunning {
 		a.stopAt = s.now().Add(d)
+		s.stopping[a.ID] = a
 	} else if a.live() {
 		a.ClientStatus = api.AllocClientStatusComplete
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +72,57 @@ func WithNodeMetaDelay(d time.Duration) Option {
 	return func(s *Server) { s.nodeMetaDelay = d }
 }
 
+// WithoutRequestLog keeps no log of requests (Requests answers none),
+// for runs of many requests; Traffic still counts them.
+func WithoutRequestLog() Option {
+	return func(s *Server) { s.noLog = true }
+}
+
+// Traffic is what the fake served on one endpoint.
+type Traffic struct {
+	Requests int64
+	Bytes    int64 // response body bytes written (an event stream's as they are sent)
+}
+
+// Traffic returns the requests and response bytes served so far, by
+// endpoint: the method and the path with IDs replaced by ":id"
+// ("GET /v1/node/:id", "GET /v1/client/allocation/:id/checks").
+func (s *Server) Traffic() map[string]Traffic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Traffic, len(s.traffic))
+	for k, v := range s.traffic {
+		out[k] = Traffic{Requests: v.requests.Load(), Bytes: v.bytes.Load()}
+	}
+	return out
+}
+
+type trafficCounter struct{ requests, bytes atomic.Int64 }
+
+// endpoint names a request's endpoint for Traffic.
+func endpoint(r *http.Request) string {
+	p := r.URL.Path
+	for _, pre := range []string{"/v1/job/", "/v1/node/", "/v1/var/", "/v1/service/", "/v1/client/allocation/"} {
+		rest, ok := strings.CutPrefix(p, pre)
+		if !ok {
+			continue
+		}
+		id, sub, _ := strings.Cut(rest, "/")
+		if pre == "/v1/var/" {
+			sub = ""
+		}
+		p = pre + ":id"
+		if id == "" {
+			p = pre
+		}
+		if sub != "" {
+			p += "/" + sub
+		}
+		break
+	}
+	return r.Method + " " + p
+}
+
 // Request is one request the fake served, for assertions.
 type Request struct {
 	Method string
@@ -120,17 +172,33 @@ type Server struct {
 	hooks      []func(*http.Request)
 	faults     []*fault
 	reqs       []*Request
+	noLog      bool // WithoutRequestLog
+	traffic    map[string]*trafficCounter
 
 	jobs   map[nsKey]*jobRecord
 	allocs map[string]*allocRecord
-	nodes  map[string]*nodeRecord
-	byName map[string]*nodeRecord // nodes by name, for placement
-	vars   map[nsKey]*varRecord
+	// stopping are the allocations waiting out a shutdown_delay
+	// (WithShutdownDelay), swept at every request.
+	stopping map[string]*allocRecord
+	nodes    map[string]*nodeRecord
+	byName   map[string]*nodeRecord // nodes by name, for placement
+	vars     map[nsKey]*varRecord
 
 	// Indexes, append-only, in creation order.
 	allocsByJob  map[nsKey][]*allocRecord
 	allocsByNode map[string][]*allocRecord
 	evalsByJob   map[nsKey][]*api.Evaluation
+
+	// The event stream (events.go): the objects the current write
+	// changed, the buffer of the last eventBufSize batches, and the
+	// highest index dropped from it.
+	dirty          map[string]*dirtyObject
+	events         []*eventBatch
+	eventsDropped  uint64
+	eventBufSize   int
+	eventHeartbeat time.Duration
+	streamsEnd     chan struct{} // closed by EndEventStreams
+	streamsHeld    bool          // HoldEventStreams
 }
 
 // New starts a fake Nomad server on a loopback port.
@@ -138,20 +206,24 @@ func New(opts ...Option) *Server {
 	s := &Server{
 		// Index 1 is the bootstrapped raft log; the first write is 2, so
 		// it is above the floor of 1 that empty tables answer.
-		index:   1,
-		now:     time.Now,
-		closed:  make(chan struct{}),
-		tables:  map[string]uint64{},
-		changed: make(chan struct{}),
-		jobs:    map[nsKey]*jobRecord{},
-		allocs:  map[string]*allocRecord{},
-		nodes:   map[string]*nodeRecord{},
-		byName:  map[string]*nodeRecord{},
-		vars:    map[nsKey]*varRecord{},
+		index:    1,
+		now:      time.Now,
+		closed:   make(chan struct{}),
+		tables:   map[string]uint64{},
+		changed:  make(chan struct{}),
+		jobs:     map[nsKey]*jobRecord{},
+		allocs:   map[string]*allocRecord{},
+		stopping: map[string]*allocRecord{},
+		nodes:    map[string]*nodeRecord{},
+		byName:   map[string]*nodeRecord{},
+		vars:     map[nsKey]*varRecord{},
 
 		allocsByJob:  map[nsKey][]*allocRecord{},
 		allocsByNode: map[string][]*allocRecord{},
 		evalsByJob:   map[nsKey][]*api.Evaluation{},
+
+		eventBufSize:   DefaultEventBufferSize,
+		eventHeartbeat: DefaultEventHeartbeat,
 	}
 	for _, o := range opts {
 		o(s)
@@ -311,8 +383,10 @@ func (s *Server) touchLocked(idx uint64, tables ...string) {
 	}
 }
 
-// notifyLocked wakes every blocking query to re-run.
+// notifyLocked ends a write: it appends the write's event batch and
+// wakes every blocking query and event stream to re-run.
 func (s *Server) notifyLocked() {
+	s.flushEventsLocked()
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -346,7 +420,15 @@ func newID() string {
 
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	counter *trafficCounter // body bytes written are added to it as they are
+}
+
+// Flush sends what was written (the event stream's lines).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -360,7 +442,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.counter.bytes.Add(int64(n))
+	return n, err
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -373,7 +457,19 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	entry := &Request{Method: r.Method, Path: r.URL.Path, Query: cloneValues(r.URL.Query()), Body: body}
 
 	s.mu.Lock()
-	s.reqs = append(s.reqs, entry)
+	if !s.noLog {
+		s.reqs = append(s.reqs, entry)
+	}
+	ep := endpoint(r)
+	if s.traffic == nil {
+		s.traffic = map[string]*trafficCounter{}
+	}
+	tr := s.traffic[ep]
+	if tr == nil {
+		tr = &trafficCounter{}
+		s.traffic[ep] = tr
+	}
+	tr.requests.Add(1)
 	hooks := slices.Clone(s.hooks)
 	s.sweepLocksLocked()
 	s.sweepStopsLocked()
@@ -388,7 +484,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	f := s.matchFaultLocked(r)
 	s.mu.Unlock()
 
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, counter: tr}
 	switch {
 	case f == nil:
 		s.route(sw, r)
@@ -629,6 +725,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleServiceList(w, r)
 	case strings.HasPrefix(p, "/v1/service/"):
 		s.handleService(w, r, strings.TrimPrefix(p, "/v1/service/"))
+	case p == "/v1/event/stream":
+		s.handleEventStream(w, r)
 	case p == "/v1/vars":
 		s.handleVarList(w, r)
 	case strings.HasPrefix(p, "/v1/var/"):

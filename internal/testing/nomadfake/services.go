@@ -151,12 +151,20 @@ func (s *Server) handleService(w http.ResponseWriter, r *http.Request, name stri
 // sweepStopsLocked completes the stopping allocations whose shutdown_delay
 // has passed.
 func (s *Server) sweepStopsLocked() {
+	if len(s.stopping) == 0 {
+		return
+	}
 	now := s.now()
 	var idx uint64
-	for _, a := range s.allocs {
-		if a.stopAt.IsZero() || now.Before(a.stopAt) || a.ClientStatus != api.AllocClientStatusRunning {
+	for id, a := range s.stopping {
+		if a.stopAt.IsZero() {
+			delete(s.stopping, id)
 			continue
 		}
+		if now.Before(a.stopAt) || a.ClientStatus != api.AllocClientStatusRunning {
+			continue
+		}
+		delete(s.stopping, id)
 		if idx == 0 {
 			idx = s.nextIndexLocked()
 		}

@@ -90,6 +90,8 @@ var Cases = []Case{
 	{"VariableLocks", VariableLocks},
 	{"VariableLockExpiry", VariableLockExpiry},
 	{"VariableBlockingRead", VariableBlockingRead},
+	{"EventStreamFollowsChanges", EventStreamFollowsChanges},
+	{"EventStreamLostIndex", EventStreamLostIndex},
 	{"NodeDownLosesAllocations", NodeDownLosesAllocations},
 }
 
