@@ -76,6 +76,17 @@
 // replica. The upstream request carries the client's context, so a client
 // that goes away cancels it.
 //
+// # The servers
+//
+// The handler (Gateway.Handler) is a net/http one. A plaintext listener
+// is served by fasthttp's server (NewFastServer, fastserve.go): each
+// request runs on a pooled worker goroutine with an *http.Request and an
+// http.ResponseWriter made over fasthttp's request and response, while
+// the connection's goroutine waits for the answer and, from watchAfter
+// after the body is read, watches the connection for the client going
+// away (clientGone), which cancels the request's context. A TLS listener
+// is served by net/http's (NewServer), which speaks HTTP/2 too.
+//
 // Requests whose body is at most 64 KiB are sent by
 // upstreamTransport: net/http writes the request and parses the answer,
 // but on the request's own goroutine, over kept-alive connections the

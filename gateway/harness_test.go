@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -95,7 +98,7 @@ func (r *replica) instance() Instance {
 
 type testGateway struct {
 	*Gateway
-	srv    *httptest.Server
+	srv    *gwServer
 	reg    *prometheus.Registry
 	client *http.Client
 	ends   *handlerEnds
@@ -150,22 +153,48 @@ func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
 		g.Update(Snapshot{Instances: insts})
 	}
 	he := &handlerEnds{}
-	srv := serveGateway(t, he.wrap(g.Handler()))
+	srv := serveGateway(t, he.wrap(g.Handler()), g.BodyTimeout)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}, ends: he}
 }
 
+// gwServer is a gateway's handler served on a loopback listener.
+type gwServer struct {
+	URL      string // http://<address>
+	Listener net.Listener
+}
+
 // serveGateway serves h on loopback with the server `llmgw gateway`
-// serves with (NewServer's settings), as an httptest.Server; the test's
-// end closes it.
-func serveGateway(t testing.TB, h http.Handler) *httptest.Server {
+// serves a plaintext listener with (NewFastServer, timeouts its
+// BodyTimeouts); the test's end shuts it down.
+func serveGateway(t testing.TB, h http.Handler, timeouts BodyTimeouts) *gwServer {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config = NewServer(h, nil)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
+	return serveGatewayLogged(t, h, timeouts, nil)
+}
+
+// serveGatewayLogged is serveGateway with the server's logger.
+func serveGatewayLogged(t testing.TB, h http.Handler, timeouts BodyTimeouts, log *slog.Logger) *gwServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewFastServer(h, timeouts, log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		// Connections still busy (a stream the test left) are left to end
+		// with the test; t.Context() is done by now.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Second)
+		defer cancel()
+		_ = srv.ShutdownWithContext(ctx)
+		<-done
+	})
+	return &gwServer{URL: "http://" + ln.Addr().String(), Listener: ln}
 }
 
 type answer struct {

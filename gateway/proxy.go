@@ -680,7 +680,7 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
-			fmt.Sprintf("The request body did not arrive whole within %s (the gateway's body_read_timeout).", g.bodyTimeout))
+			bodyTimeoutMessage(g.bodyTimeout, bodyTimeoutSetting))
 		return http.StatusRequestTimeout
 	case r.Context().Err() != nil:
 		return statusClientClosed
@@ -705,10 +705,43 @@ type apiError struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	httpjson.Write(w, status, newAPIError(typ, code, param, msg))
+}
+
+func newAPIError(typ, code, param, msg string) apiError {
 	var e apiError
 	e.Error.Message, e.Error.Type, e.Error.Code = msg, typ, code
 	if param != "" {
 		e.Error.Param = &param
 	}
-	httpjson.Write(w, status, e)
+	return e
+}
+
+// errorJSON is writeError's body.
+func errorJSON(typ, code, param, msg string) []byte {
+	b, _ := json.Marshal(newAPIError(typ, code, param, msg))
+	return b
+}
+
+// bodyTimeoutSetting is the setting that bounds an OpenAI route's body.
+const bodyTimeoutSetting = "body_read_timeout"
+
+// bodyTimeoutMessage is the 408's message for a body that did not arrive
+// within d, which setting sets ("" for ServerBodyReadTimeout).
+func bodyTimeoutMessage(d time.Duration, setting string) string {
+	if setting == "" {
+		return fmt.Sprintf("The request body did not arrive whole within %s.", d)
+	}
+	return fmt.Sprintf("The request body did not arrive whole within %s (the gateway's %s).", d, setting)
+}
+
+// BodyTimeout is the time a request for path has for its body, and the
+// setting that sets it: Options.BodyReadTimeout (body_read_timeout) on the
+// OpenAI routes, ServerBodyReadTimeout on the others (NewFastServer's
+// BodyTimeouts).
+func (g *Gateway) BodyTimeout(path string) (time.Duration, string) {
+	if g.openAI[path] {
+		return g.bodyTimeout, bodyTimeoutSetting
+	}
+	return ServerBodyReadTimeout, ""
 }
