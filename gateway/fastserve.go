@@ -26,10 +26,11 @@ type BodyTimeouts func(path string) (d time.Duration, setting string)
 // NewFastServer returns the fasthttp server `llmgw gateway` serves h with
 // on a plaintext listener (HTTP/1.1; a TLS listener is served by
 // NewServer's, which speaks HTTP/2 too). h is served as net/http's
-// handlers are: each request runs on a goroutine other than its
-// connection's (a pooled worker), with an *http.Request and an
-// http.ResponseWriter (fastWriter) over fasthttp's request and response,
-// so the handler is the same on both servers.
+// handlers are, on its connection's goroutine, with an *http.Request and
+// an http.ResponseWriter (fastWriter) over fasthttp's request and
+// response, so the handler is the same on both servers. Its answer is held
+// whole and sent when it returns, unless it detaches the rest of its work
+// to stream it (fastWriter.Detach).
 //
 // Its settings are NewServer's: ServerReadHeaderTimeout for a request's
 // line and headers from their first byte, ServerMaxHeaderBytes of them
@@ -92,21 +93,17 @@ func (l lingerListener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// Lingering close: how long, and how much of what the client still
-// sends, is read and dropped before the connection is closed.
-const (
-	lingerTime  = 500 * time.Millisecond
-	lingerBytes = 256 << 10
-)
+// lingerTime is how long a connection the server closes stays open for
+// reading after its sending side is closed (lingerConn): net/http's
+// server waits as long.
+const lingerTime = 500 * time.Millisecond
 
 // lingerConn is a client's connection that the server closes as net/http's
-// does one it gives up on (an answer sent before the request was read
-// whole: a 413, a 431, a 408): its sending side first, then, after what
-// the client still sends is read and dropped (up to lingerBytes, for up
-// to lingerTime, or until the client closes its side), the rest. Closed
-// at once, with the client's bytes unread, the connection would be reset,
-// and the client would lose the answer it had not yet read. The lingering
-// is on a goroutine of its own: Close returns at once.
+// closes one it gives up on (an answer sent before the request was read
+// whole: a 413, a 431, a 408): its sending side first, then the rest
+// lingerTime later. Closed at once, with the client's bytes unread, the
+// connection would be reset at once, and the client, still sending, would
+// lose the answer it had not yet read. Close returns at once.
 type lingerConn struct {
 	*net.TCPConn
 	once sync.Once
@@ -118,11 +115,7 @@ func (c *lingerConn) Close() error {
 			_ = c.TCPConn.Close()
 			return
 		}
-		go func() {
-			_ = c.SetReadDeadline(time.Now().Add(lingerTime))
-			_, _ = io.Copy(io.Discard, io.LimitReader(c.TCPConn, lingerBytes))
-			_ = c.TCPConn.Close()
-		}()
+		time.AfterFunc(lingerTime, func() { _ = c.TCPConn.Close() })
 	})
 	return nil
 }
@@ -143,10 +136,11 @@ type fastServe struct {
 	workers workers
 }
 
-// workers are the goroutines requests run on: kept once started, at most
-// maxIdleWorkers of them idle, so that a request runs on a stack already
-// grown to what the handler needs (a new goroutine's stack is grown, and
-// copied, several times over a request) rather than on a new one.
+// workers are the goroutines detached requests run on: kept once
+// started, at most maxIdleWorkers of them idle, so that a request runs on
+// a stack already grown to what the handler needs (a new goroutine's
+// stack is grown, and copied, several times over a request) rather than
+// on a new one.
 type workers struct {
 	fs   *fastServe
 	mu   sync.Mutex
@@ -156,16 +150,11 @@ type workers struct {
 const maxIdleWorkers = 1024
 
 type worker struct {
-	jobs chan job
+	jobs chan *fastWriter
 }
 
-type job struct {
-	w *fastWriter
-	r *http.Request
-}
-
-// do runs the request on an idle worker, or a new one.
-func (ws *workers) do(w *fastWriter, r *http.Request) {
+// do runs w's detached rest on an idle worker, or a new one.
+func (ws *workers) do(w *fastWriter) {
 	ws.mu.Lock()
 	var wk *worker
 	if n := len(ws.idle); n > 0 {
@@ -175,16 +164,16 @@ func (ws *workers) do(w *fastWriter, r *http.Request) {
 	}
 	ws.mu.Unlock()
 	if wk == nil {
-		wk = &worker{jobs: make(chan job, 1)}
+		wk = &worker{jobs: make(chan *fastWriter, 1)}
 		go ws.work(wk)
 	}
-	wk.jobs <- job{w, r}
+	wk.jobs <- w
 }
 
 // work runs wk's requests until there are enough idle workers.
 func (ws *workers) work(wk *worker) {
-	for j := range wk.jobs {
-		ws.fs.run(j.w, j.r)
+	for w := range wk.jobs {
+		ws.fs.runRest(w)
 		ws.mu.Lock()
 		if len(ws.idle) >= maxIdleWorkers {
 			ws.mu.Unlock()
@@ -243,12 +232,17 @@ func (fs *fastServe) readError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// serve runs h for one request: on a worker goroutine, while this one,
-// the connection's, waits for the answer (or for the first flush of a
-// streamed one, which it hands to fasthttp to write as it comes) and,
-// from watchAfter after the request's body is read, watches the
-// connection for the client going away (clientGone), which cancels the
-// request's context.
+// serve runs h for one request on this goroutine, the connection's, as
+// net/http's server does: the answer, held in ctx.Response, is sent when h
+// returns. From watchAfter after the request's body is read, a goroutine
+// watches the connection for the client going away (clientGone), which
+// cancels the request's context.
+//
+// A handler that is to stream its answer detaches the rest of its work
+// first (Detach): it returns, the rest runs on a worker goroutine, and
+// this one waits for the answer's head (the first flush, which it hands
+// to fasthttp to write as the rest comes, or the answer whole) while it
+// watches the connection itself.
 func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 	if ctx.Request.Header.ContentLength() != 0 {
 		fs.reading.Delete(&ctx.Request.Header)
@@ -260,9 +254,61 @@ func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 		w.cancel()
 		return
 	}
-	fs.workers.do(w, r)
+	fs.runInline(w, r)
+	w.stopWatch()
+	if w.rest == nil {
+		w.cancel()
+		if w.aborted {
+			abortConn(ctx)
+		}
+		return
+	}
+	w.inline = false
+	fs.workers.do(w)
+	fs.await(ctx, w)
+}
+
+// abortConn ends ctx's connection with no answer: a cut-off answer must
+// not look whole.
+func abortConn(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
+}
+
+// runInline runs h, logging a panic as net/http's server does; the answer
+// is aborted then.
+func (fs *fastServe) runInline(w *fastWriter, r *http.Request) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			fs.logPanic(r, rec)
+			w.rest = nil
+			w.aborted = true
+		}
+	}()
+	fs.h.ServeHTTP(w, r)
+	if w.rest == nil && !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (fs *fastServe) logPanic(r *http.Request, rec any) {
+	if rec == http.ErrAbortHandler { //nolint:errorlint // net/http's sentinel, compared as net/http does
+		return
+	}
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	fs.log.Warn(fmt.Sprintf("http: panic serving %s: %v\n%s", r.RemoteAddr, rec, buf))
+}
+
+// await waits for a detached request's answer, watching the connection
+// from watchAfter on.
+func (fs *fastServe) await(ctx *fasthttp.RequestCtx, w *fastWriter) {
 	watched := false
 	var t *time.Timer // while a watch is due
+	if w.readDone {
+		t = watchTimers.Get().(*time.Timer)
+		t.Reset(watchAfter)
+	}
 	for {
 		var e int
 		if t != nil {
@@ -274,15 +320,14 @@ func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 		} else {
 			e = <-w.ev
 		}
-		switch e {
-		case evBodyRead:
-			if !w.sent.Load() {
-				// Most answers come sooner: only a longer wait is watched.
+		if e == evBodyRead {
+			if t == nil && !w.sent.Load() {
 				t = watchTimers.Get().(*time.Timer)
 				t.Reset(watchAfter)
 			}
 			continue
-		case evWatch:
+		}
+		if e == evWatch {
 			watchTimers.Put(t)
 			t = nil
 			if w.sent.Load() {
@@ -299,45 +344,35 @@ func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 			t.Stop()
 			watchTimers.Put(t)
 		}
-		switch e {
-		case evDone, evFlushed, evAborted:
-			if watched {
-				// The handler may have woken the watch with a deadline
-				// in the past (handOff); fasthttp sets its own before it
-				// reads again.
-				_ = w.conn.SetReadDeadline(time.Time{})
-			}
-			switch e {
-			case evFlushed:
-				ctx.Response.SetBodyStream(w.stream, int(w.stream.length))
-				ctx.Response.ImmediateHeaderFlush = true
-			case evAborted:
-				// No answer, the connection closed: a cut-off answer must
-				// not look whole.
-				ctx.HijackSetNoResponse(true)
-				ctx.Hijack(func(net.Conn) {})
-			}
-			return
+		if watched {
+			// The handler may have woken the watch with a deadline in
+			// the past (handOff); fasthttp sets its own before it reads
+			// again.
+			_ = w.conn.SetReadDeadline(time.Time{})
 		}
+		switch e {
+		case evFlushed:
+			ctx.Response.SetBodyStream(w.stream, -1)
+			ctx.Response.ImmediateHeaderFlush = true
+		case evAborted:
+			abortConn(ctx)
+		}
+		return
 	}
 }
 
-// run is the request's goroutine: h, then the answer handed to the
-// connection's goroutine (unless a flush or an early end did), a panic
-// logged as net/http's server logs it.
-func (fs *fastServe) run(w *fastWriter, r *http.Request) {
+// runRest is a worker's: a detached request's rest, then its answer
+// handed to the connection's goroutine (unless a flush or an early end
+// did), a panic logged as net/http's server logs it.
+func (fs *fastServe) runRest(w *fastWriter) {
 	defer w.cancel()
 	defer func() {
 		if rec := recover(); rec != nil {
-			if rec != http.ErrAbortHandler { //nolint:errorlint // net/http's sentinel, compared as net/http does
-				buf := make([]byte, 64<<10)
-				buf = buf[:runtime.Stack(buf, false)]
-				fs.log.Warn(fmt.Sprintf("http: panic serving %s: %v\n%s", r.RemoteAddr, rec, buf))
-			}
+			fs.logPanic(w.req, rec)
 			w.abort()
 		}
 	}()
-	fs.h.ServeHTTP(w, r)
+	w.rest()
 	w.end()
 }
 
@@ -390,7 +425,8 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 	} else {
 		r.Body = &fastBody{r: ctx.RequestBodyStream(), left: r.ContentLength, w: w}
 	}
-	return r.WithContext(w.ctx), nil
+	w.req = r.WithContext(w.ctx)
+	return w.req, nil
 }
 
 // method is m without an allocation for the common ones.
@@ -501,14 +537,16 @@ var watchTimers = sync.Pool{New: func() any {
 var errAnswerSent = errors.New("gateway: write after the answer was sent")
 
 // fastWriter is the http.ResponseWriter (and http.ResponseController's
-// Flush and SetReadDeadline) of a request served by NewFastServer. Until
-// the answer is handed to the connection's goroutine (handOff) it is
-// written into ctx.Response; a flush before the answer is whole hands it
-// over as a stream (a pipe that fasthttp writes chunked, flushing each
-// chunk), as does a Content-Length past maxBuffered (then the stream has
-// that length), and a flush once a body of the length its Content-Length
-// said is written hands it over whole, so that it is sent while the
-// handler finishes its bookkeeping.
+// Flush and SetReadDeadline) of a request served by NewFastServer. While
+// the handler runs inline (on the connection's goroutine) the answer is
+// written into ctx.Response and a flush does nothing: it is sent whole
+// when the handler returns. Once the rest of the work is detached (Detach)
+// and runs on a worker, until the answer is handed to the connection's
+// goroutine (handOff), it is written into ctx.Response; a flush before the
+// answer is whole hands it over as a stream (a pipe that fasthttp writes
+// chunked, flushing each chunk), and a flush once a body of the length its
+// Content-Length said is written hands it over whole, so that it is sent
+// while the handler finishes its bookkeeping.
 type fastWriter struct {
 	fctx   *fasthttp.RequestCtx // not touched once the answer is handed over
 	conn   net.Conn
@@ -516,6 +554,22 @@ type fastWriter struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	req *http.Request
+
+	// inline: the handler runs on the connection's goroutine, which sends
+	// ctx.Response when it returns; rest is what it detached to run on a
+	// worker (Detach), aborted says it panicked.
+	inline  bool
+	rest    func()
+	aborted bool
+	// The watch while inline: a goroutine from watchAfter after the body
+	// is read (watchInline) until stopWatch.
+	watchTimer *time.Timer
+	watchWG    sync.WaitGroup
+	stopW      atomic.Bool
+
+	// Once detached: the events to the connection's goroutine, and the
+	// state it watches by.
 	ev       chan int
 	sent     atomic.Bool // the answer is handed over
 	watching atomic.Bool // the connection's goroutine watches the connection
@@ -529,7 +583,7 @@ type fastWriter struct {
 }
 
 func newFastWriter(ctx *fasthttp.RequestCtx) *fastWriter {
-	w := &fastWriter{fctx: ctx, conn: ctx.Conn(), h: make(http.Header), ev: make(chan int, 2), length: -1}
+	w := &fastWriter{fctx: ctx, conn: ctx.Conn(), h: make(http.Header), ev: make(chan int, 2), length: -1, inline: true}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w
 }
@@ -564,15 +618,16 @@ func (w *fastWriter) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	switch {
+	case w.length >= 0 && w.written+int64(len(p)) > w.length:
+		// As net/http's: no more than the Content-Length said.
+		return 0, http.ErrContentLength
+	case w.inline:
 	case w.stream != nil:
-		return w.stream.pw.Write(p)
+		n, err := w.stream.pw.Write(p)
+		w.written += int64(n)
+		return n, err
 	case w.whole:
 		return 0, errAnswerSent
-	case w.length > maxBuffered && w.written+int64(len(p)) > maxBuffered:
-		// A large answer of known length is sent as it comes rather than
-		// held whole.
-		w.startStream(w.length)
-		return w.stream.pw.Write(p)
 	}
 	w.fctx.Response.AppendBody(p)
 	w.written += int64(len(p))
@@ -587,6 +642,9 @@ func (w *fastWriter) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	switch {
+	case w.inline:
+		// Sent whole when the handler returns.
+		return nil
 	case w.stream != nil:
 		return w.stream.err()
 	case w.whole:
@@ -596,23 +654,14 @@ func (w *fastWriter) FlushError() error {
 		w.handOff(evDone)
 		return nil
 	}
-	w.startStream(-1)
-	return nil
-}
-
-// maxBuffered is the most of an answer of known length a fastWriter holds
-// before it sends it as it comes.
-const maxBuffered = 64 << 10
-
-// startStream hands the answer over as a stream of length bytes (-1:
-// unknown, sent chunked), what was written so far first.
-func (w *fastWriter) startStream(length int64) {
+	// The rest streams, after what was written so far, chunked.
 	resp := &w.fctx.Response
-	st := &fastStream{w: w, length: length, pre: append([]byte(nil), resp.Body()...)}
+	st := &fastStream{w: w, pre: append([]byte(nil), resp.Body()...)}
 	st.pr, st.pw = io.Pipe()
 	resp.ResetBody()
 	w.stream = st
 	w.handOff(evFlushed)
+	return nil
 }
 
 // Flush is http.Flusher's.
@@ -628,12 +677,55 @@ func (w *fastWriter) SetReadDeadline(t time.Time) error {
 	return w.conn.SetReadDeadline(t)
 }
 
-// bodyRead tells the connection's goroutine the body is read.
-func (w *fastWriter) bodyRead() {
-	if !w.readDone {
-		w.readDone = true
-		w.ev <- evBodyRead
+// Detach is how a handler that is to stream its answer runs the rest of
+// its work on another goroutine than its connection's (which must be free
+// to write the answer as it comes): it returns at once when Detach says
+// true, and rest runs once it has (its answer sent when rest returns, or
+// as it flushes). Only before anything is written.
+func (w *fastWriter) Detach(rest func()) bool {
+	if !w.inline || w.wroteHeader || w.rest != nil {
+		return false
 	}
+	w.rest = rest
+	return true
+}
+
+// bodyRead is the end of the body: the connection may be watched.
+func (w *fastWriter) bodyRead() {
+	if w.readDone {
+		return
+	}
+	w.readDone = true
+	if w.inline {
+		w.watchWG.Add(1)
+		w.watchTimer = time.AfterFunc(watchAfter, w.watchInline)
+		return
+	}
+	w.ev <- evBodyRead
+}
+
+// watchInline watches the connection while the handler runs inline.
+func (w *fastWriter) watchInline() {
+	defer w.watchWG.Done()
+	if !w.stopW.Load() && clientGone(w.conn, &w.stopW) {
+		w.cancel()
+	}
+}
+
+// stopWatch ends watchInline, if it runs, and clears the deadline that
+// woke it (fasthttp sets its own before it reads again).
+func (w *fastWriter) stopWatch() {
+	if w.watchTimer == nil {
+		return
+	}
+	w.stopW.Store(true)
+	if w.watchTimer.Stop() {
+		w.watchWG.Done() // it never ran
+		return
+	}
+	_ = w.conn.SetReadDeadline(aLongTimeAgo)
+	w.watchWG.Wait()
+	_ = w.conn.SetReadDeadline(time.Time{})
 }
 
 // handOff gives the answer to the connection's goroutine, waking it if it
@@ -680,7 +772,6 @@ func (w *fastWriter) abort() {
 // next write fails.
 type fastStream struct {
 	w      *fastWriter
-	length int64 // -1: unknown
 	pre    []byte
 	pr     *io.PipeReader
 	pw     *io.PipeWriter

@@ -240,7 +240,9 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 	})
 }
 
-// An answer that is not an event stream has no way to say it failed: cut.
+// An answer that is not an event stream has no way to say it failed: cut
+// (on fasthttp's server, an answer to a request that did not ask to
+// stream is held until it is whole, so the client gets none of it).
 func TestMidResponseFailureCutsAJSONAnswer(t *testing.T) {
 	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -252,7 +254,7 @@ func TestMidResponseFailureCutsAJSONAnswer(t *testing.T) {
 	tg := startGateway(t, Options{}, Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1})
 	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
 	if err != nil {
-		t.Fatal(err)
+		return // cut before its head
 	}
 	defer resp.Body.Close()
 	if b, err := io.ReadAll(resp.Body); err == nil {

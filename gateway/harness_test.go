@@ -117,15 +117,46 @@ const testRequestHeader = "X-Llmgw-Test-Request"
 
 func (he *handlerEnds) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get(testRequestHeader); id != "" {
-			defer func() {
-				if ch, ok := he.ends.LoadAndDelete(id); ok {
-					close(ch.(chan struct{}))
-				}
-			}()
+		id := r.Header.Get(testRequestHeader)
+		if id == "" {
+			h.ServeHTTP(w, r)
+			return
 		}
-		h.ServeHTTP(w, r)
+		end := func() {
+			if ch, ok := he.ends.LoadAndDelete(id); ok {
+				close(ch.(chan struct{}))
+			}
+		}
+		ew := &endsWriter{ResponseWriter: w, end: end}
+		defer func() {
+			if !ew.detached {
+				end()
+			}
+		}()
+		h.ServeHTTP(ew, r)
 	})
+}
+
+// endsWriter is a tracked request's writer: the handler's end is its
+// detached rest's (fastWriter.Detach), when it detached one.
+type endsWriter struct {
+	http.ResponseWriter
+	end      func()
+	detached bool
+}
+
+func (ew *endsWriter) Unwrap() http.ResponseWriter { return ew.ResponseWriter }
+
+func (ew *endsWriter) Detach(rest func()) bool {
+	d := detacher(ew.ResponseWriter)
+	if d == nil {
+		return false
+	}
+	ew.detached = d.Detach(func() {
+		defer ew.end()
+		rest()
+	})
+	return ew.detached
 }
 
 // track marks req so that the returned func waits for its handler's end.

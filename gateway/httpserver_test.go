@@ -55,8 +55,8 @@ func TestNewServer(t *testing.T) {
 
 // NewFastServer's server, as NewServer's: a handler's panic is logged at
 // warn and its connection closed without an answer, headers past
-// ServerMaxHeaderBytes are answered 431, and a handler that writes after
-// its answer is whole is told so.
+// ServerMaxHeaderBytes are answered 431, and a handler that writes past
+// its Content-Length is told so.
 func TestNewFastServer(t *testing.T) {
 	var out syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
@@ -92,7 +92,7 @@ func TestNewFastServer(t *testing.T) {
 		t.Errorf("/late answered %q; want ok", b)
 	}
 	if err := <-late; err == nil {
-		t.Error("a write past the Content-Length after the flush succeeded; want an error")
+		t.Error("a write past the Content-Length succeeded; want an error")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)

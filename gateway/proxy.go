@@ -71,7 +71,10 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	start := g.now()
 	g.m.inFlight.Inc()
-	defer g.m.inFlight.Dec()
+	x := &exchange{g: g, w: w, r: r, start: start}
+	// What the request holds is given back when it ends (exit): when the
+	// handler returns, or when a detached rest does.
+	defer x.exit()
 
 	var key *Key
 	if g.auth != nil {
@@ -92,7 +95,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	// An answer streams for as long as it takes.
 	setReadDeadline(w, time.Time{})
-	defer body.release()
+	x.body = body
 	model, err := jsonscan.Check(body.prefix, g.maxDepth)
 	if err != nil {
 		g.m.request("", g.bodyError(w, r, rt, err))
@@ -111,31 +114,81 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 		g.m.request("", http.StatusNotFound)
 		return
 	}
-	var ac *account
 	if key != nil {
-		if ac = g.admit(w, r, key, body, model); ac == nil {
+		if x.ac = g.admit(w, r, key, body, model); x.ac == nil {
 			return
 		}
-		defer ac.settle()
 	}
 	ms.arrive(start)
-	defer ms.outstanding.Add(-1)
+	x.ms = ms
 	p := t.pools[model]
 	if p == nil || ms.q.n.Load() > 0 {
 		// No replica, or requests held before this one: it waits its turn.
-		var done func()
 		var ok bool
-		if p, done, ok = g.holdFor(w, r, t, ms, start); !ok {
+		if p, x.holdDone, ok = g.holdFor(w, r, t, ms, start); !ok {
 			return
 		}
-		if done != nil {
-			defer done()
-		}
 	}
-	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p}
+	x.p = p
 	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
+	if d := detacher(w); d != nil && readRequestFields(body.prefix).stream {
+		// A stream is sent as it comes: on fasthttp's server, from
+		// another goroutine than its connection's (NewFastServer).
+		if x.detached = d.Detach(x.sendDetached); x.detached {
+			return
+		}
+	}
 	x.send()
+}
+
+// detacher is w's Detach (fastWriter's), through Unwrap; nil without one.
+func detacher(w http.ResponseWriter) interface{ Detach(func()) bool } {
+	for {
+		switch v := w.(type) {
+		case interface{ Detach(func()) bool }:
+			return v
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// sendDetached is send, detached from the handler: it gives back what
+// the request holds when it is done.
+func (x *exchange) sendDetached() {
+	defer x.release()
+	x.send()
+}
+
+// exit is the handler's end: what the request holds is given back, unless
+// its rest was detached (sendDetached gives it back then).
+func (x *exchange) exit() {
+	if !x.detached {
+		x.release()
+	}
+}
+
+// release gives back what the request holds, in the reverse of the order
+// it took it: its place in a hold, the model's count of it, the key's
+// reservation (settled with the answer's usage), its body's memory, the
+// count of requests in flight.
+func (x *exchange) release() {
+	if x.holdDone != nil {
+		x.holdDone()
+	}
+	if x.ms != nil {
+		x.ms.outstanding.Add(-1)
+	}
+	if x.ac != nil {
+		x.ac.settle()
+	}
+	if x.body != nil {
+		x.body.release()
+	}
+	x.g.m.inFlight.Dec()
 }
 
 // exchange is one request on its way to a replica and its answer back:
@@ -158,6 +211,12 @@ type exchange struct {
 	// tried (in tried's room while they fit).
 	req   routing.Request
 	tried [DefaultAttempts]*routing.State
+
+	// holdDone gives back the request's place among those released from
+	// a hold; nil when it was not held.
+	holdDone func()
+	// detached: the rest runs apart from the handler (sendDetached).
+	detached bool
 
 	lastErr  error          // the last attempt's transport error
 	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
