@@ -48,7 +48,7 @@ func NewFastServer(h http.Handler, timeouts BodyTimeouts, log *slog.Logger) *Fas
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	fs := &fastServe{h: h, timeouts: timeouts, log: log}
+	fs := &fastServe{h: h, timeouts: timeouts, log: log, reading: map[*fasthttp.RequestHeader]string{}}
 	fs.workers.fs = fs
 	return &FastServer{&fasthttp.Server{
 		Handler:        fs.serve,
@@ -131,9 +131,11 @@ type fastServe struct {
 	timeouts BodyTimeouts
 	log      *slog.Logger
 	// reading holds the path of each request whose body fasthttp reads
-	// ahead of the handler, by its header.
-	reading sync.Map
-	workers workers
+	// ahead of the handler, by its header (one per connection: fasthttp
+	// keeps a connection's request).
+	readingMu sync.Mutex
+	reading   map[*fasthttp.RequestHeader]string
+	workers   workers
 }
 
 // workers are the goroutines detached requests run on: kept once
@@ -195,7 +197,9 @@ func (fs *fastServe) headerReceived(hd *fasthttp.RequestHeader) fasthttp.Request
 	d, _ := fs.timeouts(path)
 	// fasthttp resets the request when its read ahead fails: readError
 	// finds the path here.
-	fs.reading.Store(hd, path)
+	fs.readingMu.Lock()
+	fs.reading[hd] = path
+	fs.readingMu.Unlock()
 	return fasthttp.RequestConfig{ReadTimeout: d}
 }
 
@@ -214,14 +218,17 @@ func pathOf(uri []byte) string {
 // (naming the setting), 400 otherwise. The server closes the connection
 // after it.
 func (fs *fastServe) readError(ctx *fasthttp.RequestCtx, err error) {
-	path, reading := fs.reading.LoadAndDelete(&ctx.Request.Header)
+	fs.readingMu.Lock()
+	path, reading := fs.reading[&ctx.Request.Header]
+	delete(fs.reading, &ctx.Request.Header)
+	fs.readingMu.Unlock()
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
 	case errors.As(err, &small):
 		ctx.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
 	case errors.As(err, &ne) && ne.Timeout() && reading:
-		d, setting := fs.timeouts(path.(string))
+		d, setting := fs.timeouts(path)
 		ctx.Response.Header.SetContentType("application/json")
 		ctx.SetStatusCode(http.StatusRequestTimeout)
 		ctx.SetBody(errorJSON("invalid_request_error", "request_timeout", "", bodyTimeoutMessage(d, setting)))
@@ -245,7 +252,9 @@ func (fs *fastServe) readError(ctx *fasthttp.RequestCtx, err error) {
 // watches the connection itself.
 func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 	if ctx.Request.Header.ContentLength() != 0 {
-		fs.reading.Delete(&ctx.Request.Header)
+		fs.readingMu.Lock()
+		delete(fs.reading, &ctx.Request.Header)
+		fs.readingMu.Unlock()
 	}
 	w := newFastWriter(ctx)
 	r, err := fastRequest(ctx, w)
@@ -399,13 +408,20 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 	if !hd.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
 	}
+	// The values' one-element slices share one array.
+	vals := make([]string, 0, hd.Len())
 	for k, v := range hd.All() {
 		key := headerKey(k)
 		switch key {
 		case "Host", "Transfer-Encoding":
 			continue
 		}
-		r.Header[key] = append(r.Header[key], string(v))
+		if prev, ok := r.Header[key]; ok {
+			r.Header[key] = append(prev, string(v))
+			continue
+		}
+		vals = append(vals, string(v))
+		r.Header[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	switch cl := hd.ContentLength(); {
 	case cl == -1:
