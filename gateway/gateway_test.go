@@ -432,6 +432,51 @@ func TestStreamingFlushes(t *testing.T) {
 	}
 }
 
+// A client that goes away before any of its answer came cancels the
+// replica's request, whether it asked to stream (its exchange detached on
+// fasthttp's server, the connection watched by its own goroutine) or not
+// (the handler on the connection's goroutine, watched from another).
+func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			arrived, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, _ []byte) bool {
+				arrived <- struct{}{}
+				select {
+				case <-r.Context().Done():
+					gone <- struct{}{}
+				case <-time.After(waitFor):
+				}
+				return true
+			})
+			tg := startGateway(t, Options{}, eng)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%v}`, stream)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if resp, err := tg.client.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(waitFor):
+				t.Fatal("the request never reached the replica")
+			}
+			cancel()
+			<-done
+			select {
+			case <-gone:
+			case <-time.After(waitFor):
+				t.Fatal("the replica's request was not cancelled after the client went away")
+			}
+		})
+	}
+}
+
 func TestDisconnectCancelsUpstream(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
