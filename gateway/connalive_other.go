@@ -2,8 +2,15 @@
 
 package gateway
 
-import "net"
+import (
+	"net"
+	"sync/atomic"
+)
 
 // connAlive cannot peek here; a request on a connection the replica has
 // closed is sent again on a fresh one (upstreamTransport.RoundTrip).
 func connAlive(net.Conn) bool { return true }
+
+// clientGone cannot peek here: a client that goes away is noticed when a
+// write to it fails.
+func clientGone(net.Conn, *atomic.Bool) bool { return false }

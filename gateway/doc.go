@@ -76,6 +76,20 @@
 // replica. The upstream request carries the client's context, so a client
 // that goes away cancels it.
 //
+// # The servers
+//
+// The handler (Gateway.Handler) is a net/http one. A plaintext listener
+// is served by fasthttp's server (NewFastServer, fastserve.go): the
+// handler runs on the connection's goroutine with an *http.Request and an
+// http.ResponseWriter made over fasthttp's request and response, and its
+// answer, held whole, is sent when it returns. A request that asks to
+// stream hands the rest of its exchange to a pooled worker goroutine
+// (Gateway.proxy, fastWriter.Detach), so that the connection's goroutine
+// can write the answer as it comes. From watchAfter after the body is
+// read, the connection is watched for the client going away (clientGone),
+// which cancels the request's context. A TLS listener is served by
+// net/http's (NewServer), which speaks HTTP/2 too.
+//
 // Requests whose body is at most 64 KiB are sent by
 // upstreamTransport: net/http writes the request and parses the answer,
 // but on the request's own goroutine, over kept-alive connections the

@@ -193,6 +193,7 @@ type Gateway struct {
 	tbl    atomic.Pointer[table]
 	synced atomic.Bool
 	mux    *http.ServeMux
+	openAI map[string]bool // the OpenAI routes' paths
 }
 
 // New returns a gateway. It routes nothing until its source has published
@@ -280,7 +281,9 @@ func New(o Options) *Gateway {
 		o.Registerer.MustRegister(demandCollector{g})
 	}
 	mux := http.NewServeMux()
+	g.openAI = map[string]bool{}
 	for _, rt := range o.MaxBody.routes() {
+		g.openAI[rt.path] = true
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) { g.proxy(w, r, rt) })
 	}
 	mux.HandleFunc("/v1/models", g.modelsList)

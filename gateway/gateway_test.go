@@ -105,7 +105,7 @@ func TestErrors(t *testing.T) {
 		{"body over the route's limit", "POST", "/v1/chat/completions", big, 413, "request_too_large", ""},
 		{"the same body on a route with the default limit", "POST", "/v1/completions", strings.Replace(big, `"m"`, `"nope"`, 1), 404, "model_not_found", ""},
 		{"nested too deep", "POST", "/v1/chat/completions", `{"model":"m","x":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, 400, "invalid_json", ""},
-		{"query string", "POST", "/v1/chat/completions?x=" + strings.Repeat("a", 100<<10), chat("m"), 400, "query_not_allowed", ""},
+		{"query string", "POST", "/v1/chat/completions?x=" + strings.Repeat("a", 16<<10), chat("m"), 400, "query_not_allowed", ""},
 		{"empty query string", "POST", "/v1/chat/completions?", chat("m"), 400, "query_not_allowed", ""},
 		{"wrong method", "GET", "/v1/chat/completions", "", 405, "method_not_allowed", ""},
 		{"unknown path", "POST", "/v1/images/generations", chat("m"), 404, "not_found", ""},
@@ -241,7 +241,9 @@ func TestNoRetryAfterFirstByte(t *testing.T) {
 	})
 }
 
-// An answer that is not an event stream has no way to say it failed: cut.
+// An answer that is not an event stream has no way to say it failed: cut
+// (on fasthttp's server, an answer to a request that did not ask to
+// stream is held until it is whole, so the client gets none of it).
 func TestMidResponseFailureCutsAJSONAnswer(t *testing.T) {
 	half := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -253,7 +255,7 @@ func TestMidResponseFailureCutsAJSONAnswer(t *testing.T) {
 	tg := startGateway(t, Options{}, Instance{ID: "half", Model: "m", Replica: "half", Address: strings.TrimPrefix(half.URL, "http://"), Weight: 1})
 	resp, err := tg.client.Post(tg.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("m")))
 	if err != nil {
-		t.Fatal(err)
+		return // cut before its head
 	}
 	defer resp.Body.Close()
 	if b, err := io.ReadAll(resp.Body); err == nil {
@@ -428,6 +430,51 @@ func TestStreamingFlushes(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"data: second", "data: [DONE]"}, rest); diff != "" {
 		t.Errorf("rest (-want +got):\n%s", diff)
+	}
+}
+
+// A client that goes away before any of its answer came cancels the
+// replica's request, whether it asked to stream (its exchange detached on
+// fasthttp's server, the connection watched by its own goroutine) or not
+// (the handler on the connection's goroutine, watched from another).
+func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			arrived, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+			eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, _ []byte) bool {
+				arrived <- struct{}{}
+				select {
+				case <-r.Context().Done():
+					gone <- struct{}{}
+				case <-time.After(waitFor):
+				}
+				return true
+			})
+			tg := startGateway(t, Options{}, eng)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%v}`, stream)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if resp, err := tg.client.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(waitFor):
+				t.Fatal("the request never reached the replica")
+			}
+			cancel()
+			<-done
+			select {
+			case <-gone:
+			case <-time.After(waitFor):
+				t.Fatal("the replica's request was not cancelled after the client went away")
+			}
+		})
 	}
 }
 

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -95,7 +98,7 @@ func (r *replica) instance() Instance {
 
 type testGateway struct {
 	*Gateway
-	srv    *httptest.Server
+	srv    *gwServer
 	reg    *prometheus.Registry
 	client *http.Client
 	ends   *handlerEnds
@@ -114,15 +117,46 @@ const testRequestHeader = "X-Llmgw-Test-Request"
 
 func (he *handlerEnds) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get(testRequestHeader); id != "" {
-			defer func() {
-				if ch, ok := he.ends.LoadAndDelete(id); ok {
-					close(ch.(chan struct{}))
-				}
-			}()
+		id := r.Header.Get(testRequestHeader)
+		if id == "" {
+			h.ServeHTTP(w, r)
+			return
 		}
-		h.ServeHTTP(w, r)
+		end := func() {
+			if ch, ok := he.ends.LoadAndDelete(id); ok {
+				close(ch.(chan struct{}))
+			}
+		}
+		ew := &endsWriter{ResponseWriter: w, end: end}
+		defer func() {
+			if !ew.detached {
+				end()
+			}
+		}()
+		h.ServeHTTP(ew, r)
 	})
+}
+
+// endsWriter is a tracked request's writer: the handler's end is its
+// detached rest's (fastWriter.Detach), when it detached one.
+type endsWriter struct {
+	http.ResponseWriter
+	end      func()
+	detached bool
+}
+
+func (ew *endsWriter) Unwrap() http.ResponseWriter { return ew.ResponseWriter }
+
+func (ew *endsWriter) Detach(rest func()) bool {
+	d := detacher(ew.ResponseWriter)
+	if d == nil {
+		return false
+	}
+	ew.detached = d.Detach(func() {
+		defer ew.end()
+		rest()
+	})
+	return ew.detached
 }
 
 // track marks req so that the returned func waits for its handler's end.
@@ -150,22 +184,48 @@ func startGateway(t testing.TB, o Options, insts ...Instance) *testGateway {
 		g.Update(Snapshot{Instances: insts})
 	}
 	he := &handlerEnds{}
-	srv := serveGateway(t, he.wrap(g.Handler()))
+	srv := serveGateway(t, he.wrap(g.Handler()), g.BodyTimeout)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &testGateway{Gateway: g, srv: srv, reg: reg, client: &http.Client{Transport: tr}, ends: he}
 }
 
+// gwServer is a gateway's handler served on a loopback listener.
+type gwServer struct {
+	URL      string // http://<address>
+	Listener net.Listener
+}
+
 // serveGateway serves h on loopback with the server `llmgw gateway`
-// serves with (NewServer's settings), as an httptest.Server; the test's
-// end closes it.
-func serveGateway(t testing.TB, h http.Handler) *httptest.Server {
+// serves a plaintext listener with (NewFastServer, timeouts its
+// BodyTimeouts); the test's end shuts it down.
+func serveGateway(t testing.TB, h http.Handler, timeouts BodyTimeouts) *gwServer {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config = NewServer(h, nil)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
+	return serveGatewayLogged(t, h, timeouts, nil)
+}
+
+// serveGatewayLogged is serveGateway with the server's logger.
+func serveGatewayLogged(t testing.TB, h http.Handler, timeouts BodyTimeouts, log *slog.Logger) *gwServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewFastServer(h, timeouts, log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		// Connections still busy (a stream the test left) are left to end
+		// with the test; t.Context() is done by now.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Second)
+		defer cancel()
+		_ = srv.ShutdownWithContext(ctx)
+		<-done
+	})
+	return &gwServer{URL: "http://" + ln.Addr().String(), Listener: ln}
 }
 
 type answer struct {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -210,7 +211,7 @@ func TestBreakersClientsCannotTrip(t *testing.T) {
 	}{
 		{"/v1/chat/completions", `{"model":"m","messages":[`, 400},
 		{"/v1/chat/completions", `{"model":"m","x":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, 400},
-		{"/v1/chat/completions?" + strings.Repeat("q", 100<<10), chat("m"), 400},
+		{"/v1/chat/completions?" + strings.Repeat("q", 16<<10), chat("m"), 400},
 		{"/v1/completions", `{"model":"m","prompt":"x"}}`, 400},
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"engine-500"}]}`, 500},
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"engine-400"}]}`, 400},
@@ -264,9 +265,9 @@ type rawAnswer struct {
 
 // rawExchange writes req on a new connection to srv and reads the
 // answers that come back until the connection ends.
-func rawExchange(t *testing.T, srv *httptest.Server, req string) []rawAnswer {
+func rawExchange(t *testing.T, addr net.Addr, req string) []rawAnswer {
 	t.Helper()
-	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	c, err := net.Dial("tcp", addr.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,13 +303,19 @@ func TestContentLengthWithTransferEncodingClosed(t *testing.T) {
 	next := "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
 
 	both := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), len(body), body) + next
-	got := rawExchange(t, tg.srv, both)
+	got := rawExchange(t, tg.srv.Listener.Addr(), both)
 	if len(got) != 1 || got[0].status != 200 || !got[0].close {
 		t.Errorf("Content-Length with Transfer-Encoding: %d answers (%v); want one 200, with Connection: close", len(got), statuses(got))
 	}
+	// The other order: the Content-Length after Transfer-Encoding does
+	// not take over the framing.
+	teFirst := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), len(body), body) + next
+	if got := rawExchange(t, tg.srv.Listener.Addr(), teFirst); len(got) != 1 || got[0].status != 200 || !got[0].close {
+		t.Errorf("Transfer-Encoding with Content-Length: %d answers (%v); want one 200, with Connection: close", len(got), statuses(got))
+	}
 
 	plain := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body) + next + "GET /healthz HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
-	if got := rawExchange(t, tg.srv, plain); len(got) != 3 || got[0].status != 200 || got[0].close {
+	if got := rawExchange(t, tg.srv.Listener.Addr(), plain); len(got) != 3 || got[0].status != 200 || got[0].close {
 		t.Errorf("Content-Length alone, pipelined: %d answers (%v); want 3, the first kept alive", len(got), statuses(got))
 	}
 }
@@ -327,7 +334,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	a := startReplica(t, "m", "a", nil)
 	tg := startGateway(t, Options{BodyReadTimeout: 100 * time.Millisecond}, a.instance())
 	// The body stops after 13 of its 100 bytes.
-	got := rawExchange(t, tg.srv, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\",")
+	got := rawExchange(t, tg.srv.Listener.Addr(), "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\",")
 	if len(got) != 1 || got[0].status != http.StatusRequestTimeout || !got[0].close {
 		t.Fatalf("answers %v; want one 408 with Connection: close", statuses(got))
 	}
@@ -339,19 +346,31 @@ func TestBodyReadTimeout(t *testing.T) {
 	}
 }
 
-// Every route of NewServer's server reads its body under a deadline.
+// Every route of NewFastServer's server reads its body under a deadline:
+// the one its BodyTimeouts give its path.
 func TestServerBodyDeadline(t *testing.T) {
 	readErr := make(chan error, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, err := io.ReadAll(r.Body)
 		readErr <- err
 	})
-	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = NewServer(h, nil)
-	srv.Config.Handler = guard(h, 100*time.Millisecond)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	rawExchange(t, srv, "POST /other HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\nabc")
+	var asked sync.Map
+	srv := serveGateway(t, h, func(path string) (time.Duration, string) {
+		asked.Store(path, true)
+		return 100 * time.Millisecond, ""
+	})
+	// The first 3 bytes come with the headers; the rest never does:
+	// fasthttp's read ahead of the handler meets the deadline.
+	got := rawExchange(t, srv.Listener.Addr(), "POST /other HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\nabc")
+	if len(got) != 1 || got[0].status != http.StatusRequestTimeout || !got[0].close {
+		t.Errorf("answers %v; want one 408, the connection closed", statuses(got))
+	}
+	if _, ok := asked.Load("/other"); !ok {
+		t.Errorf("the deadline was not asked for /other")
+	}
+	// Past what fasthttp reads ahead (8 KiB), the handler's own read
+	// meets it.
+	rawExchange(t, srv.Listener.Addr(), "POST /other HTTP/1.1\r\nHost: gw\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("a", 9000))
 	select {
 	case err := <-readErr:
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -359,6 +378,33 @@ func TestServerBodyDeadline(t *testing.T) {
 		}
 	case <-time.After(wait.Timeout):
 		t.Fatal("the handler's read of a stalled body never ended")
+	}
+}
+
+// An answer of known length, held whole by fasthttp's server, reaches the
+// client whole with its Content-Length, a small one or a large one.
+func TestLargeAnswerWhole(t *testing.T) {
+	for _, n := range []int{100, 200 << 10} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			answer := `{"object":"list","data":"` + strings.Repeat("x", n) + `"}`
+			eng := startEngine(t, "a", "m", func(w http.ResponseWriter, _ *http.Request, _ []byte) bool {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+				_, _ = io.WriteString(w, answer)
+				return true
+			})
+			tg := startGateway(t, Options{}, eng)
+			req, _ := http.NewRequest(http.MethodPost, tg.srv.URL+"/v1/embeddings", strings.NewReader(`{"model":"m","input":"x"}`))
+			resp, err := tg.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || string(b) != answer || resp.ContentLength != int64(len(answer)) {
+				t.Errorf("%d, Content-Length %d, %d bytes (%v); want 200 and the %d bytes whole", resp.StatusCode, resp.ContentLength, len(b), err, len(answer))
+			}
+		})
 	}
 }
 

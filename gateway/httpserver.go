@@ -21,8 +21,12 @@ const (
 	// kept-alive connection.
 	ServerIdleTimeout = 2 * time.Minute
 	// ServerMaxHeaderBytes bounds a request's line and headers (431
-	// past them).
-	ServerMaxHeaderBytes = http.DefaultMaxHeaderBytes
+	// past them). NewFastServer's server holds a read buffer of this
+	// size for every open connection (fasthttp's ReadBufferSize, which
+	// bounds the headers), so it is 32 KiB: room for any API client's
+	// headers, a long bearer token among them, and 320 MiB for 10,000
+	// connections.
+	ServerMaxHeaderBytes = 32 << 10
 )
 
 // NewServer returns the net/http server `llmgw gateway` serves h with,

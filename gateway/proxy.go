@@ -71,7 +71,10 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	start := g.now()
 	g.m.inFlight.Inc()
-	defer g.m.inFlight.Dec()
+	x := &exchange{g: g, w: w, r: r, start: start}
+	// What the request holds is given back when it ends (exit): when the
+	// handler returns, or when a detached rest does.
+	defer x.exit()
 
 	var key *Key
 	if g.auth != nil {
@@ -92,7 +95,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	// An answer streams for as long as it takes.
 	setReadDeadline(w, time.Time{})
-	defer body.release()
+	x.body = body
 	model, err := jsonscan.Check(body.prefix, g.maxDepth)
 	if err != nil {
 		g.m.request("", g.bodyError(w, r, rt, err))
@@ -122,31 +125,82 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	}
 	model = base
-	var ac *account
+	x.adapters, x.adapter, x.asked = adapters, ad, sent
 	if key != nil {
-		if ac = g.admit(w, r, key, body, model); ac == nil {
+		if x.ac = g.admit(w, r, key, body, model); x.ac == nil {
 			return
 		}
-		defer ac.settle()
 	}
 	ms.arrive(start)
-	defer ms.outstanding.Add(-1)
+	x.ms = ms
 	p := t.pools[model]
 	if p == nil || ms.q.n.Load() > 0 {
 		// No replica, or requests held before this one: it waits its turn.
-		var done func()
 		var ok bool
-		if p, done, ok = g.holdFor(w, r, t, ms, start); !ok {
+		if p, x.holdDone, ok = g.holdFor(w, r, t, ms, start); !ok {
 			return
 		}
-		if done != nil {
-			defer done()
-		}
 	}
-	x := &exchange{g: g, w: w, r: r, ms: ms, body: body, ac: ac, start: start, p: p, adapters: adapters, adapter: ad, asked: sent}
+	x.p = p
 	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
+	if d := detacher(w); d != nil && readRequestFields(body.prefix).stream {
+		// A stream is sent as it comes: on fasthttp's server, from
+		// another goroutine than its connection's (NewFastServer).
+		if x.detached = d.Detach(x.sendDetached); x.detached {
+			return
+		}
+	}
 	x.send()
+}
+
+// detacher is w's Detach (fastWriter's), through Unwrap; nil without one.
+func detacher(w http.ResponseWriter) interface{ Detach(func()) bool } {
+	for {
+		switch v := w.(type) {
+		case interface{ Detach(func()) bool }:
+			return v
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// sendDetached is send, detached from the handler: it gives back what
+// the request holds when it is done.
+func (x *exchange) sendDetached() {
+	defer x.release()
+	x.send()
+}
+
+// exit is the handler's end: what the request holds is given back, unless
+// its rest was detached (sendDetached gives it back then).
+func (x *exchange) exit() {
+	if !x.detached {
+		x.release()
+	}
+}
+
+// release gives back what the request holds, in the reverse of the order
+// it took it: its place in a hold, the model's count of it, the key's
+// reservation (settled with the answer's usage), its body's memory, the
+// count of requests in flight.
+func (x *exchange) release() {
+	if x.holdDone != nil {
+		x.holdDone()
+	}
+	if x.ms != nil {
+		x.ms.outstanding.Add(-1)
+	}
+	if x.ac != nil {
+		x.ac.settle()
+	}
+	if x.body != nil {
+		x.body.release()
+	}
+	x.g.m.inFlight.Dec()
 }
 
 // exchange is one request on its way to a replica and its answer back:
@@ -169,6 +223,12 @@ type exchange struct {
 	// tried (in tried's room while they fit).
 	req   routing.Request
 	tried [DefaultAttempts]*routing.State
+
+	// holdDone gives back the request's place among those released from
+	// a hold; nil when it was not held.
+	holdDone func()
+	// detached: the rest runs apart from the handler (sendDetached).
+	detached bool
 
 	lastErr  error          // the last attempt's transport error
 	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
@@ -233,7 +293,7 @@ func (x *exchange) send() {
 		if err != nil {
 			// The replica does not serve the asked adapter, or its list
 			// of adapters cannot be read: another replica may.
-			x.release(ep)
+			x.releaseAttempt(ep)
 			ep.br.Abandon(probe)
 			g.m.attempts.WithLabelValues(model, "adapter").Inc()
 			g.log.Debug("replica passed over for the adapter", "model", model, "adapter", x.asked, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "error", err)
@@ -246,7 +306,7 @@ func (x *exchange) send() {
 		}
 		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n, data)) //nolint:bodyclose // finish or discard closes it
 		if err != nil {
-			x.release(ep)
+			x.releaseAttempt(ep)
 			if r.Context().Err() != nil {
 				// The client went away: no fault of the replica's.
 				ep.br.Abandon(probe)
@@ -275,7 +335,7 @@ func (x *exchange) send() {
 			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
-			x.release(ep)
+			x.releaseAttempt(ep)
 			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
 			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
 			continue
@@ -291,7 +351,7 @@ func (x *exchange) send() {
 		}
 		g.m.attempts.WithLabelValues(model, outcome).Inc()
 		broken, told := x.finish(ep, resp)
-		x.release(ep)
+		x.releaseAttempt(ep)
 		if broken {
 			// The replica failed mid-response: the client must not take
 			// a cut-off answer for a whole one. A stream was told with an
@@ -322,9 +382,9 @@ func (x *exchange) pick() (routing.Choice, bool) {
 	return x.p.policy.Pick(&x.req)
 }
 
-// release ends the attempt's request on ep: its count there, and the
-// adapter's where the adapter's router counted it.
-func (x *exchange) release(ep *endpoint) {
+// releaseAttempt ends the attempt's request on ep: its count there, and
+// the adapter's where the adapter's router counted it.
+func (x *exchange) releaseAttempt(ep *endpoint) {
 	if x.router != nil {
 		x.router.Done(x.adapter.ad.Name, ep.State)
 		x.router = nil
@@ -737,7 +797,7 @@ func (g *Gateway) bodyError(w http.ResponseWriter, r *http.Request, rt *route, e
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "",
-			fmt.Sprintf("The request body did not arrive whole within %s (the gateway's body_read_timeout).", g.bodyTimeout))
+			bodyTimeoutMessage(g.bodyTimeout, bodyTimeoutSetting))
 		return http.StatusRequestTimeout
 	case r.Context().Err() != nil:
 		return statusClientClosed
@@ -762,10 +822,43 @@ type apiError struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	httpjson.Write(w, status, newAPIError(typ, code, param, msg))
+}
+
+func newAPIError(typ, code, param, msg string) apiError {
 	var e apiError
 	e.Error.Message, e.Error.Type, e.Error.Code = msg, typ, code
 	if param != "" {
 		e.Error.Param = &param
 	}
-	httpjson.Write(w, status, e)
+	return e
+}
+
+// errorJSON is writeError's body.
+func errorJSON(typ, code, param, msg string) []byte {
+	b, _ := json.Marshal(newAPIError(typ, code, param, msg))
+	return b
+}
+
+// bodyTimeoutSetting is the setting that bounds an OpenAI route's body.
+const bodyTimeoutSetting = "body_read_timeout"
+
+// bodyTimeoutMessage is the 408's message for a body that did not arrive
+// within d, which setting sets ("" for ServerBodyReadTimeout).
+func bodyTimeoutMessage(d time.Duration, setting string) string {
+	if setting == "" {
+		return fmt.Sprintf("The request body did not arrive whole within %s.", d)
+	}
+	return fmt.Sprintf("The request body did not arrive whole within %s (the gateway's %s).", d, setting)
+}
+
+// BodyTimeout is the time a request for path has for its body, and the
+// setting that sets it: Options.BodyReadTimeout (body_read_timeout) on the
+// OpenAI routes, ServerBodyReadTimeout on the others (NewFastServer's
+// BodyTimeouts).
+func (g *Gateway) BodyTimeout(path string) (time.Duration, string) {
+	if g.openAI[path] {
+		return g.bodyTimeout, bodyTimeoutSetting
+	}
+	return ServerBodyReadTimeout, ""
 }

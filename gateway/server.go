@@ -43,8 +43,11 @@ type Server struct {
 	log   *slog.Logger
 	g     *Gateway
 	certs *certReloader // nil without TLS
-	http  *http.Server
-	ln    net.Listener
+	// http serves a TLS listener (HTTP/2 and HTTP/1.1), fast a plaintext
+	// one; the other is nil.
+	http *http.Server
+	fast *FastServer
+	ln   net.Listener
 
 	consul  *consulapi.Client // discovered from, nil with Nomad
 	nomad   *nomadapi.Client  // discovered from, nil with Consul
@@ -172,9 +175,11 @@ func (s *Server) open() error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", s.g.Handler())
-	s.http = NewServer(mux, s.log)
 	if s.certs != nil {
+		s.http = NewServer(mux, s.log)
 		s.http.TLSConfig = s.certs.config()
+	} else {
+		s.fast = NewFastServer(mux, s.g.BodyTimeout, s.log)
 	}
 
 	if s.ln, err = net.Listen("tcp", f.Listen); err != nil {
@@ -257,12 +262,12 @@ func (s *Server) Run(ctx context.Context) error {
 	grp, ctx := errgroup.WithContext(ctx)
 	grp.Go(func() error {
 		var err error
-		if s.certs != nil {
-			err = s.http.ServeTLS(ln, "", "")
+		if s.fast != nil {
+			err = s.fast.Serve(ln)
 		} else {
-			err = s.http.Serve(ln)
+			err = s.http.ServeTLS(ln, "", "")
 		}
-		if !errors.Is(err, http.ErrServerClosed) {
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && ctx.Err() == nil {
 			return fmt.Errorf("http: %w", err)
 		}
 		return nil
@@ -271,7 +276,11 @@ func (s *Server) Run(ctx context.Context) error {
 		<-ctx.Done()
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer scancel()
-		_ = s.http.Shutdown(sctx)
+		if s.fast != nil {
+			_ = s.fast.ShutdownWithContext(sctx)
+		} else {
+			_ = s.http.Shutdown(sctx)
+		}
 		return nil
 	})
 	if s.certs != nil {

@@ -9,10 +9,10 @@ import (
 
 // serveFastRelay serves relay-fasthttp: the same relay as relay-nethttp,
 // on fasthttp's server and its HostClient instead of net/http's server and
-// the gateway's transport. It measures what a different HTTP library would
-// leave of net/http's cost per request before the gateway is moved to one
-// (docs/perf.md, "Gateway cost per request (issue 36)"); nothing in the
-// gateway uses it.
+// the gateway's transport: the least a proxy on fasthttp does, the
+// reference for the gateway on a plaintext listener, which fasthttp's
+// server serves (gateway.NewFastServer; docs/perf.md, "Gateway cost per
+// request against nginx (issue 36)").
 func serveFastRelay(upstream string) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -12,7 +12,8 @@
 // a target past its capacity takes longer over them), at most -inflight
 // outstanding. -keys adds a gateway with API keys and every limit on as
 // one more target (what access control adds: "keys added"). The gateway
-// is served by gateway.NewServer, as the command serves it; -minimal adds
+// is served by gateway.NewFastServer, as the command serves a plaintext
+// listener; -minimal adds
 // a proxy in Go that does the least a proxy does (minimal.go), and -nginx
 // nginx: references for what the gateway's own work costs.
 //
@@ -113,30 +114,31 @@ var keyFile = `key "gwload" {
 }
 `
 
-// handler is what serves one side of the measurement; keys turns the
-// gateway's API keys and limits on.
-func handler(ctx context.Context, role, upstream string, keys bool) (http.Handler, error) {
+// handler is what serves one side of the measurement, with the body
+// deadlines of the gateway's routes for the gateway (nil for the others);
+// keys turns the gateway's API keys and limits on.
+func handler(ctx context.Context, role, upstream string, keys bool) (http.Handler, gateway.BodyTimeouts, error) {
 	switch role {
 	case "engine":
 		cfg := fakeengine.Defaults()
 		cfg.Model, cfg.TokensPerSecond = "m", 0
 		fe := fakeengine.NewServer(cfg, io.Discard, io.Discard)
 		fe.Load(ctx)
-		return fe.Handler(), nil
+		return fe.Handler(), nil, nil
 	case "relay":
 		if upstream == "" {
-			return nil, errors.New("-serve relay needs -upstream")
+			return nil, nil, errors.New("-serve relay needs -upstream")
 		}
-		return relayHandler(upstream), nil
+		return relayHandler(upstream), nil, nil
 	case "gateway":
 		if upstream == "" {
-			return nil, errors.New("-serve gateway needs -upstream")
+			return nil, nil, errors.New("-serve gateway needs -upstream")
 		}
 		var ks gateway.KeySource
 		if keys {
 			set, err := gateway.ParseKeys("gwload-keys.hcl", []byte(keyFile))
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ks = gateway.StaticKeys{Set: set}
 		}
@@ -152,9 +154,9 @@ func handler(ctx context.Context, role, upstream string, keys bool) (http.Handle
 		for !g.Synced() || !g.KeysLoaded() {
 			time.Sleep(time.Millisecond)
 		}
-		return g.Handler(), nil
+		return g.Handler(), g.BodyTimeout, nil
 	}
-	return nil, fmt.Errorf("-serve %q: want engine, gateway or relay", role)
+	return nil, nil, fmt.Errorf("-serve %q: want engine, gateway or relay", role)
 }
 
 // listen serves with srv on a loopback port.
@@ -167,14 +169,28 @@ func listen(srv *http.Server) (string, func(), error) {
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// serverFor is the server role's handler h is served with: the gateway's
-// (gateway.NewServer), or for the engine a plain one, as a real engine's
-// server is not the gateway's.
-func serverFor(role string, h http.Handler) *http.Server {
-	if role == "gateway" || role == "relay" {
-		return gateway.NewServer(h, nil)
+// listenFast serves with srv on a loopback port.
+func listenFast(srv *gateway.FastServer) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
 	}
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Shutdown() }, nil
+}
+
+// serveRole serves h as role is served: the gateway as the command serves
+// a plaintext listener (gateway.NewFastServer), the relay with net/http's
+// server as the gateway's TLS listeners are (gateway.NewServer), the
+// engine with a plain one, as a real engine's server is not the gateway's.
+func serveRole(role string, h http.Handler, timeouts gateway.BodyTimeouts) (string, func(), error) {
+	switch role {
+	case "gateway":
+		return listenFast(gateway.NewFastServer(h, timeouts, nil))
+	case "relay":
+		return listen(gateway.NewServer(h, nil))
+	}
+	return listen(&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
 }
 
 // serve runs one side of the measurement until its standard input closes
@@ -192,7 +208,8 @@ func serve(role, upstream, cpuprofile string, keys bool) error {
 		addr, stop, err = serveFastRelay(upstream)
 	default:
 		var h http.Handler
-		if h, err = handler(ctx, role, upstream, keys); err != nil {
+		var timeouts gateway.BodyTimeouts
+		if h, timeouts, err = handler(ctx, role, upstream, keys); err != nil {
 			return err
 		}
 		if cpuprofile != "" {
@@ -202,7 +219,7 @@ func serve(role, upstream, cpuprofile string, keys bool) error {
 			}
 			defer pstop()
 		}
-		addr, stop, err = listen(serverFor(role, h))
+		addr, stop, err = serveRole(role, h, timeouts)
 	}
 	if err != nil {
 		return err
@@ -294,21 +311,21 @@ func (s *server) cpuNow() time.Duration {
 // startInProcess serves the engine and the gateway from this process.
 func startInProcess() (*server, *server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	eh, err := handler(ctx, "engine", "", false)
+	eh, _, err := handler(ctx, "engine", "", false)
 	if err != nil {
 		cancel()
 		return nil, nil, err
 	}
-	eaddr, estop, err := listen(serverFor("engine", eh))
+	eaddr, estop, err := serveRole("engine", eh, nil)
 	if err != nil {
 		cancel()
 		return nil, nil, err
 	}
-	gh, err := handler(ctx, "gateway", eaddr, false)
+	gh, timeouts, err := handler(ctx, "gateway", eaddr, false)
 	if err == nil {
 		var gaddr string
 		var gstop func()
-		if gaddr, gstop, err = listen(serverFor("gateway", gh)); err == nil {
+		if gaddr, gstop, err = serveRole("gateway", gh, timeouts); err == nil {
 			return &server{addr: eaddr, stop: estop}, &server{addr: gaddr, stop: func() { gstop(); cancel() }}, nil
 		}
 	}
@@ -556,12 +573,12 @@ func measure(targets []target, engine *server, load func(string, time.Duration) 
 func startKeyedGateway(inproc bool, eaddr, pin string) (*server, error) {
 	if inproc {
 		ctx, cancel := context.WithCancel(context.Background())
-		h, err := handler(ctx, "gateway", eaddr, true)
+		h, timeouts, err := handler(ctx, "gateway", eaddr, true)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		addr, stop, err := listen(serverFor("gateway", h))
+		addr, stop, err := serveRole("gateway", h, timeouts)
 		if err != nil {
 			cancel()
 			return nil, err

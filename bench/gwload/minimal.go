@@ -105,9 +105,10 @@ func readAnswer(br *bufio.Reader, buf []byte) ([]byte, error) {
 // reference between minimal-go and the gateway (relay-nethttp): the
 // request's body read, sent on with the gateway's own upstream transport
 // (gateway.NewTransport), the answer's headers copied and its body relayed.
-// Served by gateway.NewServer like the gateway, so what the gateway spends
-// beyond it is its own work per request (keys, limits, routing, usage,
-// metrics), and what it spends beyond minimal-go is net/http's server.
+// Served by gateway.NewServer (net/http's server, as the gateway serves a
+// TLS listener), so what it spends beyond minimal-go is net/http's server;
+// the gateway on a plaintext listener is served by fasthttp's
+// (gateway.NewFastServer), as relay-fasthttp is.
 func relayHandler(upstream string) http.Handler {
 	tr := gateway.NewTransport(2*time.Second, 0)
 	target := "http://" + upstream

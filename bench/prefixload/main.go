@@ -776,14 +776,16 @@ func runOnce(c config, model string, systems []string, convs []*conversation, se
 		addrOf[r.name] = r.addr
 	}
 	s := &setup{policy: policy}
-	var srvs []*http.Server
+	var srvs []*gateway.FastServer
 	var regs []*prometheus.Registry
 	gctx, gcancel := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
 	defer func() {
 		gcancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
 		for _, srv := range srvs {
-			_ = srv.Close()
+			_ = srv.ShutdownWithContext(sctx)
 		}
 		gwg.Wait()
 	}()
@@ -800,7 +802,7 @@ func runOnce(c config, model string, systems []string, convs []*conversation, se
 		if err != nil {
 			return result{}, err
 		}
-		srv := gateway.NewServer(g.Handler(), nil)
+		srv := gateway.NewFastServer(g.Handler(), g.BodyTimeout, nil)
 		srvs = append(srvs, srv)
 		gwg.Go(func() { _ = srv.Serve(ln) })
 		gwg.Go(func() { _ = g.Run(gctx) })
