@@ -11,6 +11,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
+	"golang.org/x/time/rate"
 
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/observe"
@@ -230,12 +231,27 @@ func (o *observer) pollPower(ctx context.Context) {
 
 // powerReaders is how many nodes' stats are read at once; each read has
 // callTimeout (a node that does not answer is left out of that round).
-const powerReaders = 8
+// powerReadRate bounds the reads in all: every power_interval up to
+// powerReadRate × power_interval GPU nodes (750 at the default 30 s), a
+// round of n nodes taking n/powerReadRate seconds beyond that (400 s at
+// 10,000 nodes). Client stats go through the servers to each node, and
+// since the nodes hold their power shares themselves (devices'
+// power_caps, docs/power.md) a slower round only moves shares between
+// nodes later; it does not lengthen the time a domain may stay over its
+// limit.
+const (
+	powerReaders  = 8
+	powerReadRate = 25 // reads a second, at most
+)
 
 func (o *observer) readPower(ctx context.Context, ids []string) (map[string]observe.Power, map[string][]observe.GPUReading) {
 	got := make([]*observe.Power, len(ids))
 	readings := make([][]observe.GPUReading, len(ids))
+	lim := rate.NewLimiter(powerReadRate, powerReaders)
 	forEach(ctx, len(ids), powerReaders, func(i int) {
+		if lim.Wait(ctx) != nil {
+			return
+		}
 		qctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		stats, err := o.nomad.Nodes().Stats(ids[i], (&api.QueryOptions{Region: o.region}).WithContext(qctx))
