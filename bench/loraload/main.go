@@ -38,7 +38,7 @@
 // adapter's (counted exactly: each adapter's answer is known), TTFT
 // p50/p90/p99 (to the first content token of a stream), completed requests
 // per second, the hit ratio the engines reported, the replicas each
-// adapter's requests went to, each adapter's wait against its fair share,
+// adapter's requests went to, the adapters' waits against their fair share,
 // and the load average before and after; then per policy the median of the
 // rounds and their spread (min–max).
 //
@@ -46,7 +46,11 @@
 // on their prompt (TTFT less the engine's own prompt time, llama.cpp's
 // timings.prompt_ms). Its fair share is the run's mean wait over all
 // requests: waiting like any request, whichever adapter it asks for. The
-// worst adapter is the one whose wait is the largest multiple of that.
+// tool reports the wait over the fair share of three classes of adapters
+// (the hottest; ranks 1–9, warm; the rest, cold: where starvation would
+// show) and of the worst adapter with at least 3 requests (one request's
+// wait is one draw of the queue it met), and counts those adapters above
+// twice their fair share.
 //
 // llama.cpp loads every adapter at start and cannot load or unload one
 // later, so there are no loads or unloads during a run; the tool checks
@@ -104,7 +108,7 @@ type config struct {
 	seed                                                   uint64
 	policies                                               []string
 	runTimeout                                             time.Duration
-	serverLogs                                             string
+	serverLogs, dump                                       string
 }
 
 func main() {
@@ -126,6 +130,7 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the trace and of the rounds' order")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 5*time.Minute, "the longest one run may take")
 	flag.StringVar(&c.serverLogs, "server-logs", "", "a directory to write each replica's output to, a file per run and replica (empty: discarded)")
+	flag.StringVar(&c.dump, "dump", "", "append every answer of every run to this file, a line each (tab-separated: round, policy, adapter, replica, route, TTFT ms, engine prompt ms, prompt tokens, cached, right answer)")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
 	for _, p := range c.policies {
@@ -439,10 +444,11 @@ type result struct {
 	p50, p90, p99         time.Duration
 	rps                   float64
 	prompt, cached        int64
-	spread                float64 // replicas per adapter, mean over adapters asked
-	fairWorst             float64 // the worst adapter's wait over the fair share
+	spread                float64    // replicas per adapter, mean over adapters asked
+	classes               [3]float64 // wait over the fair share: hot, warm, cold
+	fairWorst             float64    // the worst adapter's (with minFair requests)
 	fairWorstAdapter      string
-	overFair              int // adapters waiting above twice the fair share
+	overFair              int // adapters (with minFair requests) above twice the fair share
 	meanWait              time.Duration
 	routes                map[string]int
 	perReplica            string // answers and TTFT p90 by replica
@@ -554,8 +560,31 @@ func runOnce(c config, model string, args []string, as []adapter, rs []request, 
 		}
 	}
 	summarize(&res, as, samples)
+	if c.dump != "" {
+		if err := dump(c.dump, round, policy, as, samples); err != nil {
+			return res, err
+		}
+	}
 	res.loadAfter = benchstat.LoadAvg()
 	return res, nil
+}
+
+// dump appends a run's samples to the file at path, a line each.
+func dump(path string, round int, policy string, as []adapter, samples []sample) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, s := range samples {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%.0f\t%d\t%d\t%t\n", round+1, policy, as[s.adapter].name, s.replica, s.route,
+			s.ttft.Milliseconds(), s.promptMS, s.prompt, s.cached, s.ok && s.answer == as[s.adapter].answer)
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func summarize(res *result, as []adapter, samples []sample) {
@@ -612,27 +641,56 @@ func summarize(res *result, as []adapter, samples []sample) {
 	res.meanWait = waitSum / time.Duration(res.ok)
 	fair := max(float64(res.meanWait), float64(time.Millisecond))
 	var nrep int
+	var classSum [3]time.Duration
+	var classN [3]int
 	for a, ws := range waits {
 		var sum time.Duration
 		for _, w := range ws {
 			sum += w
 		}
+		cl := classOf(a)
+		classSum[cl] += sum
+		classN[cl] += len(ws)
+		nrep += len(replicas[a])
+		if len(ws) < minFair {
+			continue
+		}
 		ratio := float64(sum/time.Duration(len(ws))) / fair
 		if ratio > res.fairWorst {
-			res.fairWorst, res.fairWorstAdapter = ratio, fmt.Sprintf("%s (%d requests)", as[a].name, len(ws))
+			res.fairWorst, res.fairWorstAdapter = ratio, fmt.Sprintf("%s, %d requests", as[a].name, len(ws))
 		}
 		if ratio > 2 {
 			res.overFair++
 		}
-		nrep += len(replicas[a])
+	}
+	for cl := range classSum {
+		if classN[cl] > 0 {
+			res.classes[cl] = float64(classSum[cl]/time.Duration(classN[cl])) / fair
+		}
 	}
 	res.spread = float64(nrep) / float64(len(waits))
 }
 
+// minFair is the fewest requests an adapter's wait is compared with its
+// fair share at.
+const minFair = 3
+
+// classOf is adapter a's popularity class: 0 the hottest, 1 ranks 1–9, 2
+// the rest.
+func classOf(a int) int {
+	switch {
+	case a == 0:
+		return 0
+	case a < 10:
+		return 1
+	}
+	return 2
+}
+
 func printResult(r result) {
-	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, %d wrong answers, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, %.2f replicas per adapter, mean wait %s, worst adapter %s at %.2f× its fair share, %d adapters above 2×, routes %v; load average %s → %s\n",
+	fmt.Fprintf(os.Stderr, "  %s: %d/%d ok in %s, %d wrong answers, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, %.2f replicas per adapter, mean wait %s, wait over fair share hot/warm/cold %.2f/%.2f/%.2f, worst adapter (%s) %.2f, %d adapters above 2×, routes %v; load average %s → %s\n",
 		r.policy, r.ok, r.requests, r.wall.Round(time.Millisecond), r.wrong, benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), r.rps,
-		r.cached, r.prompt, r.spread, benchstat.MS(r.meanWait), r.fairWorstAdapter, r.fairWorst, r.overFair, r.routes, r.loadBefore, r.loadAfter)
+		r.cached, r.prompt, r.spread, benchstat.MS(r.meanWait), r.classes[0], r.classes[1], r.classes[2], r.fairWorstAdapter, r.fairWorst, r.overFair, r.routes, r.loadBefore, r.loadAfter)
 	fmt.Fprintf(os.Stderr, "    %s\n", r.perReplica)
 	if r.wrong > 0 {
 		fmt.Fprintf(os.Stderr, "    first wrong answer: %s\n", r.firstWrong)
@@ -710,17 +768,17 @@ func run(c config) error {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| round | policy | ok/requests | wrong answers | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | mean wait | worst adapter's wait / fair share | adapters above 2× | load average before → after |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| round | policy | ok/requests | wrong answers | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | mean wait | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× | load average before → after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %d | %s | %d/%d | %d | %s | %s | %s | %.2f | %.1f %% | %.2f | %s | %.2f (%s) | %d | %s → %s |\n",
+		fmt.Printf("| %d | %s | %d/%d | %d | %s | %s | %s | %.2f | %.1f %% | %.2f | %s | %.2f | %.2f | %.2f | %.2f (%s) | %d | %s → %s |\n",
 			r.round+1, r.policy, r.ok, r.requests, r.wrong, benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), r.rps,
-			100*r.hit(), r.spread, benchstat.MS(r.meanWait), r.fairWorst, r.fairWorstAdapter, r.overFair, r.loadBefore, r.loadAfter)
+			100*r.hit(), r.spread, benchstat.MS(r.meanWait), r.classes[0], r.classes[1], r.classes[2], r.fairWorst, r.fairWorstAdapter, r.overFair, r.loadBefore, r.loadAfter)
 	}
 	fmt.Println()
 	fmt.Printf("Medians of %d rounds (min–max):\n\n", c.rounds)
-	fmt.Println("| policy | wrong answers (all rounds) | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | worst adapter's wait / fair share | adapters above 2× |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| policy | wrong answers (all rounds) | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, p := range c.policies {
 		var rs []result
 		wrong, ok := 0, 0
@@ -741,11 +799,14 @@ func run(c config) error {
 		d := func(v func(result) time.Duration) string {
 			return f(func(r result) float64 { return float64(v(r).Milliseconds()) }, "%.0f") + " ms"
 		}
-		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", p, wrong, ok,
+		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p, wrong, ok,
 			d(func(r result) time.Duration { return r.p50 }), d(func(r result) time.Duration { return r.p90 }), d(func(r result) time.Duration { return r.p99 }),
 			f(func(r result) float64 { return r.rps }, "%.2f"),
 			f(func(r result) float64 { return 100 * r.hit() }, "%.1f")+" %",
 			f(func(r result) float64 { return r.spread }, "%.2f"),
+			f(func(r result) float64 { return r.classes[0] }, "%.2f"),
+			f(func(r result) float64 { return r.classes[1] }, "%.2f"),
+			f(func(r result) float64 { return r.classes[2] }, "%.2f"),
 			f(func(r result) float64 { return r.fairWorst }, "%.2f"),
 			f(func(r result) float64 { return float64(r.overFair) }, "%.0f"))
 	}
