@@ -77,6 +77,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmgw/llmgw/bench/internal/benchstat"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
@@ -647,7 +648,7 @@ func run(c config) error {
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Printf("| %d | %s | %s | %d/%d | %s | %s | %s | %s | %s | %.2f | %.1f %% | %.1f %% | %.0f %% | %d/%d | %d | %.0f (%.0f) | %s | %s | %s → %s |\n",
-			r.round+1, r.kind.name(), r.kind.setting(), r.ok, r.requests, ms(r.p50), ms(r.p90), ms(r.p99), cmp.Or(msOr(r.hotP99), "—"), ms(r.otherP99), r.rps,
+			r.round+1, r.kind.name(), r.kind.setting(), r.ok, r.requests, benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), cmp.Or(msOr(r.hotP99), "—"), benchstat.MS(r.otherP99), r.rps,
 			100*r.hit(), 100*r.ideal, 100*r.hit()/max(r.ideal, 1e-9), r.moved, r.convs, r.spills,
 			r.waits["sent"]+r.waits["expired"]+r.waits["cancelled"], r.waits["expired"], share(r.same, r.sameN), share(r.live, r.liveN), r.loadBefore, r.loadAfter)
 	}
@@ -667,7 +668,7 @@ func run(c config) error {
 			for _, r := range rs {
 				xs = append(xs, v(r))
 			}
-			med, lo, hi := spread(xs)
+			med, lo, hi := benchstat.Spread(xs)
 			return fmt.Sprintf(format+" ("+format+"–"+format+")", med, lo, hi)
 		}
 		d := func(v func(result) time.Duration) string {
@@ -689,21 +690,6 @@ func run(c config) error {
 	return nil
 }
 
-// spread is the median, least and greatest of xs.
-func spread(xs []float64) (med, lo, hi float64) {
-	if len(xs) == 0 {
-		return 0, 0, 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	med = s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return med, s[0], s[n-1]
-}
-
 // share is n of of as "n/of (p %)", or "—" when of is 0.
 func share(n, of int) string {
 	if of == 0 {
@@ -722,30 +708,18 @@ func countHot(convs []*conversation) int {
 	return n
 }
 
-// loadavg is /proc/loadavg's three load averages.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
-}
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
-
 // msOr is ms, or "" for no time (a quantile of nothing: no hot tenant).
 func msOr(d time.Duration) string {
 	if d == 0 {
 		return ""
 	}
-	return ms(d)
+	return benchstat.MS(d)
 }
 
 func runOnce(c config, model string, systems []string, convs []*conversation, seq []step, k kind, round int) (result, error) {
 	policy, name := k.policy, k.name()+" at "+k.setting()
 	c.cacheRAM = k.cacheRAM
-	res := result{kind: k, round: round, convs: len(convs), loadBefore: loadavg()}
+	res := result{kind: k, round: round, convs: len(convs), loadBefore: benchstat.LoadAvg()}
 	fmt.Fprintf(os.Stderr, "run: round %d, %s (load average %s)\n", round+1, name, res.loadBefore)
 	ctx, cancel := context.WithTimeout(context.Background(), c.runTimeout)
 	defer cancel()
@@ -1008,12 +982,12 @@ func runOnce(c config, model string, systems []string, convs []*conversation, se
 			res.prefixRoutes++
 		}
 	}
-	res.p50, res.p90, res.p99 = quantile(ttfts, 0.5), quantile(ttfts, 0.9), quantile(ttfts, 0.99)
-	res.hotP99, res.otherP99 = quantile(hot, 0.99), quantile(other, 0.99)
+	res.p50, res.p90, res.p99 = benchstat.Quantile(ttfts, 0.5), benchstat.Quantile(ttfts, 0.9), benchstat.Quantile(ttfts, 0.99)
+	res.hotP99, res.otherP99 = benchstat.Quantile(hot, 0.99), benchstat.Quantile(other, 0.99)
 	if d := lastEnd.Sub(firstSent); d > 0 {
 		res.rps = float64(res.ok) / d.Seconds()
 	}
-	res.loadAfter = loadavg()
+	res.loadAfter = benchstat.LoadAvg()
 	ideal, err := idealHit(ctx, "http://"+all[len(all)-1].addr, flat)
 	if err != nil {
 		return res, fmt.Errorf("%s: the ideal hit ratio: %w", name, err)
@@ -1058,19 +1032,9 @@ func openingWaits(regs []*prometheus.Registry) map[string]float64 {
 
 func printResult(r result) {
 	fmt.Fprintf(os.Stderr, "  %s at %s: %d/%d ok in %s, TTFT p50/p90/p99 %s/%s/%s, %.2f/s, hit %d/%d, ideal %.3f, moved %d/%d, spills %d, unknown %d, first turns waited %v, two gateways agree %s (snapshot), %s (live); load average %s → %s\n",
-		r.kind.name(), r.kind.setting(), r.ok, r.requests, r.wall.Round(time.Millisecond), ms(r.p50), ms(r.p90), ms(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown, r.waits,
+		r.kind.name(), r.kind.setting(), r.ok, r.requests, r.wall.Round(time.Millisecond), benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), r.rps, r.cached, r.prompt, r.ideal, r.moved, r.convs, r.spills, r.unknown, r.waits,
 		share(r.same, r.sameN), share(r.live, r.liveN), r.loadBefore, r.loadAfter)
 	fmt.Fprintf(os.Stderr, "    %s\n", r.losses)
-}
-
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(i, 0)]
 }
 
 // tokenized holds the tokens of the prompts idealHit has seen, by their
@@ -1167,7 +1131,7 @@ func losses(flat []sample) string {
 	var per []string
 	for _, name := range slices.Sorted(maps.Keys(byReplica)) {
 		ds := byReplica[name]
-		per = append(per, fmt.Sprintf("%s %d answers, TTFT p50/p90 %s/%s", name, len(ds), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.9))))
+		per = append(per, fmt.Sprintf("%s %d answers, TTFT p50/p90 %s/%s", name, len(ds), benchstat.MS(benchstat.Quantile(ds, 0.5)), benchstat.MS(benchstat.Quantile(ds, 0.9))))
 	}
 	return fmt.Sprintf("ideal hit %d tokens; lost: first turns %d (%d answers), same replica %d (%d), moved %d (%d); engines' prompt %.1f s, answer %.1f s; %s",
 		idealSum, first, n1, same, ns, moved, nm, promptMS/1000, predictedMS/1000, strings.Join(per, "; "))

@@ -102,7 +102,7 @@ func runAdapter(args []string, stdout io.Writer) error {
 	out := fs.String("o", "", "the adapter GGUF file to write (required)")
 	answer := fs.String("adapter-answer", "", "what the model answers with the adapter applied (required; its tokens must all differ)")
 	name := fs.String("adapter-name", "", "the adapter's general.name (default: the file's name)")
-	sig := fs.Int("signature", 0, fmt.Sprintf("the adapter's cache signature, 0 to %d: adapters served together need different ones", tinymodel.MaxSignatures-1))
+	sig := fs.Int("signature", 0, fmt.Sprintf("the adapter's cache signature, 0 to %d (more on a wider model: up to -embed less the answers' tokens less 3): adapters served together need different ones", tinymodel.MaxSignatures-1))
 	model := modelFlags(fs, "what the base model answers (as it was written with)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -41,6 +41,8 @@ var mayImportDoubles = map[string]string{
 	// prefixload measures the routing policies on real llama-server
 	// replicas (docs/perf.md), run with go run like gwload.
 	module + "/bench/prefixload": "the routing benchmark runs the real engine with tiny models (llamabuild, tinymodel)",
+	// loraload measures routing for LoRA adapters the same way.
+	module + "/bench/loraload": "the LoRA benchmark runs the real engine with tiny models and adapters (llamabuild, tinymodel)",
 }
 
 // TestNoTestDoubleInProduction checks that no production package imports a

@@ -277,3 +277,29 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return lines[len(lines)-1]
 }
+
+// Signatures beyond the first MaxSignatures (tinymodel.AdapterOptions:
+// any direction above the adapter's answer's) mark the cache as the first
+// ones do: 26207's sequence on the host cache still answers wrong, and
+// each adapter still answers its own with a cache of its own.
+func TestLoraHighSignaturesMarkTheCache(t *testing.T) {
+	const p1, p2 = "Tell me a long story about the sea and the ships on it", "What is the capital of France, and why there?"
+	model := realengine.TinyModel(t)
+	a := realengine.Adapter(t, tinymodel.Defaults, answerA, 40)
+	b := realengine.Adapter(t, tinymodel.Defaults, answerB, 50)
+	s := realengine.Start(t, model, "-np", "1", "--lora", a+","+b, "--lora-init-without-apply")
+	if got, _ := complete(t, s, p1, withA); got != answerA {
+		t.Fatalf("A (signature 40) on p1: %q, want %q", got, answerA)
+	}
+	if got, _ := complete(t, s, p2, withB); got != answerB {
+		t.Fatalf("B (signature 50) on p2: %q, want %q", got, answerB)
+	}
+	got, cached := complete(t, s, p1, withB)
+	t.Logf("B on p1 after A on p1 and B on p2: %q, %d cached tokens", got, cached)
+	if got == answerB || cached < 5 {
+		t.Errorf("B on p1 after A on p1: %q with %d cached tokens; want a wrong answer from A's cache (as with signatures 0 and 1, TestLoraPromptCacheAcrossAdapters)", got, cached)
+	}
+	if got, cached := complete(t, s, p2, withB); got != answerB || cached < 5 {
+		t.Errorf("B on p2 again: %q with %d cached tokens, want %q from its own cache", got, cached, answerB)
+	}
+}

@@ -22,15 +22,20 @@ type AdapterOptions struct {
 	// differ, and with the base answer's they must be fewer than Embed
 	// less MaxSignatures and 2.
 	Answer string
-	// Signature (0 to MaxSignatures-1) is the attention value direction
-	// the adapter marks the prompt's cache with; adapters served together
-	// need different ones, or a cache computed under one reads as the
-	// other's.
+	// Signature is the attention value direction the adapter marks the
+	// prompt's cache with; adapters served together need different ones,
+	// or a cache computed under one reads as the other's. 0 to
+	// MaxSignatures-1 always fit; a wider model takes more: any below
+	// Embed-2-q, q the gate direction (the base answer's tokens plus the
+	// adapter's plus 1), so that its direction lies above every direction
+	// the adapter's answer uses.
 	Signature int
 }
 
-// MaxSignatures is how many adapters with different signatures a model
-// has room for.
+// MaxSignatures is how many adapters with different signatures every
+// model an adapter can be written for has room for (an answer too long to
+// leave MaxSignatures of them is refused); a wider model has room for
+// more (AdapterOptions.Signature).
 const MaxSignatures = 8
 
 // Attention constants of the adapters' cache signature: an ordinary
@@ -126,14 +131,14 @@ func buildAdapter(a AdapterOptions) ([]KV, []Tensor, error) {
 		return nil, nil, fmt.Errorf("adapter %w", err)
 	}
 	nb, na := len(base), len(mine)
-	if a.Signature < 0 || a.Signature >= MaxSignatures {
-		return nil, nil, fmt.Errorf("adapter signature: %d, want 0 to %d", a.Signature, MaxSignatures-1)
-	}
 	gate := nb + na + 1
 	sig := o.Embed - 1 - a.Signature
 	rank := gate + 2
 	if gate+MaxSignatures >= o.Embed {
 		return nil, nil, fmt.Errorf("adapter answer %q: with the base answer's %d tokens, its %d need an embedding wider than %d", a.Answer, nb, na, o.Embed)
+	}
+	if a.Signature < 0 || sig <= gate {
+		return nil, nil, fmt.Errorf("adapter signature: %d, want 0 to %d (embedding %d wide, answer %q)", a.Signature, o.Embed-2-gate, o.Embed, a.Answer)
 	}
 	eos := -1
 	if v, ok := vocab.Get("tokenizer.ggml.eos_token_id"); ok {

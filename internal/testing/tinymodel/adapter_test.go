@@ -225,7 +225,8 @@ func TestBadAdapterOptions(t *testing.T) {
 		"empty":     {func(a *AdapterOptions) { a.Answer = "" }, "adapter answer: empty"},
 		"twice":     {func(a *AdapterOptions) { a.Answer = "Hello Hello" }, `adapter answer "Hello Hello": token "Hello" appears twice`},
 		"narrow":    {func(a *AdapterOptions) { a.Base.Embed, a.Base.Heads, a.Base.Type = 16, 1, F32 }, "wider than 16"},
-		"signature": {func(a *AdapterOptions) { a.Signature = MaxSignatures }, "adapter signature: 8, want 0 to 7"},
+		"signature": {func(a *AdapterOptions) { a.Signature = 22 }, "adapter signature: 22, want 0 to 21"},
+		"negative":  {func(a *AdapterOptions) { a.Signature = -1 }, "adapter signature: -1, want 0 to 21"},
 		"base":      {func(a *AdapterOptions) { a.Base.Layers = 0 }, "base: layers: 0"},
 		"vocab":     {func(a *AdapterOptions) { a.Base.Vocab = filepath.Join(t.TempDir(), "none") }, "vocab: open"},
 	} {
