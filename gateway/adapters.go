@@ -88,7 +88,7 @@ func (t *table) resolve(name string) (base string, ad *adapterRef) {
 // adapterTables fills t.adapters and the adapter routers of t's models
 // from the model list, keeping old's routers (what they counted in flight
 // and placed) for the models that still have adapters.
-func adapterTables(t, old *table, list gatewayapi.ModelList, perReplica int64, now func() time.Time) {
+func adapterTables(t, old *table, list gatewayapi.ModelList, perReplica int64, loadFactor float64, now func() time.Time) {
 	for _, lm := range list.Models {
 		if len(lm.Adapters) == 0 {
 			continue
@@ -100,7 +100,7 @@ func adapterTables(t, old *table, list gatewayapi.ModelList, perReplica int64, n
 		if r == nil || r.Slots != lm.MaxAdapters {
 			// A router's Slots is read under its lock: a new bound gets a
 			// new router (what the old one placed is forgotten).
-			r = &routing.Adapters{Slots: lm.MaxAdapters, PerReplica: perReplica, Now: now}
+			r = &routing.Adapters{Slots: lm.MaxAdapters, PerReplica: perReplica, LoadFactor: loadFactor, Now: now}
 		}
 		t.adapterRouters[lm.Name] = r
 	}

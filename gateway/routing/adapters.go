@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,10 @@ const (
 	// replica of the adapter's order anyway, where the engine queues it
 	// for a slot (vLLM's waiting_lora_adapters).
 	RouteAdapterFull = "adapter-full"
+	// RouteAdapterSpill: the first replica of the adapter's order was
+	// over the load bound (Adapters.LoadFactor), and the request went to
+	// the next within it.
+	RouteAdapterSpill = "adapter-spill"
 )
 
 // Adapters routes the requests for a model's LoRA adapters among the base
@@ -49,6 +54,13 @@ type Adapters struct {
 	// PerReplica is an adapter's requests in flight per replica of its
 	// home before the home grows by one (at least 1).
 	PerReplica int64
+	// LoadFactor bounds a home replica's load, as the prefix policy's
+	// does: a replica whose requests in flight (all adapters', all
+	// gateways'), with this one, would pass LoadFactor times its weight's
+	// share of the model's is passed over for the next of the adapter's
+	// order (the home set is then taken from the replicas within the
+	// bound). 0: no bound.
+	LoadFactor float64
 	// Now is the clock the breakers read.
 	Now func() time.Time
 
@@ -202,19 +214,62 @@ func (a *Adapters) home(adapter string, set *Set, tried []*State, now time.Time)
 		total = l.total
 	}
 	k := int(min((total+per)/per, int64(len(o)))) // ⌈(total+1)/per⌉, at most the replicas
+	within := a.withinBound(set, o)
 	var home []int
+	passed := false
 	for _, i := range o {
 		if len(home) == k {
 			break
+		}
+		if !within(i) {
+			passed = true
+			continue
 		}
 		if a.room(adapter, set.Replicas[i].State, set, len(home) > 0) {
 			home = append(home, i)
 		}
 	}
-	if len(home) == 0 {
+	if len(home) == 0 && passed {
+		// Every replica with room is over the bound: as if there were
+		// none.
+		for _, i := range o {
+			if len(home) == k {
+				break
+			}
+			if a.room(adapter, set.Replicas[i].State, set, len(home) > 0) {
+				home = append(home, i)
+			}
+		}
+	}
+	switch {
+	case len(home) == 0:
 		return o[:1], RouteAdapterFull
+	case passed && home[0] != o[0]:
+		return home, RouteAdapterSpill
 	}
 	return home, RouteAdapter
+}
+
+// withinBound returns whether replica i of set (among the usable ones,
+// o) is within LoadFactor times its weight's share of the requests in
+// flight on them, this one counted (always, without a LoadFactor).
+func (a *Adapters) withinBound(set *Set, o []int) func(i int) bool {
+	if a.LoadFactor <= 0 {
+		return func(int) bool { return true }
+	}
+	var total, weights int64
+	for _, i := range o {
+		total += set.Replicas[i].load()
+		weights += int64(max(set.Replicas[i].Weight, 0))
+	}
+	return func(i int) bool {
+		w := set.Replicas[i].Weight
+		if w <= 0 || weights == 0 {
+			return false
+		}
+		share := max(a.LoadFactor, 1) * float64(w) / float64(weights)
+		return float64(set.Replicas[i].load()+1) <= math.Ceil(share*float64(total+1))
+	}
 }
 
 // room reports whether r can hold adapter: it holds it already, or a slot

@@ -231,3 +231,31 @@ func TestAdapterPickPassesOver(t *testing.T) {
 		t.Errorf("all passed over: chose %s", ts.name(c.Index))
 	}
 }
+
+// With a LoadFactor, an adapter's first replica busy past its share of
+// the model's requests in flight (other adapters', other gateways') is
+// passed over for the next of the adapter's order (route adapter-spill);
+// without one, or within the bound, the adapter stays on its first.
+func TestAdapterHomeBoundedByLoad(t *testing.T) {
+	t.Parallel()
+	ts := testPool(3)
+	want := adapterOrder(ts, "sql")
+	busy := ts.state(want[0])
+	busy.Others.Store(10) // 10 of the model's 10 requests in flight
+	unbounded := newAdapters(0, 4)
+	if name, route := send(t, unbounded, ts, "sql"); name != want[0] || route != RouteAdapter {
+		t.Errorf("no bound: %s (%s), want the first of its order %s", name, route, want[0])
+	}
+	end(unbounded, ts, "sql", want[0])
+	bounded := newAdapters(0, 4)
+	bounded.LoadFactor = 2
+	// The bound: ⌈2 × 1/3 × (10 + 1)⌉ = 8; the first would hold 11.
+	if name, route := send(t, bounded, ts, "sql"); name != want[1] || route != RouteAdapterSpill {
+		t.Errorf("first over the bound: %s (%s), want the next of its order %s (adapter-spill)", name, route, want[1])
+	}
+	end(bounded, ts, "sql", want[1])
+	busy.Others.Store(1) // 2 ≤ ⌈2/3 × (1 + 1)⌉ = 2: within
+	if name, route := send(t, bounded, ts, "sql"); name != want[0] || route != RouteAdapter {
+		t.Errorf("first within the bound: %s (%s), want %s", name, route, want[0])
+	}
+}
