@@ -232,16 +232,17 @@ func (o *observer) pollPower(ctx context.Context) {
 // powerReaders is how many nodes' stats are read at once; each read has
 // callTimeout (a node that does not answer is left out of that round).
 // powerReadRate bounds the reads in all: every power_interval up to
-// powerReadRate × power_interval GPU nodes (750 at the default 30 s), a
-// round of n nodes taking n/powerReadRate seconds beyond that (400 s at
-// 10,000 nodes). Client stats go through the servers to each node, and
+// powerReadRate × power_interval GPU nodes (600 at the default 30 s), a
+// round of n nodes taking n/powerReadRate seconds beyond that (500 s at
+// 10,000 nodes). With the checks' bound (healthSteadyRate, 25) the
+// controller's steady reads stay under 50 a second at any fleet size. Client stats go through the servers to each node, and
 // since the nodes hold their power shares themselves (devices'
 // power_caps, docs/power.md) a slower round only moves shares between
 // nodes later; it does not lengthen the time a domain may stay over its
 // limit.
 const (
 	powerReaders  = 8
-	powerReadRate = 25 // reads a second, at most
+	powerReadRate = 20 // reads a second, at most
 )
 
 func (o *observer) readPower(ctx context.Context, ids []string) (map[string]observe.Power, map[string][]observe.GPUReading) {
