@@ -184,6 +184,7 @@ func New(opts Options) (*Controller, error) {
 	c.obs = newObserver()
 	c.obs.nomad, c.obs.log, c.obs.region, c.obs.namespace = client, c.log, opts.Config.Nomad.Region, ns
 	c.obs.namespaces, c.obs.serviceProvider = opts.Config.Nomad.Namespaces, opts.Config.ServiceProvider
+	c.obs.eventStream = opts.Config.Nomad.EventStream
 	c.obs.checkInterval, c.obs.powerInterval = opts.Config.Driver.CheckInterval, opts.PowerInterval
 	c.obs.kick, c.obs.forgetExpect = c.kick, func() { c.writes.forgetExpect() }
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}

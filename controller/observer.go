@@ -31,6 +31,9 @@ type observer struct {
 	consul            *consulapi.Client // nil unless service_provider is consul
 	log               *slog.Logger
 	region, namespace string
+	// eventStream is nomad.event_stream: follow the lists through Nomad's
+	// event stream (stream.go), not blocking queries.
+	eventStream bool
 	// namespaces are nomad.namespaces: those whose allocations count.
 	namespaces      []string
 	serviceProvider string

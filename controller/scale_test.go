@@ -97,6 +97,7 @@ func fleetEnv(b *testing.B, nodes int) *env {
 		RealTime: true, LogLevel: slog.LevelWarn, // warnings and errors only: a fleet's info lines would drown the output
 		Fake: []nomadfake.Option{nomadfake.WithAutoRun(true), nomadfake.WithoutRequestLog()},
 	})}
+	e.Config.Nomad.EventStream = true // what this harness measures (nomad.event_stream)
 	for k := range scaleReplicas {
 		e.Seed(e.RenderJob(fmt.Sprintf("m%d", k%scaleModels), "p", k/scaleModels, 0, defs[k%nodes].Name))
 	}

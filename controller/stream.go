@@ -100,6 +100,10 @@ func (o *observer) streamNamespace() string {
 // event stream where Nomad serves it, else through blocking queries.
 func (o *observer) observeLists(ctx context.Context) {
 	ns := o.streamNamespace()
+	if !o.eventStream {
+		o.log.Debug("nomad.event_stream is off: following nodes, allocations and jobs with blocking queries")
+		ns = ""
+	}
 	if ns != "" {
 		err := o.follow(ctx, ns)
 		if ctx.Err() != nil {
@@ -107,7 +111,7 @@ func (o *observer) observeLists(ctx context.Context) {
 		}
 		o.log.Warn("nomad event stream not served; following nodes, allocations and jobs with blocking queries (each change re-reads its list)",
 			"error", err, "needs", "node:read and read-job in the followed namespaces")
-	} else {
+	} else if o.eventStream {
 		o.log.Info("nomad.namespaces lists several namespaces: following nodes, allocations and jobs with blocking queries, not the event stream",
 			"namespaces", o.namespaces)
 	}
