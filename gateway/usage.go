@@ -64,12 +64,7 @@ func readRequestFields(buf []byte) requestFields {
 // left alone.
 func withIncludeUsage(body []byte, f requestFields) (out []byte, ok bool) {
 	if f.optsAt[0] < 0 {
-		i := bytes.IndexByte(body, '{')
-		const add = `"stream_options":{"include_usage":true},`
-		out = make([]byte, 0, len(body)+len(add))
-		out = append(out, body[:i+1]...)
-		out = append(out, add...)
-		return append(out, body[i+1:]...), true
+		return withMember(body, []byte(`"stream_options":{"include_usage":true},`)), true
 	}
 	raw := body[f.optsAt[0]:f.optsAt[1]]
 	var opts map[string]json.RawMessage
