@@ -226,6 +226,14 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) {
 		from = n
 	}
 	ns := namespace(r)
+	// The subscription's end is taken before it is answered: an
+	// EndEventStreams after the subscriber sees its answer must end it.
+	s.mu.Lock()
+	if s.streamsEnd == nil {
+		s.streamsEnd = make(chan struct{})
+	}
+	end := s.streamsEnd
+	s.mu.Unlock()
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -276,10 +284,6 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) {
 			lines = append(lines, append(line, '\n'))
 		}
 		ch := s.changed
-		if s.streamsEnd == nil {
-			s.streamsEnd = make(chan struct{})
-		}
-		end := s.streamsEnd
 		s.mu.Unlock()
 		if cutOff {
 			// Nomad ends the stream: "event dropped from buffer".

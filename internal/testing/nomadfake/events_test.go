@@ -230,3 +230,18 @@ func TestTrafficByEndpoint(t *testing.T) {
 		t.Errorf("WithoutRequestLog logged %d requests", n)
 	}
 }
+
+// EndEventStreams ends a subscription whose answer its subscriber has
+// already seen, however soon after it comes (it once missed those that
+// had not yet taken their first look at the buffer).
+func TestEndEventStreamsEndsAnsweredSubscriptions(t *testing.T) {
+	s, _ := newFake(t)
+	for i := range 50 {
+		rs := openRawStream(t, s, "topic=Node:*")
+		s.EndEventStreams()
+		wait.For(t, fmt.Sprintf("subscription %d to end", i), func() (bool, string) {
+			_, ended := rs.state()
+			return ended, "still open"
+		})
+	}
+}
