@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -420,7 +421,7 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 				if e.Index <= st.nodesIdx {
 					continue
 				}
-				n, err := e.Node()
+				n, err := eventObject[api.Node](e, "Node")
 				if err != nil || n == nil {
 					o.log.Warn("nomad event: unreadable node", "key", e.Key, "error", err)
 					continue
@@ -441,7 +442,7 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 				if e.Index <= st.allocsIdx {
 					continue
 				}
-				a, err := e.Allocation()
+				a, err := eventObject[api.Allocation](e, "Allocation")
 				if err != nil || a == nil {
 					o.log.Warn("nomad event: unreadable allocation", "key", e.Key, "error", err)
 					continue
@@ -461,7 +462,8 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 				if e.Index <= st.jobsIdx {
 					continue
 				}
-				j, deleted, err := e.DeregisteredJob()
+				j, err := eventObject[api.Job](e, "Job")
+				deleted, _ := e.Payload["Deleted"].(bool)
 				if err != nil || j == nil || j.ID == nil {
 					o.log.Warn("nomad event: unreadable job", "key", e.Key, "error", err)
 					continue
@@ -518,6 +520,31 @@ func (o *observer) apply(st *streamState, batches []*api.Events) {
 	case nodes != nil || jobsChanged:
 		o.kick()
 	}
+}
+
+// eventObject decodes the member key of an event's payload (Node,
+// Allocation, Job) as the lists and reads do, with encoding/json. Not with
+// the api package's Event.Node and the like: they decode with
+// mapstructure, which ignores json tags, so api.Attribute's values
+// (FloatVal and the rest, tagged "Float", "Int", "String", "Bool") came
+// out nil and a node from an event lost every device attribute: a GPU's
+// power_limit read 0 and the draw derived from it too (on Nomad 2.0.5,
+// TestPowerCapsOnRealNomad's replicas placed while following the stream
+// were registered with 0 W).
+func eventObject[T any](e *api.Event, key string) (*T, error) {
+	v, ok := e.Payload[key]
+	if !ok || v == nil {
+		return nil, fmt.Errorf("no %s in the payload", key)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := new(T)
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return out, nil
 }
 
 // jobsNamespace is the namespace of llmgw's jobs (nomad.namespace).

@@ -185,3 +185,63 @@ func TestStreamListForbiddenIsRetriedOnTheStream(t *testing.T) {
 		t.Errorf("%d subscriptions; want a second after the failed list read", n)
 	}
 }
+
+// A node changed while the stream is followed keeps its GPUs' attributes:
+// a replica placed on it after the change is registered with the draw
+// derived from the GPU's power_limit (1 GPU × 700 W), as one placed from
+// the lists is. (The api package's event decoding dropped every device
+// attribute, so the draw came out 0: on a real Nomad, a measured domain
+// then counted three running 700 W replicas as nothing.)
+func TestStreamNodeEventKeepsDeviceAttributes(t *testing.T) {
+	derived := `
+model "alpha" {
+  source   = "org/alpha"
+  replicas = %d
+  profile "h1" {
+    engine = "vllm"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+  }
+}
+`
+	e := newEnv(t, sixNodes, fmt.Sprintf(derived, 1), `headroom = 0`)
+	e.HoldLock()
+	c := e.start("ctl")
+	e.Pass(c)
+	for _, n := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
+		if err := e.Fake.SetNodeStatus(e.NodeIDs[n], api.NodeStatusDown); err != nil {
+			t.Fatal(err)
+		}
+		waitNodeStatus(t, c, e.NodeIDs[n], api.NodeStatusDown)
+		if err := e.Fake.SetNodeStatus(e.NodeIDs[n], api.NodeStatusReady); err != nil {
+			t.Fatal(err)
+		}
+		waitNodeStatus(t, c, e.NodeIDs[n], api.NodeStatusReady)
+	}
+	for id, n := range c.obs.snapshot().nodes {
+		var got []string
+		for _, d := range n.NodeResources.Devices {
+			a := d.Attributes["power_limit"]
+			if a == nil || a.IntVal == nil || *a.IntVal != 700 {
+				got = append(got, fmt.Sprintf("%s: %+v", d.Name, a))
+			}
+		}
+		if len(got) > 0 {
+			t.Errorf("node %s from its events: power_limit %v; want 700 W on every GPU", id, got)
+		}
+	}
+	e.WriteCatalog(fmt.Sprintf(derived, 3))
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.Settle(c)
+	live := e.LiveJobs()
+	if len(live) != 3 {
+		t.Fatalf("%d live jobs; want 3", len(live))
+	}
+	for _, j := range live {
+		if len(j.Watts) != 1 || j.Watts[0] != 700 {
+			t.Errorf("job %s registered with draw %v W; want [700] (1 GPU × its power_limit)", j.ID, j.Watts)
+		}
+	}
+}
