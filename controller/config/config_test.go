@@ -44,7 +44,7 @@ func TestParse(t *testing.T) {
 			"NOMAD_NAMESPACE": "llm", "NOMAD_CACERT": "ca.pem", "NOMAD_CLIENT_CERT": "/c.pem",
 			"NOMAD_CLIENT_KEY": "/k.pem", "NOMAD_TLS_SERVER_NAME": "server.eu.nomad", "NOMAD_SKIP_VERIFY": "true",
 		}, with(func(c *Config) {
-			c.Nomad = Nomad{Address: "https://nomad.example:4646", Token: "s3cret", Region: "eu", Namespace: "llm",
+			c.Nomad = Nomad{Address: "https://nomad.example:4646", Token: "s3cret", Region: "eu", Namespace: "llm", EventStream: true,
 				Namespaces: []string{"*"},
 				// Paths from the environment stay as given (relative to the
 				// working directory, as for Nomad's CLI).
@@ -78,7 +78,7 @@ nomad {
 }
 `, map[string]string{"NOMAD_ADDR": "https://other:4646", "NOMAD_TOKEN": "env", "NOMAD_REGION": "eu",
 			"NOMAD_NAMESPACE": "llm", "NOMAD_CACERT": "x", "NOMAD_SKIP_VERIFY": "1"}, with(func(c *Config) {
-			c.Nomad = Nomad{Address: "http://10.0.0.1:4646", Token: "from-file", Region: "us", Namespace: "default",
+			c.Nomad = Nomad{Address: "http://10.0.0.1:4646", Token: "from-file", Region: "us", Namespace: "default", EventStream: true,
 				Namespaces: []string{"*"},
 				TLS: TLS{CAFile: filepath.Join(dir, "tls/ca.pem"), CertFile: "/etc/nomad/cli.pem",
 					KeyFile: filepath.Join(dir, "tls/cli-key.pem"), ServerName: "server.us.nomad"}}

@@ -7,7 +7,7 @@ nomad {
   region     = "eu"
   namespace  = "ml-serving"
   namespaces = ["default", "ml-serving", "ml-batch"]
-  event_stream = true
+  event_stream = false
   tls {
     ca_file     = "tls/ca.pem"
     cert_file   = "/etc/nomad/cli.pem"
