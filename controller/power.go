@@ -162,7 +162,7 @@ func (p *powerState) capRound(ctx context.Context, snap snapshot, cat facility.C
 	want := in.nodeCaps(res, fb, sh)
 	// The API shows the round's decisions before the nodes get them, so
 	// that a reader who sees a node's caps written also sees this round.
-	p.record(now, res, sh, in)
+	p.record(now, res, sh, in, want)
 	// The caps are the leader's writes: made inside its lease, and cut
 	// off when it ends, like its job writes.
 	wctx, cancel, err := p.lead.writeContext(ctx, true)
@@ -473,8 +473,18 @@ func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 
 // record keeps the round's outcome for the API, logs and counts every cap
 // decision as an event, and names the GPUs that refused a cap.
-func (p *powerState) record(now time.Time, res, sh powercap.Result, in capInput) {
+func (p *powerState) record(now time.Time, res, sh powercap.Result, in capInput, want map[string]nodeCaps) {
 	v := controllerapi.PowerView{At: now}
+	draw := map[string]float64{}
+	for _, g := range in.gpus {
+		draw[g.Node] += g.DrawWatts
+	}
+	for node, nc := range want {
+		if nc.share.Watts > 0 {
+			v.Shares = append(v.Shares, controllerapi.NodeShare{Node: node, ShareWatts: nc.share.Watts, DrawWatts: draw[node], GPUs: len(nc.share.GPUs)})
+		}
+	}
+	sort.Slice(v.Shares, func(i, j int) bool { return v.Shares[i].Node < v.Shares[j].Node })
 	for _, d := range res.Domains {
 		pd := controllerapi.PowerDomain{Domain: d.Domain.String(), Engaged: d.Engaged, LimitWatts: d.LimitWatts, DrawWatts: d.DrawWatts, BoundWatts: d.BoundWatts, ShortfallWatts: d.ShortfallWatts}
 		v.Domains = append(v.Domains, pd)

@@ -250,6 +250,16 @@ func measuredAdmissionAndCaps(t *testing.T, mod func(*Options), advance time.Dur
 	if capEvents != 2 || len(pv.Learned) == 0 {
 		t.Errorf("power view: %d cap events on lo's GPUs, want 2; learned %+v; events %+v", capEvents, pv.Learned, pv.Events)
 	}
+	// The view names n1's share, as the variable holds it, over all its GPUs.
+	var n1 []controllerapi.NodeShare
+	for _, s := range pv.Shares {
+		if s.Node == "n1" {
+			n1 = append(n1, s)
+		}
+	}
+	if len(n1) != 1 || n1[0].ShareWatts <= 0 || n1[0].ShareWatts > 1500 || n1[0].GPUs != len(share.GPUs) || n1[0].DrawWatts <= 0 {
+		t.Errorf("power view's shares %+v: want n1's once, of at most 1,500 W over its %d GPUs, with their draw", pv.Shares, len(share.GPUs))
+	}
 
 	// The spike ends; past the hold (5 minutes under 85 % of the limit,
 	// unless mod set power_cap_hold) the caps lift.

@@ -11,10 +11,14 @@ import (
 // as the last cap round left them, every GPU's draw and cap, the domains
 // admitting as declared because a cap was refused, and the last cap events.
 type PowerView struct {
-	At      time.Time      `json:"at"` // the last cap round; zero before one
-	Learned []LearnedDraw  `json:"learned"`
-	Domains []PowerDomain  `json:"domains,omitempty"`
-	GPUs    []GPUPower     `json:"gpus,omitempty"`
+	At      time.Time     `json:"at"` // the last cap round; zero before one
+	Learned []LearnedDraw `json:"learned"`
+	Domains []PowerDomain `json:"domains,omitempty"`
+	GPUs    []GPUPower    `json:"gpus,omitempty"`
+	// Shares are the nodes given a power share this round (docs/power.md,
+	// "Node shares"), by name; a node not listed holds none (room for
+	// every GPU at its max).
+	Shares  []NodeShare    `json:"shares,omitempty"`
 	Refused []PowerRefusal `json:"refused,omitempty"`
 	Events  []PowerEvent   `json:"events,omitempty"`
 }
@@ -75,6 +79,15 @@ type GPUPower struct {
 	CapDomain  string  `json:"cap_domain,omitempty"`
 	Reason     string  `json:"reason,omitempty"`
 	State      string  `json:"state,omitempty"` // the plugin's power_cap stat
+}
+
+// NodeShare is one node's power share as the last cap round decided it:
+// what its plugin holds over its GPUs every second.
+type NodeShare struct {
+	Node       string  `json:"node"`
+	ShareWatts float64 `json:"share_watts"`
+	DrawWatts  float64 `json:"draw_watts"` // its GPUs' draw in the round
+	GPUs       int     `json:"gpus"`       // its GPUs under the share
 }
 
 // PowerRefusal is a measured domain admitting as declared because a GPU in

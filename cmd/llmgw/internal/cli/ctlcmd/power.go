@@ -33,6 +33,11 @@ Capped GPUs: each GPU with a cap, its model, cap, floor (the larger of its
 minimum limit and its profile's min_watts), the limit its plugin reports it
 enforces, its draw, the domain that capped it and its plugin's cap state.
 
+Node shares: the nodes given a power share in the last round (docs/power.md,
+"Node shares"): SHARE is what the node's plugin holds its GPUs to, reading
+them every second, DRAW what they drew in the round, GPUS how many of them
+the share covers. A node not listed has room for every GPU at its max.
+
 Refused: the measured domains admitting as declared because a GPU in them
 refused a cap. Events: the last --events cap decisions (cap, change, lift,
 refused), oldest first.
@@ -129,6 +134,15 @@ func renderPower(v controllerapi.PowerView, events int, now time.Time) []byte {
 			if g.CapWatts > 0 {
 				t.row(g.Node, g.UUID, dash(g.Model), watt(g.CapWatts), watt(g.FloorWatts), watt(g.EnforcedWatts), watt(g.DrawWatts), g.CapDomain, dash(g.State))
 			}
+		}
+		b.Write(t.bytes())
+	}
+
+	if len(v.Shares) > 0 {
+		b.WriteString("\nNode shares (each node's plugin holds its share over its GPUs every second)\n")
+		t := newTable("NODE", "SHARE", "DRAW", "GPUS")
+		for _, s := range v.Shares {
+			t.row(s.Node, watt(s.ShareWatts), watt(s.DrawWatts), strconv.Itoa(s.GPUs))
 		}
 		b.Write(t.bytes())
 	}
