@@ -248,7 +248,7 @@ func AdapterLink(name string) string { return AdapterDir + "/" + name }
 // that cannot be its link's file name in AdapterDir.
 func CheckAdapterLinkName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
-		return fmt.Errorf("%q cannot name the adapter's link in the task directory (%s/NAME): no '/' or '\\', not . or ..", name, AdapterDir)
+		return fmt.Errorf("%q cannot name the adapter's link in the task directory (%s/NAME): not . or .., and no '/' or '\\'", name, AdapterDir)
 	}
 	return nil
 }
