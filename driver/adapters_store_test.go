@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/facility"
 	"github.com/llmgw/llmgw/internal/testing/hubserver"
 	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
 	"github.com/llmgw/llmgw/weights"
@@ -206,5 +208,65 @@ func TestFetchAdaptersPEFT(t *testing.T) {
 	ms, err := s.Models()
 	if err != nil || len(ms) != 2 {
 		t.Errorf("the store holds %d models (%v), want sql's and both's", len(ms), err)
+	}
+}
+
+// The catalog's adapters that the stores fetch reach the driver as the
+// same sources: render's adapter blocks decode (as this test maps Nomad's
+// conversion) into sources with the catalog's keys, and the driver takes
+// the task config.
+func TestRenderedFetchedAdaptersAreTheCatalogs(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	cat, err := facility.ParseCatalog("c.hcl", []byte(`model "m" {
+  source = "/models/m.gguf"
+  adapter "sql" {
+    source = "org/sql-lora"
+    weights {
+      revision = "v1"
+      files    = ["sql.gguf"]
+    }
+  }
+  adapter "chat" {
+    weights {
+      urls   = ["https://h/lora/chat.gguf"]
+      sha256 = { "chat.gguf" = "`+sum+`" }
+    }
+  }
+  profile "p" {
+    engine = "llamacpp"
+    gpu    = "NVIDIA H200"
+    gpus   = 1
+  }
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	p := m.Profiles[0]
+	job, err := render.Job(render.Input{
+		Model: m, Profile: p,
+		Decision: facility.Decision{Replica: facility.ReplicaID(m.Name, 0), Model: m.Name, Profile: p.Name, Placed: true,
+			Shards: []facility.Shard{{Node: "n-0", GPU: p.GPU, GPUs: p.GPUs}}},
+		Nodes: map[string]render.NodeInfo{"n-0": {}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := taskConfig(job.TaskGroups[0].Tasks[0].Config, nomadVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.validate(); err != nil {
+		t.Fatalf("the driver refuses the rendered config: %v", err)
+	}
+	if len(tc.Adapters) != 2 {
+		t.Fatalf("adapters %+v", tc.Adapters)
+	}
+	for i, a := range tc.Adapters {
+		src, err := a.source()
+		if err != nil || a.Path != "" || src.Key() != m.Adapters[i].Weights.Key() {
+			t.Errorf("%s: %+v (%v), key %q; want the catalog's %q", a.Name, src, err, src.Key(), m.Adapters[i].Weights.Key())
+		}
 	}
 }
