@@ -11,6 +11,7 @@ import (
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
+	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/bounded"
 )
 
@@ -115,16 +116,19 @@ func fetchAdapters(ctx context.Context, client *http.Client, url string, l *engi
 // adapterStates matches the catalog's adapters of t with what its engine
 // listed: by name where the engine names adapters (vLLM), and then the
 // path must be the catalog's; by path where it does not (llama.cpp, which
-// numbers them: the ID).
+// numbers them: the ID). An adapter the nodes' stores fetch has the
+// driver's link in the replica's task directory as its path
+// (Adapter.EnginePath, gatewayapi.ListedAdapter.LoadedFrom).
 func adapterStates(t engineTarget, loaded []engine.LoadedAdapter) []controllerapi.AdapterState {
 	out := make([]controllerapi.AdapterState, len(t.adapters))
 	for i, a := range t.adapters {
 		st := controllerapi.AdapterState{Name: a.Name, Note: fmt.Sprintf("not in the engine's GET %s%s", t.listing.Path, leftOutHint)}
+		want := gatewayapi.ListedAdapter{Name: a.Name, Path: a.EnginePath()}
 		for _, l := range loaded {
 			switch {
-			case l.Name != "" && l.Name == a.Name && l.Path != a.Weights.Path:
-				st.Note = fmt.Sprintf("the engine serves %q from %s, not the catalog's %s", a.Name, l.Path, a.Weights.Path)
-			case l.Name != "" && l.Name == a.Name, l.Name == "" && l.Path == a.Weights.Path:
+			case l.Name != "" && l.Name == a.Name && !want.LoadedFrom(l.Path):
+				st.Note = fmt.Sprintf("the engine serves %q from %s, not the catalog's %s", a.Name, l.Path, want.Path)
+			case l.Name != "" && l.Name == a.Name, l.Name == "" && want.LoadedFrom(l.Path):
 				st.Loaded, st.Note = true, ""
 				if l.ID >= 0 {
 					st.ID = new(l.ID)

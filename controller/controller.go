@@ -604,7 +604,7 @@ func modelList(cat facility.Catalog, scale map[string]reconcile.Scale) gatewayap
 	for _, m := range cat.Models {
 		lm := gatewayapi.ListedModel{Name: m.Name, Min: m.Floor(), Replicas: m.Replicas, Routing: m.Routing, MaxAdapters: m.MaxAdapters}
 		for _, a := range m.Adapters {
-			lm.Adapters = append(lm.Adapters, gatewayapi.ListedAdapter{Name: a.Name, Path: a.Weights.Path, Scale: a.Scale})
+			lm.Adapters = append(lm.Adapters, gatewayapi.ListedAdapter{Name: a.Name, Path: a.EnginePath(), Scale: a.Scale})
 		}
 		if s, ok := scale[m.Name]; ok && m.Autoscale != nil {
 			lm.Replicas = s.Has

@@ -1,15 +1,24 @@
 package driver
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	gguf "github.com/gpustack/gguf-parser-go"
 
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/nomadplugin/pb/driverpb"
+	"github.com/llmgw/llmgw/weights"
+	"github.com/llmgw/llmgw/weightsapi"
 )
 
 // AdapterConfig is one adapter block of a task's config: a LoRA adapter
@@ -19,17 +28,184 @@ type AdapterConfig struct {
 	// Name is what requests name the adapter by.
 	Name string `codec:"name"`
 	// Path is the adapter on the node: a GGUF file for llama.cpp, a PEFT
-	// directory for vLLM and SGLang.
+	// directory for vLLM and SGLang. Without it, Weights says what the
+	// node's store fetches (and the driver sets Path to its link).
 	Path string `codec:"path"`
+	// Source and Weights, instead of Path: the adapter's files as a
+	// task's weights block names a model's, the hub repository being
+	// Source (a weights block with urls takes no Source).
+	Source  string         `codec:"source"`
+	Weights *WeightsConfig `codec:"weights"`
 	// Rank is the adapter's LoRA rank; 0 unknown.
 	Rank int `codec:"rank"`
 }
 
-// adapterSpec is what engine.AdapterArgs takes of the task's adapters.
+// fetched reports whether the node's store fetches the adapter.
+func (a AdapterConfig) fetched() bool { return a.Weights != nil }
+
+// validate checks the adapter's source: a path, or a weights block.
+func (a AdapterConfig) validate() error {
+	switch {
+	case a.Weights != nil && a.Path != "":
+		return fmt.Errorf("adapter %q: path and weights are both given: give one", a.Name)
+	case a.Weights == nil && a.Source != "":
+		return fmt.Errorf("adapter %q: source is a weights block's hub repository: give the weights block", a.Name)
+	case a.Weights == nil && a.Path == "":
+		return fmt.Errorf("adapter %q: give path, or a weights block the node's store fetches", a.Name)
+	case a.Weights != nil && len(a.Weights.URLs) > 0 && a.Source != "":
+		return fmt.Errorf("adapter %q: source is for a hub repository; with weights.urls, leave it out", a.Name)
+	case a.Weights != nil:
+		if err := weightsapi.CheckAdapterLinkName(a.Name); err != nil {
+			return fmt.Errorf("adapter %q: name: %w", a.Name, err)
+		}
+		if _, err := a.source(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetchAdapters makes the node's store hold each adapter of tc that it
+// fetches (a weights block), as it does a model's weights (once per node,
+// resumed, verified against its sha256), each step a task event naming
+// the adapter, and points the adapter at its link in the task's directory
+// (<task dir>/llmgw-adapters/<name>, to the store's GGUF file for
+// llama.cpp, else to the PEFT directory): the engine loads the verified
+// files and lists the adapter by a path whose tail the controller and the
+// gateways know (weightsapi.AdapterLink). An adapter that cannot be
+// fetched or linked is left out of tc.Adapters and returned with the
+// cause, so that the engine starts without it; the others keep their
+// order. keys are the store's keys of the adapters it holds for the task,
+// to lease.
+func fetchAdapters(ctx context.Context, conf Config, task *driverpb.TaskConfig, tc *TaskConfig, emit eventFunc) (bad []badAdapter, keys []string) {
+	if !slices.ContainsFunc(tc.Adapters, AdapterConfig.fetched) {
+		return nil, nil
+	}
+	linkDir := filepath.Join(task.GetAllocDir(), task.GetName(), weightsapi.AdapterDir)
+	store, serr := openStore(conf)
+	var kept []AdapterConfig
+	for _, a := range tc.Adapters {
+		if !a.fetched() {
+			kept = append(kept, a)
+			continue
+		}
+		link := filepath.Join(linkDir, a.Name)
+		if tc.Engine == engine.LlamaCpp && strings.Contains(link, ",") {
+			bad = append(bad, badAdapter{a, fmt.Errorf("its link %s holds a comma (in the task directory's path), which llama.cpp's --lora reads as a separator", link)})
+			continue
+		}
+		// Whatever an earlier start of the task linked goes first: the
+		// engine finds this start's adapter there, or nothing.
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			bad = append(bad, badAdapter{a, fmt.Errorf("remove the earlier link %s: %w", link, err)})
+			continue
+		}
+		src, err := a.source()
+		if err == nil {
+			err = serr
+		}
+		var m weights.Model
+		if err == nil {
+			m, err = store.Ensure(ctx, src, hubToken(task), func(e weights.Event) {
+				ann := maps.Clone(e.Annotations)
+				if ann == nil {
+					ann = map[string]string{}
+				}
+				ann["adapter"] = a.Name
+				emit(time.Time{}, fmt.Sprintf("LoRA adapter %q: %s", a.Name, e.Message), ann)
+			})
+		}
+		if err == nil {
+			keys = append(keys, m.Key)
+			err = linkAdapter(tc.Engine, m, link)
+		}
+		if err != nil {
+			bad = append(bad, badAdapter{a, err})
+			continue
+		}
+		a.Path = link
+		kept = append(kept, a)
+	}
+	tc.Adapters = kept
+	return bad, keys
+}
+
+// linkAdapter links the adapter the store holds as m at link: for
+// llama.cpp its one GGUF file, for vLLM and SGLang the directory of its
+// adapter_config.json (the model's directory when it has none, which the
+// PEFT check then names).
+func linkAdapter(eng string, m weights.Model, link string) error {
+	var names []string
+	for _, f := range m.Files {
+		names = append(names, f.Name)
+	}
+	var target string
+	if eng == engine.LlamaCpp {
+		var ggufs []string
+		for _, n := range names {
+			if strings.HasSuffix(strings.ToLower(n), ".gguf") {
+				ggufs = append(ggufs, n)
+			}
+		}
+		switch {
+		case len(ggufs) == 1:
+			target = filepath.Join(m.Dir, ggufs[0])
+		case len(names) == 1:
+			target = filepath.Join(m.Dir, names[0])
+		default:
+			return fmt.Errorf("%s: %d GGUF files of %d (%s): llama.cpp loads an adapter from one GGUF file; name it alone in the source's files",
+				m.Source, len(ggufs), len(names), strings.Join(names, ", "))
+		}
+	} else {
+		var configs []string
+		for _, n := range names {
+			if path.Base(n) == "adapter_config.json" {
+				configs = append(configs, n)
+			}
+		}
+		switch len(configs) {
+		case 0:
+			target = m.Dir
+		case 1:
+			target = filepath.Join(m.Dir, path.Dir(configs[0]))
+		default:
+			return fmt.Errorf("%s: %d adapter_config.json files (%s): a PEFT adapter is one directory; name one adapter's files in the source",
+				m.Source, len(configs), strings.Join(configs, ", "))
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("the adapter's link: %w", err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		return fmt.Errorf("the adapter's link: %w", err)
+	}
+	return nil
+}
+
+// source is the store's source of an adapter with a weights block.
+func (a AdapterConfig) source() (weights.Source, error) {
+	src, err := sourceOf(*a.Weights, a.Source, "")
+	if err != nil {
+		if src.Hub != nil {
+			err = fmt.Errorf("%w (source names the repository)", err)
+		}
+		return weights.Source{}, fmt.Errorf("adapter %q: %w", a.Name, err)
+	}
+	return src, nil
+}
+
+// adapterSpec is what engine.AdapterArgs takes of the task's adapters. An
+// adapter the store fetches, not fetched yet, has its link's path under a
+// task directory of "/": what is checked of it before the real one is
+// known.
 func adapterSpec(as []AdapterConfig, slots int) engine.AdapterSpec {
 	s := engine.AdapterSpec{Slots: slots}
 	for _, a := range as {
-		s.Adapters = append(s.Adapters, engine.Adapter{Name: a.Name, Path: a.Path, Rank: a.Rank})
+		p := a.Path
+		if p == "" && a.fetched() {
+			p = "/" + weightsapi.AdapterLink(a.Name)
+		}
+		s.Adapters = append(s.Adapters, engine.Adapter{Name: a.Name, Path: p, Rank: a.Rank})
 	}
 	return s
 }

@@ -331,18 +331,25 @@ func TaskConfigSpec() *hclspec.Spec {
 		"leader_addr":       hclspec.Attr("leader_addr", "string"),
 		"env":               hclspec.Attr("env", "map(string)"),
 		"adapter": hclspec.BlockList("adapter", 0, engine.MaxAdapters, hclspec.Object(map[string]*hclspec.Spec{
-			"name": hclspec.RequiredAttr("name", "string"),
-			"path": hclspec.RequiredAttr("path", "string"),
-			"rank": hclspec.Attr("rank", "number"),
+			"name":    hclspec.RequiredAttr("name", "string"),
+			"path":    hclspec.Attr("path", "string"),
+			"source":  hclspec.Attr("source", "string"),
+			"weights": weightsSpec(),
+			"rank":    hclspec.Attr("rank", "number"),
 		})),
 		"max_adapters": hclspec.Attr("max_adapters", "number"),
-		"weights": hclspec.Block("weights", false, hclspec.Object(map[string]*hclspec.Spec{
-			"revision": hclspec.Attr("revision", "string"),
-			"files":    hclspec.Attr("files", "list(string)"),
-			"urls":     hclspec.Attr("urls", "list(string)"),
-			"sha256":   hclspec.Attr("sha256", "map(string)"),
-		})),
+		"weights":      weightsSpec(),
 	})
+}
+
+// weightsSpec is the schema of a weights block: a task's, or an adapter's.
+func weightsSpec() *hclspec.Spec {
+	return hclspec.Block("weights", false, hclspec.Object(map[string]*hclspec.Spec{
+		"revision": hclspec.Attr("revision", "string"),
+		"files":    hclspec.Attr("files", "list(string)"),
+		"urls":     hclspec.Attr("urls", "list(string)"),
+		"sha256":   hclspec.Attr("sha256", "map(string)"),
+	}))
 }
 
 // ErrBadTaskConfig is wrapped by every task config error.
@@ -415,6 +422,11 @@ func (tc *TaskConfig) validate() error {
 	if len(tc.Adapters) > 0 || tc.MaxAdapters != 0 {
 		if len(tc.Adapters) == 0 {
 			return fmt.Errorf("max_adapters: %d without an adapter block", tc.MaxAdapters)
+		}
+		for _, a := range tc.Adapters {
+			if err := a.validate(); err != nil {
+				return err
+			}
 		}
 		if _, err := engine.AdapterArgs(tc.Engine, adapterSpec(tc.Adapters, tc.MaxAdapters)); err != nil {
 			return err

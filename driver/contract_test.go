@@ -284,6 +284,10 @@ func taskConfig(cfg map[string]any, vars map[string]string) (TaskConfig, error) 
 						a.Path, err = str("adapter path", bv)
 					case "rank":
 						a.Rank, err = num("adapter rank", bv)
+					case "source":
+						a.Source, err = str("adapter source", bv)
+					case "weights":
+						a.Weights, err = weightsConfig(bv)
 					default:
 						err = fmt.Errorf("config adapter[%d].%s: a key this test does not map", i, bk)
 					}
@@ -303,6 +307,33 @@ func taskConfig(cfg map[string]any, vars map[string]string) (TaskConfig, error) 
 		}
 	}
 	return tc, nil
+}
+
+// weightsConfig maps a rendered weights block (render's weightsBlock:
+// one block of files and revision, or urls and sha256).
+func weightsConfig(v any) (*WeightsConfig, error) {
+	blocks, ok := v.([]map[string]any)
+	if !ok || len(blocks) != 1 {
+		return nil, fmt.Errorf("config weights: %T, want one []map[string]any block", v)
+	}
+	var w WeightsConfig
+	for k, v := range blocks[0] {
+		var ok bool
+		switch k {
+		case "revision":
+			w.Revision, ok = v.(string)
+		case "files":
+			w.Files, ok = v.([]string)
+		case "urls":
+			w.URLs, ok = v.([]string)
+		case "sha256":
+			w.SHA256, ok = v.(map[string]string)
+		}
+		if !ok {
+			return nil, fmt.Errorf("config weights.%s: %T, a key or type this test does not map", k, v)
+		}
+	}
+	return &w, nil
 }
 
 // contractHost is what the driver runs on in the test: an executable for

@@ -68,8 +68,10 @@ type driverState struct {
 	// those the host could not enforce (resource_limits = "best_effort").
 	Limits     []string `json:"limits,omitempty"`
 	Unenforced []string `json:"unenforced,omitempty"`
-	// WeightsKey is the model the task leases in the node's store.
-	WeightsKey string `json:"weights_key,omitempty"`
+	// WeightsKey is the model the task leases in the node's store;
+	// AdapterKeys the LoRA adapters it fetched there.
+	WeightsKey  string   `json:"weights_key,omitempty"`
+	AdapterKeys []string `json:"adapter_keys,omitempty"`
 }
 
 // Files the driver itself keeps in a task's state dir, beside the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -351,10 +352,33 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 			return nil, nomadplugin.RecoverableError(err, true)
 		}
 	}
+	var fetchBad []badAdapter
+	var adapterKeys []string
+	if slices.ContainsFunc(tc.Adapters, AdapterConfig.fetched) {
+		// The adapters the store fetches, as the weights above, each
+		// step a task event naming the adapter; one that cannot be
+		// fetched is left out and the engine starts without it.
+		fctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(p.ctx, cancel)
+		fetchBad, adapterKeys = fetchAdapters(fctx, conf, cfg, &tc, emit)
+		stop()
+		cancel()
+		select {
+		case p.storeChanged <- struct{}{}:
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nomadplugin.RecoverableError(fmt.Errorf("fetching the LoRA adapters: %w", err), true)
+		}
+		if err := p.ctx.Err(); err != nil {
+			return nil, nomadplugin.RecoverableError(fmt.Errorf("fetching the LoRA adapters: the plugin is stopping: %w", err), true)
+		}
+	}
 	pl, err := makePlan(conf, cfg, tc, p.gpu.topology)
 	if err != nil {
 		return refuse(fmt.Errorf("%w: %w", ErrBadTaskConfig, err))
 	}
+	pl.badAdapters = append(fetchBad, pl.badAdapters...)
 	stateDir, err := stateDirFor(cfg)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -386,10 +410,17 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		emit(time.Time{}, n, map[string]string{"gpus": strings.Join(pl.gpus, ","), "cuda_visible_devices": strings.Join(pl.gpu.bind.Visible, ",")})
 	}
 	for _, b := range pl.badAdapters {
-		log.Error("LoRA adapter left out", "adapter", b.Name, "path", b.Path, "error", b.err)
-		emit(time.Time{}, fmt.Sprintf("LoRA adapter %q not loaded: %v", b.Name, b.err), map[string]string{
-			"adapter": b.Name, "path": b.Path, "cause": b.err.Error(),
-		})
+		ann := map[string]string{"adapter": b.Name, "cause": b.err.Error()}
+		if b.Path != "" {
+			ann["path"] = b.Path
+		}
+		if b.fetched() {
+			if src, err := b.source(); err == nil {
+				ann["source"] = src.String()
+			}
+		}
+		log.Error("LoRA adapter left out", "adapter", b.Name, "path", b.Path, "source", ann["source"], "error", b.err)
+		emit(time.Time{}, fmt.Sprintf("LoRA adapter %q not loaded: %v", b.Name, b.err), ann)
 	}
 	if len(pl.badAdapters) > 0 {
 		loaded := make([]string, len(pl.adapters))
@@ -433,15 +464,16 @@ func (p *Plugin) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) 
 		OOMError: l.Started.OOMError,
 		User:     pl.user.Name, UID: uid, GID: gid, Groups: groups,
 		Limits: l.Started.Limits, Unenforced: l.Started.Unenforced,
-		WeightsKey: held.Key,
+		WeightsKey: held.Key, AdapterKeys: adapterKeys,
 	}
-	if held.Key != "" {
-		// The model stays on the node while the task's supervisor
-		// lives, whatever becomes of this plugin.
+	if leased := slices.DeleteFunc(append([]string{held.Key}, adapterKeys...), func(k string) bool { return k == "" }); len(leased) > 0 {
+		// The model and the adapters stay on the node while the task's
+		// supervisor lives, whatever becomes of this plugin.
 		if store, err := openStore(conf); err == nil {
-			err = store.Acquire(held.Key, cfg.GetId(), l.Started.Supervisor.Pid)
-			if err != nil {
-				log.Warn("model store lease", "error", err)
+			for _, k := range leased {
+				if err := store.Acquire(k, cfg.GetId(), l.Started.Supervisor.Pid); err != nil {
+					log.Warn("model store lease", "key", k, "error", err)
+				}
 			}
 		}
 	}
@@ -579,10 +611,12 @@ func (p *Plugin) DestroyTask(ctx context.Context, req *driverpb.DestroyTaskReque
 		}
 	}
 	h.shutdown()
-	if k := h.st.WeightsKey; k != "" {
+	if leased := slices.DeleteFunc(append([]string{h.st.WeightsKey}, h.st.AdapterKeys...), func(k string) bool { return k == "" }); len(leased) > 0 {
 		if store, err := openStore(p.config()); err == nil {
-			if err := store.Release(k, req.GetTaskId()); err != nil {
-				h.log.Warn("model store lease", "error", err)
+			for _, k := range leased {
+				if err := store.Release(k, req.GetTaskId()); err != nil {
+					h.log.Warn("model store lease", "key", k, "error", err)
+				}
 			}
 		}
 	}

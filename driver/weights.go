@@ -47,7 +47,17 @@ func hubToken(task *driverpb.TaskConfig) string {
 
 // weightsSource is the source a task's weights block names.
 func weightsSource(tc TaskConfig) (weights.Source, error) {
-	w := tc.Weights
+	src, err := sourceOf(*tc.Weights, tc.Model, tc.ModelFile)
+	if err != nil && src.Hub != nil {
+		return weights.Source{}, fmt.Errorf("%w (model names the repository)", err)
+	}
+	return src, err
+}
+
+// sourceOf is the source a weights block w names: its urls, else the hub
+// repository repo with w's files, or file alone when w names none (a
+// task's model_file). On an error the source is as far as it was built.
+func sourceOf(w WeightsConfig, repo, file string) (weights.Source, error) {
 	if len(w.URLs) > 0 {
 		var src weights.Source
 		named := map[string]bool{}
@@ -74,14 +84,11 @@ func weightsSource(tc TaskConfig) (weights.Source, error) {
 		return weights.Source{}, errors.New("weights.sha256: only for urls (a hub gives each file's sha256)")
 	}
 	files := w.Files
-	if len(files) == 0 && tc.ModelFile != "" {
-		files = []string{tc.ModelFile}
+	if len(files) == 0 && file != "" {
+		files = []string{file}
 	}
-	src := weights.Source{Hub: &weights.Hub{Repo: tc.Model, Revision: w.Revision, Files: files}}
-	if err := src.Validate(); err != nil {
-		return weights.Source{}, fmt.Errorf("%w (model names the repository)", err)
-	}
-	return src, nil
+	src := weights.Source{Hub: &weights.Hub{Repo: repo, Revision: w.Revision, Files: files}}
+	return src, src.Validate()
 }
 
 // openStore opens the node's model store: model_cache, with the plugin's

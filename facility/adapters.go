@@ -17,10 +17,12 @@ type Adapter struct {
 	// Name is the adapter's name in requests and /v1/models; unique in the
 	// whole catalog, models' names included.
 	Name string
-	// Weights is where the adapter's files are. Only a path on every node
-	// (path): the engine's own form, a GGUF file for llama.cpp, a PEFT
-	// directory for vLLM and SGLang. Adapters fetched by the nodes' stores
-	// (a hub repository, URLs) are not supported yet.
+	// Weights is where the adapter's files are, in the engine's own form
+	// (a GGUF file for llama.cpp, a PEFT directory for vLLM and SGLang):
+	// a path on every node, or, like a model's weights, a hub repository
+	// at a revision or URLs, which each node's store fetches and verifies
+	// before the engine starts (the driver links them into the replica's
+	// task directory: EnginePath).
 	Weights weightsapi.Source
 	// Scale is how strongly the adapter applies (llama.cpp's per-request
 	// scale); 1 unless given.
@@ -31,20 +33,39 @@ type Adapter struct {
 	Pos  Pos
 }
 
+// Fetched reports whether the nodes' stores fetch the adapter (a hub
+// repository or URLs), rather than find it at a path.
+func (a Adapter) Fetched() bool { return a.Weights.Hub != nil || len(a.Weights.URLs) > 0 }
+
+// EnginePath is the path the replicas' engines load the adapter from, as
+// the gateways and the controller know it (gatewayapi.ListedAdapter's
+// Path): its path on the nodes, or, for an adapter the stores fetch, the
+// driver's link relative to the replica's task directory
+// (weightsapi.AdapterLink).
+func (a Adapter) EnginePath() string {
+	if a.Fetched() {
+		return weightsapi.AdapterLink(a.Name)
+	}
+	return a.Weights.Path
+}
+
 // Adapter limits.
 const (
 	maxAdapterRank  = 1 << 16
 	maxAdapterScale = 100
 )
 
-// adapterHCL is an adapter block of a model.
+// adapterHCL is an adapter block of a model: path, or source and a
+// weights block as a model's.
 type adapterHCL struct {
-	Name     string    `hcl:"name,label"`
-	Path     string    `hcl:"path"`
-	Scale    float64   `hcl:"scale,optional"`
-	Rank     int       `hcl:"rank,optional"`
-	DefRange hcl.Range `hcl:",def_range"`
-	Body     hcl.Body  `hcl:",body"`
+	Name     string      `hcl:"name,label"`
+	Path     string      `hcl:"path,optional"`
+	Source   string      `hcl:"source,optional"`
+	Weights  *weightsHCL `hcl:"weights,block"`
+	Scale    float64     `hcl:"scale,optional"`
+	Rank     int         `hcl:"rank,optional"`
+	DefRange hcl.Range   `hcl:",def_range"`
+	Body     hcl.Body    `hcl:",body"`
 }
 
 // adapters reads a model's adapter blocks and max_adapters, each problem
@@ -59,7 +80,8 @@ func (d *decoder) adapters(m *Model, rm *modelHCL) {
 		return
 	}
 	for _, ra := range rm.Adapters {
-		a := Adapter{Name: ra.Name, Weights: weightsapi.Source{Path: ra.Path}, Scale: 1, Pos: d.pos(ra.DefRange)}
+		a := Adapter{Name: ra.Name, Scale: 1, Pos: d.pos(ra.DefRange)}
+		d.adapterSource(m, &a, &ra)
 		if r, ok := d.Given(ra.Body, "scale"); ok {
 			if err := checkScale(ra.Scale); err != nil {
 				d.errorf(r, "model %q: adapter %q: %v", m.Name, a.Name, err)
@@ -78,6 +100,34 @@ func (d *decoder) adapters(m *Model, rm *modelHCL) {
 	}
 }
 
+// adapterSource sets a.Weights from the adapter's path, or its source and
+// weights block, read as a model's (weightsSource), each problem at its
+// line.
+func (d *decoder) adapterSource(m *Model, a *Adapter, ra *adapterHCL) {
+	who := fmt.Sprintf("model %q: adapter %q", m.Name, a.Name)
+	pathAt, hasPath := d.Given(ra.Body, "path")
+	sourceAt, hasSource := d.Given(ra.Body, "source")
+	switch {
+	case ra.Weights != nil && d.Has(ra.Body, "path"):
+		d.errorf(pathAt, "%s: path and a weights block are both given: give one (path: the adapter already on every node; weights: what each node's store fetches)", who)
+	case ra.Weights != nil:
+		if src := d.weightsSource(weightsOwner{who: who, owner: "adapter", body: ra.Body, source: ra.Source}, ra.Weights); src != nil {
+			a.Weights = *src
+		}
+		if hasSource && (d.Has(ra.Weights.Body, "urls") || d.Has(ra.Weights.Body, "path")) {
+			d.errorf(sourceAt, "%s: source is the hub repository of the weights block; with its urls or path, leave it out", who)
+		}
+	case hasSource:
+		d.errorf(sourceAt, "%s: source names a hub repository: add a weights block with its files (and revision), which each node's store fetches", who)
+	case hasPath && ra.Path == "":
+		d.errorf(pathAt, "%s: path: give the adapter's clean absolute path on every node", who)
+	case hasPath:
+		a.Weights = weightsapi.Source{Path: ra.Path}
+	case !d.Has(ra.Body, "path"):
+		d.errorf(ra.DefRange, "%s: give path (the adapter already on every node) or a weights block (a hub repository, the adapter's source, or urls: what each node's store fetches and verifies)", who)
+	}
+}
+
 func checkScale(s float64) error {
 	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 || s > maxAdapterScale {
 		return fmt.Errorf("scale: want a number above 0 and at most %d, got %v", maxAdapterScale, s)
@@ -86,11 +136,18 @@ func checkScale(s float64) error {
 }
 
 // AdapterSpec is what the model's replicas serve of adapters, as the
-// engines' recipes take it (engine.AdapterArgs).
+// engines' recipes take it (engine.AdapterArgs), for the checks of the
+// catalog and of render. An adapter the stores fetch has its link's path
+// under a task directory of "/" there: the driver renders the real one,
+// under the replica's.
 func (m Model) AdapterSpec() engine.AdapterSpec {
 	s := engine.AdapterSpec{Slots: m.MaxAdapters}
 	for _, a := range m.Adapters {
-		s.Adapters = append(s.Adapters, engine.Adapter{Name: a.Name, Path: a.Weights.Path, Rank: a.Rank})
+		p := a.Weights.Path
+		if a.Fetched() {
+			p = "/" + a.EnginePath()
+		}
+		s.Adapters = append(s.Adapters, engine.Adapter{Name: a.Name, Path: p, Rank: a.Rank})
 	}
 	return s
 }
@@ -117,6 +174,12 @@ func (m Model) validateAdapters(taken map[string]string) []error {
 		errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: %d adapters, at most %d", m.Name, len(m.Adapters), engine.MaxAdapters)))
 	}
 	paths := map[string]string{}
+	links := map[string]string{} // the links of adapters the stores fetch, by path tail
+	for _, a := range m.Adapters {
+		if a.Fetched() {
+			links["/"+a.EnginePath()] = a.Name
+		}
+	}
 	for _, a := range m.Adapters {
 		if err := checkName("adapter", a.Name); err != nil {
 			at(a, "%v", err)
@@ -129,16 +192,28 @@ func (m Model) validateAdapters(taken map[string]string) []error {
 		} else {
 			taken[a.Name] = fmt.Sprintf("adapter of model %q at %s", m.Name, a.Pos)
 		}
-		if a.Weights.Path == "" || a.Weights.Hub != nil || len(a.Weights.URLs) > 0 {
-			at(a, "path: give the adapter's path on every node (adapters the nodes' stores fetch are not supported yet)")
-		} else if err := a.Weights.Validate(); err != nil {
+		switch err := a.Weights.Validate(); {
+		case a.Weights.Path == "" && !a.Fetched():
+			at(a, "give path (the adapter already on every node) or weights (a hub repository or urls, which each node's store fetches)")
+		case err != nil && !a.Fetched():
 			at(a, "%s", strings.TrimPrefix(err.Error(), "weights."))
-		} else if other, dup := paths[a.Weights.Path]; dup && !dupName {
+		case err != nil:
+			at(a, "%v", err)
+		case a.Fetched():
+			if err := weightsapi.CheckAdapterLinkName(a.Name); err != nil {
+				at(a, "the name of an adapter the nodes' stores fetch: %v", err)
+			}
+		case paths[a.Weights.Path] != "" && !dupName:
 			// llama.cpp lists its adapters by path (GET /lora-adapters),
 			// which is how llmgw tells them apart.
-			at(a, "path %q is also adapter %q's", a.Weights.Path, other)
-		} else {
+			at(a, "path %q is also adapter %q's", a.Weights.Path, paths[a.Weights.Path])
+		default:
 			paths[a.Weights.Path] = a.Name
+			for tail, other := range links {
+				if strings.HasSuffix(a.Weights.Path, tail) {
+					at(a, "path %q ends as adapter %q's link in the replicas' task directories (%s): the engines' lists would not tell them apart", a.Weights.Path, other, strings.TrimPrefix(tail, "/"))
+				}
+			}
 		}
 		if err := checkScale(a.Scale); err != nil {
 			at(a, "%v", err)

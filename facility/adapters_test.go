@@ -84,9 +84,28 @@ func TestParseCatalogAdaptersErrors(t *testing.T) {
 		{"a path twice", "vllm", sql + "  adapter \"chat\" {\n    path = \"/srv/lora/sql.gguf\"\n  }\n",
 			[]string{`c.hcl:6: model "m": adapter "chat": path "/srv/lora/sql.gguf" is also adapter "sql"'s`}},
 		{"no path", "vllm", "  adapter \"sql\" {\n  }\n",
-			[]string{`c.hcl:3: Missing required argument: The argument "path" is required, but no definition was found.`}},
-		{"a hub source", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    source = \"org/sql\"\n  }\n",
-			[]string{`c.hcl:5: Unsupported argument: An argument named "source" is not expected here.`}},
+			[]string{`c.hcl:3: model "m": adapter "sql": give path (the adapter already on every node) or a weights block (a hub repository, the adapter's source, or urls: what each node's store fetches and verifies)`}},
+		{"an empty path", "vllm", "  adapter \"sql\" {\n    path = \"\"\n  }\n",
+			[]string{`c.hcl:4: model "m": adapter "sql": path: give the adapter's clean absolute path on every node`}},
+		{"a source without weights", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    source = \"org/sql\"\n  }\n",
+			[]string{`c.hcl:5: model "m": adapter "sql": source names a hub repository: add a weights block with its files (and revision), which each node's store fetches`}},
+		{"path and weights", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    weights {\n      urls = [\"https://h/sql.gguf\"]\n    }\n  }\n",
+			[]string{`c.hcl:4: model "m": adapter "sql": path and a weights block are both given: give one (path: the adapter already on every node; weights: what each node's store fetches)`}},
+		{"a hub repository without files", "vllm", "  adapter \"sql\" {\n    source = \"org/sql\"\n    weights {\n      revision = \"v1\"\n    }\n  }\n",
+			[]string{`c.hcl:5: model "m": adapter "sql": weights: name the hub repository's files (files = ["adapter.gguf"] for llama.cpp; a PEFT adapter's, ["adapter_config.json", "adapter_model.safetensors"], for vLLM and SGLang)`}},
+		{"hub files without a source", "vllm", "  adapter \"sql\" {\n    weights {\n      files = [\"sql.gguf\"]\n    }\n  }\n",
+			[]string{`c.hcl:4: model "m": adapter "sql": weights: a hub repository's files need the adapter's source, the repository ("org/name"); or give urls or path`}},
+		{"a bad repository", "vllm", "  adapter \"sql\" {\n    source = \"sql\"\n    weights {\n      files = [\"sql.gguf\"]\n    }\n  }\n",
+			[]string{`c.hcl:4: model "m": adapter "sql": source: "sql" is not a repository id (org/name)`}},
+		{"a source beside urls", "vllm", "  adapter \"sql\" {\n    source = \"org/sql\"\n    weights {\n      urls = [\"https://h/sql.gguf\"]\n    }\n  }\n",
+			[]string{`c.hcl:4: model "m": adapter "sql": source is the hub repository of the weights block; with its urls or path, leave it out`}},
+		{"a bad sha256", "vllm", "  adapter \"sql\" {\n    weights {\n      urls = [\"https://h/sql.gguf\"]\n      sha256 = { \"sql.gguf\" = \"00\" }\n    }\n  }\n",
+			[]string{`c.hcl:6: model "m": adapter "sql": weights.sha256["sql.gguf"]: "00" is not a sha256 (64 lower-case hex digits)`}},
+		{"bytes", "vllm", "  adapter \"sql\" {\n    weights {\n      urls = [\"https://h/sql.gguf\"]\n      bytes = 10\n    }\n  }\n",
+			[]string{`c.hcl:6: model "m": adapter "sql": weights.bytes is only for a model's weights (the planner's estimate of their fetch); leave it out`}},
+		{"a path that ends as a fetched adapter's link", "llamacpp", "  adapter \"sql\" {\n    weights {\n      urls = [\"https://h/sql.gguf\"]\n    }\n  }\n" +
+			"  adapter \"chat\" {\n    path = \"/srv/llmgw-adapters/sql\"\n  }\n",
+			[]string{`c.hcl:8: model "m": adapter "chat": path "/srv/llmgw-adapters/sql" ends as adapter "sql"'s link in the replicas' task directories (llmgw-adapters/sql): the engines' lists would not tell them apart`}},
 		{"scale", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    scale = 0\n  }\n",
 			[]string{`c.hcl:5: model "m": adapter "sql": scale: want a number above 0 and at most 100, got 0`}},
 		{"rank", "vllm", "  adapter \"sql\" {\n    path = \"/a\"\n    rank = 0\n  }\n",
@@ -152,9 +171,18 @@ func TestValidateAdapters(t *testing.T) {
 		mod  func(*Model)
 		want string
 	}{
-		{"a hub source", func(m *Model) {
-			m.Adapters = []Adapter{{Name: "a", Scale: 1, Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/a", Files: []string{"x"}}}, Pos: Pos{"c.hcl", 3}}}
-		}, `c.hcl:3: model "m": adapter "a": path: give the adapter's path on every node (adapters the nodes' stores fetch are not supported yet)`},
+		{"no source", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "a", Scale: 1, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "a": give path (the adapter already on every node) or weights (a hub repository or urls, which each node's store fetches)`},
+		{"a hub source without files", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "a", Scale: 1, Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/a"}}, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "a": weights.hub.files: name at least one file or pattern (a GGUF file, or "*.safetensors" and the configs)`},
+		{"a fetched adapter's name with a slash", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "org/a", Scale: 1, Weights: weightsapi.Source{URLs: []weightsapi.URL{{URL: "https://h/a.gguf"}}}, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "org/a": the name of an adapter the nodes' stores fetch: "org/a" cannot name the adapter's link in the task directory (llmgw-adapters/NAME): not . or .., and no '/' or '\'`},
+		{"a relative path", func(m *Model) {
+			m.Adapters = []Adapter{{Name: "a", Scale: 1, Weights: weightsapi.Source{Path: "a"}, Pos: Pos{"c.hcl", 3}}}
+		}, `c.hcl:3: model "m": adapter "a": path: "a" is not a clean absolute path`},
 		{"max_adapters alone", func(m *Model) { m.MaxAdapters = 3 }, `c.hcl:1: model "m": max_adapters 3 without an adapter`},
 		{"scale 0", func(m *Model) {
 			m.Adapters = []Adapter{{Name: "a", Weights: weightsapi.Source{Path: "/a"}, Pos: Pos{"c.hcl", 3}}}
@@ -171,8 +199,86 @@ func TestValidateAdapters(t *testing.T) {
 		}
 	}
 	m := base()
-	m.Adapters = []Adapter{{Name: "a", Weights: weightsapi.Source{Path: "/a"}, Scale: 1}}
+	m.Adapters = []Adapter{{Name: "a", Weights: weightsapi.Source{Path: "/a"}, Scale: 1},
+		{Name: "b", Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/b", Files: []string{"adapter_config.json", "*.safetensors"}}}, Scale: 1}}
 	if err := (Catalog{Models: []Model{m}}).Validate(); err != nil {
-		t.Errorf("a good adapter: %v", err)
+		t.Errorf("good adapters: %v", err)
+	}
+}
+
+// An adapter may name its source as a model's weights: a hub repository
+// at a revision with its files, or URLs with their sha256, which each
+// node's store fetches; or a path, in the weights block too. The engines
+// load a fetched one from the driver's link in the task directory, which
+// is how the gateways and the controller know it; its fingerprint follows
+// the bytes its source names.
+func TestParseCatalogFetchedAdapters(t *testing.T) {
+	t.Parallel()
+	sum := strings.Repeat("ab", 32)
+	src := adapterCatalog("llamacpp", `  adapter "sql" {
+    source = "org/sql-lora"
+    weights {
+      revision = "v1"
+      files    = ["sql.gguf"]
+    }
+    rank = 8
+  }
+  adapter "chat" {
+    weights {
+      urls   = ["https://example.com/lora/chat.gguf"]
+      sha256 = { "chat.gguf" = "`+sum+`" }
+    }
+  }
+  adapter "kept" {
+    weights {
+      path = "/srv/lora/kept.gguf"
+    }
+  }
+`)
+	cat, err := ParseCatalog("c.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	want := []Adapter{
+		{Name: "sql", Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/sql-lora", Revision: "v1", Files: []string{"sql.gguf"}}}, Scale: 1, Rank: 8, Pos: Pos{"c.hcl", 3}},
+		{Name: "chat", Weights: weightsapi.Source{URLs: []weightsapi.URL{{URL: "https://example.com/lora/chat.gguf", SHA256: sum}}}, Scale: 1, Pos: Pos{"c.hcl", 11}},
+		{Name: "kept", Weights: weightsapi.Source{Path: "/srv/lora/kept.gguf"}, Scale: 1, Pos: Pos{"c.hcl", 17}},
+	}
+	if diff := cmp.Diff(want, m.Adapters); diff != "" {
+		t.Fatalf("adapters (-want +got):\n%s", diff)
+	}
+	for i, w := range []struct {
+		fetched bool
+		path    string
+	}{{true, "llmgw-adapters/sql"}, {true, "llmgw-adapters/chat"}, {false, "/srv/lora/kept.gguf"}} {
+		if a := m.Adapters[i]; a.Fetched() != w.fetched || a.EnginePath() != w.path {
+			t.Errorf("%s: fetched %v, engine path %q; want %v, %q", a.Name, a.Fetched(), a.EnginePath(), w.fetched, w.path)
+		}
+	}
+	spec := m.AdapterSpec()
+	if p := spec.Adapters[0].Path; p != "/llmgw-adapters/sql" {
+		t.Errorf("the recipe's check path of sql: %q", p)
+	}
+	// Another revision, file or sha256 is other bytes: another
+	// fingerprint.
+	fp := ProfileFingerprint(m, m.Profiles[0])
+	for name, mod := range map[string]func(*Model){
+		"revision": func(m *Model) {
+			m.Adapters[0].Weights.Hub = &weightsapi.Hub{Repo: "org/sql-lora", Revision: "v2", Files: []string{"sql.gguf"}}
+		},
+		"files": func(m *Model) {
+			m.Adapters[0].Weights.Hub = &weightsapi.Hub{Repo: "org/sql-lora", Revision: "v1", Files: []string{"sql2.gguf"}}
+		},
+		"sha256": func(m *Model) {
+			m.Adapters[1].Weights.URLs = []weightsapi.URL{{URL: "https://example.com/lora/chat.gguf", SHA256: strings.Repeat("cd", 32)}}
+		},
+	} {
+		c := m
+		c.Adapters = append([]Adapter(nil), m.Adapters...)
+		mod(&c)
+		if ProfileFingerprint(c, c.Profiles[0]) == fp {
+			t.Errorf("%s: the same fingerprint", name)
+		}
 	}
 }

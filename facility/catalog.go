@@ -240,7 +240,13 @@ func ProfileFingerprint(m Model, p Profile) string {
 	if len(m.Adapters) > 0 {
 		put("adapters", strconv.Itoa(len(m.Adapters)))
 		for _, a := range m.Adapters {
-			put(a.Name, a.Weights.Path+"\x00"+strconv.Itoa(a.Rank))
+			// An adapter the stores fetch by its key (the bytes it names),
+			// as the model's weights above.
+			where := a.Weights.Path
+			if a.Fetched() {
+				where = "weights:" + a.Weights.Key()
+			}
+			put(a.Name, where+"\x00"+strconv.Itoa(a.Rank))
 		}
 		put("max_adapters", strconv.Itoa(m.MaxAdapters))
 	}

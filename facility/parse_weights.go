@@ -21,21 +21,52 @@ const MaxWarmSpares = 64
 // exact as a float64.
 const maxWeightsBytes = 1 << 50
 
-// weights builds m.Weights from the model's weights block, each problem at
+// weights builds m.Weights from the model's weights block (weightsSource)
+// and m.WeightsBytes from its bytes, each problem at the line of the field
+// at fault.
+func (d *decoder) weights(m *Model, rm *modelHCL) {
+	fileAt, _ := d.Given(rm.Body, "file")
+	m.Weights = d.weightsSource(weightsOwner{
+		who: fmt.Sprintf("model %q", m.Name), owner: "model", body: rm.Body,
+		source: m.Source, file: m.File, fileAt: fileAt, bytes: &m.WeightsBytes,
+	}, rm.Weights)
+}
+
+// weightsOwner is what a weights block belongs to: a model, or one of its
+// adapters, whose source attribute names the hub repository.
+type weightsOwner struct {
+	// who starts each error: `model "m"` or `model "m": adapter "a"`.
+	who string
+	// owner is "model" or "adapter", in the errors' words.
+	owner string
+	// body is the owner's block, where its source (and file) are.
+	body   hcl.Body
+	source string
+	// file is the model's file, the hub repository's one file when the
+	// block names no files ("" for an adapter, which names them);
+	// fileAt is where it is.
+	file   string
+	fileAt hcl.Range
+	// bytes is where weights.bytes goes; nil where the block may not give
+	// it (an adapter's: nothing places by its size).
+	bytes *int64
+}
+
+// weightsSource builds the source a weights block names, each problem at
 // the line of the field at fault:
 //
 //   - a hub repository (neither urls nor path): the repository is the
-//     model's source, at revision ("main" when not given), the files named
-//     by files, else the model's file;
+//     owner's source, at revision ("main" when not given), the files
+//     named by files, else the model's file;
 //   - urls, each file's sha256 (sha256, keyed by the file's name) checked
 //     when given;
-//   - path: the weights are already on every node.
+//   - path: the files are already on every node.
 //
-// bytes, when given, is the weights' size (Model.WeightsBytes). The source
-// built is then checked whole with weightsapi's Validate, its problems put
-// at the field they name, in the catalog's words.
-func (d *decoder) weights(m *Model, rm *modelHCL) {
-	rw := rm.Weights
+// bytes, when given and the owner takes it, is the weights' size
+// (Model.WeightsBytes). The source built is then checked whole with
+// weightsapi's Validate, its problems put at the field they name, in the
+// catalog's words. Nil when anything was wrong.
+func (d *decoder) weightsSource(o weightsOwner, rw *weightsHCL) *weightsapi.Source {
 	b := rw.Body
 	at := func(name string) hcl.Range {
 		if r, ok := d.Given(b, name); ok {
@@ -44,7 +75,7 @@ func (d *decoder) weights(m *Model, rm *modelHCL) {
 		return rw.DefRange
 	}
 	bad := func(r hcl.Range, format string, args ...any) {
-		d.errorf(r, "model %q: %s", m.Name, fmt.Sprintf(format, args...))
+		d.errorf(r, "%s: %s", o.who, fmt.Sprintf(format, args...))
 	}
 	before := len(d.errs)
 	undecoded := false // a field given whose value did not decode (reported)
@@ -66,7 +97,7 @@ func (d *decoder) weights(m *Model, rm *modelHCL) {
 		}
 		for _, f := range []string{"files", "revision"} {
 			if d.Has(b, f) {
-				bad(at(f), "weights.%s is for a hub repository (the model's source); with %s, leave it out", f, other)
+				bad(at(f), "weights.%s is for a hub repository (the %s's source); with %s, leave it out", f, o.owner, other)
 			}
 		}
 	}
@@ -74,10 +105,13 @@ func (d *decoder) weights(m *Model, rm *modelHCL) {
 		bad(at("sha256"), "weights.sha256 is only for urls (each file's sha256, keyed by its name)")
 	}
 	if r, ok := d.Given(b, "bytes"); ok {
-		if rw.Bytes < 1 || rw.Bytes > maxWeightsBytes {
-			d.errorf(r, "model %q: weights.bytes must be between 1 and %d, got %d", m.Name, int64(maxWeightsBytes), rw.Bytes)
-		} else {
-			m.WeightsBytes = rw.Bytes
+		switch {
+		case o.bytes == nil:
+			bad(r, "weights.bytes is only for a model's weights (the planner's estimate of their fetch); leave it out")
+		case rw.Bytes < 1 || rw.Bytes > maxWeightsBytes:
+			bad(r, "weights.bytes must be between 1 and %d, got %d", int64(maxWeightsBytes), rw.Bytes)
+		default:
+			*o.bytes = rw.Bytes
 		}
 	}
 	var src weightsapi.Source
@@ -89,29 +123,31 @@ func (d *decoder) weights(m *Model, rm *modelHCL) {
 	case path:
 		src.Path = rw.Path
 	case urls:
-		src.URLs = d.weightsURLs(m, rw, bad, at)
+		src.URLs = d.weightsURLs(rw, bad, at)
 	default:
-		hub := &weightsapi.Hub{Repo: m.Source, Revision: rw.Revision, Files: rw.Files}
+		hub := &weightsapi.Hub{Repo: o.source, Revision: rw.Revision, Files: rw.Files}
 		if !d.Has(b, "files") {
-			if m.File == "" {
+			switch {
+			case o.file != "":
+				hub.Files = []string{o.file}
+				filesName, filesAt = "file", o.fileAt
+			case o.bytes != nil:
 				bad(rw.DefRange, "weights: name the hub repository's files (files = [\"*.safetensors\", \"config.json\"]), or give the model's file")
-			} else {
-				hub.Files = []string{m.File}
-				filesName = "file"
-				filesAt, _ = d.Given(rm.Body, "file")
+			default:
+				bad(rw.DefRange, "weights: name the hub repository's files (files = [\"adapter.gguf\"] for llama.cpp; a PEFT adapter's, [\"adapter_config.json\", \"adapter_model.safetensors\"], for vLLM and SGLang)")
 			}
 		}
-		if m.Source == "" {
-			bad(rw.DefRange, "weights: a hub repository's files need the model's source, the repository (\"org/name\"); or give urls or path")
+		if o.source == "" {
+			bad(rw.DefRange, "weights: a hub repository's files need the %s's source, the repository (\"org/name\"); or give urls or path", o.owner)
 		}
 		src.Hub = hub
 	}
 	if undecoded || len(d.errs) > before {
-		return
+		return nil
 	}
 	if err := src.Validate(); err != nil {
 		msg := err.Error()
-		sourceAt, _ := d.Given(rm.Body, "source")
+		sourceAt, _ := d.Given(o.body, "source")
 		for _, f := range []struct {
 			prefix, name string
 			r            hcl.Range
@@ -124,19 +160,19 @@ func (d *decoder) weights(m *Model, rm *modelHCL) {
 		} {
 			if rest, ok := strings.CutPrefix(msg, f.prefix); ok {
 				bad(f.r, "%s%s", f.name, rest)
-				return
+				return nil
 			}
 		}
 		bad(rw.DefRange, "%s", msg)
-		return
+		return nil
 	}
-	m.Weights = &src
+	return &src
 }
 
 // weightsURLs builds the URL sources of a weights block: one per URL, with
 // its file's sha256 from sha256 when given. A sha256 that names no file of
 // urls, or is not one, is reported at sha256.
-func (d *decoder) weightsURLs(m *Model, rw *weightsHCL, bad func(hcl.Range, string, ...any), at func(string) hcl.Range) []weightsapi.URL {
+func (d *decoder) weightsURLs(rw *weightsHCL, bad func(hcl.Range, string, ...any), at func(string) hcl.Range) []weightsapi.URL {
 	if len(rw.URLs) == 0 {
 		if _, ok := d.Given(rw.Body, "urls"); ok {
 			bad(at("urls"), "weights.urls: name at least one URL")

@@ -116,6 +116,24 @@ type loraTable struct {
 	ids map[string]int
 }
 
+// idOf is a's id on the replica: that of the one path the replica lists
+// that is a's (its absolute path, or for an adapter the nodes' stores
+// fetch, the driver's link under the replica's task directory:
+// gatewayapi.ListedAdapter.LoadedFrom).
+func (lt *loraTable) idOf(a gatewayapi.ListedAdapter) (int, bool) {
+	if strings.HasPrefix(a.Path, "/") {
+		id, ok := lt.ids[a.Path]
+		return id, ok
+	}
+	id, n := 0, 0
+	for p, i := range lt.ids {
+		if a.LoadedFrom(p) {
+			id, n = i, n+1
+		}
+	}
+	return id, n == 1
+}
+
 // loraPath is where llama.cpp's server lists its adapters.
 const loraPath = "/lora-adapters"
 
@@ -194,7 +212,7 @@ func (lt *loraTable) loraList(ad *adapterRef) ([]byte, error) {
 		}
 		return []byte(`"lora":[{"id":` + strconv.Itoa(id) + `,"scale":0}],`), nil
 	}
-	id, ok := lt.ids[ad.ad.Path]
+	id, ok := lt.idOf(ad.ad)
 	if !ok {
 		return nil, errAdapterNotLoaded
 	}

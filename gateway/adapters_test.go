@@ -132,6 +132,33 @@ func TestAdapterNotLoadedPassedOver(t *testing.T) {
 	}
 }
 
+// An adapter the nodes' stores fetch is listed with the driver's link,
+// relative to the replica's task directory: a llama.cpp replica lists it
+// under its own task directory, and the gateway finds its id there; a
+// replica whose list lacks it (the store could not fetch it) is passed
+// over.
+func TestFetchedAdapterFoundUnderTheTaskDirectory(t *testing.T) {
+	list := gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "base", Replicas: 1, Min: 1, Adapters: []gatewayapi.ListedAdapter{
+		{Name: "sql", Path: "llmgw-adapters/sql", Scale: 1}, {Name: "chat", Path: "/lora/chat.gguf", Scale: 1},
+	}}}}
+	with := startBodyRecorder(t, "/lora/chat.gguf", "/nomad/alloc/a1/engine/llmgw-adapters/sql")
+	without := startBodyRecorder(t, "/lora/chat.gguf", "/nomad/alloc/a2/engine/llmgw-adapters/sql2")
+	tg := startGateway(t, Options{}, without.instance("without", engine.LlamaCpp), with.instance("with", engine.LlamaCpp))
+	tg.UpdateModels(list, nil)
+	for range 4 {
+		ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+		if ans.status != 200 || ans.header.Get(ReplicaHeader) != "with" {
+			t.Fatalf("sql: %d from %q: %s", ans.status, ans.header.Get(ReplicaHeader), ans.body)
+		}
+		if lora, _ := json.Marshal(with.last(t)["lora"]); string(lora) != `[{"id":1,"scale":1}]` {
+			t.Errorf("sent lora %s, want sql's id on the replica, 1", lora)
+		}
+	}
+	if n := len(without.seen); n != 0 {
+		t.Errorf("the replica without sql was sent %d requests", n)
+	}
+}
+
 // Keys: an adapter is allowed when the key names it (as requested, by its
 // name or as base:adapter), not because it allows the base model;
 // /v1/models lists for each key what it may use.

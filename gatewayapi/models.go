@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
+	"strings"
 )
 
 // ModelList is what the controller publishes of its catalog for the
@@ -44,12 +46,27 @@ type ListedModel struct {
 // left a bad adapter out numbers the rest without it).
 type ListedAdapter struct {
 	Name string `json:"name"`
-	// Path is the adapter as the replicas load it: a file or directory on
-	// the nodes.
+	// Path is the adapter as the replicas load it: an absolute path, a
+	// file or directory on the nodes; or a relative one, for an adapter
+	// the nodes' stores fetch, which each replica loads from that path
+	// under its own task directory (LoadedFrom).
 	Path string `json:"path"`
 	// Scale is how strongly the adapter applies (llama.cpp's per-request
 	// "lora" scale); above 0.
 	Scale float64 `json:"scale"`
+}
+
+// LoadedFrom reports whether p, a path an engine lists an adapter it
+// loaded from, is a's: Path itself, or, where Path is relative, a path
+// that ends in "/" + Path (the replica's task directory before it).
+func (a ListedAdapter) LoadedFrom(p string) bool {
+	if a.Path == "" {
+		return false
+	}
+	if strings.HasPrefix(a.Path, "/") {
+		return p == a.Path
+	}
+	return strings.HasSuffix(p, "/"+a.Path) && strings.HasPrefix(p, "/")
 }
 
 // Routing policies of ListedModel.Routing.
@@ -158,6 +175,8 @@ func checkAdapters(i int, m ListedModel, models map[string]bool, adapters map[st
 		switch {
 		case a.Path == "":
 			errs = append(errs, fmt.Errorf("%s (%s): empty path", at, a.Name))
+		case !strings.HasPrefix(a.Path, "/") && (path.Clean(a.Path) != a.Path || a.Path == ".." || strings.HasPrefix(a.Path, "../")):
+			errs = append(errs, fmt.Errorf("%s (%s): path %q: want an absolute path, or a clean one under the replica's task directory", at, a.Name, a.Path))
 		case paths[a.Path]:
 			errs = append(errs, fmt.Errorf("%s (%s): path %q given twice in the model", at, a.Name, a.Path))
 		}

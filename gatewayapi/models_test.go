@@ -43,10 +43,37 @@ func TestParseModelListBadAdapters(t *testing.T) {
 		{`[{"name":"a","adapters":[{"name":"x","path":"/x","scale":1}]},{"name":"b","adapters":[{"name":"x","path":"/y","scale":1}]}]`,
 			`item "models": models[1] (b): adapters[0]: name "x" is also models[0] (a): adapters[0]`},
 		{`[{"name":"a","adapters":{"name":"x"}}]`, `item "models": json: cannot unmarshal object`},
+		{`[{"name":"a","adapters":[{"name":"x","path":"../x","scale":1}]}]`, `item "models": models[0] (a): adapters[0] (x): path "../x": want an absolute path, or a clean one under the replica's task directory`},
+		{`[{"name":"a","adapters":[{"name":"x","path":"a//x","scale":1}]}]`, `item "models": models[0] (a): adapters[0] (x): path "a//x": want an absolute path`},
 	} {
 		_, err := ParseModelList(map[string]string{ModelsItem: tt.models})
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want %q", tt.models, err, tt.want)
+		}
+	}
+}
+
+// An engine's listed path is an adapter's when it is the adapter's
+// absolute path, or ends in its relative one (an adapter the nodes' stores
+// fetch, which each replica loads from under its own task directory).
+func TestListedAdapterLoadedFrom(t *testing.T) {
+	abs := ListedAdapter{Name: "sql", Path: "/srv/lora/sql.gguf"}
+	rel := ListedAdapter{Name: "sql", Path: "llmgw-adapters/sql"}
+	for _, c := range []struct {
+		a    ListedAdapter
+		p    string
+		want bool
+	}{
+		{abs, "/srv/lora/sql.gguf", true},
+		{abs, "/x/srv/lora/sql.gguf", false},
+		{rel, "/var/lib/nomad/alloc/0a1b/engine/llmgw-adapters/sql", true},
+		{rel, "/var/lib/nomad/alloc/0a1b/engine/llmgw-adapters/sql2", false},
+		{rel, "/var/lib/nomad/alloc/0a1b/engine/xllmgw-adapters/sql", false},
+		{rel, "llmgw-adapters/sql", false},
+		{ListedAdapter{Name: "sql"}, "/srv/lora/sql.gguf", false},
+	} {
+		if got := c.a.LoadedFrom(c.p); got != c.want {
+			t.Errorf("%q.LoadedFrom(%q) = %v, want %v", c.a.Path, c.p, got, c.want)
 		}
 	}
 }

@@ -336,13 +336,26 @@ func partName(key string, f File) string {
 // publish makes a whole, verified model visible: hub files move into the
 // blobs by sha256 and the snapshot links to them, the revision's ref last;
 // a URL model's directory is renamed into place at once.
+//
+// Files of one model with the same bytes (the same sha256) were fetched
+// into one part: it moves once, and the later files are hard links to the
+// first (URLs) or link to the one blob (hub).
 func (s *Store) publish(m *Model, partDir string, parts []string) error {
+	moved := map[string]string{} // part → where it went
 	if m.Commit == "" {
 		if err := os.RemoveAll(m.Dir); err != nil {
 			return fmt.Errorf("model store: %w", err)
 		}
 		for i, f := range m.Files {
-			if err := os.Rename(parts[i], filepath.Join(partDir, f.Name)); err != nil {
+			dst := filepath.Join(partDir, f.Name)
+			var err error
+			if first, ok := moved[parts[i]]; ok {
+				err = os.Link(first, dst)
+			} else {
+				err = os.Rename(parts[i], dst)
+				moved[parts[i]] = dst
+			}
+			if err != nil {
 				return fmt.Errorf("model store: %w", err)
 			}
 		}
@@ -354,8 +367,11 @@ func (s *Store) publish(m *Model, partDir string, parts []string) error {
 	}
 	for i, f := range m.Files {
 		blob := filepath.Join(partDir, f.SHA256)
-		if err := os.Rename(parts[i], blob); err != nil {
-			return fmt.Errorf("model store: %w", err)
+		if _, ok := moved[parts[i]]; !ok {
+			if err := os.Rename(parts[i], blob); err != nil {
+				return fmt.Errorf("model store: %w", err)
+			}
+			moved[parts[i]] = blob
 		}
 		link := filepath.Join(m.Dir, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {

@@ -292,6 +292,38 @@ func TestURLSource(t *testing.T) {
 	}
 }
 
+// Files of one model with the same bytes (two PEFT adapters' identical
+// configs in one repository) share their part and their blob: the model
+// is published whole, every file at its name, from the hub and from URLs.
+func TestFilesWithTheSameBytes(t *testing.T) {
+	hub := hubserver.Start(t, hubserver.Options{})
+	same := []byte(`{"r": 8}`)
+	commit := hub.Add(repo, "main", map[string][]byte{"a/adapter_config.json": same, "b/adapter_config.json": same, "a/w.bin": model(4096, 3)})
+	s := open(t, hub, 0)
+	m, err := s.Ensure(t.Context(), hubSource("*/*"), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := hub.URL() + "/" + repo + "/resolve/" + commit + "/"
+	mu, err := s.Ensure(t.Context(), weights.Source{URLs: []weights.URL{
+		{URL: base + "a/adapter_config.json", Name: "a.json", SHA256: hexSum(same)},
+		{URL: base + "b/adapter_config.json", Name: "b.json", SHA256: hexSum(same)},
+	}}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(m.Dir, "a", "adapter_config.json"), filepath.Join(m.Dir, "b", "adapter_config.json"),
+		filepath.Join(mu.Dir, "a.json"), filepath.Join(mu.Dir, "b.json")} {
+		if got, err := os.ReadFile(f); err != nil || !bytes.Equal(got, same) {
+			t.Errorf("%s: %q, %v", f, got, err)
+		}
+	}
+	// Each model fetched the bytes once, as a's.
+	if a, b := hub.Stats(repo, "a/adapter_config.json"), hub.Stats(repo, "b/adapter_config.json"); a.Gets != 2 || b.Gets != 0 {
+		t.Errorf("GETs: a/adapter_config.json %d, b/adapter_config.json %d; want 2 and 0 (each model fetched the bytes once)", a.Gets, b.Gets)
+	}
+}
+
 // Two fetches of one model at once: one fetches, the other waits and
 // fetches nothing.
 func TestConcurrentEnsureFetchesOnce(t *testing.T) {

@@ -230,3 +230,25 @@ func (s Source) String() string {
 		return s.Path
 	}
 }
+
+// AdapterDir is the directory, in a replica's task directory, where the
+// driver links each LoRA adapter the node's store fetched, under the
+// adapter's name: the engine loads <task dir>/AdapterDir/<name> and lists
+// it by that path, so the controller and the gateways know the adapter by
+// AdapterLink(name), the path's tail, whatever node and allocation it is
+// on (an adapter the catalog gives as a path is known by that path).
+const AdapterDir = "llmgw-adapters"
+
+// AdapterLink is where the driver links adapter name's files, relative to
+// the replica's task directory: AdapterDir/name. The name must pass
+// CheckAdapterLinkName.
+func AdapterLink(name string) string { return AdapterDir + "/" + name }
+
+// CheckAdapterLinkName refuses the name of an adapter the store fetches
+// that cannot be its link's file name in AdapterDir.
+func CheckAdapterLinkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return fmt.Errorf("%q cannot name the adapter's link in the task directory (%s/NAME): not . or .., and no '/' or '\\'", name, AdapterDir)
+	}
+	return nil
+}

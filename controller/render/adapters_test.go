@@ -59,6 +59,32 @@ func TestJobRendersAdapters(t *testing.T) {
 	}
 }
 
+// An adapter the nodes' stores fetch travels as its source and weights
+// block, as the model's weights do; the driver's store fetches it before
+// the engine starts (driver's TestRealLlamaCppAdaptersFromTheStore).
+func TestJobRendersFetchedAdapters(t *testing.T) {
+	t.Parallel()
+	sum := strings.Repeat("ab", 32)
+	m := adapterModel("llamacpp")
+	m.Adapters = []facility.Adapter{
+		{Name: "sql", Weights: weightsapi.Source{Hub: &weightsapi.Hub{Repo: "org/sql-lora", Revision: "v1", Files: []string{"sql.gguf"}}}, Scale: 1, Rank: 8},
+		{Name: "chat", Weights: weightsapi.Source{URLs: []weightsapi.URL{{URL: "https://h/lora/chat.gguf", SHA256: sum}}}, Scale: 1},
+		{Name: "kept", Weights: weightsapi.Source{Path: "/srv/lora/kept.gguf"}, Scale: 1},
+	}
+	job, err := Job(input(m, 0, nil, nil, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]any{
+		{"name": "sql", "source": "org/sql-lora", "weights": []map[string]any{{"revision": "v1", "files": []string{"sql.gguf"}}}, "rank": 8},
+		{"name": "chat", "weights": []map[string]any{{"urls": []string{"https://h/lora/chat.gguf"}, "sha256": map[string]string{"chat.gguf": sum}}}},
+		{"name": "kept", "path": "/srv/lora/kept.gguf"},
+	}
+	if diff := cmp.Diff(want, job.TaskGroups[0].Tasks[0].Config["adapter"]); diff != "" {
+		t.Errorf("adapter blocks (-want +got):\n%s", diff)
+	}
+}
+
 // What the catalog refuses of adapters, render refuses too.
 func TestJobRefusesBadAdapters(t *testing.T) {
 	t.Parallel()

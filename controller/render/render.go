@@ -734,11 +734,22 @@ func (r *rendering) args(int) []string {
 // adapterBlocks are the task config's adapter blocks: the model's LoRA
 // adapters in the catalog's order, which the driver renders onto the
 // engine's command line after checking them (a llama.cpp adapter that
-// does not fit the model is left out, with a task event).
+// does not fit the model is left out, with a task event). An adapter the
+// nodes' stores fetch travels as its source and weights block, as the
+// model's weights do (the driver's store fetches it before the engine
+// starts).
 func adapterBlocks(m facility.Model) []map[string]any {
 	var out []map[string]any
 	for _, a := range m.Adapters {
-		b := map[string]any{"name": a.Name, "path": a.Weights.Path}
+		b := map[string]any{"name": a.Name}
+		if wb := weightsBlock(&a.Weights); wb != nil {
+			b["weights"] = []map[string]any{wb}
+			if a.Weights.Hub != nil {
+				b["source"] = a.Weights.Hub.Repo
+			}
+		} else {
+			b["path"] = a.Weights.Path
+		}
 		if a.Rank > 0 {
 			b["rank"] = a.Rank
 		}
