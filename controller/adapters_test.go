@@ -81,7 +81,7 @@ model "alpha" {
 func peftDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(`{"r": 8}`), 0o600); err != nil {
+	if err := fakeengine.WritePEFTAdapter(dir, 8); err != nil {
 		t.Fatal(err)
 	}
 	return dir
