@@ -55,7 +55,6 @@ const unverified = "unverified: "
 // failed of that), and appends the events of what changed since m's last
 // states.
 func (c *Controller) readAdapters(ctx context.Context, client *http.Client, t engineTarget, m *controllerapi.EngineMetrics, ld *adapterLoads) {
-	now := time.Now()
 	var states []controllerapi.AdapterState
 	var err error
 	var sync adapterSync
@@ -84,6 +83,7 @@ func (c *Controller) readAdapters(ctx context.Context, client *http.Client, t en
 	} else {
 		m.AdaptersError = ""
 	}
+	now := time.Now()
 	before := map[string]controllerapi.AdapterState{}
 	for _, s := range m.Adapters {
 		before[s.Name] = s
