@@ -31,6 +31,9 @@ func (p Profile) ResolvedLayout() (engine.Layout, error) {
 // not resolve is taken as the profile's data_parallel says; its own error
 // is reported elsewhere.
 func (m Model) AdapterPlan(p Profile) (engine.AdapterPlan, error) {
+	if len(m.Adapters) == 0 {
+		return engine.AdapterPlan{}, nil
+	}
 	data := p.DataParallel
 	if l, err := p.ResolvedLayout(); err == nil {
 		data = l.Data
