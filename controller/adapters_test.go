@@ -57,7 +57,9 @@ func (s *switchEngine) client(t *testing.T) *http.Client {
 	}}}
 }
 
-func adapterCatalog(engine, source, sql, chat string) string {
+// adapterCatalog is model alpha with adapters sql and chat on engine, the
+// profile's extra lines (HCL) after its own.
+func adapterCatalog(engine, source, sql, chat string, extra ...string) string {
 	return fmt.Sprintf(`
 model "alpha" {
   source   = %q
@@ -71,17 +73,17 @@ model "alpha" {
   profile "h1" {
     engine = %q
     gpu    = "NVIDIA H200"
-    gpus   = 1
     watts  = 500
+%s
   }
 }
-`, source, sql, chat, engine)
+`, source, sql, chat, engine, strings.Join(append(extra[:len(extra):len(extra)], ""), "\n"))
 }
 
 func peftDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(`{"r": 8}`), 0o600); err != nil {
+	if err := fakeengine.WritePEFTAdapter(dir, 8); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -108,11 +110,14 @@ func adaptersOf(r controllerapi.ReplicaView) string {
 // event on the replica, and loaded (with an event) once it is listed; one
 // listed from another path than the catalog's is not loaded; an engine
 // whose list cannot be read leaves them unverified, without events.
+//
+// The replica runs two API servers (data_parallel 2): its adapters are
+// given at start (TestRuntimeAdaptersOnVLLM: with one, at runtime).
 func TestReplicaAdaptersFromVLLM(t *testing.T) {
 	sql, chat, elsewhere := peftDir(t), peftDir(t), peftDir(t)
 	eng := &switchEngine{}
 	eng.set(t, "serve", "org/alpha", "--served-model-name", "alpha", "--enable-lora", "--lora-modules", "sql="+sql)
-	e := newEnv(t, sixNodes, adapterCatalog("vllm", "org/alpha", sql, chat), `headroom = 0`)
+	e := newEnv(t, sixNodes, adapterCatalog("vllm", "org/alpha", sql, chat, "    gpus = 2", "    data_parallel = 2"), `headroom = 0`)
 	e.HoldLock()
 	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, eng.client(t) })
 	e.Pass(c)
@@ -195,7 +200,7 @@ func TestReplicaAdaptersFromLlamaCpp(t *testing.T) {
 	eng := &switchEngine{}
 	// The driver left sql out (it did not fit the model): chat is id 0.
 	eng.set(t, "-m", "/models/alpha.gguf", "--lora", chat, "--lora-init-without-apply")
-	e := newEnv(t, sixNodes, adapterCatalog("llamacpp", "/models/alpha.gguf", sql, chat), `headroom = 0`)
+	e := newEnv(t, sixNodes, adapterCatalog("llamacpp", "/models/alpha.gguf", sql, chat, "    gpus = 1"), `headroom = 0`)
 	e.HoldLock()
 	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, eng.client(t) })
 	e.Pass(c)

@@ -51,6 +51,10 @@ type engineTarget struct {
 	// reads).
 	adapters []facility.Adapter
 	listing  *engine.AdapterListing
+	// runtime is the engine's API the controller loads the adapters
+	// through, for a replica rendered to get them at runtime
+	// (render.MetaAdapters); nil where the engine loaded them at start.
+	runtime *engine.AdapterRuntime
 }
 
 // engineTargets lists the engines of serving replicas: running shard-0
@@ -68,11 +72,15 @@ func (c *Controller) engineTargets() []engineTarget {
 			engineOf[[2]string{m.Name, p.Name}] = p.Engine
 		}
 	}
-	type jobInfo struct{ model, profile, replica string }
+	type jobInfo struct {
+		model, profile, replica string
+		runtimeAdapters         bool
+	}
 	info := map[string]jobInfo{} // namespace/job ID
 	for _, j := range jobs {
 		if j.Meta[render.MetaManaged] == "true" {
-			info[j.Namespace+"/"+j.ID] = jobInfo{j.Meta[render.MetaModel], j.Meta[render.MetaProfile], j.Meta[render.MetaReplica]}
+			info[j.Namespace+"/"+j.ID] = jobInfo{j.Meta[render.MetaModel], j.Meta[render.MetaProfile], j.Meta[render.MetaReplica],
+				j.Meta[render.MetaAdapters] == render.AdaptersRuntime}
 		}
 	}
 	var out []engineTarget
@@ -103,6 +111,9 @@ func (c *Controller) engineTargets() []engineTarget {
 			t.sleep = d.Sleep
 			if t.adapters = adaptersOf[ji.model]; len(t.adapters) > 0 && d.Adapters != nil {
 				t.listing = d.Adapters.Listed
+				if ji.runtimeAdapters {
+					t.runtime = d.Adapters.Runtime
+				}
 			}
 		}
 		out = append(out, t)
@@ -131,6 +142,7 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}
 	}
 	trackers := map[string]*enginemetrics.Tracker{} // by allocation
+	loads := map[string]*adapterLoads{}             // by allocation
 	tick := time.NewTicker(c.opts.EngineMetricsInterval)
 	defer tick.Stop()
 	for {
@@ -160,6 +172,12 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 		for id := range trackers {
 			if !keep[id] {
 				delete(trackers, id)
+				delete(loads, id)
+			}
+		}
+		for _, t := range targets {
+			if t.runtime != nil && loads[t.allocID] == nil {
+				loads[t.allocID] = &adapterLoads{}
 			}
 		}
 		forEach(ctx, len(targets), engineReaders, func(i int) {
@@ -180,7 +198,7 @@ func (c *Controller) watchEngineMetrics(ctx context.Context) {
 				}
 			}
 			if len(t.adapters) > 0 {
-				c.readAdapters(ctx, client, t, &m)
+				c.readAdapters(ctx, client, t, &m, loads[t.allocID])
 			}
 			out[i] = m
 		})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/internal/testing/hubserver"
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 	"github.com/llmgw/llmgw/weights"
@@ -186,7 +187,7 @@ adapter {
 // the engine starts with the other, which GET /v1/models lists.
 func TestVLLMLeavesOutAMissingAdapter(t *testing.T) {
 	good := t.TempDir()
-	if err := os.WriteFile(filepath.Join(good, "adapter_config.json"), []byte(`{"r": 8}`), 0o644); err != nil {
+	if err := fakeengine.WritePEFTAdapter(good, 8); err != nil {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(t.TempDir(), "sql")

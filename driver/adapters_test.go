@@ -181,6 +181,8 @@ func renderedArgv(t *testing.T, catalog string) (TaskConfig, plan) {
 // left out, and the others keep their order.
 func TestRenderedAdaptersReachTheCommandLine(t *testing.T) {
 	sql, chat := peftDir(t), peftDir(t)
+	// Two API servers (data_parallel 2): vLLM's adapters at start. (With
+	// one, the controller loads them at runtime: below.)
 	vllm := func(sql, chat string) string {
 		return fmt.Sprintf(`model "m" {
   source = "org/m"
@@ -193,9 +195,10 @@ func TestRenderedAdaptersReachTheCommandLine(t *testing.T) {
     path = %q
   }
   profile "p" {
-    engine = "vllm"
-    gpu    = "NVIDIA H200"
-    gpus   = 1
+    engine        = "vllm"
+    gpu           = "NVIDIA H200"
+    gpus          = 2
+    data_parallel = 2
   }
 }
 `, sql, chat)
@@ -216,6 +219,13 @@ func TestRenderedAdaptersReachTheCommandLine(t *testing.T) {
 		"--lora-modules", `{"name":"chat","path":"` + chat + `"}`}
 	if got := pl.cmd.Args[len(pl.cmd.Args)-len(want):]; !cmp.Equal(want, got) || len(pl.badAdapters) != 1 || pl.badAdapters[0].Name != "sql" {
 		t.Errorf("vllm argv %q, want it to end %q, sql left out (left out %v)", pl.cmd.Args, want, pl.badAdapters)
+	}
+	// One API server: the slots alone, and the runtime API turned on.
+	runtime := strings.Replace(strings.Replace(vllm(sql, chat), "gpus          = 2", "gpus = 1", 1), "data_parallel = 2", "", 1)
+	tc, pl = renderedArgv(t, runtime)
+	want = []string{"--enable-lora", "--max-loras", "1", "--max-cpu-loras", "2", "--max-lora-rank", "16"}
+	if got := pl.cmd.Args[len(pl.cmd.Args)-len(want):]; !cmp.Equal(want, got) || len(tc.Adapters) != 0 || tc.Env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] != "True" {
+		t.Errorf("vllm at runtime: argv %q, want it to end %q; adapter blocks %v; env %v", pl.cmd.Args, want, tc.Adapters, tc.Env)
 	}
 
 	model := realengine.TinyModel(t)

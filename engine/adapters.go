@@ -50,6 +50,9 @@ type AdapterRule struct {
 	// Listed, where set, is how the engine says which adapters it
 	// serves: what the controller reads to verify them.
 	Listed *AdapterListing
+	// Runtime, where set, is the engine's API for loading adapters while
+	// it runs (adapters_runtime.go): PlanAdapters says when llmgw uses it.
+	Runtime *AdapterRuntime
 }
 
 // AdapterListing is an engine's list of the adapters it serves.
@@ -108,15 +111,22 @@ func parseLlamaCppLoraAdapters(body []byte) ([]LoadedAdapter, error) {
 	return out, nil
 }
 
-// parseVLLMModels reads vLLM's GET /v1/models: the base model's card,
-// then one card per LoRA adapter it holds, {"id": its name, "root": its
-// path, "parent": the base model's name}
-// (vllm/entrypoints/openai/models/serving.py,
-// OpenAIServingModels.show_available_models, as the code index holds it at
-// 00153c8b, not read at the v0.28.0 commit itself). vLLM lists an adapter
-// once it loaded it: the --lora-modules at start (init_static_loras, which
-// stops the server on one that fails), or a runtime load.
-func parseVLLMModels(body []byte) ([]LoadedAdapter, error) {
+// parseModelCards reads vLLM's and SGLang's GET /v1/models: the base
+// model's card, then one card per LoRA adapter it holds, {"id": its name,
+// "root": its path, "parent": the base model's name}.
+//
+//   - vLLM: vllm/entrypoints/openai/models/serving.py:149-165,
+//     OpenAIServingModels.show_available_models, at the v0.28.0 merge-base
+//     53e211d. vLLM lists an adapter once it loaded it: the --lora-modules
+//     at start (init_static_loras, serving.py:124-139, which stops the
+//     server on one that fails), or a runtime load (serving.py:167-219;
+//     adapters_runtime.go).
+//   - SGLang: python/sglang/srt/entrypoints/http_server.py:1846-1871 at
+//     v0.5.18 (71de97b), available_models: one card per adapter of its
+//     LoRA registry, "parent" the served name; the registry holds an
+//     adapter once its load succeeded (tokenizer_control_mixin.py:597-673:
+//     --lora-paths at start, or /load_lora_adapter).
+func parseModelCards(body []byte) ([]LoadedAdapter, error) {
 	var list struct {
 		Data *[]struct {
 			ID     string  `json:"id"`
@@ -303,10 +313,10 @@ func vllmAdapters(s AdapterSpec) ([]string, error) {
 //     int), --lora-paths (zero or more), --max-loaded-loras,
 //     --max-loras-per-batch.
 //   - --lora-paths items: LoRAPathAction
-//     (python/sglang/srt/arg_groups/argparse_actions.py, as the code
-//     search index holds it; not read at the v0.5.18 commit itself) takes
-//     an item that starts with '{' and ends with '}' as JSON with lora_name
-//     and lora_path, else a "name=path" string; the recipe gives JSON.
+//     (python/sglang/srt/arg_groups/argparse_actions.py:8-25 at v0.5.18)
+//     takes an item that starts with '{' and ends with '}' as JSON with
+//     lora_name and lora_path, else a "name=path" string; the recipe gives
+//     JSON.
 func sglangAdapters(s AdapterSpec) ([]string, error) {
 	slots := slotsOf(s)
 	args := []string{"--enable-lora", "--max-loras-per-batch", strconv.Itoa(slots), "--max-loaded-loras", strconv.Itoa(max(slots, len(s.Adapters)))}

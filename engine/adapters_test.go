@@ -159,7 +159,8 @@ func TestParseLoadedAdapters(t *testing.T) {
 			t.Errorf("vllm %s: %v", bad, err)
 		}
 	}
-	if registry[SGLang].Adapters.Listed != nil {
-		t.Error("sglang: a listing no one read")
+	// SGLang's cards have vLLM's shape (TestParseModelCards).
+	if registry[SGLang].Adapters.Listed.Path != "/v1/models" {
+		t.Error("sglang: no /v1/models listing")
 	}
 }

@@ -57,6 +57,29 @@ type Metrics struct {
 	TimeToFirstToken Metric
 	// GeneratedTokens is a running total of tokens generated.
 	GeneratedTokens Metric
+	// AdapterRequests is the engine's info gauge of its LoRA adapters in
+	// use, where it has one (vLLM's vllm:lora_requests_info).
+	AdapterRequests AdapterRequestsMetric
+}
+
+// AdapterRequestsMetric is an info gauge whose labels name the LoRA
+// adapters with requests in flight and the engine's adapter slots: a new
+// series each time the set changes, each valued the time (seconds since
+// the epoch) it was last current, so the greatest value is the engine's
+// state now. vLLM's (vllm/v1/metrics/loggers.py:1049-1074, 1167-1179 at
+// the v0.28.0 merge-base 53e211d): labels max_lora (--max-loras),
+// waiting_lora_adapters and running_lora_adapters, each adapter names
+// joined by ',', set with set_to_current_time at every stats round; no
+// model_name or engine label. Both lists hold every adapter with a request
+// waiting or running (LoRARequestStates.update_scheduler_stats,
+// vllm/v1/metrics/stats.py:558-563, fills both from one loop), so they are
+// the adapters in use, not those loaded: an adapter loaded and idle is in
+// neither.
+type AdapterRequestsMetric struct {
+	// Name is the family's name; "" where the engine has none.
+	Name string
+	// Running, Waiting and Slots are the label names.
+	Running, Waiting, Slots string
 }
 
 // Known reports whether the engine exports any of the quantities.

@@ -98,6 +98,13 @@ func init() {
 			Flags: []string{"--enable-lora", "--max-loras-per-batch", "--max-loaded-loras", "--max-lora-rank", "--lora-paths"},
 			args:  sglangAdapters,
 			Why:   "python/sglang/srt/server_args.py:2879-2917 at v0.5.18",
+			// SGLang lists what its LoRA registry holds as cards of
+			// /v1/models, as vLLM does. It has a runtime load and unload
+			// too (/load_lora_adapter, /unload_lora_adapter:
+			// http_server.py:1539-1570 at v0.5.18), which llmgw does not
+			// drive yet: docs/engines/sglang.md, "LoRA adapters".
+			Listed: &AdapterListing{Path: "/v1/models", parse: parseModelCards,
+				Why: "python/sglang/srt/entrypoints/http_server.py:1846-1871 (available_models) at v0.5.18"},
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,

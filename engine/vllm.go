@@ -89,8 +89,17 @@ func init() {
 			Flags: []string{"--enable-lora", "--max-loras", "--max-cpu-loras", "--max-lora-rank", "--lora-modules"},
 			args:  vllmAdapters,
 			Why:   "vllm/engine/arg_utils.py:1409-1424 and vllm/entrypoints/openai/cli_args.py:75 at v0.28.0",
-			Listed: &AdapterListing{Path: "/v1/models", parse: parseVLLMModels,
-				Why: "vllm/entrypoints/openai/models/serving.py show_available_models"},
+			Listed: &AdapterListing{Path: "/v1/models", parse: parseModelCards,
+				Why: "vllm/entrypoints/openai/models/serving.py:149-165 (show_available_models) at 53e211d"},
+			Runtime: &AdapterRuntime{
+				Env:        map[string]string{"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+				LoadPath:   "/v1/load_lora_adapter",
+				UnloadPath: "/v1/unload_lora_adapter",
+				startArgs:  vllmRuntimeStart,
+				blocked:    vllmRuntimeBlocked,
+				Why: "vllm/entrypoints/serve/lora/api_router.py:26-75, vllm/entrypoints/serve/lora/protocol.py:7-16, " +
+					"vllm/entrypoints/openai/models/serving.py:167-280, vllm/envs.py:1186-1189 at 53e211d",
+			},
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,
@@ -104,6 +113,8 @@ func init() {
 			KVCacheUsage:     Metric{Name: "vllm:kv_cache_usage_perc", Type: Gauge},
 			TimeToFirstToken: Metric{Name: "vllm:time_to_first_token_seconds", Type: Histogram},
 			GeneratedTokens:  Metric{Name: "vllm:generation_tokens_total", Type: Counter},
+			AdapterRequests: AdapterRequestsMetric{Name: "vllm:lora_requests_info",
+				Running: "running_lora_adapters", Waiting: "waiting_lora_adapters", Slots: "max_lora"},
 		},
 	})
 }

@@ -104,6 +104,10 @@ type Sample struct {
 	// TTFT is the time-to-first-token histogram, merged over the series;
 	// nil when the engine exports none or the scrape lacked it.
 	TTFT *Histogram
+	// Adapters is the engine's LoRA adapters in use, from its info gauge
+	// (engine.AdapterRequestsMetric); nil where it has none or the scrape
+	// lacked it.
+	Adapters *AdapterRequests
 	// Absent lists the quantities the engine does not export at all
 	// (TGI and llama.cpp have no time to first token). Missing lists those
 	// it exports at its pinned version but this scrape lacked (or gave as
@@ -145,6 +149,11 @@ type Reading struct {
 	// TokensPerSecond is generated tokens over the interval, per second.
 	TokensPerSecond Value `json:"tokens_per_second"`
 
+	// Adapters is the LoRA adapters with requests in flight, as the
+	// latest scrape says; absent where the engine exports no such gauge
+	// (only vLLM does) or serves no adapters.
+	Adapters *AdapterRequests `json:"adapter_requests,omitempty"`
+
 	// Absent: quantities the engine does not export (always unknown).
 	// Missing: quantities the engine exports but the latest scrape lacked.
 	Absent  []string `json:"absent,omitempty"`
@@ -169,4 +178,20 @@ type TTFT struct {
 	// the engine's bucket bounds.
 	P50 Value `json:"p50_seconds"`
 	P90 Value `json:"p90_seconds"`
+}
+
+// AdapterRequests is an engine's LoRA adapters in use at a scrape, from
+// its info gauge (engine.AdapterRequestsMetric; vLLM's
+// vllm:lora_requests_info): the series the engine set last.
+type AdapterRequests struct {
+	// Running and Waiting name the adapters with requests running and
+	// waiting. vLLM fills both with every adapter that has a request in
+	// flight, waiting or running (engine.AdapterRequestsMetric).
+	Running []string `json:"running,omitempty"`
+	Waiting []string `json:"waiting,omitempty"`
+	// Slots is the adapters the engine batches at once (vLLM's max_lora,
+	// its --max-loras); 0 when the label is not a number.
+	Slots int `json:"slots,omitempty"`
+	// Set is when the engine last set the series, by its clock.
+	Set time.Time `json:"set"`
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -89,7 +91,45 @@ func fromFamilies(fams map[string]*dto.MetricFamily, names engine.Metrics, at ti
 	}
 	note(FieldTTFT, names.TimeToFirstToken, ttft)
 	s.Tokens = note(FieldTokensPerSecond, names.GeneratedTokens, total(fams, names.GeneratedTokens))
+	s.Adapters = adapterRequests(fams, names.AdapterRequests)
 	return s
+}
+
+// adapterRequests reads an info gauge of the adapters in use: of its
+// series, the one with the greatest value, the time it was last set (an
+// engine keeps every set it has had, each at the time it was last
+// current). nil when the family is absent or holds no finite value.
+func adapterRequests(fams map[string]*dto.MetricFamily, m engine.AdapterRequestsMetric) *AdapterRequests {
+	f, xs := series(fams, m.Name, nil)
+	var last *dto.Metric
+	lastV := math.Inf(-1)
+	for _, x := range xs {
+		if v, ok := scalar(f.GetType(), x); ok && v > lastV {
+			last, lastV = x, v
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	secs, frac := math.Modf(lastV)
+	out := &AdapterRequests{Set: time.Unix(int64(secs), int64(frac*1e9))}
+	names := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return strings.Split(v, ",")
+	}
+	for _, lp := range last.GetLabel() {
+		switch lp.GetName() {
+		case m.Running:
+			out.Running = names(lp.GetValue())
+		case m.Waiting:
+			out.Waiting = names(lp.GetValue())
+		case m.Slots:
+			out.Slots, _ = strconv.Atoi(lp.GetValue())
+		}
+	}
+	return out
 }
 
 // series are the metrics of m's family that m.Match keeps.

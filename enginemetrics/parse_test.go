@@ -355,3 +355,38 @@ func TestParseAny(t *testing.T) {
 		t.Error("garbage parsed")
 	}
 }
+
+// vLLM's vllm:lora_requests_info as prometheus_client writes it (labels in
+// the order loggers.py names them, the value set_to_current_time's float):
+// the series with the greatest value is the engine's state now; the
+// adapters come split at ','; no series, no Adapters.
+func TestParseAdapterRequests(t *testing.T) {
+	t.Parallel()
+	text := `# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",waiting_lora_adapters="",running_lora_adapters=""} 1.7645904e+09
+vllm:lora_requests_info{max_lora="4",waiting_lora_adapters="sql,chat",running_lora_adapters="sql,chat"} 1.7645904125e+09
+vllm:lora_requests_info{max_lora="4",waiting_lora_adapters="sql",running_lora_adapters="sql"} 1.7645903e+09
+`
+	s, err := enginemetrics.Parse(strings.NewReader(text), names(t, engine.VLLM), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &enginemetrics.AdapterRequests{Running: []string{"sql", "chat"}, Waiting: []string{"sql", "chat"}, Slots: 4,
+		Set: time.Unix(1764590412, 500000000)}
+	if diff := cmp.Diff(want, s.Adapters); diff != "" {
+		t.Errorf("adapters (-want +got):\n%s", diff)
+	}
+	r := enginemetrics.Between(enginemetrics.Sample{}, s)
+	if b, _ := json.Marshal(r); !bytes.Contains(b, []byte(`"adapter_requests":{"running":["sql","chat"],"waiting":["sql","chat"],"slots":4,"set":"`)) {
+		t.Errorf("reading's JSON %s", b)
+	}
+	s, err = enginemetrics.Parse(strings.NewReader("# TYPE vllm:lora_requests_info gauge\n"), names(t, engine.VLLM), t0)
+	if err != nil || s.Adapters != nil {
+		t.Errorf("no series: %+v (%v)", s.Adapters, err)
+	}
+	// Engines without the gauge.
+	if s := parseFile(t, engine.LlamaCpp, "llamacpp.txt", t0); s.Adapters != nil {
+		t.Errorf("llama.cpp: %+v", s.Adapters)
+	}
+}

@@ -23,6 +23,7 @@ func Between(prev, cur Sample) Reading {
 		RequestsWaiting: cur.Waiting,
 		RequestsRunning: cur.Running,
 		KVCacheUsage:    cur.KVCache,
+		Adapters:        cur.Adapters,
 		Absent:          slices.Clone(cur.Absent),
 		Missing:         slices.Clone(cur.Missing),
 	}

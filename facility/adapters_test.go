@@ -19,7 +19,9 @@ func adapterCatalog(engine, lines string) string {
 
 func TestParseCatalogAdapters(t *testing.T) {
 	t.Parallel()
-	src := adapterCatalog("vllm", "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n    scale = 0.5\n  }\n")
+	// SGLang gets its adapters at start (vLLM's at runtime:
+	// TestRuntimeAdaptersFingerprint).
+	src := adapterCatalog("sglang", "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n    scale = 0.5\n  }\n")
 	cat, err := ParseCatalog("c.hcl", []byte(src))
 	if err != nil {
 		t.Fatal(err)

@@ -236,8 +236,13 @@ func ProfileFingerprint(m Model, p Profile) string {
 	// from idle_after (render): only when set, as the layout above.
 	// The adapters the engine loads, as the recipe renders them (not their
 	// scales, which only the requests carry): only when set, as the layout
-	// above.
-	if len(m.Adapters) > 0 {
+	// above. Where the controller loads them into the running engine
+	// (engine.PlanAdapters), only what the engine starts with and cannot
+	// change while it runs, its slots and rank bound: adding or removing
+	// an adapter then changes no job.
+	if plan, err := m.AdapterPlan(p); err == nil && plan.Runtime {
+		put("adapters_runtime", plan.Key)
+	} else if len(m.Adapters) > 0 {
 		put("adapters", strconv.Itoa(len(m.Adapters)))
 		for _, a := range m.Adapters {
 			// An adapter the stores fetch by its key (the bytes it names),

@@ -25,6 +25,34 @@ func (p Profile) ResolvedLayout() (engine.Layout, error) {
 	return d.Resolve(p.Layout(), engine.Shape{GPUs: p.GPUs, Nodes: max(p.Nodes, 1), Args: p.Args})
 }
 
+// AdapterPlan is how the replicas of p get m's LoRA adapters: loaded at
+// runtime by the controller (the engine starts with the plan's args and
+// environment) or given at start (engine.PlanAdapters). A layout that does
+// not resolve is taken as the profile's data_parallel says; its own error
+// is reported elsewhere.
+func (m Model) AdapterPlan(p Profile) (engine.AdapterPlan, error) {
+	if len(m.Adapters) == 0 {
+		return engine.AdapterPlan{}, nil
+	}
+	data := p.DataParallel
+	if l, err := p.ResolvedLayout(); err == nil {
+		data = l.Data
+	}
+	plan, err := engine.PlanAdapters(p.Engine, m.AdapterSpec(), data, p.Args)
+	if err != nil || !plan.Runtime {
+		return plan, err
+	}
+	// An adapter the nodes' stores fetch is on the node only once the
+	// driver has fetched it before the engine starts, from the task's
+	// adapter blocks: such a model's replicas get their adapters at start.
+	for _, a := range m.Adapters {
+		if a.Fetched() {
+			return engine.AdapterPlan{Static: fmt.Sprintf("adapter %q is fetched by the nodes' stores, which the driver does from the task's adapter blocks before the engine starts", a.Name)}, nil
+		}
+	}
+	return plan, nil
+}
+
 // checkEngine checks what the profile asks of its engine: a known
 // engine, a layout that spans exactly nodes × gpus as the engine counts
 // GPUs, no nodes > 1 for an engine that runs on one node, args that leave
@@ -64,8 +92,11 @@ func (p Profile) checkEngine(m Model) error {
 		Nodes: max(p.Nodes, 1), Args: p.Args,
 	}
 	// With the adapter flags the recipe renders (their own errors are
-	// validateAdapters'), as render's args put them after the profile's.
-	if adapterArgs, err := engine.AdapterArgs(p.Engine, m.AdapterSpec()); err == nil && len(adapterArgs) > 0 {
+	// validateAdapters'), as render's args put them after the profile's:
+	// the slots alone where the controller loads the adapters at runtime.
+	if plan, err := m.AdapterPlan(p); err == nil && plan.Runtime {
+		in.Args = append(slices.Clone(p.Args), plan.Args...)
+	} else if adapterArgs, err := engine.AdapterArgs(p.Engine, m.AdapterSpec()); err == nil && len(adapterArgs) > 0 {
 		in.Args = append(slices.Clone(p.Args), adapterArgs...)
 	}
 	if d.Model.File {

@@ -35,12 +35,22 @@ import (
 //     its GET /lora-adapters by path (a replica that left an adapter out
 //     numbers the rest without it, and one that does not list the asked
 //     adapter is not sent the request).
-//   - vLLM serves an adapter under its name (--lora-modules' name): the
-//     request's model becomes the adapter's name (it may have been
-//     base:adapter). SGLang takes "served-name:adapter" as the model, as its
-//     LoRA documentation says (docs/advanced_features/lora); that was not
-//     checked at the pinned v0.5.18, whose source is not reachable here.
-//     A replica with no engine tag is written as vLLM.
+//   - vLLM serves an adapter under its name (the name it was loaded
+//     under, at start or at runtime): the request's model becomes the
+//     adapter's name (it may have been base:adapter). SGLang takes
+//     "served-name:adapter" as the model, split at the first ':'
+//     (python/sglang/srt/entrypoints/openai/serving_base.py:40-71 at
+//     v0.5.18, _parse_model_parameter and _resolve_lora_path). A replica
+//     with no engine tag is written as vLLM.
+//   - A replica is sent a request for an adapter only where its engine's
+//     list holds it (loraTable: llama.cpp's ids, vLLM's and SGLang's
+//     names; a replica with no engine tag is not read): vLLM's adapters
+//     are loaded by the controller while the engine runs, so a replica
+//     that started or restarted holds them only some seconds later. A list
+//     that lacks the adapter is read again once it is loraStale old; a
+//     vLLM replica that answers 404 "does not exist" for the adapter
+//     anyway (its list was read before it restarted) is passed over like
+//     one whose list lacks it (adapterGone).
 //
 // A client may not send its own "lora" for a model with adapters (400): the
 // gateway decides which adapter answers, so that no request is answered by
@@ -110,10 +120,14 @@ func adapterTables(t, old *table, list gatewayapi.ModelList, perReplica int64, l
 // asks for; another replica may.
 var errAdapterNotLoaded = errors.New("adapter not loaded on the replica")
 
-// loraTable is a llama.cpp replica's adapters as its GET /lora-adapters
-// lists them: their ids by path.
+// loraTable is a replica's adapters as its engine lists them (its
+// engine.AdapterListing): llama.cpp's GET /lora-adapters, their ids by
+// path; vLLM's and SGLang's GET /v1/models, their names.
 type loraTable struct {
-	ids map[string]int
+	ids   map[string]int
+	names map[string]bool
+	// at is when it was read.
+	at time.Time
 }
 
 // idOf is a's id on the replica: that of the one path the replica lists
@@ -134,14 +148,26 @@ func (lt *loraTable) idOf(a gatewayapi.ListedAdapter) (int, bool) {
 	return id, n == 1
 }
 
-// loraPath is where llama.cpp's server lists its adapters.
-const loraPath = "/lora-adapters"
+// listsAdapters reports whether the gateway reads the adapters a replica
+// of eng serves: llama.cpp's (their ids), vLLM's and SGLang's (whether it
+// holds the one asked: vLLM's are loaded at runtime by the controller,
+// so a replica that started, or restarted, does not hold them at once).
+// A replica with no engine tag is not read.
+func listsAdapters(eng string) bool {
+	return eng == engine.LlamaCpp || eng == engine.VLLM || eng == engine.SGLang
+}
 
-// readLoras reads ep's GET /lora-adapters.
+// readLoras reads the list of the adapters ep's engine serves.
 func (g *Gateway) readLoras(ctx context.Context, ep *endpoint) (*loraTable, error) {
+	d, ok := engine.Lookup(ep.inst.Engine)
+	if !ok || d.Adapters == nil || d.Adapters.Listed == nil {
+		return nil, fmt.Errorf("engine %q: no adapter list to read", ep.inst.Engine)
+	}
+	l := d.Adapters.Listed
 	ctx, cancel := context.WithTimeout(ctx, loraReadTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.base+loraPath, nil)
+	at := g.now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.base+l.Path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -155,32 +181,35 @@ func (g *Gateway) readLoras(ctx context.Context, ep *endpoint) (*loraTable, erro
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", loraPath, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", l.Path, resp.Status)
 	}
 	if len(body) > maxLoraList {
-		return nil, fmt.Errorf("GET %s: over %d bytes", loraPath, maxLoraList)
+		return nil, fmt.Errorf("GET %s: over %d bytes", l.Path, maxLoraList)
 	}
-	var list []struct {
-		ID   *int   `json:"id"`
-		Path string `json:"path"`
+	list, err := l.ParseLoadedAdapters(body)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", loraPath, err)
-	}
-	lt := &loraTable{ids: map[string]int{}}
-	for _, e := range list {
-		if e.ID != nil {
-			lt.ids[e.Path] = *e.ID
+	lt := &loraTable{ids: map[string]int{}, names: map[string]bool{}, at: at}
+	for _, a := range list {
+		if a.ID >= 0 {
+			lt.ids[a.Path] = a.ID
+		}
+		if a.Name != "" {
+			lt.names[a.Name] = true
 		}
 	}
 	return lt, nil
 }
 
-// How a llama.cpp replica's adapter list is read: within loraReadTimeout,
-// at most maxLoraList bytes (an entry is about 100 bytes).
+// How a replica's adapter list is read: within loraReadTimeout, at most
+// maxLoraList bytes (a llama.cpp entry is about 100 bytes, a vLLM card
+// some hundreds). One that lacks the adapter asked for is read again
+// before the replica is passed over when it is older than loraStale.
 const (
 	loraReadTimeout = 5 * time.Second
-	maxLoraList     = 1 << 20
+	maxLoraList     = 8 << 20
+	loraStale       = time.Second
 )
 
 // lorasOf is ep's adapter list: the one read last, else read now.
@@ -193,6 +222,30 @@ func (g *Gateway) lorasOf(ctx context.Context, ep *endpoint) (*loraTable, error)
 		return nil, err
 	}
 	ep.loras.Store(lt)
+	return lt, nil
+}
+
+// holds reports whether ep's engine lists the adapter a request asks for,
+// reading its list again when the one it has lacks it and is older than
+// loraStale (the controller may have loaded the adapter since).
+func (g *Gateway) holds(ctx context.Context, ep *endpoint, has func(*loraTable) bool) (*loraTable, error) {
+	lt, err := g.lorasOf(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	if has(lt) {
+		return lt, nil
+	}
+	if g.now().Sub(lt.at) < loraStale {
+		return nil, errAdapterNotLoaded
+	}
+	if lt, err = g.readLoras(ctx, ep); err != nil {
+		return nil, err
+	}
+	ep.loras.Store(lt)
+	if !has(lt) {
+		return nil, errAdapterNotLoaded
+	}
 	return lt, nil
 }
 
@@ -229,6 +282,12 @@ func (x *exchange) bodyFor(ep *endpoint) ([]byte, error) {
 	body := x.body.bytes()
 	if ep.inst.Engine == engine.LlamaCpp {
 		lt, err := x.g.lorasOf(x.r.Context(), ep)
+		if err == nil && x.adapter != nil {
+			lt, err = x.g.holds(x.r.Context(), ep, func(lt *loraTable) bool { _, ok := lt.idOf(x.adapter.ad); return ok })
+		}
+		if errors.Is(err, errAdapterNotLoaded) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading its adapters: %w", err)
 		}
@@ -240,6 +299,15 @@ func (x *exchange) bodyFor(ep *endpoint) ([]byte, error) {
 	}
 	if x.adapter == nil {
 		return nil, nil
+	}
+	if listsAdapters(ep.inst.Engine) {
+		_, err := x.g.holds(x.r.Context(), ep, func(lt *loraTable) bool { return lt.names[x.adapter.ad.Name] })
+		if errors.Is(err, errAdapterNotLoaded) {
+			return nil, err
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading its adapters: %w", err)
+		}
 	}
 	want := x.adapter.ad.Name
 	if ep.inst.Engine == engine.SGLang {
@@ -273,4 +341,27 @@ func withValue(body []byte, name string, val []byte) []byte {
 	out = append(out, body[:vs]...)
 	out = append(out, val...)
 	return append(out, body[ve:]...)
+}
+
+// adapterGone reports whether resp is ep's vLLM engine saying it does not
+// serve the adapter the request was written for: 404 "The model `NAME`
+// does not exist." (vllm/entrypoints/serve/engine/serving.py:64, 197 at
+// 53e211d). Then the response is discarded and ep's adapter list read
+// again before its next request; otherwise resp is left as it was.
+func (x *exchange) adapterGone(ep *endpoint, resp *http.Response) bool {
+	if x.adapter == nil || resp.StatusCode != http.StatusNotFound || ep.inst.Engine != engine.VLLM {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	want := "The model `" + x.adapter.ad.Name + "` does not exist."
+	if err != nil || !bytes.Contains(head, []byte(want)) {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		return false
+	}
+	discard(resp)
+	ep.loras.Store(nil)
+	return true
 }

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/gatewayapi"
@@ -15,30 +17,51 @@ import (
 
 // bodyRecorder is a replica that answers every completion 200 and keeps
 // the bodies it was sent; as llama.cpp it lists the adapters of loras at
-// GET /lora-adapters, in that order.
+// GET /lora-adapters, in that order, and as vLLM and SGLang those of
+// cards (names; all of loras' file names without .gguf when nil) at GET
+// /v1/models.
 type bodyRecorder struct {
 	srv   *httptest.Server
 	mu    sync.Mutex
 	seen  []string
 	loras []string
+	cards []string
+	// lists counts the reads of its adapter lists.
+	lists int
 }
 
 func startBodyRecorder(t *testing.T, loras ...string) *bodyRecorder {
 	t.Helper()
 	br := &bodyRecorder{loras: loras}
 	br.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == loraPath {
-			var list []map[string]any
+		br.mu.Lock()
+		defer br.mu.Unlock()
+		switch r.URL.Path {
+		case "/lora-adapters":
+			br.lists++
+			list := []map[string]any{}
 			for i, p := range br.loras {
 				list = append(list, map[string]any{"id": i, "path": p, "scale": 1})
 			}
 			_ = json.NewEncoder(w).Encode(list)
 			return
+		case "/v1/models":
+			br.lists++
+			cards := br.cards
+			if cards == nil {
+				for _, p := range br.loras {
+					cards = append(cards, strings.TrimSuffix(path.Base(p), ".gguf"))
+				}
+			}
+			list := []map[string]any{{"id": "base", "root": "/models/base", "parent": nil}}
+			for _, c := range cards {
+				list = append(list, map[string]any{"id": c, "root": "/lora/" + c, "parent": "base"})
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": list})
+			return
 		}
 		b, _ := io.ReadAll(r.Body)
-		br.mu.Lock()
 		br.seen = append(br.seen, string(b))
-		br.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
 	}))
@@ -108,27 +131,117 @@ func TestAdapterRequestsWrittenPerEngine(t *testing.T) {
 	}
 }
 
-// A llama.cpp replica that does not list the asked adapter is not sent
-// the request: another is, and with none the answer is a 503 naming why.
+// A replica that does not list the asked adapter (llama.cpp's GET
+// /lora-adapters; vLLM's and SGLang's GET /v1/models, where the
+// controller loads adapters while the engine runs) is not sent the
+// request: another is, and with none the answer is a 503 naming why.
 func TestAdapterNotLoadedPassedOver(t *testing.T) {
-	without := startBodyRecorder(t, "/lora/chat.gguf")
-	with := startBodyRecorder(t, "/lora/chat.gguf", "/lora/sql.gguf")
-	tg := startGateway(t, Options{}, without.instance("without", engine.LlamaCpp), with.instance("with", engine.LlamaCpp))
-	tg.UpdateModels(adapterList, nil)
-	for range 6 {
-		if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 200 || ans.header.Get(ReplicaHeader) != "with" {
-			t.Fatalf("sql: %d from %q: %s", ans.status, ans.header.Get(ReplicaHeader), ans.body)
-		}
-	}
-	if n := len(without.seen); n != 0 {
-		t.Errorf("the replica without sql was sent %d requests", n)
-	}
+	for _, eng := range []string{engine.LlamaCpp, engine.VLLM, engine.SGLang} {
+		t.Run(eng, func(t *testing.T) {
+			without := startBodyRecorder(t, "/lora/chat.gguf")
+			with := startBodyRecorder(t, "/lora/chat.gguf", "/lora/sql.gguf")
+			tg := startGateway(t, Options{}, without.instance("without", eng), with.instance("with", eng))
+			tg.UpdateModels(adapterList, nil)
+			for range 6 {
+				if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 200 || ans.header.Get(ReplicaHeader) != "with" {
+					t.Fatalf("sql: %d from %q: %s", ans.status, ans.header.Get(ReplicaHeader), ans.body)
+				}
+			}
+			if n := len(without.seen); n != 0 {
+				t.Errorf("the replica without sql was sent %d requests", n)
+			}
 
-	tg = startGateway(t, Options{}, without.instance("without", engine.LlamaCpp))
+			tg = startGateway(t, Options{}, without.instance("without", eng))
+			tg.UpdateModels(adapterList, nil)
+			ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+			if ans.status != 503 || !strings.Contains(string(ans.body), "adapter not loaded") {
+				t.Errorf("sql with no replica serving it: %d %s, want 503 saying the adapter is not loaded", ans.status, ans.body)
+			}
+		})
+	}
+}
+
+// An adapter a replica's list lacked is looked for again once the list is
+// older than loraStale (the controller loads vLLM's adapters while the
+// engine runs), not before.
+func TestAdapterListReadAgain(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	br := startBodyRecorder(t)
+	br.cards = []string{"chat"}
+	tg := startGateway(t, Options{Now: clock}, br.instance("r", engine.VLLM))
 	tg.UpdateModels(adapterList, nil)
+	if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 503 {
+		t.Fatalf("sql before it is loaded: %d %s", ans.status, ans.body)
+	}
+	br.mu.Lock()
+	br.cards = []string{"chat", "sql"}
+	reads := br.lists
+	br.mu.Unlock()
+	if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 503 {
+		t.Errorf("sql within loraStale of the last read: %d %s, want 503", ans.status, ans.body)
+	}
+	mu.Lock()
+	now = now.Add(loraStale + time.Millisecond)
+	mu.Unlock()
+	if ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`); ans.status != 200 {
+		t.Errorf("sql once loaded, the list stale: %d %s", ans.status, ans.body)
+	}
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if br.lists != reads+1 {
+		t.Errorf("%d reads of the list after the first %d, want one more", br.lists, reads)
+	}
+}
+
+// A vLLM replica that answers 404 "The model `NAME` does not exist." for
+// the adapter its list held (it restarted, and the controller has not
+// loaded it again yet) is passed over for another, and its list is read
+// again; any other 404 is the client's answer.
+func TestAdapterGoneFromVLLM(t *testing.T) {
+	var gone sync.Map // replica -> answer
+	replica := func(name string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/models" {
+				_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"base","root":"/m"},{"id":"sql","root":"/lora/sql","parent":"base"}]}`)
+				return
+			}
+			if a, ok := gone.Load(name); ok {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = io.WriteString(w, a.(string))
+				return
+			}
+			_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := replica("a"), replica("b")
+	inst := func(id string, srv *httptest.Server) Instance {
+		return Instance{ID: id, Model: "base", Replica: id, Address: strings.TrimPrefix(srv.URL, "http://"), Weight: 1, Engine: engine.VLLM}
+	}
+	tg := startGateway(t, Options{}, inst("a", a), inst("b", b))
+	tg.UpdateModels(adapterList, nil)
+	// Whichever sql's home set picks first serves it; then it restarts.
 	ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
-	if ans.status != 503 || !strings.Contains(string(ans.body), "adapter not loaded") {
-		t.Errorf("sql with no replica serving it: %d %s, want 503 saying the adapter is not loaded", ans.status, ans.body)
+	first := ans.header.Get(ReplicaHeader)
+	if ans.status != 200 || first == "" {
+		t.Fatalf("sql: %d %s", ans.status, ans.body)
+	}
+	other := map[string]string{"a": "b", "b": "a"}[first]
+	gone.Store(first, `{"error":{"message":"The model `+"`sql`"+` does not exist.","type":"NotFoundError","param":"model","code":404}}`)
+	ans = tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+	if ans.status != 200 || ans.header.Get(ReplicaHeader) != other {
+		t.Errorf("sql after %s lost it: %d from %q: %s, want 200 from %s", first, ans.status, ans.header.Get(ReplicaHeader), ans.body, other)
+	}
+	// Another 404 is passed on as it is.
+	gone.Store(first, `{"error":{"message":"Not this one.","type":"NotFoundError","param":null,"code":404}}`)
+	gone.Store(other, `{"error":{"message":"Not this one.","type":"NotFoundError","param":null,"code":404}}`)
+	ans = tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+	if ans.status != 404 || !strings.Contains(string(ans.body), "Not this one.") {
+		t.Errorf("another 404: %d %s, want it passed on", ans.status, ans.body)
 	}
 }
 
@@ -163,7 +276,7 @@ func TestFetchedAdapterFoundUnderTheTaskDirectory(t *testing.T) {
 // name or as base:adapter), not because it allows the base model;
 // /v1/models lists for each key what it may use.
 func TestAdapterKeys(t *testing.T) {
-	br := startBodyRecorder(t)
+	br := startBodyRecorder(t, "/lora/sql.gguf", "/lora/chat.gguf")
 	tg := startKeyGateway(t, keyBlock("base-only", "sk-base", "  models = [\"base\"]\n")+
 		keyBlock("sql", "sk-sql", "  models = [\"sql\"]\n")+keyBlock("chat", "sk-chat", "  models = [\"base:chat\"]\n"),
 		Options{}, br.instance("r", engine.VLLM))

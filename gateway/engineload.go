@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmgw/llmgw/engine"
 	"github.com/llmgw/llmgw/enginemetrics"
 )
 
@@ -78,9 +77,10 @@ func (g *Gateway) readEngine(ctx context.Context, ep *endpoint) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, min(g.engineEvery, enginemetrics.DefaultTimeout))
 	defer cancel()
-	if ep.inst.Engine == engine.LlamaCpp && len(g.tbl.Load().listed[ep.inst.Model].Adapters) > 0 {
-		// The adapters it serves, by id (adapters.go): a replica that
-		// restarted with other adapters is read again here.
+	if listsAdapters(ep.inst.Engine) && len(g.tbl.Load().listed[ep.inst.Model].Adapters) > 0 {
+		// The adapters it serves (adapters.go): a replica that restarted
+		// with other adapters, or (vLLM) was loaded more, is read again
+		// here.
 		if lt, err := g.readLoras(cctx, ep); err == nil {
 			ep.loras.Store(lt)
 		} else if ctx.Err() == nil {

@@ -26,8 +26,8 @@ type epState struct {
 	br    *breaker
 	gone  atomic.Bool // left discovery: its metrics are deleted
 	cache epCache
-	// loras is a llama.cpp replica's adapter list as it last read it (nil:
-	// not read yet): adapters.go.
+	// loras is the replica's adapter list as it last read it (nil: not
+	// read yet): adapters.go.
 	loras atomic.Pointer[loraTable]
 }
 

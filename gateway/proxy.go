@@ -330,6 +330,17 @@ func (x *exchange) send() {
 			continue
 		}
 		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(sent).Seconds())
+		if x.adapterGone(ep, resp) {
+			// The engine does not hold the adapter its list held when it
+			// was read (it restarted since): nothing was served, and
+			// another replica may.
+			ep.br.success(probe)
+			x.releaseAttempt(ep)
+			g.m.attempts.WithLabelValues(model, "adapter").Inc()
+			g.log.Debug("replica passed over for the adapter", "model", model, "adapter", x.asked, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "answer", resp.Status)
+			x.lastErr = fmt.Errorf("replica %s: adapter %s: %w (it answered %s)", ep.inst.Replica, x.asked, errAdapterNotLoaded, resp.Status)
+			continue
+		}
 		if retryStatus(resp.StatusCode) {
 			// "Cannot serve now" (502, 503, 504): the replica's failure,
 			// and another replica may take the request.

@@ -19,21 +19,27 @@ func adapterModel(engine string, args ...string) facility.Model {
 		Profiles: []facility.Profile{{Name: "p", Engine: engine, GPU: "NVIDIA H200", GPUs: 1, Nodes: 1, Args: args}}}
 }
 
-// A model's adapters travel as the task's adapter blocks, in the
-// catalog's order, with max_adapters where set; the driver renders them
-// onto the engine's command line after it checked them (driver's
-// TestRenderedAdaptersReachTheCommandLine), so the profile's args hold
-// none of their flags.
+// A model's adapters the engine loads at start travel as the task's
+// adapter blocks, in the catalog's order, with max_adapters where set; the
+// driver renders them onto the engine's command line after it checked
+// them (driver's TestRenderedAdaptersReachTheCommandLine), so the
+// profile's args hold none of their flags. (vLLM with several API
+// servers, here data_parallel 2, is one such engine; with one it gets
+// them at runtime: TestJobRendersRuntimeAdapters.)
 func TestJobRendersAdapters(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []string{"llamacpp", "vllm"} {
 		m := adapterModel(engine, "-c", "4096")
 		if engine == "vllm" {
 			m.MaxAdapters = 1
+			m.Profiles[0].GPUs, m.Profiles[0].DataParallel = 2, 2
 		}
 		job, err := Job(input(m, 0, nil, nil, "n1"))
 		if err != nil {
 			t.Fatalf("%s: %v", engine, err)
+		}
+		if _, ok := job.Meta[MetaAdapters]; ok {
+			t.Errorf("%s: job meta %s", engine, MetaAdapters)
 		}
 		cfg := job.TaskGroups[0].Tasks[0].Config
 		if diff := cmp.Diff([]string{"-c", "4096"}, cfg["args"]); diff != "" {
@@ -82,6 +88,47 @@ func TestJobRendersFetchedAdapters(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, job.TaskGroups[0].Tasks[0].Config["adapter"]); diff != "" {
 		t.Errorf("adapter blocks (-want +got):\n%s", diff)
+	}
+}
+
+// vLLM with one API server gets its adapters from the controller while it
+// runs: no adapter blocks, the slots and rank bound after the profile's
+// args on every rank, the environment that turns the API on (over the
+// profile's own setting of it), and job meta saying so.
+func TestJobRendersRuntimeAdapters(t *testing.T) {
+	t.Parallel()
+	m := adapterModel("vllm", "-c", "4096")
+	m.MaxAdapters = 4
+	m.Profiles[0].Env = map[string]string{"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "0", "HF_HOME": "/hf"}
+	job, err := Job(input(m, 0, nil, nil, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := job.Meta[MetaAdapters]; got != AdaptersRuntime {
+		t.Errorf("job meta %s = %q", MetaAdapters, got)
+	}
+	cfg := job.TaskGroups[0].Tasks[0].Config
+	if diff := cmp.Diff([]string{"-c", "4096", "--enable-lora", "--max-loras", "4", "--max-cpu-loras", "4", "--max-lora-rank", "16"}, cfg["args"]); diff != "" {
+		t.Errorf("args (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{"adapter", "max_adapters"} {
+		if v, ok := cfg[k]; ok {
+			t.Errorf("task config %s = %v", k, v)
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HOME": "/hf"}, cfg["env"]); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	// Another adapter: the same job (its ID holds the fingerprint), task
+	// config and all.
+	more := m
+	more.Adapters = append(append([]facility.Adapter(nil), m.Adapters...), facility.Adapter{Name: "new", Weights: weightsapi.Source{Path: "/srv/lora/new"}, Scale: 1, Rank: 8})
+	again, err := Job(input(more, 0, nil, nil, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *again.ID != *job.ID || !cmp.Equal(again.TaskGroups[0].Tasks[0].Config, cfg) {
+		t.Errorf("one more adapter: job %s -> %s, config %v -> %v", *job.ID, *again.ID, cfg, again.TaskGroups[0].Tasks[0].Config)
 	}
 }
 

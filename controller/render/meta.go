@@ -28,7 +28,15 @@ const (
 	MetaWatts     = "llmgw.watts"      // each shard's declared or derived draw in W, shard order
 	MetaGPU       = "llmgw.gpu"        // GPU model of every shard
 	MetaGPUs      = "llmgw.gpus"       // GPUs of each shard
+	// MetaAdapters is "runtime" on a job whose engine starts with no LoRA
+	// adapter named and gets the catalog's from the controller while it
+	// runs (engine.PlanAdapters); absent where the adapters are given at
+	// start, in the task's adapter blocks.
+	MetaAdapters = "llmgw.adapters"
 )
+
+// AdaptersRuntime is MetaAdapters' value.
+const AdaptersRuntime = "runtime"
 
 // JobIDPrefix starts every managed job's ID, so the controller can list
 // only its own jobs.

@@ -258,6 +258,9 @@ func Job(in Input) (*api.Job, error) {
 			Canary:           new(0),
 		},
 	}
+	if r.adapters.Runtime {
+		job.Meta[MetaAdapters] = AdaptersRuntime
+	}
 	if s.Namespace != "" {
 		job.Namespace = new(s.Namespace)
 	}
@@ -282,6 +285,8 @@ type rendering struct {
 	nnodes    int
 	fabric    string // the shards' common fabric; "" none or single-node
 	readyPath string
+	// adapters is how the replica gets the model's LoRA adapters.
+	adapters engine.AdapterPlan
 }
 
 func plan(in Input, s Settings) (*rendering, error) {
@@ -349,10 +354,12 @@ func plan(in Input, s Settings) (*rendering, error) {
 	if err := desc.CheckArgs(p.Args, desc.ServedNameFlag != ""); err != nil {
 		return nil, bad("profile %q: %v", p.Name, err)
 	}
-	// The model's LoRA adapters, as the engine loads them at start: the
+	// The model's LoRA adapters: as the engine loads them at start, the
 	// task's adapter blocks, which the driver checks and renders onto the
-	// command line (engine.AdapterArgs).
-	if _, err = engine.AdapterArgs(p.Engine, m.AdapterSpec()); err != nil {
+	// command line (engine.AdapterArgs); or, where the controller loads
+	// them into the running engine (engine.PlanAdapters), the engine's
+	// slots and the environment that turns its API on, and no adapter.
+	if r.adapters, err = m.AdapterPlan(p); err != nil {
 		return nil, bad("model %q, profile %q: %v", m.Name, p.Name, err)
 	}
 	if len(m.Adapters) > 0 {
@@ -553,7 +560,7 @@ func (r *rendering) task(rank int) *api.Task {
 	if r.engine.ServedNameFlag != "" {
 		cfg["served_model_name"] = m.Name
 	}
-	if len(m.Adapters) > 0 {
+	if len(m.Adapters) > 0 && !r.adapters.Runtime {
 		cfg["adapter"] = adapterBlocks(m)
 		if m.MaxAdapters > 0 {
 			cfg["max_adapters"] = m.MaxAdapters
@@ -581,6 +588,8 @@ func (r *rendering) task(rank int) *api.Task {
 		env = map[string]string{}
 	}
 	maps.Copy(env, p.Env)
+	// llmgw's to set: the controller's loads need the engine's API on.
+	maps.Copy(env, r.adapters.Env)
 	for _, v := range p.EnvFromVariable {
 		// The task config's env wins over the task environment the
 		// template feeds (the driver's layering): the Variable's value
@@ -728,7 +737,9 @@ func (r *rendering) args(int) []string {
 	if pc := r.engine.PrefixCache; pc != nil && r.in.Model.Routing == gatewayapi.RoutingPrefix && !r.engine.Sets(args, pc.Flag) {
 		args = append(args, pc.Flag, pc.Value)
 	}
-	return args
+	// Adapters the controller loads at runtime: the engine's slots, on
+	// every rank (the profile's args may not set them: CheckAdapterArgs).
+	return append(args, r.adapters.Args...)
 }
 
 // adapterBlocks are the task config's adapter blocks: the model's LoRA

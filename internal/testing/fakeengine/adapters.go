@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -15,23 +14,23 @@ import (
 //
 //   - vLLM (--enable-lora, --lora-modules ITEM…, each {"name","path"} JSON
 //     or name=path): every module is loaded before the server listens
-//     (OpenAIServingModels.init_static_loras, which raises on the first
-//     that fails, and the server does not start); a module whose path
-//     holds no adapter_config.json fails with "Loading lora NAME failed:
-//     No adapter found for PATH" (LoRAAdapterNotFoundError, from the
-//     worker's FileNotFoundError), a name given twice with "The lora
-//     adapter 'NAME' has already been loaded. …". GET /v1/models lists
-//     each loaded adapter after the base model as {"id": name, "root":
-//     path, "parent": the base model's name}, and requests name it as
-//     their model.
+//     (OpenAIServingModels.init_static_loras, serving.py:124-139 at
+//     53e211d, which raises ValueError with the load's error message on
+//     the first that fails, and the server does not start), through the
+//     same load as a runtime one (loraruntime.go: loadAdapter's checks; a
+//     module whose path holds no adapter_config.json fails with "Loading
+//     lora NAME failed: No adapter found for PATH", a name given twice
+//     with "The lora adapter 'NAME' has already been loaded. …"; messages
+//     through sanitize_message). GET /v1/models lists each loaded adapter
+//     after the base model as {"id": name, "root": path, "parent": the
+//     base model's name}, and requests name it as their model.
 //   - llama.cpp (--lora A,B): every file is loaded before the server
 //     listens; one that is not there fails with "failed to load lora
 //     adapter file from PATH" (src/llama-adapter.cpp at 80fb11a) and exit
 //     status 1. GET /lora-adapters lists them as {"id", "path", "scale",
 //     "task_name", "prompt_prefix"}, id their index, scale 1.
 //
-// fake-engine checks no more of an adapter than that it is there: it has
-// no weights to check shapes against.
+// fake-engine reads no weights: it has none to check shapes against.
 
 // Adapter is one LoRA adapter given on the command line.
 type Adapter struct {
@@ -83,8 +82,8 @@ func LoadAdapters(c Config) error {
 				return errors.New("ValueError: The lora adapter '" + a.Name + "' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.")
 			}
 			seen[a.Name] = true
-			if fi, err := os.Stat(filepath.Join(a.Path, "adapter_config.json")); err != nil || !fi.Mode().IsRegular() {
-				return fmt.Errorf("ValueError: Loading lora %s failed: No adapter found for %s", a.Name, a.Path)
+			if e := loadAdapter(c, a.Name, a.Path); e != nil {
+				return errors.New("ValueError: " + sanitizeMessage(e.msg))
 			}
 		case EngineLlamaCpp:
 			if fi, err := os.Stat(a.Path); err != nil || !fi.Mode().IsRegular() {

@@ -9,12 +9,12 @@ import (
 	"testing"
 )
 
-// peftDir makes a directory that holds an adapter_config.json, as vLLM
-// wants of a LoRA module.
+// peftDir makes a directory that holds what vLLM's loader wants of a
+// LoRA adapter of rank 8 (WritePEFTAdapter).
 func peftDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(`{"r": 8}`), 0o600); err != nil {
+	if err := WritePEFTAdapter(dir, 8); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -64,13 +64,20 @@ func TestVLLMAdapters(t *testing.T) {
 // exit 1 before listening.
 func TestRunRefusesBadAdapters(t *testing.T) {
 	good := peftDir(t)
+	rank16 := t.TempDir()
+	if err := WritePEFTAdapter(rank16, 16); err != nil {
+		t.Fatal(err)
+	}
 	missing := filepath.Join(t.TempDir(), "missing")
 	lora := filepath.Join(t.TempDir(), "a.gguf")
 	if err := os.WriteFile(lora, []byte("GGUF"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ args, want string }{
-		{"serve m --enable-lora --lora-modules a=" + missing, "ValueError: Loading lora a failed: No adapter found for " + missing + "\n"},
+		// vLLM's sanitize_message writes a path under /tmp as <path>.
+		{"serve m --enable-lora --lora-modules a=" + missing, "ValueError: Loading lora a failed: No adapter found for <path>\n"},
+		{"serve m --enable-lora --max-lora-rank 8 --lora-modules a=" + rank16, "ValueError: Call to add_lora method failed: LoRA rank 16 is greater than max_lora_rank 8.\n"},
+		{"serve m --lora-modules a=" + good, "ValueError: Call to add_lora method failed: LoRA is not enabled. Use --enable-lora to enable LoRA.\n"},
 		{"serve m --enable-lora --lora-modules a=" + good + " a=" + good, "ValueError: The lora adapter 'a' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.\n"},
 		{"-m m.gguf --lora " + lora + "," + missing, "llama_adapter_lora_init: failed to apply lora adapter: failed to load lora adapter file from " + missing + "\ncommon_init_: failed to load lora adapter '" + missing + "'\n"},
 		{"serve m --lora-modules {x", "fake-engine: usage: --lora-modules {x: want {\"name\": …, \"path\": …}\nRun 'fake-engine --help' for usage.\n"},

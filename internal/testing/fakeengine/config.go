@@ -93,6 +93,16 @@ type Config struct {
 	LoRAModules []Adapter
 	LoRAFiles   []Adapter
 	EnableLoRA  bool
+	// MaxLoRAs and MaxLoRARank are vLLM's --max-loras (default 1) and
+	// --max-lora-rank (default 16): the max_lora label of
+	// vllm:lora_requests_info, and the rank bound an adapter's r must
+	// keep to (vllm/config/lora.py at 53e211d).
+	MaxLoRAs, MaxLoRARank int
+	// RuntimeLoRA is vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING read as vLLM
+	// reads it ("1" or "true" in any case, spaces around ignored;
+	// vllm/envs.py:1186-1189): POST /v1/load_lora_adapter and
+	// /v1/unload_lora_adapter exist only with it (loraruntime.go).
+	RuntimeLoRA bool
 
 	// Ignored holds the arguments fake-engine does not know, in order.
 	Ignored []string
@@ -116,18 +126,6 @@ func (c Config) names() []string {
 	return []string{c.Model}
 }
 
-// requestNames are the models a request may name: the served names, and
-// vLLM's adapters.
-func (c Config) requestNames() []string {
-	out := c.names()
-	if c.Engine == EngineVLLM {
-		for _, a := range c.LoRAModules {
-			out = append(out, a.Name)
-		}
-	}
-	return out
-}
-
 // Defaults is the configuration before any argument or environment.
 func Defaults() Config {
 	return Config{
@@ -142,6 +140,8 @@ func Defaults() Config {
 		KVCacheTokens:   16384,
 		ExitCode:        1,
 		ExpectGPUs:      -1,
+		MaxLoRAs:        1,
+		MaxLoRARank:     16,
 	}
 }
 
@@ -237,6 +237,13 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 					c.LoRAFiles = append(c.LoRAFiles, Adapter{Path: p})
 				}
 			}
+		case "--max-loras":
+			c.MaxLoRAs, err = intValue(name, value, 1, 1<<20)
+		case "--max-lora-rank":
+			c.MaxLoRARank, err = intValue(name, value, 1, 1<<20)
+		case "--max-cpu-loras":
+			// vLLM's CPU cache of adapters: nothing to keep here.
+			_, err = intValue(name, value, 1, 1<<20)
 		case "--lora-init-without-apply":
 			// llama.cpp's; the adapters' scales stay 1 either way.
 		case "--alias":
@@ -322,6 +329,10 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 	}
 	if v := getenv("LLMGW_MODEL"); v != "" && c.Model == "" {
 		c.Model = v
+	}
+	switch strings.ToLower(strings.TrimSpace(getenv(RuntimeLoRAEnv))) {
+	case "1", "true":
+		c.RuntimeLoRA = true
 	}
 	c.Crash = crashSet || exitSet
 	if c.Help {
@@ -472,8 +483,13 @@ Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
                                                  requests generating at once; the rest wait
   --enable-metrics, --metrics                    SGLang's and llama.cpp's switch for /metrics
   --enable-lora --lora-modules ITEM...           vLLM's LoRA adapters (name=path or {"name","path"}):
-                                                 each path must hold adapter_config.json; listed in
-                                                 /v1/models with their parent, served by name
+                                                 each checked as vLLM loads it (adapter_config.json,
+                                                 its r against --max-lora-rank, the weights file);
+                                                 listed in /v1/models with their parent, served by name
+  --max-loras N, --max-lora-rank R               vLLM's adapter slots (max_lora of
+                                                 vllm:lora_requests_info) and rank bound
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING=True          vLLM's POST /v1/load_lora_adapter and
+                                                 /v1/unload_lora_adapter, refusing as vLLM does
   --lora FILE,... [--lora-init-without-apply]    llama.cpp's adapters: each file must be there;
                                                  listed at GET /lora-adapters
 

@@ -28,6 +28,8 @@ type Server struct {
 	seq     atomic.Uint64
 	m       *metrics
 	mux     *http.ServeMux
+	// lora is vLLM's adapters: loaded, and with requests in flight.
+	lora *loraSet
 	// slots holds a token per running request when they are bounded
 	// (Config.MaxRunning); nil otherwise.
 	slots chan struct{}
@@ -39,6 +41,7 @@ type Server struct {
 func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	s := &Server{cfg: cfg, stdout: stdout, stderr: stderr, created: time.Now().Unix()}
 	s.m = newMetrics(cfg, s.ready.Load)
+	s.lora = newLoraSet(cfg, s.m.reg)
 	if cfg.MaxRunning > 0 {
 		s.slots = make(chan struct{}, cfg.MaxRunning)
 	}
@@ -46,6 +49,10 @@ func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.gated(s.models))
 	mux.HandleFunc("GET /lora-adapters", s.gated(s.loraAdapters))
+	if cfg.Engine == EngineVLLM {
+		mux.HandleFunc("POST /v1/load_lora_adapter", s.gated(s.loadLoRA))
+		mux.HandleFunc("POST /v1/unload_lora_adapter", s.gated(s.unloadLoRA))
+	}
 	mux.HandleFunc("POST /v1/chat/completions", s.gated(s.chatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.gated(s.completions))
 	mux.HandleFunc("POST /v1/embeddings", s.gated(s.embeddings))
@@ -201,7 +208,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		})
 	}
 	if s.cfg.Engine == EngineVLLM {
-		for _, a := range s.cfg.LoRAModules {
+		for _, a := range s.lora.list() {
 			list.Data = append(list.Data, modelCard{
 				ID: a.Name, Object: "model", Created: s.created, OwnedBy: "fake-engine",
 				Root: a.Path, Parent: new(s.cfg.ModelID()),
@@ -223,7 +230,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // checkModel answers 404 for a model this engine does not serve; an empty
 // model means the served one.
 func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
-	if model == "" || slices.Contains(s.cfg.requestNames(), model) {
+	if model == "" || slices.Contains(s.cfg.names(), model) || s.adapterOf(model) != "" {
 		return true
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model))
@@ -239,6 +246,8 @@ type plan struct {
 	finish       string
 	stream       bool
 	includeUsage bool
+	// adapter is the vLLM adapter the request names; "" for the base.
+	adapter string
 }
 
 // newPlan checks the lengths and picks the tokens. Without max_tokens the
@@ -294,6 +303,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.id, p.object = fmt.Sprintf("chatcmpl-fake-%d", s.seq.Add(1)), "chat.completion"
+	p.adapter = s.adapterOf(req.Model)
 	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	s.generate(w, r, p)
 }
@@ -317,6 +327,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.id, p.object = fmt.Sprintf("cmpl-fake-%d", s.seq.Add(1)), "text_completion"
+	p.adapter = s.adapterOf(req.Model)
 	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	s.generate(w, r, p)
 }
@@ -335,10 +346,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 	if e.requested != nil {
 		e.requested()
 	}
+	s.lora.request(p.adapter, 1, 0)
 	release, ok := s.admit(ctx)
 	if !ok {
+		s.lora.request(p.adapter, -1, 0)
 		return
 	}
+	s.lora.request(p.adapter, -1, 1)
+	defer s.lora.request(p.adapter, 0, -1)
 	defer release()
 	if e.prompt != nil {
 		e.prompt(p.promptTokens, p.stream)
@@ -580,10 +595,15 @@ func (e *sseWriter) write(s string) error {
 	return nil
 }
 
+// writeJSON answers v as JSON, '<', '>' and '&' as they are (as the
+// engines' servers write them: Starlette's JSONResponse does not escape
+// them).
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // errorTypes are the error types vLLM's OpenAI server names.

@@ -1,0 +1,91 @@
+package facility
+
+import (
+	"strings"
+	"testing"
+)
+
+// A vLLM profile whose replicas run one API server gets its adapters at
+// runtime: its fingerprint holds the slots and the rank bound the engine
+// starts with, not the adapters, so adding, removing or moving an adapter
+// changes no job; a rank past the bound, or other slots, does. With
+// several API servers (data_parallel 2) the adapters are given at start
+// and every change is another fingerprint.
+func TestRuntimeAdaptersFingerprint(t *testing.T) {
+	t.Parallel()
+	lines := "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n  }\n"
+	cat, err := ParseCatalog("c.hcl", []byte(adapterCatalog("vllm", lines)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	p := m.Profiles[0]
+	plan, err := m.AdapterPlan(p)
+	if err != nil || !plan.Runtime || plan.Key != "max_loras=2 max_lora_rank=32" {
+		t.Fatalf("plan %+v (%v), want runtime with key max_loras=2 max_lora_rank=32", plan, err)
+	}
+	fp := ProfileFingerprint(m, p)
+	for name, c := range map[string]struct {
+		mod  func(*Model)
+		same bool
+	}{
+		"path":      {func(m *Model) { m.Adapters[0].Weights.Path = "/srv/lora/sql2" }, true},
+		"one fewer": {func(m *Model) { m.Adapters = m.Adapters[:1] }, true},
+		"one more": {func(m *Model) {
+			m.Adapters = append(m.Adapters, Adapter{Name: "new", Weights: m.Adapters[0].Weights, Rank: 8})
+		}, true},
+		"rank in the bound": {func(m *Model) { m.Adapters[0].Rank = 32 }, true},
+		"rank past it":      {func(m *Model) { m.Adapters[0].Rank = 33 }, false},
+		"max_adapters":      {func(m *Model) { m.MaxAdapters = 1 }, false},
+	} {
+		x := m
+		x.Adapters = append([]Adapter(nil), m.Adapters...)
+		c.mod(&x)
+		if got := ProfileFingerprint(x, p) == fp; got != c.same {
+			t.Errorf("%s: the same fingerprint %v, want %v", name, got, c.same)
+		}
+	}
+	// Without max_adapters the slots are the adapters' count, so the
+	// count is part of the key.
+	x := m
+	x.MaxAdapters = 0
+	y := x
+	y.Adapters = x.Adapters[:1]
+	if ProfileFingerprint(x, p) == ProfileFingerprint(y, p) {
+		t.Error("no max_adapters: one fewer adapter kept the fingerprint")
+	}
+
+	dp := p
+	dp.DataParallel, dp.GPUs = 2, 2
+	plan, err = m.AdapterPlan(dp)
+	if err != nil || plan.Runtime || plan.Static == "" {
+		t.Fatalf("data_parallel 2: plan %+v (%v), want adapters at start, saying why", plan, err)
+	}
+	x = m
+	x.Adapters = m.Adapters[:1]
+	if ProfileFingerprint(x, dp) == ProfileFingerprint(m, dp) {
+		t.Error("data_parallel 2: one fewer adapter kept the fingerprint")
+	}
+}
+
+// A vLLM model with an adapter the nodes' stores fetch gets every adapter
+// at start: the driver fetches from the task's adapter blocks before the
+// engine starts, and a runtime load could only name a path on the node.
+func TestFetchedAdapterKeepsVLLMOnStartLoading(t *testing.T) {
+	t.Parallel()
+	lines := "  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n  }\n  adapter \"chat\" {\n    source = \"org/chat-lora\"\n    weights {\n      files = [\"chat/*\"]\n    }\n  }\n"
+	cat, err := ParseCatalog("c.hcl", []byte(adapterCatalog("vllm", lines)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	plan, err := m.AdapterPlan(m.Profiles[0])
+	if err != nil || plan.Runtime || !strings.Contains(plan.Static, `adapter "chat" is fetched`) {
+		t.Fatalf("plan %+v (%v), want adapters at start, naming the fetched adapter", plan, err)
+	}
+	x := m
+	x.Adapters = m.Adapters[:1]
+	if ProfileFingerprint(x, m.Profiles[0]) == ProfileFingerprint(m, m.Profiles[0]) {
+		t.Error("one fewer adapter kept the fingerprint: a change of a start-loaded model's adapters must make new jobs")
+	}
+}
