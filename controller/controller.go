@@ -187,9 +187,18 @@ func New(opts Options) (*Controller, error) {
 	c.obs.eventStream = opts.Config.Nomad.EventStream
 	c.obs.checkInterval, c.obs.powerInterval = opts.Config.Driver.CheckInterval, opts.PowerInterval
 	c.obs.kick, c.obs.forgetExpect = c.kick, func() { c.writes.forgetExpect() }
+	c.obs.metrics = c.metrics
+	if ps := opts.Config.PowerSource; ps != nil && ps.Prometheus != nil {
+		pp, err := newPromPower(*ps.Prometheus)
+		if err != nil {
+			return nil, err
+		}
+		c.obs.promPower = pp
+	}
 	c.lead = &leader{nomad: client, wo: c.wo, log: c.log, metrics: c.metrics, identity: opts.Identity, ttl: opts.LockTTL}
 	c.power = newPowerState(powerDeps{store: c.store, lead: c.lead, log: c.log, metrics: c.metrics,
-		baseWatts: opts.Config.NodeBaseWatts, hold: opts.Config.PowerCapHold, interval: opts.PowerInterval})
+		baseWatts: opts.Config.NodeBaseWatts, hold: opts.Config.PowerCapHold, interval: opts.PowerInterval,
+		wrote: c.obs.capsWrittenTo})
 	c.obs.afterPower = func(ctx context.Context) {
 		// The power part's round, on the poll's readings and the files in
 		// force.

@@ -38,6 +38,10 @@ type metrics struct {
 	scaleEvents      *prometheus.CounterVec
 	modelSignal      *prometheus.GaugeVec
 	powerCapEvents   *prometheus.CounterVec
+	// The power poll's sources (observer.go, powerRound).
+	powerSourceFailures prometheus.Counter
+	powerStatsReads     *prometheus.CounterVec
+	powerGPUDraws       *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -125,6 +129,16 @@ func newMetrics() *metrics {
 		Name: "llmgw_power_cap_events_total", Help: "GPU power cap decisions, by budgeted domain and kind: cap, change, lift (one per GPU), refused (a GPU in the domain could not be capped).",
 	}, []string{"domain", "kind"})
 	m.add(m.modelDesired, m.modelServing, m.scaleEvents, m.modelSignal, m.powerCapEvents)
+	m.powerSourceFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "llmgw_power_source_failures_total", Help: "Power rounds whose Prometheus query (power_source) failed: every GPU node's client stats were read instead.",
+	})
+	m.powerStatsReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_power_client_stats_reads_total", Help: "GPU nodes' client stats read by the power poll, by why: no_source (no Prometheus source, or it failed), missing (Prometheus lacks a GPU of the node within max_age, or the node was not read yet), refresh (older than client_stats_interval), written (its caps variable was written).",
+	}, []string{"reason"})
+	m.powerGPUDraws = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgw_power_gpu_draws", Help: "GPUs whose draw the last power round read, by source: prometheus or client_stats.",
+	}, []string{"source"})
+	m.add(m.powerSourceFailures, m.powerStatsReads, m.powerGPUDraws)
 	return m
 }
 

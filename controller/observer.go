@@ -39,6 +39,14 @@ type observer struct {
 	serviceProvider string
 	checkInterval   time.Duration // the driver's; 0: render.DefaultCheckInterval
 	powerInterval   time.Duration
+	// promPower is the Prometheus source of GPU draw (powersource.go);
+	// nil: client stats alone.
+	promPower *promPower
+	metrics   *metrics
+	// nodeStats are the GPU nodes' last client-stats reads, by node ID,
+	// for the rounds whose draw Prometheus gives (pollPower's goroutine
+	// alone uses them).
+	nodeStats map[string]nodeStats
 	// kick asks for a pass; forgetExpect tells the writer that the job
 	// list's index went backwards.
 	kick, forgetExpect func()
@@ -58,6 +66,10 @@ type observer struct {
 	mu      sync.RWMutex
 	snap    snapshot
 	changed chan struct{}
+	// capsWritten are the nodes (by name) whose caps variable the power
+	// part wrote since the power poll last took them (capsWrittenTo): with
+	// a Prometheus source their client stats are read at the next round.
+	capsWritten map[string]bool
 }
 
 func newObserver() *observer {
@@ -65,6 +77,8 @@ func newObserver() *observer {
 		healthTrigger: make(chan struct{}, 1),
 		snap:          snapshot{nodes: map[string]*api.Node{}, power: map[string]observe.Power{}, gpus: map[string][]observe.GPUReading{}},
 		changed:       make(chan struct{}),
+		nodeStats:     map[string]nodeStats{},
+		capsWritten:   map[string]bool{},
 	}
 }
 
@@ -194,23 +208,16 @@ func (o *observer) watchJobs(ctx context.Context) {
 	})
 }
 
-// pollPower reads each schedulable GPU node's measured draw. Client stats
-// go through the servers to the node; a node that does not answer keeps
-// its last reading for one interval, then counts as not measured.
+// pollPower reads each schedulable GPU node's measured draw every
+// power_interval: through Nomad's client stats (which go through the
+// servers to the node), or, with a Prometheus source, from Prometheus
+// for every node it covers (powerRound). A node that does not answer is
+// left out of that round: it counts as not measured.
 func (o *observer) pollPower(ctx context.Context) {
 	tick := time.NewTicker(o.powerInterval)
 	defer tick.Stop()
 	for {
-		o.mu.RLock()
-		var ids []string
-		for id, n := range o.snap.nodes {
-			if n.Status == api.NodeStatusReady && hasGPU(n) {
-				ids = append(ids, id)
-			}
-		}
-		o.mu.RUnlock()
-		sort.Strings(ids)
-		power, gpus := o.readPower(ctx, ids)
+		power, gpus := o.powerRound(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -232,22 +239,152 @@ func (o *observer) pollPower(ctx context.Context) {
 	}
 }
 
+// powerRound reads the draw of every ready GPU node. Without a Prometheus
+// source, or when its query fails (logged, and counted in
+// llmgw_power_source_failures_total), every node's client stats are read.
+// With one, a node whose every GPU has a Prometheus sample within max_age
+// takes its draw from there, with its GPUs' limits and cap state from its
+// last client-stats read; its client stats are read again once they are
+// older than client_stats_interval, or its caps variable was written,
+// at most statsBudget such nodes a round (the rest wait for the next).
+// A node Prometheus does not cover whole (a GPU missing or stale, not
+// read yet, GPUs changed) is read through client stats, as without the
+// source. Every client-stats read is bounded by powerReadRate.
+func (o *observer) powerRound(ctx context.Context) (map[string]observe.Power, map[string][]observe.GPUReading) {
+	o.mu.Lock()
+	var ids []string
+	devs, nameOf, idOf := map[string]string{}, map[string]string{}, map[string]string{}
+	for id, n := range o.snap.nodes {
+		if n.Status == api.NodeStatusReady && hasGPU(n) {
+			ids = append(ids, id)
+			devs[id], nameOf[id], idOf[n.Name] = gpuDevices(n), n.Name, id
+		}
+	}
+	writtenNames := o.capsWritten
+	o.capsWritten = map[string]bool{}
+	o.mu.Unlock()
+	sort.Strings(ids)
+	written := map[string]bool{}
+	for name := range writtenNames {
+		if id := idOf[name]; id != "" {
+			written[id] = true
+		}
+	}
+	// again are the written nodes whose client stats this round does not
+	// read after all: the next round does.
+	var again []string
+
+	power, gpus := map[string]observe.Power{}, map[string][]observe.GPUReading{}
+	var covered map[string]bool // nil: no source this round
+	if o.promPower != nil {
+		draws, err := o.promPower.draws(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			o.log.Warn("power: the Prometheus source failed; this round reads every GPU node's client stats", "error", err)
+			o.metrics.powerSourceFailures.Inc()
+		case err == nil:
+			covered = map[string]bool{}
+			for _, id := range ids {
+				st, ok := o.nodeStats[id]
+				if !ok || st.devs != devs[id] {
+					continue
+				}
+				if g, p, ok := withDraws(st, draws); ok {
+					covered[id] = true
+					power[id], gpus[id] = p, g
+				}
+			}
+		}
+	}
+	now := time.Now()
+	budget, every := 0, time.Duration(0)
+	if o.promPower != nil {
+		budget, every = statsBudget(o.powerInterval), o.promPower.statsEvery
+	}
+	plan := planPowerReads(ids, covered, o.nodeStats, written, now, every, budget)
+	gotPower, gotGPUs := o.readPower(ctx, plan.read)
+	for _, id := range plan.read {
+		o.metrics.powerStatsReads.WithLabelValues(plan.why[id]).Inc()
+		p, ok := gotPower[id]
+		if !ok {
+			if plan.why[id] == readWritten {
+				again = append(again, nameOf[id]) // its read failed
+			}
+			continue // a covered node keeps its Prometheus reading
+		}
+		power[id], gpus[id] = p, gotGPUs[id]
+		if o.promPower != nil {
+			o.nodeStats[id] = nodeStats{at: now, devs: devs[id], gpus: gotGPUs[id]}
+		}
+	}
+	for id := range written {
+		if _, planned := plan.why[id]; !planned {
+			again = append(again, nameOf[id]) // the budget left it out
+		}
+	}
+	o.capsWrittenTo(again)
+	for id := range o.nodeStats {
+		if _, ok := devs[id]; !ok {
+			delete(o.nodeStats, id)
+		}
+	}
+	var fromProm, fromStats float64
+	for _, gs := range gpus {
+		for _, g := range gs {
+			if g.From == fromPrometheus {
+				fromProm++
+			} else {
+				fromStats++
+			}
+		}
+	}
+	o.metrics.powerGPUDraws.WithLabelValues(fromPrometheus).Set(fromProm)
+	o.metrics.powerGPUDraws.WithLabelValues(fromClientStats).Set(fromStats)
+	return power, gpus
+}
+
+// capsWrittenTo records that the power part wrote these nodes' caps
+// variables (by name): with a Prometheus source, their client stats are
+// read at the next round, since their cap state and limits move.
+func (o *observer) capsWrittenTo(nodes []string) {
+	if o.promPower == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, n := range nodes {
+		o.capsWritten[n] = true
+	}
+}
+
 // powerReaders is how many nodes' stats are read at once; each read has
 // callTimeout (a node that does not answer is left out of that round).
 // powerReadRate bounds the reads in all: every power_interval up to
 // powerReadRate × power_interval GPU nodes (600 at the default 30 s), a
 // round of n nodes taking n/powerReadRate seconds beyond that (500 s at
 // 10,000 nodes). With the checks' bound (healthSteadyRate, 25) the
-// controller's steady reads stay under 50 a second at any fleet size. Client stats go through the servers to each node, and
+// controller's steady reads stay under 50 a second at any fleet size.
+// Client stats go through the servers to each node, and
 // since the nodes hold their power shares themselves (devices'
 // power_caps, docs/power.md) a slower round only moves shares between
 // nodes later; it does not lengthen the time a domain may stay over its
-// limit.
+// limit. A Prometheus source (powerRound) takes most of these reads off.
 const (
 	powerReaders  = 8
 	powerReadRate = 20 // reads a second, at most
 )
 
+// statsBudget is how many nodes Prometheus covers a round may still read
+// through client stats (their refresh, and those whose caps were
+// written): half of what powerReadRate allows in a power_interval, at
+// least one, so that a round of them takes at most half the interval.
+func statsBudget(interval time.Duration) int {
+	return max(1, int(powerReadRate*interval.Seconds()/2))
+}
+
+// readPower reads the client stats of the nodes ids, powerReaders at a
+// time and powerReadRate a second at most, and returns the power and
+// GPUs of those that answered.
 func (o *observer) readPower(ctx context.Context, ids []string) (map[string]observe.Power, map[string][]observe.GPUReading) {
 	got := make([]*observe.Power, len(ids))
 	readings := make([][]observe.GPUReading, len(ids))
@@ -264,7 +401,11 @@ func (o *observer) readPower(ctx context.Context, ids []string) (map[string]obse
 			return
 		}
 		p := observe.NodePower(stats)
-		got[i], readings[i] = &p, observe.GPUReadings(stats)
+		rs := observe.GPUReadings(stats)
+		for j := range rs {
+			rs[j].From = fromClientStats
+		}
+		got[i], readings[i] = &p, rs
 	})
 	power, gpus := map[string]observe.Power{}, map[string][]observe.GPUReading{}
 	for i, p := range got {

@@ -38,6 +38,7 @@ type powerState struct {
 	metrics   *metrics
 	baseWatts float64       // every node's base draw (node_base_watts)
 	lease     time.Duration // the lease the caps are given (capsLease)
+	wrote     func(nodes []string)
 
 	// mu guards every field below, and only those. Invariant: what a
 	// measured budget counts comes only from samples of running shards; a
@@ -74,6 +75,9 @@ type powerDeps struct {
 	// hold is how long caps stay under the lift threshold before they
 	// lift (0: powercap's default); interval is the power poll's.
 	hold, interval time.Duration
+	// wrote, when set, is told the nodes whose caps variable a round
+	// wrote (the power poll reads their client stats again).
+	wrote func(nodes []string)
 }
 
 // newPowerState's allocator has powercap's defaults, with caps lifting
@@ -89,7 +93,7 @@ func newPowerState(d powerDeps) *powerState {
 		panic(err) // the default config is valid (powercap's tests), and so is any positive hold
 	}
 	return &powerState{
-		store: d.store, lead: d.lead, log: d.log, metrics: d.metrics, baseWatts: d.baseWatts, lease: capsLease(d.interval),
+		store: d.store, lead: d.lead, log: d.log, metrics: d.metrics, baseWatts: d.baseWatts, lease: capsLease(d.interval), wrote: d.wrote,
 		rule: rule, learner: powercap.NewLearner(rule), alloc: alloc, written: map[string]nodeCaps{}, refused: map[facility.Domain]string{},
 	}
 }
@@ -419,6 +423,7 @@ func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 		return strings.Compare(a, b)
 	})
 	fallFailed := false
+	var wroteTo []string
 	for _, node := range nodes {
 		nc := want[node]
 		path := devicesapi.NodeCapsPath(devicesapi.PowerCapsPrefix, node)
@@ -437,7 +442,15 @@ func (p *powerState) writeCaps(ctx context.Context, want map[string]nodeCaps) {
 			fallFailed = fallFailed || falls(node)
 			continue
 		}
+		// The plugin sets its GPUs from caps and a share: a variable with
+		// none, before or now, moves nothing on the node.
+		if old := written[path]; len(nc.caps) > 0 || nc.share.Watts > 0 || len(old.caps) > 0 || old.share.Watts > 0 {
+			wroteTo = append(wroteTo, node)
+		}
 		written[path] = nc
+	}
+	if len(wroteTo) > 0 && p.wrote != nil {
+		p.wrote(wroteTo)
 	}
 	var gone []string
 	if !cleaned {
@@ -491,7 +504,8 @@ func (p *powerState) record(now time.Time, res, sh powercap.Result, in capInput,
 	}
 	for i, g := range in.gpus {
 		cp := res.Caps[i]
-		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, State: in.sites[i].read.CapState, EnforcedWatts: in.sites[i].read.EnforcedW}
+		gv := controllerapi.GPUPower{UUID: g.UUID, Node: g.Node, Model: g.Model, DrawWatts: g.DrawWatts, DrawFrom: in.sites[i].read.From,
+			State: in.sites[i].read.CapState, EnforcedWatts: in.sites[i].read.EnforcedW}
 		if g.FloorWatts < g.MaxWatts {
 			gv.FloorWatts = g.FloorWatts
 		}

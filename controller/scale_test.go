@@ -6,6 +6,12 @@ package controller
 //
 //	go test ./controller -run '^$' -bench Scale -benchtime=1x -timeout 60m
 //	LLMGW_SCALE_NODES=10000 LLMGW_SCALE_STEADY=160s go test ./controller -run '^$' -bench Scale -benchtime=1x -timeout 60m
+//
+// With LLMGW_SCALE_PROMETHEUS=1 and LLMGW_PROMETHEUS_BIN (a Prometheus
+// server binary: powersource_real_test.go) the controller reads the
+// GPUs' draw from a real Prometheus (power_source) scraping a
+// dcgm-exporter's series of every GPU every 5 s, and the steady state is
+// measured once the first power round (every node's client stats) is done.
 
 import (
 	"errors"
@@ -21,11 +27,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmgw/llmgw/controller/config"
 	"github.com/llmgw/llmgw/controller/reconcile"
 	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
+	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 const (
@@ -103,6 +111,41 @@ func fleetEnv(b *testing.B, nodes int) *env {
 	}
 	b.Logf("%d nodes: seeded %d jobs, %d allocations in %s", nodes, scaleReplicas, len(e.Fake.Allocations("")), time.Since(start).Round(time.Millisecond))
 	return e
+}
+
+// scalePowerSource is the controller's power_source with
+// LLMGW_SCALE_PROMETHEUS=1: a real Prometheus (LLMGW_PROMETHEUS_BIN)
+// scraping, every 5 s, a dcgm-exporter's series of every GPU of the fleet
+// at 350 W, once it holds them all; nil without it.
+func scalePowerSource(b *testing.B, nodes int) *config.PowerSource {
+	if os.Getenv("LLMGW_SCALE_PROMETHEUS") != "1" {
+		return nil
+	}
+	bin := os.Getenv("LLMGW_PROMETHEUS_BIN")
+	if bin == "" {
+		b.Fatal("LLMGW_SCALE_PROMETHEUS=1 needs LLMGW_PROMETHEUS_BIN, a Prometheus server binary")
+	}
+	exp := newDCGMExporter(b)
+	for i := range nodes {
+		for g := range scaleGPUs {
+			exp.set(fmt.Sprintf("n%05d", i), g, 350)
+		}
+	}
+	url, _ := realPrometheus(b, bin, strings.TrimPrefix(exp.srv.URL, "http://"), 5*time.Second)
+	pp, err := newPromPower(config.PowerPrometheus{Address: url, Selector: config.DefaultPowerSelector, UUIDLabel: config.DefaultPowerUUIDLabel,
+		MaxAge: config.DefaultPowerMaxAge, ClientStatsInterval: config.DefaultClientStatsInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wait.For(b, "Prometheus holding every GPU's series", func() (bool, string) {
+		d, err := pp.draws(b.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(d) == nodes*scaleGPUs, fmt.Sprintf("%d series", len(d))
+	}, wait.Within(2*time.Minute), wait.Every(time.Second))
+	return &config.PowerSource{Prometheus: &config.PowerPrometheus{Address: url, Selector: config.DefaultPowerSelector, UUIDLabel: config.DefaultPowerUUIDLabel,
+		MaxAge: config.DefaultPowerMaxAge, ClientStatsInterval: config.DefaultClientStatsInterval}}
 }
 
 func scaleSizes(b *testing.B) []int {
@@ -194,6 +237,7 @@ func scaleRun(b *testing.B, nodes int) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	logf("loadavg at start: %s", strings.TrimSpace(string(load)))
 	e := fleetEnv(b, nodes)
+	source := scalePowerSource(b, nodes)
 	e.HoldLock()
 	runtime.GC()
 	var base runtime.MemStats
@@ -202,7 +246,10 @@ func scaleRun(b *testing.B, nodes int) {
 
 	// Adoption: New, every list and check read, the first pass done.
 	start := time.Now()
-	c := e.start("ctl", func(o *Options) { o.PowerInterval = config.DefaultPowerInterval })
+	c := e.start("ctl", func(o *Options) {
+		o.PowerInterval = config.DefaultPowerInterval
+		o.Config.PowerSource = source
+	})
 	var lists [4]time.Duration // nodes, allocations, jobs, checks
 	var seen [4]bool
 	for {
@@ -230,6 +277,14 @@ func scaleRun(b *testing.B, nodes int) {
 		synced.Round(time.Millisecond), lists[0].Round(time.Millisecond), lists[1].Round(time.Millisecond),
 		lists[2].Round(time.Millisecond), lists[3].Round(time.Millisecond), adoption.Round(time.Millisecond))
 	adoptTraffic := e.Fake.Traffic()
+	if source != nil {
+		wait.For(b, "the first power round: every node's client stats", func() (bool, string) {
+			n := len(c.obs.snapshot().power)
+			return n == nodes, fmt.Sprintf("%d nodes read", n)
+		}, wait.Within(time.Duration(nodes/powerReadRate+60)*time.Second), wait.Every(100*time.Millisecond))
+		logf("power source prometheus: first power round done %s after start (%d client-stats reads)",
+			time.Since(start).Round(time.Millisecond), e.Fake.Traffic()["GET /v1/client/stats"].Requests)
+	}
 
 	// Steady state: nothing changes in Nomad; a pass a second.
 	before := e.Fake.Traffic()
@@ -264,6 +319,11 @@ func scaleRun(b *testing.B, nodes int) {
 	}
 	logf("steady state over %.1f s: %.2f req/s, %.0f B/s; passes p50 %s p99 %s (%d)%s", window, total/window, totalBytes/window,
 		percentile(passes, 0.5).Round(time.Microsecond), percentile(passes, 0.99).Round(time.Microsecond), len(passes), table.String())
+	if source != nil {
+		logf("power source prometheus: GPUs whose draw the last round took from prometheus %g, from client stats %g; queries failed %g",
+			testutil.ToFloat64(c.metrics.powerGPUDraws.WithLabelValues(fromPrometheus)), testutil.ToFloat64(c.metrics.powerGPUDraws.WithLabelValues(fromClientStats)),
+			testutil.ToFloat64(c.metrics.powerSourceFailures))
+	}
 
 	// The plan of every slot, as a pass makes it.
 	var plans []time.Duration

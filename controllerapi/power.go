@@ -62,10 +62,14 @@ type PowerDomain struct {
 
 // GPUPower is one GPU in the last cap round.
 type GPUPower struct {
-	UUID          string  `json:"uuid"`
-	Node          string  `json:"node"`
-	Model         string  `json:"model,omitempty"` // the llmgw model it serves
-	DrawWatts     float64 `json:"draw_watts"`
+	UUID      string  `json:"uuid"`
+	Node      string  `json:"node"`
+	Model     string  `json:"model,omitempty"` // the llmgw model it serves
+	DrawWatts float64 `json:"draw_watts"`
+	// DrawFrom is where the draw was read: "client_stats" (Nomad's) or
+	// "prometheus" (llmgw.hcl's power_source); the limits and state are
+	// always client stats'.
+	DrawFrom      string  `json:"draw_from,omitempty"`
 	EnforcedWatts float64 `json:"enforced_watts,omitempty"` // its limit, as its plugin reports it
 	CapWatts      float64 `json:"cap_watts,omitempty"`      // the controller's cap; 0: none
 	// FloorWatts is the least cap it may get: the larger of its minimum

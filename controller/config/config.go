@@ -124,7 +124,51 @@ type Config struct {
 	// Autoscale is how the controller reads the autoscaler's signals; nil
 	// when the file has no autoscale block (DefaultAutoscale applies).
 	Autoscale *Autoscale `json:",omitempty"`
+	// PowerSource is where the GPUs' draw is read from besides Nomad's
+	// client stats; nil: client stats alone.
+	PowerSource *PowerSource `json:",omitempty"`
 }
+
+// PowerSource is a source of the GPUs' draw other than Nomad's client
+// stats (docs/power.md, "Where the draw is read").
+type PowerSource struct {
+	// Prometheus reads each GPU's draw from a Prometheus server that
+	// scrapes NVIDIA's dcgm-exporter.
+	Prometheus *PowerPrometheus
+}
+
+// PowerPrometheus is the Prometheus source of GPU draw: every power round
+// one instant query, max by (UUIDLabel) (last_over_time(Selector[MaxAge])),
+// its answer mapped to the nodes by GPU UUID.
+type PowerPrometheus struct {
+	// Address is the server's base URL (its /api/v1/query is queried).
+	Address string
+	// Selector selects the draw series, in watts: a metric name with
+	// optional label matchers (dcgm-exporter's DCGM_FI_DEV_POWER_USAGE).
+	Selector string
+	// UUIDLabel is the label that holds the GPU's UUID ("UUID" in
+	// dcgm-exporter's output; "uuid" with its --use-old-namespace).
+	UUIDLabel string
+	// MaxAge: a GPU whose newest sample is older has no Prometheus
+	// reading; its node is read through client stats.
+	MaxAge time.Duration
+	// ClientStatsInterval is how often a node whose draw Prometheus gives
+	// still has its client stats read, for what only they give: its GPUs'
+	// power limits and cap state.
+	ClientStatsInterval time.Duration
+}
+
+// Defaults of the power_source prometheus block.
+const (
+	DefaultPowerSelector       = "DCGM_FI_DEV_POWER_USAGE"
+	DefaultPowerUUIDLabel      = "UUID"
+	DefaultPowerMaxAge         = time.Minute
+	DefaultClientStatsInterval = 10 * time.Minute
+	minPowerMaxAge             = time.Second
+	maxPowerMaxAge             = time.Hour
+	minClientStatsInterval     = time.Second
+	maxClientStatsInterval     = 24 * time.Hour
+)
 
 // Autoscale is where the controller reads the signals of the catalog's
 // autoscaled models from (docs/controller.md, "Signals").
@@ -316,7 +360,22 @@ type (
 		Driver          *driverHCL    `hcl:"driver,block"`
 		Reconcile       *reconcileHCL `hcl:"reconcile,block"`
 		Autoscale       *autoscaleHCL `hcl:"autoscale,block"`
+		PowerSource     *powerSrcHCL  `hcl:"power_source,block"`
 		Body            hcl.Body      `hcl:",body"`
+	}
+	powerSrcHCL struct {
+		Prometheus *powerPromHCL `hcl:"prometheus,block"`
+		DefRange   hcl.Range     `hcl:",def_range"`
+		Body       hcl.Body      `hcl:",body"`
+	}
+	powerPromHCL struct {
+		Address             string    `hcl:"address,optional"`
+		Selector            string    `hcl:"selector,optional"`
+		UUIDLabel           string    `hcl:"uuid_label,optional"`
+		MaxAge              string    `hcl:"max_age,optional"`
+		ClientStatsInterval string    `hcl:"client_stats_interval,optional"`
+		DefRange            hcl.Range `hcl:",def_range"`
+		Body                hcl.Body  `hcl:",body"`
 	}
 	nomadHCL struct {
 		Address     string   `hcl:"address,optional"`
@@ -479,6 +538,9 @@ func (p *parser) root(raw *fileHCL, c *Config) {
 		a := DefaultAutoscale()
 		p.autoscale(raw.Autoscale, &a)
 		c.Autoscale = &a
+	}
+	if raw.PowerSource != nil {
+		c.PowerSource = p.powerSource(raw.PowerSource)
 	}
 
 	b := raw.Body
@@ -854,6 +916,49 @@ func (p *parser) prometheus(raw *prometheusHCL) *Prometheus {
 	}
 	return out
 }
+
+func (p *parser) powerSource(raw *powerSrcHCL) *PowerSource {
+	if raw.Prometheus == nil {
+		p.errorf(raw.DefRange, "power_source: give a prometheus block (the one source of draw besides Nomad's client stats), or leave power_source out")
+		return nil
+	}
+	pr := raw.Prometheus
+	b := pr.Body
+	out := &PowerPrometheus{Selector: DefaultPowerSelector, UUIDLabel: DefaultPowerUUIDLabel, MaxAge: DefaultPowerMaxAge, ClientStatsInterval: DefaultClientStatsInterval}
+	if at, ok := p.Given(b, "address"); ok {
+		if err := checkHTTPURL(pr.Address); err != nil {
+			p.errorf(at, "address: %v", err)
+		}
+		out.Address = pr.Address
+	} else {
+		p.errorf(pr.DefRange, "prometheus: address is required (the server's base URL, such as \"http://prometheus:9090\")")
+	}
+	if at, ok := p.Given(b, "selector"); ok {
+		if !validSelector.MatchString(pr.Selector) {
+			p.errorf(at, "selector: %q is not a series selector: want a metric name with optional {label matchers}, "+
+				"such as %q (the controller reads max by (uuid_label) (last_over_time(<selector>[max_age])))", pr.Selector, DefaultPowerSelector+`{job="dcgm"}`)
+		}
+		out.Selector = strings.TrimSpace(pr.Selector)
+	}
+	if at, ok := p.Given(b, "uuid_label"); ok {
+		if !validLabel.MatchString(pr.UUIDLabel) {
+			p.errorf(at, "uuid_label: %q is not a Prometheus label name", pr.UUIDLabel)
+		}
+		out.UUIDLabel = pr.UUIDLabel
+	}
+	p.durationIn(b, "max_age", pr.MaxAge, &out.MaxAge, minPowerMaxAge, maxPowerMaxAge)
+	p.durationIn(b, "client_stats_interval", pr.ClientStatsInterval, &out.ClientStatsInterval, minClientStatsInterval, maxClientStatsInterval)
+	return &PowerSource{Prometheus: out}
+}
+
+// validSelector is a PromQL series selector's shape: a metric name, label
+// matchers in braces, or both. The matchers themselves are Prometheus's to
+// check (a bad one fails the query, and the round reads client stats).
+var validSelector = regexp.MustCompile(`^\s*(?:[a-zA-Z_:][a-zA-Z0-9_:]*\s*(?:` + matchersRE + `)?|` + matchersRE + `)\s*$`)
+
+// matchersRE is label matchers in braces, whose quoted values ("…", '…',
+// `…`) may hold anything.
+const matchersRE = "\\{(?:[^{}\"'`]|\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`)*\\}"
 
 // validLabel is Prometheus's rule for label names.
 var validLabel = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)

@@ -172,6 +172,24 @@ nomad {
 				c.Nomad.Namespace = "llm"
 				c.Nomad.Namespaces = []string{"llm"}
 			})},
+		{"power source defaults", "power_source {\n  prometheus {\n    address = \"http://prom:9090\"\n  }\n}\n", nil,
+			with(func(c *Config) {
+				c.PowerSource = &PowerSource{Prometheus: &PowerPrometheus{Address: "http://prom:9090", Selector: "DCGM_FI_DEV_POWER_USAGE",
+					UUIDLabel: "UUID", MaxAge: time.Minute, ClientStatsInterval: 10 * time.Minute}}
+			})},
+		{"power source", `power_source {
+  prometheus {
+    address               = "https://prom.example"
+    selector              = "DCGM_FI_DEV_POWER_USAGE{job=\"dcgm\", cluster=~\"gpu-{a,b}\"}"
+    uuid_label            = "uuid"
+    max_age               = "45s"
+    client_stats_interval = "1h"
+  }
+}
+`, nil, with(func(c *Config) {
+			c.PowerSource = &PowerSource{Prometheus: &PowerPrometheus{Address: "https://prom.example", Selector: `DCGM_FI_DEV_POWER_USAGE{job="dcgm", cluster=~"gpu-{a,b}"}`,
+				UUIDLabel: "uuid", MaxAge: 45 * time.Second, ClientStatsInterval: time.Hour}}
+		})},
 		{"insecure writes on loopback", "insecure_writes = true\n", nil,
 			with(func(c *Config) { c.InsecureWrites = true })},
 		{"insecure writes on ::1", "listen = \"[::1]:9797\"\ninsecure_writes = true\n", nil,
@@ -240,6 +258,25 @@ func TestParseErrors(t *testing.T) {
 		{"power_interval not a duration", "power_interval = 30\n", nil, []string{`c.hcl:1: power_interval: "30" is not a duration`}},
 		{"power_cap_hold zero", "\n\npower_cap_hold = \"0s\"\n", nil, []string{"c.hcl:3: power_cap_hold: 0s is below the minimum of 1s"}},
 		{"power_cap_hold too long", "power_cap_hold = \"25h\"\n", nil, []string{"c.hcl:1: power_cap_hold: 25h0m0s is above the maximum of 24h0m0s"}},
+		{"power source without prometheus", "\npower_source {\n}\n", nil, []string{"c.hcl:2: power_source: give a prometheus block"}},
+		{"power source without address", "power_source {\n  prometheus {\n    max_age = \"1m\"\n  }\n}\n", nil, []string{"c.hcl:2: prometheus: address is required"}},
+		{"power source bad address", "power_source {\n  prometheus {\n\n    address = \"prom:9090\"\n  }\n}\n", nil, []string{`c.hcl:4: address: "prom:9090": want http:// or https://`}},
+		{"power source query, not a selector", "power_source {\n  prometheus {\n    address  = \"http://p:9090\"\n    selector = \"sum by (UUID) (DCGM_FI_DEV_POWER_USAGE)\"\n  }\n}\n", nil,
+			[]string{`c.hcl:4: selector: "sum by (UUID) (DCGM_FI_DEV_POWER_USAGE)" is not a series selector`}},
+		{"power source selector with a range", "power_source {\n  prometheus {\n    address  = \"http://p:9090\"\n    selector = \"DCGM_FI_DEV_POWER_USAGE[1m]\"\n  }\n}\n", nil,
+			[]string{`c.hcl:4: selector: "DCGM_FI_DEV_POWER_USAGE[1m]" is not a series selector`}},
+		{"power source empty selector", "power_source {\n  prometheus {\n    address  = \"http://p:9090\"\n    selector = \"\"\n  }\n}\n", nil,
+			[]string{`c.hcl:4: selector: "" is not a series selector`}},
+		{"power source bad uuid label", "power_source {\n  prometheus {\n    address    = \"http://p:9090\"\n    uuid_label = \"gpu-uuid\"\n  }\n}\n", nil,
+			[]string{`c.hcl:4: uuid_label: "gpu-uuid" is not a Prometheus label name`}},
+		{"power source max_age too short", "power_source {\n  prometheus {\n    address = \"http://p:9090\"\n    max_age = \"500ms\"\n  }\n}\n", nil,
+			[]string{"c.hcl:4: max_age: 500ms is below the minimum of 1s"}},
+		{"power source max_age too long", "power_source {\n  prometheus {\n    address = \"http://p:9090\"\n    max_age = \"2h\"\n  }\n}\n", nil,
+			[]string{"c.hcl:4: max_age: 2h0m0s is above the maximum of 1h0m0s"}},
+		{"power source client_stats_interval", "power_source {\n  prometheus {\n    address = \"http://p:9090\"\n\n    client_stats_interval = \"soon\"\n  }\n}\n", nil,
+			[]string{`c.hcl:5: client_stats_interval: "soon" is not a duration`}},
+		{"power source unknown attribute", "power_source {\n  prometheus {\n    address = \"http://p:9090\"\n    query   = \"x\"\n  }\n}\n", nil,
+			[]string{"c.hcl:4: Unsupported argument"}},
 		{"priority", "priority = 0\n", nil, []string{"c.hcl:1: priority: want a whole number from 1 to 32766"}},
 		{"fractional priority", "priority = 50.5\n", nil, []string{"c.hcl:1: priority: want a whole number"}},
 		{"empty datacenters", "datacenters = []\n", nil, []string{"c.hcl:1: datacenters: want at least one"}},

@@ -256,6 +256,10 @@ type GPUReading struct {
 	// CapState is the plugin's power_cap stat: "default", "capped 450 W
 	// by controller", "fallback 400 W: controller lost", "error: …".
 	CapState string
+	// From says where Watts was read: "client_stats" or "prometheus"
+	// (the controller's power source, which sets it; the limits and cap
+	// state are always client stats'). Empty from GPUReadings.
+	From string
 }
 
 // GPUReadings lists the node's NVIDIA GPUs from its client stats, sorted

@@ -86,3 +86,17 @@ reconcile {
 #     waiting     = "sum by (model) (llmgw_engine_requests_waiting)"
 #   }
 # }
+
+# Where the GPUs' draw is read besides Nomad's client stats (docs/power.md,
+# "Where the draw is read"): a Prometheus server scraping NVIDIA's
+# dcgm-exporter. Without the block every GPU node's client stats are read
+# each power_interval, 20 a second at most.
+# power_source {
+#   prometheus {
+#     address               = "http://prometheus:9090"
+#     selector              = "DCGM_FI_DEV_POWER_USAGE" # a series selector, W, one per GPU
+#     uuid_label            = "UUID"                    # "uuid" with --use-old-namespace
+#     max_age               = "1m"                      # an older sample: that node's client stats
+#     client_stats_interval = "10m"                     # limits and cap state still read this often
+#   }
+# }

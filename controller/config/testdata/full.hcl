@@ -65,3 +65,13 @@ autoscale {
     kv_cache_use = "avg by (served_model) (llmgw_engine_kv_cache_usage)"
   }
 }
+
+power_source {
+  prometheus {
+    address               = "http://prometheus.example:9090"
+    selector              = "DCGM_FI_DEV_POWER_USAGE{job=\"dcgm-exporter\"}"
+    uuid_label            = "uuid"
+    max_age               = "90s"
+    client_stats_interval = "30m"
+  }
+}
