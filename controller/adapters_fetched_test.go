@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/llmgw/internal/testing/fakeengine"
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
@@ -45,11 +46,7 @@ func fetchedAdapterLink(t *testing.T, name string, peft bool) string {
 		t.Fatal(err)
 	}
 	if peft {
-		if err := os.MkdirAll(link, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		link2 := filepath.Join(link, "adapter_config.json")
-		if err := os.WriteFile(link2, []byte(`{"r": 8}`), 0o600); err != nil {
+		if err := fakeengine.WritePEFTAdapter(link, 8); err != nil {
 			t.Fatal(err)
 		}
 		return link
