@@ -19,11 +19,15 @@ import (
 )
 
 // rawServer accepts loopback connections and hands each to handle with its
-// number (from 0), on a goroutine of its own.
+// number (from 0), on a goroutine of its own. Its cleanup closes the
+// connections still open.
 type rawServer struct {
-	ln    net.Listener
-	conns atomic.Int32
-	wg    sync.WaitGroup
+	ln     net.Listener
+	conns  atomic.Int32
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	open   []net.Conn
+	closed bool
 }
 
 func startRaw(t *testing.T, handle func(c net.Conn, n int)) *rawServer {
@@ -40,13 +44,28 @@ func startRaw(t *testing.T, handle func(c net.Conn, n int)) *rawServer {
 				return
 			}
 			n := int(s.conns.Add(1)) - 1
+			s.mu.Lock()
+			if s.closed {
+				_ = c.Close()
+			}
+			s.open = append(s.open, c)
+			s.mu.Unlock()
 			s.wg.Go(func() {
 				defer c.Close()
 				handle(c, n)
 			})
 		}
 	})
-	t.Cleanup(func() { _ = ln.Close(); s.wg.Wait() })
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for _, c := range s.open {
+			_ = c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
 	return s
 }
 
