@@ -3,35 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // loadOne is one client for dur: a request, its whole answer, the next
 // (closed loop). Nothing queues, so the latency is the path's own.
-func loadOne(client *http.Client, url string, dur time.Duration) result {
+func loadOne(client *fasthttp.Client, url string, dur time.Duration) result {
 	var r result
 	start := time.Now()
 	for time.Since(start) < dur {
 		r.sent++
 		t0 := time.Now()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			r.errors++
-			continue
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := client.Do(req)
-		if err != nil {
-			r.errors++
-			continue
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
+		if !send(client, url) {
 			r.errors++
 			continue
 		}
