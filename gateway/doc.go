@@ -97,7 +97,9 @@
 // goroutine, over kept-alive connections the gateway pools itself (dialed
 // under the request's context, peeked before reuse, sent once more on a
 // fresh connection if the replica had closed the pooled one, swept every
-// 10 s). Larger bodies go through net/http's Transport.
+// 10 s). Larger bodies go through net/http's Transport. On fasthttp's
+// server the answer's head goes from the replica's to the client's as
+// bytes (fastWriter.AddHeader).
 //
 // # Access control
 //

@@ -571,7 +571,8 @@ func (x *exchange) finish(ep *endpoint, a reply) (broken, told bool) {
 // own but hop-by-hop and CORS ones (and those its Connection header
 // names), each replacing any of the same name set before, with the
 // replica's name and the route that chose it, and a Retry-After on a 503
-// that has none.
+// that has none. On fasthttp's server they go from the replica's head to
+// the client's as bytes (headerAdder).
 func (x *exchange) writeHead(ep *endpoint, a reply) {
 	hd := &a.resp.Header
 	var named []string // by the replica's Connection header
@@ -592,17 +593,25 @@ func (x *exchange) writeHead(ep *endpoint, a reply) {
 		return len(named) == 0 || !slices.Contains(named, string(k))
 	}
 	h := x.w.Header()
-	var replaced []string
-	for k, v := range hd.All() {
-		if !keep(k) {
-			continue
+	if ha := headerAdder(x.w); ha != nil {
+		for k, v := range hd.All() {
+			if keep(k) {
+				ha.AddHeader(k, v)
+			}
 		}
-		key := headerKey(k)
-		if !slices.Contains(replaced, key) {
-			delete(h, key)
-			replaced = append(replaced, key)
+	} else {
+		var replaced []string
+		for k, v := range hd.All() {
+			if !keep(k) {
+				continue
+			}
+			key := headerKey(k)
+			if !slices.Contains(replaced, key) {
+				delete(h, key)
+				replaced = append(replaced, key)
+			}
+			h[key] = append(h[key], string(v))
 		}
-		h[key] = append(h[key], string(v))
 	}
 	if setReplica {
 		h.Set(ReplicaHeader, ep.inst.Replica)
@@ -612,6 +621,21 @@ func (x *exchange) writeHead(ep *endpoint, a reply) {
 		setRetryAfter(h, time.Second)
 	}
 	x.w.WriteHeader(a.status())
+}
+
+// headerAdder is w's AddHeader (fastWriter's), through Unwrap; nil
+// without one.
+func headerAdder(w http.ResponseWriter) interface{ AddHeader(k, v []byte) } {
+	for {
+		switch v := w.(type) {
+		case interface{ AddHeader(k, v []byte) }:
+			return v
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 // answerTap is what an answer is read for on its way to the client: with
