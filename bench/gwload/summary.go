@@ -32,6 +32,9 @@ func loadOne(client *fasthttp.Client, url string, dur time.Duration) result {
 // the rounds.
 type summary struct {
 	targets []target
+	// gateways are the targets besides the gateway whose ratios to
+	// nginx and minimal-go are printed (-also's).
+	gateways []string
 	// vals[phase][target][metric] holds one value per round.
 	vals map[string][]map[string][]float64
 }
@@ -111,6 +114,10 @@ func (s *summary) print(w io.Writer, phases []phaseSpec) {
 	if gw < 0 {
 		gw = idx("gateway")
 	}
+	gws := []int{gw}
+	for _, name := range s.gateways {
+		gws = append(gws, idx(name))
+	}
 	ngx, minimal := idx("nginx"), idx("minimal-go")
 	rounds := 0
 	for _, p := range phases {
@@ -133,12 +140,14 @@ func (s *summary) print(w io.Writer, phases []phaseSpec) {
 			}
 			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s %.0f\n", p.name, t.name, stat(m[mReqs], "%.0f"), stat(m[mAdd50], "%.0f"), stat(m[mAdd99], "%.0f"), stat(m[mCPU], "%.1f"), errs)
 		}
-		if gw > 0 && ngx > 0 {
-			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷nginx",
-				stat(ratios(v[gw][mReqs], v[ngx][mReqs]), "%.2f"), stat(ratios(v[gw][mAdd50], v[ngx][mAdd50]), "%.2f"), stat(ratios(v[gw][mAdd99], v[ngx][mAdd99]), "%.2f"))
-		}
-		if gw > 0 && minimal > 0 {
-			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷minimal", stat(ratios(v[gw][mReqs], v[minimal][mReqs]), "%.2f"), "", "", stat(ratios(v[gw][mCPU], v[minimal][mCPU]), "%.2f"))
+		for _, gw := range gws {
+			if gw > 0 && ngx > 0 {
+				fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷nginx",
+					stat(ratios(v[gw][mReqs], v[ngx][mReqs]), "%.2f"), stat(ratios(v[gw][mAdd50], v[ngx][mAdd50]), "%.2f"), stat(ratios(v[gw][mAdd99], v[ngx][mAdd99]), "%.2f"))
+			}
+			if gw > 0 && minimal > 0 {
+				fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷minimal", stat(ratios(v[gw][mReqs], v[minimal][mReqs]), "%.2f"), "", "", stat(ratios(v[gw][mCPU], v[minimal][mCPU]), "%.2f"))
+			}
 		}
 	}
 }
