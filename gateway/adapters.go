@@ -348,20 +348,20 @@ func withValue(body []byte, name string, val []byte) []byte {
 // does not exist." (vllm/entrypoints/serve/engine/serving.py:64, 197 at
 // 53e211d). Then the response is discarded and ep's adapter list read
 // again before its next request; otherwise resp is left as it was.
-func (x *exchange) adapterGone(ep *endpoint, resp *http.Response) bool {
-	if x.adapter == nil || resp.StatusCode != http.StatusNotFound || ep.inst.Engine != engine.VLLM {
+func (x *exchange) adapterGone(ep *endpoint, a *reply) bool {
+	if x.adapter == nil || a.status() != http.StatusNotFound || ep.inst.Engine != engine.VLLM {
 		return false
 	}
-	head, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	head, err := io.ReadAll(io.LimitReader(a.body, 4<<10))
 	want := "The model `" + x.adapter.ad.Name + "` does not exist."
 	if err != nil || !bytes.Contains(head, []byte(want)) {
-		resp.Body = struct {
+		a.body = struct {
 			io.Reader
 			io.Closer
-		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		}{io.MultiReader(bytes.NewReader(head), a.body), a.body}
 		return false
 	}
-	discard(resp)
+	a.discard()
 	ep.loras.Store(nil)
 	return true
 }

@@ -27,22 +27,19 @@ func cpuTime(tb testing.TB) time.Duration {
 // in-process fake-engine, sequentially, against the same request sent
 // straight to the replica: the difference is what the gateway costs in
 // CPU and allocations. cpu-ns/op is the process's CPU time (client,
-// gateway and fake-engine together) per request. gateway-nethttp is the
-// gateway with net/http's Transport in place of its own (what
-// upstreamTransport saves); gateway-keys the gateway with an API key and
+// gateway and fake-engine together) per request. gateway-keys is the
+// gateway with an API key and
 // every limit on (none reached): what access control costs. docs/perf.md has the latency under load
 // (bench/gwload).
 func BenchmarkProxy(b *testing.B) {
 	r := startReplica(b, "m", "a", nil)
 	tg := startGateway(b, Options{}, r.instance())
-	std := startGateway(b, Options{Transport: newStdTransport(DefaultDialTimeout, DefaultHeaderTimeout)}, r.instance())
 	ks := benchKeys(b)
 	keyed := startGateway(b, Options{Keys: StaticKeys{Set: ks}}, r.instance())
 	keyed.UpdateKeys(ks, nil)
 	client := tg.client
 	body := chat("m")
-	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}, {"gateway-nethttp", std.srv.URL},
-		{"gateway-keys", keyed.srv.URL}} {
+	for _, target := range []struct{ name, url string }{{"direct", r.srv.URL}, {"gateway", tg.srv.URL}, {"gateway-keys", keyed.srv.URL}} {
 		b.Run(target.name, func(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)

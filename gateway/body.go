@@ -10,9 +10,8 @@ import (
 
 // Body errors.
 var (
-	errTooLarge   = errors.New("request body over the route's limit")
-	errBusy       = errors.New("gateway body memory exhausted")
-	errBodyClosed = errors.New("gateway: request body released")
+	errTooLarge = errors.New("request body over the route's limit")
+	errBusy     = errors.New("gateway body memory exhausted")
 )
 
 // initialScan is the first buffer's size when the body's length is
@@ -38,17 +37,17 @@ func (b *budget) take(n int64) bool {
 func (b *budget) give(n int64) { b.used.Add(-n) }
 
 // reqBody is a client's request body, held whole in memory: every
-// upstream attempt sends it again from the start (attemptBody), and the
-// gateway knows, per attempt, whether the transport read any of it (sent:
-// the request went out to the replica). After release, no attempt can
-// read, so the buffer can go back to the pool.
+// upstream attempt sends it whole. Its buffer goes back to the pool on
+// release, once no attempt is under way: the upstream client writes a
+// body up to maxInlineBody before Do returns, and a larger one, which
+// net/http's Transport may go on reading after, is never in a pooled
+// buffer.
 type reqBody struct {
 	mu       sync.Mutex
 	prefix   []byte // the whole body (the name is from when it was the part before "model")
 	pooled   *[]byte
 	held     int64 // bytes of the budget held
 	bud      *budget
-	sentBy   int // the last attempt whose transport read a byte of the body
 	released bool
 }
 
@@ -149,23 +148,7 @@ func (b *reqBody) bytes() []byte {
 	return b.prefix
 }
 
-// attempt returns the body for upstream attempt n (from 1): the client's,
-// or data when the gateway wrote it for the attempt's replica.
-func (b *reqBody) attempt(n int, data []byte) *attemptBody {
-	return &attemptBody{b: b, n: n, data: data}
-}
-
-// sent reports whether attempt n's transport read any of the body: the
-// request went out to the replica (a dial that failed reads none).
-func (b *reqBody) sent(n int) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sentBy == n
-}
-
-// release ends every attempt's reads and returns the buffer. An attempt's
-// transport may go on reading after the response was handled; it gets
-// errBodyClosed.
+// release returns the buffer and the budget it held.
 func (b *reqBody) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -178,37 +161,6 @@ func (b *reqBody) release() {
 	b.bud.give(b.held)
 	b.held = 0
 }
-
-// attemptBody is one attempt's view of the request body.
-type attemptBody struct {
-	b    *reqBody
-	n    int
-	off  int
-	data []byte // nil: b's
-}
-
-func (a *attemptBody) Read(p []byte) (int, error) {
-	b := a.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.released {
-		return 0, errBodyClosed
-	}
-	b.sentBy = max(b.sentBy, a.n)
-	src := b.prefix
-	if a.data != nil {
-		src = a.data
-	}
-	if a.off >= len(src) {
-		return 0, io.EOF
-	}
-	n := copy(p, src[a.off:])
-	a.off += n
-	return n, nil
-}
-
-// Close is a no-op: the body is the gateway's.
-func (a *attemptBody) Close() error { return nil }
 
 // bodyLimitError is the 413's message.
 func bodyLimitError(path string, limit int64, setting string) string {

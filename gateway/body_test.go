@@ -71,42 +71,17 @@ func TestReadBody(t *testing.T) {
 			if bud.used.Load() > max(int64(len(tt.body))*2, initialScan) {
 				t.Errorf("budget holds %d for a %d-byte body", bud.used.Load(), len(tt.body))
 			}
-			// Every attempt sends the whole body.
-			for n := 1; n <= 2; n++ {
-				got, err := io.ReadAll(b.attempt(n, nil))
-				if err != nil || string(got) != tt.body {
-					t.Errorf("attempt %d body: %d bytes, %v; want the %d sent", n, len(got), err, len(tt.body))
-				}
+			if got := b.bytes(); string(got) != tt.body {
+				t.Errorf("body: %d bytes; want the %d sent", len(got), len(tt.body))
 			}
 			b.release()
 			if bud.used.Load() != 0 {
 				t.Errorf("budget used after release: %d", bud.used.Load())
 			}
-			if _, err := b.attempt(3, nil).Read(make([]byte, 1)); !errors.Is(err, errBodyClosed) {
-				t.Errorf("read after release: got %v, want errBodyClosed", err)
+			if got := b.bytes(); got != nil {
+				t.Errorf("after release the body still has %d bytes", len(got))
 			}
 		})
-	}
-}
-
-// sent says which attempt's transport read the body: an attempt whose
-// dial failed read none of it.
-func TestReqBodySent(t *testing.T) {
-	body := `{"model":"m"}`
-	b, err := readBody(strings.NewReader(body), int64(len(body)), 1<<20, &budget{limit: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.release()
-	_ = b.attempt(1, nil) // a dial that failed
-	if b.sent(1) {
-		t.Error("sent(1) before attempt 1 read anything")
-	}
-	if _, err := b.attempt(2, nil).Read(make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if !b.sent(2) || b.sent(1) || b.sent(3) {
-		t.Errorf("after attempt 2 read a byte: sent(1) %v, sent(2) %v, sent(3) %v; want false, true, false", b.sent(1), b.sent(2), b.sent(3))
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // connAlive cannot peek here; a request on a connection the replica has
-// closed is sent again on a fresh one (upstreamTransport.RoundTrip).
+// closed is sent again on a fresh one (upstreamClient.Do).
 func connAlive(net.Conn) bool { return true }
 
 // clientGone cannot peek here: a client that goes away is noticed when a

@@ -90,12 +90,16 @@
 // which cancels the request's context. A TLS listener is served by
 // net/http's (NewServer), which speaks HTTP/2 too.
 //
-// Requests whose body is at most 64 KiB are sent by
-// upstreamTransport: net/http writes the request and parses the answer,
-// but on the request's own goroutine, over kept-alive connections the
-// gateway pools itself (peeked before reuse, sent once more on a fresh
-// connection if the replica had closed the pooled one, swept every 10 s).
-// The rest go through net/http's Transport.
+// Requests go to replicas through an Upstream (NewUpstream's by default):
+// the exchange builds a fasthttp request (Gateway.outRequest), and a body
+// of at most 64 KiB is sent by upstreamClient: fasthttp writes the
+// request and parses the answer, its body streamed, on the request's own
+// goroutine, over kept-alive connections the gateway pools itself (dialed
+// under the request's context, peeked before reuse, sent once more on a
+// fresh connection if the replica had closed the pooled one, swept every
+// 10 s). Larger bodies go through net/http's Transport. On fasthttp's
+// server the answer's head goes from the replica's to the client's as
+// bytes (fastWriter.AddHeader).
 //
 // # Access control
 //

@@ -629,6 +629,24 @@ func (w *fastWriter) WriteHeader(code int) {
 	}
 }
 
+// AddHeader adds a header field of the answer, as bytes, replacing any
+// of its name set through Header: a replica's answer's head goes into
+// fasthttp's response with no http.Header between (Gateway.writeHead).
+// Before WriteHeader only.
+func (w *fastWriter) AddHeader(k, v []byte) {
+	if w.wroteHeader || w.sent.Load() {
+		return
+	}
+	delete(w.h, string(k))
+	if string(k) == "Content-Length" {
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n >= 0 {
+			w.length = n
+		}
+		return // fasthttp frames the body itself
+	}
+	w.fctx.Response.Header.AddBytesKV(k, v)
+}
+
 func (w *fastWriter) Write(p []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)

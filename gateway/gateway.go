@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -75,8 +74,9 @@ type Options struct {
 	Models     ModelSource
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	// Transport sends requests to replicas; NewTransport's by default.
-	Transport http.RoundTripper
+	// Upstream sends requests to replicas; NewUpstream's, with
+	// DefaultDialTimeout and DefaultHeaderTimeout, by default.
+	Upstream Upstream
 	// Now is the clock the breakers read; time.Now by default.
 	Now func() time.Time
 	// MaxBody is the largest request body each OpenAI route takes whole
@@ -156,7 +156,7 @@ type Gateway struct {
 	src         Source
 	log         *slog.Logger
 	m           *metrics
-	transport   http.RoundTripper
+	upstream    Upstream
 	now         func() time.Time
 	maxDepth    int
 	bodyTimeout time.Duration
@@ -203,7 +203,7 @@ func New(o Options) *Gateway {
 		src:           o.Source,
 		log:           o.Logger,
 		m:             newMetrics(o.Registerer),
-		transport:     o.Transport,
+		upstream:      o.Upstream,
 		now:           o.Now,
 		maxDepth:      o.MaxJSONDepth,
 		bodyTimeout:   o.BodyReadTimeout,
@@ -237,8 +237,8 @@ func New(o Options) *Gateway {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	if g.transport == nil {
-		g.transport = NewTransport(DefaultDialTimeout, DefaultHeaderTimeout)
+	if g.upstream == nil {
+		g.upstream = NewUpstream(DefaultDialTimeout, DefaultHeaderTimeout)
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -294,33 +294,6 @@ func New(o Options) *Gateway {
 	})
 	g.mux = mux
 	return g
-}
-
-// NewTransport returns the transport New uses by default: connections kept
-// alive and reused (many per replica), no compression (bodies pass through
-// as the replica encoded them), dialTimeout to connect and headerTimeout
-// from the request's end to the response headers (0: none). A non-streamed
-// completion sends its headers only when it is done, so headerTimeout must
-// exceed the longest generation. Requests whose body the gateway holds
-// whole (up to 64 KiB: nearly all of them) are sent and answered on the
-// request's own goroutine; the others go through net/http's Transport.
-func NewTransport(dialTimeout, headerTimeout time.Duration) http.RoundTripper {
-	return newUpstreamTransport(dialTimeout, headerTimeout)
-}
-
-// newStdTransport is net/http's Transport configured as NewTransport says.
-func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
-	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           d.DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: headerTimeout,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
-	}
 }
 
 // Handler serves the OpenAI routes, /v1/models, the demand (gatewayapi.DemandPath)

@@ -1,16 +1,21 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -670,5 +675,93 @@ func TestKnownLengthAnswerFlushedWhole(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(b)) || len(resp.TransferEncoding) != 0 {
 		t.Errorf("status %d, Content-Length %d for %d bytes, Transfer-Encoding %v", resp.StatusCode, resp.ContentLength, len(b), resp.TransferEncoding)
+	}
+}
+
+// A request reaches its replica with the client's headers but the
+// hop-by-hop ones and those its Connection header names, the client's
+// address added to X-Forwarded-For, and no header the client did not
+// send; the answer reaches the client with the replica's headers, the
+// same way filtered and without its CORS ones, and the gateway's own;
+// served by fasthttp's server (whose writer takes the answer's head as
+// bytes) and by net/http's.
+func TestProxiedHeaders(t *testing.T) {
+	var seen atomic.Pointer[http.Request]
+	const answer = `{"object":"chat.completion"}`
+	srv := startRaw(t, func(c net.Conn, _ int) {
+		br := bufio.NewReader(c)
+		for {
+			req, _, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			seen.Store(req)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(answer))+
+				"\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: timeout=5\r\nX-Twice: 1\r\nX-Twice: 2\r\n"+
+				"Access-Control-Allow-Origin: *\r\n"+ReplicaHeader+": forged\r\n\r\n"+answer)
+		}
+	})
+	addr := srv.ln.Addr().String()
+	tg := startGateway(t, Options{}, Instance{ID: "r", Model: "m", Replica: "r", Address: addr, Weight: 1})
+	std := httptest.NewServer(tg.Handler())
+	t.Cleanup(std.Close)
+	for _, tc := range []struct {
+		server string
+		url    string
+	}{{"fasthttp", tg.srv.URL}, {"net/http", std.URL}} {
+		t.Run(tc.server, func(t *testing.T) { testProxiedHeaders(t, tc.url, tg.client, addr, &seen, answer) })
+	}
+}
+
+func testProxiedHeaders(t *testing.T, url string, client *http.Client, addr string, seen *atomic.Pointer[http.Request], answer string) {
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		want   http.Header // at the replica; nil: absent
+	}{
+		{"hop-by-hop and named", http.Header{
+			"Connection": {"X-Drop"}, "X-Drop": {"1"}, "Keep-Alive": {"300"}, "Te": {"trailers"}, "Proxy-Authorization": {"x"},
+			"X-Forwarded-For": {"10.0.0.1"}, "X-Multi": {"a", "b"}, "User-Agent": {"test-agent"}, "Content-Type": {"application/json"},
+		}, http.Header{
+			"X-Drop": nil, "Keep-Alive": nil, "Te": nil, "Proxy-Authorization": nil,
+			"X-Forwarded-For": {"10.0.0.1, 127.0.0.1"}, "X-Multi": {"a", "b"}, "User-Agent": {"test-agent"}, "Content-Type": {"application/json"},
+		}},
+		{"no content type", http.Header{"User-Agent": {"test-agent"}}, http.Header{
+			"Content-Type": nil, "X-Forwarded-For": {"127.0.0.1"}, "User-Agent": {"test-agent"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chat("m")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = tc.header
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != answer {
+				t.Fatalf("got %d %s", resp.StatusCode, b)
+			}
+			got := seen.Load()
+			for k, want := range tc.want {
+				if v := got.Header.Values(k); !slices.Equal(v, want) {
+					t.Errorf("the replica got %s %q, want %q", k, v, want)
+				}
+			}
+			if got.Host != addr || got.ContentLength != int64(len(chat("m"))) || got.RequestURI != "/v1/chat/completions" {
+				t.Errorf("the replica got %s %s, Host %q, Content-Length %d", got.Method, got.RequestURI, got.Host, got.ContentLength)
+			}
+			for k, want := range map[string][]string{
+				"X-Secret": nil, "Keep-Alive": nil, "Access-Control-Allow-Origin": nil, "X-Twice": {"1", "2"},
+				ReplicaHeader: {"r"}, "Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(answer))},
+			} {
+				if v := resp.Header.Values(k); !slices.Equal(v, want) {
+					t.Errorf("the client got %s %q, want %q", k, v, want)
+				}
+			}
+		})
 	}
 }

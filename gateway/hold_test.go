@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/wait"
@@ -301,7 +302,7 @@ func TestHoldDeadline(t *testing.T) {
 // and a replica ready in between serves the one still held.
 func TestHoldDeadlinePerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := New(Options{Hold: HoldConfig{Timeout: time.Minute}, Transport: okTransport{}})
+		g := New(Options{Hold: HoldConfig{Timeout: time.Minute}, Upstream: okUpstream{}})
 		g.Update(Snapshot{})
 		g.UpdateModels(zeroList(gatewayapi.ListedModel{Name: "z"}), nil)
 		serve := func() *httptest.ResponseRecorder {
@@ -328,17 +329,16 @@ func TestHoldDeadlinePerRequest(t *testing.T) {
 	})
 }
 
-// okTransport answers every request 200 without a network: for synctest
+// okUpstream answers every request 200 without a network: for synctest
 // bubbles.
-type okTransport struct{}
+type okUpstream struct{}
 
-func (okTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: io.NopCloser(strings.NewReader(`{"object":"chat.completion"}`)), ContentLength: 28, Request: r}, nil
+func (okUpstream) Do(_ context.Context, _ string, _ *fasthttp.Request, resp *fasthttp.Response) (io.ReadCloser, bool, error) {
+	const body = `{"object":"chat.completion"}`
+	resp.SetStatusCode(http.StatusOK)
+	resp.Header.SetContentType("application/json")
+	resp.Header.SetContentLength(len(body))
+	return io.NopCloser(strings.NewReader(body)), true, nil
 }
 
 // A model leaving the catalog while requests for it are held: they are

@@ -68,7 +68,7 @@ func TestPoisonRequestNotRetried(t *testing.T) {
 	}{
 		{"small body", small, false, false},
 		{"small body on a kept-alive connection", small, false, true},
-		{"large body (net/http's transport)", large, false, false},
+		{"large body (net/http's Transport)", large, false, false},
 		{"with a key", small, true, false},
 	}
 	for _, tt := range tests {
@@ -168,7 +168,7 @@ func TestReplicaTimeoutNotRetried(t *testing.T) {
 	good := startReplica(t, "m", "good", nil)
 	spare := good.instance()
 	spare.Weight = 0
-	tg := startGateway(t, Options{Transport: NewTransport(DefaultDialTimeout, 50*time.Millisecond), Breaker: BreakerConfig{Failures: 1}},
+	tg := startGateway(t, Options{Upstream: NewUpstream(DefaultDialTimeout, 50*time.Millisecond), Breaker: BreakerConfig{Failures: 1}},
 		Instance{ID: "slow", Model: "m", Replica: "slow", Address: strings.TrimPrefix(slow.URL, "http://"), Weight: 1}, spare)
 	a := tg.post(t, "/v1/chat/completions", chat("m"))
 	if a.status != http.StatusGatewayTimeout || decodeError(t, a.body).Error.Code != "replica_timeout" {

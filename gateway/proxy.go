@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/internal/bounded"
@@ -230,10 +233,12 @@ type exchange struct {
 	// detached: the rest runs apart from the handler (sendDetached).
 	detached bool
 
-	lastErr  error          // the last attempt's transport error
-	lastResp *http.Response // the last "cannot serve" answer, kept to pass on
-	lastEp   *endpoint      // whose answer lastResp is
-	// lastRoute is why lastEp was chosen.
+	lastErr error // the last attempt's error
+	// last is the last "cannot serve" answer, kept to pass on (its resp
+	// nil when there is none); lastEp whose it is, lastRoute why lastEp
+	// was chosen.
+	last      reply
+	lastEp    *endpoint
 	lastRoute string
 
 	// brokenErr is why the answer finish was sending broke off.
@@ -284,9 +289,9 @@ func (x *exchange) send() {
 		}
 		probe := c.Probe
 		x.route = c.Route
-		if x.lastResp != nil {
-			discard(x.lastResp)
-			x.lastResp, x.lastEp, x.lastRoute = nil, nil, ""
+		if x.last.resp != nil {
+			x.last.discard()
+			x.last, x.lastEp, x.lastRoute = reply{}, nil, ""
 		}
 		x.req.Tried = append(x.req.Tried, ep.State)
 		data, err := x.bodyFor(ep)
@@ -300,12 +305,21 @@ func (x *exchange) send() {
 			x.lastErr = fmt.Errorf("replica %s: adapter %s: %w", ep.inst.Replica, x.asked, err)
 			continue
 		}
-		sent := g.now()
+		start := g.now()
 		if x.ac != nil {
 			x.ac.sent = true
 		}
-		resp, err := g.transport.RoundTrip(g.outRequest(r, ep, x.body, n, data)) //nolint:bodyclose // finish or discard closes it
+		if data == nil {
+			data = x.body.prefix
+		}
+		out := fasthttp.AcquireRequest()
+		g.outRequest(out, r, ep, data)
+		a := reply{resp: fasthttp.AcquireResponse()}
+		var sent bool
+		a.body, sent, err = g.upstream.Do(r.Context(), ep.inst.Address, out, a.resp)
+		fasthttp.ReleaseRequest(out)
 		if err != nil {
+			fasthttp.ReleaseResponse(a.resp)
 			x.releaseAttempt(ep)
 			if r.Context().Err() != nil {
 				// The client went away: no fault of the replica's.
@@ -319,7 +333,7 @@ func (x *exchange) send() {
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "error").Inc()
 			g.log.Debug("attempt failed", "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n, "error", err)
-			if x.body.sent(n) {
+			if sent {
 				// The request reached the replica, which then failed
 				// without answering: it may be what made it fail, and is
 				// not tried on another one.
@@ -329,26 +343,26 @@ func (x *exchange) send() {
 			x.lastErr = err
 			continue
 		}
-		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(sent).Seconds())
-		if x.adapterGone(ep, resp) {
+		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+		if x.adapterGone(ep, &a) {
 			// The engine does not hold the adapter its list held when it
 			// was read (it restarted since): nothing was served, and
 			// another replica may.
 			ep.br.success(probe)
 			x.releaseAttempt(ep)
 			g.m.attempts.WithLabelValues(model, "adapter").Inc()
-			g.log.Debug("replica passed over for the adapter", "model", model, "adapter", x.asked, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "answer", resp.Status)
-			x.lastErr = fmt.Errorf("replica %s: adapter %s: %w (it answered %s)", ep.inst.Replica, x.asked, errAdapterNotLoaded, resp.Status)
+			g.log.Debug("replica passed over for the adapter", "model", model, "adapter", x.asked, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "answer", a.status())
+			x.lastErr = fmt.Errorf("replica %s: adapter %s: %w (it answered %d)", ep.inst.Replica, x.asked, errAdapterNotLoaded, a.status())
 			continue
 		}
-		if retryStatus(resp.StatusCode) {
+		if code := a.resp.StatusCode(); retryStatus(code) {
 			// "Cannot serve now" (502, 503, 504): the replica's failure,
 			// and another replica may take the request.
 			ep.br.failure(probe, g.now())
 			g.m.attempts.WithLabelValues(model, "status").Inc()
 			x.releaseAttempt(ep)
-			g.log.Debug("attempt answered "+resp.Status, "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
-			x.lastResp, x.lastEp, x.lastRoute = resp, ep, x.route
+			g.log.Debug("attempt answered "+strconv.Itoa(code)+" "+http.StatusText(code), "model", model, "replica", ep.inst.Replica, "endpoint", ep.inst.Address, "attempt", n)
+			x.last, x.lastEp, x.lastRoute = a, ep, x.route
 			continue
 		}
 		// Any other answer, a 4xx or a 500 included, is the engine
@@ -357,11 +371,11 @@ func (x *exchange) send() {
 		// engine refuses (docs/gateway.md, "Circuit breakers").
 		ep.br.success(probe)
 		outcome := "ok"
-		if resp.StatusCode >= 500 {
+		if a.resp.StatusCode() >= 500 {
 			outcome = "status"
 		}
 		g.m.attempts.WithLabelValues(model, outcome).Inc()
-		broken, told := x.finish(ep, resp)
+		broken, told := x.finish(ep, a)
 		x.releaseAttempt(ep)
 		if broken {
 			// The replica failed mid-response: the client must not take
@@ -449,11 +463,11 @@ func (x *exchange) poison(ep *endpoint, stage string, err error) {
 func (x *exchange) giveUp() {
 	g, model := x.g, x.ms.name
 	switch {
-	case x.lastResp != nil:
+	case x.last.resp != nil:
 		// Every replica tried answered "cannot serve": pass the last
 		// answer on.
 		x.route = x.lastRoute
-		x.finish(x.lastEp, x.lastResp)
+		x.finish(x.lastEp, x.last)
 	case x.r.Context().Err() != nil:
 		g.m.request(model, statusClientClosed)
 	default:
@@ -472,65 +486,88 @@ func (x *exchange) giveUp() {
 // before the answer was sent (nginx's 499).
 const statusClientClosed = 499
 
-// outRequest is r as sent to ep, attempt n.
-func (g *Gateway) outRequest(r *http.Request, ep *endpoint, body *reqBody, n int, data []byte) *http.Request {
-	h := make(http.Header, len(r.Header)+1)
-	for k, v := range r.Header {
-		if !hopHeaders[k] {
-			h[k] = v
-		}
-	}
+// outRequest writes into out r as sent to ep, with body: its method,
+// target and headers but the hop-by-hop ones (and those its Connection
+// header names), the key when the gateway checks keys, and the client's
+// address added to X-Forwarded-For.
+func (g *Gateway) outRequest(out *fasthttp.Request, r *http.Request, ep *endpoint, body []byte) {
+	h := &out.Header
+	// No header the client did not send: fasthttp would add a
+	// Content-Type to a body without one.
+	h.SetNoDefaultContentType(true)
+	h.SetMethod(r.Method)
+	h.SetRequestURI(r.URL.RequestURI())
+	h.SetHost(ep.inst.Address)
+	var named []string // by the client's Connection header
 	for _, c := range r.Header["Connection"] {
 		for f := range strings.SplitSeq(c, ",") {
-			delete(h, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
 		}
 	}
-	if g.auth != nil {
-		// The client's key is the gateway's to check, not the replica's
-		// to see.
-		delete(h, "Authorization")
-		delete(h, "Api-Key")
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	forward := err == nil
+	for k, vs := range r.Header {
+		switch {
+		case hopHeaders[k], k == "Content-Length", k == "Host", forward && k == "X-Forwarded-For":
+			continue
+		case g.auth != nil && (k == "Authorization" || k == "Api-Key"):
+			// The client's key is the gateway's to check, not the
+			// replica's to see.
+			continue
+		case len(named) > 0 && slices.Contains(named, k):
+			continue
+		}
+		for _, v := range vs {
+			h.Add(k, v)
+		}
 	}
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	if forward {
 		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		h["X-Forwarded-For"] = []string{ip}
+		h.Set("X-Forwarded-For", ip)
 	}
-	out := &http.Request{
-		Method: r.Method,
-		URL: &url.URL{Scheme: "http", Host: ep.inst.Address, Path: r.URL.Path, RawPath: r.URL.RawPath,
-			RawQuery: r.URL.RawQuery},
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h,
-		Host:   ep.inst.Address,
-	}
-	out.ContentLength = int64(len(body.prefix))
-	if data != nil {
-		out.ContentLength = int64(len(data))
-	}
-	if out.ContentLength == 0 {
-		out.Body = http.NoBody
-	} else {
-		out.Body = body.attempt(n, data)
-		// The transport may resend on a kept-alive connection the
-		// replica had closed.
-		out.GetBody = func() (io.ReadCloser, error) { return body.attempt(n, data), nil }
-	}
-	return out.WithContext(r.Context())
+	out.SetBodyRaw(body)
 }
 
-// finish sends ep's answer resp to the client: its head (writeHead), then
+// reply is a replica's answer: its status and headers, read, and its
+// body as it comes.
+type reply struct {
+	resp *fasthttp.Response
+	body io.ReadCloser
+}
+
+// status is the answer's status code.
+func (a reply) status() int { return a.resp.StatusCode() }
+
+// length is the body's length as the answer's head gave it, -1 when it
+// did not (chunked, or until the connection closes).
+func (a reply) length() int64 { return max(int64(a.resp.Header.ContentLength()), -1) }
+
+// close closes the body and gives the head back to its pool.
+func (a reply) close() {
+	_ = a.body.Close()
+	fasthttp.ReleaseResponse(a.resp)
+}
+
+// discard reads a little of an unwanted answer, so its connection can
+// be reused, and closes it.
+func (a reply) discard() {
+	_, _ = io.CopyN(io.Discard, a.body, 64<<10)
+	a.close()
+}
+
+// finish sends ep's answer a to the client: its head (writeHead), then
 // its body as it comes (copyAnswer), read on the way (answerTap) for the
 // key's usage and the engine's prompt cache, which recordAnswer takes once
 // the answer is whole; then the request's metrics. It reports whether the
 // replica failed mid-response (the caller aborts the client's connection)
 // and, if so, whether the client was told (a stream's error event).
-func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool) {
-	defer func() { _ = resp.Body.Close() }()
-	x.writeHead(ep, resp)
-	tap := x.tapAnswer(resp)
-	code, whole, broken, told := x.copyAnswer(ep, resp, &tap)
+func (x *exchange) finish(ep *endpoint, a reply) (broken, told bool) {
+	defer a.close()
+	x.writeHead(ep, a)
+	tap := x.tapAnswer(a)
+	code, whole, broken, told := x.copyAnswer(ep, a, &tap)
 	if whole {
 		x.recordAnswer(ep, &tap)
 	}
@@ -541,30 +578,75 @@ func (x *exchange) finish(ep *endpoint, resp *http.Response) (broken, told bool)
 	return broken, told
 }
 
-// writeHead writes resp's status and headers to the client: the replica's
-// own but hop-by-hop and CORS ones, with the replica's name and the route
-// that chose it, and a Retry-After on a 503 that has none.
-func (x *exchange) writeHead(ep *endpoint, resp *http.Response) {
-	h := x.w.Header()
-	for k, v := range resp.Header {
+// writeHead writes a's status and headers to the client: the replica's
+// own but hop-by-hop and CORS ones (and those its Connection header
+// names), each replacing any of the same name set before, with the
+// replica's name and the route that chose it, and a Retry-After on a 503
+// that has none. On fasthttp's server they go from the replica's head to
+// the client's as bytes (headerAdder).
+func (x *exchange) writeHead(ep *endpoint, a reply) {
+	hd := &a.resp.Header
+	var named []string // by the replica's Connection header
+	if c := hd.Peek("Connection"); len(c) > 0 {
+		for f := range strings.SplitSeq(string(c), ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	setReplica := ep.inst.Replica != ""
+	keep := func(k []byte) bool {
+		switch {
 		// CORS is the gateway's policy (cors.go), never the engine's.
-		if !hopHeaders[k] && !strings.HasPrefix(k, "Access-Control-") {
-			h[k] = v
+		case hopHeaders[string(k)], bytes.HasPrefix(k, []byte("Access-Control-")):
+			return false
+		case string(k) == RouteHeader, setReplica && string(k) == ReplicaHeader:
+			return false // the gateway's to say
+		}
+		return len(named) == 0 || !slices.Contains(named, string(k))
+	}
+	h := x.w.Header()
+	if ha := headerAdder(x.w); ha != nil {
+		for k, v := range hd.All() {
+			if keep(k) {
+				ha.AddHeader(k, v)
+			}
+		}
+	} else {
+		var replaced []string
+		for k, v := range hd.All() {
+			if !keep(k) {
+				continue
+			}
+			key := headerKey(k)
+			if !slices.Contains(replaced, key) {
+				delete(h, key)
+				replaced = append(replaced, key)
+			}
+			h[key] = append(h[key], string(v))
 		}
 	}
-	for _, c := range resp.Header["Connection"] {
-		for f := range strings.SplitSeq(c, ",") {
-			h.Del(strings.TrimSpace(f))
-		}
-	}
-	if ep.inst.Replica != "" {
+	if setReplica {
 		h.Set(ReplicaHeader, ep.inst.Replica)
 	}
 	h.Set(RouteHeader, x.route)
-	if resp.StatusCode == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+	if a.status() == http.StatusServiceUnavailable && len(hd.Peek("Retry-After")) == 0 && h.Get("Retry-After") == "" {
 		setRetryAfter(h, time.Second)
 	}
-	x.w.WriteHeader(resp.StatusCode)
+	x.w.WriteHeader(a.status())
+}
+
+// headerAdder is w's AddHeader (fastWriter's), through Unwrap; nil
+// without one.
+func headerAdder(w http.ResponseWriter) interface{ AddHeader(k, v []byte) } {
+	for {
+		switch v := w.(type) {
+		case interface{ AddHeader(k, v []byte) }:
+			return v
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 // answerTap is what an answer is read for on its way to the client: with
@@ -583,13 +665,14 @@ type answerTap struct {
 	teeBuf  *[]byte // the pooled buffer tee is from
 }
 
-// tapAnswer sets up what resp is read for, and gives the key's account
+// tapAnswer sets up what a is read for, and gives the key's account
 // the answer's status.
-func (x *exchange) tapAnswer(resp *http.Response) answerTap {
+func (x *exchange) tapAnswer(a reply) answerTap {
 	ac := x.ac
-	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
+	code := a.status()
+	ok2xx := code >= 200 && code < 300
 	t := answerTap{
-		events:  strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"),
+		events:  bytes.HasPrefix(a.resp.Header.ContentType(), []byte("text/event-stream")),
 		observe: ok2xx && x.cacheObserved(),
 	}
 	if ac != nil || t.observe {
@@ -597,17 +680,17 @@ func (x *exchange) tapAnswer(resp *http.Response) answerTap {
 		t.tee = (*t.teeBuf)[:0]
 	}
 	if ac != nil {
-		ac.status = resp.StatusCode
+		ac.status = code
 	}
 	if ok2xx && (ac != nil || t.observe) {
 		switch {
 		case t.events && ac != nil:
 			t.sse, t.sseOut = &ac.sse, &ac.out
 			// A length the replica promised cannot lose an event.
-			t.sse.strip = ac.strip && resp.ContentLength < 0
+			t.sse.strip = ac.strip && a.length() < 0
 		case t.events:
 			t.sse, t.sseOut = &sseUsage{}, new([]byte)
-		case resp.ContentLength <= maxEvent:
+		case a.length() <= maxEvent:
 			t.teeOK = true
 		}
 	}
@@ -651,24 +734,24 @@ func (t *answerTap) release() {
 	}
 }
 
-// copyAnswer copies resp's body to the client through tap, flushing after
+// copyAnswer copies a's body to the client through tap, flushing after
 // every read for event streams and bodies of unknown length, and records
 // its first byte (firstByte: a 2xx answer's time to it from dispatched,
 // later than start by any hold, is the model's TTFT sample). It returns
 // the status to record and how the copy ended: whole (read to its end and
 // written), broken (the replica failed mid-answer; told: an event stream
 // got an error event), or neither (the client went away).
-func (x *exchange) copyAnswer(ep *endpoint, resp *http.Response, tap *answerTap) (code int, whole, broken, told bool) {
+func (x *exchange) copyAnswer(ep *endpoint, a reply, tap *answerTap) (code int, whole, broken, told bool) {
 	g, w := x.g, x.w
-	code = resp.StatusCode
-	flush := resp.ContentLength < 0 || tap.events
+	code = a.status()
+	flush := a.length() < 0 || tap.events
 	rc := http.NewResponseController(w)
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	first := true
 	for {
-		n, rerr := resp.Body.Read(buf)
+		n, rerr := a.body.Read(buf)
 		data := tap.pass(buf[:n], errors.Is(rerr, io.EOF))
 		if len(data) > 0 {
 			if _, werr := w.Write(data); werr != nil {
@@ -695,7 +778,7 @@ func (x *exchange) copyAnswer(ep *endpoint, resp *http.Response, tap *answerTap)
 				return statusClientClosed, false, false, false
 			}
 			x.brokenErr = rerr
-			if tap.events && resp.ContentLength < 0 && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			if tap.events && a.length() < 0 && code >= 200 && code < 300 {
 				// An event stream ends with an error event in OpenAI's
 				// shape, which its clients raise, rather than a cut that
 				// looks like a network fault.
@@ -769,13 +852,6 @@ func (g *Gateway) firstByte(ms *modelState, start, dispatched time.Time, code in
 	if code >= 200 && code < 300 {
 		ms.win.ttft(now, now.Sub(dispatched))
 	}
-}
-
-// discard reads a little of an unwanted response, so its connection can
-// be reused, and closes it.
-func discard(resp *http.Response) {
-	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-	_ = resp.Body.Close()
 }
 
 // bodyError answers a request whose body was refused (too large, too

@@ -151,7 +151,7 @@ func (s *Server) open() error {
 		Source:     src,
 		Logger:     s.log,
 		Registerer: reg,
-		Transport:  NewTransport(f.DialTimeout, f.HeaderTimeout),
+		Upstream:   NewUpstream(f.DialTimeout, f.HeaderTimeout),
 		MaxBody: BodyLimits{ChatCompletions: f.MaxBodyChatCompletions, Completions: f.MaxBodyCompletions,
 			Embeddings: f.MaxBodyEmbeddings},
 		MaxJSONDepth:    f.MaxJSONDepth,

@@ -2,33 +2,69 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
-// maxInlineBody is the largest request body the upstream transport writes
+// An Upstream sends the gateway's requests to replicas: NewUpstream's by
+// default (Options.Upstream).
+type Upstream interface {
+	// Do sends req to the replica at addr (host:port) and reads its
+	// answer's status and headers into resp. The answer's body streams
+	// from body, which the caller reads and closes before it resets or
+	// releases resp. sent reports whether any of req went out on a
+	// connection to the replica, whether or not Do succeeded: a request
+	// that did may be what made the replica fail. A cancelled ctx ends
+	// the request, the body's reads included.
+	Do(ctx context.Context, addr string, req *fasthttp.Request, resp *fasthttp.Response) (body io.ReadCloser, sent bool, err error)
+}
+
+// maxInlineBody is the largest request body the upstream client writes
 // on the request's own goroutine: it fits the kernel's socket buffers, so
 // writing it cannot block on a replica that answers before reading it.
-// Larger bodies, and bodies of unknown length (still streaming from the
-// client), go through net/http's Transport, which writes and reads on two
-// goroutines.
+// Larger bodies go through net/http's Transport, which writes and reads
+// on two goroutines.
 const maxInlineBody = 64 << 10
 
-// upstreamTransport sends requests to replicas over kept-alive HTTP/1.1
-// connections, writing the request and reading the response on the
-// calling goroutine. net/http's Transport hands every request to a writer
-// goroutine and every response back from a reader goroutine; on a proxy
-// hop that is most of what the hop costs (docs/perf.md, "Gateway"). The
-// request and response are still written and parsed by net/http
-// (Request.Write, ReadResponse); only the connection handling is ours.
-type upstreamTransport struct {
+// maxAnswerHead is the most bytes of status line and headers read of a
+// replica's answer (the connection's read buffer: fasthttp parses an
+// answer's head from it whole).
+const maxAnswerHead = 8 << 10
+
+// NewUpstream returns the Upstream New uses by default: connections kept
+// alive and reused (many per replica), dialTimeout to connect and
+// headerTimeout from the request's end to the answer's headers (0: none).
+// A non-streamed completion sends its headers only when it is done, so
+// headerTimeout must exceed the longest generation. A request whose body
+// is at most 64 KiB (nearly all of them) is written and its answer read
+// on the calling goroutine, by fasthttp (upstreamClient); the others go
+// through net/http's Transport.
+func NewUpstream(dialTimeout, headerTimeout time.Duration) Upstream {
+	return newUpstreamClient(dialTimeout, headerTimeout)
+}
+
+// upstreamClient sends requests to replicas over kept-alive HTTP/1.1
+// connections, writing the request and reading the answer on the
+// calling goroutine. fasthttp writes the request (Request.Write) and
+// parses the answer, its body streamed (Response.ReadLimitBody with
+// StreamBody); the connections are pooled here, because what the gateway
+// needs of them is more than fasthttp's HostClient gives: a dial the
+// request's context cancels, a peek at an idle connection before its
+// reuse and on a sweep, and a second try on a connection dialed for it
+// (RoundTrip says when).
+type upstreamClient struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
@@ -58,9 +94,9 @@ type upConn struct {
 	idleSince time.Time
 }
 
-func newUpstreamTransport(dialTimeout, headerTimeout time.Duration) *upstreamTransport {
+func newUpstreamClient(dialTimeout, headerTimeout time.Duration) *upstreamClient {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	return &upstreamTransport{
+	return &upstreamClient{
 		dial:          d.DialContext,
 		headerTimeout: headerTimeout,
 		idleTimeout:   90 * time.Second,
@@ -71,27 +107,30 @@ func newUpstreamTransport(dialTimeout, headerTimeout time.Duration) *upstreamTra
 	}
 }
 
-// inline reports whether req is sent on the calling goroutine: its body
-// is known whole (replayable, small) or absent.
-func inline(req *http.Request) bool {
-	if req.URL.Scheme != "http" {
-		return false
+// newStdTransport is net/http's Transport configured as NewUpstream says.
+func newStdTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
 	}
-	if req.Body == nil || req.Body == http.NoBody {
-		return true
-	}
-	return req.GetBody != nil && req.ContentLength >= 0 && req.ContentLength <= maxInlineBody
 }
 
-// RoundTrip implements http.RoundTripper.
-func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !inline(req) {
-		return t.fallback.RoundTrip(req)
+// Do implements Upstream.
+func (u *upstreamClient) Do(ctx context.Context, addr string, req *fasthttp.Request, resp *fasthttp.Response) (io.ReadCloser, bool, error) {
+	// The body is here whole: nothing to wait for.
+	req.Header.Del(fasthttp.HeaderExpect)
+	if len(req.Body()) > maxInlineBody {
+		return u.doStd(ctx, addr, req, resp)
 	}
-	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
-		closeBody(req)
-		return nil, err
+		return nil, false, err
 	}
 	// A request that fails on a reused (kept-alive) connection before the
 	// replica sent a byte of its answer — writing it failed, or the read
@@ -107,46 +146,30 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	// again, once, to the same replica: the race with an idle close is
 	// far more common than a request that kills its engine, and a dead
 	// engine refuses the fresh connection. The gateway itself does not
-	// send such a request to another replica (the attempt read the body:
-	// proxy.go, poison). Only a request with no body or a GetBody comes
-	// this way (inline); the gateway holds every body whole and sets it.
-	// TestUpstreamStaleConnection and TestUpstreamRetryDialsFresh hold
-	// this; TestUpstreamPartialAnswerNotRetried and
+	// send such a request to another replica (it was sent: proxy.go,
+	// poison). TestUpstreamStaleConnection and TestUpstreamRetryDialsFresh
+	// hold this; TestUpstreamPartialAnswerNotRetried and
 	// TestUpstreamFreshConnectionFailureNotRetried what is not retried.
+	sent := false
 	for try := 0; ; try++ {
-		pc, reused, err := t.conn(ctx, req.URL.Host, try > 0)
+		pc, reused, err := u.conn(ctx, addr, try > 0)
 		if err != nil {
-			closeBody(req)
-			return nil, err
+			return nil, sent, err
 		}
-		resp, err := t.send(ctx, pc, req)
+		sent = true
+		body, err := u.send(ctx, pc, req, resp)
 		if err == nil {
-			return resp, nil
+			return body, true, nil
 		}
 		var stale staleError
 		if !reused || try > 0 || !errors.As(err, &stale) || ctx.Err() != nil {
-			closeBody(req)
-			return nil, unwrapStale(err)
+			return nil, true, unwrapStale(err)
 		}
-		if req.GetBody != nil {
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return nil, gerr
-			}
-			req = req.Clone(ctx)
-			req.Body = body
-		}
-	}
-}
-
-func closeBody(req *http.Request) {
-	if req.Body != nil {
-		_ = req.Body.Close()
 	}
 }
 
 // headerTimeoutError is a replica that sent no response headers within
-// the transport's headerTimeout: a net.Error whose Timeout is true, as
+// the client's headerTimeout: a net.Error whose Timeout is true, as
 // net/http's Transport's own.
 type headerTimeoutError struct{ d time.Duration }
 
@@ -171,13 +194,21 @@ func unwrapStale(err error) error {
 	return err
 }
 
-// send writes req on pc and reads the response headers. The connection
-// belongs to the response body from then on; on error it is closed.
-func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Request) (*http.Response, error) {
+// isTimeout reports whether err is a timeout: a net.Error's, or
+// fasthttp's ErrTimeout (which has Timeout but not Temporary).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// send writes req on pc and reads the answer's head into resp. The
+// connection belongs to the answer's body from then on; on error it is
+// closed.
+func (u *upstreamClient) send(ctx context.Context, pc *upConn, req *fasthttp.Request, resp *fasthttp.Response) (io.ReadCloser, error) {
 	// The client going away, or the gateway giving up, unblocks whatever
 	// this connection is doing; such a connection is never reused.
-	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(time.Unix(1, 0)) })
-	fail := func(err error) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (io.ReadCloser, error) {
 		stop()
 		_ = pc.c.Close()
 		if cerr := ctx.Err(); cerr != nil {
@@ -185,12 +216,10 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 		}
 		return nil, err
 	}
-	if req.Header.Get("Expect") != "" {
-		// The body is already here: nothing to wait for.
-		req = req.Clone(ctx)
-		req.Header.Del("Expect")
-	}
-	if err := req.Write(unflushed{pc.bw}); err != nil {
+	// Headers and body go out in one write (the body is in memory, at
+	// most maxInlineBody): the replica reads one segment instead of
+	// waking for the headers and again for the body.
+	if err := req.Write(pc.bw); err != nil {
 		return fail(staleError{err})
 	}
 	if err := pc.bw.Flush(); err != nil {
@@ -202,74 +231,73 @@ func (t *upstreamTransport) send(ctx context.Context, pc *upConn, req *http.Requ
 		_ = pc.c.SetReadDeadline(d)
 		return ctx.Err()
 	}
-	if t.headerTimeout > 0 {
-		if err := setDeadline(t.now().Add(t.headerTimeout)); err != nil {
+	if u.headerTimeout > 0 {
+		if err := setDeadline(u.now().Add(u.headerTimeout)); err != nil {
 			return fail(err)
 		}
 	}
 	read0 := pc.rc.n
-	var resp *http.Response
-	for {
-		var err error
-		resp, err = http.ReadResponse(pc.br, req)
-		if err != nil {
-			var ne net.Error
-			switch {
-			case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
-				return fail(headerTimeoutError{t.headerTimeout})
-			// ReadResponse reports a close before the status line as
-			// ErrUnexpectedEOF; a close with unread data as a reset.
-			case pc.rc.n == read0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
-				return fail(staleError{fmt.Errorf("replica closed the connection before answering: %w", err)})
-			}
-			return fail(err)
+	// Interim answers (1xx) are read past; the body is read as it comes.
+	resp.StreamBody = true
+	resp.Header.SetNoDefaultContentType(true)
+	if err := resp.ReadLimitBody(pc.br, 0); err != nil {
+		var small *fasthttp.ErrSmallBuffer
+		switch {
+		case isTimeout(err) && ctx.Err() == nil:
+			return fail(headerTimeoutError{u.headerTimeout})
+		// fasthttp reports a close or a reset before the status line's
+		// first byte as io.EOF.
+		case pc.rc.n == read0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
+			return fail(staleError{fmt.Errorf("replica closed the connection before answering: %w", err)})
+		case errors.As(err, &small):
+			return fail(fmt.Errorf("the replica's answer has more than %d bytes of status line and headers", maxAnswerHead))
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
-		// An interim answer (1xx): the final one follows.
+		return fail(err)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	if resp.StatusCode() == http.StatusSwitchingProtocols {
+		_ = resp.CloseBodyStream()
 		return fail(errors.New("replica switched protocols, which the gateway does not proxy"))
 	}
-	if t.headerTimeout > 0 {
+	if u.headerTimeout > 0 {
 		if err := setDeadline(time.Time{}); err != nil {
-			_ = resp.Body.Close()
+			_ = resp.CloseBodyStream()
 			return fail(err)
 		}
 	}
-	resp.Body = &upBody{t: t, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && !req.Close}
-	return resp, nil
+	b := &upBody{u: u, pc: pc, resp: resp, stream: resp.BodyStream(), stop: stop,
+		// A body that ends with the connection (neither a length nor
+		// chunks) leaves nothing to reuse.
+		reuse: !resp.ConnectionClose() && !req.ConnectionClose() && resp.Header.ContentLength() != -2}
+	if b.stream == nil {
+		// No body (204, 304): the answer is whole.
+		b.end(true)
+	}
+	return b, nil
 }
 
-// unflushed is a connection's bufio.Writer as Request.Write sees it:
-// not a *bufio.Writer, so that it does not flush the headers on their own
-// before a body it does not know to be in memory (net/http does, in case
-// the body blocks). An inline body is in memory (see inline): headers and
-// body go out in one write, and the replica reads one segment instead of
-// waking for the headers and again for the body.
-type unflushed struct{ bw *bufio.Writer }
-
-func (u unflushed) Write(p []byte) (int, error)       { return u.bw.Write(p) }
-func (u unflushed) WriteString(s string) (int, error) { return u.bw.WriteString(s) }
-func (u unflushed) WriteByte(c byte) error            { return u.bw.WriteByte(c) }
-
-// upBody is a response body that gives its connection back for reuse
-// once read to its end, and closes it otherwise.
+// upBody is an answer's body, fasthttp's stream over the connection,
+// which it gives back for reuse once read to its end, and closes
+// otherwise. A body cut short is an error, never an end: a length not
+// reached, or chunks the replica stopped sending (fasthttp since v1.79
+// reports a chunked body cut between two chunks as
+// io.ErrUnexpectedEOF, where before it read as an end;
+// TestNoRetryAfterFirstByte and TestMidResponseFailureCutsAJSONAnswer
+// hold this).
 type upBody struct {
-	t     *upstreamTransport
-	pc    *upConn
-	body  io.ReadCloser
-	stop  func() bool
-	reuse bool
-	done  bool
+	u      *upstreamClient
+	pc     *upConn
+	resp   *fasthttp.Response // whose body stream this is
+	stream io.Reader
+	stop   func() bool
+	reuse  bool
+	done   bool
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
-	n, err := b.body.Read(p)
+	n, err := b.stream.Read(p)
 	if err != nil {
 		b.end(errors.Is(err, io.EOF))
 	}
@@ -283,14 +311,17 @@ func (b *upBody) Close() error {
 	return nil
 }
 
-// end releases the connection: to the idle list when the response was
+// end releases the connection: to the idle list when the answer was
 // read whole and nothing interrupted it, closed otherwise.
 func (b *upBody) end(complete bool) {
 	b.done = true
+	if b.stream != nil {
+		_ = b.resp.CloseBodyStream()
+	}
 	// stop reports false when the context's deadline-setting has run (or
 	// is running): the connection may be poisoned.
 	if b.stop() && complete && b.reuse && b.pc.br.Buffered() == 0 {
-		b.t.put(b.pc)
+		b.u.put(b.pc)
 		return
 	}
 	_ = b.pc.c.Close()
@@ -298,62 +329,62 @@ func (b *upBody) end(complete bool) {
 
 // conn returns an idle connection to addr, or dials one; a new one when
 // fresh is set.
-func (t *upstreamTransport) conn(ctx context.Context, addr string, fresh bool) (*upConn, bool, error) {
-	now := t.now()
+func (u *upstreamClient) conn(ctx context.Context, addr string, fresh bool) (*upConn, bool, error) {
+	now := u.now()
 	for !fresh {
-		t.mu.Lock()
-		list := t.idle[addr]
+		u.mu.Lock()
+		list := u.idle[addr]
 		if len(list) == 0 {
-			t.mu.Unlock()
+			u.mu.Unlock()
 			break
 		}
 		pc := list[len(list)-1]
 		list[len(list)-1] = nil
-		t.idle[addr] = list[:len(list)-1]
-		t.mu.Unlock()
-		if now.Sub(pc.idleSince) < t.idleTimeout && connAlive(pc.c) {
+		u.idle[addr] = list[:len(list)-1]
+		u.mu.Unlock()
+		if now.Sub(pc.idleSince) < u.idleTimeout && connAlive(pc.c) {
 			return pc, true, nil
 		}
 		_ = pc.c.Close()
 	}
-	c, err := t.dial(ctx, "tcp", addr)
+	c, err := u.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err
 	}
 	rc := &readCounter{Conn: c}
-	return &upConn{c: c, rc: rc, br: bufio.NewReaderSize(rc, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
+	return &upConn{c: c, rc: rc, br: bufio.NewReaderSize(rc, maxAnswerHead), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
 }
 
 // put keeps pc for reuse, unless there are enough idle connections to its
 // address already.
-func (t *upstreamTransport) put(pc *upConn) {
-	pc.idleSince = t.now()
-	t.mu.Lock()
-	list := t.idle[pc.addr]
-	if len(list) >= t.maxIdle {
-		t.mu.Unlock()
+func (u *upstreamClient) put(pc *upConn) {
+	pc.idleSince = u.now()
+	u.mu.Lock()
+	list := u.idle[pc.addr]
+	if len(list) >= u.maxIdle {
+		u.mu.Unlock()
 		_ = pc.c.Close()
 		return
 	}
-	t.idle[pc.addr] = append(list, pc)
-	arm := !t.sweeping
-	t.sweeping = true
-	t.mu.Unlock()
+	u.idle[pc.addr] = append(list, pc)
+	arm := !u.sweeping
+	u.sweeping = true
+	u.mu.Unlock()
 	if arm {
-		time.AfterFunc(sweepEvery, t.sweep)
+		time.AfterFunc(sweepEvery, u.sweep)
 	}
 }
 
 // sweep closes the idle connections that expired or died, and schedules
 // the next sweep while any remain.
-func (t *upstreamTransport) sweep() {
-	now := t.now()
+func (u *upstreamClient) sweep() {
+	now := u.now()
 	var drop []*upConn
-	t.mu.Lock()
-	for addr, list := range t.idle {
+	u.mu.Lock()
+	for addr, list := range u.idle {
 		keep := list[:0]
 		for _, pc := range list {
-			if now.Sub(pc.idleSince) < t.idleTimeout && connAlive(pc.c) {
+			if now.Sub(pc.idleSince) < u.idleTimeout && connAlive(pc.c) {
 				keep = append(keep, pc)
 			} else {
 				drop = append(drop, pc)
@@ -361,16 +392,16 @@ func (t *upstreamTransport) sweep() {
 		}
 		clear(list[len(keep):])
 		if len(keep) == 0 {
-			delete(t.idle, addr)
+			delete(u.idle, addr)
 		} else {
-			t.idle[addr] = keep
+			u.idle[addr] = keep
 		}
 	}
-	t.sweeping = len(t.idle) > 0
-	if t.sweeping {
-		time.AfterFunc(sweepEvery, t.sweep)
+	u.sweeping = len(u.idle) > 0
+	if u.sweeping {
+		time.AfterFunc(sweepEvery, u.sweep)
 	}
-	t.mu.Unlock()
+	u.mu.Unlock()
 	for _, pc := range drop {
 		_ = pc.c.Close()
 	}
@@ -391,17 +422,78 @@ func (r *readCounter) Read(p []byte) (int, error) {
 }
 
 // CloseIdleConnections closes the connections kept for reuse.
-func (t *upstreamTransport) CloseIdleConnections() {
-	t.mu.Lock()
-	idle := t.idle
-	t.idle = map[string][]*upConn{}
-	t.mu.Unlock()
+func (u *upstreamClient) CloseIdleConnections() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle = map[string][]*upConn{}
+	u.mu.Unlock()
 	for _, list := range idle {
 		for _, pc := range list {
 			_ = pc.c.Close()
 		}
 	}
-	if ci, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
+	if ci, ok := u.fallback.(interface{ CloseIdleConnections() }); ok {
 		ci.CloseIdleConnections()
 	}
 }
+
+// doStd sends req with net/http's Transport (a body over maxInlineBody):
+// req's method, target, headers and body as an *http.Request, the
+// answer's status and headers copied into resp.
+func (u *upstreamClient) doStd(ctx context.Context, addr string, req *fasthttp.Request, resp *fasthttp.Response) (io.ReadCloser, bool, error) {
+	target, err := url.ParseRequestURI(string(req.Header.RequestURI()))
+	if err != nil {
+		return nil, false, err
+	}
+	target.Scheme, target.Host = "http", addr
+	data := req.Body()
+	var read atomic.Bool
+	hr := &http.Request{
+		Method: string(req.Header.Method()),
+		URL:    target,
+		Proto:  "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{},
+		Host:          addr,
+		ContentLength: int64(len(data)),
+		// The gateway's body is its own, and never pooled at this size
+		// (readBody): net/http may go on reading it after the answer.
+		Body:    &sentReader{r: bytes.NewReader(data), read: &read},
+		GetBody: func() (io.ReadCloser, error) { return &sentReader{r: bytes.NewReader(data), read: &read}, nil },
+	}
+	for k, v := range req.Header.All() {
+		key := string(k)
+		switch key {
+		case "Host", "Content-Length", "Connection":
+			continue
+		}
+		hr.Header[key] = append(hr.Header[key], string(v))
+	}
+	hres, err := u.fallback.RoundTrip(hr.WithContext(ctx))
+	if err != nil {
+		return nil, read.Load(), err
+	}
+	resp.Header.SetNoDefaultContentType(true)
+	resp.SetStatusCode(hres.StatusCode)
+	for k, vs := range hres.Header {
+		for _, v := range vs {
+			resp.Header.Add(k, v)
+		}
+	}
+	if hres.ContentLength < 0 {
+		resp.Header.SetContentLength(-1)
+	}
+	return hres.Body, true, nil
+}
+
+// sentReader is a request body that records that it was read.
+type sentReader struct {
+	r    io.Reader
+	read *atomic.Bool
+}
+
+func (s *sentReader) Read(p []byte) (int, error) {
+	s.read.Store(true)
+	return s.r.Read(p)
+}
+
+func (s *sentReader) Close() error { return nil }

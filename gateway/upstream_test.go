@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,15 +16,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llmgw/llmgw/internal/testing/wait"
 )
 
 // rawServer accepts loopback connections and hands each to handle with its
-// number (from 0), on a goroutine of its own.
+// number (from 0), on a goroutine of its own. Its cleanup closes the
+// connections still open.
 type rawServer struct {
-	ln    net.Listener
-	conns atomic.Int32
-	wg    sync.WaitGroup
+	ln     net.Listener
+	conns  atomic.Int32
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	open   []net.Conn
+	closed bool
 }
 
 func startRaw(t *testing.T, handle func(c net.Conn, n int)) *rawServer {
@@ -40,13 +47,28 @@ func startRaw(t *testing.T, handle func(c net.Conn, n int)) *rawServer {
 				return
 			}
 			n := int(s.conns.Add(1)) - 1
+			s.mu.Lock()
+			if s.closed {
+				_ = c.Close()
+			}
+			s.open = append(s.open, c)
+			s.mu.Unlock()
 			s.wg.Go(func() {
 				defer c.Close()
 				handle(c, n)
 			})
 		}
 	})
-	t.Cleanup(func() { _ = ln.Close(); s.wg.Wait() })
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for _, c := range s.open {
+			_ = c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
 	return s
 }
 
@@ -82,26 +104,53 @@ func okResponse(body string) string {
 	return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }
 
-// upstreamRequest is a POST as the gateway builds it: body held whole,
-// GetBody set.
-func upstreamRequest(t *testing.T, ctx context.Context, url, body string) *http.Request {
+// upstreamRequest is a POST to url as the gateway builds it (outRequest):
+// its body held whole.
+func upstreamRequest(t *testing.T, url, body string) *fasthttp.Request {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	u, err := neturl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req := fasthttp.AcquireRequest()
+	t.Cleanup(func() { fasthttp.ReleaseRequest(req) })
+	req.Header.SetNoDefaultContentType(true)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetRequestURI(u.RequestURI())
+	req.Header.SetHost(u.Host)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw([]byte(body))
 	return req
 }
 
-func roundTrip(t *testing.T, tr http.RoundTripper, req *http.Request) (int, string, error) {
+// hostOf is req's replica address.
+func hostOf(req *fasthttp.Request) string { return string(req.Header.Host()) }
+
+// do sends req with u and returns the answer's head and body.
+func do(t *testing.T, u Upstream, ctx context.Context, req *fasthttp.Request) (*fasthttp.Response, io.ReadCloser, error) {
 	t.Helper()
-	resp, err := tr.RoundTrip(req)
+	resp := fasthttp.AcquireResponse()
+	body, _, err := u.Do(ctx, hostOf(req), req, resp)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, nil, err
+	}
+	t.Cleanup(func() { _ = body.Close(); fasthttp.ReleaseResponse(resp) })
+	return resp, body, nil
+}
+
+// roundTrip sends req with u and reads the whole answer.
+func roundTrip(t *testing.T, u Upstream, ctx context.Context, req *fasthttp.Request) (int, string, error) {
+	t.Helper()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	body, _, err := u.Do(ctx, hostOf(req), req, resp)
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	return resp.StatusCode(), string(b), err
 }
 
 func TestUpstreamReusesConnections(t *testing.T) {
@@ -114,13 +163,13 @@ func TestUpstreamReusesConnections(t *testing.T) {
 		reqs.Add(1)
 		_, _ = w.Write(b)
 	})
-	tr := newUpstreamTransport(time.Second, time.Second)
-	defer tr.CloseIdleConnections()
+	u := newUpstreamClient(time.Second, time.Second)
+	defer u.CloseIdleConnections()
 	for i := range 20 {
 		body := `{"model":"m","n":` + strconv.Itoa(i) + `}`
-		req := upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", body)
+		req := upstreamRequest(t, srv.URL+"/v1/completions", body)
 		req.Header.Set("Expect", "100-continue")
-		code, got, err := roundTrip(t, tr, req)
+		code, got, err := roundTrip(t, u, t.Context(), req)
 		if err != nil || code != 200 || got != body {
 			t.Fatalf("request %d: %d %q %v", i, code, got, err)
 		}
@@ -167,22 +216,22 @@ func TestUpstreamStaleConnection(t *testing.T) {
 					_, _ = io.WriteString(c, okResponse(`{"conn":`+strconv.Itoa(n)+`}`))
 				}
 			})
-			tr := newUpstreamTransport(time.Second, 5*time.Second)
-			defer tr.CloseIdleConnections()
-			code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
+			u := newUpstreamClient(time.Second, 5*time.Second)
+			defer u.CloseIdleConnections()
+			code, got, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{"model":"m"}`))
 			if err != nil || code != 200 || got != `{"conn":0}` {
 				t.Fatalf("first: %d %q %v", code, got, err)
 			}
 			if tc.name == "closed while idle" {
-				tr.mu.Lock()
-				idle := tr.idle[srv.ln.Addr().String()]
-				tr.mu.Unlock()
+				u.mu.Lock()
+				idle := u.idle[srv.ln.Addr().String()]
+				u.mu.Unlock()
 				if len(idle) != 1 {
 					t.Fatalf("%d idle connections after the first request, want 1", len(idle))
 				}
 				wait.Until(t, "the replica to close its first connection", func() bool { return !connAlive(idle[0].c) })
 			}
-			code, got, err = roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
+			code, got, err = roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{"model":"m"}`))
 			if err != nil || code != 200 || got != `{"conn":1}` {
 				t.Fatalf("second: %d %q %v", code, got, err)
 			}
@@ -197,8 +246,8 @@ func TestUpstreamStaleConnection(t *testing.T) {
 // failure: no second try (the gateway's retry decides).
 func TestUpstreamFreshConnectionFailureNotRetried(t *testing.T) {
 	srv := startRaw(t, func(c net.Conn, _ int) { _, _, _ = readRequest(bufio.NewReader(c)) })
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	_, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{"model":"m"}`))
 	if err == nil || !strings.Contains(err.Error(), "closed the connection before answering") {
 		t.Fatalf("err = %v, want the replica closing without an answer", err)
 	}
@@ -221,10 +270,10 @@ func TestUpstreamCancelWhileWaiting(t *testing.T) {
 		_, _ = br.ReadByte() // until the gateway closes its end
 		close(closed)
 	})
-	tr := newUpstreamTransport(time.Second, time.Minute)
+	u := newUpstreamClient(time.Second, time.Minute)
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, ctx, srv.url(), `{"model":"m"}`))
+	_, _, err := roundTrip(t, u, ctx, upstreamRequest(t, srv.url(), `{"model":"m"}`))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -246,19 +295,18 @@ func TestUpstreamCancelMidBody(t *testing.T) {
 		_, _ = br.ReadByte()
 		close(closed)
 	})
-	tr := newUpstreamTransport(time.Second, time.Minute)
+	u := newUpstreamClient(time.Second, time.Minute)
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, err := tr.RoundTrip(upstreamRequest(t, ctx, srv.url(), `{"model":"m"}`))
+	_, body, err := do(t, u, ctx, upstreamRequest(t, srv.url(), `{"model":"m"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	buf := make([]byte, 64)
-	if n, err := resp.Body.Read(buf); err != nil || string(buf[:n]) != "data: " {
+	if n, err := body.Read(buf); err != nil || string(buf[:n]) != "data: " {
 		t.Fatalf("first chunk: %q %v", buf[:n], err)
 	}
 	cancel()
-	if _, err := io.ReadAll(resp.Body); err == nil {
+	if _, err := io.ReadAll(body); err == nil {
 		t.Error("reading the rest after the cancel succeeded")
 	}
 	select {
@@ -266,7 +314,7 @@ func TestUpstreamCancelMidBody(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the connection to the replica stayed open after the cancel")
 	}
-	if n := len(tr.idle); n != 0 {
+	if n := len(u.idle); n != 0 {
 		t.Errorf("%d addresses have idle connections after a cancelled response", n)
 	}
 }
@@ -277,8 +325,8 @@ func TestUpstreamHeaderTimeout(t *testing.T) {
 		_, _, _ = readRequest(br)
 		_, _ = br.ReadByte()
 	})
-	tr := newUpstreamTransport(time.Second, 100*time.Millisecond)
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
+	u := newUpstreamClient(time.Second, 100*time.Millisecond)
+	_, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{"model":"m"}`))
 	if err == nil || !strings.Contains(err.Error(), "no response headers within 100ms") {
 		t.Fatalf("err = %v, want the header timeout", err)
 	}
@@ -291,9 +339,9 @@ func TestUpstreamInterimResponse(t *testing.T) {
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"+okResponse(`{"ok":true}`))
 	})
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	defer tr.CloseIdleConnections()
-	code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{"model":"m"}`))
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	code, got, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{"model":"m"}`))
 	if err != nil || code != 200 || got != `{"ok":true}` {
 		t.Fatalf("%d %q %v, want the final 200", code, got, err)
 	}
@@ -308,26 +356,26 @@ func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(strings.Repeat("x", 100)))
 	})
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	defer tr.CloseIdleConnections()
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
 	// Half read, then closed.
-	resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", `{}`))
+	_, body, err := do(t, u, t.Context(), upstreamRequest(t, srv.URL+"/v1/completions", `{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = resp.Body.Read(make([]byte, 10))
-	_ = resp.Body.Close()
-	if n := len(tr.idle[strings.TrimPrefix(srv.URL, "http://")]); n != 0 {
+	_, _ = body.Read(make([]byte, 10))
+	_ = body.Close()
+	if n := len(u.idle[strings.TrimPrefix(srv.URL, "http://")]); n != 0 {
 		t.Errorf("a half-read response left %d idle connections", n)
 	}
 	// Connection: close, read whole.
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.URL+"/v1/completions?close=1", `{}`)); err != nil || code != 200 {
+	if code, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.URL+"/v1/completions?close=1", `{}`)); err != nil || code != 200 {
 		t.Fatalf("%d %v", code, err)
 	}
-	if n := len(tr.idle[strings.TrimPrefix(srv.URL, "http://")]); n != 0 {
+	if n := len(u.idle[strings.TrimPrefix(srv.URL, "http://")]); n != 0 {
 		t.Errorf("a Connection: close response left %d idle connections", n)
 	}
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.URL+"/v1/completions", `{}`)); err != nil || code != 200 {
+	if code, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.URL+"/v1/completions", `{}`)); err != nil || code != 200 {
 		t.Fatalf("%d %v", code, err)
 	}
 	if n := conns.Load(); n != 3 {
@@ -335,20 +383,90 @@ func TestUpstreamNoReuseOfUnfinishedConnections(t *testing.T) {
 	}
 }
 
-// Bodies the gateway does not hold whole, or larger than it writes
-// inline, go through net/http's Transport.
-func TestUpstreamInline(t *testing.T) {
-	small := upstreamRequest(t, t.Context(), "http://127.0.0.1:1/", `{}`)
-	big := upstreamRequest(t, t.Context(), "http://127.0.0.1:1/", strings.Repeat(" ", maxInlineBody+1))
-	streaming, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/", io.NopCloser(strings.NewReader("{}")))
-	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:1/", strings.NewReader("{}"))
-	for _, tc := range []struct {
-		name string
-		req  *http.Request
-		want bool
-	}{{"small", small, true}, {"over 64 KiB", big, false}, {"unknown length", streaming, false}, {"https", tls, false}} {
-		if got := inline(tc.req); got != tc.want {
-			t.Errorf("%s: inline = %v, want %v", tc.name, got, tc.want)
+// A body larger than the client writes inline goes through net/http's
+// Transport, which reads the answer while it writes: a replica that
+// answers before it has read the body (here, never reads it) is heard,
+// where writing it all first would block for good.
+func TestUpstreamLargeBodyAnswerBeforeRead(t *testing.T) {
+	release := make(chan struct{})
+	srv := startRaw(t, func(c net.Conn, _ int) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Replica-Said: no\r\n\r\n{}")
+		<-release
+	})
+	defer close(release)
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	req := upstreamRequest(t, srv.url(), strings.Repeat(" ", 16<<20)) // past any socket buffer
+	resp, body, err := do(t, u, t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(body)
+	if err != nil || resp.StatusCode() != http.StatusRequestEntityTooLarge || string(got) != "{}" ||
+		string(resp.Header.Peek("X-Replica-Said")) != "no" || string(resp.Header.ContentType()) != "application/json" || resp.Header.ContentLength() != 2 {
+		t.Fatalf("got %d %q %v, headers:\n%s", resp.StatusCode(), got, err, resp.Header.String())
+	}
+}
+
+// A large body's answer, of unknown length, comes through net/http's
+// Transport as a small one's through fasthttp: its head, its body, and
+// whether the request was sent.
+func TestUpstreamLargeBody(t *testing.T) {
+	var seen atomic.Int64
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		seen.Store(n)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Add("X-Twice", "a")
+		w.Header().Add("X-Twice", "b")
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, "data: 2\n\n")
+	})
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	for _, size := range []int{100, maxInlineBody + 1} {
+		resp := fasthttp.AcquireResponse()
+		req := upstreamRequest(t, srv.URL+"/v1/completions", strings.Repeat(" ", size))
+		body, sent, err := u.Do(t.Context(), hostOf(req), req, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(body)
+		_ = body.Close()
+		var twice []string
+		for _, v := range resp.Header.PeekAll("X-Twice") {
+			twice = append(twice, string(v))
+		}
+		if err != nil || !sent || resp.StatusCode() != 200 || string(got) != "data: 1\n\ndata: 2\n\n" || resp.Header.ContentLength() != -1 ||
+			string(resp.Header.ContentType()) != "text/event-stream" || strings.Join(twice, ",") != "a,b" || seen.Load() != int64(size) {
+			t.Errorf("%d-byte body: %d %q %v, sent %v, the replica read %d, headers:\n%s", size, resp.StatusCode(), got, err, sent, seen.Load(), resp.Header.String())
+		}
+		fasthttp.ReleaseResponse(resp)
+	}
+}
+
+// A request whose connection could not be made was not sent: the
+// gateway may try it on another replica.
+func TestUpstreamRefusedNotSent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	for _, size := range []int{100, maxInlineBody + 1} {
+		resp := fasthttp.AcquireResponse()
+		req := upstreamRequest(t, "http://"+addr+"/v1/completions", strings.Repeat(" ", size))
+		_, sent, err := u.Do(t.Context(), addr, req, resp)
+		fasthttp.ReleaseResponse(resp)
+		if err == nil || sent {
+			t.Errorf("%d-byte body to a closed port: sent %v, err %v; want an error, not sent", size, sent, err)
 		}
 	}
 }
@@ -369,33 +487,33 @@ func TestUpstreamSweepClosesDeadIdleConnections(t *testing.T) {
 		<-release
 	})
 	defer close(release)
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	defer tr.CloseIdleConnections()
-	resps := make([]*http.Response, 2)
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	bodies := make([]io.ReadCloser, 2)
 	for i := range 2 {
-		resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
+		_, body, err := do(t, u, t.Context(), upstreamRequest(t, srv.url(), `{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		resps[i] = resp
+		bodies[i] = body
 	}
-	for _, resp := range resps {
-		_, _ = io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
+	for _, body := range bodies {
+		_, _ = io.ReadAll(body)
+		_ = body.Close()
 	}
 	addr := srv.ln.Addr().String()
-	tr.mu.Lock()
-	n := len(tr.idle[addr])
-	tr.mu.Unlock()
+	u.mu.Lock()
+	n := len(u.idle[addr])
+	u.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d idle connections, want 2", n)
 	}
 	var left int
 	wait.Until(t, "the sweep to drop the closed connection", func() bool {
-		tr.sweep()
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		left = len(tr.idle[addr])
+		u.sweep()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		left = len(u.idle[addr])
 		return left == 1
 	})
 }
@@ -414,12 +532,12 @@ func TestUpstreamPartialAnswerNotRetried(t *testing.T) {
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n")
 	})
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	defer tr.CloseIdleConnections()
-	if code, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`)); err != nil || code != 200 {
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	if code, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{}`)); err != nil || code != 200 {
 		t.Fatalf("first: %d %v", code, err)
 	}
-	_, _, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`))
+	_, _, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{}`))
 	if err == nil || strings.Contains(err.Error(), "before answering") {
 		t.Fatalf("err = %v, want the cut-off answer's error", err)
 	}
@@ -443,21 +561,21 @@ func TestUpstreamRetryDialsFresh(t *testing.T) {
 			_, _ = io.WriteString(c, okResponse(`{"conn":`+strconv.Itoa(n)+`}`))
 		}
 	})
-	tr := newUpstreamTransport(time.Second, 5*time.Second)
-	defer tr.CloseIdleConnections()
-	var resps []*http.Response
+	u := newUpstreamClient(time.Second, 5*time.Second)
+	defer u.CloseIdleConnections()
+	var bodies []io.ReadCloser
 	for range 2 { // two connections in the pool
-		resp, err := tr.RoundTrip(upstreamRequest(t, t.Context(), srv.url(), `{}`)) //nolint:bodyclose // closed below, after both are open
+		_, body, err := do(t, u, t.Context(), upstreamRequest(t, srv.url(), `{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		resps = append(resps, resp) //nolint:bodyclose // read and closed below, after both are open
+		bodies = append(bodies, body)
 	}
-	for _, resp := range resps {
-		_, _ = io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
+	for _, body := range bodies {
+		_, _ = io.ReadAll(body)
+		_ = body.Close()
 	}
-	code, got, err := roundTrip(t, tr, upstreamRequest(t, t.Context(), srv.url(), `{}`))
+	code, got, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.url(), `{}`))
 	if err != nil || code != 200 || got != `{"conn":2}` {
 		t.Fatalf("%d %q %v, want the answer from a third, new connection", code, got, err)
 	}
@@ -474,27 +592,19 @@ func (w writeCounter) Write(p []byte) (int, error) {
 	return w.Conn.Write(p)
 }
 
-// opaqueBody is a body net/http cannot tell is in memory, as the
-// gateway's own request bodies are.
-type opaqueBody struct{ r io.Reader }
-
-func (b *opaqueBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *opaqueBody) Close() error               { return nil }
-
-// A request's headers and body leave in one write: net/http's
-// Request.Write flushes the headers of a body it does not know to be in
-// memory on their own, which costs the replica a wake-up for the headers
-// and another for the body on every request.
+// A request's headers and body leave in one write: were the headers
+// flushed on their own, the replica would wake for the headers and again
+// for the body on every request.
 func TestUpstreamOneWritePerRequest(t *testing.T) {
 	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
 	})
-	tr := newUpstreamTransport(time.Second, time.Second)
-	defer tr.CloseIdleConnections()
+	u := newUpstreamClient(time.Second, time.Second)
+	defer u.CloseIdleConnections()
 	var writes atomic.Int32
-	dial := tr.dial
-	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := u.dial
+	u.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -504,16 +614,7 @@ func TestUpstreamOneWritePerRequest(t *testing.T) {
 	const n = 5
 	for i := range n {
 		body := `{"model":"m","n":` + strconv.Itoa(i) + `}`
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", &opaqueBody{strings.NewReader(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.ContentLength = int64(len(body))
-		req.GetBody = func() (io.ReadCloser, error) { return &opaqueBody{strings.NewReader(body)}, nil }
-		if !inline(req) {
-			t.Fatal("the request is not sent inline")
-		}
-		code, got, err := roundTrip(t, tr, req)
+		code, got, err := roundTrip(t, u, t.Context(), upstreamRequest(t, srv.URL+"/v1/completions", body))
 		if err != nil || code != 200 || got != body {
 			t.Fatalf("request %d: %d %q %v", i, code, got, err)
 		}

@@ -23,7 +23,13 @@
 // -rounds repeats every rate, each round starting the alternation at
 // another place, and ends with a summary: each target's median and range
 // over the rounds, and the gateway's ratios to nginx and to minimal-go;
-// -single adds one client sending a request at a time.
+// -single adds one client sending a request at a time. -also adds the
+// gateway with keys as another build of this program serves it (one
+// built at an earlier commit, say), measured in the same slices with the
+// same generator:
+//
+//	go build -o /tmp/gwload-before ./bench/gwload   # at the earlier commit
+//	go run ./bench/gwload -rounds 3 -keys -also before=/tmp/gwload-before
 //
 // Results are in docs/perf.md ("Gateway", "Gateway: API keys and limits").
 package main
@@ -50,6 +56,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
@@ -63,7 +70,7 @@ func main() {
 	warm := flag.Duration("warmup", time.Second, "unmeasured load on each target before each rate (at most 5s)")
 	slice := flag.Duration("slice", 250*time.Millisecond, "length of one slice of load on one target")
 	inflight := flag.Int("inflight", 256, "most requests outstanding at once")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway's process to this file (with -inproc: of this one, generator and engine included)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the gateway's process to this file, and of the keyed gateway's (-keys) to this file with .keys added (with -inproc: of this one, generator and engine included)")
 	serveRole := flag.String("serve", "", "internal: serve `engine` or `gateway` (to -upstream) on loopback and print the address")
 	upstream := flag.String("upstream", "", "internal: the engine's address, for -serve gateway")
 	nginx := flag.String("nginx", "", "also measure this nginx binary as a reverse proxy to the same fake-engine (`PATH`, or a name looked up in PATH; its own process, pinned with the gateway under -pin)")
@@ -73,6 +80,7 @@ func main() {
 	inproc := flag.Bool("inproc", false, "serve fake-engine and the gateway from this process instead (no CPU time per process then)")
 	rounds := flag.Int("rounds", 1, "measure every rate this many times (1 to 10), each round starting the targets' alternation at another place; a summary gives each target's median and range over the rounds")
 	single := flag.Bool("single", false, "also measure one client sending one request at a time (closed loop, the phase \"1client\"): the latency each proxy adds with no queueing")
+	also := flag.String("also", "", "also measure the gateway with keys as other builds of this program serve it (`NAME=PATH`, comma-separated, e.g. before=/tmp/gwload-before): its process started as PATH -serve gateway -keys, measured in the same slices as the others")
 	pin := flag.String("pin", "", "pin the processes (Linux, 2 CPUs or more): `alone` gives the gateway the last CPU to itself, the generator and fake-engine share the others; with-engine puts the gateway and fake-engine on the last CPU, the generator on the others")
 	flag.Parse()
 	if *serveRole != "" {
@@ -90,6 +98,11 @@ func main() {
 		return
 	}
 	refs := references{nginx: *nginx, minimal: *minimal}
+	var err error
+	if refs.also, err = parseAlso(*also); err != nil {
+		fmt.Fprintln(os.Stderr, "gwload: -also:", err)
+		os.Exit(2)
+	}
 	if *rounds < 1 || *rounds > 10 {
 		fmt.Fprintln(os.Stderr, "gwload: -rounds: want 1 to 10")
 		os.Exit(2)
@@ -256,7 +269,13 @@ func start(cpus []int, args ...string) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, args...)
+	return startBin(self, cpus, args...)
+}
+
+// startBin runs bin (a build of this program) with args; on cpus when
+// that is not empty.
+func startBin(bin string, cpus []int, args ...string) (*child, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -380,6 +399,30 @@ func startProcesses(pin, cpuprofile string) (engine, gw *server, placement strin
 type references struct {
 	nginx   string // the binary, "" for none
 	minimal bool
+	also    []build // other builds' gateways
+}
+
+// build is another build of this program whose gateway is measured
+// (-also): its name in the tables, and its binary.
+type build struct{ name, bin string }
+
+// parseAlso parses -also's NAME=PATH list.
+func parseAlso(list string) ([]build, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []build
+	for f := range strings.SplitSeq(list, ",") {
+		name, bin, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok || name == "" || bin == "" {
+			return nil, fmt.Errorf("%q: want NAME=PATH", f)
+		}
+		if _, err := os.Stat(bin); err != nil {
+			return nil, err
+		}
+		out = append(out, build{name: name + "+keys", bin: bin})
+	}
+	return out, nil
 }
 
 func run(rateList string, rounds int, single bool, dur, warm, slice time.Duration, inflight int, cpuprofile, pin string, refs references, inproc, keys bool) error {
@@ -423,7 +466,11 @@ func run(rateList string, rounds int, single bool, dur, warm, slice time.Duratio
 	defer gw.stop()
 	targets := []target{{"direct", engine}, {"gateway", gw}}
 	if keys {
-		kg, err := startKeyedGateway(inproc, engine.addr, pin)
+		kprofile := ""
+		if cpuprofile != "" && !inproc {
+			kprofile = cpuprofile + ".keys"
+		}
+		kg, err := startKeyedGateway(inproc, engine.addr, pin, kprofile)
 		if err != nil {
 			return err
 		}
@@ -435,6 +482,22 @@ func run(rateList string, rounds int, single bool, dur, warm, slice time.Duratio
 		} else if pin != "" {
 			placement += ", on the gateway's CPU"
 		}
+	}
+	for _, b := range refs.also {
+		if inproc {
+			return errors.New("-also measures a process of its own: not with -inproc")
+		}
+		var cpus []int
+		if pin != "" {
+			cpus = []int{runtime.NumCPU() - 1}
+		}
+		c, err := startBin(b.bin, cpus, "-serve", "gateway", "-upstream", engine.addr, "-keys")
+		if err != nil {
+			return fmt.Errorf("-also %s: %w", b.name, err)
+		}
+		defer c.stop()
+		targets = append(targets, target{b.name, &server{addr: c.addr, cpu: c.cpu, stop: c.stop}})
+		placement += "; " + b.name + " (" + b.bin + ") its own process"
 	}
 	if refs.minimal {
 		c, err := start(nginxCPUs(pin), "-serve", "minimal", "-upstream", engine.addr)
@@ -473,11 +536,11 @@ func run(rateList string, rounds int, single bool, dur, warm, slice time.Duratio
 		}
 	}
 
-	// The generator's client sends and reads on the request's goroutine
-	// (the gateway's own upstream transport), the cheapest client at hand:
-	// on a small machine, CPU the generator spends is CPU the engine and
-	// gateway do not get.
-	client := &http.Client{Transport: gateway.NewTransport(2*time.Second, 0)}
+	// The generator's client is fasthttp's, which sends and reads on the
+	// request's goroutine, the cheapest client at hand: on a small
+	// machine, CPU the generator spends is CPU the engine and gateway do
+	// not get.
+	client := &fasthttp.Client{MaxConnsPerHost: 1 << 16, ReadTimeout: time.Minute, NoDefaultUserAgentHeader: true}
 	gogc := os.Getenv("GOGC")
 	if gogc == "" {
 		gogc = "default"
@@ -494,6 +557,9 @@ func run(rateList string, rounds int, single bool, dur, warm, slice time.Duratio
 		phases = append(phases, phaseSpec{name: "1client", load: func(url string, d time.Duration) result { return loadOne(client, url, d) }})
 	}
 	sum := newSummary(targets)
+	for _, b := range refs.also {
+		sum.gateways = append(sum.gateways, b.name)
+	}
 	for round := range rounds {
 		for _, ph := range phases {
 			for _, t := range targets {
@@ -570,7 +636,7 @@ func measure(targets []target, engine *server, load func(string, time.Duration) 
 
 // startKeyedGateway serves the gateway with keys to the engine at eaddr:
 // in this process, or in its own (on the gateway's CPU under -pin).
-func startKeyedGateway(inproc bool, eaddr, pin string) (*server, error) {
+func startKeyedGateway(inproc bool, eaddr, pin, cpuprofile string) (*server, error) {
 	if inproc {
 		ctx, cancel := context.WithCancel(context.Background())
 		h, timeouts, err := handler(ctx, "gateway", eaddr, true)
@@ -589,7 +655,11 @@ func startKeyedGateway(inproc bool, eaddr, pin string) (*server, error) {
 	if pin != "" {
 		cpus = []int{runtime.NumCPU() - 1}
 	}
-	c, err := start(cpus, "-serve", "gateway", "-upstream", eaddr, "-keys")
+	args := []string{"-serve", "gateway", "-upstream", eaddr, "-keys"}
+	if cpuprofile != "" {
+		args = append(args, "-cpuprofile", cpuprofile)
+	}
+	c, err := start(cpus, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -660,7 +730,7 @@ func (r result) pct(p float64) time.Duration {
 // load sends rate requests a second to url for dur, open loop: request i
 // is due at i/rate; one that cannot start on time (all slots busy, or the
 // sender behind) is sent as soon as it can and counted late.
-func load(client *http.Client, url string, rate int, dur time.Duration, inflight int) result {
+func load(client *fasthttp.Client, url string, rate int, dur time.Duration, inflight int) result {
 	n := int(int64(rate) * int64(dur) / int64(time.Second))
 	lat := make([]time.Duration, n)
 	ok := make([]bool, n)
@@ -680,22 +750,9 @@ func load(client *http.Client, url string, rate int, dur time.Duration, inflight
 		wg.Go(func() {
 			defer func() { <-slots }()
 			t0 := time.Now()
-			req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-			if err != nil {
-				return
+			if send(client, url) {
+				lat[i], ok[i] = time.Since(t0), true
 			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+secret)
-			resp, err := client.Do(req)
-			if err != nil {
-				return
-			}
-			_, err = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				return
-			}
-			lat[i], ok[i] = time.Since(t0), true
 		})
 	}
 	wg.Wait()
@@ -708,6 +765,20 @@ func load(client *http.Client, url string, rate int, dur time.Duration, inflight
 		}
 	}
 	return r
+}
+
+// send sends the chat completion to url and reads its answer: whether
+// it was a 200.
+func send(client *fasthttp.Client, url string) bool {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(url)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.SetBodyString(body)
+	return client.Do(req, resp) == nil && resp.StatusCode() == fasthttp.StatusOK
 }
 
 // intList parses a comma-separated list of whole numbers from lo to hi,

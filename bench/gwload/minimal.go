@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llmgw/llmgw/gateway"
 )
 
@@ -103,38 +105,47 @@ func readAnswer(br *bufio.Reader, buf []byte) ([]byte, error) {
 
 // relayHandler is the least a proxy on net/http's server does, as a
 // reference between minimal-go and the gateway (relay-nethttp): the
-// request's body read, sent on with the gateway's own upstream transport
-// (gateway.NewTransport), the answer's headers copied and its body relayed.
+// request's body read, sent on with the gateway's own upstream client
+// (gateway.NewUpstream), the answer's headers copied and its body relayed.
 // Served by gateway.NewServer (net/http's server, as the gateway serves a
 // TLS listener), so what it spends beyond minimal-go is net/http's server;
 // the gateway on a plaintext listener is served by fasthttp's
 // (gateway.NewFastServer), as relay-fasthttp is.
 func relayHandler(upstream string) http.Handler {
-	tr := gateway.NewTransport(2*time.Second, 0)
-	target := "http://" + upstream
+	up := gateway.NewUpstream(2*time.Second, 0)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		out, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.Header.SetMethod(r.Method)
+		req.Header.SetRequestURI(r.URL.RequestURI())
+		req.Header.SetHost(upstream)
+		for k, vv := range r.Header {
+			for _, v := range vv {
+				req.Header.Add(k, v)
+			}
 		}
-		out.Header = r.Header.Clone()
-		resp, err := tr.RoundTrip(out)
+		req.SetBodyRaw(body)
+		rb, _, err := up.Do(r.Context(), upstream, req, resp)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		defer func() { _ = resp.Body.Close() }()
+		defer func() { _ = rb.Close() }()
 		h := w.Header()
-		for k, vv := range resp.Header {
-			h[k] = vv
+		for k, v := range resp.Header.All() {
+			switch string(k) {
+			case "Connection", "Transfer-Encoding":
+				continue
+			}
+			h.Add(string(k), string(v))
 		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		w.WriteHeader(resp.StatusCode())
+		_, _ = io.Copy(w, rb)
 	})
 }

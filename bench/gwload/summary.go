@@ -3,35 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // loadOne is one client for dur: a request, its whole answer, the next
 // (closed loop). Nothing queues, so the latency is the path's own.
-func loadOne(client *http.Client, url string, dur time.Duration) result {
+func loadOne(client *fasthttp.Client, url string, dur time.Duration) result {
 	var r result
 	start := time.Now()
 	for time.Since(start) < dur {
 		r.sent++
 		t0 := time.Now()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			r.errors++
-			continue
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := client.Do(req)
-		if err != nil {
-			r.errors++
-			continue
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
+		if !send(client, url) {
 			r.errors++
 			continue
 		}
@@ -46,6 +32,9 @@ func loadOne(client *http.Client, url string, dur time.Duration) result {
 // the rounds.
 type summary struct {
 	targets []target
+	// gateways are the targets besides the gateway whose ratios to
+	// nginx and minimal-go are printed (-also's).
+	gateways []string
 	// vals[phase][target][metric] holds one value per round.
 	vals map[string][]map[string][]float64
 }
@@ -125,6 +114,10 @@ func (s *summary) print(w io.Writer, phases []phaseSpec) {
 	if gw < 0 {
 		gw = idx("gateway")
 	}
+	gws := []int{gw}
+	for _, name := range s.gateways {
+		gws = append(gws, idx(name))
+	}
 	ngx, minimal := idx("nginx"), idx("minimal-go")
 	rounds := 0
 	for _, p := range phases {
@@ -147,12 +140,14 @@ func (s *summary) print(w io.Writer, phases []phaseSpec) {
 			}
 			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s %.0f\n", p.name, t.name, stat(m[mReqs], "%.0f"), stat(m[mAdd50], "%.0f"), stat(m[mAdd99], "%.0f"), stat(m[mCPU], "%.1f"), errs)
 		}
-		if gw > 0 && ngx > 0 {
-			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷nginx",
-				stat(ratios(v[gw][mReqs], v[ngx][mReqs]), "%.2f"), stat(ratios(v[gw][mAdd50], v[ngx][mAdd50]), "%.2f"), stat(ratios(v[gw][mAdd99], v[ngx][mAdd99]), "%.2f"))
-		}
-		if gw > 0 && minimal > 0 {
-			fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷minimal", stat(ratios(v[gw][mReqs], v[minimal][mReqs]), "%.2f"), "", "", stat(ratios(v[gw][mCPU], v[minimal][mCPU]), "%.2f"))
+		for _, gw := range gws {
+			if gw > 0 && ngx > 0 {
+				fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷nginx",
+					stat(ratios(v[gw][mReqs], v[ngx][mReqs]), "%.2f"), stat(ratios(v[gw][mAdd50], v[ngx][mAdd50]), "%.2f"), stat(ratios(v[gw][mAdd99], v[ngx][mAdd99]), "%.2f"))
+			}
+			if gw > 0 && minimal > 0 {
+				fmt.Fprintf(w, "%-8s %-20s %-26s %-26s %-26s %-26s\n", p.name, s.targets[gw].name+"÷minimal", stat(ratios(v[gw][mReqs], v[minimal][mReqs]), "%.2f"), "", "", stat(ratios(v[gw][mCPU], v[minimal][mCPU]), "%.2f"))
+			}
 		}
 	}
 }
