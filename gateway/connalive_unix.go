@@ -11,8 +11,6 @@ import (
 
 // connAlive reports whether an idle connection can still carry a
 // request: the replica has neither closed it nor sent anything unasked.
-// It peeks, one system call; Go's sockets are non-blocking, so a quiet
-// connection answers EAGAIN at once.
 func connAlive(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -22,9 +20,20 @@ func connAlive(c net.Conn) bool {
 	if err != nil {
 		return false
 	}
+	return rawAlive(rc)
+}
+
+// rawAlive is connAlive on the connection's raw form, which the upstream
+// keeps from the dial on (upConn.raw): nil is a connection that cannot be
+// peeked at. It peeks, one system call; Go's sockets are non-blocking, so
+// a quiet connection answers EAGAIN at once.
+func rawAlive(rc syscall.RawConn) bool {
+	if rc == nil {
+		return true
+	}
 	alive := false
 	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
 		// Nothing to read: open and quiet. EOF or any byte: closed, or
 		// out of step with us.

@@ -107,6 +107,22 @@ const lingerTime = 500 * time.Millisecond
 type lingerConn struct {
 	*net.TCPConn
 	once sync.Once
+	// remote is the client's address as text, once a request asked
+	// (remoteAddr): the connection's requests are served one at a time.
+	remote string
+}
+
+// remoteAddr is the client's address as http.Request's RemoteAddr,
+// formatted once per connection rather than once per request.
+func remoteAddr(ctx *fasthttp.RequestCtx) string {
+	lc, ok := ctx.Conn().(*lingerConn)
+	if !ok {
+		return ctx.RemoteAddr().String()
+	}
+	if lc.remote == "" {
+		lc.remote = lc.RemoteAddr().String()
+	}
+	return lc.remote
 }
 
 func (c *lingerConn) Close() error {
@@ -402,7 +418,7 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 		ProtoMajor: 1, ProtoMinor: 1,
 		Header:     make(http.Header, hd.Len()),
 		Host:       string(hd.Host()),
-		RemoteAddr: ctx.RemoteAddr().String(),
+		RemoteAddr: remoteAddr(ctx),
 		RequestURI: uri,
 	}
 	if !hd.IsHTTP11() {

@@ -63,6 +63,7 @@ type modelState struct {
 	arrivals    atomic.Uint64
 	win         *window
 	q           holdQueue
+	mm          modelMetrics
 }
 
 func newModelState(name string, span time.Duration) *modelState {

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -128,4 +130,60 @@ func (m *metrics) request(model string, code int) {
 
 func breakerLabels(in Instance) prometheus.Labels {
 	return prometheus.Labels{"model": in.Model, "replica": in.Replica, "endpoint": in.Address}
+}
+
+// modelMetrics are a model's series of the metrics every request it
+// serves counts, each looked up once (on its first use, so that no series
+// shows before a request counts in it) rather than by its labels on every
+// request.
+type modelMetrics struct {
+	upstream, duration, ttfb atomic.Pointer[prometheus.Observer]
+	attemptOK, answeredOK    atomic.Pointer[prometheus.Counter]
+}
+
+func observerOf(p *atomic.Pointer[prometheus.Observer], vec *prometheus.HistogramVec, model string) prometheus.Observer {
+	if o := p.Load(); o != nil {
+		return *o
+	}
+	o := vec.WithLabelValues(model)
+	p.Store(&o)
+	return o
+}
+
+func counterOf(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, model, label string) prometheus.Counter {
+	if c := p.Load(); c != nil {
+		return *c
+	}
+	c := vec.WithLabelValues(model, label)
+	p.Store(&c)
+	return c
+}
+
+// upstreamOf is llmgw_gateway_upstream_latency_seconds's series of ms.
+func (m *metrics) upstreamOf(ms *modelState) prometheus.Observer {
+	return observerOf(&ms.mm.upstream, m.upstream, ms.name)
+}
+
+// durationOf is llmgw_gateway_request_duration_seconds's series of ms.
+func (m *metrics) durationOf(ms *modelState) prometheus.Observer {
+	return observerOf(&ms.mm.duration, m.duration, ms.name)
+}
+
+// ttfbOf is llmgw_gateway_time_to_first_byte_seconds's series of ms.
+func (m *metrics) ttfbOf(ms *modelState) prometheus.Observer {
+	return observerOf(&ms.mm.ttfb, m.ttfb, ms.name)
+}
+
+// attemptOK counts an attempt for ms that the replica answered.
+func (m *metrics) attemptOK(ms *modelState) {
+	counterOf(&ms.mm.attemptOK, m.attempts, ms.name, "ok").Inc()
+}
+
+// answered counts a request for ms answered with code.
+func (m *metrics) answered(ms *modelState, code int) {
+	if code != http.StatusOK {
+		m.request(ms.name, code)
+		return
+	}
+	counterOf(&ms.mm.answeredOK, m.requests, ms.name, "200").Inc()
 }

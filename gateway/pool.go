@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/gatewayapi"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // endpoint is one replica and what the gateway knows of it beyond
@@ -16,6 +17,15 @@ type endpoint struct {
 	inst Instance
 	base string // "http://host:port"
 	*epState
+	// cm are its series of the cache metrics, looked up on first use
+	// (observeCache).
+	cm epMetrics
+}
+
+// epMetrics are an endpoint's series of the metrics each of its answers
+// counts in.
+type epMetrics struct {
+	prompt, cached, unknown atomic.Pointer[prometheus.Counter]
 }
 
 // epState is the part of an endpoint that survives a change of its tags:

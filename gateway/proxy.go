@@ -343,7 +343,7 @@ func (x *exchange) send() {
 			x.lastErr = err
 			continue
 		}
-		g.m.upstream.WithLabelValues(model).Observe(g.now().Sub(start).Seconds())
+		g.m.upstreamOf(x.ms).Observe(g.now().Sub(start).Seconds())
 		if x.adapterGone(ep, &a) {
 			// The engine does not hold the adapter its list held when it
 			// was read (it restarted since): nothing was served, and
@@ -374,7 +374,11 @@ func (x *exchange) send() {
 		if a.resp.StatusCode() >= 500 {
 			outcome = "status"
 		}
-		g.m.attempts.WithLabelValues(model, outcome).Inc()
+		if outcome == "ok" {
+			g.m.attemptOK(x.ms)
+		} else {
+			g.m.attempts.WithLabelValues(model, outcome).Inc()
+		}
 		broken, told := x.finish(ep, a)
 		x.releaseAttempt(ep)
 		if broken {
@@ -572,9 +576,9 @@ func (x *exchange) finish(ep *endpoint, a reply) (broken, told bool) {
 		x.recordAnswer(ep, &tap)
 	}
 	tap.release()
-	g, model := x.g, x.ms.name
-	g.m.request(model, code)
-	g.m.duration.WithLabelValues(model).Observe(g.now().Sub(x.start).Seconds())
+	g := x.g
+	g.m.answered(x.ms, code)
+	g.m.durationOf(x.ms).Observe(g.now().Sub(x.start).Seconds())
 	return broken, told
 }
 
@@ -848,7 +852,7 @@ func midStreamError(replica string, err error) []byte {
 // firstByte records a response's first byte to the client.
 func (g *Gateway) firstByte(ms *modelState, start, dispatched time.Time, code int) {
 	now := g.now()
-	g.m.ttfb.WithLabelValues(ms.name).Observe(now.Sub(start).Seconds())
+	g.m.ttfbOf(ms).Observe(now.Sub(start).Seconds())
 	if code >= 200 && code < 300 {
 		ms.win.ttft(now, now.Sub(dispatched))
 	}

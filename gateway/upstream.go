@@ -87,7 +87,8 @@ const sweepEvery = 10 * time.Second
 // upConn is one connection to a replica.
 type upConn struct {
 	c         net.Conn
-	rc        *readCounter // under br
+	raw       syscall.RawConn // c's, to peek at it (rawAlive); nil: c has none
+	rc        *readCounter    // under br
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	addr      string
@@ -342,7 +343,7 @@ func (u *upstreamClient) conn(ctx context.Context, addr string, fresh bool) (*up
 		list[len(list)-1] = nil
 		u.idle[addr] = list[:len(list)-1]
 		u.mu.Unlock()
-		if now.Sub(pc.idleSince) < u.idleTimeout && connAlive(pc.c) {
+		if now.Sub(pc.idleSince) < u.idleTimeout && rawAlive(pc.raw) {
 			return pc, true, nil
 		}
 		_ = pc.c.Close()
@@ -352,7 +353,14 @@ func (u *upstreamClient) conn(ctx context.Context, addr string, fresh bool) (*up
 		return nil, false, err
 	}
 	rc := &readCounter{Conn: c}
-	return &upConn{c: c, rc: rc, br: bufio.NewReaderSize(rc, maxAnswerHead), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
+	var raw syscall.RawConn
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err = sc.SyscallConn(); err != nil {
+			_ = c.Close()
+			return nil, false, err
+		}
+	}
+	return &upConn{c: c, raw: raw, rc: rc, br: bufio.NewReaderSize(rc, maxAnswerHead), bw: bufio.NewWriterSize(c, 4<<10), addr: addr}, false, nil
 }
 
 // put keeps pc for reuse, unless there are enough idle connections to its
@@ -384,7 +392,7 @@ func (u *upstreamClient) sweep() {
 	for addr, list := range u.idle {
 		keep := list[:0]
 		for _, pc := range list {
-			if now.Sub(pc.idleSince) < u.idleTimeout && connAlive(pc.c) {
+			if now.Sub(pc.idleSince) < u.idleTimeout && rawAlive(pc.raw) {
 				keep = append(keep, pc)
 			} else {
 				drop = append(drop, pc)
