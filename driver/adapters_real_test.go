@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/testing/hubserver"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
+	"github.com/llmgw/llmgw/internal/testing/hubserver"
 	"github.com/llmgw/llmgw/internal/testing/realengine"
 	"github.com/llmgw/llmgw/internal/testing/tinymodel"
 	"github.com/llmgw/llmgw/weights"
