@@ -234,11 +234,11 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 	if err := fac.Validate(); err != nil {
 		return nil, err
 	}
-	t, pos, err := newTopology(fleet, fac)
+	t, pos, err := newTopology(fleet, fac, false)
 	if err != nil {
 		return nil, err
 	}
-	return t.planner(fleet, fac, pos, running)
+	return t.planner(fleet, fac, pos, running, true)
 }
 
 // Add accounts for a replica that runs: its shards' draw and its spread

@@ -45,17 +45,11 @@ type topology struct {
 
 // newTopology indexes a fleet's layout and a valid facility's budgets and
 // holds. pos[i] is where fleet.Nodes[i] sits in location order. It refuses
-// duplicate node names.
-func newTopology(fleet Fleet, fac Facility) (*topology, []int32, error) {
-	// Its own copy of what fits compares: the caller may change its
-	// facility's slices in place before the next pass.
-	kept := Facility{Headroom: fac.Headroom, Count: fac.Count, Budgets: slices.Clone(fac.Budgets), Holds: slices.Clone(fac.Holds)}
-	if fac.Measured != nil {
-		m := *fac.Measured
-		kept.Measured = &m
-	}
+// duplicate node names. A topology to keep (PlannerCache) also keeps what
+// fill compares: the facility's budgets and holds and the nodes'
+// locations.
+func newTopology(fleet Fleet, fac Facility, keep bool) (*topology, []int32, error) {
 	t := &topology{
-		fac:       kept,
 		nodeIndex: make(map[string]int32, len(fleet.Nodes)),
 		gpuIndex:  map[string]int32{},
 		domIndex:  map[Domain]int32{},
@@ -145,6 +139,16 @@ func newTopology(fleet Fleet, fac Facility) (*topology, []int32, error) {
 	}
 	slices.Sort(fabrics)
 	fabrics = slices.Compact(fabrics)
+	if keep {
+		// Its own copy: the caller may change its facility's slices in
+		// place before the next pass.
+		t.fac = Facility{Headroom: fac.Headroom, Count: fac.Count, Budgets: slices.Clone(fac.Budgets), Holds: slices.Clone(fac.Holds)}
+		if fac.Measured != nil {
+			m := *fac.Measured
+			t.fac.Measured = &m
+		}
+		t.loc = make([]Location, len(fleet.Nodes))
+	}
 	t.nodes = make([]pnode, len(fleet.Nodes))
 	t.names = make([]string, len(fleet.Nodes))
 	t.pools = make([]string, len(fleet.Nodes))
@@ -167,7 +171,9 @@ func newTopology(fleet Fleet, fac Facility) (*topology, []int32, error) {
 			t.gpuNames = append(t.gpuNames, g.Model)
 		}
 		t.nodeIndex[n.Name] = int32(i)
-		t.loc[i] = n.Location
+		if keep {
+			t.loc[i] = n.Location
+		}
 		if i == 0 || n.Location != fleet.Nodes[order[i-1]].Location {
 			c := cell{start: int32(i), hold: -1}
 			for _, l := range Levels() {
@@ -215,7 +221,7 @@ func (t *topology) fill(fleet Fleet, fac Facility, seen []bool) *Planner {
 		return nil
 	}
 	clear(seen)
-	p := t.newPlanner(fleet, fac)
+	p := t.newPlanner(fleet, fac, false)
 	for i := range fleet.Nodes {
 		n := &fleet.Nodes[i]
 		j, ok := t.nodeIndex[n.Name]
@@ -260,9 +266,10 @@ func sameLayout(a, b Facility) bool {
 }
 
 // planner builds a planner on the topology for fleet, whose node i sits
-// at pos[i], and fac (see fill), and adds running.
-func (t *topology) planner(fleet Fleet, fac Facility, pos []int32, running []Replica) (*Planner, error) {
-	p := t.newPlanner(fleet, fac)
+// at pos[i], and fac (see fill), and adds running. A planner that owns the
+// topology (NewPlanner's) takes its nodes and GPUs rather than copies.
+func (t *topology) planner(fleet Fleet, fac Facility, pos []int32, running []Replica, own bool) (*Planner, error) {
+	p := t.newPlanner(fleet, fac, own)
 	for i := range fleet.Nodes {
 		p.setNode(pos[i], &fleet.Nodes[i])
 	}
@@ -272,7 +279,7 @@ func (t *topology) planner(fleet Fleet, fac Facility, pos []int32, running []Rep
 // newPlanner is a planner on the topology, its nodes still to be set
 // (setNode) from what changes from pass to pass: each node's free GPUs,
 // cores and memory, draws, weights and fetch rate.
-func (t *topology) newPlanner(fleet Fleet, fac Facility) *Planner {
+func (t *topology) newPlanner(fleet Fleet, fac Facility, own bool) *Planner {
 	nd := len(t.doms)
 	p := &Planner{
 		topo:      t,
@@ -308,9 +315,10 @@ func (t *topology) newPlanner(fleet Fleet, fac Facility) *Planner {
 	for i := range p.cellVer {
 		p.cellVer[i] = 1
 	}
-	p.nodes = slices.Clone(t.nodes)
-	p.names = t.names
-	p.gpus = slices.Clone(t.gpus)
+	p.nodes, p.gpus, p.names = t.nodes, t.gpus, t.names
+	if !own {
+		p.nodes, p.gpus = slices.Clone(t.nodes), slices.Clone(t.gpus)
+	}
 	p.weights = make([]map[string]int64, len(t.nodes))
 	return p
 }
@@ -388,10 +396,10 @@ func (c *PlannerCache) NewPlanner(fleet Fleet, fac Facility, running []Replica) 
 	if err := fac.Validate(); err != nil {
 		return nil, err
 	}
-	t, pos, err := newTopology(fleet, fac)
+	t, pos, err := newTopology(fleet, fac, true)
 	if err != nil {
 		return nil, err
 	}
 	c.t, c.seen, c.built = t, make([]bool, len(t.nodes)), c.built+1
-	return t.planner(fleet, fac, pos, running)
+	return t.planner(fleet, fac, pos, running, false)
 }
