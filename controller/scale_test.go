@@ -323,10 +323,10 @@ func scaleRun(b *testing.B, nodes int) {
 	logf("node lost: the controller saw it down after %s; %d passes to the replacement", seenDown.Round(time.Millisecond), lostPasses)
 
 	// The planning step of a node-lost pass: a second node with a
-	// replica goes down; once the controller sees it, reconcile.Plan on
-	// the pass's input (the controller's planner cache kept from the
-	// passes before) is timed 5 times; then passes run until its
-	// replicas are registered elsewhere.
+	// replica goes down; once a plan places its replicas elsewhere,
+	// reconcile.Plan on the pass's input (the controller's planner cache
+	// kept from the passes before) is timed 5 times; then passes run
+	// until they are registered.
 	victim2 := "n00001"
 	onVictim2 := 0
 	for _, a := range e.Fake.Allocations("") {
@@ -337,29 +337,36 @@ func scaleRun(b *testing.B, nodes int) {
 	if err := e.Fake.SetNodeStatus(e.NodeIDs[victim2], api.NodeStatusDown); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		if n := c.obs.snapshot().nodes[e.NodeIDs[victim2]]; n != nil && n.Status == api.NodeStatusDown {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the controller did not see %s down in a minute", victim2)
-		}
-	}
-	var lostPlans []time.Duration
-	for range 5 {
+	// The pass's input once the controller has seen the node down and its
+	// replicas lost (the node's event and its allocations' come apart):
+	// when a plan of it places something.
+	lostInput := func() reconcile.Input {
 		in, _, _, _, err := c.input()
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0 := time.Now()
-		res, err := reconcile.Plan(in)
+		return in
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		res, err := reconcile.Plan(lostInput())
 		if err != nil {
 			b.Fatal(err)
 		}
-		lostPlans = append(lostPlans, time.Since(t0))
-		if len(res.Actions) == 0 {
-			b.Fatalf("the plan after %s went down places nothing", victim2)
+		if len(res.Actions) > 0 {
+			break
 		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no plan places %s's replicas a minute after it went down", victim2)
+		}
+	}
+	var lostPlans []time.Duration
+	for range 5 {
+		in := lostInput()
+		t0 := time.Now()
+		if _, err := reconcile.Plan(in); err != nil {
+			b.Fatal(err)
+		}
+		lostPlans = append(lostPlans, time.Since(t0))
 	}
 	w0 = c.Tap.Writes()
 	passUntil(b, c, func() bool { return c.Tap.Writes()-w0 >= onVictim2 })
