@@ -126,9 +126,17 @@ func (p *Planner) shape(m *Model, prof *Profile) *shape {
 		sh.invalid = err
 		return sh
 	}
-	sk := p.topo.skeleton(prof)
+	var sk *skeleton
+	if p.ownsTopo {
+		// No other planner reads this topology: the skeleton is built for
+		// this shape alone, its cells taken rather than copied.
+		sk = p.topo.buildSkeleton(prof)
+		sh.cells = sk.cells
+	} else {
+		sk = p.topo.skeleton(prof)
+		sh.cells = slices.Clone(sk.cells)
+	}
 	sh.fail, sh.gangDoms, sh.pos = sk.fail, sk.gangDoms, sk.pos
-	sh.cells = slices.Clone(sk.cells)
 	pool := prof.pool()
 	add := func(k Kind, msg string) {
 		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: k, Nodes: sk.nodeFails[k], Message: msg})

@@ -91,8 +91,9 @@ type Planner struct {
 	// other planners of a PlannerCache: names, nodeIndex, gpuIndex, cells,
 	// doms, limit, mode, nodeCount, domIndex and levelDoms are its, and
 	// read only; nodes and gpus are the planner's copies of its.
-	topo *topology
-	fac  Facility
+	topo     *topology
+	ownsTopo bool // built by NewPlanner: no other planner shares topo
+	fac      Facility
 
 	nodes         []pnode
 	names         []string           // per node, its name (the topology's)

@@ -315,7 +315,7 @@ func (t *topology) newPlanner(fleet Fleet, fac Facility, own bool) *Planner {
 	for i := range p.cellVer {
 		p.cellVer[i] = 1
 	}
-	p.nodes, p.gpus, p.names = t.nodes, t.gpus, t.names
+	p.nodes, p.gpus, p.names, p.ownsTopo = t.nodes, t.gpus, t.names, own
 	if !own {
 		p.nodes, p.gpus = slices.Clone(t.nodes), slices.Clone(t.gpus)
 	}

@@ -14,8 +14,9 @@ import (
 // diffPlanners names the first field in which two planners differ, ""
 // when none does: a planner built on a kept topology must be, field for
 // field and bit for bit, the one NewPlanner builds. The topology itself
-// is left out (a kept one holds the skeletons of earlier passes); what
-// the planner takes of it is in the other fields.
+// is left out (a kept one holds the skeletons of earlier passes), and
+// whether the planner owns it; what the planner takes of it is in the
+// other fields.
 func diffPlanners(a, b *Planner) string {
 	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
 	// The fields are unexported: read them through their addresses.
@@ -24,7 +25,7 @@ func diffPlanners(a, b *Planner) string {
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()
 	}
 	for i := range va.NumField() {
-		if va.Type().Field(i).Name == "topo" {
+		if n := va.Type().Field(i).Name; n == "topo" || n == "ownsTopo" {
 			continue
 		}
 		if !reflect.DeepEqual(field(va, i), field(vb, i)) {
