@@ -116,6 +116,11 @@ type Controller struct {
 	// savedModels is the model list last written (its item), to write
 	// only changes.
 	savedModels string
+	// planners keeps, from pass to pass, the planner's index of the
+	// fleet's layout (reconcile.Input.Planners): a pass after a change of
+	// a few nodes or jobs does not sort and hash the whole fleet again.
+	// Used under passMu only.
+	planners facility.PlannerCache
 }
 
 // New builds a controller and loads its catalog and facility files; a bad
@@ -730,7 +735,7 @@ func (c *Controller) inputFor(cat facility.Catalog, fac facility.Facility, dry b
 	in := reconcile.Input{
 		Now: now, Catalog: cat, Fleet: fleet, Facility: fac, Jobs: jobs,
 		PartialDeadline: c.cfg.Reconcile.PartialDeadline, Gens: observe.Generations(snap.jobs),
-		MaxStops: c.cfg.Reconcile.MaxStops, Asleep: c.asleepSlots(jobs),
+		MaxStops: c.cfg.Reconcile.MaxStops, Asleep: c.asleepSlots(jobs), Planners: &c.planners,
 	}
 	var si scaleInfo
 	if autoscales(cat) {

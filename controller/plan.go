@@ -224,6 +224,7 @@ func (c *Controller) plan(cat facility.Catalog, fac facility.Facility, catalogNa
 	if err != nil {
 		return controllerapi.PlanView{}, err
 	}
+	in.Planners = nil // the passes' own, used under passMu only
 	before, err := reconcile.Before(in)
 	if err != nil {
 		return controllerapi.PlanView{}, err

@@ -325,19 +325,28 @@ func scaleRun(b *testing.B, nodes int) {
 			testutil.ToFloat64(c.metrics.powerSourceFailures))
 	}
 
-	// The plan of every slot, as a pass makes it.
-	var plans []time.Duration
-	for range 10 {
+	// The plan of every slot, as a pass makes it: reconcile.Plan on a
+	// pass's input, under passMu as a pass (the controller's planner
+	// cache is its passes').
+	planLocked := func() (reconcile.Result, time.Duration) {
 		in, _, _, _, err := c.input()
 		if err != nil {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		if _, err := reconcile.Plan(in); err != nil {
+		res, err := reconcile.Plan(in)
+		if err != nil {
 			b.Fatal(err)
 		}
-		plans = append(plans, time.Since(t0))
+		return res, time.Since(t0)
 	}
+	var plans []time.Duration
+	c.passMu.Lock()
+	for range 10 {
+		_, d := planLocked()
+		plans = append(plans, d)
+	}
+	c.passMu.Unlock()
 
 	// Catalog change: a new model of 250 replicas, to every job of it
 	// registered.
@@ -382,6 +391,46 @@ func scaleRun(b *testing.B, nodes int) {
 	lost := time.Since(t0)
 	logf("node lost: the controller saw it down after %s; %d passes to the replacement", seenDown.Round(time.Millisecond), lostPasses)
 
+	// The planning step of a node-lost pass: a second node with a
+	// replica goes down; from the first plan that places its replicas
+	// elsewhere, reconcile.Plan on the pass's input (the controller's
+	// planner cache kept from the passes before) is timed 5 times; then
+	// passes run until they are registered.
+	victim2 := "n00001"
+	onVictim2 := 0
+	for _, a := range e.Fake.Allocations("") {
+		if a.NodeName == victim2 && a.DesiredStatus == api.AllocDesiredStatusRun {
+			onVictim2++
+		}
+	}
+	// Under passMu, so that no pass acts on the loss first (with real
+	// time the harness's hold of the leader lock lapses, and the
+	// controller's own loop runs passes too): once the controller has seen
+	// the node down and its replicas lost (the node's event and its
+	// allocations' come apart), the first plan that places them, then 4
+	// more.
+	w0 = c.Tap.Writes()
+	c.passMu.Lock()
+	if err := e.Fake.SetNodeStatus(e.NodeIDs[victim2], api.NodeStatusDown); err != nil {
+		b.Fatal(err)
+	}
+	var lostPlans []time.Duration
+	for deadline := time.Now().Add(time.Minute); len(lostPlans) < 5; {
+		res, d := planLocked()
+		if len(res.Actions) > 0 || len(lostPlans) > 0 {
+			lostPlans = append(lostPlans, d)
+			continue
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no plan places %s's replicas a minute after it went down", victim2)
+		}
+		time.Sleep(10 * time.Millisecond) // the observer does not wait on passMu
+	}
+	c.passMu.Unlock()
+	passUntil(b, c, func() bool { return c.Tap.Writes()-w0 >= onVictim2 })
+	logf("node-lost pass's plan (%s down, %d replicas): p50 %s, max %s of %d", victim2, onVictim2,
+		percentile(lostPlans, 0.5).Round(time.Microsecond), slices.Max(lostPlans).Round(time.Microsecond), len(lostPlans))
+
 	rss, hwm := rssMiB()
 	runtime.GC()
 	var ms runtime.MemStats
@@ -401,6 +450,7 @@ func scaleRun(b *testing.B, nodes int) {
 	b.ReportMetric(float64(catalog.Milliseconds()), "ms-catalog")
 	b.ReportMetric(float64(lost.Milliseconds()), "ms-node-lost")
 	b.ReportMetric(float64(percentile(plans, 0.5).Microseconds())/1000, "ms-plan")
+	b.ReportMetric(float64(percentile(lostPlans, 0.5).Microseconds())/1000, "ms-plan-node-lost")
 	b.ReportMetric(hwm, "MiB-peak-RSS")
 	c.Stop()
 }

@@ -203,3 +203,82 @@ func BenchmarkPlaceWeights(b *testing.B) {
 		}
 	}
 }
+
+// nodeLost is benchWorld(n) with benchCatalog(n/5) placed and running
+// (the nodes' free GPUs, cores and memory less its shards), then the node
+// of one single-node replica lost: nothing free on it, the replica failed.
+func nodeLost(b *testing.B, n int) (healthy, lost Fleet, fac Facility, running []Replica, req Request) {
+	b.Helper()
+	fleet, fac := benchWorld(n)
+	cat := benchCatalog(n / 5)
+	plan, err := PlanCatalog(fleet, fac, cat)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idx := map[string]int{}
+	for i, nd := range fleet.Nodes {
+		idx[nd.Name] = i
+	}
+	for _, d := range plan.Placements {
+		running = append(running, d.Running())
+		for _, s := range d.Shards {
+			nd := &fleet.Nodes[idx[s.Node]]
+			nd.GPUs[0].Free -= s.GPUs
+			nd.CPUCores -= s.CPUCores
+			nd.MemoryGB -= s.MemoryGB
+		}
+	}
+	if len(plan.Unplaced) > 0 {
+		b.Fatalf("%d replicas not placed", len(plan.Unplaced))
+	}
+	victim := running[0] // model "one", replica 0: a one-GPU shard
+	lost = Fleet{Nodes: slices.Clone(fleet.Nodes)}
+	nd := &lost.Nodes[idx[victim.Shards[0].Node]]
+	nd.GPUs = []GPU{{Model: nd.GPUs[0].Model, Count: nd.GPUs[0].Count, PowerLimitWatts: nd.GPUs[0].PowerLimitWatts}}
+	nd.CPUCores, nd.MemoryGB = 0, 0
+	for _, m := range cat.Models {
+		if m.Name == victim.Model {
+			req = Request{Replica: victim.ID, Model: m}
+		}
+	}
+	return fleet, lost, fac, running, req
+}
+
+// BenchmarkPlaceAfterNodeLost is the placement decision for the one
+// replica of a lost node, on a fleet where one replica runs for every five
+// nodes (2,000 at 10,000 nodes; benchCatalog's mix): a planner for the
+// pass (every running replica counted, the lost one not serving), then
+// Place. planners=kept builds it from a PlannerCache that built the
+// previous pass's (the fleet before the loss), as a controller's pass
+// does; planners=none builds it from scratch (NewPlanner).
+func BenchmarkPlaceAfterNodeLost(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		healthy, lost, fac, running, req := nodeLost(b, n)
+		for _, kept := range []bool{false, true} {
+			name := map[bool]string{false: "none", true: "kept"}[kept]
+			b.Run(fmt.Sprintf("nodes=%d/planners=%s", n, name), func(b *testing.B) {
+				var c *PlannerCache
+				if kept {
+					c = &PlannerCache{}
+				}
+				for b.Loop() {
+					b.StopTimer()
+					if _, err := c.NewPlanner(healthy, fac, running); err != nil { // the pass before
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					p, err := c.NewPlanner(lost, fac, running)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := p.NotServing(req.Replica); err != nil {
+						b.Fatal(err)
+					}
+					if d := p.Place(req); !d.Placed {
+						b.Fatalf("%s not placed: %v", req.Replica, d.Reasons())
+					}
+				}
+			})
+		}
+	}
+}

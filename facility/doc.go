@@ -114,6 +114,15 @@
 // it caches, per cell, the cell's best node; a commit only invalidates the
 // cells it touched. A single-node decision then costs one pass over the
 // cells that hold a node of the profile's pool, GPU model and fabric —
-// linear in the number of domains, not in nodes × replicas. See
-// docs/power.md for the rules in operator terms.
+// linear in the number of domains, not in nodes × replicas.
+//
+// Building a planner sorts the nodes by location and by name and hashes
+// every node and domain. A PlannerCache keeps that index of the layout
+// (the nodes' names, locations, pools, fabrics and GPU models, the
+// budgets and holds) and, while it does not change, builds the next
+// planner from it with one pass over the nodes' free resources and draws
+// and the replicas that run; the profiles' static checks (pool, GPU model,
+// fabric, keep_within, holds) are kept with it too. The planner is the
+// one NewPlanner builds, bit for bit: every sum is taken in the same
+// order. See docs/power.md for the rules in operator terms.
 package facility

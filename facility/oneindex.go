@@ -83,20 +83,13 @@ type watch struct {
 	model int32
 	gen   uint32   // the change log's generation it has read
 	read  int      // how much of the log it has read
-	pos   []int32  // per planner cell: its index in shape.cells, or -1
+	pos   []int32  // per planner cell: its index in shape.cells, or -1 (shape.pos, shared)
 	dirty []uint64 // per shape cell: to be evaluated again
 }
 
 func (p *Planner) newWatch(sh *shape) watch {
-	w := watch{model: p.modelIndex(sh.model), gen: p.chgGen, read: len(p.chg), pos: make([]int32, len(p.cells)),
+	return watch{model: p.modelIndex(sh.model), gen: p.chgGen, read: len(p.chg), pos: sh.pos,
 		dirty: make([]uint64, (len(sh.cells)+63)/64)}
-	for i := range w.pos {
-		w.pos[i] = -1
-	}
-	for i := range sh.cells {
-		w.pos[sh.cells[i].cell] = int32(i)
-	}
-	return w
 }
 
 // catchUp reads the log's new entries and marks the shape's cells they

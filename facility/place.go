@@ -27,6 +27,7 @@ type shape struct {
 	cells     []scell     // the cells with a node passing the static checks, and their cache
 	lists     [][]centry  // per cells[i], multi-node only: its nodes with room, best first
 	gangDoms  []gangDom   // multi-node: keep_within domains with such cells
+	pos       []int32     // per planner cell: its index in cells, or -1
 	model     string      // the model it places
 	one       *oneIndex   // single-node: the index placeOne reads, built on first use
 	gang      *gangIndex  // multi-node: the index placeGang reads, built on first use
@@ -125,36 +126,144 @@ func (p *Planner) shape(m *Model, prof *Profile) *shape {
 		sh.invalid = err
 		return sh
 	}
-	sh.fail = make([]Kind, len(p.nodes))
+	var sk *skeleton
+	if p.ownsTopo {
+		// No other planner reads this topology: the skeleton is built for
+		// this shape alone, its cells taken rather than copied.
+		sk = p.topo.buildSkeleton(prof)
+		sh.cells = sk.cells
+	} else {
+		sk = p.topo.skeleton(prof)
+		sh.cells = slices.Clone(sk.cells)
+	}
+	sh.fail, sh.gangDoms, sh.pos = sk.fail, sk.gangDoms, sk.pos
+	pool := prof.pool()
+	add := func(k Kind, msg string) {
+		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: k, Nodes: sk.nodeFails[k], Message: msg})
+	}
+	if sk.nodeFails[KindPool] > 0 {
+		add(KindPool, "not in pool "+pool)
+	}
+	if sk.nodeFails[KindGPUModel] > 0 {
+		add(KindGPUModel, "no "+prof.GPU)
+	}
+	if sk.nodeFails[KindFabric] > 0 {
+		add(KindFabric, "not on a "+prof.Fabric+"* fabric")
+	}
+	if sk.nodeFails[KindKeepWithin] > 0 {
+		add(KindKeepWithin, "keep_within: no "+prof.KeepWithin.String())
+	}
+	for i, d := range sk.heldOrder {
+		if i == MaxListed {
+			rest := 0
+			for _, n := range sk.heldNodes[i:] {
+				rest += n
+			}
+			sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Nodes: rest,
+				Message: fmt.Sprintf("held: and %d more %s", len(sk.heldOrder)-i, plural(len(sk.heldOrder)-i, "domain", "domains"))})
+			break
+		}
+		dom := &p.doms[d]
+		msg := "held: " + dom.key
+		if r := p.fac.Holds[dom.hold].Reason; r != "" {
+			msg += " (" + r + ")"
+		}
+		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Domain: dom.key, Nodes: sk.heldNodes[i], Message: msg})
+	}
+	if prof.Nodes > 1 {
+		sh.lists = make([][]centry, len(sh.cells))
+	}
+	p.setWeights(sh, wkey, wbytes)
+	return sh
+}
+
+// skeletonKey is what a shape's static checks read of its profile.
+type skeletonKey struct {
+	pool, gpu, fabric string
+	keepWithin        Level // of a multi-node profile; 0 for a single-node one
+	gang              bool
+	spread            [NumLevels]Level
+	nspread           int
+}
+
+// skeleton is the part of a shape that depends only on the topology and
+// the profile's static checks: which nodes fail which, the cells with a
+// node that passes (their caches empty), the held domains' node counts,
+// the multi-node keep_within domains. A topology keeps the skeletons it
+// built (maxSkeletons), so that the next pass's planner does not check
+// every node again; a planner's shape copies the cells and shares the
+// rest, which nothing changes.
+type skeleton struct {
+	fail      []Kind  // per node: the static check it fails, or 0
+	cells     []scell // the cells with a node passing the static checks
+	pos       []int32 // per cell of the topology: its index in cells, or -1
+	nodeFails [KindHeld + 1]int
+	heldOrder []int32 // held domains with nodes that pass the other checks, in cell order
+	heldNodes []int   // per heldOrder: those nodes
+	gangDoms  []gangDom
+}
+
+// maxSkeletons bounds the skeletons a topology keeps (a byte per node and
+// about 150 per cell each), as maxShapes bounds a planner's shapes; past it
+// they are all dropped and built again as needed.
+const maxSkeletons = 16
+
+// skeleton returns prof's skeleton, building it on first use.
+func (t *topology) skeleton(prof *Profile) *skeleton {
+	gang := prof.Nodes > 1
+	key := skeletonKey{pool: prof.pool(), gpu: prof.GPU, fabric: prof.Fabric, gang: gang, nspread: len(prof.Spread)}
+	if gang {
+		key.keepWithin = prof.KeepWithin
+	}
+	copy(key.spread[:], prof.Spread)
+	if sk, ok := t.skeletons[key]; ok {
+		return sk
+	}
+	if len(t.skeletons) >= maxSkeletons || t.skeletons == nil {
+		t.skeletons = map[skeletonKey]*skeleton{}
+	}
+	sk := t.buildSkeleton(prof)
+	t.skeletons[key] = sk
+	return sk
+}
+
+func (t *topology) buildSkeleton(prof *Profile) *skeleton {
+	sk := &skeleton{fail: make([]Kind, len(t.nodes)), pos: make([]int32, len(t.cells))}
+	gpu, ok := t.gpuIndex[prof.GPU]
+	if !ok {
+		gpu = -1
+	}
 	gang := prof.Nodes > 1
 	pool := prof.pool()
-	var nodeFails [KindHeld + 1]int
-	heldNodes := map[int32]int{}
-	var heldOrder []int32
-	for ci := range p.cells {
-		c := &p.cells[ci]
+	held := map[int32]int{} // held domain → its index in heldOrder
+	for ci := range t.cells {
+		c := &t.cells[ci]
+		sk.pos[ci] = -1
 		active := false
 		for n := c.start; n < c.end; n++ {
-			nd := &p.nodes[n]
 			var k Kind
 			switch {
-			case pool != AllPools && nd.pool != pool:
+			case pool != AllPools && t.pools[n] != pool:
 				k = KindPool
-			case sh.gpu < 0 || nd.gpu(sh.gpu) == nil:
+			case gpu < 0 || gpuIn(t.gpus, &t.nodes[n], gpu) == nil:
 				k = KindGPUModel
-			case !strings.HasPrefix(nd.fabric, prof.Fabric):
+			case !strings.HasPrefix(t.fabrics[n], prof.Fabric):
 				k = KindFabric
 			case gang && c.dom[prof.KeepWithin] < 0:
 				k = KindKeepWithin
 			case c.hold >= 0:
 				k = KindHeld
-				if _, ok := heldNodes[c.hold]; !ok {
-					heldOrder = append(heldOrder, c.hold)
+				i, ok := held[c.hold]
+				if !ok {
+					i = len(sk.heldOrder)
+					held[c.hold] = i
+					sk.heldOrder = append(sk.heldOrder, c.hold)
+					sk.heldNodes = append(sk.heldNodes, 0)
 				}
-				heldNodes[c.hold]++
+				sk.heldNodes[i]++
 			}
-			sh.fail[n] = k
-			nodeFails[k]++
+			sk.fail[n] = k
+			sk.nodeFails[k]++
 			if k == 0 {
 				active = true
 			}
@@ -164,7 +273,7 @@ func (p *Planner) shape(m *Model, prof *Profile) *shape {
 			for _, d := range c.budgeted {
 				sc.bud[sc.nb] = d
 				sc.nb++
-				sc.rmode = p.mode[d]
+				sc.rmode = t.mode[d]
 			}
 			for i := range sc.spread {
 				sc.spread[i] = -1
@@ -172,63 +281,24 @@ func (p *Planner) shape(m *Model, prof *Profile) *shape {
 			for i, l := range prof.Spread {
 				sc.spread[i] = c.dom[l]
 			}
-			sh.cells = append(sh.cells, sc)
+			sk.pos[ci] = int32(len(sk.cells))
+			sk.cells = append(sk.cells, sc)
 		}
 	}
-
-	add := func(k Kind, msg string) {
-		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: k, Nodes: nodeFails[k], Message: msg})
-	}
-	if nodeFails[KindPool] > 0 {
-		add(KindPool, "not in pool "+pool)
-	}
-	if nodeFails[KindGPUModel] > 0 {
-		add(KindGPUModel, "no "+prof.GPU)
-	}
-	if nodeFails[KindFabric] > 0 {
-		add(KindFabric, "not on a "+prof.Fabric+"* fabric")
-	}
-	if nodeFails[KindKeepWithin] > 0 {
-		add(KindKeepWithin, "keep_within: no "+prof.KeepWithin.String())
-	}
-	for i, d := range heldOrder {
-		if i == MaxListed {
-			rest := 0
-			for _, d := range heldOrder[i:] {
-				rest += heldNodes[d]
-			}
-			sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Nodes: rest,
-				Message: fmt.Sprintf("held: and %d more %s", len(heldOrder)-i, plural(len(heldOrder)-i, "domain", "domains"))})
-			break
-		}
-		dom := &p.doms[d]
-		msg := "held: " + dom.key
-		if r := p.fac.Holds[dom.hold].Reason; r != "" {
-			msg += " (" + r + ")"
-		}
-		sh.static = append(sh.static, Rejection{Profile: prof.Name, Kind: KindHeld, Domain: dom.key, Nodes: heldNodes[d], Message: msg})
-	}
-
 	if gang {
-		sh.lists = make([][]centry, len(sh.cells))
-		pos := make(map[int32]int32, len(sh.cells))
-		for i, sc := range sh.cells {
-			pos[sc.cell] = int32(i)
-		}
-		for _, d := range p.levelDoms[prof.KeepWithin] {
+		for _, d := range t.levelDoms[prof.KeepWithin] {
 			var cells []int32
-			for _, c := range p.doms[d].cells {
-				if i, ok := pos[c]; ok {
+			for _, c := range t.doms[d].cells {
+				if i := sk.pos[c]; i >= 0 {
 					cells = append(cells, i)
 				}
 			}
 			if len(cells) > 0 {
-				sh.gangDoms = append(sh.gangDoms, gangDom{dom: d, cells: cells})
+				sk.gangDoms = append(sk.gangDoms, gangDom{dom: d, cells: cells})
 			}
 		}
 	}
-	p.setWeights(sh, wkey, wbytes)
-	return sh
+	return sk
 }
 
 // entryLess orders nodes of one cell: least growth of draw first, as the
@@ -275,7 +345,7 @@ func (p *Planner) recache(sh *shape, i int32) {
 			continue
 		}
 		nd := &p.nodes[n]
-		g := nd.gpu(sh.gpu)
+		g := p.gpu(nd, sh.gpu)
 		switch {
 		case g.free < pr.GPUs:
 			ce.short[0]++
@@ -521,7 +591,7 @@ func (p *Planner) placeOneScan(sh *shape, d *Decision) bool {
 // oneShard puts a single-node replica on the node of e.
 func (p *Planner) oneShard(sh *shape, d *Decision, e centry) {
 	pr := &sh.prof
-	d.Shards = []Shard{{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
+	d.Shards = []Shard{{Node: p.names[e.node], Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
 		Fetch: p.fetchOf(sh, e.node)}}
 	d.Domain = p.scope([]int32{e.node}, LevelPDU)
 }
@@ -679,7 +749,7 @@ func (p *Planner) placeGang(sh *shape, d *Decision) bool {
 	d.Shards = make([]Shard, need)
 	for i, e := range picked {
 		idx[i] = e.node
-		d.Shards[i] = Shard{Node: p.nodes[e.node].name, Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
+		d.Shards[i] = Shard{Node: p.names[e.node], Watts: e.w, GPU: pr.GPU, GPUs: pr.GPUs, CPUCores: pr.CPUCores, MemoryGB: pr.MemoryGB,
 			Fetch: p.fetchOf(sh, e.node)}
 	}
 	d.Domain = p.scope(idx, pr.KeepWithin)

@@ -1,9 +1,7 @@
 package facility
 
 import (
-	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -89,9 +87,18 @@ func (d Decision) Running() Replica {
 // and holds, keeping the draw and spread counts of what runs and of what it
 // placed. It is not safe for concurrent use.
 type Planner struct {
-	fac Facility
+	// topo is the index of the layout it was built on, shared with the
+	// other planners of a PlannerCache: names, nodeIndex, gpuIndex, cells,
+	// doms, limit, mode, nodeCount, domIndex and levelDoms are its, and
+	// read only; nodes and gpus are the planner's copies of its.
+	topo     *topology
+	ownsTopo bool // built by NewPlanner: no other planner shares topo
+	fac      Facility
 
 	nodes         []pnode
+	names         []string           // per node, its name (the topology's)
+	gpus          []pgpu             // the nodes' GPUs (pnode.g0, gn)
+	weights       []map[string]int64 // per node, Node.Weights as given
 	nodeIndex     map[string]int32
 	gpuIndex      map[string]int32
 	cells         []cell
@@ -107,6 +114,7 @@ type Planner struct {
 	cellVer       []uint32               // per cell: bumped when a node in it changes
 	domIndex      map[Domain]int32
 	levelDoms     [NumLevels][]int32
+	budgeted      int // domains with a budget
 
 	counts  map[string][]int32 // model → replicas of it per domain
 	running []Replica
@@ -174,10 +182,11 @@ func modeIndex(m CountMode) uint8 {
 	return modeDeclared
 }
 
+// pnode is a node as a planner reads it. It holds no pointer, so that a
+// planner's copy of its topology's nodes is one move, nothing for the
+// garbage collector to scan; its name, pool and fabric are the
+// topology's, its GPUs and weights the planner's (gpus, weights).
 type pnode struct {
-	name       string
-	pool       string
-	fabric     string
 	fabricRank int32
 	rank       int32 // place in name order
 	cell       int32
@@ -185,9 +194,8 @@ type pnode struct {
 	base       float64
 	measured   float64
 	promised   [2]float64 // Σ draw of its shards, counted declared and measured
-	gpus       []pgpu
-	weights    map[string]int64 // Node.Weights, as given
-	fetchBPS   float64          // Node.FetchBytesPerSecond
+	g0, gn     int32      // its GPU models: gpus[g0 : g0+gn] of its planner (or topology)
+	fetchBPS   float64    // Node.FetchBytesPerSecond
 }
 
 type pgpu struct {
@@ -205,10 +213,13 @@ func (n *pnode) delta(m int, w float64) float64 {
 	return max(n.measured, n.base+n.promised[m]+w) - n.draw(m)
 }
 
-func (n *pnode) gpu(model int32) *pgpu {
-	for i := range n.gpus {
-		if n.gpus[i].model == model {
-			return &n.gpus[i]
+// gpu returns node n's GPUs of a model, nil for none.
+func (p *Planner) gpu(n *pnode, model int32) *pgpu { return gpuIn(p.gpus, n, model) }
+
+func gpuIn(gpus []pgpu, n *pnode, model int32) *pgpu {
+	for i := n.g0; i < n.g0+n.gn; i++ {
+		if gpus[i].model == model {
+			return &gpus[i]
 		}
 	}
 	return nil
@@ -218,176 +229,17 @@ func (n *pnode) gpu(model int32) *pgpu {
 // already run: their draw and their spread counts (not their resources, which
 // the fleet's free counts already leave out). It refuses an invalid facility,
 // duplicate node names and replicas on unknown nodes; other problems of the
-// fleet (see Fleet.Validate) are taken as they are.
+// fleet (see Fleet.Validate) are taken as they are. A PlannerCache builds
+// the same planner, reusing the index of the fleet's layout it last built.
 func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) {
 	if err := fac.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Planner{
-		fac:       fac,
-		nodeIndex: make(map[string]int32, len(fleet.Nodes)),
-		gpuIndex:  map[string]int32{},
-		domIndex:  map[Domain]int32{},
-		counts:    map[string][]int32{},
-		shapes:    map[shapeKey]*shape{},
-		shapeCap:  maxShapes,
-		modelIDs:  map[string]int32{},
+	t, pos, err := newTopology(fleet, fac, false)
+	if err != nil {
+		return nil, err
 	}
-	for _, n := range fleet.Nodes {
-		if _, dup := p.nodeIndex[n.Name]; dup {
-			return nil, errAt(n.Pos, fmt.Sprintf("node %q: duplicate node name", n.Name))
-		}
-		p.nodeIndex[n.Name] = 0
-	}
-
-	// Domains: from the nodes, budgets and holds; indexed in (level, value) order.
-	var all []Domain
-	seen := map[Domain]bool{}
-	addDom := func(d Domain) {
-		if !seen[d] {
-			seen[d] = true
-			all = append(all, d)
-		}
-	}
-	for _, n := range fleet.Nodes {
-		for _, l := range Levels() {
-			if v := n.Location.Get(l); v != "" {
-				addDom(Domain{l, v})
-			}
-		}
-	}
-	for _, b := range fac.Budgets {
-		addDom(b.Domain)
-	}
-	for _, h := range fac.Holds {
-		addDom(h.Domain)
-	}
-	slices.SortFunc(all, func(a, b Domain) int {
-		return cmp.Or(cmp.Compare(a.Level, b.Level), strings.Compare(a.Value, b.Value))
-	})
-	p.doms = make([]pdomain, len(all))
-	p.draw = make([]float64, len(all))
-	p.limit = make([]float64, len(all))
-	p.mode = make([]uint8, len(all))
-	p.declDraw = make([]float64, len(all))
-	p.now = make([]float64, len(all))
-	p.nodeCount = make([]int32, len(all))
-	p.measuredCount = make([]int32, len(all))
-	p.counted = countedTable(fleet.Learned, fac.MeasuredRule())
-	for i, d := range all {
-		p.domIndex[d] = int32(i)
-		p.doms[i] = pdomain{dom: d, key: d.String(), hold: -1}
-		p.limit[i] = math.Inf(1)
-		p.mode[i] = modeIndex(fac.countDefault())
-		p.levelDoms[d.Level] = append(p.levelDoms[d.Level], int32(i))
-	}
-	for _, b := range fac.Budgets {
-		i := p.domIndex[b.Domain]
-		p.doms[i].budgeted, p.doms[i].cap, p.limit[i] = true, b.Watts, fac.Limit(b)
-		p.mode[i] = modeIndex(fac.CountOf(b))
-	}
-	for i, h := range fac.Holds {
-		p.doms[p.domIndex[h.Domain]].hold = int32(i)
-	}
-	for k := range numDynKinds {
-		p.mark[k] = make([]uint32, len(p.doms))
-		p.slot[k] = make([]int32, len(p.doms))
-	}
-	p.addW = make([]float64, len(p.doms))
-	p.touched = make([]bool, len(p.doms))
-
-	// Nodes, sorted by location then name, so that each cell (nodes sharing
-	// one location) is a run.
-	order := make([]int, len(fleet.Nodes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		x, y := &fleet.Nodes[a], &fleet.Nodes[b]
-		for _, l := range Levels() {
-			if c := strings.Compare(x.Location.Get(l), y.Location.Get(l)); c != 0 {
-				return c
-			}
-		}
-		return strings.Compare(x.Name, y.Name)
-	})
-	byName := make([]int, len(fleet.Nodes))
-	for i := range byName {
-		byName[i] = i
-	}
-	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(fleet.Nodes[a].Name, fleet.Nodes[b].Name) })
-	nameRank := make([]int32, len(fleet.Nodes))
-	for r, i := range byName {
-		nameRank[i] = int32(r)
-	}
-	var fabrics []string
-	for _, n := range fleet.Nodes {
-		fabrics = append(fabrics, n.Fabric)
-	}
-	slices.Sort(fabrics)
-	fabrics = slices.Compact(fabrics)
-	p.nodes = make([]pnode, len(fleet.Nodes))
-	for i, oi := range order {
-		n := &fleet.Nodes[oi]
-		pool := n.Pool
-		if pool == "" {
-			pool = DefaultPool
-		}
-		fr, _ := slices.BinarySearch(fabrics, n.Fabric)
-		pn := pnode{
-			name: n.Name, pool: pool, fabric: n.Fabric, fabricRank: int32(fr), rank: nameRank[oi],
-			cpu: n.CPUCores, mem: n.MemoryGB, base: n.BaseWatts, measured: n.MeasuredWatts,
-			weights: n.Weights, fetchBPS: n.FetchBytesPerSecond,
-		}
-		for _, g := range n.GPUs {
-			id, ok := p.gpuIndex[g.Model]
-			if !ok {
-				id = int32(len(p.gpuIndex))
-				p.gpuIndex[g.Model] = id
-			}
-			pn.gpus = append(pn.gpus, pgpu{model: id, free: g.Free, power: g.PowerLimitWatts})
-		}
-		p.nodeIndex[n.Name] = int32(i)
-		if i == 0 || n.Location != fleet.Nodes[order[i-1]].Location {
-			c := cell{start: int32(i), hold: -1}
-			for _, l := range Levels() {
-				c.dom[l] = -1
-				if v := n.Location.Get(l); v != "" {
-					d := p.domIndex[Domain{l, v}]
-					c.dom[l] = d
-					if p.doms[d].budgeted {
-						c.budgeted = append(c.budgeted, d)
-					}
-					if c.hold < 0 && p.doms[d].hold >= 0 {
-						c.hold = d
-					}
-					p.doms[d].cells = append(p.doms[d].cells, int32(len(p.cells)))
-				}
-			}
-			p.cells = append(p.cells, c)
-			p.cellVer = append(p.cellVer, 1)
-		}
-		pn.cell = int32(len(p.cells) - 1)
-		p.cells[pn.cell].end = int32(i + 1)
-		p.nodes[i] = pn
-		for _, d := range p.cells[pn.cell].dom {
-			if d >= 0 {
-				p.draw[d] += pn.draw(int(p.mode[d]))
-				p.declDraw[d] += pn.draw(modeDeclared)
-				p.now[d] += pn.measured
-				p.nodeCount[d]++
-				if pn.measured > 0 {
-					p.measuredCount[d]++
-				}
-			}
-		}
-	}
-	for _, r := range running {
-		if err := p.Add(r); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
+	return t.planner(fleet, fac, pos, running, true)
 }
 
 // Add accounts for a replica that runs: its shards' draw and its spread
@@ -421,7 +273,7 @@ func (p *Planner) Commit(d Decision) error {
 	}
 	for i, s := range d.Shards {
 		n := &p.nodes[idx[i]]
-		g := n.gpu(p.gpuID(s.GPU))
+		g := p.gpu(n, p.gpuID(s.GPU))
 		if s.GPUs > 0 && (g == nil || g.free < s.GPUs) || n.cpu < s.CPUCores || n.mem < s.MemoryGB ||
 			slices.Index(idx[:i], idx[i]) >= 0 {
 			return fmt.Errorf("commit %s on %s: %w", d.Replica, s.Node, ErrNoRoom)
@@ -430,7 +282,7 @@ func (p *Planner) Commit(d Decision) error {
 	for i, s := range d.Shards {
 		n := &p.nodes[idx[i]]
 		if s.GPUs > 0 {
-			n.gpu(p.gpuID(s.GPU)).free -= s.GPUs
+			p.gpu(n, p.gpuID(s.GPU)).free -= s.GPUs
 		}
 		n.cpu -= s.CPUCores
 		n.mem -= s.MemoryGB
@@ -526,6 +378,12 @@ func (p *Planner) countsOf(model string) []int32 {
 		p.counts[model] = cs
 	}
 	return cs
+}
+
+// Knows reports whether node is in the planner's fleet.
+func (p *Planner) Knows(node string) bool {
+	_, ok := p.nodeIndex[node]
+	return ok
 }
 
 // Count returns how many replicas of model the domain holds.
@@ -655,7 +513,10 @@ func (p *Planner) Usage(d Domain) (DomainUsage, bool) {
 
 // Budgeted returns every budgeted domain, by level (coarse to fine) then value.
 func (p *Planner) Budgeted() []DomainUsage {
-	var out []DomainUsage
+	var out []DomainUsage // nil without budgets, as ever
+	if p.budgeted > 0 {
+		out = make([]DomainUsage, 0, p.budgeted)
+	}
 	for i := range p.doms {
 		if p.doms[i].budgeted {
 			out = append(out, p.usage(int32(i)))

@@ -31,7 +31,7 @@ func (p *Planner) Remove(id string) (Replica, error) {
 	for k, s := range r.Shards {
 		n := &p.nodes[idx[k]]
 		if s.GPUs > 0 {
-			if g := n.gpu(p.gpuID(s.GPU)); g != nil {
+			if g := p.gpu(n, p.gpuID(s.GPU)); g != nil {
 				g.free += s.GPUs
 			}
 		}

@@ -56,7 +56,13 @@ type WarmSpare struct {
 // output. It fails only as NewPlanner does (an invalid facility, a
 // replica on an unknown node). Pure: it changes none of its inputs.
 func WarmSpares(fleet Fleet, fac Facility, models []Model, running []Replica) ([]WarmSpare, error) {
-	p, err := NewPlanner(fleet, fac, running)
+	return (*PlannerCache)(nil).WarmSpares(fleet, fac, models, running)
+}
+
+// WarmSpares is WarmSpares(fleet, fac, models, running) on a planner
+// from the cache (NewPlanner).
+func (c *PlannerCache) WarmSpares(fleet Fleet, fac Facility, models []Model, running []Replica) ([]WarmSpare, error) {
+	p, err := c.NewPlanner(fleet, fac, running)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +112,7 @@ func (p *Planner) warmSpares(m *Model, byName []int32) []WarmSpare {
 		}
 		for pi, sh := range shapes {
 			if sh.invalid == nil && p.spareFits(sh, n) {
-				cands = append(cands, spareCand{node: n, profile: pi, sh: sh, fetch: p.nodes[n].fetchSeconds(sh.wkey, sh.wbytes)})
+				cands = append(cands, spareCand{node: n, profile: pi, sh: sh, fetch: p.fetchSeconds(n, sh.wkey, sh.wbytes)})
 				break
 			}
 		}
@@ -151,7 +157,7 @@ func (p *Planner) warmSpares(m *Model, byName []int32) []WarmSpare {
 		c := &cands[best]
 		c.taken = true
 		f := p.fetchOf(c.sh, c.node)
-		out = append(out, WarmSpare{Model: m.Name, Node: p.nodes[c.node].name, Profile: c.sh.prof.Name, Fetch: *f,
+		out = append(out, WarmSpare{Model: m.Name, Node: p.names[c.node], Profile: c.sh.prof.Name, Fetch: *f,
 			Reason: p.spareReason(c, spread, &brv, &bsv, f)})
 		cl := &p.cells[p.nodes[c.node].cell]
 		for _, l := range Levels() {
@@ -172,7 +178,7 @@ func (p *Planner) spareFits(sh *shape, n int32) bool {
 	}
 	pr := &sh.prof
 	nd := &p.nodes[n]
-	g := nd.gpu(sh.gpu)
+	g := p.gpu(nd, sh.gpu)
 	if g == nil || g.free < pr.GPUs || nd.cpu < pr.CPUCores || nd.mem < pr.MemoryGB {
 		return false
 	}

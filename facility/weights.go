@@ -74,7 +74,7 @@ func (p *Planner) weightsOf(m *Model) (key string, bytes int64) {
 		return "", 0
 	}
 	for i := range p.nodes {
-		bytes = max(bytes, p.nodes[i].weights[key])
+		bytes = max(bytes, p.weights[i][key])
 	}
 	if bytes <= 0 {
 		bytes = max(m.WeightsBytes, 0)
@@ -93,14 +93,14 @@ func (n *pnode) fetchRate() float64 {
 // fetchSeconds estimates how long node n needs before a replica of the
 // weights key (of bytes, 0 unknown) could load there: 0 when it holds
 // them, +Inf when they must be fetched and their size is not known.
-func (n *pnode) fetchSeconds(key string, bytes int64) float64 {
-	if _, ok := n.weights[key]; ok {
+func (p *Planner) fetchSeconds(n int32, key string, bytes int64) float64 {
+	if _, ok := p.weights[n][key]; ok {
 		return 0
 	}
 	if bytes <= 0 {
 		return math.Inf(1)
 	}
-	return float64(bytes) / n.fetchRate()
+	return float64(bytes) / p.nodes[n].fetchRate()
 }
 
 // setWeights fills in the shape's readiness: per node its fetch estimate,
@@ -115,7 +115,7 @@ func (p *Planner) setWeights(sh *shape, key string, bytes int64) {
 	sh.fetch = make([]float64, len(p.nodes))
 	first, seen := 0.0, false
 	for n := range p.nodes {
-		f := p.nodes[n].fetchSeconds(key, bytes)
+		f := p.fetchSeconds(int32(n), key, bytes)
 		sh.fetch[n] = f
 		if sh.fail[n] != 0 {
 			continue
@@ -249,7 +249,7 @@ func (p *Planner) fetchOf(sh *shape, n int32) *Fetch {
 	}
 	nd := &p.nodes[n]
 	f := &Fetch{Key: sh.wkey}
-	if _, ok := nd.weights[sh.wkey]; ok {
+	if _, ok := p.weights[n][sh.wkey]; ok {
 		f.Present = true
 		return f
 	}

@@ -175,7 +175,7 @@ func TestFetchEstimate(t *testing.T) {
 			m := wmodel(qwenWeights, tt.catalog, tprof("p", 1))
 			k, bytes := p.weightsOf(&m)
 			for i, n := range tt.nodes {
-				if got := p.nodes[p.nodeIndex[n.Name]].fetchSeconds(k, bytes); got != tt.want[i] {
+				if got := p.fetchSeconds(p.nodeIndex[n.Name], k, bytes); got != tt.want[i] {
 					t.Errorf("%s: got %v s, want %v", n.Name, got, tt.want[i])
 				}
 			}

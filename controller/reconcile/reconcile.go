@@ -100,6 +100,14 @@ type Input struct {
 	// controller's last reading of each engine's own state): when a model
 	// of higher priority needs room, they are given up first.
 	Asleep map[string]bool
+	// Planners, when set, builds the pass's planner, keeping from one pass
+	// to the next the index of the fleet's layout (nodes, locations,
+	// budgets, holds) while it does not change: a pass then costs in
+	// proportion to the nodes' and replicas' numbers, not to sorting and
+	// hashing the fleet. The result is the same as without
+	// (TestPlanWithPlannersMatchesPlan). One pass at a time may use it
+	// (facility.PlannerCache). nil: every pass builds its own.
+	Planners *facility.PlannerCache
 }
 
 // Kind is what an action does.
@@ -235,7 +243,7 @@ type pass struct {
 	in     Input
 	res    Result
 	models map[string]facility.Model // the catalog's, by name
-	known  map[string]bool           // the fleet's node names
+	fps    map[[2]string]string      // the catalog's profile fingerprints, by model and profile (fingerprint)
 
 	jobs   []Job            // in.Jobs in jobLess order
 	bySlot map[string][]Job // the live jobs by slot (step 1)
@@ -244,6 +252,8 @@ type pass struct {
 
 	planner  *facility.Planner // with every live job counted (step 2)
 	draining map[string]bool   // job IDs to move: in a drain, or unhealthy (step 2)
+
+	buf [4][]Job // planSlot's, reused from slot to slot
 }
 
 func newPass(in Input) *pass {
@@ -251,14 +261,11 @@ func newPass(in Input) *pass {
 		in:     in,
 		res:    Result{Decisions: map[string]facility.Decision{}, Waits: map[string]string{}, Scale: map[string]Scale{}},
 		models: map[string]facility.Model{},
-		known:  map[string]bool{},
-		bySlot: map[string][]Job{},
+		fps:    map[[2]string]string{},
+		bySlot: make(map[string][]Job, len(in.Jobs)),
 	}
 	for _, m := range in.Catalog.Models {
 		p.models[m.Name] = m
-	}
-	for _, n := range in.Fleet.Nodes {
-		p.known[n.Name] = true
 	}
 	p.jobs = append([]Job(nil), in.Jobs...)
 	sort.Slice(p.jobs, func(i, j int) bool { return jobLess(p.jobs[i], p.jobs[j]) })
@@ -268,16 +275,21 @@ func newPass(in Input) *pass {
 // sortOut (step 1) stops the jobs of models or slots that left the
 // catalog, and files the others by slot.
 func (p *pass) sortOut() {
+	p.live = make([]Job, 0, len(p.jobs))
 	for _, j := range p.jobs {
 		m, ok := p.models[j.Model]
+		var slot int
+		if ok {
+			slot = slotIndex(j.Replica, j.Model)
+		}
 		switch {
 		case !ok:
 			p.res.Actions = append(p.res.Actions, catalogStop(j, fmt.Sprintf("model %s left the catalog", j.Model)))
 			continue
-		case slotIndex(j.Replica, j.Model) < 0:
+		case slot < 0:
 			p.res.Actions = append(p.res.Actions, catalogStop(j, fmt.Sprintf("replica id %s is not a slot of model %s", j.Replica, j.Model)))
 			continue
-		case slotIndex(j.Replica, j.Model) >= m.SlotLimit():
+		case slot >= m.SlotLimit():
 			why := fmt.Sprintf("model %s has replicas = %d", j.Model, m.Replicas)
 			if m.Autoscale != nil {
 				why = fmt.Sprintf("model %s has autoscale max = %d", j.Model, m.Autoscale.Max)
@@ -302,19 +314,22 @@ func (p *pass) scaleDown() {
 // countRunning (step 2): everything that keeps running counts before
 // anything is placed.
 func (p *pass) countRunning() error {
-	var running []facility.Replica
+	// The planner first, then what runs, as NewPlanner would add it: the
+	// planner knows the fleet's nodes.
+	planner, err := p.in.Planners.NewPlanner(p.in.Fleet, p.in.Facility, nil)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
 	var failed []string
 	for _, j := range p.live {
-		if r, ok := asReplica(j, p.known); ok {
-			running = append(running, r)
+		if r, ok := asReplica(j, planner.Knows); ok {
+			if err := planner.Add(r); err != nil {
+				return fmt.Errorf("planner: %w", err)
+			}
 			if j.State == Failed {
 				failed = append(failed, j.ID)
 			}
 		}
-	}
-	planner, err := facility.NewPlanner(p.in.Fleet, p.in.Facility, running)
-	if err != nil {
-		return fmt.Errorf("planner: %w", err)
 	}
 	p.planner = planner
 	p.res.Usage = planner.Budgeted()
@@ -353,7 +368,7 @@ func (p *pass) planSlots() error {
 		if p.alloc != nil {
 			slots = p.alloc.slotsOf(m)
 		}
-		mp.roll = newRollState(m, mp.profiles, slots, p.bySlot, p.draining)
+		mp.roll = newRollState(p, m, mp.profiles, slots)
 		for _, slot := range slots {
 			if p.alloc != nil && len(p.bySlot[slot]) == 0 {
 				p.alloc.deferSlot(m, slot) // placed by priority, with the floors
@@ -409,7 +424,7 @@ type modelPass struct {
 // in.Jobs counted, as Nomad runs them now: Result.Usage leaves out the jobs
 // a pass stops for leaving the catalog, which still draw until they stop.
 func Before(in Input) ([]facility.DomainUsage, error) {
-	p, err := facility.NewPlanner(in.Fleet, in.Facility, runningReplicas(in))
+	p, err := in.Planners.NewPlanner(in.Fleet, in.Facility, runningReplicas(in))
 	if err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
@@ -425,7 +440,7 @@ func runningReplicas(in Input) []facility.Replica {
 	}
 	var running []facility.Replica
 	for _, j := range in.Jobs {
-		if r, ok := asReplica(j, known); ok {
+		if r, ok := asReplica(j, func(n string) bool { return known[n] }); ok {
 			running = append(running, r)
 		}
 	}
@@ -466,18 +481,20 @@ type rollState struct {
 	wait        string // why the slot being planned waits; read and reset by Plan
 }
 
-func newRollState(m facility.Model, profiles map[string]facility.Profile, slots []string, bySlot map[string][]Job, draining map[string]bool) *rollState {
+func newRollState(ps *pass, m facility.Model, profiles map[string]facility.Profile, slots []string) *rollState {
 	r := &rollState{maxSurge: m.MaxSurge, maxUnavailable: m.MaxUnavailable}
 	if r.maxSurge == 0 && r.maxUnavailable == 0 {
 		r.maxSurge = 1 // a Model built in code, not parsed: the parser's default
 	}
 	for _, slot := range slots {
 		var old, fresh, serving bool
-		for _, j := range bySlot[slot] {
+		js := ps.bySlot[slot]
+		for i := range js {
+			j := &js[i]
 			p, ok := profiles[j.Profile]
-			current := ok && facility.ProfileFingerprint(m, p) == j.FP
+			current := ok && ps.fingerprint(m, p) == j.FP
 			switch {
-			case !current || draining[j.ID]:
+			case !current || ps.draining[j.ID]:
 				old = true
 			case j.State != Serving:
 				fresh = true
@@ -502,15 +519,17 @@ func newRollState(m facility.Model, profiles map[string]facility.Profile, slots 
 func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decision, bool) {
 	in, m, profiles, jobs, draining, planner, roll := p.in, mp.m, mp.profiles, p.bySlot[slot], p.draining, p.planner, mp.roll
 	var acts []Action
-	var current, stale []Job
-	for _, j := range jobs {
-		if p, ok := profiles[j.Profile]; ok && facility.ProfileFingerprint(m, p) == j.FP {
-			current = append(current, j)
+	// The slot's jobs, sorted out, in the pass's buffers: nothing returned
+	// holds on to them.
+	current, stale, free, held := p.buf[0][:0], p.buf[1][:0], p.buf[2][:0], p.buf[3][:0]
+	defer func() { p.buf = [4][]Job{current, stale, free, held} }()
+	for i := range jobs {
+		if pr, ok := profiles[jobs[i].Profile]; ok && p.fingerprint(m, pr) == jobs[i].FP {
+			current = append(current, jobs[i])
 		} else {
-			stale = append(stale, j)
+			stale = append(stale, jobs[i])
 		}
 	}
-	var free, held []Job
 	for _, j := range current {
 		if inDrain(j, draining) {
 			held = append(held, j)
@@ -552,7 +571,7 @@ func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decisio
 			if d.Placed {
 				acts = append(acts, Action{
 					Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
-					Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+					Profile: profiles[d.Profile], FP: p.fingerprint(m, profiles[d.Profile]),
 					Decision: d, Reason: reason,
 				})
 			}
@@ -568,7 +587,7 @@ func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decisio
 				roll.surging++
 				acts = append(acts, Action{
 					Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
-					Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+					Profile: profiles[d.Profile], FP: p.fingerprint(m, profiles[d.Profile]),
 					Decision: d, Reason: reason,
 				})
 				return acts, &d, true
@@ -636,7 +655,7 @@ func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decisio
 		if d.Placed {
 			acts = append(acts, Action{
 				Kind: Create, Replica: slot, Gen: maxGen + 1, Model: m,
-				Profile: profiles[d.Profile], FP: facility.ProfileFingerprint(m, profiles[d.Profile]),
+				Profile: profiles[d.Profile], FP: p.fingerprint(m, profiles[d.Profile]),
 				Decision: d, Reason: why + ": profile " + keep.Profile + " fits nowhere",
 			})
 			return acts, &d, true
@@ -644,6 +663,18 @@ func (p *pass) planSlot(mp *modelPass, slot string) ([]Action, *facility.Decisio
 		return acts, &d, false
 	}
 	return acts, nil, false
+}
+
+// fingerprint is facility.ProfileFingerprint(m, pr) of a catalog model's
+// profile, computed once a pass: a pass compares it with every job's.
+func (p *pass) fingerprint(m facility.Model, pr facility.Profile) string {
+	k := [2]string{m.Name, pr.Name}
+	fp, ok := p.fps[k]
+	if !ok {
+		fp = facility.ProfileFingerprint(m, pr)
+		p.fps[k] = fp
+	}
+	return fp
 }
 
 func samePlace(a, b []facility.Shard) bool {
@@ -688,6 +719,9 @@ func stopOld(old []Job, roll *rollState, why string) []Action {
 
 // sortBest orders jobs best first: state, then age, then ID.
 func sortBest(js []Job) {
+	if len(js) < 2 {
+		return
+	}
 	sort.SliceStable(js, func(a, b int) bool {
 		if js[a].State != js[b].State {
 			return js[a].State < js[b].State
@@ -719,8 +753,8 @@ func slotIndex(replica, model string) int {
 			return -1
 		}
 	}
-	if facility.ReplicaID(model, n) != replica {
-		return -1 // leading zeros
+	if len(rest) > 1 && rest[0] == '0' {
+		return -1 // leading zeros: not facility.ReplicaID(model, n)
 	}
 	return n
 }
@@ -728,10 +762,18 @@ func slotIndex(replica, model string) int {
 // asReplica turns a job into the planner's running replica, keyed by job
 // ID so that drains name jobs. Shards on nodes the fleet does not know (a
 // node that left) are left out.
-func asReplica(j Job, known map[string]bool) (facility.Replica, bool) {
+func asReplica(j Job, known func(node string) bool) (facility.Replica, bool) {
 	r := facility.Replica{ID: j.ID, Model: j.Model, Profile: j.Profile}
+	all := true
 	for _, s := range j.Shards {
-		if known[s.Node] {
+		all = all && known(s.Node)
+	}
+	if all { // the planner copies what it keeps
+		r.Shards = j.Shards
+		return r, len(r.Shards) > 0
+	}
+	for _, s := range j.Shards {
+		if known(s.Node) {
 			r.Shards = append(r.Shards, s)
 		}
 	}

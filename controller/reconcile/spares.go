@@ -34,7 +34,7 @@ func Spares(in Input) ([]Spare, error) {
 	if len(models) == 0 {
 		return nil, nil
 	}
-	ws, err := facility.WarmSpares(in.Fleet, in.Facility, models, runningReplicas(in))
+	ws, err := in.Planners.WarmSpares(in.Fleet, in.Facility, models, runningReplicas(in))
 	if err != nil {
 		return nil, fmt.Errorf("warm spares: %w", err)
 	}
