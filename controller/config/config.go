@@ -885,14 +885,7 @@ func (p *parser) autoscale(raw *autoscaleHCL, a *Autoscale) {
 func (p *parser) prometheus(raw *prometheusHCL) *Prometheus {
 	b := raw.Body
 	out := &Prometheus{ModelLabel: DefaultModelLabel, Queries: map[string]string{}}
-	if at, ok := p.Given(b, "address"); ok {
-		if err := checkHTTPURL(raw.Address); err != nil {
-			p.errorf(at, "address: %v", err)
-		}
-		out.Address = raw.Address
-	} else {
-		p.errorf(raw.DefRange, "prometheus: address is required (the server's base URL, such as \"http://prometheus:9090\")")
-	}
+	out.Address = p.prometheusAddress(b, raw.Address, raw.DefRange)
 	if at, ok := p.Given(b, "model_label"); ok {
 		if !validLabel.MatchString(raw.ModelLabel) {
 			p.errorf(at, "model_label: %q is not a Prometheus label name", raw.ModelLabel)
@@ -917,6 +910,20 @@ func (p *parser) prometheus(raw *prometheusHCL) *Prometheus {
 	return out
 }
 
+// prometheusAddress checks a prometheus block's required address (def is
+// the block's range, for the error when it is missing).
+func (p *parser) prometheusAddress(b hcl.Body, addr string, def hcl.Range) string {
+	at, ok := p.Given(b, "address")
+	if !ok {
+		p.errorf(def, "prometheus: address is required (the server's base URL, such as \"http://prometheus:9090\")")
+		return ""
+	}
+	if err := checkHTTPURL(addr); err != nil {
+		p.errorf(at, "address: %v", err)
+	}
+	return addr
+}
+
 func (p *parser) powerSource(raw *powerSrcHCL) *PowerSource {
 	if raw.Prometheus == nil {
 		p.errorf(raw.DefRange, "power_source: give a prometheus block (the one source of draw besides Nomad's client stats), or leave power_source out")
@@ -925,14 +932,7 @@ func (p *parser) powerSource(raw *powerSrcHCL) *PowerSource {
 	pr := raw.Prometheus
 	b := pr.Body
 	out := &PowerPrometheus{Selector: DefaultPowerSelector, UUIDLabel: DefaultPowerUUIDLabel, MaxAge: DefaultPowerMaxAge, ClientStatsInterval: DefaultClientStatsInterval}
-	if at, ok := p.Given(b, "address"); ok {
-		if err := checkHTTPURL(pr.Address); err != nil {
-			p.errorf(at, "address: %v", err)
-		}
-		out.Address = pr.Address
-	} else {
-		p.errorf(pr.DefRange, "prometheus: address is required (the server's base URL, such as \"http://prometheus:9090\")")
-	}
+	out.Address = p.prometheusAddress(b, pr.Address, pr.DefRange)
 	if at, ok := p.Given(b, "selector"); ok {
 		if !validSelector.MatchString(pr.Selector) {
 			p.errorf(at, "selector: %q is not a series selector: want a metric name with optional {label matchers}, "+
