@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/llmgw/internal/testing/ctlharness"
 	"github.com/llmgw/llmgw/internal/testing/nomadfake"
 )
 
@@ -24,20 +23,7 @@ func bigEnv(b *testing.B, replicas, shards int) *env {
 	b.Helper()
 	const gpusPerNode, models = 8, 10
 	nodes := replicas * shards / gpusPerNode
-	var defs []ctlharness.Node
-	var fac strings.Builder
-	fac.WriteString("headroom = 0.05\n")
-	for i := range nodes {
-		pair := i / 2
-		d := ctlharness.Node{Name: fmt.Sprintf("n%05d", i), Rack: fmt.Sprintf("r%03d", pair/5), PDU: fmt.Sprintf("p%04d", pair), GPUs: gpusPerNode}
-		defs = append(defs, d)
-		if i%2 == 0 {
-			fmt.Fprintf(&fac, "budget %q { watts = 20000 }\n", "pdu="+d.PDU)
-		}
-		if i%10 == 0 {
-			fmt.Fprintf(&fac, "budget %q { watts = 100000 }\n", "rack="+d.Rack)
-		}
-	}
+	defs, fac := rackedFleet(nodes, gpusPerNode)
 	var cat strings.Builder
 	for m := range models {
 		fmt.Fprintf(&cat, `
@@ -55,7 +41,7 @@ model "m%d" {
 }
 `, m, m, replicas/models, shards)
 	}
-	e := newEnv(b, defs, cat.String(), fac.String(), nomadfake.WithAutoRun(true))
+	e := newEnv(b, defs, cat.String(), fac, nomadfake.WithAutoRun(true))
 	start := time.Now()
 	groups := nodes / shards // node groups a replica can sit on
 	for k := range replicas {

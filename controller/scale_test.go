@@ -78,19 +78,16 @@ model "m%d" {
 	return cat.String()
 }
 
-// fleetEnv is a fleet of nodes nodes of 8 H200s (10 a rack, a PDU per
-// pair, budgets on every PDU and rack with room), with 2,500 serving
-// two-GPU replicas of ten models seeded on it, replica k on node k mod
-// nodes. The controller config is the shipped default (check interval
-// 10 s, power_interval 30 s) but for the harness's reconcile interval.
-func fleetEnv(b *testing.B, nodes int) *env {
-	b.Helper()
+// rackedFleet is nodes nodes of gpus H200s each, 10 a rack and a PDU per
+// pair, and a facility with budgets on every PDU (20 kW) and rack
+// (100 kW): room for every GPU at full draw.
+func rackedFleet(nodes, gpus int) ([]ctlharness.Node, string) {
 	var defs []ctlharness.Node
 	var fac strings.Builder
 	fac.WriteString("headroom = 0.05\n")
 	for i := range nodes {
 		pair := i / 2
-		d := ctlharness.Node{Name: fmt.Sprintf("n%05d", i), Rack: fmt.Sprintf("r%04d", pair/5), PDU: fmt.Sprintf("p%05d", pair), GPUs: scaleGPUs}
+		d := ctlharness.Node{Name: fmt.Sprintf("n%05d", i), Rack: fmt.Sprintf("r%04d", pair/5), PDU: fmt.Sprintf("p%05d", pair), GPUs: gpus}
 		defs = append(defs, d)
 		if i%2 == 0 {
 			fmt.Fprintf(&fac, "budget %q { watts = 20000 }\n", "pdu="+d.PDU)
@@ -99,9 +96,20 @@ func fleetEnv(b *testing.B, nodes int) *env {
 			fmt.Fprintf(&fac, "budget %q { watts = 100000 }\n", "rack="+d.Rack)
 		}
 	}
+	return defs, fac.String()
+}
+
+// fleetEnv is a fleet of nodes nodes of 8 H200s (10 a rack, a PDU per
+// pair, budgets on every PDU and rack with room), with 2,500 serving
+// two-GPU replicas of ten models seeded on it, replica k on node k mod
+// nodes. The controller config is the shipped default (check interval
+// 10 s, power_interval 30 s) but for the harness's reconcile interval.
+func fleetEnv(b *testing.B, nodes int) *env {
+	b.Helper()
+	defs, fac := rackedFleet(nodes, scaleGPUs)
 	start := time.Now()
 	e := &env{ctlharness.New(b, ctlharness.Spec{
-		Nodes: defs, Catalog: scaleCatalog(scaleModels, scaleReplicas/scaleModels), Facility: fac.String(),
+		Nodes: defs, Catalog: scaleCatalog(scaleModels, scaleReplicas/scaleModels), Facility: fac,
 		RealTime: true, LogLevel: slog.LevelWarn, // warnings and errors only: a fleet's info lines would drown the output
 		Fake: []nomadfake.Option{nomadfake.WithAutoRun(true), nomadfake.WithoutRequestLog()},
 	})}
