@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,6 +288,7 @@ func (fs *fastServe) serve(ctx *fasthttp.RequestCtx) {
 		}
 		return
 	}
+	w.ev = make(chan int, 2)
 	w.inline = false
 	fs.workers.do(w)
 	fs.await(ctx, w)
@@ -411,7 +412,8 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &http.Request{
+	// Built here and copied once, with its context, by WithContext.
+	r := http.Request{
 		Method:     method(hd.Method()),
 		URL:        u,
 		Proto:      "HTTP/1.1",
@@ -424,19 +426,36 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 	if !hd.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
 	}
-	// The values' one-element slices share one array.
-	vals := make([]string, 0, hd.Len())
+	// The values are substrings of one string, and their one-element
+	// slices share one array.
+	size := 0
 	for k, v := range hd.All() {
+		if !skipHeader(k) {
+			size += len(v)
+		}
+	}
+	var all strings.Builder
+	all.Grow(size)
+	for k, v := range hd.All() {
+		if !skipHeader(k) {
+			all.Write(v)
+		}
+	}
+	text := all.String()
+	vals := make([]string, 0, hd.Len())
+	at := 0
+	for k, v := range hd.All() {
+		if skipHeader(k) {
+			continue
+		}
+		val := text[at : at+len(v)]
+		at += len(v)
 		key := headerKey(k)
-		switch key {
-		case "Host", "Transfer-Encoding":
-			continue
-		}
 		if prev, ok := r.Header[key]; ok {
-			r.Header[key] = append(prev, string(v))
+			r.Header[key] = append(prev, val)
 			continue
 		}
-		vals = append(vals, string(v))
+		vals = append(vals, val)
 		r.Header[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	switch cl := hd.ContentLength(); {
@@ -457,8 +476,15 @@ func fastRequest(ctx *fasthttp.RequestCtx, w *fastWriter) (*http.Request, error)
 	} else {
 		r.Body = &fastBody{r: ctx.RequestBodyStream(), left: r.ContentLength, w: w}
 	}
-	w.req = r.WithContext(w.ctx)
+	w.req = r.WithContext(&w.rc)
 	return w.req, nil
+}
+
+// skipHeader reports whether a request's header field is left out of its
+// http.Request: Host is its own field, and net/http's server takes
+// Transfer-Encoding out too.
+func skipHeader(k []byte) bool {
+	return string(k) == "Host" || string(k) == "Transfer-Encoding"
 }
 
 // method is m without an allocation for the common ones.
@@ -580,11 +606,11 @@ var errAnswerSent = errors.New("gateway: write after the answer was sent")
 // Content-Length said is written hands it over whole, so that it is sent
 // while the handler finishes its bookkeeping.
 type fastWriter struct {
-	fctx   *fasthttp.RequestCtx // not touched once the answer is handed over
-	conn   net.Conn
-	h      http.Header
-	ctx    context.Context
-	cancel context.CancelFunc
+	fctx *fasthttp.RequestCtx // not touched once the answer is handed over
+	conn net.Conn
+	h    http.Header
+	// rc is the request's context.
+	rc reqCtx
 
 	req *http.Request
 
@@ -600,8 +626,8 @@ type fastWriter struct {
 	watchWG    sync.WaitGroup
 	stopW      atomic.Bool
 
-	// Once detached: the events to the connection's goroutine, and the
-	// state it watches by.
+	// Once detached: the events to the connection's goroutine (made
+	// then), and the state it watches by.
 	ev       chan int
 	sent     atomic.Bool // the answer is handed over
 	watching atomic.Bool // the connection's goroutine watches the connection
@@ -615,10 +641,11 @@ type fastWriter struct {
 }
 
 func newFastWriter(ctx *fasthttp.RequestCtx) *fastWriter {
-	w := &fastWriter{fctx: ctx, conn: ctx.Conn(), h: make(http.Header), ev: make(chan int, 2), length: -1, inline: true}
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	return w
+	return &fastWriter{fctx: ctx, conn: ctx.Conn(), h: make(http.Header), length: -1, inline: true}
 }
+
+// cancel cancels the request's context.
+func (w *fastWriter) cancel() { w.rc.cancel() }
 
 func (w *fastWriter) Header() http.Header { return w.h }
 

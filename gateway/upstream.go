@@ -208,9 +208,9 @@ func isTimeout(err error) bool {
 func (u *upstreamClient) send(ctx context.Context, pc *upConn, req *fasthttp.Request, resp *fasthttp.Response) (io.ReadCloser, error) {
 	// The client going away, or the gateway giving up, unblocks whatever
 	// this connection is doing; such a connection is never reused.
-	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	cut := cutWhenDone(ctx, pc.c)
 	fail := func(err error) (io.ReadCloser, error) {
-		stop()
+		cut.release()
 		_ = pc.c.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
@@ -265,7 +265,7 @@ func (u *upstreamClient) send(ctx context.Context, pc *upConn, req *fasthttp.Req
 			return fail(err)
 		}
 	}
-	b := &upBody{u: u, pc: pc, resp: resp, stream: resp.BodyStream(), stop: stop,
+	b := &upBody{u: u, pc: pc, resp: resp, stream: resp.BodyStream(), cut: cut,
 		// A body that ends with the connection (neither a length nor
 		// chunks) leaves nothing to reuse.
 		reuse: !resp.ConnectionClose() && !req.ConnectionClose() && resp.Header.ContentLength() != -2}
@@ -289,7 +289,7 @@ type upBody struct {
 	pc     *upConn
 	resp   *fasthttp.Response // whose body stream this is
 	stream io.Reader
-	stop   func() bool
+	cut    cancelCut
 	reuse  bool
 	done   bool
 }
@@ -319,9 +319,9 @@ func (b *upBody) end(complete bool) {
 	if b.stream != nil {
 		_ = b.resp.CloseBodyStream()
 	}
-	// stop reports false when the context's deadline-setting has run (or
-	// is running): the connection may be poisoned.
-	if b.stop() && complete && b.reuse && b.pc.br.Buffered() == 0 {
+	// release reports false when the context's cut has run (or is
+	// running): the connection may be poisoned.
+	if b.cut.release() && complete && b.reuse && b.pc.br.Buffered() == 0 {
 		b.u.put(b.pc)
 		return
 	}
