@@ -110,6 +110,20 @@ type lingerConn struct {
 	// remote is the client's address as text, once a request asked
 	// (remoteAddr): the connection's requests are served one at a time.
 	remote string
+	// watch is the timer of the watch on the client while a request's
+	// handler runs inline (fastWriter.bodyRead), made for the first
+	// request that needs it and reset for the next; watched is the
+	// request it watches for.
+	watch   *time.Timer
+	watched atomic.Pointer[fastWriter]
+}
+
+// watchInline is the connection's watch timer's: the watch of the
+// request it was reset for.
+func (c *lingerConn) watchInline() {
+	if w := c.watched.Load(); w != nil {
+		w.watchInline()
+	}
 }
 
 // remoteAddr is the client's address as http.Request's RemoteAddr,
@@ -690,6 +704,16 @@ func (w *fastWriter) AddHeader(k, v []byte) {
 	w.fctx.Response.Header.AddBytesKV(k, v)
 }
 
+// SetHeader sets a header field of the answer, replacing any of its name
+// set before (through Header too). Before WriteHeader only.
+func (w *fastWriter) SetHeader(k, v string) {
+	if w.wroteHeader || w.sent.Load() {
+		return
+	}
+	delete(w.h, k)
+	w.fctx.Response.Header.Set(k, v)
+}
+
 func (w *fastWriter) Write(p []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
@@ -775,7 +799,21 @@ func (w *fastWriter) bodyRead() {
 	w.readDone = true
 	if w.inline {
 		w.watchWG.Add(1)
-		w.watchTimer = time.AfterFunc(watchAfter, w.watchInline)
+		lc, ok := w.conn.(*lingerConn)
+		switch {
+		case !ok:
+			w.watchTimer = time.AfterFunc(watchAfter, w.watchInline)
+		case lc.watch == nil:
+			lc.watched.Store(w)
+			lc.watch = time.AfterFunc(watchAfter, lc.watchInline)
+			w.watchTimer = lc.watch
+		default:
+			// The request before stopped it, or waited for its run to end
+			// (stopWatch).
+			lc.watched.Store(w)
+			lc.watch.Reset(watchAfter)
+			w.watchTimer = lc.watch
+		}
 		return
 	}
 	w.ev <- evBodyRead

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"regexp"
 	"slices"
 	"strconv"
@@ -480,6 +481,58 @@ func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
 				t.Fatal("the replica's request was not cancelled after the client went away")
 			}
 		})
+	}
+}
+
+// The watch on the client while the handler runs inline is the
+// connection's one timer, reset for each request: a client that goes
+// away during its second request on a kept-alive connection (the first
+// answered, its watch stopped) still cancels the replica's request.
+func TestDisconnectOnAReusedConnectionCancelsUpstream(t *testing.T) {
+	arrived, gone := make(chan struct{}, 1), make(chan struct{}, 1)
+	eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, body []byte) bool {
+		if strings.Contains(string(body), "first") {
+			return false // answered by fake-engine
+		}
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			gone <- struct{}{}
+		case <-time.After(waitFor):
+		}
+		return true
+	})
+	tg := startGateway(t, Options{}, eng)
+	if a := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"first"}]}`); a.status != http.StatusOK {
+		t.Fatalf("first request: %d %s", a.status, a.body)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	reused := make(chan bool, 1)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused <- i.Reused }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"second"}]}`))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := tg.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(waitFor):
+		t.Fatal("the second request never reached the replica")
+	}
+	if !<-reused {
+		t.Fatal("the second request went on a new connection: the test needs the first's")
+	}
+	cancel()
+	<-done
+	select {
+	case <-gone:
+	case <-time.After(waitFor):
+		t.Fatal("the replica's request was not cancelled after the client went away on a reused connection")
 	}
 }
 

@@ -614,6 +614,10 @@ func (x *exchange) writeHead(ep *endpoint, a reply) {
 				ha.AddHeader(k, v)
 			}
 		}
+		if setReplica {
+			ha.SetHeader(ReplicaHeader, ep.inst.Replica)
+		}
+		ha.SetHeader(RouteHeader, x.route)
 	} else {
 		var replaced []string
 		for k, v := range hd.All() {
@@ -627,23 +631,30 @@ func (x *exchange) writeHead(ep *endpoint, a reply) {
 			}
 			h[key] = append(h[key], string(v))
 		}
+		if setReplica {
+			h.Set(ReplicaHeader, ep.inst.Replica)
+		}
+		h.Set(RouteHeader, x.route)
 	}
-	if setReplica {
-		h.Set(ReplicaHeader, ep.inst.Replica)
-	}
-	h.Set(RouteHeader, x.route)
 	if a.status() == http.StatusServiceUnavailable && len(hd.Peek("Retry-After")) == 0 && h.Get("Retry-After") == "" {
 		setRetryAfter(h, time.Second)
 	}
 	x.w.WriteHeader(a.status())
 }
 
-// headerAdder is w's AddHeader (fastWriter's), through Unwrap; nil
+// headerWriter writes an answer's header fields straight into the
+// server's answer (fastWriter's), with no http.Header between.
+type headerWriter interface {
+	AddHeader(k, v []byte)
+	SetHeader(k, v string)
+}
+
+// headerAdder is w's headerWriter (fastWriter's), through Unwrap; nil
 // without one.
-func headerAdder(w http.ResponseWriter) interface{ AddHeader(k, v []byte) } {
+func headerAdder(w http.ResponseWriter) headerWriter {
 	for {
 		switch v := w.(type) {
-		case interface{ AddHeader(k, v []byte) }:
+		case headerWriter:
 			return v
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = v.Unwrap()
