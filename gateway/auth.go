@@ -244,15 +244,14 @@ type account struct {
 	out    []byte
 }
 
-// admit reserves the request against k's limits: one request, a slot and
-// its estimated tokens (the body's bytes / 4 for the prompt, max_tokens or
+// admit reserves the request against k's limits (f is readRequestFields
+// of its body): one request, a slot and its estimated tokens (the body's bytes / 4 for the prompt, max_tokens or
 // the key's reserve_tokens for the completion). For a streaming
 // body that did not ask for usage, it asks for it (the usage chunk is then
 // kept from the client). It answers 429 with Retry-After when a limit is
 // reached and returns nil.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, k *Key, body *reqBody, model string) *account {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, k *Key, body *reqBody, f requestFields, model string) *account {
 	ac := &account{g: g, key: k}
-	f := readRequestFields(body.prefix)
 	est := int64(len(body.prefix)) / 4
 	if r.URL.Path != "/v1/embeddings" {
 		if f.maxTokens >= 0 {

@@ -129,8 +129,15 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	model = base
 	x.adapters, x.adapter, x.asked = adapters, ad, sent
+	// What the limits and the choice to stream read of the body, read
+	// once (the stream's usage option that admit may add changes none).
+	d := detacher(w)
+	var fields requestFields
+	if key != nil || d != nil {
+		fields = readRequestFields(body.prefix)
+	}
 	if key != nil {
-		if x.ac = g.admit(w, r, key, body, model); x.ac == nil {
+		if x.ac = g.admit(w, r, key, body, fields, model); x.ac == nil {
 			return
 		}
 	}
@@ -147,7 +154,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, rt *route) {
 	x.p = p
 	x.req = routing.Request{Ctx: r.Context(), Key: p.policy.Key(r.URL.Path, body.prefix), Tried: x.tried[:0], Replicas: &p.set, Table: x}
 	x.dispatched = g.now()
-	if d := detacher(w); d != nil && readRequestFields(body.prefix).stream {
+	if d != nil && fields.stream {
 		// A stream is sent as it comes: on fasthttp's server, from
 		// another goroutine than its connection's (NewFastServer).
 		if x.detached = d.Detach(x.sendDetached); x.detached {
