@@ -273,8 +273,13 @@ func (l *loraSet) request(adapter string, dw, dr int) {
 	}
 }
 
-// adapterOf is the adapter a request's model names, "" for none.
+// adapterOf is the adapter a request's model names, "" for none. SGLang
+// takes "base:adapter", split at the first ':'
+// (python/sglang/srt/entrypoints/openai/serving_base.py:40-53 at v0.5.18).
 func (s *Server) adapterOf(model string) string {
+	if _, a, ok := strings.Cut(model, ":"); ok && s.cfg.Engine == EngineSGLang {
+		model = strings.TrimSpace(a)
+	}
 	if model != "" && s.lora.has(model) {
 		return model
 	}

@@ -57,8 +57,10 @@ func TestSGLangLoRALoadAndUnload(t *testing.T) {
 	if !strings.Contains(w.Body.String(), `"id":"sql","object":"model"`) || !strings.Contains(w.Body.String(), `"parent":"base"`) {
 		t.Errorf("cards: %s", w.Body)
 	}
-	if w := ts.do(http.MethodPost, "/v1/completions", `{"model":"chat","prompt":"hi","max_tokens":2}`); w.Code != http.StatusOK {
-		t.Errorf("a request for the loaded adapter: %d %s", w.Code, w.Body)
+	for _, model := range []string{"chat", "base:chat", "base: chat"} {
+		if w := ts.do(http.MethodPost, "/v1/completions", `{"model":"`+model+`","prompt":"hi","max_tokens":2}`); w.Code != http.StatusOK {
+			t.Errorf("a request for the loaded adapter as %q: %d %s", model, w.Code, w.Body)
+		}
 	}
 	w = ts.post("/unload_lora_adapter", "application/json", `{"lora_name":"sql"}`)
 	if got := decodeJSON[sglangAnswer](t, w.Body.Bytes()); w.Code != http.StatusOK || !got.Success || len(got.LoadedAdapters) != 1 || got.LoadedAdapters["chat"] != chat {
