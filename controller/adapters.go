@@ -27,12 +27,13 @@ import (
 // leaves every adapter not loaded ("unverified: …") without an event.
 //
 // A replica rendered to get its adapters at runtime (render.MetaAdapters;
-// engine.PlanAdapters: vLLM with one API server) starts with none: in the
-// same round, once its list is read, the controller unloads what the
-// engine lists that the catalog does not (or lists from another path: that
-// one is loaded again in place from the catalog's), loads each catalog
-// adapter it does not list, and reads the list again, which alone says
-// what is loaded. A load the engine refuses is a "load failed" event with
+// engine.PlanAdapters: vLLM with one API server, SGLang with one HTTP
+// worker and no plain data parallelism) starts with none: in the same
+// round, once its list is read, the controller unloads what the engine
+// lists that the catalog does not (or lists from another path: that one
+// is loaded again from the catalog's, in place where the engine can, else
+// unloaded and then loaded), loads each catalog adapter it does not list,
+// and reads the list again, which alone says what is loaded. A load the engine refuses is a "load failed" event with
 // the engine's answer, and is tried again after a back-off (30 s, doubling
 // to 10 min; at once when the catalog's path changes). A round starts no
 // load or unload after adapterOpsBudget on one replica: the rest wait for
@@ -237,7 +238,7 @@ type adapterSync struct {
 // the engine takes them: unloads first (what it lists that the catalog
 // does not), then loads (what the catalog has that it does not list, or
 // lists from another path: loaded in place, so that the name serves
-// throughout).
+// throughout, where the engine can, else unloaded first).
 func (c *Controller) syncAdapters(ctx context.Context, client *http.Client, t engineTarget, loaded []engine.LoadedAdapter, ld *adapterLoads) adapterSync {
 	if ld.failed == nil {
 		ld.failed, ld.unloads = map[string]adapterFailure{}, map[string]adapterFailure{}
@@ -299,7 +300,17 @@ func (c *Controller) syncAdapters(ctx context.Context, client *http.Client, t en
 			continue
 		}
 		out.asked = true
-		err := adapterOp(ctx, client, t.url, rt.LoadPath, rt.LoadBody(a.Name, a.Weights.Path, ok), rt)
+		var err error
+		if ok && !rt.Inplace {
+			// No load in place (SGLang's): the name is unserved
+			// between the unload and the load.
+			if err = adapterOp(ctx, client, t.url, rt.UnloadPath, rt.UnloadBody(a.Name), rt); err == nil {
+				log.Info("LoRA adapter unloaded", "adapter", a.Name, "path", path, "why", "loaded again from the catalog's "+a.Weights.Path)
+			}
+		}
+		if err == nil {
+			err = adapterOp(ctx, client, t.url, rt.LoadPath, rt.LoadBody(a.Name, a.Weights.Path, ok), rt)
+		}
 		if err != nil {
 			// The state's note says it: readAdapters' "load failed"
 			// event.
@@ -308,8 +319,11 @@ func (c *Controller) syncAdapters(ctx context.Context, client *http.Client, t en
 		}
 		delete(ld.failed, a.Name)
 		out.loaded[a.Name] = "POST " + rt.LoadPath
-		if ok {
+		switch {
+		case ok && rt.Inplace:
 			out.loaded[a.Name] += ", in place of " + path
+		case ok:
+			out.loaded[a.Name] = "POST " + rt.UnloadPath + " and " + rt.LoadPath + ", in place of " + path
 		}
 	}
 	return out

@@ -42,7 +42,7 @@ type loadCounter struct {
 }
 
 func (l *loadCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/v1/load_lora_adapter" {
+	if strings.HasSuffix(r.URL.Path, "/load_lora_adapter") { // vLLM's /v1/…, SGLang's /…
 		b, _ := io.ReadAll(r.Body)
 		var req struct {
 			Name string `json:"lora_name"`
@@ -189,6 +189,114 @@ func TestRuntimeAdaptersOnVLLM(t *testing.T) {
 		r := alpha0(t, c)
 		return event(r.Engine.AdapterEvents, "stray", "unloaded", "not in the catalog") && !slices.Contains(cardsOf(t, srv), "stray="+chat), adaptersOf(r)
 	})
+}
+
+// sglangCatalog is model alpha on SGLang (its adapters loaded at
+// runtime), three adapter slots, the adapters given as name=path, each
+// of rank 8.
+func sglangCatalog(adapters ...string) string {
+	var b strings.Builder
+	b.WriteString("model \"alpha\" {\n  source = \"org/alpha\"\n  replicas = 1\n  max_adapters = 3\n")
+	for _, a := range adapters {
+		name, path, _ := strings.Cut(a, "=")
+		fmt.Fprintf(&b, "  adapter %q {\n    path = %q\n    rank = 8\n  }\n", name, path)
+	}
+	b.WriteString("  profile \"h1\" {\n    engine = \"sglang\"\n    gpu = \"NVIDIA H200\"\n    gpus = 1\n    watts = 500\n  }\n}\n")
+	return b.String()
+}
+
+// An SGLang replica gets its adapters at runtime as vLLM's does
+// (fake-engine started from the job's own task config, refusing as
+// SGLang does): the controller loads the catalog's, one SGLang refuses is
+// a "load failed" event with SGLang's message; a catalog that drops one
+// and moves another changes no job: the dropped one is unloaded, and the
+// moved one, SGLang having no load in place, unloaded and loaded again
+// from its new path.
+func TestRuntimeAdaptersOnSGLang(t *testing.T) {
+	sql, chat, moved := peftDir(t), peftDir(t), peftDir(t)
+	empty := t.TempDir()
+	eng := &switchEngine{}
+	e := newEnv(t, sixNodes, sglangCatalog("sql="+sql, "chat="+chat, "bad="+empty), `headroom = 0`)
+	e.HoldLock()
+	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, eng.client(t) })
+	e.Pass(c)
+	jobs := e.LiveJobs()
+	if len(jobs) != 1 || jobs[0].Meta[render.MetaAdapters] != render.AdaptersRuntime {
+		t.Fatalf("jobs %+v, want one with %s = %s", jobs, render.MetaAdapters, render.AdaptersRuntime)
+	}
+	job, _, err := e.API.Jobs().Info(jobs[0].ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := job.TaskGroups[0].Tasks[0]
+	if _, ok := task.Config["adapter"]; ok {
+		t.Fatalf("adapter blocks in the task config: %v", task.Config)
+	}
+	args := []string{"--model-path", "org/alpha", "--served-model-name", "alpha"}
+	for _, a := range task.Config["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	cfg, err := fakeengine.Parse(args, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fakeengine.LoadAdapters(cfg); err != nil {
+		t.Fatalf("the engine from the task config %q does not start: %v", args, err)
+	}
+	if cfg.Engine != fakeengine.EngineSGLang || !cfg.EnableLoRA || len(cfg.LoRAPaths) != 0 || cfg.MaxLoRAs != 3 || cfg.MaxLoRARank != 8 {
+		t.Fatalf("the engine from the task config %q: %+v", args, cfg)
+	}
+	srv := fakeengine.NewServer(cfg, io.Discard, io.Discard)
+	srv.Load(t.Context())
+	counter := &loadCounter{loads: map[string]int{}, next: srv.Handler()}
+	eng.mu.Lock()
+	eng.srv = counter
+	eng.mu.Unlock()
+	e.ServeAll()
+	e.Pass(c)
+
+	event := func(evs []controllerapi.AdapterEvent, adapter, ev, detail string) bool {
+		return slices.ContainsFunc(evs, func(x controllerapi.AdapterEvent) bool {
+			return x.Adapter == adapter && x.Event == ev && strings.Contains(x.Detail, detail)
+		})
+	}
+	badNote := "load failed: POST /load_lora_adapter: 400 Bad Request: [Errno 2] No such file or directory: '" + filepath.Join(empty, "adapter_config.json") + "'"
+	wait.For(t, "sql and chat loaded, bad refused", func() (bool, string) {
+		r := alpha0(t, c)
+		if r.Engine == nil || len(r.Engine.Adapters) != 3 {
+			return false, adaptersOf(r)
+		}
+		a, ev := r.Engine.Adapters, r.Engine.AdapterEvents
+		return a[0] == controllerapi.AdapterState{Name: "sql", Loaded: true} && a[1] == controllerapi.AdapterState{Name: "chat", Loaded: true} &&
+			a[2] == controllerapi.AdapterState{Name: "bad", Note: badNote} &&
+			event(ev, "sql", "loaded", "POST /load_lora_adapter") && event(ev, "bad", "load failed", "No such file"), adaptersOf(r)
+	})
+	if n := counter.count("sql"); n != 1 {
+		t.Errorf("sql loaded %d times, want 1", n)
+	}
+
+	// The catalog drops chat and bad and moves sql.
+	e.WriteCatalog(sglangCatalog("sql=" + moved))
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e.Pass(c)
+	wait.For(t, "sql from its new path, chat unloaded", func() (bool, string) {
+		r := alpha0(t, c)
+		if r.Engine == nil || len(r.Engine.Adapters) != 1 {
+			return false, adaptersOf(r)
+		}
+		ev := r.Engine.AdapterEvents
+		return r.Engine.Adapters[0] == controllerapi.AdapterState{Name: "sql", Loaded: true} &&
+			event(ev, "chat", "unloaded", "not in the catalog (POST /unload_lora_adapter)") &&
+			event(ev, "sql", "loaded", "POST /unload_lora_adapter and /load_lora_adapter, in place of "+sql), adaptersOf(r)
+	})
+	if after := e.LiveJobs(); len(after) != 1 || after[0].ID != jobs[0].ID {
+		t.Errorf("jobs after the catalog's change %+v, want %s alone", after, jobs[0].ID)
+	}
+	if models := cardsOf(t, srv); !slices.Equal(models, []string{"sql=" + moved}) {
+		t.Errorf("the engine's adapters %q", models)
+	}
 }
 
 // sanitized is what vLLM's sanitize_message makes of a path in a message,

@@ -95,16 +95,23 @@ func init() {
 		},
 		abbrev: true,
 		Adapters: &AdapterRule{
-			Flags: []string{"--enable-lora", "--max-loras-per-batch", "--max-loaded-loras", "--max-lora-rank", "--lora-paths"},
+			Flags: []string{"--enable-lora", "--max-loras-per-batch", "--max-loaded-loras", "--max-lora-rank", "--lora-paths", "--lora-target-modules"},
 			args:  sglangAdapters,
 			Why:   "python/sglang/srt/server_args.py:2879-2917 at v0.5.18",
 			// SGLang lists what its LoRA registry holds as cards of
-			// /v1/models, as vLLM does. It has a runtime load and unload
-			// too (/load_lora_adapter, /unload_lora_adapter:
-			// http_server.py:1539-1570 at v0.5.18), which llmgw does not
-			// drive yet: docs/engines/sglang.md, "LoRA adapters".
+			// /v1/models, as vLLM does.
 			Listed: &AdapterListing{Path: "/v1/models", parse: parseModelCards,
 				Why: "python/sglang/srt/entrypoints/http_server.py:1846-1871 (available_models) at v0.5.18"},
+			// Its runtime load and unload: the contract with file and
+			// line is in adapters_runtime.go.
+			Runtime: &AdapterRuntime{
+				LoadPath:   "/load_lora_adapter",
+				UnloadPath: "/unload_lora_adapter",
+				startArgs:  sglangRuntimeStart,
+				blocked:    sglangRuntimeBlocked,
+				Why: "python/sglang/srt/entrypoints/http_server.py:1539-1570, python/sglang/srt/managers/io_struct.py:2212-2271, " +
+					"python/sglang/srt/managers/tokenizer_control_mixin.py:597-779, python/sglang/srt/server_args.py:9451-9453 at v0.5.18",
+			},
 		},
 		ReadyPath: "/health",
 		Progress:  ParseProgress,

@@ -93,6 +93,7 @@ func init() {
 				Why: "vllm/entrypoints/openai/models/serving.py:149-165 (show_available_models) at 53e211d"},
 			Runtime: &AdapterRuntime{
 				Env:        map[string]string{"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+				Inplace:    true,
 				LoadPath:   "/v1/load_lora_adapter",
 				UnloadPath: "/v1/unload_lora_adapter",
 				startArgs:  vllmRuntimeStart,

@@ -89,3 +89,36 @@ func TestFetchedAdapterKeepsVLLMOnStartLoading(t *testing.T) {
 		t.Error("one fewer adapter kept the fingerprint: a change of a start-loaded model's adapters must make new jobs")
 	}
 }
+
+// An SGLang profile gets its adapters at runtime as vLLM's does: its
+// fingerprint holds the slots and the largest rank, not the adapters. A
+// catalog that gives no rank keeps its adapters at start.
+func TestRuntimeAdaptersFingerprintSGLang(t *testing.T) {
+	t.Parallel()
+	lines := "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n  }\n"
+	cat, err := ParseCatalog("c.hcl", []byte(adapterCatalog("sglang", lines)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cat.Models[0]
+	p := m.Profiles[0]
+	plan, err := m.AdapterPlan(p)
+	if err != nil || !plan.Runtime || plan.Key != "max_loras_per_batch=2 max_lora_rank=24" {
+		t.Fatalf("plan %+v (%v), want runtime with key max_loras_per_batch=2 max_lora_rank=24", plan, err)
+	}
+	fp := ProfileFingerprint(m, p)
+	x := m
+	x.Adapters = m.Adapters[:1]
+	if ProfileFingerprint(x, p) != fp {
+		t.Error("one fewer adapter: another fingerprint")
+	}
+	x.Adapters = []Adapter{m.Adapters[0], m.Adapters[1]}
+	x.Adapters[1].Rank = 32
+	if ProfileFingerprint(x, p) == fp {
+		t.Error("a rank past the bound kept the fingerprint")
+	}
+	x.Adapters = []Adapter{m.Adapters[1]}
+	if plan, err := x.AdapterPlan(p); err != nil || plan.Runtime || !strings.Contains(plan.Static, "no adapter's rank") {
+		t.Errorf("no rank: plan %+v (%v), want adapters at start, saying why", plan, err)
+	}
+}

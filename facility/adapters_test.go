@@ -19,9 +19,10 @@ func adapterCatalog(engine, lines string) string {
 
 func TestParseCatalogAdapters(t *testing.T) {
 	t.Parallel()
-	// SGLang gets its adapters at start (vLLM's at runtime:
-	// TestRuntimeAdaptersFingerprint).
-	src := adapterCatalog("sglang", "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n    scale = 0.5\n  }\n")
+	// SGLang with two HTTP workers gets its adapters at start (with one,
+	// at runtime, as vLLM's: TestRuntimeAdaptersFingerprint).
+	src := strings.Replace(adapterCatalog("sglang", "  max_adapters = 2\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 24\n  }\n  adapter \"chat\" {\n    path = \"/srv/lora/chat\"\n    scale = 0.5\n  }\n"),
+		`engine = "sglang"`, `engine = "sglang"`+"\n    args = [\"--tokenizer-worker-num\", \"2\"]", 1)
 	cat, err := ParseCatalog("c.hcl", []byte(src))
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 //     through sanitize_message). GET /v1/models lists each loaded adapter
 //     after the base model as {"id": name, "root": path, "parent": the
 //     base model's name}, and requests name it as their model.
+//   - SGLang (--lora-paths ITEM…): sglanglora.go.
 //   - llama.cpp (--lora A,B): every file is loaded before the server
 //     listens; one that is not there fails with "failed to load lora
 //     adapter file from PATH" (src/llama-adapter.cpp at 80fb11a) and exit
@@ -34,9 +35,11 @@ import (
 
 // Adapter is one LoRA adapter given on the command line.
 type Adapter struct {
-	// Name is vLLM's module name; "" for llama.cpp's.
+	// Name is vLLM's module name, SGLang's lora_name; "" for llama.cpp's.
 	Name string
 	Path string
+	// Pinned is SGLang's pinned: never the one unloaded to make room.
+	Pinned bool
 }
 
 // parseLoRAModule reads one --lora-modules item as vLLM's LoRAParserAction
@@ -66,6 +69,8 @@ func (c Config) adapters() []Adapter {
 		return c.LoRAModules
 	case EngineLlamaCpp:
 		return c.LoRAFiles
+	case EngineSGLang:
+		return c.LoRAPaths
 	}
 	return nil
 }
@@ -73,6 +78,10 @@ func (c Config) adapters() []Adapter {
 // LoadAdapters checks the adapters as the engine loads them at start,
 // and returns what it would say as it exits where one fails.
 func LoadAdapters(c Config) error {
+	if c.Engine == EngineSGLang {
+		_, err := sglangStart(c)
+		return err
+	}
 	seen := map[string]bool{}
 	for _, a := range c.adapters() {
 		switch c.Engine {

@@ -29,7 +29,7 @@ func TestVLLMAdapters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Adapter{{"sql", sql}, {"chat", chat}}; !slices.Equal(cfg.LoRAModules, want) || !cfg.EnableLoRA || len(cfg.Ignored) != 0 {
+	if want := []Adapter{{Name: "sql", Path: sql}, {Name: "chat", Path: chat}}; !slices.Equal(cfg.LoRAModules, want) || !cfg.EnableLoRA || len(cfg.Ignored) != 0 {
 		t.Fatalf("modules %+v, enable %v, ignored %q", cfg.LoRAModules, cfg.EnableLoRA, cfg.Ignored)
 	}
 	if err := LoadAdapters(cfg); err != nil {

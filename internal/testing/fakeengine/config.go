@@ -103,6 +103,18 @@ type Config struct {
 	// vllm/envs.py:1186-1189): POST /v1/load_lora_adapter and
 	// /v1/unload_lora_adapter exist only with it (loraruntime.go).
 	RuntimeLoRA bool
+	// SGLang's LoRA flags (sglanglora.go): LoRAPaths are --lora-paths
+	// (PATH, NAME=PATH or {"lora_name","lora_path","pinned"}), which turn
+	// --enable-lora on; LoRATargetModules --lora-target-modules;
+	// MaxLoadedLoRAs --max-loaded-loras (0: none). For SGLang MaxLoRAs is
+	// --max-loras-per-batch (default 8) and MaxLoRARank has no default
+	// (0). DataParallel and DPAttention are --dp-size and
+	// --enable-dp-attention, which decide whether a runtime load passes.
+	LoRAPaths         []Adapter
+	LoRATargetModules []string
+	MaxLoadedLoRAs    int
+	DataParallel      int
+	DPAttention       bool
 
 	// Ignored holds the arguments fake-engine does not know, in order.
 	Ignored []string
@@ -153,7 +165,7 @@ func Defaults() Config {
 // LLMGW_MODEL for what the flags leave unset.
 func Parse(args []string, getenv func(string) string) (Config, error) {
 	c := Defaults()
-	var hostSet, portSet, crashSet, exitSet, engineSet bool
+	var hostSet, portSet, crashSet, exitSet, engineSet, slotsSet, rankSet bool
 	var positional []string
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
@@ -237,10 +249,41 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 					c.LoRAFiles = append(c.LoRAFiles, Adapter{Path: p})
 				}
 			}
-		case "--max-loras":
+		case "--max-loras", "--max-loras-per-batch":
 			c.MaxLoRAs, err = intValue(name, value, 1, 1<<20)
+			slotsSet = true
 		case "--max-lora-rank":
 			c.MaxLoRARank, err = intValue(name, value, 1, 1<<20)
+			rankSet = true
+		case "--lora-paths", "--lora-target-modules":
+			// SGLang's: zero or more items. SGLang keeps the last
+			// occurrence's; here they add up, as strict mode spells
+			// the items of one occurrence (--flag=ITEM each).
+			items := []string{}
+			if hasVal {
+				items = append(items, val)
+			}
+			for i+1 < len(args) && !isFlag(args[i+1]) && !hasVal {
+				i++
+				items = append(items, args[i])
+			}
+			if name == "--lora-target-modules" {
+				c.LoRATargetModules = append(c.LoRATargetModules, items...)
+				break
+			}
+			for _, it := range items {
+				var a Adapter
+				if a, err = parseLoRAPath(it); err != nil {
+					break
+				}
+				c.LoRAPaths = append(c.LoRAPaths, a)
+			}
+		case "--max-loaded-loras":
+			c.MaxLoadedLoRAs, err = intValue(name, value, 1, 1<<20)
+		case "--dp-size", "--data-parallel-size":
+			c.DataParallel, err = intValue(name, value, 1, 1<<16)
+		case "--enable-dp-attention":
+			c.DPAttention, err = boolValue(name, val, hasVal)
 		case "--max-cpu-loras":
 			// vLLM's CPU cache of adapters: nothing to keep here.
 			_, err = intValue(name, value, 1, 1<<20)
@@ -333,6 +376,18 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 	switch strings.ToLower(strings.TrimSpace(getenv(RuntimeLoRAEnv))) {
 	case "1", "true":
 		c.RuntimeLoRA = true
+	}
+	if c.Engine == EngineSGLang {
+		// server_args.py:2889-2921, 9342-9347 at v0.5.18.
+		if !slotsSet {
+			c.MaxLoRAs = 8
+		}
+		if !rankSet {
+			c.MaxLoRARank = 0
+		}
+		if len(c.LoRAPaths) > 0 {
+			c.EnableLoRA = true
+		}
 	}
 	c.Crash = crashSet || exitSet
 	if c.Help {
@@ -492,6 +547,10 @@ Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
                                                  /v1/unload_lora_adapter, refusing as vLLM does
   --lora FILE,... [--lora-init-without-apply]    llama.cpp's adapters: each file must be there;
                                                  listed at GET /lora-adapters
+  --enable-lora --lora-paths ITEM...             SGLang's adapters (PATH, name=path or
+  --max-loras-per-batch N --max-lora-rank R      {"lora_name","lora_path"}), with its start checks;
+  --lora-target-modules M... --max-loaded-loras  POST /load_lora_adapter and /unload_lora_adapter,
+                                                 refusing as SGLang v0.5.18 does
 
 Fake-engine flags:
   --load-seconds S        /health answers 503 for S seconds, logging load progress (default 0)

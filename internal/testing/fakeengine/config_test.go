@@ -56,7 +56,8 @@ func TestParse(t *testing.T) {
 			args: "--model-path meta/llama --tp-size 8 --host 127.0.0.2 --port 30000 --context-length 8192 --served-model-name llama",
 			want: with(func(c *Config) {
 				c.Model, c.TensorParallel, c.Host, c.Port, c.MaxModelLen, c.ServedNames = "meta/llama", 8, "127.0.0.2", 30000, 8192, []string{"llama"}
-				c.Engine = EngineSGLang
+				// SGLang's LoRA defaults: 8 adapters a batch, no rank.
+				c.Engine, c.MaxLoRAs, c.MaxLoRARank = EngineSGLang, 8, 0
 			}),
 		},
 		{
@@ -79,7 +80,9 @@ func TestParse(t *testing.T) {
 		{
 			name: "sglang --tp",
 			args: "--model-path m --tp 2",
-			want: with(func(c *Config) { c.Model, c.TensorParallel, c.Engine = "m", 2, EngineSGLang }),
+			want: with(func(c *Config) {
+				c.Model, c.TensorParallel, c.Engine, c.MaxLoRAs, c.MaxLoRARank = "m", 2, EngineSGLang, 8, 0
+			}),
 		},
 		{
 			name: "metrics switches, batch bounds and an explicit engine",

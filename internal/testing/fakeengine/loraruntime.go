@@ -218,6 +218,9 @@ type loraSet struct {
 
 func newLoraSet(c Config, reg *prometheus.Registry) *loraSet {
 	l := &loraSet{waiting: map[string]int{}, running: map[string]int{}}
+	if c.Engine == EngineSGLang {
+		l.loaded = slices.Clone(c.LoRAPaths)
+	}
 	if c.Engine != EngineVLLM {
 		return l
 	}
@@ -270,8 +273,13 @@ func (l *loraSet) request(adapter string, dw, dr int) {
 	}
 }
 
-// adapterOf is the adapter a request's model names, "" for none.
+// adapterOf is the adapter a request's model names, "" for none. SGLang
+// takes "base:adapter", split at the first ':'
+// (python/sglang/srt/entrypoints/openai/serving_base.py:40-53 at v0.5.18).
 func (s *Server) adapterOf(model string) string {
+	if _, a, ok := strings.Cut(model, ":"); ok && s.cfg.Engine == EngineSGLang {
+		model = strings.TrimSpace(a)
+	}
 	if model != "" && s.lora.has(model) {
 		return model
 	}
@@ -358,17 +366,36 @@ func writeVLLMError(w http.ResponseWriter, code int, typ, msg string, param *str
 }
 
 // pyField is one field of a pydantic request model: its name, its type
-// (str, bool, int|None) and whether it is required.
+// (str, str|None, bool, int|None) and whether it is required.
 type pyField struct {
 	name, typ string
 	required  bool
 }
+
+// bodyDialect is how an engine's FastAPI route reads a request model:
+// jsonOnly, vLLM's validate_json_request dependency; notObject, the error
+// of a body that is no JSON object (a pydantic model's, or SGLang's typed
+// dictionary's); refuse writes the engine's 400 for the errors.
+type bodyDialect struct {
+	jsonOnly  bool
+	notObject pyError
+	refuse    func(w http.ResponseWriter, errs []pyError)
+}
+
+var vllmBody = bodyDialect{jsonOnly: true, refuse: writeValidation,
+	notObject: pyError{typ: "model_attributes_type", msg: "Input should be a valid dictionary or object to extract fields from"}}
 
 // pydanticBody reads a request body as FastAPI with vLLM's
 // validate_json_request dependency and a pydantic model of fields would,
 // answering vLLM's 400 itself where they refuse it. The body returned
 // holds every field, the absent ones at their default.
 func (s *Server) pydanticBody(w http.ResponseWriter, r *http.Request, fields []pyField) (map[string]any, bool) {
+	return s.readBody(w, r, fields, vllmBody)
+}
+
+// readBody reads a request body of fields as FastAPI reads an engine's
+// request model (d).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, fields []pyField, d bodyDialect) (map[string]any, bool) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		writeVLLMError(w, http.StatusBadRequest, "BadRequestError", err.Error(), nil)
@@ -388,7 +415,7 @@ func (s *Server) pydanticBody(w http.ResponseWriter, r *http.Request, fields []p
 			if errors.As(err, &se) {
 				pos = int(se.Offset)
 			}
-			writeValidation(w, []pyError{{typ: "json_invalid", loc: []any{"body", pos}, msg: "JSON decode error", input: map[string]any{},
+			d.refuse(w, []pyError{{typ: "json_invalid", loc: []any{"body", pos}, msg: "JSON decode error", input: map[string]any{},
 				ctx: map[string]any{"error": err.Error()}}})
 			return nil, false
 		}
@@ -396,18 +423,23 @@ func (s *Server) pydanticBody(w http.ResponseWriter, r *http.Request, fields []p
 	}
 	// validate_json_request (vllm/entrypoints/serve/utils/api_utils.py:
 	// 336-342).
-	if media != "application/json" {
-		writeValidation(w, []pyError{{plain: "Unsupported Media Type: Only 'application/json' is allowed"}})
+	if d.jsonOnly && media != "application/json" {
+		d.refuse(w, []pyError{{plain: "Unsupported Media Type: Only 'application/json' is allowed"}})
+		return nil, false
+	}
+	if len(raw) == 0 {
+		d.refuse(w, []pyError{{typ: "missing", loc: []any{"body"}, msg: "Field required", input: nil}})
 		return nil, false
 	}
 	if !decoded {
-		writeValidation(w, []pyError{{typ: "missing", loc: []any{"body"}, msg: "Field required", input: nil}})
-		return nil, false
+		// Another content type: FastAPI hands the model the raw bytes.
+		v = pyBytes(raw)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		writeValidation(w, []pyError{{typ: "model_attributes_type", loc: []any{"body"},
-			msg: "Input should be a valid dictionary or object to extract fields from", input: v}})
+		e := d.notObject
+		e.loc, e.input = []any{"body"}, v
+		d.refuse(w, []pyError{e})
 		return nil, false
 	}
 	var errs []pyError
@@ -434,6 +466,14 @@ func (s *Server) pydanticBody(w http.ResponseWriter, r *http.Request, fields []p
 			} else {
 				errs = append(errs, pyError{typ: "bool_type", loc: loc, msg: "Input should be a valid boolean", input: x})
 			}
+		case f.typ == "str|None":
+			if x == nil {
+				out[f.name] = nil
+			} else if sv, ok := x.(string); ok {
+				out[f.name] = sv
+			} else {
+				errs = append(errs, pyError{typ: "string_type", loc: loc, msg: "Input should be a valid string", input: x})
+			}
 		case f.typ == "int|None":
 			if e, ok := pyLaxIntOrNone(x); ok {
 				out[f.name] = e
@@ -452,7 +492,7 @@ func (s *Server) pydanticBody(w http.ResponseWriter, r *http.Request, fields []p
 		}
 	}
 	if len(errs) > 0 {
-		writeValidation(w, errs)
+		d.refuse(w, errs)
 		return nil, false
 	}
 	return out, true
@@ -516,9 +556,14 @@ func writeValidation(w http.ResponseWriter, errs []pyError) {
 	writeVLLMError(w, http.StatusBadRequest, "Bad Request", strings.TrimRight(b.String(), " \n"), param)
 }
 
+// pyBytes is a body FastAPI did not decode: Python's bytes.
+type pyBytes []byte
+
 // pyRepr is Python's repr of a value read from JSON (or a location).
 func pyRepr(v any) string {
 	switch x := v.(type) {
+	case pyBytes:
+		return "b" + pyRepr(string(x))
 	case nil:
 		return "None"
 	case bool:

@@ -28,8 +28,10 @@ type Server struct {
 	seq     atomic.Uint64
 	m       *metrics
 	mux     *http.ServeMux
-	// lora is vLLM's adapters: loaded, and with requests in flight.
-	lora *loraSet
+	// lora is vLLM's and SGLang's adapters: loaded, and with requests in
+	// flight; sglang SGLang's LoRA memory pool.
+	lora   *loraSet
+	sglang sglangPool
 	// slots holds a token per running request when they are bounded
 	// (Config.MaxRunning); nil otherwise.
 	slots chan struct{}
@@ -42,6 +44,10 @@ func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	s := &Server{cfg: cfg, stdout: stdout, stderr: stderr, created: time.Now().Unix()}
 	s.m = newMetrics(cfg, s.ready.Load)
 	s.lora = newLoraSet(cfg, s.m.reg)
+	if cfg.Engine == EngineSGLang {
+		// Run has checked the start (LoadAdapters).
+		s.sglang, _ = sglangStart(cfg)
+	}
 	if cfg.MaxRunning > 0 {
 		s.slots = make(chan struct{}, cfg.MaxRunning)
 	}
@@ -49,9 +55,13 @@ func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.gated(s.models))
 	mux.HandleFunc("GET /lora-adapters", s.gated(s.loraAdapters))
-	if cfg.Engine == EngineVLLM {
+	switch cfg.Engine {
+	case EngineVLLM:
 		mux.HandleFunc("POST /v1/load_lora_adapter", s.gated(s.loadLoRA))
 		mux.HandleFunc("POST /v1/unload_lora_adapter", s.gated(s.unloadLoRA))
+	case EngineSGLang:
+		mux.HandleFunc("POST /load_lora_adapter", s.gated(s.loadSGLangLoRA))
+		mux.HandleFunc("POST /unload_lora_adapter", s.gated(s.unloadSGLangLoRA))
 	}
 	mux.HandleFunc("POST /v1/chat/completions", s.gated(s.chatCompletions))
 	mux.HandleFunc("POST /v1/completions", s.gated(s.completions))
@@ -207,7 +217,9 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 			Root: s.cfg.Model, MaxModelLen: s.cfg.MaxModelLen,
 		})
 	}
-	if s.cfg.Engine == EngineVLLM {
+	// SGLang lists its registry with --enable-lora only
+	// (http_server.py:1859-1869 at v0.5.18).
+	if s.cfg.Engine == EngineVLLM || s.cfg.Engine == EngineSGLang && s.cfg.EnableLoRA {
 		for _, a := range s.lora.list() {
 			list.Data = append(list.Data, modelCard{
 				ID: a.Name, Object: "model", Created: s.created, OwnedBy: "fake-engine",
