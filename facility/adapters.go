@@ -73,9 +73,18 @@ type adapterHCL struct {
 // or the profiles (the engine) Validate checks.
 func (d *decoder) adapters(m *Model, rm *modelHCL) {
 	d.intIn(rm.Body, "max_adapters", rm.MaxAdapters, &m.MaxAdapters, 1, engine.MaxAdapters)
+	if r, ok := d.Given(rm.Body, "adapter_loading"); ok {
+		if err := checkAdapterLoading(rm.AdapterLoading); err != nil {
+			d.errorf(r, "model %q: %v", m.Name, err)
+		} else {
+			m.AdapterLoading = rm.AdapterLoading
+		}
+	}
 	if len(rm.Adapters) == 0 {
-		if r, ok := d.Given(rm.Body, "max_adapters"); ok {
-			d.errorf(r, "model %q: max_adapters without an adapter block", m.Name)
+		for _, attr := range []string{"max_adapters", "adapter_loading"} {
+			if r, ok := d.Given(rm.Body, attr); ok {
+				d.errorf(r, "model %q: %s without an adapter block", m.Name, attr)
+			}
 		}
 		return
 	}
@@ -128,6 +137,20 @@ func (d *decoder) adapterSource(m *Model, a *Adapter, ra *adapterHCL) {
 	}
 }
 
+// The values of adapter_loading (Model.AdapterLoading).
+const (
+	AdapterLoadingRuntime = "runtime"
+	AdapterLoadingStart   = "start"
+)
+
+func checkAdapterLoading(v string) error {
+	if v != AdapterLoadingRuntime && v != AdapterLoadingStart {
+		return fmt.Errorf("adapter_loading: want %q (the engine's runtime API, where it has one) or %q (on the engine's command line), got %q",
+			AdapterLoadingRuntime, AdapterLoadingStart, v)
+	}
+	return nil
+}
+
 func checkScale(s float64) error {
 	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 || s > maxAdapterScale {
 		return fmt.Errorf("scale: want a number above 0 and at most %d, got %v", maxAdapterScale, s)
@@ -161,9 +184,17 @@ func (m Model) validateAdapters(taken map[string]string) []error {
 	at := func(a Adapter, format string, args ...any) {
 		errs = append(errs, errAt(a.Pos, fmt.Sprintf("model %q: adapter %q: ", m.Name, a.Name)+fmt.Sprintf(format, args...)))
 	}
+	if m.AdapterLoading != "" {
+		if err := checkAdapterLoading(m.AdapterLoading); err != nil {
+			errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: %v", m.Name, err)))
+		}
+	}
 	if len(m.Adapters) == 0 {
 		if m.MaxAdapters != 0 {
 			errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: max_adapters %d without an adapter", m.Name, m.MaxAdapters)))
+		}
+		if m.AdapterLoading != "" {
+			errs = append(errs, errAt(m.Pos, fmt.Sprintf("model %q: adapter_loading %q without an adapter", m.Name, m.AdapterLoading)))
 		}
 		return errs
 	}

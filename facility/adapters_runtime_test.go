@@ -68,6 +68,41 @@ func TestRuntimeAdaptersFingerprint(t *testing.T) {
 	}
 }
 
+// adapter_loading = "start" gives the adapters on the engine's command
+// line even where the engine could load them while it runs (vLLM, SGLang
+// with one HTTP worker): no runtime API turned on (vLLM's environment
+// switch), the adapters in the fingerprint; "runtime" is the default's.
+func TestAdapterLoadingStart(t *testing.T) {
+	t.Parallel()
+	// max_adapters, so that the slots do not move with the adapters' count.
+	lines := "  max_adapters = 4\n  adapter \"sql\" {\n    path = \"/srv/lora/sql\"\n    rank = 8\n  }\n"
+	for _, eng := range []string{"vllm", "sglang"} {
+		for _, loading := range []string{"", "runtime", "start"} {
+			l := lines
+			if loading != "" {
+				l = "  adapter_loading = \"" + loading + "\"\n" + lines
+			}
+			cat, err := ParseCatalog("c.hcl", []byte(adapterCatalog(eng, l)))
+			if err != nil {
+				t.Fatalf("%s, adapter_loading %q: %v", eng, loading, err)
+			}
+			m := cat.Models[0]
+			plan, err := m.AdapterPlan(m.Profiles[0])
+			if err != nil {
+				t.Fatalf("%s, adapter_loading %q: %v", eng, loading, err)
+			}
+			if start := loading == "start"; plan.Runtime == start || (start && (plan.Static == "" || len(plan.Env) > 0)) {
+				t.Errorf("%s, adapter_loading %q: plan %+v; want at start %v (saying why, no runtime environment)", eng, loading, plan, start)
+			}
+			x := m
+			x.Adapters = append(x.Adapters, Adapter{Name: "new", Weights: m.Adapters[0].Weights, Rank: 8})
+			if same := ProfileFingerprint(x, m.Profiles[0]) == ProfileFingerprint(m, m.Profiles[0]); same == (loading == "start") {
+				t.Errorf("%s, adapter_loading %q: an adapter more kept the fingerprint %v", eng, loading, same)
+			}
+		}
+	}
+}
+
 // A vLLM model with an adapter the nodes' stores fetch gets every adapter
 // at start: the driver fetches from the task's adapter blocks before the
 // engine starts, and a runtime load could only name a path on the node.

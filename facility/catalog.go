@@ -53,7 +53,13 @@ type Model struct {
 	// at start, so for it a max_adapters below the adapters' count is
 	// refused.
 	MaxAdapters int `json:",omitempty"`
-	Replicas    int
+	// AdapterLoading is how an engine with a runtime adapter API gets the
+	// adapters (adapter_loading): "" (or AdapterLoadingRuntime) through
+	// that API, loaded by the controller; AdapterLoadingStart on its
+	// command line, as every other engine, with the API left off where
+	// the engine has a switch for it (AdapterPlan).
+	AdapterLoading string `json:",omitempty"`
+	Replicas       int
 	// Profiles in order of preference: a replica takes the first that fits.
 	Profiles []Profile
 	// MaxSurge is how many of the model's replicas may have a second copy

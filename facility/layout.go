@@ -42,6 +42,9 @@ func (m Model) AdapterPlan(p Profile) (engine.AdapterPlan, error) {
 	if err != nil || !plan.Runtime {
 		return plan, err
 	}
+	if m.AdapterLoading == AdapterLoadingStart {
+		return engine.AdapterPlan{Static: `the catalog asks for them at start (adapter_loading = "start")`}, nil
+	}
 	// An adapter the nodes' stores fetch is on the node only once the
 	// driver has fetched it before the engine starts, from the task's
 	// adapter blocks: such a model's replicas get their adapters at start.

@@ -115,6 +115,7 @@ type (
 		WarmSpares     int           `hcl:"warm_spares,optional"`
 		Weights        *weightsHCL   `hcl:"weights,block"`
 		MaxAdapters    int           `hcl:"max_adapters,optional"`
+		AdapterLoading string        `hcl:"adapter_loading,optional"`
 		Adapters       []adapterHCL  `hcl:"adapter,block"`
 		Autoscale      *autoscaleHCL `hcl:"autoscale,block"`
 		Profiles       []profileHCL  `hcl:"profile,block"`

@@ -132,6 +132,31 @@ func TestJobRendersRuntimeAdapters(t *testing.T) {
 	}
 }
 
+// adapter_loading = "start": the same vLLM model's adapters go on the
+// command line (the task config's adapter blocks), and the job turns no
+// runtime API on.
+func TestJobRendersAdaptersAtStartWhenAsked(t *testing.T) {
+	t.Parallel()
+	m := adapterModel("vllm", "-c", "4096")
+	m.MaxAdapters = 4
+	m.AdapterLoading = facility.AdapterLoadingStart
+	m.Profiles[0].Env = map[string]string{"HF_HOME": "/hf"}
+	job, err := Job(input(m, 0, nil, nil, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := job.Meta[MetaAdapters]; got == AdaptersRuntime {
+		t.Errorf("job meta %s = %q", MetaAdapters, got)
+	}
+	cfg := job.TaskGroups[0].Tasks[0].Config
+	if _, ok := cfg["adapter"]; !ok {
+		t.Errorf("task config has no adapter blocks: %v", cfg)
+	}
+	if diff := cmp.Diff(map[string]string{"HF_HOME": "/hf"}, cfg["env"]); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+}
+
 // What the catalog refuses of adapters, render refuses too.
 func TestJobRefusesBadAdapters(t *testing.T) {
 	t.Parallel()
