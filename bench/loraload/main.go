@@ -57,7 +57,25 @@
 // that each replica lists every adapter at start and at the end of each
 // run.
 //
+// With -engine vllm-model (vllm.go) the replicas are fake-engine
+// processes impersonating vLLM with --enable-lora (every adapter a
+// --lora-modules entry, --max-loras -max-loras, --max-num-seqs -slots),
+// whose scheduler and adapter caches follow vLLM's rules
+// (internal/testing/fakeengine/lorasched.go): at most max_loras adapters
+// per batch, GPU slots as an LRU cache, a slot load costing -swap (an
+// assumption), prefill at -prefill-rate (an assumption) with a prefix
+// cache per adapter. An answer is drawn from its adapter's name and names
+// it (the expected text is known for each request). adapter goes through
+// the gateway, its model list naming the adapters with max_adapters
+// -max-loras; least-outstanding is the tool's own (the gateway routes a
+// listed adapter only by its home set, and an unlisted one not at all);
+// prefer-loaded is llm-d's lora-affinity score over each replica's
+// vllm:lora_requests_info, scraped every -scrape. An adapter's wait is
+// then its TTFT (no engine prompt time is reported), and the loads are
+// the replicas' own count of adapters moved into a GPU slot, per minute.
+//
 //	go run ./bench/loraload -adapters 50 -replicas 3 -requests 240 -rate 3
+//	go run ./bench/loraload -engine vllm-model -requests 160 -rate 18 -swap 50ms
 //
 // Results are in docs/perf.md ("LoRA adapters (issue 37)").
 package main
@@ -89,6 +107,7 @@ import (
 
 	"github.com/llmgw/llmgw/bench/internal/benchstat"
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/enginemetrics"
 	"github.com/llmgw/llmgw/gateway"
 	"github.com/llmgw/llmgw/gatewayapi"
 	"github.com/llmgw/llmgw/internal/testing/llamabuild"
@@ -109,6 +128,12 @@ type config struct {
 	policies                                               []string
 	runTimeout                                             time.Duration
 	serverLogs, dump                                       string
+	// -engine vllm-model (vllm.go).
+	engine                  string
+	maxLoras, kvTokens      int
+	swap, scrape            time.Duration
+	prefillRate, decodeRate float64
+	fakeEngine              string
 }
 
 func main() {
@@ -116,7 +141,7 @@ func main() {
 	var policies string
 	flag.IntVar(&c.adapters, "adapters", 50, "LoRA adapters, every replica loading all")
 	flag.IntVar(&c.replicas, "replicas", 3, "llama-server replicas (one thread each)")
-	flag.IntVar(&c.slots, "slots", 4, "llama-server's --parallel slots per replica")
+	flag.IntVar(&c.slots, "slots", 4, "llama-server's --parallel slots per replica (vllm-model: --max-num-seqs)")
 	flag.IntVar(&c.requests, "requests", 240, "requests per run")
 	flag.Float64Var(&c.rate, "rate", 3, "requests arriving per second (Poisson)")
 	flag.Float64Var(&c.zipf, "zipf", 1.1, "the adapters' popularity: Zipf's exponent over their ranks (above 1)")
@@ -131,8 +156,22 @@ func main() {
 	flag.DurationVar(&c.runTimeout, "run-timeout", 5*time.Minute, "the longest one run may take")
 	flag.StringVar(&c.serverLogs, "server-logs", "", "a directory to write each replica's output to, a file per run and replica (empty: discarded)")
 	flag.StringVar(&c.dump, "dump", "", "append every answer of every run to this file, a line each (tab-separated: round, policy, adapter, replica, route, TTFT ms, engine prompt ms, prompt tokens, cached, right answer)")
+	flag.StringVar(&c.engine, "engine", engineLlama, "the replicas: llamacpp (real llama-server, every adapter loaded) or vllm-model (fake-engine impersonating vLLM's adapter scheduling, vllm.go)")
+	flag.IntVar(&c.maxLoras, "max-loras", 4, "vllm-model: vLLM's --max-loras, adapters per batch and GPU slots")
+	flag.DurationVar(&c.swap, "swap", 50*time.Millisecond, "vllm-model: GPU time of moving an adapter into a slot (fake-engine's --fake-lora-swap; an assumption)")
+	flag.Float64Var(&c.prefillRate, "prefill-rate", 8000, "vllm-model: prefill tokens per second (an assumption)")
+	flag.Float64Var(&c.decodeRate, "decode-rate", 40, "vllm-model: generated tokens per second of each request (an assumption)")
+	flag.IntVar(&c.kvTokens, "kv-tokens", 200000, "vllm-model: tokens the prefix cache holds")
+	flag.DurationVar(&c.scrape, "scrape", 50*time.Millisecond, "vllm-model: how often prefer-loaded reads each replica's vllm:lora_requests_info")
+	flag.StringVar(&c.fakeEngine, "fake-engine", "", "vllm-model: the fake-engine binary (empty: go build cmd/fake-engine, from within the module)")
 	flag.Parse()
 	c.policies = strings.Split(policies, ",")
+	if c.engine != engineLlama && c.engine != engineVLLM {
+		fail(fmt.Errorf("-engine %q: want llamacpp or vllm-model", c.engine))
+	}
+	if c.engine == engineVLLM && (c.maxLoras < 1 || c.swap < 0 || c.prefillRate < 0 || c.decodeRate < 0 || c.kvTokens < 1 || c.scrape <= 0) {
+		fail(errors.New("-max-loras and -kv-tokens at least 1, -swap, -prefill-rate and -decode-rate not negative, -scrape above 0"))
+	}
 	for _, p := range c.policies {
 		if p != policyAdapter && p != policyLO && p != policyLoaded {
 			fail(fmt.Errorf("-policies: %q is not adapter, least-outstanding or prefer-loaded", p))
@@ -191,8 +230,11 @@ func trace(c config, dir string) ([]adapter, []request) {
 			b.WriteByte(' ')
 			b.WriteString(words[rng.IntN(len(words))])
 		}
-		as = append(as, adapter{name: fmt.Sprintf("a%02d", i), answer: "The " + nouns[i] + ".",
-			path: filepath.Join(dir, fmt.Sprintf("a%02d.gguf", i)), system: b.String()})
+		path := filepath.Join(dir, fmt.Sprintf("a%02d.gguf", i))
+		if c.engine == engineVLLM {
+			path = filepath.Join(dir, fmt.Sprintf("a%02d", i)) // a PEFT directory
+		}
+		as = append(as, adapter{name: fmt.Sprintf("a%02d", i), answer: "The " + nouns[i] + ".", path: path, system: b.String()})
 	}
 	z := rand.NewZipf(rng, c.zipf, 1, uint64(c.adapters-1))
 	var rs []request
@@ -210,14 +252,30 @@ func trace(c config, dir string) ([]adapter, []request) {
 	return as, rs
 }
 
-// replica is one llama-server.
+// replica is one llama-server, or one fake vLLM.
 type replica struct {
 	name, addr string
 	cmd        *exec.Cmd
 	done       chan struct{}
 }
 
-func startReplica(ctx context.Context, c config, model string, args []string, i int) (*replica, error) {
+// llamaArgs is llama-server's command line for port: the tiny model and
+// the adapters' args (engine.AdapterArgs).
+func llamaArgs(c config, model string, args []string) func(port int) []string {
+	return func(port int) []string {
+		return append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
+			"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx)}, args...)
+	}
+}
+
+// servers is how a run starts its replicas: the binary and its command
+// line for a port.
+type servers struct {
+	bin  string
+	args func(port int) []string
+}
+
+func startReplica(ctx context.Context, c config, sv servers, i int) (*replica, error) {
 	name := fmt.Sprintf("r%d", i)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -225,16 +283,14 @@ func startReplica(ctx context.Context, c config, model string, args []string, i 
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
-	all := append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--metrics", "--alias", "tiny",
-		"-t", "1", "-tb", "1", "-np", strconv.Itoa(c.slots), "-c", strconv.Itoa(c.ctx)}, args...)
-	cmd := exec.Command(llamabuild.Binary(), all...)
+	cmd := exec.Command(sv.bin, sv.args(port)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if c.serverLogs != "" {
-		f, err := os.CreateTemp(c.serverLogs, name+"-*.log")
-		if err != nil {
-			return nil, err
-		}
+	f, err := logTo(c, name)
+	if err != nil {
+		return nil, err
+	}
+	if f != nil {
 		defer func() { _ = f.Close() }() // the child holds its own descriptor
 		cmd.Stdout, cmd.Stderr = f, f
 	}
@@ -301,6 +357,15 @@ type sample struct {
 	prompt, cached int64
 	promptMS       float64
 	err            string
+	// want is the answer rq's adapter gives; wantModel, where the engine
+	// names the adapter in its answer (vLLM), that name, and model the
+	// name the answer gave.
+	want, wantModel, model string
+}
+
+// right reports whether s is its adapter's answer.
+func (s sample) right() bool {
+	return s.ok && s.answer == s.want && (s.wantModel == "" || s.model == s.wantModel)
 }
 
 // client sends to a gateway; directClient straight to a replica, on a new
@@ -354,6 +419,7 @@ func send(ctx context.Context, hc *http.Client, url string, b []byte) (s sample)
 			continue
 		}
 		var ev struct {
+			Model   string `json:"model"`
 			Choices []struct {
 				Delta struct {
 					Content string `json:"content"`
@@ -367,6 +433,9 @@ func send(ctx context.Context, hc *http.Client, url string, b []byte) (s sample)
 		}
 		if json.Unmarshal([]byte(data), &ev) != nil {
 			continue
+		}
+		if ev.Model != "" {
+			s.model = ev.Model
 		}
 		for _, ch := range ev.Choices {
 			if ch.Delta.Content != "" && s.ttft == 0 {
@@ -454,11 +523,17 @@ type result struct {
 	perReplica            string // answers and TTFT p90 by replica
 	wall                  time.Duration
 	loadBefore, loadAfter string
+	// slotLoads and pathLoads: the fake vLLMs' adapter loads into a GPU
+	// slot and from the path, all replicas (none for llama.cpp).
+	slotLoads, pathLoads float64
 }
+
+// perMinute is n over the run's wall time, per minute.
+func (r result) perMinute(n float64) float64 { return n / max(r.wall.Minutes(), 1e-9) }
 
 func (r result) hit() float64 { return float64(r.cached) / float64(max(r.prompt, 1)) }
 
-func runOnce(c config, model string, args []string, as []adapter, rs []request, policy string, round int) (result, error) {
+func runOnce(c config, sv servers, as []adapter, rs []request, policy string, round int) (result, error) {
 	res := result{policy: policy, round: round, requests: len(rs), loadBefore: benchstat.LoadAvg(), routes: map[string]int{}}
 	fmt.Fprintf(os.Stderr, "run: round %d, %s (load average %s)\n", round+1, policy, res.loadBefore)
 	ctx, cancel := context.WithTimeout(context.Background(), c.runTimeout)
@@ -470,14 +545,21 @@ func runOnce(c config, model string, args []string, as []adapter, rs []request, 
 		}
 	}()
 	for i := range c.replicas {
-		r, err := startReplica(ctx, c, model, args, i)
+		r, err := startReplica(ctx, c, sv, i)
 		if err != nil {
 			return res, err
 		}
 		reps = append(reps, r)
 	}
+	vllm := c.engine == engineVLLM
 	var ids []int
 	for _, r := range reps {
+		if vllm {
+			if err := vllmListed(ctx, r, as); err != nil {
+				return res, err
+			}
+			continue
+		}
 		got, err := loraIDs(ctx, r, as)
 		if err != nil {
 			return res, err
@@ -489,18 +571,22 @@ func runOnce(c config, model string, args []string, as []adapter, rs []request, 
 	}
 
 	var gwURL string
-	if policy != policyLoaded {
-		g := gateway.New(gateway.Options{Routing: map[string]string{"tiny": gateway.RouteLeastOutstanding}, Registerer: prometheus.NewRegistry()})
+	if policy == policyAdapter || policy == policyLO && !vllm {
+		base, eng, maxAdapters := "tiny", engine.LlamaCpp, 0
+		if vllm {
+			base, eng, maxAdapters = baseModel, engine.VLLM, c.maxLoras
+		}
+		g := gateway.New(gateway.Options{Routing: map[string]string{base: gateway.RouteLeastOutstanding}, Registerer: prometheus.NewRegistry()})
 		if policy == policyAdapter {
 			var la []gatewayapi.ListedAdapter
 			for _, a := range as {
 				la = append(la, gatewayapi.ListedAdapter{Name: a.name, Path: a.path, Scale: 1})
 			}
-			g.UpdateModels(gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: "tiny", Replicas: c.replicas, Min: c.replicas, Adapters: la}}}, nil)
+			g.UpdateModels(gatewayapi.ModelList{Models: []gatewayapi.ListedModel{{Name: base, Replicas: c.replicas, Min: c.replicas, Adapters: la, MaxAdapters: maxAdapters}}}, nil)
 		}
 		var insts []gateway.Instance
 		for _, r := range reps {
-			insts = append(insts, gateway.Instance{ID: r.name, Model: "tiny", Replica: r.name, Address: r.addr, Weight: 1, Engine: engine.LlamaCpp})
+			insts = append(insts, gateway.Instance{ID: r.name, Model: base, Replica: r.name, Address: r.addr, Weight: 1, Engine: eng})
 		}
 		g.Update(gateway.Snapshot{Instances: insts})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -523,6 +609,14 @@ func runOnce(c config, model string, args []string, as []adapter, rs []request, 
 	for range reps {
 		lp.running = append(lp.running, map[int]int{})
 	}
+	lo := &leastOut{inflight: make([]int, len(reps))}
+	aff := &affinity{lo: lo, lists: make([]*enginemetrics.AdapterRequests, len(reps))}
+	if vllm && policy == policyLoaded {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		swg.Go(func() { aff.scrapeLoop(sctx, reps, c.scrape) })
+		defer func() { scancel(); swg.Wait() }()
+	}
 
 	samples := make([]sample, len(rs))
 	start := time.Now()
@@ -537,29 +631,58 @@ func runOnce(c config, model string, args []string, as []adapter, rs []request, 
 			}
 			a := as[rq.adapter]
 			var s sample
-			switch policy {
-			case policyAdapter:
+			switch {
+			case vllm && policy != policyAdapter:
+				var i int
+				if policy == policyLO {
+					i = lo.pick()
+				} else {
+					i = aff.pick(a.name, c.maxLoras)
+				}
+				s = send(ctx, directClient, "http://"+reps[i].addr, body(c, a, rq, a.name, -1))
+				s.replica, s.route = reps[i].name, policy
+				lo.done(i)
+			case policy == policyAdapter:
 				s = send(ctx, client, gwURL, body(c, a, rq, a.name, -1))
-			case policyLO:
+			case policy == policyLO:
 				s = send(ctx, client, gwURL, body(c, a, rq, "tiny", ids[rq.adapter]))
-			case policyLoaded:
+			default:
 				i := lp.pick(rq.adapter)
 				s = send(ctx, directClient, "http://"+reps[i].addr, body(c, a, rq, "tiny", ids[rq.adapter]))
 				s.replica, s.route = reps[i].name, policyLoaded
 				lp.done(i, rq.adapter)
 			}
-			s.adapter = rq.adapter
+			s.adapter, s.want = rq.adapter, a.answer
+			if vllm {
+				s.want, s.wantModel = vllmAnswer(c, a, rq), a.name
+			}
 			samples[rq.id] = s
 		})
 	}
 	wg.Wait()
 	res.wall = time.Since(start)
+	var counts engineCounts
 	for _, r := range reps {
+		if vllm {
+			ec, err := readCounts(ctx, r)
+			if err != nil {
+				return res, fmt.Errorf("after the run: %w", err)
+			}
+			counts.slotLoads += ec.slotLoads
+			counts.pathLoads += ec.pathLoads
+			counts.queried += ec.queried
+			counts.hits += ec.hits
+			continue
+		}
 		if _, err := loraIDs(ctx, r, as); err != nil {
 			return res, fmt.Errorf("after the run: %w", err)
 		}
 	}
 	summarize(&res, as, samples)
+	if vllm {
+		res.slotLoads, res.pathLoads = counts.slotLoads, counts.pathLoads
+		res.prompt, res.cached = int64(counts.queried), int64(counts.hits)
+	}
 	if c.dump != "" {
 		if err := dump(c.dump, round, policy, as, samples); err != nil {
 			return res, err
@@ -578,7 +701,7 @@ func dump(path string, round int, policy string, as []adapter, samples []sample)
 	w := bufio.NewWriter(f)
 	for _, s := range samples {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%.0f\t%d\t%d\t%t\n", round+1, policy, as[s.adapter].name, s.replica, s.route,
-			s.ttft.Milliseconds(), s.promptMS, s.prompt, s.cached, s.ok && s.answer == as[s.adapter].answer)
+			s.ttft.Milliseconds(), s.promptMS, s.prompt, s.cached, s.right())
 	}
 	if err := w.Flush(); err != nil {
 		_ = f.Close()
@@ -600,9 +723,9 @@ func summarize(res *result, as []adapter, samples []sample) {
 			continue
 		}
 		res.ok++
-		if want := as[s.adapter].answer; s.answer != want {
+		if !s.right() {
 			if res.wrong == 0 {
-				res.firstWrong = fmt.Sprintf("%s on %s: %q, want %q", as[s.adapter].name, s.replica, s.answer, want)
+				res.firstWrong = fmt.Sprintf("%s on %s: %q (model %q), want %q", as[s.adapter].name, s.replica, s.answer, s.model, s.want)
 			}
 			res.wrong++
 		}
@@ -692,6 +815,9 @@ func printResult(r result) {
 		r.policy, r.ok, r.requests, r.wall.Round(time.Millisecond), r.wrong, benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), r.rps,
 		r.cached, r.prompt, r.spread, benchstat.MS(r.meanWait), r.classes[0], r.classes[1], r.classes[2], r.fairWorstAdapter, r.fairWorst, r.overFair, r.routes, r.loadBefore, r.loadAfter)
 	fmt.Fprintf(os.Stderr, "    %s\n", r.perReplica)
+	if r.slotLoads > 0 || r.pathLoads > 0 {
+		fmt.Fprintf(os.Stderr, "    adapter loads into a GPU slot %.0f (%.1f/min), from the path %.0f\n", r.slotLoads, r.perMinute(r.slotLoads), r.pathLoads)
+	}
 	if r.wrong > 0 {
 		fmt.Fprintf(os.Stderr, "    first wrong answer: %s\n", r.firstWrong)
 	}
@@ -701,34 +827,12 @@ func printResult(r result) {
 }
 
 func run(c config) error {
-	if ok, why := llamabuild.Available(); !ok {
-		return errors.New(why)
-	}
 	dir, err := os.MkdirTemp("", "loraload-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	opts := tinymodel.Defaults
-	opts.Vocab = llamabuild.Vocab()
-	opts.Layers, opts.Embed, opts.Heads, opts.FF, opts.Context = c.layers, c.embed, 8, 2*c.embed, max(c.ctx, 4096)
-	model := filepath.Join(dir, "model.gguf")
-	if err := tinymodel.Write(model, opts); err != nil {
-		return err
-	}
 	as, rs := trace(c, dir)
-	var spec engine.AdapterSpec
-	for i, a := range as {
-		// Adapter i's signature is i: every adapter's cache mark differs.
-		if err := tinymodel.WriteAdapter(a.path, tinymodel.AdapterOptions{Base: opts, Name: a.name, Answer: a.answer, Signature: i}); err != nil {
-			return fmt.Errorf("adapter %s: %w", a.name, err)
-		}
-		spec.Adapters = append(spec.Adapters, engine.Adapter{Name: a.name, Path: a.path})
-	}
-	args, err := engine.AdapterArgs(engine.LlamaCpp, spec)
-	if err != nil {
-		return err
-	}
 	per := make([]int, len(as))
 	for _, rq := range rs {
 		per[rq.adapter]++
@@ -739,11 +843,50 @@ func run(c config) error {
 			cold++
 		}
 	}
-	fmt.Printf("trace: %d adapters (%d-word system prompts, answers \"The <noun>.\", signatures 0–%d), %d requests at %.2f/s (Poisson), Zipf %.2f: the hottest %d requests, then %v…; %d adapters with 2 or fewer; seed %d\n",
-		len(as), c.systemWords, len(as)-1, len(rs), c.rate, c.zipf, per[0], per[1:min(6, len(per))], cold, c.seed)
-	fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, %s [%d paths]; model %d layers x %d wide\n",
-		c.replicas, llamabuild.Binary(), c.slots, c.ctx, strings.Join(slices.Delete(slices.Clone(args), 1, 2), " "), len(as), c.layers, c.embed)
-	fmt.Println("loads and unloads during the runs: none (llama.cpp loads every adapter at start and has no runtime load; each replica listed every adapter at start and at the end of each run)")
+	var sv servers
+	if c.engine == engineVLLM {
+		if err := writePEFT(as); err != nil {
+			return err
+		}
+		bin, err := fakeEngineBinary(c, dir)
+		if err != nil {
+			return err
+		}
+		sv = servers{bin: bin, args: vllmArgs(c, as)}
+		fmt.Printf("trace: %d adapters (%d-word system prompts), %d requests at %.2f/s (Poisson), Zipf %.2f: the hottest %d requests, then %v…; %d adapters with 2 or fewer; seed %d\n",
+			len(as), c.systemWords, len(rs), c.rate, c.zipf, per[0], per[1:min(6, len(per))], cold, c.seed)
+		fmt.Printf("replicas: %d fake-engine impersonating vLLM (%s), --max-loras %d, --max-cpu-loras %d, --max-num-seqs %d, decode %g tokens/s a request, prefill %g tokens/s, --fake-lora-swap %s (assumed), prefix cache %d tokens, max_tokens %d; the %d adapters as --lora-modules\n",
+			c.replicas, bin, c.maxLoras, len(as), c.slots, c.decodeRate, c.prefillRate, c.swap, c.kvTokens, c.maxTokens, len(as))
+	} else {
+		if ok, why := llamabuild.Available(); !ok {
+			return errors.New(why)
+		}
+		opts := tinymodel.Defaults
+		opts.Vocab = llamabuild.Vocab()
+		opts.Layers, opts.Embed, opts.Heads, opts.FF, opts.Context = c.layers, c.embed, 8, 2*c.embed, max(c.ctx, 4096)
+		model := filepath.Join(dir, "model.gguf")
+		if err := tinymodel.Write(model, opts); err != nil {
+			return err
+		}
+		var spec engine.AdapterSpec
+		for i, a := range as {
+			// Adapter i's signature is i: every adapter's cache mark differs.
+			if err := tinymodel.WriteAdapter(a.path, tinymodel.AdapterOptions{Base: opts, Name: a.name, Answer: a.answer, Signature: i}); err != nil {
+				return fmt.Errorf("adapter %s: %w", a.name, err)
+			}
+			spec.Adapters = append(spec.Adapters, engine.Adapter{Name: a.name, Path: a.path})
+		}
+		args, err := engine.AdapterArgs(engine.LlamaCpp, spec)
+		if err != nil {
+			return err
+		}
+		sv = servers{bin: llamabuild.Binary(), args: llamaArgs(c, model, args)}
+		fmt.Printf("trace: %d adapters (%d-word system prompts, answers \"The <noun>.\", signatures 0–%d), %d requests at %.2f/s (Poisson), Zipf %.2f: the hottest %d requests, then %v…; %d adapters with 2 or fewer; seed %d\n",
+			len(as), c.systemWords, len(as)-1, len(rs), c.rate, c.zipf, per[0], per[1:min(6, len(per))], cold, c.seed)
+		fmt.Printf("replicas: %d llama-server (%s), -t 1, -np %d, -c %d, %s [%d paths]; model %d layers x %d wide\n",
+			c.replicas, llamabuild.Binary(), c.slots, c.ctx, strings.Join(slices.Delete(slices.Clone(args), 1, 2), " "), len(as), c.layers, c.embed)
+		fmt.Println("loads and unloads during the runs: none (llama.cpp loads every adapter at start and has no runtime load; each replica listed every adapter at start and at the end of each run)")
+	}
 
 	orderRng := rand.New(rand.NewPCG(c.seed, 3))
 	var results []result
@@ -759,7 +902,7 @@ func run(c config) error {
 		prev = order
 		fmt.Printf("round %d: %s\n", round+1, strings.Join(order, ", "))
 		for _, p := range order {
-			r, err := runOnce(c, model, args, as, rs, p, round)
+			r, err := runOnce(c, sv, as, rs, p, round)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, p, err)
 			}
@@ -768,17 +911,18 @@ func run(c config) error {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| round | policy | ok/requests | wrong answers | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | mean wait | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× | load average before → after |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| round | policy | ok/requests | wrong answers | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | mean wait | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× | slot loads/min | load average before → after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %d | %s | %d/%d | %d | %s | %s | %s | %.2f | %.1f %% | %.2f | %s | %.2f | %.2f | %.2f | %.2f (%s) | %d | %s → %s |\n",
+		fmt.Printf("| %d | %s | %d/%d | %d | %s | %s | %s | %.2f | %.1f %% | %.2f | %s | %.2f | %.2f | %.2f | %.2f (%s) | %d | %.1f | %s → %s |\n",
 			r.round+1, r.policy, r.ok, r.requests, r.wrong, benchstat.MS(r.p50), benchstat.MS(r.p90), benchstat.MS(r.p99), r.rps,
-			100*r.hit(), r.spread, benchstat.MS(r.meanWait), r.classes[0], r.classes[1], r.classes[2], r.fairWorst, r.fairWorstAdapter, r.overFair, r.loadBefore, r.loadAfter)
+			100*r.hit(), r.spread, benchstat.MS(r.meanWait), r.classes[0], r.classes[1], r.classes[2], r.fairWorst, r.fairWorstAdapter, r.overFair,
+			r.perMinute(r.slotLoads), r.loadBefore, r.loadAfter)
 	}
 	fmt.Println()
 	fmt.Printf("Medians of %d rounds (min–max):\n\n", c.rounds)
-	fmt.Println("| policy | wrong answers (all rounds) | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| policy | wrong answers (all rounds) | TTFT p50 | p90 | p99 | completed/s | hit | replicas per adapter | wait / fair share: hot | warm | cold | worst adapter (≥3 requests) | adapters above 2× | slot loads/min |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, p := range c.policies {
 		var rs []result
 		wrong, ok := 0, 0
@@ -799,7 +943,7 @@ func run(c config) error {
 		d := func(v func(result) time.Duration) string {
 			return f(func(r result) float64 { return float64(v(r).Milliseconds()) }, "%.0f") + " ms"
 		}
-		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p, wrong, ok,
+		fmt.Printf("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p, wrong, ok,
 			d(func(r result) time.Duration { return r.p50 }), d(func(r result) time.Duration { return r.p90 }), d(func(r result) time.Duration { return r.p99 }),
 			f(func(r result) float64 { return r.rps }, "%.2f"),
 			f(func(r result) float64 { return 100 * r.hit() }, "%.1f")+" %",
@@ -808,7 +952,8 @@ func run(c config) error {
 			f(func(r result) float64 { return r.classes[1] }, "%.2f"),
 			f(func(r result) float64 { return r.classes[2] }, "%.2f"),
 			f(func(r result) float64 { return r.fairWorst }, "%.2f"),
-			f(func(r result) float64 { return float64(r.overFair) }, "%.0f"))
+			f(func(r result) float64 { return float64(r.overFair) }, "%.0f"),
+			f(func(r result) float64 { return r.perMinute(r.slotLoads) }, "%.0f"))
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ var mayImportDoubles = map[string]string{
 	// replicas (docs/perf.md), run with go run like gwload.
 	module + "/bench/prefixload": "the routing benchmark runs the real engine with tiny models (llamabuild, tinymodel)",
 	// loraload measures routing for LoRA adapters the same way.
-	module + "/bench/loraload": "the LoRA benchmark runs the real engine with tiny models and adapters (llamabuild, tinymodel)",
+	module + "/bench/loraload": "the LoRA benchmark runs the real engine with tiny models and adapters (llamabuild, tinymodel), or fake-engine impersonating vLLM (fakeengine)",
 }
 
 // TestNoTestDoubleInProduction checks that no production package imports a

@@ -98,6 +98,16 @@ type Config struct {
 	// vllm:lora_requests_info, and the rank bound an adapter's r must
 	// keep to (vllm/config/lora.py at 53e211d).
 	MaxLoRAs, MaxLoRARank int
+	// MaxCPULoRAs is vLLM's --max-cpu-loras, its CPU cache of adapters;
+	// 0: max_loras, as vLLM defaults it (vllm/config/lora.py:118-123).
+	MaxCPULoRAs int
+	// LoRASwap and LoRALoad are how long moving an adapter into a GPU
+	// slot, and loading one from its path into the CPU cache, take the
+	// GPU, and PrefillTokensPerSecond the pace of prefill (0: none): the
+	// model of lorasched.go, for a vLLM with --enable-lora. Assumed, not
+	// measured (fake-engine flags).
+	LoRASwap, LoRALoad     time.Duration
+	PrefillTokensPerSecond float64
 	// RuntimeLoRA is vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING read as vLLM
 	// reads it ("1" or "true" in any case, spaces around ignored;
 	// vllm/envs.py:1186-1189): POST /v1/load_lora_adapter and
@@ -285,8 +295,13 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 		case "--enable-dp-attention":
 			c.DPAttention, err = boolValue(name, val, hasVal)
 		case "--max-cpu-loras":
-			// vLLM's CPU cache of adapters: nothing to keep here.
-			_, err = intValue(name, value, 1, 1<<20)
+			c.MaxCPULoRAs, err = intValue(name, value, 1, 1<<20)
+		case "--fake-lora-swap":
+			c.LoRASwap, err = secondsValue(name, value)
+		case "--fake-lora-load":
+			c.LoRALoad, err = secondsValue(name, value)
+		case "--prefill-tokens-per-second":
+			c.PrefillTokensPerSecond, err = floatValue(name, value, 0, 1e9)
 		case "--lora-init-without-apply":
 			// llama.cpp's; the adapters' scales stay 1 either way.
 		case "--alias":
@@ -403,6 +418,10 @@ func Parse(args []string, getenv func(string) string) (Config, error) {
 		if n == "" {
 			return Config{}, fmt.Errorf("%w: empty served model name", ErrUsage)
 		}
+	}
+	if c.MaxCPULoRAs > 0 && c.MaxCPULoRAs < c.MaxLoRAs {
+		// vLLM's LoRAConfig refuses it (vllm/config/lora.py:120-123).
+		return Config{}, fmt.Errorf("%w: --max-cpu-loras: max_cpu_loras (%d) must be >= max_loras (%d)", ErrUsage, c.MaxCPULoRAs, c.MaxLoRAs)
 	}
 	return c, nil
 }
@@ -543,6 +562,7 @@ Engine flags (vLLM spelling first, then SGLang, TGI and llama.cpp's):
                                                  listed in /v1/models with their parent, served by name
   --max-loras N, --max-lora-rank R               vLLM's adapter slots (max_lora of
                                                  vllm:lora_requests_info) and rank bound
+  --max-cpu-loras N                              vLLM's CPU cache of adapters (default max_loras)
   VLLM_ALLOW_RUNTIME_LORA_UPDATING=True          vLLM's POST /v1/load_lora_adapter and
                                                  /v1/unload_lora_adapter, refusing as vLLM does
   --lora FILE,... [--lora-init-without-apply]    llama.cpp's adapters: each file must be there;
@@ -560,7 +580,14 @@ Fake-engine flags:
   --embedding-dim N       embedding length when a request gives none (default 16)
   --engine NAME           serve /metrics with NAME's metric names: vllm, sglang, tgi, llamacpp
                           (default: the engine whose model flag was used, else vllm)
-  --kv-cache-tokens N     size of the simulated KV cache (default 16384)
+  --kv-cache-tokens N     size of the simulated KV cache (default 16384); with --enable-lora
+                          (vLLM), also of its prefix cache
+  --prefill-tokens-per-second R
+                          with --enable-lora (vLLM): prefill pace, 0 for none (default 0)
+  --fake-lora-swap S      with --enable-lora (vLLM): GPU time to move an adapter into a slot
+                          (default 0; an assumption, not a measurement)
+  --fake-lora-load S      with --enable-lora (vLLM): GPU time to load an adapter from its path
+                          into the CPU cache (default 0; an assumption)
   --crash-after S         exit with --exit-code S seconds after start
   --exit-code N           code to exit with (default 1); alone, exit at once
   --crash-panic           write a Python traceback to stderr before exiting

@@ -285,3 +285,19 @@ func base64Floats(v []float32) string {
 	}
 	return base64.StdEncoding.EncodeToString(b)
 }
+
+// ChatMessage is one chat message's role and text.
+type ChatMessage struct{ Role, Content string }
+
+// ChatPrompt is the prompt fake-engine reads a chat as, which its answer
+// is drawn from (Tokens), and its length in tokens: each message's role
+// and text on a line ("role: text"), a token per word and one per
+// message.
+func ChatPrompt(msgs []ChatMessage) (prompt string, tokens int) {
+	lines := make([]string, len(msgs))
+	for i, m := range msgs {
+		lines[i] = m.Role + ": " + m.Content
+		tokens += len(strings.Fields(m.Content)) + 1
+	}
+	return strings.Join(lines, "\n"), tokens
+}

@@ -35,6 +35,9 @@ type Server struct {
 	// slots holds a token per running request when they are bounded
 	// (Config.MaxRunning); nil otherwise.
 	slots chan struct{}
+	// sched is vLLM's scheduler and adapter caches with --enable-lora
+	// (lorasched.go); nil otherwise.
+	sched *loraSched
 }
 
 // NewServer returns a server for cfg that writes its access log to stdout
@@ -48,6 +51,7 @@ func NewServer(cfg Config, stdout, stderr io.Writer) *Server {
 		// Run has checked the start (LoadAdapters).
 		s.sglang, _ = sglangStart(cfg)
 	}
+	s.sched = newLoraSched(cfg, s.m.load, s.m.reg)
 	if cfg.MaxRunning > 0 {
 		s.slots = make(chan struct{}, cfg.MaxRunning)
 	}
@@ -260,6 +264,10 @@ type plan struct {
 	includeUsage bool
 	// adapter is the vLLM adapter the request names; "" for the base.
 	adapter string
+	// prefix is the prompt's text before its last message and lead its
+	// tokens: what the prefix cache may hold (lorasched.go).
+	prefix string
+	lead   int
 }
 
 // newPlan checks the lengths and picks the tokens. Without max_tokens the
@@ -280,10 +288,24 @@ func (s *Server) newPlan(w http.ResponseWriter, prompt string, promptTokens int,
 			s.cfg.MaxModelLen, promptTokens+n, promptTokens, n))
 		return plan{}, false
 	}
-	return plan{
-		prompt: prompt, promptTokens: promptTokens, finish: finish,
-		tokens: Tokens(s.cfg.ModelID(), prompt, n),
-	}, true
+	return plan{prompt: prompt, promptTokens: promptTokens, finish: finish, tokens: make([]string, n)}, true
+}
+
+// answering is the model name a response carries and its text is drawn
+// from: the adapter's for a request naming one, as vLLM answers with the
+// adapter's name (OpenAIServingModels.model_name,
+// vllm/entrypoints/openai/models/serving.py:144-147 at 53e211d), so that
+// every answer shows which adapter gave it; else the served model's.
+func (s *Server) answering(p *plan) string {
+	if p.adapter != "" {
+		return p.adapter
+	}
+	return s.cfg.ModelID()
+}
+
+// pick draws the plan's tokens, once its adapter is known.
+func (s *Server) pick(p *plan) {
+	p.tokens = Tokens(s.answering(p), p.prompt, len(p.tokens))
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -295,27 +317,29 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "messages must not be empty")
 		return
 	}
-	var texts []string
-	promptTokens := 0
+	var msgs []ChatMessage
 	for _, m := range req.Messages {
 		t, err := messageText(m.Content)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		texts = append(texts, m.Role+": "+t)
-		promptTokens += len(strings.Fields(t)) + 1
+		msgs = append(msgs, ChatMessage{Role: m.Role, Content: t})
 	}
+	prompt, promptTokens := ChatPrompt(msgs)
+	prefix, lead := ChatPrompt(msgs[:len(msgs)-1])
 	maxTokens := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxTokens = req.MaxCompletionTokens
 	}
-	p, ok := s.newPlan(w, strings.Join(texts, "\n"), promptTokens, maxTokens)
+	p, ok := s.newPlan(w, prompt, promptTokens, maxTokens)
 	if !ok {
 		return
 	}
 	p.id, p.object = fmt.Sprintf("chatcmpl-fake-%d", s.seq.Add(1)), "chat.completion"
 	p.adapter = s.adapterOf(req.Model)
+	p.prefix, p.lead = prefix, lead
+	s.pick(&p)
 	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	s.generate(w, r, p)
 }
@@ -340,6 +364,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	p.id, p.object = fmt.Sprintf("cmpl-fake-%d", s.seq.Add(1)), "text_completion"
 	p.adapter = s.adapterOf(req.Model)
+	s.pick(&p)
 	p.stream, p.includeUsage = req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	s.generate(w, r, p)
 }
@@ -359,7 +384,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		e.requested()
 	}
 	s.lora.request(p.adapter, 1, 0)
-	release, ok := s.admit(ctx)
+	release, ok := s.admitFor(ctx, p.adapter)
 	if !ok {
 		s.lora.request(p.adapter, -1, 0)
 		return
@@ -378,9 +403,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		l.held.Add(-held)
 		l.reserved.Add(-int64(p.promptTokens + len(p.tokens)))
 	}()
+	start := time.Now()
+	next := s.pacer(ctx, start, p)
 	// produce waits for token i (from 1) and counts it.
-	produce := func(i int, start time.Time) bool {
-		if s.wait(ctx, start, i) != nil {
+	produce := func(i int) bool {
+		if next(i) != nil {
 			return false
 		}
 		s.m.genTokens.Inc()
@@ -394,14 +421,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		}
 		return true
 	}
-	start := time.Now()
+	model := s.answering(&p)
 	u := usage{PromptTokens: p.promptTokens, CompletionTokens: len(p.tokens), TotalTokens: p.promptTokens + len(p.tokens)}
 	chat := p.object == "chat.completion"
 	created := start.Unix()
 
 	if !p.stream {
 		for i := range p.tokens {
-			if !produce(i+1, start) {
+			if !produce(i + 1) {
 				return
 			}
 		}
@@ -412,13 +439,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		finish := p.finish
 		if chat {
 			writeJSON(w, http.StatusOK, chatResponse{
-				ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Usage: &u,
+				ID: p.id, Object: p.object, Created: created, Model: model, Usage: &u,
 				Choices: []chatChoice{{Message: &message{Role: "assistant", Content: text}, FinishReason: &finish}},
 			})
 			return
 		}
 		writeJSON(w, http.StatusOK, completionResponse{
-			ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Usage: &u,
+			ID: p.id, Object: p.object, Created: created, Model: model, Usage: &u,
 			Choices: []completionChoice{{Text: text, FinishReason: &finish}},
 		})
 		return
@@ -428,7 +455,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 	chunk := func(text *string, role string, finish *string) any {
 		if chat {
 			return chatResponse{
-				ID: p.id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelID(),
+				ID: p.id, Object: "chat.completion.chunk", Created: created, Model: model,
 				Choices: []chatChoice{{Delta: &delta{Role: role, Content: text}, FinishReason: finish}},
 			}
 		}
@@ -437,7 +464,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 			t = *text
 		}
 		return completionResponse{
-			ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(),
+			ID: p.id, Object: p.object, Created: created, Model: model,
 			Choices: []completionChoice{{Text: t, FinishReason: finish}},
 		}
 	}
@@ -448,7 +475,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 		}
 	}
 	for i, tok := range p.tokens {
-		if !produce(i+1, start) {
+		if !produce(i + 1) {
 			return
 		}
 		if sse.event(chunk(&tok, "", nil)) != nil {
@@ -472,9 +499,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p plan) {
 	if p.includeUsage {
 		var last any
 		if chat {
-			last = chatResponse{ID: p.id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ModelID(), Choices: []chatChoice{}, Usage: &u}
+			last = chatResponse{ID: p.id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: []chatChoice{}, Usage: &u}
 		} else {
-			last = completionResponse{ID: p.id, Object: p.object, Created: created, Model: s.cfg.ModelID(), Choices: []completionChoice{}, Usage: &u}
+			last = completionResponse{ID: p.id, Object: p.object, Created: created, Model: model, Choices: []completionChoice{}, Usage: &u}
 		}
 		if sse.event(last) != nil {
 			return
@@ -505,6 +532,48 @@ func (s *Server) admit(ctx context.Context) (release func(), ok bool) {
 			<-s.slots
 		}
 	}, true
+}
+
+// admitFor is admit, or with --enable-lora (vLLM) its scheduler's: for a
+// request of adapter ("" for the base model).
+func (s *Server) admitFor(ctx context.Context, adapter string) (release func(), ok bool) {
+	if s.sched != nil {
+		return s.sched.admit(ctx, adapter)
+	}
+	return s.admit(ctx)
+}
+
+// pacer returns what waits for a completion's n-th token (from 1), which
+// started at start: n/rate after start; or with --enable-lora (vLLM), the
+// first when its adapter load and prefill end (lorasched.go), each next
+// 1/rate after the one before and after the GPU work under way then.
+func (s *Server) pacer(ctx context.Context, start time.Time, p plan) func(n int) error {
+	if s.sched == nil {
+		return func(n int) error { return s.wait(ctx, start, n) }
+	}
+	var step time.Duration
+	if s.cfg.TokensPerSecond > 0 {
+		step = time.Duration(float64(time.Second) / s.cfg.TokensPerSecond)
+	}
+	last := s.sched.prefill(start, p.adapter, p.prefix, p.lead, p.promptTokens)
+	return func(n int) error {
+		if n == 1 {
+			return sleepUntil(ctx, last)
+		}
+		due := last.Add(step)
+		if err := sleepUntil(ctx, due); err != nil {
+			return err
+		}
+		// The work under way when it is due, known only then.
+		if b := s.sched.busyUntil(due); b.After(due) {
+			due = b
+			if err := sleepUntil(ctx, due); err != nil {
+				return err
+			}
+		}
+		last = due
+		return nil
+	}
 }
 
 // wait blocks until the n-th token is due, n/rate after start, or ctx ends.
@@ -551,7 +620,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.inFlight.Inc()
 	defer s.m.inFlight.Dec()
-	release, ok := s.admit(r.Context())
+	release, ok := s.admitFor(r.Context(), "")
 	if !ok {
 		return
 	}
