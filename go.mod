@@ -25,6 +25,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/valyala/fasthttp v1.79.0
+	github.com/valyala/fastjson v1.6.10
 	github.com/zclconf/go-cty v1.20.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0

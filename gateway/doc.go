@@ -44,9 +44,10 @@
 // Options.BodyReadTimeout (408), from a buffer budget shared by all
 // requests (Options.BodyMemory; 503 when spent), and checked before any
 // replica sees it (internal/jsonscan's Check): nesting at most
-// Options.MaxJSONDepth levels (bounded.JSONDepth), well-formed
-// (json.Valid), an object with a string top-level "model"; both checks
-// are iterative. What else the gateway reads of a body or an answer (the
+// Options.MaxJSONDepth levels (bounded.JSONDepth, an iterative scan),
+// well-formed (fastjson's validator, recursive only as deep as that
+// allows, with control characters in strings refused as encoding/json
+// refuses them), an object with a string top-level "model". What else the gateway reads of a body or an answer (the
 // prefix key's messages, max_tokens, usage) it reads with jsonscan too,
 // without decoding. A query string on an OpenAI route is refused (400).
 //

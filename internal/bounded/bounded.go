@@ -60,7 +60,7 @@ func IsLimit(err error) bool {
 
 // JSONDepth returns a *LimitError when src, read as JSON, nests objects
 // and arrays deeper than max levels; nil otherwise. It does not check that
-// src is well-formed (json.Valid does, iteratively): it only counts, so a
+// src is well-formed (the caller's parser does): it only counts, so a
 // malformed input passes when it is shallow. line is counted from 1.
 func JSONDepth(src []byte, max int) error {
 	if d, line, _ := jsonScan(src, max); d > max {
@@ -76,21 +76,9 @@ func JSONDepth(src []byte, max int) error {
 func jsonScan(src []byte, stop int) (deepest, line, tokens int) {
 	depth := 0
 	line = 1
-	inString, escaped, word := false, false, false
-	for _, c := range src {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			case c == '\n':
-				line++
-			}
-			continue
-		}
+	word := false
+	for i := 0; i < len(src); i++ {
+		c := src[i]
 		switch c {
 		case ' ', '\t', '\r', '\n':
 			word = false
@@ -99,7 +87,9 @@ func jsonScan(src []byte, stop int) (deepest, line, tokens int) {
 			}
 			continue
 		case '"':
-			inString = true
+			var lines int
+			i, lines = stringEnd(src, i+1)
+			line += lines
 		case '{', '[':
 			depth++
 			if depth > deepest {
@@ -123,6 +113,37 @@ func jsonScan(src []byte, stop int) (deepest, line, tokens int) {
 	}
 	return deepest, line, tokens
 }
+
+// stringEnd returns the offset of the quote that ends the string whose
+// content starts at src[i] (len(src) when none does) and the newlines in
+// it that no backslash escapes. It finds the quote and the backslashes
+// with bytes.IndexByte rather than byte by byte: a JSON document's bytes
+// are mostly in its strings.
+func stringEnd(src []byte, i int) (end, lines int) {
+	q := -1 // the next quote at or after i, once found
+	for i < len(src) {
+		if q < i {
+			if k := bytes.IndexByte(src[i:], '"'); k >= 0 {
+				q = i + k
+			} else {
+				q = len(src)
+			}
+		}
+		run := src[i:q]
+		b := bytes.IndexByte(run, '\\')
+		if b >= 0 {
+			run = run[:b]
+		}
+		lines += bytes.Count(run, newline)
+		if b < 0 {
+			return q, lines
+		}
+		i += b + 2 // past the backslash and the byte it escapes
+	}
+	return len(src), lines
+}
+
+var newline = []byte{'\n'}
 
 // HCLDepth returns a *LimitError when src, read as HCL's native syntax
 // starting at start, nests deeper than max levels; nil otherwise. It counts

@@ -205,3 +205,74 @@ func FuzzHCLDepthAgainstLexer(f *testing.F) {
 		}
 	})
 }
+
+// jsonScanBytewise is jsonScan one byte at a time, strings included, as
+// it was written first: the oracle FuzzJSONScanMatchesBytewise holds the
+// faster one to.
+func jsonScanBytewise(src []byte, stop int) (deepest, line, tokens int) {
+	depth := 0
+	line = 1
+	inString, escaped, word := false, false, false
+	for _, c := range src {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			case c == '\n':
+				line++
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			word = false
+			if c == '\n' {
+				line++
+			}
+			continue
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > deepest {
+				deepest = depth
+				if deepest > stop {
+					return deepest, line, tokens + 1
+				}
+			}
+		case '}', ']':
+			depth--
+		case ',', ':':
+		default:
+			if !word {
+				tokens++
+			}
+			word = true
+			continue
+		}
+		word = false
+		tokens++
+	}
+	return deepest, line, tokens
+}
+
+// jsonScan counts as the byte-at-a-time scan does: depth, the line it
+// stopped at and the tokens, with strings that hold escaped quotes and
+// newlines, end at the last byte, or never end.
+func FuzzJSONScanMatchesBytewise(f *testing.F) {
+	for _, s := range []string{`{"a": [1, {"b": "]]]"}]}`, "\"\\\"[[[\"", "[\"a\nb\", \"c\\\nd\"]\n[[", `"abc\`, `"no end [[[`,
+		"{\"k\":\"" + strings.Repeat("\\\\", 30) + "\"}", `[[["\""]]]`, "1 2\n\"x\ny\"\n{"} {
+		f.Add([]byte(s), 3)
+	}
+	f.Fuzz(func(t *testing.T, src []byte, stop int) {
+		d1, l1, t1 := jsonScan(src, stop)
+		d2, l2, t2 := jsonScanBytewise(src, stop)
+		if d1 != d2 || l1 != l2 || t1 != t2 {
+			t.Fatalf("%q (stop %d): jsonScan = %d, %d, %d; byte by byte %d, %d, %d", src, stop, d1, l1, t1, d2, l2, t2)
+		}
+	})
+}

@@ -173,3 +173,55 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidMatchesEncodingJSON: Check's test of form (fastjson's validator,
+// then every string looked at for control characters) takes what
+// encoding/json's Valid takes, and refuses what it refuses.
+func FuzzValidMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `[1,2]`, `"x"`, `1e5`, `01`, `-0.5E+3`, `{"a":"\u00zz"}`, "\"\xff\"",
+		`{"a":1,}`, " 1 ", `nul`, `-`, `1.`, `"\t"`, "\"a\x01\"", "\"\x1d\\b\"", "{\"a\":\"\r\\b\"}", `[1 2]`, `{"a" 1}`,
+		"\ufeff{}", `{"a":"\ud800"}`, `[[[[]]]]`, `tru`, `{"a":true,"b":[null,false]}`} {
+		f.Add([]byte(s))
+	}
+	for _, b := range hostile.JSONSeeds() {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if bounded.JSONDepth(b, bounded.MaxDepth) != nil {
+			return // Check refuses it before the test of form
+		}
+		if got, want := valid(b), json.Valid(b); got != want {
+			t.Fatalf("%q: valid %v, encoding/json %v", b, got, want)
+		}
+	})
+}
+
+// BenchmarkCheck is what the gateway reads of a request's body before it
+// sends it on: Check (nesting, form, the model) and the top-level members
+// (Members, as the gateway's limits read them), of a one-line chat and of
+// one with a 16 kB system prompt. docs/perf.md has the numbers.
+func BenchmarkCheck(b *testing.B) {
+	long := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 350)
+	for _, body := range []struct{ name, json string }{
+		{"short", `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":1}`},
+		{"16kB", `{"model":"m","messages":[{"role":"system","content":"` + long + `"},{"role":"user","content":"hello"}],"max_tokens":64,"stream":false}`},
+	} {
+		buf := []byte(body.json)
+		b.Run("Check/"+body.name, func(b *testing.B) {
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				if _, err := Check(buf, bounded.MaxDepth); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("Members/"+body.name, func(b *testing.B) {
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				if !Members(buf, func([]byte, int, int) bool { return true }) {
+					b.Fatal("not an object")
+				}
+			}
+		})
+	}
+}

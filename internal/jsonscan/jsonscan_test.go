@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -161,4 +162,51 @@ func FuzzMember(f *testing.F) {
 			}
 		}
 	})
+}
+
+// scanStringBytewise is scanString one byte at a time, as it was written
+// first: the oracle FuzzScanString holds the faster one to.
+func scanStringBytewise(buf []byte, i int) (end int, escaped bool, err error) {
+	for j := i + 1; j < len(buf); j++ {
+		switch c := buf[j]; {
+		case c == '"':
+			return j + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			j++
+		case c < 0x20:
+			return 0, false, ErrBadJSON
+		}
+	}
+	return 0, false, ErrShort
+}
+
+// scanString answers as the byte-at-a-time scan does, whatever follows a
+// quote: escapes next to the end, control characters on either side of a
+// backslash or of an eight-byte boundary, bytes of 0x80 and more.
+func FuzzScanString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"a\\"`, `"a\`, "\"abcdefgh\x1fijk\"", "\"abcdefg\\\x01h\"", "\"\xff\xfe\x80\x1f\"",
+		`"` + strings.Repeat(`\n`, 40) + `x"`, "\"" + strings.Repeat("é", 20) + "\x00\"", `"never ends`, `"\u00e9"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		buf := append([]byte{'"'}, b...)
+		e1, x1, err1 := scanString(buf, 0)
+		e2, x2, err2 := scanStringBytewise(buf, 0)
+		if e1 != e2 || x1 != x2 || !errors.Is(err1, err2) || !errors.Is(err2, err1) {
+			t.Fatalf("%q: scanString = %d, %v, %v; byte by byte %d, %v, %v", buf, e1, x1, err1, e2, x2, err2)
+		}
+	})
+}
+
+func TestHasControl(t *testing.T) {
+	for c := range 256 {
+		for at := range 17 {
+			b := []byte(strings.Repeat("a", 17))
+			b[at] = byte(c)
+			if got := hasControl(b); got != (c < 0x20) {
+				t.Fatalf("byte %#x at %d of %q: hasControl %v", c, at, b, got)
+			}
+		}
+	}
 }
