@@ -834,6 +834,11 @@ func (w *fastWriter) stopWatch() {
 		return
 	}
 	w.stopW.Store(true)
+	if lc, ok := w.conn.(*lingerConn); ok {
+		// The connection's timer no longer holds this request between
+		// requests.
+		defer lc.watched.CompareAndSwap(w, nil)
+	}
 	if w.watchTimer.Stop() {
 		w.watchWG.Done() // it never ran
 		return
