@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/llmgw/llmgw/controller/render"
 	"github.com/llmgw/llmgw/controllerapi"
 	"github.com/llmgw/llmgw/internal/testing/fakeengine"
@@ -71,11 +73,12 @@ func (l *loadCounter) count(name string) int {
 // adapters changes no job: the controller loads and unloads on the running
 // engine. An adapter the engine holds that the catalog does not list is
 // unloaded.
-func TestRuntimeAdaptersOnVLLM(t *testing.T) {
-	sql, chat, extra := peftDir(t), peftDir(t), peftDir(t)
-	missing := filepath.Join(t.TempDir(), "gone")
-	eng := &switchEngine{}
-	e := newEnv(t, sixNodes, runtimeCatalog("sql="+sql, "chat="+chat, "bad="+missing), `headroom = 0`)
+// startRuntimeAdapters starts the controller of e with eng as every
+// replica's engine and makes its first pass: one job, rendered to get its
+// adapters at runtime (no adapter blocks in its task config), whose task
+// and ID it returns.
+func startRuntimeAdapters(t *testing.T, e *env, eng *switchEngine) (*ctl, string, *api.Task) {
+	t.Helper()
 	e.HoldLock()
 	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, eng.client(t) })
 	e.Pass(c)
@@ -91,6 +94,38 @@ func TestRuntimeAdaptersOnVLLM(t *testing.T) {
 	if _, ok := task.Config["adapter"]; ok {
 		t.Fatalf("adapter blocks in the task config: %v", task.Config)
 	}
+	return c, jobs[0].ID, task
+}
+
+// serveEngine makes fake-engine, started as cfg says, eng's engine, counts
+// its loads, and has c make a pass with every replica serving.
+func serveEngine(t *testing.T, e *env, c *ctl, eng *switchEngine, cfg fakeengine.Config) (*fakeengine.Server, *loadCounter) {
+	t.Helper()
+	srv := fakeengine.NewServer(cfg, io.Discard, io.Discard)
+	srv.Load(t.Context())
+	counter := &loadCounter{loads: map[string]int{}, next: srv.Handler()}
+	eng.mu.Lock()
+	eng.srv = counter
+	eng.mu.Unlock()
+	e.ServeAll()
+	e.Pass(c)
+	return srv, counter
+}
+
+// hasAdapterEvent reports whether evs has adapter's event ev with detail
+// in its text.
+func hasAdapterEvent(evs []controllerapi.AdapterEvent, adapter, ev, detail string) bool {
+	return slices.ContainsFunc(evs, func(x controllerapi.AdapterEvent) bool {
+		return x.Adapter == adapter && x.Event == ev && strings.Contains(x.Detail, detail)
+	})
+}
+
+func TestRuntimeAdaptersOnVLLM(t *testing.T) {
+	sql, chat, extra := peftDir(t), peftDir(t), peftDir(t)
+	missing := filepath.Join(t.TempDir(), "gone")
+	eng := &switchEngine{}
+	e := newEnv(t, sixNodes, runtimeCatalog("sql="+sql, "chat="+chat, "bad="+missing), `headroom = 0`)
+	c, jobID, task := startRuntimeAdapters(t, e, eng)
 	// The engine as the driver would start it from the task's config.
 	args := []string{"serve", "org/alpha", "--served-model-name", "alpha"}
 	for _, a := range task.Config["args"].([]any) {
@@ -107,20 +142,8 @@ func TestRuntimeAdaptersOnVLLM(t *testing.T) {
 	if !cfg.RuntimeLoRA || !cfg.EnableLoRA || len(cfg.LoRAModules) != 0 || cfg.MaxLoRAs != 4 {
 		t.Fatalf("the engine from the task config: runtime %v, enable %v, modules %v, max loras %d", cfg.RuntimeLoRA, cfg.EnableLoRA, cfg.LoRAModules, cfg.MaxLoRAs)
 	}
-	srv := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	srv.Load(t.Context())
-	counter := &loadCounter{loads: map[string]int{}, next: srv.Handler()}
-	eng.mu.Lock()
-	eng.srv = counter
-	eng.mu.Unlock()
-	e.ServeAll()
-	e.Pass(c)
-
-	event := func(evs []controllerapi.AdapterEvent, adapter, ev, detail string) bool {
-		return slices.ContainsFunc(evs, func(x controllerapi.AdapterEvent) bool {
-			return x.Adapter == adapter && x.Event == ev && strings.Contains(x.Detail, detail)
-		})
-	}
+	srv, counter := serveEngine(t, e, c, eng, cfg)
+	event := hasAdapterEvent
 	badNote := "load failed: POST /v1/load_lora_adapter: 404 Not Found: Loading lora bad failed: No adapter found for " + strings.TrimSuffix(sanitized(missing), "\n")
 	wait.For(t, "sql and chat loaded, bad refused", func() (bool, string) {
 		r := alpha0(t, c)
@@ -173,8 +196,8 @@ func TestRuntimeAdaptersOnVLLM(t *testing.T) {
 		return a[0].Name == "sql" && a[0].Loaded && a[1].Name == "extra" && a[1].Loaded && a[2].Name == "bad" && a[2].Loaded &&
 			event(ev, "chat", "unloaded", "not in the catalog") && event(ev, "extra", "loaded", "POST") && event(ev, "bad", "loaded", "POST"), adaptersOf(r)
 	})
-	if after := e.LiveJobs(); len(after) != 1 || after[0].ID != jobs[0].ID {
-		t.Errorf("jobs after the catalog's change %+v, want %s alone", after, jobs[0].ID)
+	if after := e.LiveJobs(); len(after) != 1 || after[0].ID != jobID {
+		t.Errorf("jobs after the catalog's change %+v, want %s alone", after, jobID)
 	}
 	if models := cardsOf(t, srv); !slices.Equal(models, []string{"sql=" + sql, "extra=" + extra, "bad=" + chat}) {
 		t.Errorf("the engine's adapters %q", models)
@@ -217,21 +240,7 @@ func TestRuntimeAdaptersOnSGLang(t *testing.T) {
 	empty := t.TempDir()
 	eng := &switchEngine{}
 	e := newEnv(t, sixNodes, sglangCatalog("sql="+sql, "chat="+chat, "bad="+empty), `headroom = 0`)
-	e.HoldLock()
-	c := e.start("ctl", func(o *Options) { o.EngineMetricsInterval, o.EngineClient = 100*time.Millisecond, eng.client(t) })
-	e.Pass(c)
-	jobs := e.LiveJobs()
-	if len(jobs) != 1 || jobs[0].Meta[render.MetaAdapters] != render.AdaptersRuntime {
-		t.Fatalf("jobs %+v, want one with %s = %s", jobs, render.MetaAdapters, render.AdaptersRuntime)
-	}
-	job, _, err := e.API.Jobs().Info(jobs[0].ID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	task := job.TaskGroups[0].Tasks[0]
-	if _, ok := task.Config["adapter"]; ok {
-		t.Fatalf("adapter blocks in the task config: %v", task.Config)
-	}
+	c, jobID, task := startRuntimeAdapters(t, e, eng)
 	args := []string{"--model-path", "org/alpha", "--served-model-name", "alpha"}
 	for _, a := range task.Config["args"].([]any) {
 		args = append(args, a.(string))
@@ -246,20 +255,8 @@ func TestRuntimeAdaptersOnSGLang(t *testing.T) {
 	if cfg.Engine != fakeengine.EngineSGLang || !cfg.EnableLoRA || len(cfg.LoRAPaths) != 0 || cfg.MaxLoRAs != 3 || cfg.MaxLoRARank != 8 {
 		t.Fatalf("the engine from the task config %q: %+v", args, cfg)
 	}
-	srv := fakeengine.NewServer(cfg, io.Discard, io.Discard)
-	srv.Load(t.Context())
-	counter := &loadCounter{loads: map[string]int{}, next: srv.Handler()}
-	eng.mu.Lock()
-	eng.srv = counter
-	eng.mu.Unlock()
-	e.ServeAll()
-	e.Pass(c)
-
-	event := func(evs []controllerapi.AdapterEvent, adapter, ev, detail string) bool {
-		return slices.ContainsFunc(evs, func(x controllerapi.AdapterEvent) bool {
-			return x.Adapter == adapter && x.Event == ev && strings.Contains(x.Detail, detail)
-		})
-	}
+	srv, counter := serveEngine(t, e, c, eng, cfg)
+	event := hasAdapterEvent
 	badNote := "load failed: POST /load_lora_adapter: 400 Bad Request: [Errno 2] No such file or directory: '" + filepath.Join(empty, "adapter_config.json") + "'"
 	wait.For(t, "sql and chat loaded, bad refused", func() (bool, string) {
 		r := alpha0(t, c)
@@ -291,8 +288,8 @@ func TestRuntimeAdaptersOnSGLang(t *testing.T) {
 			event(ev, "chat", "unloaded", "not in the catalog (POST /unload_lora_adapter)") &&
 			event(ev, "sql", "loaded", "POST /unload_lora_adapter and /load_lora_adapter, in place of "+sql), adaptersOf(r)
 	})
-	if after := e.LiveJobs(); len(after) != 1 || after[0].ID != jobs[0].ID {
-		t.Errorf("jobs after the catalog's change %+v, want %s alone", after, jobs[0].ID)
+	if after := e.LiveJobs(); len(after) != 1 || after[0].ID != jobID {
+		t.Errorf("jobs after the catalog's change %+v, want %s alone", after, jobID)
 	}
 	if models := cardsOf(t, srv); !slices.Equal(models, []string{"sql=" + moved}) {
 		t.Errorf("the engine's adapters %q", models)

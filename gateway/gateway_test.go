@@ -442,12 +442,21 @@ func TestStreamingFlushes(t *testing.T) {
 // A client that goes away before any of its answer came cancels the
 // replica's request, whether it asked to stream (its exchange detached on
 // fasthttp's server, the connection watched by its own goroutine) or not
-// (the handler on the connection's goroutine, watched from another).
+// (the handler on the connection's goroutine, watched from another, by
+// the connection's one timer, reset for each request: so also on its
+// second request on a kept-alive connection, the first answered and its
+// watch stopped).
 func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
-	for _, stream := range []bool{true, false} {
-		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		stream, second bool
+	}{{"stream", true, false}, {"inline", false, false}, {"inline, second request on a connection", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			arrived, gone := make(chan struct{}, 1), make(chan struct{}, 1)
-			eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, _ []byte) bool {
+			eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, body []byte) bool {
+				if strings.Contains(string(body), "first") {
+					return false // answered by fake-engine
+				}
 				arrived <- struct{}{}
 				select {
 				case <-r.Context().Done():
@@ -457,9 +466,16 @@ func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
 				return true
 			})
 			tg := startGateway(t, Options{}, eng)
+			if tc.second {
+				if a := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"first"}]}`); a.status != http.StatusOK {
+					t.Fatalf("first request: %d %s", a.status, a.body)
+				}
+			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%v}`, stream)
+			reused := make(chan bool, 1)
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused <- i.Reused }})
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%v}`, tc.stream)
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions", strings.NewReader(body))
 			done := make(chan struct{})
 			go func() {
@@ -473,6 +489,9 @@ func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
 			case <-time.After(waitFor):
 				t.Fatal("the request never reached the replica")
 			}
+			if r := <-reused; r != tc.second {
+				t.Fatalf("the request went on a reused connection: %v, want %v", r, tc.second)
+			}
 			cancel()
 			<-done
 			select {
@@ -481,58 +500,6 @@ func TestDisconnectBeforeAnswerCancelsUpstream(t *testing.T) {
 				t.Fatal("the replica's request was not cancelled after the client went away")
 			}
 		})
-	}
-}
-
-// The watch on the client while the handler runs inline is the
-// connection's one timer, reset for each request: a client that goes
-// away during its second request on a kept-alive connection (the first
-// answered, its watch stopped) still cancels the replica's request.
-func TestDisconnectOnAReusedConnectionCancelsUpstream(t *testing.T) {
-	arrived, gone := make(chan struct{}, 1), make(chan struct{}, 1)
-	eng := startEngine(t, "a", "m", func(_ http.ResponseWriter, r *http.Request, body []byte) bool {
-		if strings.Contains(string(body), "first") {
-			return false // answered by fake-engine
-		}
-		arrived <- struct{}{}
-		select {
-		case <-r.Context().Done():
-			gone <- struct{}{}
-		case <-time.After(waitFor):
-		}
-		return true
-	})
-	tg := startGateway(t, Options{}, eng)
-	if a := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"first"}]}`); a.status != http.StatusOK {
-		t.Fatalf("first request: %d %s", a.status, a.body)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	reused := make(chan bool, 1)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused <- i.Reused }})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.srv.URL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"second"}]}`))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := tg.client.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(waitFor):
-		t.Fatal("the second request never reached the replica")
-	}
-	if !<-reused {
-		t.Fatal("the second request went on a new connection: the test needs the first's")
-	}
-	cancel()
-	<-done
-	select {
-	case <-gone:
-	case <-time.After(waitFor):
-		t.Fatal("the replica's request was not cancelled after the client went away on a reused connection")
 	}
 }
 
