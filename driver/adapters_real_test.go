@@ -60,29 +60,7 @@ adapter {
 	if !strings.Contains(command, "--lora "+good+" --lora-init-without-apply --cache-ram 0") || strings.Contains(command, other) {
 		t.Errorf("command %q: want the good adapter alone", command)
 	}
-	url := "http://127.0.0.1:" + strconv.Itoa(tk.port)
-	code, list := realengine.Get(t, url+"/lora-adapters")
-	var loaded []struct {
-		ID   int    `json:"id"`
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal([]byte(list), &loaded); code != 200 || err != nil || len(loaded) != 1 || loaded[0].ID != 0 || loaded[0].Path != good {
-		t.Errorf("GET /lora-adapters: %d %s (%v): want id 0 at %s", code, list, err, good)
-	}
-	for _, c := range []struct{ lora, want string }{
-		{`[{"id":0,"scale":1}]`, "Ahoy matey."},
-		{`[{"id":0,"scale":0}]`, "Hello world!"},
-	} {
-		code, b := realengine.Post(t, url+"/v1/completions", `{"prompt":"Hi","max_tokens":16,"lora":`+c.lora+`}`)
-		var a struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(b, &a); err != nil || code != 200 || len(a.Choices) != 1 || a.Choices[0].Text != c.want {
-			t.Errorf("lora %s: %d %s, want %q", c.lora, code, b, c.want)
-		}
-	}
+	checkPirateAt(t, "http://127.0.0.1:"+strconv.Itoa(tk.port), good)
 }
 
 // Adapters the node's store fetches, as it fetches a model's weights: the
@@ -146,29 +124,7 @@ adapter {
 		}
 	}
 	link := filepath.Join(tk.cfg.GetAllocDir(), tk.cfg.GetName(), "llmgw-adapters", "pirate")
-	url := "http://127.0.0.1:" + strconv.Itoa(tk.port)
-	code, list := realengine.Get(t, url+"/lora-adapters")
-	var loaded []struct {
-		ID   int    `json:"id"`
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal([]byte(list), &loaded); code != 200 || err != nil || len(loaded) != 1 || loaded[0].ID != 0 || loaded[0].Path != link {
-		t.Errorf("GET /lora-adapters: %d %s (%v): want id 0 at %s", code, list, err, link)
-	}
-	for _, c := range []struct{ lora, want string }{
-		{`[{"id":0,"scale":1}]`, "Ahoy matey."},
-		{`[{"id":0,"scale":0}]`, "Hello world!"},
-	} {
-		code, b := realengine.Post(t, url+"/v1/completions", `{"prompt":"Hi","max_tokens":16,"lora":`+c.lora+`}`)
-		var a struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(b, &a); err != nil || code != 200 || len(a.Choices) != 1 || a.Choices[0].Text != c.want {
-			t.Errorf("lora %s: %d %s, want %q", c.lora, code, b, c.want)
-		}
-	}
+	checkPirateAt(t, "http://127.0.0.1:"+strconv.Itoa(tk.port), link)
 	s, err := weights.Open(weights.Config{Dir: store})
 	if err != nil {
 		t.Fatal(err)
@@ -218,5 +174,34 @@ adapter {
 	if err := json.Unmarshal([]byte(body), &list); err != nil || code != 200 || len(list.Data) != 2 ||
 		list.Data[1].ID != "chat" || list.Data[1].Root != good || list.Data[1].Parent == nil || *list.Data[1].Parent != "base" {
 		t.Errorf("GET /v1/models: %d %s (%v): want base, then chat from %s", code, body, err, good)
+	}
+}
+
+// checkPirateAt checks the llama.cpp server at url: it lists one adapter,
+// id 0 at path, which answers as the pirate adapter at scale 1 and as the
+// base model at scale 0.
+func checkPirateAt(t *testing.T, url, path string) {
+	t.Helper()
+	code, list := realengine.Get(t, url+"/lora-adapters")
+	var loaded []struct {
+		ID   int    `json:"id"`
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal([]byte(list), &loaded); code != 200 || err != nil || len(loaded) != 1 || loaded[0].ID != 0 || loaded[0].Path != path {
+		t.Errorf("GET /lora-adapters: %d %s (%v): want id 0 at %s", code, list, err, path)
+	}
+	for _, c := range []struct{ lora, want string }{
+		{`[{"id":0,"scale":1}]`, "Ahoy matey."},
+		{`[{"id":0,"scale":0}]`, "Hello world!"},
+	} {
+		code, b := realengine.Post(t, url+"/v1/completions", `{"prompt":"Hi","max_tokens":16,"lora":`+c.lora+`}`)
+		var a struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &a); err != nil || code != 200 || len(a.Choices) != 1 || a.Choices[0].Text != c.want {
+			t.Errorf("lora %s: %d %s, want %q", c.lora, code, b, c.want)
+		}
 	}
 }

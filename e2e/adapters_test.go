@@ -60,6 +60,33 @@ func writeAdapter(t *testing.T, dir, name string, base tinymodel.Options, answer
 	return p
 }
 
+// waitPirateAndBad waits for the controller's view of chat-0's adapters,
+// read from its engine, to be bad not loaded (with its one "not loaded"
+// event) and pirate loaded as llama.cpp's id 0, and returns the replica.
+func waitPirateAndBad(t *testing.T, ctlURL, bad string) controllerapi.ReplicaView {
+	t.Helper()
+	var rep controllerapi.ReplicaView
+	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
+		var reps []controllerapi.ReplicaView
+		getJSON(t, ctlURL+"/v1/replicas", &reps)
+		for _, r := range reps {
+			if r.ID == "chat-0" {
+				rep = r
+			}
+		}
+		if rep.Engine == nil || len(rep.Engine.Adapters) != 2 {
+			return false, fmt.Sprintf("chat-0: %+v", rep.Engine)
+		}
+		a := rep.Engine.Adapters
+		ev := rep.Engine.AdapterEvents
+		return !a[0].Loaded && a[0].Name == bad && a[1].Loaded && a[1].Name == "pirate" && a[1].ID != nil && *a[1].ID == 0 &&
+				len(ev) == 1 && ev[0].Adapter == bad && ev[0].Event == "not loaded",
+			fmt.Sprintf("adapters %+v, events %+v, error %q", a, ev, rep.Engine.AdaptersError)
+	})
+	t.Logf("chat-0's adapters: %+v; events: %+v", rep.Engine.Adapters, rep.Engine.AdapterEvents)
+	return rep
+}
+
 // TestAdaptersOverRealNomad runs a llama.cpp model with a good and a bad
 // LoRA adapter through the controller on a real Nomad: the driver leaves
 // the bad one out with a task event naming it and the cause, the replica
@@ -83,26 +110,7 @@ func TestAdaptersOverRealNomad(t *testing.T) {
 	_, ctlURL, _ := runController(t, cfg, "ctl")
 	waitServing(t, ctlURL, 4*time.Minute, "chat-0")
 
-	// The controller's view of the replica's adapters, from the engine.
-	var rep controllerapi.ReplicaView
-	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		var reps []controllerapi.ReplicaView
-		getJSON(t, ctlURL+"/v1/replicas", &reps)
-		for _, r := range reps {
-			if r.ID == "chat-0" {
-				rep = r
-			}
-		}
-		if rep.Engine == nil || len(rep.Engine.Adapters) != 2 {
-			return false, fmt.Sprintf("chat-0: %+v", rep.Engine)
-		}
-		a := rep.Engine.Adapters
-		ev := rep.Engine.AdapterEvents
-		return !a[0].Loaded && a[0].Name == "other" && a[1].Loaded && a[1].Name == "pirate" && a[1].ID != nil && *a[1].ID == 0 &&
-				len(ev) == 1 && ev[0].Adapter == "other" && ev[0].Event == "not loaded",
-			fmt.Sprintf("adapters %+v, events %+v, error %q", a, ev, rep.Engine.AdaptersError)
-	})
-	t.Logf("chat-0's adapters: %+v; events: %+v", rep.Engine.Adapters, rep.Engine.AdapterEvents)
+	rep := waitPirateAndBad(t, ctlURL, "other")
 
 	// The driver's task event names the bad adapter and the cause.
 	allocs, _, err := c.API.Jobs().Allocations(rep.JobID, false, nil)
@@ -220,26 +228,7 @@ func TestAdaptersFromTheStoreOverRealNomad(t *testing.T) {
 	_, ctlURL, _ := runController(t, cfg, "ctl")
 	waitServing(t, ctlURL, 4*time.Minute, "chat-0")
 
-	// The controller's view of the replica's adapters, from the engine.
-	var rep controllerapi.ReplicaView
-	nomadtest.Eventually(t, time.Minute, func() (bool, string) {
-		var reps []controllerapi.ReplicaView
-		getJSON(t, ctlURL+"/v1/replicas", &reps)
-		for _, r := range reps {
-			if r.ID == "chat-0" {
-				rep = r
-			}
-		}
-		if rep.Engine == nil || len(rep.Engine.Adapters) != 2 {
-			return false, fmt.Sprintf("chat-0: %+v", rep.Engine)
-		}
-		a := rep.Engine.Adapters
-		ev := rep.Engine.AdapterEvents
-		return !a[0].Loaded && a[0].Name == "moon" && a[1].Loaded && a[1].Name == "pirate" && a[1].ID != nil && *a[1].ID == 0 &&
-				len(ev) == 1 && ev[0].Adapter == "moon" && ev[0].Event == "not loaded",
-			fmt.Sprintf("adapters %+v, events %+v, error %q", a, ev, rep.Engine.AdaptersError)
-	})
-	t.Logf("chat-0's adapters: %+v; events: %+v", rep.Engine.Adapters, rep.Engine.AdapterEvents)
+	rep := waitPirateAndBad(t, ctlURL, "moon")
 
 	// The driver's task events: pirate fetched before the engine started,
 	// moon not loaded, named with its cause.
