@@ -244,22 +244,39 @@ func SplitShare(share float64, gpus []ShareGPU, want []float64) []float64 {
 		floorB[i] = min(g.FloorWatts, caps[i])
 		floorA[i] = max(floorB[i], min(want[i], caps[i]))
 	}
+	prio, all := make([]int, len(gpus)), make([]int, len(gpus))
+	for i, g := range gpus {
+		prio[i], all[i] = g.Priority, i
+	}
 	for _, floors := range [][]float64{floorA, floorB} {
 		if over <= 0 {
 			break
 		}
-		over = lowerByPriority(gpus, caps, floors, over)
+		over = LowerByPriority(caps, floors, prio, all, over, nil)
 	}
 	return caps
 }
 
-// lowerByPriority takes over watts off caps, lowest priority first, each
-// priority water-filled (the highest caps come down to one level, none
-// below its floor), and returns what it could not take.
-func lowerByPriority(gpus []ShareGPU, caps, floors []float64, over float64) float64 {
-	prios := make([]int, 0, len(gpus))
-	for _, g := range gpus {
-		prios = append(prios, g.Priority)
+// LowerByPriority takes over watts off the caps of members (indexes into
+// caps, floors and prio), lowest priority first, each priority
+// water-filled: its highest caps come down to one level, in whole watts
+// rounded down (a little more taken), none below its floor, and none
+// raised. lowered, when not nil, is called with each member whose cap it
+// lowers. It returns what it could not take. The device plugin splits a
+// node's share with it (SplitShare), and the controller a domain's budget
+// over its GPUs (facility/powercap).
+func LowerByPriority(caps, floors []float64, prio, members []int, over float64, lowered func(i int)) float64 {
+	set := func(i int, c float64) {
+		if c < caps[i] {
+			caps[i] = c
+			if lowered != nil {
+				lowered(i)
+			}
+		}
+	}
+	prios := make([]int, 0, len(members))
+	for _, i := range members {
+		prios = append(prios, prio[i])
 	}
 	slices.Sort(prios)
 	prios = slices.Compact(prios)
@@ -269,8 +286,8 @@ func lowerByPriority(gpus []ShareGPU, caps, floors []float64, over float64) floa
 		}
 		var group []int
 		room := 0.0
-		for i, g := range gpus {
-			if g.Priority == pr {
+		for _, i := range members {
+			if prio[i] == pr {
 				group = append(group, i)
 				room += max(caps[i]-floors[i], 0)
 			}
@@ -280,21 +297,23 @@ func lowerByPriority(gpus []ShareGPU, caps, floors []float64, over float64) floa
 		}
 		if room <= over {
 			for _, i := range group {
-				caps[i] = min(caps[i], floors[i])
+				set(i, floors[i])
 			}
 			over -= room
 			continue
 		}
-		// The level c with Σ (caps − max(min(caps, c), floor)) = over.
+		// The level c with Σ max(caps − max(min(caps, c), floor), 0) =
+		// over: a cap already under its floor gives nothing, and takes
+		// nothing from the others' share.
 		lo, hi := 0.0, 0.0
 		for _, i := range group {
 			hi = max(hi, caps[i])
 		}
-		for range 60 {
+		for range 100 {
 			mid := (lo + hi) / 2
 			taken := 0.0
 			for _, i := range group {
-				taken += caps[i] - max(min(caps[i], mid), floors[i])
+				taken += max(caps[i]-max(min(caps[i], mid), floors[i]), 0)
 			}
 			if taken >= over {
 				lo = mid
@@ -302,9 +321,9 @@ func lowerByPriority(gpus []ShareGPU, caps, floors []float64, over float64) floa
 				hi = mid
 			}
 		}
-		level := math.Floor(lo) // whole watts, rounded down: a little more taken
+		level := math.Floor(lo)
 		for _, i := range group {
-			caps[i] = max(min(caps[i], level), floors[i])
+			set(i, max(min(caps[i], level), floors[i]))
 		}
 		over = 0
 	}

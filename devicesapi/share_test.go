@@ -3,6 +3,7 @@ package devicesapi
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,32 @@ func TestShareHolderProperty(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// LowerByPriority lowers the lowest priority first, to one level in whole
+// watts, never below a floor and never raising a cap (one already under
+// its floor stays), tells which caps it lowered, touches no one outside
+// members, and returns what it could not take.
+func TestLowerByPriority(t *testing.T) {
+	caps := []float64{700, 600, 700, 300, 700}
+	floors := []float64{200, 200, 200, 400, 200}
+	prio := []int{0, 0, 1, 0, 0}
+	var lowered []int
+	left := LowerByPriority(caps, floors, prio, []int{0, 1, 2, 3}, 300, func(i int) { lowered = append(lowered, i) })
+	// Priority 0 (GPUs 0, 1, 3) gives 300: 0 and 1 come to 500 (200 and
+	// 100 off); 3 is under its floor and stays; 2 (priority 1) and 4 (not
+	// a member) are untouched.
+	if want := []float64{500, 500, 700, 300, 700}; !slices.Equal(caps, want) || left != 0 {
+		t.Fatalf("caps %v, left %v; want %v, 0", caps, left, want)
+	}
+	if !slices.Equal(lowered, []int{0, 1}) {
+		t.Errorf("lowered %v, want [0 1]", lowered)
+	}
+	// More than every floor allows: all members at their floors, the rest
+	// returned.
+	left = LowerByPriority(caps, floors, prio, []int{0, 1, 2, 3}, 2000, nil)
+	if want := []float64{200, 200, 200, 300, 700}; !slices.Equal(caps, want) || left != 2000-600-500 {
+		t.Fatalf("caps %v, left %v; want %v, %v", caps, left, want, 2000-600-500)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/llmgw/llmgw/devicesapi"
 	"github.com/llmgw/llmgw/facility"
 )
 
@@ -284,8 +285,10 @@ func Fallback(doms []Domain, gpus []GPU) Result {
 func allocate(doms []Domain, gpus []GPU, engaged []bool, why func(Domain) string) Result {
 	caps := make([]float64, len(gpus))
 	by := make([]int, len(gpus)) // the domain (index) that set the cap, -1 none
+	floors, prio := make([]float64, len(gpus)), make([]int, len(gpus))
 	for i, g := range gpus {
 		caps[i], by[i] = g.MaxWatts, -1
+		floors[i], prio[i] = g.FloorWatts, g.Priority
 	}
 	inDom := map[facility.Domain][]int{}
 	for i, g := range gpus {
@@ -312,7 +315,7 @@ func allocate(doms []Domain, gpus []GPU, engaged []bool, why func(Domain) string
 				over += caps[i]
 			}
 			if over > 0 {
-				over = lower(gpus, caps, by, members, over, di)
+				over = devicesapi.LowerByPriority(caps, floors, prio, members, over, func(i int) { by[i] = di })
 				st.ShortfallWatts = max(over, 0)
 			}
 		}
@@ -335,71 +338,6 @@ func allocate(doms []Domain, gpus []GPU, engaged []bool, why func(Domain) string
 		res.Caps[i] = c
 	}
 	return res
-}
-
-// lower takes over watts off the caps of members, lowest priority first,
-// and returns what it could not take.
-func lower(gpus []GPU, caps []float64, by []int, members []int, over float64, di int) float64 {
-	prios := make([]int, 0, len(members))
-	for _, i := range members {
-		prios = append(prios, gpus[i].Priority)
-	}
-	slices.Sort(prios)
-	prios = slices.Compact(prios)
-	for _, pr := range prios {
-		if over <= 0 {
-			break
-		}
-		var group []int
-		room := 0.0
-		for _, i := range members {
-			if gpus[i].Priority == pr {
-				group = append(group, i)
-				room += max(caps[i]-gpus[i].FloorWatts, 0)
-			}
-		}
-		if room <= 0 {
-			continue
-		}
-		if room <= over {
-			for _, i := range group {
-				if caps[i] > gpus[i].FloorWatts {
-					caps[i], by[i] = gpus[i].FloorWatts, di
-				}
-			}
-			over -= room
-			continue
-		}
-		// Water level c: Σ (caps − max(min(caps, c), floor)) = over.
-		sum := func(c float64) float64 {
-			s := 0.0
-			for _, i := range group {
-				s += caps[i] - max(min(caps[i], c), gpus[i].FloorWatts)
-			}
-			return s
-		}
-		lo, hi := 0.0, 0.0
-		for _, i := range group {
-			hi = max(hi, caps[i])
-		}
-		for range 100 {
-			mid := (lo + hi) / 2
-			if sum(mid) >= over {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		// lo takes at least over; whole watts, rounded down, take a little more.
-		level := math.Floor(lo)
-		for _, i := range group {
-			if nc := max(min(caps[i], level), gpus[i].FloorWatts); nc < caps[i] {
-				caps[i], by[i] = nc, di
-			}
-		}
-		over = 0
-	}
-	return over
 }
 
 func kW(w float64) string { return fmt.Sprintf("%.1f kW", w/1000) }
