@@ -353,6 +353,9 @@ func (p *Planner) start(running []Replica) (*Planner, error) {
 			}
 		}
 	}
+	if len(running) > 0 {
+		p.running, p.runAt = make([]Replica, 0, len(running)), make([][]shardAt, 0, len(running))
+	}
 	for _, r := range running {
 		if err := p.Add(r); err != nil {
 			return nil, err

@@ -319,7 +319,7 @@ func (p *pass) scaleDown() {
 func (p *pass) countRunning() error {
 	// What runs, given to the planner as it is built (a kept planner is
 	// then brought up to date with what changed since the pass before).
-	var running []facility.Replica
+	running := make([]facility.Replica, 0, len(p.live))
 	var failed []string
 	for _, j := range p.live {
 		if r, ok := asReplica(j, func(string) bool { return true }); ok {
