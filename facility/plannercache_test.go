@@ -207,3 +207,95 @@ func TestPlannerCacheRefits(t *testing.T) {
 	}
 	t.Logf("%d planners compared, %d brought up to date from the one before", passes, refitted)
 }
+
+// align keeps a longest common subsequence of the same replicas, in
+// order, and gives up past maxEdits; a planner whose replicas come in
+// another order altogether (past maxEdits) is built again, and is
+// NewPlanner's.
+func TestAlignKeepsALongestCommonSubsequence(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(38, 4))
+	rep := func(i int) Replica {
+		return Replica{ID: fmt.Sprint(i % 7), Model: "m", Shards: []Shard{{Node: fmt.Sprint(i), GPUs: 1}}}
+	}
+	var df differ
+	var keepA []bool
+	var fromA []int32
+	for range 500 {
+		var a, b []Replica
+		for range r.IntN(40) {
+			a = append(a, rep(r.IntN(12)))
+		}
+		for range r.IntN(40) {
+			b = append(b, rep(r.IntN(12)))
+		}
+		if !df.align(a, b, &keepA, &fromA) {
+			t.Fatalf("%d and %d replicas: gave up under %d edits", len(a), len(b), maxEdits)
+		}
+		// The longest common subsequence's length, by dynamic programming.
+		l := make([][]int, len(a)+1)
+		for i := range l {
+			l[i] = make([]int, len(b)+1)
+		}
+		for i := len(a) - 1; i >= 0; i-- {
+			for k := len(b) - 1; k >= 0; k-- {
+				if sameReplica(&a[i], &b[k]) {
+					l[i][k] = 1 + l[i+1][k+1]
+				} else {
+					l[i][k] = max(l[i+1][k], l[i][k+1])
+				}
+			}
+		}
+		kept, last := 0, -1
+		for k, i := range fromA {
+			if i < 0 {
+				continue
+			}
+			if int(i) <= last || !keepA[i] || !sameReplica(&a[i], &b[k]) {
+				t.Fatalf("b[%d] kept as a[%d] after a[%d]", k, i, last)
+			}
+			last, kept = int(i), kept+1
+		}
+		if marked := len(slices.DeleteFunc(slices.Clone(keepA), func(k bool) bool { return !k })); kept != l[0][0] || marked != kept {
+			t.Fatalf("kept %d (%d of a marked), the longest common subsequence has %d", kept, marked, l[0][0])
+		}
+	}
+	a := make([]Replica, 200)
+	for i := range a {
+		a[i] = Replica{ID: fmt.Sprint(i)}
+	}
+	b := slices.Clone(a)
+	slices.Reverse(b)
+	if df.align(a, b, &keepA, &fromA) {
+		t.Fatalf("aligned 200 replicas with their reverse within %d edits", maxEdits)
+	}
+
+	fleet, fac := benchWorld(400)
+	plan, err := PlanCatalog(fleet, fac, benchCatalog(150))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []Replica
+	for _, d := range plan.Placements {
+		running = append(running, d.Running())
+	}
+	var c PlannerCache
+	if _, err := c.NewPlanner(fleet, fac, running); err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(running)
+	got, err := c.NewPlanner(fleet, fac, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := NewPlanner(fleet, fac, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.refits != 0 || len(running) <= maxEdits/2 {
+		t.Fatalf("%d replicas reversed: %d planners brought up to date", len(running), c.refits)
+	}
+	if f := diffPlanners(want, got); f != "" {
+		t.Fatalf("the replicas reversed, the cache's planner differs from NewPlanner's in %s", f)
+	}
+}
