@@ -250,16 +250,28 @@ func nodeLost(b *testing.B, n int) (healthy, lost Fleet, fac Facility, running [
 // pass (every running replica counted, the lost one not serving), then
 // Place. planners=kept builds it from a PlannerCache that built the
 // previous pass's (the fleet before the loss), as a controller's pass
-// does; planners=none builds it from scratch (NewPlanner).
+// does, and whose planner of the pass before that placed and committed
+// the replica; planners=none builds it from scratch (NewPlanner).
+// planners=unchanged is the cache's planner for the same fleet and
+// replicas as the pass before's, nothing placed: what finding that
+// nothing changed costs (every node's inputs compared, the replicas
+// aligned).
 func BenchmarkPlaceAfterNodeLost(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		healthy, lost, fac, running, req := nodeLost(b, n)
-		for _, kept := range []bool{false, true} {
-			name := map[bool]string{false: "none", true: "kept"}[kept]
-			b.Run(fmt.Sprintf("nodes=%d/planners=%s", n, name), func(b *testing.B) {
+		for _, mode := range []string{"none", "kept", "unchanged"} {
+			b.Run(fmt.Sprintf("nodes=%d/planners=%s", n, mode), func(b *testing.B) {
 				var c *PlannerCache
-				if kept {
+				if mode != "none" {
 					c = &PlannerCache{}
+				}
+				if mode == "unchanged" {
+					for b.Loop() {
+						if _, err := c.NewPlanner(lost, fac, running); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
 				}
 				for b.Loop() {
 					b.StopTimer()
@@ -274,9 +286,15 @@ func BenchmarkPlaceAfterNodeLost(b *testing.B) {
 					if err := p.NotServing(req.Replica); err != nil {
 						b.Fatal(err)
 					}
-					if d := p.Place(req); !d.Placed {
+					d := p.Place(req)
+					if !d.Placed {
 						b.Fatalf("%s not placed: %v", req.Replica, d.Reasons())
 					}
+					b.StopTimer()
+					if err := p.Commit(d); err != nil { // as the pass does
+						b.Fatal(err)
+					}
+					b.StartTimer()
 				}
 			})
 		}

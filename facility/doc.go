@@ -119,10 +119,16 @@
 // Building a planner sorts the nodes by location and by name and hashes
 // every node and domain. A PlannerCache keeps that index of the layout
 // (the nodes' names, locations, pools, fabrics and GPU models, the
-// budgets and holds) and, while it does not change, builds the next
-// planner from it with one pass over the nodes' free resources and draws
-// and the replicas that run; the profiles' static checks (pool, GPU model,
-// fabric, keep_within, holds) are kept with it too. The planner is the
-// one NewPlanner builds, bit for bit: every sum is taken in the same
-// order. See docs/power.md for the rules in operator terms.
+// budgets and holds), the profiles' static checks (pool, GPU model,
+// fabric, keep_within, holds) and the last planner it returned. While the
+// layout does not change, the next planner is that one brought up to
+// date: what its caller committed, removed or took out of service undone,
+// the nodes whose free resources, draws, weights or fetch rate changed
+// and the replicas that came or went applied, and the draw of every
+// domain holding one of those nodes summed again; the per-profile indexes
+// catch up with the cells that reaches. Finding what changed compares
+// every node with what the planner took of it and aligns the replicas
+// with its own. The planner is the one NewPlanner builds, bit for bit:
+// every sum is taken in the same order. See docs/power.md for the rules
+// in operator terms.
 package facility

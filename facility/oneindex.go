@@ -241,7 +241,8 @@ func (p *Planner) updateOne(sh *shape, ix *oneIndex) {
 			if ix.absent != nil {
 				ix.absent[ix.size+int(i)] = ix.leafAbsent(sh, i)
 			}
-			if k := int32(ix.size+int(i)) >> 1; len(pend) == 0 || pend[len(pend)-1] != k {
+			// (With one cell its leaf is the root: nothing above.)
+			if k := int32(ix.size+int(i)) >> 1; k >= 1 && (len(pend) == 0 || pend[len(pend)-1] != k) {
 				pend = append(pend, k)
 			}
 		}

@@ -235,3 +235,33 @@ func TestIndexedPlaceMatchesScanWeights(t *testing.T) {
 	t.Logf("%d decisions (%d single-node), %d placed, %d removed; %d shards of %s where its weights are",
 		tw.ops, tw.singleChecks, tw.placed, tw.removed, held, cat.Models[0].Name)
 }
+
+// An index over one cell (its leaf is its root) catches up with a change
+// that marks that cell alone: here NotServing, one entry in the change
+// log. It once climbed from the root to a node 0 above it, and on for
+// ever.
+func TestIndexOfOneCellCatchesUp(t *testing.T) {
+	t.Parallel()
+	fleet := Fleet{Nodes: []Node{{Name: "n1", Location: Location{Rack: "k1"}, CPUCores: 64, MemoryGB: 512,
+		GPUs: []GPU{{Model: "H", Count: 8, Free: 6, PowerLimitWatts: 700}}}}}
+	prof := Profile{Name: "p", Engine: "vllm", GPU: "H", GPUs: 2, Nodes: 1, Weight: 1, Spread: []Level{LevelRack}}
+	m := Model{Name: "m", Replicas: 2, Profiles: []Profile{prof}}
+	running := []Replica{{ID: "m-0", Model: "m", Profile: "p", Shards: []Shard{{Node: "n1", Watts: 1400, GPU: "H", GPUs: 2}}}}
+	p, err := NewPlanner(fleet, Facility{}, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Place(Request{Replica: "m-1", Model: m}); !d.Placed {
+		t.Fatalf("m-1 not placed: %v", d.Reasons())
+	}
+	if err := p.NotServing("m-0"); err != nil {
+		t.Fatal(err)
+	}
+	d := p.Place(Request{Replica: "m-1", Model: m})
+	if !d.Placed || d.Shards[0].Node != "n1" {
+		t.Fatalf("m-1: %+v", d)
+	}
+	if sh := p.shapes[shapeKey{"m", "p"}]; sh == nil || len(sh.cells) != 1 || sh.one == nil {
+		t.Fatalf("the test placed no index over one cell")
+	}
+}

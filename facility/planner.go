@@ -118,6 +118,14 @@ type Planner struct {
 
 	counts  map[string][]int32 // model → replicas of it per domain
 	running []Replica
+	// runAt is, per replica of running, its shards' nodes and what they
+	// count at: what a PlannerCache sums draws from again.
+	runAt [][]shardAt
+	// isDirty marks, in a PlannerCache's planner (nil in NewPlanner's),
+	// the nodes whose accounting changed since the cache last built or
+	// brought it up to date (addDraw), listed in dirty.
+	isDirty []bool
+	dirty   []int32
 	// notServing holds the running replicas NotServing took out of the
 	// spread counts (their draw still counts).
 	notServing map[string]bool
@@ -245,16 +253,40 @@ func NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) 
 // Add accounts for a replica that runs: its shards' draw and its spread
 // counts. It takes no resources (see Shard).
 func (p *Planner) Add(r Replica) error {
-	idx, err := p.shardNodes(r)
+	at, err := p.shardsAt(r)
 	if err != nil {
 		return err
 	}
-	for i, s := range r.Shards {
-		p.addDraw(idx[i], p.shardCounts(r.Model, r.Profile, s))
+	for _, s := range at {
+		p.addDraw(s.node, s.w)
 	}
-	p.count(r.Model, idx)
+	p.count(r.Model, at)
 	p.running = append(p.running, Replica{ID: r.ID, Model: r.Model, Profile: r.Profile, Shards: slices.Clone(r.Shards)})
+	p.runAt = append(p.runAt, at)
 	return nil
+}
+
+// shardAt is a shard of a running replica: its node, and what it counts
+// at, declared and measured (shardCounts).
+type shardAt struct {
+	node int32
+	w    [2]float64
+}
+
+// shardsAt looks up r's shards' nodes and what they count at.
+func (p *Planner) shardsAt(r Replica) ([]shardAt, error) {
+	at := make([]shardAt, len(r.Shards))
+	for i, s := range r.Shards {
+		n, ok := p.nodeIndex[s.Node]
+		if !ok {
+			return nil, fmt.Errorf("replica %s: node %q: %w", r.ID, s.Node, ErrUnknownNode)
+		}
+		if err := checkWatts("shard watts", s.Watts, false); err != nil {
+			return nil, fmt.Errorf("replica %s on %s: %w", r.ID, s.Node, err)
+		}
+		at[i] = shardAt{node: n, w: p.shardCounts(r.Model, r.Profile, s)}
+	}
+	return at, nil
 }
 
 // Commit accounts for a placed decision: its shards take their resources
@@ -267,29 +299,30 @@ func (p *Planner) Commit(d Decision) error {
 		return fmt.Errorf("commit %s: %w", d.Replica, ErrNotPlaced)
 	}
 	r := d.Running()
-	idx, err := p.shardNodes(r)
+	at, err := p.shardsAt(r)
 	if err != nil {
 		return err
 	}
 	for i, s := range d.Shards {
-		n := &p.nodes[idx[i]]
+		n := &p.nodes[at[i].node]
 		g := p.gpu(n, p.gpuID(s.GPU))
 		if s.GPUs > 0 && (g == nil || g.free < s.GPUs) || n.cpu < s.CPUCores || n.mem < s.MemoryGB ||
-			slices.Index(idx[:i], idx[i]) >= 0 {
+			slices.ContainsFunc(at[:i], func(o shardAt) bool { return o.node == at[i].node }) {
 			return fmt.Errorf("commit %s on %s: %w", d.Replica, s.Node, ErrNoRoom)
 		}
 	}
 	for i, s := range d.Shards {
-		n := &p.nodes[idx[i]]
+		n := &p.nodes[at[i].node]
 		if s.GPUs > 0 {
 			p.gpu(n, p.gpuID(s.GPU)).free -= s.GPUs
 		}
 		n.cpu -= s.CPUCores
 		n.mem -= s.MemoryGB
-		p.addDraw(idx[i], p.shardCounts(d.Model, d.Profile, s))
+		p.addDraw(at[i].node, at[i].w)
 	}
-	p.count(d.Model, idx)
+	p.count(d.Model, at)
 	p.running = append(p.running, r)
+	p.runAt = append(p.runAt, at)
 	return nil
 }
 
@@ -331,6 +364,10 @@ func (p *Planner) addDraw(n int32, w [2]float64) {
 	}
 	p.cellVer[nd.cell]++
 	p.logChange(nd.cell, -1)
+	if p.isDirty != nil && !p.isDirty[n] {
+		p.isDirty[n] = true
+		p.dirty = append(p.dirty, n)
+	}
 	for _, d := range p.cells[nd.cell].dom {
 		if d >= 0 {
 			p.draw[d] += delta[p.mode[d]]
@@ -340,18 +377,18 @@ func (p *Planner) addDraw(n int32, w [2]float64) {
 }
 
 // count adds one replica of model to every domain its nodes are in.
-func (p *Planner) count(model string, nodes []int32) {
+func (p *Planner) count(model string, nodes []shardAt) {
 	cs := p.countsOf(model)
 	p.logCounts(model, nodes)
 	for _, l := range Levels() {
 		for i, n := range nodes {
-			d := p.cells[p.nodes[n].cell].dom[l]
+			d := p.cells[p.nodes[n.node].cell].dom[l]
 			if d < 0 {
 				continue
 			}
 			dup := false
 			for _, m := range nodes[:i] {
-				if p.cells[p.nodes[m].cell].dom[l] == d {
+				if p.cells[p.nodes[m.node].cell].dom[l] == d {
 					dup = true
 					break
 				}
@@ -364,10 +401,10 @@ func (p *Planner) count(model string, nodes []int32) {
 }
 
 // logCounts notes that the model's counts change in the domains of nodes.
-func (p *Planner) logCounts(model string, nodes []int32) {
+func (p *Planner) logCounts(model string, nodes []shardAt) {
 	m := p.modelIndex(model)
 	for _, n := range nodes {
-		p.logChange(p.nodes[n].cell, m)
+		p.logChange(p.nodes[n.node].cell, m)
 	}
 }
 

@@ -23,13 +23,9 @@ func (p *Planner) Remove(id string) (Replica, error) {
 	if i < 0 {
 		return Replica{}, fmt.Errorf("remove %s: %w", id, ErrNotRunning)
 	}
-	r := p.running[i]
-	idx, err := p.shardNodes(r)
-	if err != nil {
-		return Replica{}, err
-	}
+	r, at := p.running[i], p.runAt[i]
 	for k, s := range r.Shards {
-		n := &p.nodes[idx[k]]
+		n := &p.nodes[at[k].node]
 		if s.GPUs > 0 {
 			if g := p.gpu(n, p.gpuID(s.GPU)); g != nil {
 				g.free += s.GPUs
@@ -37,15 +33,19 @@ func (p *Planner) Remove(id string) (Replica, error) {
 		}
 		n.cpu += s.CPUCores
 		n.mem += s.MemoryGB
-		w := p.shardCounts(r.Model, r.Profile, s)
-		p.addDraw(idx[k], [2]float64{-w[0], -w[1]})
+		w := at[k].w
+		p.addDraw(at[k].node, [2]float64{-w[0], -w[1]})
 	}
 	if p.notServing[id] {
 		delete(p.notServing, id)
 	} else {
-		p.uncount(r.Model, idx)
+		p.uncount(r.Model, at)
 	}
 	p.running = slices.Delete(p.running, i, i+1)
+	p.runAt = slices.Delete(p.runAt, i, i+1)
+	if len(p.running) == 0 {
+		p.running, p.runAt = nil, nil // as NewPlanner's without
+	}
 	return r, nil
 }
 
@@ -65,12 +65,7 @@ func (p *Planner) NotServing(id string) error {
 	if p.notServing[id] {
 		return nil
 	}
-	r := p.running[i]
-	idx, err := p.shardNodes(r)
-	if err != nil {
-		return err
-	}
-	p.uncount(r.Model, idx)
+	p.uncount(p.running[i].Model, p.runAt[i])
 	if p.notServing == nil {
 		p.notServing = map[string]bool{}
 	}
@@ -84,13 +79,13 @@ func (p *Planner) Restore(r Replica) error {
 }
 
 // uncount takes one replica of model out of every domain its nodes are in.
-func (p *Planner) uncount(model string, nodes []int32) {
+func (p *Planner) uncount(model string, nodes []shardAt) {
 	cs := p.countsOf(model)
 	p.logCounts(model, nodes)
 	for _, l := range Levels() {
 		for i, n := range nodes {
-			d := p.cells[p.nodes[n].cell].dom[l]
-			if d < 0 || slices.ContainsFunc(nodes[:i], func(m int32) bool { return p.cells[p.nodes[m].cell].dom[l] == d }) {
+			d := p.cells[p.nodes[n.node].cell].dom[l]
+			if d < 0 || slices.ContainsFunc(nodes[:i], func(m shardAt) bool { return p.cells[p.nodes[m.node].cell].dom[l] == d }) {
 				continue
 			}
 			if cs[d] > 0 {

@@ -60,9 +60,17 @@ func WarmSpares(fleet Fleet, fac Facility, models []Model, running []Replica) ([
 }
 
 // WarmSpares is WarmSpares(fleet, fac, models, running) on a planner
-// from the cache (NewPlanner).
+// from the cache: one it keeps for WarmSpares alone, so that the planner
+// NewPlanner keeps is not brought to another list of replicas between
+// two passes.
 func (c *PlannerCache) WarmSpares(fleet Fleet, fac Facility, models []Model, running []Replica) ([]WarmSpare, error) {
-	p, err := c.NewPlanner(fleet, fac, running)
+	var p *Planner
+	var err error
+	if c == nil {
+		p, err = NewPlanner(fleet, fac, running)
+	} else {
+		p, err = c.planner(&c.slots[1], fleet, fac, running)
+	}
 	if err != nil {
 		return nil, err
 	}

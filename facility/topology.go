@@ -215,8 +215,9 @@ func poolOf(n *Node) string {
 // topology is theirs: fac has the budgets and holds it was built for
 // (valid, then, as they were; holds may differ in reason and drain, which
 // the planner reads from fac), and fleet the same nodes, locations, pools,
-// fabrics and GPU models, in any order. Otherwise it returns nil.
-func (t *topology) fill(fleet Fleet, fac Facility, seen []bool) *Planner {
+// fabrics and GPU models, in any order. Otherwise it returns nil. at[i]
+// is set to where fleet.Nodes[i] sits in location order.
+func (t *topology) fill(fleet Fleet, fac Facility, seen []bool, at []int32) *Planner {
 	if !sameLayout(t.fac, fac) || len(fleet.Nodes) != len(t.nodes) {
 		return nil
 	}
@@ -229,6 +230,7 @@ func (t *topology) fill(fleet Fleet, fac Facility, seen []bool) *Planner {
 			return nil
 		}
 		seen[j] = true
+		at[i] = j
 		pn := &p.nodes[j]
 		if t.pools[j] != poolOf(n) || t.fabrics[j] != n.Fabric || t.loc[j] != n.Location || int(pn.gn) != len(n.GPUs) {
 			return nil
@@ -351,55 +353,13 @@ func (p *Planner) start(running []Replica) (*Planner, error) {
 			}
 		}
 	}
+	if len(running) > 0 {
+		p.running, p.runAt = make([]Replica, 0, len(running)), make([][]shardAt, 0, len(running))
+	}
 	for _, r := range running {
 		if err := p.Add(r); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
-}
-
-// PlannerCache builds planners as NewPlanner does, keeping the index of
-// the last fleet's layout and facility it built one for (topology): while
-// the nodes, their locations, pools, fabrics and GPU models and the
-// facility's budgets and holds stay as they were, a planner costs a pass
-// over the nodes' free resources and draws and the replicas that run,
-// without sorting or hashing the fleet again. The planner it returns is
-// the one NewPlanner returns for the same arguments
-// (TestPlannerCacheMatchesNewPlanner). It is not safe for concurrent use,
-// nor are the planners it returns, which share its index: use the cache
-// and its planners from one goroutine at a time. The zero value is ready.
-type PlannerCache struct {
-	t     *topology
-	seen  []bool
-	built int // topologies built
-}
-
-// Builds returns how many times the cache built the index of a layout:
-// once, and again after each change of the fleet's layout or the
-// facility's budgets and holds.
-func (c *PlannerCache) Builds() int { return c.built }
-
-// NewPlanner is NewPlanner(fleet, fac, running), reusing the cache's
-// index of the fleet's layout where it still fits. A nil cache builds
-// every planner from scratch.
-func (c *PlannerCache) NewPlanner(fleet Fleet, fac Facility, running []Replica) (*Planner, error) {
-	if c == nil {
-		return NewPlanner(fleet, fac, running)
-	}
-	if c.t != nil && len(c.seen) == len(c.t.nodes) {
-		if p := c.t.fill(fleet, fac, c.seen); p != nil {
-			return p.start(running)
-		}
-	}
-	c.t = nil
-	if err := fac.Validate(); err != nil {
-		return nil, err
-	}
-	t, pos, err := newTopology(fleet, fac, true)
-	if err != nil {
-		return nil, err
-	}
-	c.t, c.seen, c.built = t, make([]bool, len(t.nodes)), c.built+1
-	return t.planner(fleet, fac, pos, running, false)
 }

@@ -9,14 +9,21 @@ import (
 	"unsafe"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // diffPlanners names the first field in which two planners differ, ""
-// when none does: a planner built on a kept topology must be, field for
-// field and bit for bit, the one NewPlanner builds. The topology itself
-// is left out (a kept one holds the skeletons of earlier passes), and
-// whether the planner owns it; what the planner takes of it is in the
-// other fields.
+// when none does: a planner from a PlannerCache must be, field for field
+// and bit for bit, the one NewPlanner builds, in all that a decision,
+// budget or drain reads. Left out are the topology (a kept one holds the
+// skeletons of earlier passes) and whether the planner owns it, what the
+// cache keeps to bring its planner up to date (isDirty, dirty), and the
+// planner's caches, which a planner brought up to date keeps from the
+// passes before: its shapes and their indexes (checkIndexes holds those
+// to what they would be built again), the change log they read, the
+// cells' versions, model numbers, weights keys and the decisions'
+// scratch. A model's spread counts compare with none when all zero (a
+// shape placing it makes them).
 func diffPlanners(a, b *Planner) string {
 	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
 	// The fields are unexported: read them through their addresses.
@@ -25,11 +32,100 @@ func diffPlanners(a, b *Planner) string {
 		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface()
 	}
 	for i := range va.NumField() {
-		if n := va.Type().Field(i).Name; n == "topo" || n == "ownsTopo" {
+		n := va.Type().Field(i).Name
+		if cacheField[n] {
 			continue
 		}
-		if !reflect.DeepEqual(field(va, i), field(vb, i)) {
-			return va.Type().Field(i).Name
+		fa, fb := field(va, i), field(vb, i)
+		if n == "counts" {
+			fa, fb = nonZeroCounts(fa.(map[string][]int32)), nonZeroCounts(fb.(map[string][]int32))
+		}
+		if !reflect.DeepEqual(fa, fb) {
+			return n
+		}
+	}
+	return ""
+}
+
+// cacheField names the Planner's fields diffPlanners leaves out.
+var cacheField = map[string]bool{
+	"topo": true, "ownsTopo": true, "isDirty": true, "dirty": true,
+	"shapes": true, "shapeOrder": true, "chg": true, "chgGen": true, "cellVer": true, "modelIDs": true, "wkeys": true,
+	"stamp": true, "mark": true, "slot": true, "col": true, "cands": true, "gsort": true, "gscratch": true,
+	"gruns": true, "picked": true, "best": true, "addW": true, "touched": true, "added": true,
+}
+
+func nonZeroCounts(cs map[string][]int32) map[string][]int32 {
+	out := map[string][]int32{}
+	for m, c := range cs {
+		if slices.ContainsFunc(c, func(n int32) bool { return n != 0 }) {
+			out[m] = c
+		}
+	}
+	return out
+}
+
+// checkIndexes names the first of the planner's shapes whose caches are
+// not what they would be built again now, "" when none: every cell cache
+// that claims to be current, every index caught up through the change log
+// against the same evaluated afresh from every cell.
+func checkIndexes(p *Planner) string {
+	opts := []gocmp.Option{gocmp.AllowUnexported(oneAgg{}, oneEval{}, gangEval{}, gcand{}, centry{}, cellHot{}), cmpopts.EquateEmpty()}
+	for key, sh := range p.shapes {
+		if sh.invalid != nil {
+			continue
+		}
+		if sh.one != nil {
+			p.index(sh)
+		}
+		if sh.gang != nil {
+			p.gangIndex(sh)
+		}
+		cells, lists := slices.Clone(sh.cells), slices.Clone(sh.lists)
+		for i := range lists {
+			lists[i] = slices.Clone(lists[i])
+		}
+		for i := range sh.cells {
+			if cells[i].version != p.cellVer[cells[i].cell] {
+				continue // stale, and known to be
+			}
+			p.recache(sh, int32(i))
+			if d := gocmp.Diff(cells[i].cellHot, sh.cells[i].cellHot, opts...); d != "" {
+				return fmt.Sprintf("shape %v: cell %d's cache (-kept +afresh):\n%s", key, i, d)
+			}
+			if lists != nil {
+				if d := gocmp.Diff(lists[i], sh.lists[i], opts...); d != "" {
+					return fmt.Sprintf("shape %v: cell %d's list (-kept +afresh):\n%s", key, i, d)
+				}
+			}
+		}
+		if ix := sh.one; ix != nil {
+			kept := *ix
+			kept.eval, kept.tree = slices.Clone(ix.eval), slices.Clone(ix.tree)
+			kept.over, kept.spread, kept.absent = slices.Clone(ix.over), slices.Clone(ix.spread), slices.Clone(ix.absent)
+			p.rebuildOne(sh, ix)
+			for _, f := range []struct {
+				name string
+				a, b any
+			}{{"eval", kept.eval, ix.eval}, {"tree", kept.tree, ix.tree}, {"over", kept.over, ix.over}, {"spread", kept.spread, ix.spread}, {"absent", kept.absent, ix.absent}} {
+				if d := gocmp.Diff(f.a, f.b, opts...); d != "" {
+					return fmt.Sprintf("shape %v: index %s (-caught up +afresh):\n%s", key, f.name, d)
+				}
+			}
+		}
+		if gx := sh.gang; gx != nil {
+			kept := make([]gangEval, len(gx.evals))
+			for i, e := range gx.evals {
+				kept[i] = e
+				kept[i].runs, kept[i].picked = slices.Clone(e.runs), slices.Clone(e.picked)
+			}
+			counts := p.countsOf(sh.model)
+			for gi := range sh.gangDoms {
+				p.evalGangDom(sh, &sh.gangDoms[gi], counts, &gx.evals[gi])
+			}
+			if d := gocmp.Diff(kept, gx.evals, opts...); d != "" {
+				return fmt.Sprintf("shape %v: gang index (-caught up +afresh):\n%s", key, d)
+			}
 		}
 	}
 	return ""
@@ -175,7 +271,7 @@ func placeCatalog(p *Planner, cat Catalog) ([]Decision, []DomainUsage, []string)
 func TestPlannerCacheMatchesNewPlanner(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(38, 1))
-	passes, reused := 0, 0
+	passes, reused, refitted := 0, 0, 0
 	for iter := range 150 {
 		w := randomWorld(r, iter%4 != 0)
 		var c PlannerCache
@@ -190,7 +286,7 @@ func TestPlannerCacheMatchesNewPlanner(t *testing.T) {
 				fleet.Nodes[i].GPUs = slices.Clone(fleet.Nodes[i].GPUs)
 			}
 			running := runningOn(r, &world{fleet: fleet, fac: w.fac, cat: w.cat})
-			built := c.built
+			built, refits := c.built, c.refits
 			want, werr := NewPlanner(fleet, w.fac, running)
 			got, gerr := c.NewPlanner(fleet, w.fac, running)
 			if fmt.Sprint(werr) != fmt.Sprint(gerr) {
@@ -203,8 +299,14 @@ func TestPlannerCacheMatchesNewPlanner(t *testing.T) {
 			if c.built == built {
 				reused++
 			}
+			if c.refits > refits {
+				refitted++
+			}
 			if f := diffPlanners(want, got); f != "" {
 				t.Fatalf("%s: the cache's planner differs from NewPlanner's in %s", where, f)
+			}
+			if f := checkIndexes(got); f != "" {
+				t.Fatalf("%s: %s", where, f)
 			}
 			wd, wb, wdr := placeCatalog(want, w.cat)
 			gd, gb, gdr := placeCatalog(got, w.cat)
@@ -227,7 +329,7 @@ func TestPlannerCacheMatchesNewPlanner(t *testing.T) {
 	if reused*2 < passes {
 		t.Fatalf("the cache reused its index in %d of %d passes", reused, passes)
 	}
-	t.Logf("%d passes compared, %d on a kept index", passes, reused)
+	t.Logf("%d passes compared, %d on a kept index, %d of them on the planner of the pass before brought up to date", passes, reused, refitted)
 }
 
 // A planner from the cache is its own: placing on it changes neither the

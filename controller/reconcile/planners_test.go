@@ -83,11 +83,12 @@ func hasBudget(fac facility.Facility, d facility.Domain) bool {
 func TestPlanWithPlannersMatchesPlan(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(38, 2))
-	passes := 0
+	passes, refits := 0, 0
 	kinds := map[string]int{}
 	var cache facility.PlannerCache
 	for trial := range 60 {
 		w := randomFleetWorld(r)
+		refits += cache.Refits()
 		cache = facility.PlannerCache{}
 		gone := map[string]bool{}
 		for step := range 30 {
@@ -176,7 +177,14 @@ func TestPlanWithPlannersMatchesPlan(t *testing.T) {
 			w.now = w.now.Add(time.Minute)
 		}
 	}
-	t.Logf("%d passes compared; actions and decisions in them: %v", passes, kinds)
+	refits += cache.Refits()
+	t.Logf("%d passes compared, %d planners brought up to date from the pass before's; actions and decisions in them: %v", passes, refits, kinds)
+	// Most passes' planners must be the pass before's brought up to date
+	// (the first pass of a trial and those after a layout change build
+	// theirs), or the test compared little of that.
+	if refits*4 < passes*3 {
+		t.Fatalf("%d of %d passes' planners were brought up to date", refits, passes)
+	}
 	// The layout changes in a quarter of the steps at most (a node gone,
 	// a hold): most passes must have kept the index.
 	if b := cache.Builds(); passes == 0 || b*2 > 30 {

@@ -102,11 +102,14 @@ type Input struct {
 	Asleep map[string]bool
 	// Planners, when set, builds the pass's planner, keeping from one pass
 	// to the next the index of the fleet's layout (nodes, locations,
-	// budgets, holds) while it does not change: a pass then costs in
-	// proportion to the nodes' and replicas' numbers, not to sorting and
-	// hashing the fleet. The result is the same as without
-	// (TestPlanWithPlannersMatchesPlan). One pass at a time may use it
-	// (facility.PlannerCache). nil: every pass builds its own.
+	// budgets, holds) while it does not change, and the pass's planner,
+	// which the next pass's is brought up to date from: the nodes whose
+	// free resources or draws changed, the jobs that came, went or
+	// changed, and the domains and cells those reach, rather than sorting
+	// and hashing the fleet and adding every job again. The result is the
+	// same as without (TestPlanWithPlannersMatchesPlan). One pass at a
+	// time may use it (facility.PlannerCache). nil: every pass builds its
+	// own.
 	Planners *facility.PlannerCache
 }
 
@@ -314,22 +317,27 @@ func (p *pass) scaleDown() {
 // countRunning (step 2): everything that keeps running counts before
 // anything is placed.
 func (p *pass) countRunning() error {
-	// The planner first, then what runs, as NewPlanner would add it: the
-	// planner knows the fleet's nodes.
-	planner, err := p.in.Planners.NewPlanner(p.in.Fleet, p.in.Facility, nil)
-	if err != nil {
-		return fmt.Errorf("planner: %w", err)
-	}
+	// What runs, given to the planner as it is built (a kept planner is
+	// then brought up to date with what changed since the pass before).
+	running := make([]facility.Replica, 0, len(p.live))
 	var failed []string
 	for _, j := range p.live {
-		if r, ok := asReplica(j, planner.Knows); ok {
-			if err := planner.Add(r); err != nil {
-				return fmt.Errorf("planner: %w", err)
-			}
+		if r, ok := asReplica(j, func(string) bool { return true }); ok {
+			running = append(running, r)
 			if j.State == Failed {
 				failed = append(failed, j.ID)
 			}
 		}
+	}
+	planner, err := p.in.Planners.NewPlanner(p.in.Fleet, p.in.Facility, running)
+	if errors.Is(err, facility.ErrUnknownNode) {
+		// A job with a shard on a node the fleet no longer has: the
+		// planner first, then what runs on the nodes it knows, as
+		// NewPlanner would add it.
+		planner, failed, err = p.countKnown()
+	}
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
 	}
 	p.planner = planner
 	p.res.Usage = planner.Budgeted()
@@ -351,6 +359,27 @@ func (p *pass) countRunning() error {
 		}
 	}
 	return nil
+}
+
+// countKnown builds the pass's planner and adds the live jobs' shards on
+// the nodes it knows; it returns the failed jobs it added.
+func (p *pass) countKnown() (*facility.Planner, []string, error) {
+	planner, err := p.in.Planners.NewPlanner(p.in.Fleet, p.in.Facility, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	var failed []string
+	for _, j := range p.live {
+		if r, ok := asReplica(j, planner.Knows); ok {
+			if err := planner.Add(r); err != nil {
+				return nil, nil, err
+			}
+			if j.State == Failed {
+				failed = append(failed, j.ID)
+			}
+		}
+	}
+	return planner, failed, nil
 }
 
 // planSlots (step 3) plans every slot that has a job, in catalog order;
