@@ -77,6 +77,14 @@ func (ad *adapterRef) allowedBy(k *Key, sent string) bool {
 // home set before the set grows by one replica (routing.Adapters.PerReplica).
 const adapterPerReplica = 4
 
+// adapterLoadFactor bounds the load of an adapter's home replicas
+// (routing.Adapters.LoadFactor): a replica whose requests in flight would
+// pass 1.25 times its share is passed over. Not the prefix policy's
+// factor (2): over the few replicas of a model, twice the share let the
+// hot adapter's first replica take half of all requests (docs/perf.md,
+// "LoRA adapters (issue 37)").
+const adapterLoadFactor = 1.25
+
 // resolve says what a request's model names: a model (ad nil), or an
 // adapter of base. A name that is neither is returned as the model, for
 // the caller's 404.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmgw/llmgw/engine"
+	"github.com/llmgw/llmgw/gateway/routing"
 	"github.com/llmgw/llmgw/gatewayapi"
 )
 
@@ -308,5 +309,27 @@ func TestAdapterKeys(t *testing.T) {
 		if strings.Join(ids, ",") != strings.Join(want, ",") {
 			t.Errorf("%s: /v1/models lists %v, want %v", key, ids, want)
 		}
+	}
+}
+
+// The adapter's home is bounded by adapterLoadFactor (1.25), not by the
+// prefix policy's factor (2 here): on two replicas, its first with 2
+// requests in flight and the other idle, it would hold 3 of 3, within
+// ⌈2/2 × 3⌉ = 3 but past ⌈1.25/2 × 3⌉ = 2, and the request spills.
+func TestAdapterHomeBoundedByAdapterFactor(t *testing.T) {
+	a, b := startBodyRecorder(t, "/lora/sql.gguf"), startBodyRecorder(t, "/lora/sql.gguf")
+	tg := startGateway(t, Options{PrefixLoadFactor: 2}, a.instance("a", engine.VLLM), b.instance("b", engine.VLLM))
+	tg.UpdateModels(adapterList, nil)
+	first := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+	home := first.header.Get(ReplicaHeader)
+	if first.status != 200 || first.header.Get(RouteHeader) != routing.RouteAdapter {
+		t.Fatalf("idle: %d route %q: %s", first.status, first.header.Get(RouteHeader), first.body)
+	}
+	ep := tg.tbl.Load().byID[home]
+	ep.Outstanding.Add(2)
+	ans := tg.post(t, "/v1/completions", `{"model":"sql","prompt":"hi"}`)
+	ep.Outstanding.Add(-2)
+	if at := ans.header.Get(ReplicaHeader); ans.status != 200 || ans.header.Get(RouteHeader) != routing.RouteAdapterSpill || at == home {
+		t.Errorf("2 in flight on %s, none on the other: %d route %q at %s, want %q on the other", home, ans.status, ans.header.Get(RouteHeader), at, routing.RouteAdapterSpill)
 	}
 }

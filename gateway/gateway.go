@@ -390,7 +390,7 @@ func (g *Gateway) UpdateModels(l gatewayapi.ModelList, err error) {
 func (g *Gateway) rebuildLocked(discovered bool) {
 	old := g.tbl.Load()
 	t, gone := buildTable(old, g.snap, g.list, g.newModel, g.newEndpoint, g.policyOf)
-	adapterTables(t, old, g.list, adapterPerReplica, g.loadFactor, g.now)
+	adapterTables(t, old, g.list, adapterPerReplica, adapterLoadFactor, g.now)
 	g.tbl.Store(t)
 	if discovered {
 		g.discovered = true

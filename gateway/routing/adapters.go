@@ -15,8 +15,8 @@ const (
 	RouteAdapter = "adapter"
 	// RouteAdapterFull: every replica's adapter slots were held by
 	// adapters with requests in flight; the request went to the first
-	// replica of the adapter's order anyway, where the engine queues it
-	// for a slot (vLLM's waiting_lora_adapters).
+	// replica of the adapter's order within the load bound anyway, where
+	// the engine queues it for a slot (vLLM's waiting_lora_adapters).
 	RouteAdapterFull = "adapter-full"
 	// RouteAdapterSpill: the first replica of the adapter's order was
 	// over the load bound (Adapters.LoadFactor), and the request went to
@@ -43,8 +43,8 @@ const (
 //   - A replica holds at most Slots adapters as this router placed them
 //     (the catalog's max_adapters: vLLM's --max-loras); when every slot of
 //     every replica is held by adapters with requests in flight, the
-//     request goes to its order's first replica (RouteAdapterFull) rather
-//     than waiting in the gateway.
+//     request goes to its order's first replica within the load bound
+//     (RouteAdapterFull) rather than waiting in the gateway.
 //
 // What a replica holds is the router's own account of where it sent each
 // adapter, not the engine's: it is not verified against the engine here.
@@ -59,7 +59,8 @@ type Adapters struct {
 	// gateways'), with this one, would pass LoadFactor times its weight's
 	// share of the model's is passed over for the next of the adapter's
 	// order (the home set is then taken from the replicas within the
-	// bound). 0: no bound.
+	// bound): consistent hashing with bounded loads (Mirrokni, Thorup and
+	// Zadimoghaddam, 2018), LoadFactor being their 1 + ε. 0: no bound.
 	LoadFactor float64
 	// Now is the clock the breakers read.
 	Now func() time.Time
@@ -243,6 +244,13 @@ func (a *Adapters) home(adapter string, set *Set, tried []*State, now time.Time)
 	}
 	switch {
 	case len(home) == 0:
+		// No room anywhere: the first of the order within the bound, as
+		// for any request (the first of all when none is within).
+		for _, i := range o {
+			if within(i) {
+				return []int{i}, RouteAdapterFull
+			}
+		}
 		return o[:1], RouteAdapterFull
 	case passed && home[0] != o[0]:
 		return home, RouteAdapterSpill

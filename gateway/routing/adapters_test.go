@@ -259,3 +259,32 @@ func TestAdapterHomeBoundedByLoad(t *testing.T) {
 		t.Errorf("first within the bound: %s (%s), want %s", name, route, want[0])
 	}
 }
+
+// With every slot held by adapters in flight, the request still goes by
+// the load bound: to the first replica of its order within it (route
+// adapter-full), not to a first replica that is past it.
+func TestAdapterFullWithinBound(t *testing.T) {
+	t.Parallel()
+	ts := testPool(3)
+	a := newAdapters(1, 8)
+	// One adapter in flight on each replica (no bound while they are
+	// placed): every slot is held.
+	placed := map[string]bool{}
+	for i := 0; len(placed) < 3; i++ {
+		name := fmt.Sprintf("a%d", i)
+		if first := adapterOrder(ts, name)[0]; !placed[first] {
+			placed[first] = true
+			if at, route := send(t, a, ts, name); at != first || route != RouteAdapter {
+				t.Fatalf("%s: %s (%s), want %s", name, at, route, first)
+			}
+		}
+	}
+	want := adapterOrder(ts, "x")
+	ts.state(want[0]).Others.Store(10)
+	a.LoadFactor = 1.25
+	// 13 in flight in all. The first: 11, 12 with this one, past
+	// ⌈1.25/3 × (13 + 1)⌉ = 6; the second: 2 with this one, within.
+	if name, route := send(t, a, ts, "x"); name != want[1] || route != RouteAdapterFull {
+		t.Errorf("every slot held, the first past the bound: %s (%s), want the next of its order %s (%s)", name, route, want[1], RouteAdapterFull)
+	}
+}
