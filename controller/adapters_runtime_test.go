@@ -25,14 +25,22 @@ import (
 // runtimeCatalog is model alpha on vLLM with one API server (its adapters
 // loaded at runtime), four adapter slots and the adapters given as
 // name=path.
-func runtimeCatalog(adapters ...string) string {
+func runtimeCatalog(adapters ...string) string { return adapterCatalogOn("vllm", 4, 0, adapters) }
+
+// adapterCatalogOn is model alpha on engine with slots adapter slots and
+// the adapters given as name=path, each of rank (none when 0).
+func adapterCatalogOn(engine string, slots, rank int, adapters []string) string {
 	var b strings.Builder
-	b.WriteString("model \"alpha\" {\n  source = \"org/alpha\"\n  replicas = 1\n  max_adapters = 4\n")
+	fmt.Fprintf(&b, "model \"alpha\" {\n  source = \"org/alpha\"\n  replicas = 1\n  max_adapters = %d\n", slots)
 	for _, a := range adapters {
 		name, path, _ := strings.Cut(a, "=")
-		fmt.Fprintf(&b, "  adapter %q {\n    path = %q\n  }\n", name, path)
+		fmt.Fprintf(&b, "  adapter %q {\n    path = %q\n", name, path)
+		if rank > 0 {
+			fmt.Fprintf(&b, "    rank = %d\n", rank)
+		}
+		b.WriteString("  }\n")
 	}
-	b.WriteString("  profile \"h1\" {\n    engine = \"vllm\"\n    gpu = \"NVIDIA H200\"\n    gpus = 1\n    watts = 500\n  }\n}\n")
+	fmt.Fprintf(&b, "  profile \"h1\" {\n    engine = %q\n    gpu = \"NVIDIA H200\"\n    gpus = 1\n    watts = 500\n  }\n}\n", engine)
 	return b.String()
 }
 
@@ -217,16 +225,7 @@ func TestRuntimeAdaptersOnVLLM(t *testing.T) {
 // sglangCatalog is model alpha on SGLang (its adapters loaded at
 // runtime), three adapter slots, the adapters given as name=path, each
 // of rank 8.
-func sglangCatalog(adapters ...string) string {
-	var b strings.Builder
-	b.WriteString("model \"alpha\" {\n  source = \"org/alpha\"\n  replicas = 1\n  max_adapters = 3\n")
-	for _, a := range adapters {
-		name, path, _ := strings.Cut(a, "=")
-		fmt.Fprintf(&b, "  adapter %q {\n    path = %q\n    rank = 8\n  }\n", name, path)
-	}
-	b.WriteString("  profile \"h1\" {\n    engine = \"sglang\"\n    gpu = \"NVIDIA H200\"\n    gpus = 1\n    watts = 500\n  }\n}\n")
-	return b.String()
-}
+func sglangCatalog(adapters ...string) string { return adapterCatalogOn("sglang", 3, 8, adapters) }
 
 // An SGLang replica gets its adapters at runtime as vLLM's does
 // (fake-engine started from the job's own task config, refusing as
