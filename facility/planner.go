@@ -333,21 +333,6 @@ func (p *Planner) gpuID(model string) int32 {
 	return -1
 }
 
-func (p *Planner) shardNodes(r Replica) ([]int32, error) {
-	idx := make([]int32, len(r.Shards))
-	for i, s := range r.Shards {
-		n, ok := p.nodeIndex[s.Node]
-		if !ok {
-			return nil, fmt.Errorf("replica %s: node %q: %w", r.ID, s.Node, ErrUnknownNode)
-		}
-		if err := checkWatts("shard watts", s.Watts, false); err != nil {
-			return nil, fmt.Errorf("replica %s on %s: %w", r.ID, s.Node, err)
-		}
-		idx[i] = n
-	}
-	return idx, nil
-}
-
 // shardCounts is what a shard of a profile counts at: [declared, measured].
 func (p *Planner) shardCounts(model, profile string, s Shard) [2]float64 {
 	return counted(p.counted, LearnedKey{Model: model, Profile: profile, GPU: s.GPU}, s.Watts)
@@ -509,15 +494,14 @@ func (p *Planner) After(d Decision) ([]DomainUsage, error) {
 	if !d.Placed {
 		return nil, nil
 	}
-	idx, err := p.shardNodes(d.Running())
+	at, err := p.shardsAt(d.Running())
 	if err != nil {
 		return nil, err
 	}
 	add := map[int32]*DomainUsage{}
 	var order []int32
-	for k, s := range d.Shards {
-		nd := &p.nodes[idx[k]]
-		w := p.shardCounts(d.Model, d.Profile, s)
+	for _, sa := range at {
+		nd, w := &p.nodes[sa.node], sa.w
 		delta := [2]float64{nd.delta(modeDeclared, w[0]), nd.delta(modeMeasured, w[1])}
 		for _, dom := range p.cells[nd.cell].budgeted {
 			u, ok := add[dom]
